@@ -1,0 +1,143 @@
+//! Types shared by the eBPF programs (`profiler-ebpf`) and userspace (`profiler`).
+//!
+//! Everything here is `#[repr(C)]` and `no_std`: the kernel side writes these layouts into the
+//! ring buffer and maps, and userspace reads them back byte for byte.
+//!
+//! # The sample record
+//!
+//! Each perf cpu-clock sample that passes the filter becomes one ring-buffer record of fixed size
+//! `size_of::<SampleHeader>() + stack_copy_cap`, where `stack_copy_cap` is chosen when the program
+//! is loaded (the global [`globals::STACK_COPY_CAP`]):
+//!
+//! ```text
+//! offset                      size                 content
+//! 0                           size_of SampleHeader  SampleHeader (see its fields)
+//! size_of SampleHeader        stack_copy_cap        copy of user memory [user_sp, user_sp + stack_copy_len)
+//! ```
+//!
+//! Only the first `stack_copy_len` bytes of the copy are meaningful. The copy is taken page by
+//! page, upwards from the user stack pointer, and stops at the first page that cannot be read (the
+//! top of the stack) or at the cap, whichever comes first.
+#![no_std]
+
+/// Deepest kernel or frame-pointer user stack recorded, in frames. Equals the kernel's default
+/// `kernel.perf_event_max_stack`, the most `bpf_get_stack` returns without tuning.
+pub const MAX_STACK_DEPTH: usize = 127;
+
+/// Length of a task's command name, including the trailing NUL.
+pub const TASK_COMM_LEN: usize = 16;
+
+/// The unit of the user stack copy. `bpf_probe_read_user` fails for a whole range as soon as one
+/// page of it is unmapped, so the copy proceeds one page at a time.
+pub const STACK_PAGE_SIZE: usize = 4096;
+
+/// Largest stack copy the eBPF program supports, in bytes.
+pub const MAX_STACK_COPY: usize = 64 * 1024;
+
+/// The fixed part of a sample record. Little-endian, as written by the kernel.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SampleHeader {
+    /// Process id (the kernel's tgid).
+    pub tgid: u32,
+    /// Thread id (the kernel's pid).
+    pub tid: u32,
+    /// CPU the sample was taken on.
+    pub cpu: u32,
+    /// Bit set of [`sample_flags`].
+    pub flags: u32,
+    /// `bpf_ktime_get_ns()`: CLOCK_MONOTONIC, in nanoseconds.
+    pub time_ns: u64,
+    /// The thread's command name, NUL-padded.
+    pub comm: [u8; TASK_COMM_LEN],
+    /// User-mode instruction pointer, stack pointer and frame pointer (rbp) at the sample, or at
+    /// the last entry into the kernel when the sample hit kernel mode. Zero when
+    /// [`sample_flags::USER_REGS`] is not set.
+    pub user_ip: u64,
+    pub user_sp: u64,
+    pub user_bp: u64,
+    /// Number of valid entries in `kernel_stack` and `user_stack`.
+    pub kernel_stack_len: u32,
+    pub user_stack_len: u32,
+    /// Bytes of user stack copied after the header.
+    pub stack_copy_len: u32,
+    pub _reserved: u32,
+    /// Kernel return addresses, innermost first (`bpf_get_stack`).
+    pub kernel_stack: [u64; MAX_STACK_DEPTH],
+    /// User addresses from the frame-pointer chain, innermost first; entry 0 is the user ip.
+    pub user_stack: [u64; MAX_STACK_DEPTH],
+}
+
+/// Bits of [`SampleHeader::flags`].
+pub mod sample_flags {
+    /// `user_ip`, `user_sp` and `user_bp` hold the thread's user registers.
+    pub const USER_REGS: u32 = 1 << 0;
+    /// The sample interrupted kernel mode; the user registers are those saved at kernel entry.
+    pub const IN_KERNEL: u32 = 1 << 1;
+    /// The stack copy stopped at the cap while the stack went on.
+    pub const STACK_COPY_TRUNCATED: u32 = 1 << 2;
+}
+
+/// Per-CPU event counters, indexes into the `COUNTERS` map.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Counter {
+    /// Every time the program ran.
+    Seen = 0,
+    /// Samples dropped by the pid filter, idle, or the profiler itself.
+    Filtered = 1,
+    /// Samples lost because the ring buffer was full.
+    Lost = 2,
+    /// Samples whose stack copy stopped at the cap.
+    StackTruncated = 3,
+    /// Samples with user registers whose stack copy could not read even the first page.
+    StackUnreadable = 4,
+}
+
+impl Counter {
+    pub const COUNT: u32 = 5;
+    pub const ALL: [Counter; Self::COUNT as usize] = [
+        Counter::Seen,
+        Counter::Filtered,
+        Counter::Lost,
+        Counter::StackTruncated,
+        Counter::StackUnreadable,
+    ];
+}
+
+/// Names of the maps in the eBPF object.
+pub mod maps {
+    /// `RingBuf` of sample records.
+    pub const SAMPLES: &str = "SAMPLES";
+    /// `HashMap<u32 tgid, u8>`: the processes to sample when filtering is on.
+    pub const TGID_FILTER: &str = "TGID_FILTER";
+    /// `PerCpuArray<u64>` indexed by [`crate::Counter`].
+    pub const COUNTERS: &str = "COUNTERS";
+}
+
+/// Names of the programs in the eBPF object.
+pub mod programs {
+    /// perf_event program attached to one cpu-clock event per CPU.
+    pub const SAMPLE: &str = "sample";
+    /// tracepoint `task/task_newtask`: adds forked children of filtered processes to the filter.
+    pub const FOLLOW_FORK: &str = "follow_fork";
+}
+
+/// Read-only globals set when the program is loaded (`.rodata`, frozen, so the verifier sees
+/// them as constants).
+pub mod globals {
+    /// `u32`: nonzero when only the processes in `TGID_FILTER` are sampled.
+    pub const FILTER_BY_TGID: &str = "FILTER_BY_TGID";
+    /// `u32`: nonzero when children forked by a filtered process join the filter.
+    pub const FOLLOW_FORKS: &str = "FOLLOW_FORKS";
+    /// `u32`: the profiler's own tgid, never sampled.
+    pub const PROFILER_TGID: &str = "PROFILER_TGID";
+    /// `u32`: stack copy cap in bytes: a multiple of [`crate::STACK_PAGE_SIZE`] between one page
+    /// and [`crate::MAX_STACK_COPY`].
+    pub const STACK_COPY_CAP: &str = "STACK_COPY_CAP";
+}
+
+/// Size of a sample record for a given stack copy cap.
+pub const fn record_size(stack_copy_cap: usize) -> usize {
+    core::mem::size_of::<SampleHeader>() + stack_copy_cap
+}

@@ -1,0 +1,248 @@
+//! Kernel side of the profiler: one perf_event program run by a cpu-clock event on every CPU.
+//!
+//! Per sample it filters by process, then writes one fixed-size ring-buffer record (layout in
+//! `profiler_common`): ids, comm, the kernel stack, the frame-pointer user stack, the user
+//! registers and a page-wise copy of the top of the user stack. Helpers write straight into the
+//! ring-buffer reservation: the BPF stack is only 512 bytes.
+#![no_std]
+#![no_main]
+
+use core::{mem::size_of, ptr::read_volatile};
+
+use aya_ebpf::{
+    EbpfContext as _,
+    bindings::{BPF_F_USER_STACK, pt_regs},
+    helpers::{
+        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_smp_processor_id, bpf_ktime_get_ns,
+        bpf_probe_read_kernel,
+        generated::{
+            bpf_get_current_task_btf, bpf_get_stack, bpf_probe_read_user, bpf_task_pt_regs,
+        },
+    },
+    macros::{map, perf_event, tracepoint},
+    maps::{HashMap, PerCpuArray, RingBuf},
+    programs::{PerfEventContext, TracePointContext},
+};
+use profiler_common::{
+    Counter, MAX_STACK_COPY, MAX_STACK_DEPTH, STACK_PAGE_SIZE, SampleHeader, sample_flags,
+};
+
+/// Ring buffer of sample records. Userspace sets the real size at load time.
+#[map(name = "SAMPLES")]
+static SAMPLES: RingBuf = RingBuf::with_byte_size(16 * 1024 * 1024, 0);
+
+#[map(name = "TGID_FILTER")]
+static TGID_FILTER: HashMap<u32, u8> = HashMap::with_max_entries(8192, 0);
+
+#[map(name = "COUNTERS")]
+static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(Counter::COUNT, 0);
+
+// Load-time settings (see `profiler_common::globals`). They live in `.rodata`, which the loader
+// freezes, so the verifier treats them as constants: that is what lets the record size depend on
+// STACK_COPY_CAP.
+#[unsafe(no_mangle)]
+static FILTER_BY_TGID: u32 = 0;
+#[unsafe(no_mangle)]
+static FOLLOW_FORKS: u32 = 0;
+#[unsafe(no_mangle)]
+static PROFILER_TGID: u32 = 0;
+#[unsafe(no_mangle)]
+static STACK_COPY_CAP: u32 = 16 * 1024;
+
+const HEADER_SIZE: usize = size_of::<SampleHeader>();
+const STACK_BYTES: u32 = (MAX_STACK_DEPTH * size_of::<u64>()) as u32;
+const PAGE: usize = STACK_PAGE_SIZE;
+/// Lowest privilege level bits of the saved code segment: 3 means the CPU was in user mode.
+const USER_MODE_RPL: u64 = 3;
+const CLONE_THREAD: u64 = 0x0001_0000;
+
+fn count(counter: Counter) {
+    if let Some(value) = COUNTERS.get_ptr_mut(counter as u32) {
+        // Per-CPU slot and the program does not nest on a CPU: a plain add is enough.
+        unsafe { *value += 1 };
+    }
+}
+
+fn setting(global: &'static u32) -> u32 {
+    // A volatile read keeps the compiler from folding in the build-time default.
+    unsafe { read_volatile(global) }
+}
+
+#[perf_event]
+pub fn sample(ctx: PerfEventContext) -> u32 {
+    count(Counter::Seen);
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let tgid = (pid_tgid >> 32) as u32;
+    if !wanted(tgid) {
+        count(Counter::Filtered);
+        return 0;
+    }
+    let cap = (setting(&STACK_COPY_CAP) as usize).clamp(PAGE, MAX_STACK_COPY) & !(PAGE - 1);
+    let Some(mut record) = SAMPLES.reserve_bytes(HEADER_SIZE + cap, 0) else {
+        count(Counter::Lost);
+        return 0;
+    };
+    let header = record.as_mut_ptr().cast::<SampleHeader>();
+    unsafe {
+        fill_header(&ctx, header, pid_tgid);
+        let copy = record.as_mut_ptr().add(HEADER_SIZE);
+        copy_user_stack(header, copy, cap);
+    }
+    record.submit(0);
+    0
+}
+
+fn wanted(tgid: u32) -> bool {
+    if tgid == 0 || tgid == setting(&PROFILER_TGID) {
+        return false;
+    }
+    setting(&FILTER_BY_TGID) == 0 || unsafe { TGID_FILTER.get(tgid) }.is_some()
+}
+
+/// Fills everything but the stack copy. `header` points into the ring-buffer reservation.
+unsafe fn fill_header(ctx: &PerfEventContext, header: *mut SampleHeader, pid_tgid: u64) {
+    let h = unsafe { &mut *header };
+    h.tgid = (pid_tgid >> 32) as u32;
+    h.tid = pid_tgid as u32;
+    h.cpu = unsafe { bpf_get_smp_processor_id() };
+    h.time_ns = unsafe { bpf_ktime_get_ns() };
+    h.comm = bpf_get_current_comm().unwrap_or_default();
+    h.stack_copy_len = 0;
+    h._reserved = 0;
+
+    let kernel = unsafe {
+        bpf_get_stack(
+            ctx.as_ptr(),
+            h.kernel_stack.as_mut_ptr().cast(),
+            STACK_BYTES,
+            0,
+        )
+    };
+    h.kernel_stack_len = frames(kernel);
+    let user = unsafe {
+        bpf_get_stack(
+            ctx.as_ptr(),
+            h.user_stack.as_mut_ptr().cast(),
+            STACK_BYTES,
+            BPF_F_USER_STACK as u64,
+        )
+    };
+    h.user_stack_len = frames(user);
+
+    let regs = unsafe { &(*ctx.ctx).regs };
+    if regs.cs & 3 == USER_MODE_RPL {
+        h.flags = sample_flags::USER_REGS;
+        (h.user_ip, h.user_sp, h.user_bp) = (regs.rip, regs.rsp, regs.rbp);
+        return;
+    }
+    // Kernel mode: the user registers are the ones saved when the thread entered the kernel.
+    h.flags = sample_flags::IN_KERNEL;
+    (h.user_ip, h.user_sp, h.user_bp) = (0, 0, 0);
+    let saved = unsafe { bpf_task_pt_regs(bpf_get_current_task_btf()) } as *const pt_regs;
+    if saved.is_null() {
+        return;
+    }
+    let Ok(saved) = (unsafe { bpf_probe_read_kernel(saved) }) else {
+        return;
+    };
+    // Kernel threads have no user context: their saved frame is not from user mode.
+    if saved.cs & 3 == USER_MODE_RPL {
+        h.flags |= sample_flags::USER_REGS;
+        (h.user_ip, h.user_sp, h.user_bp) = (saved.rip, saved.rsp, saved.rbp);
+    }
+}
+
+fn frames(bytes_or_error: i64) -> u32 {
+    if bytes_or_error <= 0 {
+        0
+    } else {
+        (bytes_or_error as u32 / size_of::<u64>() as u32).min(MAX_STACK_DEPTH as u32)
+    }
+}
+
+/// Copies user memory upwards from the stack pointer into `copy` (room for `cap` bytes).
+///
+/// The first read runs to the end of sp's page (variable size, offset 0); then whole pages follow
+/// (constant size, bounded offset); a last page-sized read ending exactly at `cap` fills the rest
+/// (constant size and offset, overlapping bytes already copied). The verifier accepts a variable
+/// size or a variable offset into ring-buffer memory, not both. Stops at the first unreadable
+/// page: the top of the stack.
+unsafe fn copy_user_stack(header: *mut SampleHeader, copy: *mut u8, cap: usize) {
+    let h = unsafe { &mut *header };
+    if h.flags & sample_flags::USER_REGS == 0 {
+        return;
+    }
+    let sp = h.user_sp;
+    let first = PAGE - (sp as usize & (PAGE - 1));
+    if unsafe { read_user(copy, first, sp) }.is_err() {
+        count(Counter::StackUnreadable);
+        return;
+    }
+    let mut copied = first;
+    for _ in 0..MAX_STACK_COPY / PAGE {
+        if copied > cap - PAGE {
+            break;
+        }
+        let dst = unsafe { copy.add(copied) };
+        if unsafe { read_user(dst, PAGE, sp + copied as u64) }.is_err() {
+            h.stack_copy_len = copied as u32;
+            return;
+        }
+        copied += PAGE;
+    }
+    if copied < cap {
+        let tail = cap - PAGE;
+        let dst = unsafe { copy.add(tail) };
+        if unsafe { read_user(dst, PAGE, sp + tail as u64) }.is_err() {
+            h.stack_copy_len = copied as u32;
+            return;
+        }
+        copied = cap;
+    }
+    h.stack_copy_len = copied as u32;
+    // The stack may end exactly at the cap; one more byte tells whether it goes on.
+    let mut probe = 0u8;
+    let more = unsafe { read_user(&mut probe, 1, sp + cap as u64) }.is_ok();
+    if more {
+        h.flags |= sample_flags::STACK_COPY_TRUNCATED;
+        count(Counter::StackTruncated);
+    }
+}
+
+unsafe fn read_user(dst: *mut u8, len: usize, src: u64) -> Result<(), i64> {
+    let ret = unsafe { bpf_probe_read_user(dst.cast(), len as u32, src as *const _) };
+    if ret < 0 { Err(ret) } else { Ok(()) }
+}
+
+/// `task/task_newtask` fires in the parent for every new task. A new process (not a thread)
+/// forked by a filtered process joins the filter, so `-- CMD` and `-p` follow children.
+#[tracepoint]
+pub fn follow_fork(ctx: TracePointContext) -> u32 {
+    if setting(&FILTER_BY_TGID) == 0 || setting(&FOLLOW_FORKS) == 0 {
+        return 0;
+    }
+    // Field offsets from /sys/kernel/tracing/events/task/task_newtask/format (stable since 3.x).
+    let (Ok(child), Ok(clone_flags)) = (unsafe { ctx.read_at::<i32>(8) }, unsafe {
+        ctx.read_at::<u64>(32)
+    }) else {
+        return 0;
+    };
+    if clone_flags & CLONE_THREAD != 0 {
+        return 0;
+    }
+    let parent = (bpf_get_current_pid_tgid() >> 32) as u32;
+    if unsafe { TGID_FILTER.get(parent) }.is_some() {
+        let _ = TGID_FILTER.insert(child as u32, 1, 0);
+    }
+    0
+}
+
+#[cfg(not(test))]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    loop {}
+}
+
+#[unsafe(link_section = "license")]
+#[unsafe(no_mangle)]
+static LICENSE: [u8; 13] = *b"Dual MIT/GPL\0";
