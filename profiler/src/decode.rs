@@ -1,0 +1,283 @@
+//! Decoding of ring-buffer sample records (layout documented in `profiler_common`).
+use std::{fmt, mem::size_of};
+
+use profiler_common::{MAX_STACK_DEPTH, SampleHeader, TASK_COMM_LEN, sample_flags};
+
+const HEADER_SIZE: usize = size_of::<SampleHeader>();
+
+/// One decoded sample, borrowing the stack copy from the record.
+#[derive(Debug)]
+pub struct Sample<'a> {
+    header: SampleHeader,
+    stack_copy: &'a [u8],
+}
+
+/// User-mode registers of the sampled thread.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UserRegs {
+    pub ip: u64,
+    pub sp: u64,
+    pub bp: u64,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum DecodeError {
+    /// The record is shorter than its header.
+    Short { len: usize },
+    /// A length field points outside the record.
+    BadLength { field: &'static str, value: u32 },
+}
+
+impl fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Short { len } => write!(f, "record of {len} bytes is shorter than its header"),
+            Self::BadLength { field, value } => {
+                write!(f, "record field {field} = {value} is out of range")
+            }
+        }
+    }
+}
+
+impl std::error::Error for DecodeError {}
+
+/// Decodes one record. Never panics, whatever the bytes.
+pub fn decode(record: &[u8]) -> Result<Sample<'_>, DecodeError> {
+    if record.len() < HEADER_SIZE {
+        return Err(DecodeError::Short { len: record.len() });
+    }
+    // SAFETY: the length was checked; SampleHeader is plain old data (integers and arrays of
+    // integers) for which every bit pattern is valid; read_unaligned makes no alignment claim.
+    let header = unsafe { record.as_ptr().cast::<SampleHeader>().read_unaligned() };
+    check_depth("kernel_stack_len", header.kernel_stack_len)?;
+    check_depth("user_stack_len", header.user_stack_len)?;
+    let copy_len = header.stack_copy_len as usize;
+    let stack_copy = record[HEADER_SIZE..]
+        .get(..copy_len)
+        .ok_or(DecodeError::BadLength {
+            field: "stack_copy_len",
+            value: header.stack_copy_len,
+        })?;
+    Ok(Sample { header, stack_copy })
+}
+
+fn check_depth(field: &'static str, value: u32) -> Result<(), DecodeError> {
+    if value as usize <= MAX_STACK_DEPTH {
+        Ok(())
+    } else {
+        Err(DecodeError::BadLength { field, value })
+    }
+}
+
+impl<'a> Sample<'a> {
+    pub fn tgid(&self) -> u32 {
+        self.header.tgid
+    }
+
+    pub fn tid(&self) -> u32 {
+        self.header.tid
+    }
+
+    pub fn cpu(&self) -> u32 {
+        self.header.cpu
+    }
+
+    pub fn time_ns(&self) -> u64 {
+        self.header.time_ns
+    }
+
+    /// The thread's command name (lossy UTF-8, without the NUL padding).
+    pub fn comm(&self) -> String {
+        let comm = &self.header.comm[..];
+        let len = comm.iter().position(|&b| b == 0).unwrap_or(TASK_COMM_LEN);
+        String::from_utf8_lossy(&comm[..len]).into_owned()
+    }
+
+    /// Kernel addresses, innermost first: the interrupted instruction, then return addresses.
+    pub fn kernel_stack(&self) -> &[u64] {
+        &self.header.kernel_stack[..self.header.kernel_stack_len as usize]
+    }
+
+    /// User addresses from the frame-pointer chain, innermost first: the user ip, then return
+    /// addresses.
+    pub fn user_stack(&self) -> &[u64] {
+        &self.header.user_stack[..self.header.user_stack_len as usize]
+    }
+
+    pub fn user_regs(&self) -> Option<UserRegs> {
+        let h = &self.header;
+        (h.flags & sample_flags::USER_REGS != 0).then_some(UserRegs {
+            ip: h.user_ip,
+            sp: h.user_sp,
+            bp: h.user_bp,
+        })
+    }
+
+    /// Whether the sample interrupted kernel mode.
+    pub fn in_kernel(&self) -> bool {
+        self.header.flags & sample_flags::IN_KERNEL != 0
+    }
+
+    /// Copy of user memory starting at the user stack pointer.
+    pub fn stack_copy(&self) -> &'a [u8] {
+        self.stack_copy
+    }
+
+    /// Whether the stack went on past the copied bytes.
+    pub fn stack_truncated(&self) -> bool {
+        self.header.flags & sample_flags::STACK_COPY_TRUNCATED != 0
+    }
+}
+
+/// Serializes a header and stack copy the way the eBPF program lays them out (for fixtures).
+#[cfg(test)]
+pub fn encode(header: &SampleHeader, stack_copy: &[u8]) -> Vec<u8> {
+    // SAFETY: SampleHeader is repr(C) plain old data without padding.
+    let bytes = unsafe {
+        std::slice::from_raw_parts((header as *const SampleHeader).cast::<u8>(), HEADER_SIZE)
+    };
+    let mut record = bytes.to_vec();
+    record.extend_from_slice(stack_copy);
+    record
+}
+
+#[cfg(test)]
+pub fn empty_header() -> SampleHeader {
+    SampleHeader {
+        tgid: 0,
+        tid: 0,
+        cpu: 0,
+        flags: 0,
+        time_ns: 0,
+        comm: [0; TASK_COMM_LEN],
+        user_ip: 0,
+        user_sp: 0,
+        user_bp: 0,
+        kernel_stack_len: 0,
+        user_stack_len: 0,
+        stack_copy_len: 0,
+        _reserved: 0,
+        kernel_stack: [0; MAX_STACK_DEPTH],
+        user_stack: [0; MAX_STACK_DEPTH],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample_header() -> SampleHeader {
+        let mut h = empty_header();
+        h.tgid = 42;
+        h.tid = 43;
+        h.cpu = 1;
+        h.time_ns = 123_456_789;
+        h.comm[..6].copy_from_slice(b"worker");
+        h.flags = sample_flags::USER_REGS | sample_flags::IN_KERNEL;
+        (h.user_ip, h.user_sp, h.user_bp) = (0x5555_0000_1234, 0x7ffc_0000_1000, 0x7ffc_0000_1040);
+        h.kernel_stack[..2].copy_from_slice(&[0xffff_ffff_8100_0010, 0xffff_ffff_8100_0200]);
+        h.kernel_stack_len = 2;
+        h.user_stack[..3].copy_from_slice(&[0x5555_0000_1234, 0x5555_0000_2000, 0x7f00_0000_3000]);
+        h.user_stack_len = 3;
+        h
+    }
+
+    #[test]
+    fn header_has_no_padding() {
+        // encode() and the eBPF program rely on it.
+        assert_eq!(
+            HEADER_SIZE,
+            4 * 4 + 8 + 16 + 3 * 8 + 4 * 4 + 2 * 8 * MAX_STACK_DEPTH
+        );
+    }
+
+    #[test]
+    fn decodes_all_fields() {
+        let mut header = sample_header();
+        header.stack_copy_len = 5;
+        // The record is as large as the reservation; only stack_copy_len bytes count.
+        let record = encode(&header, &[1, 2, 3, 4, 5, 0, 0, 0]);
+        let sample = decode(&record).unwrap();
+        assert_eq!((sample.tgid(), sample.tid(), sample.cpu()), (42, 43, 1));
+        assert_eq!(sample.time_ns(), 123_456_789);
+        assert_eq!(sample.comm(), "worker");
+        assert_eq!(
+            sample.kernel_stack(),
+            [0xffff_ffff_8100_0010, 0xffff_ffff_8100_0200]
+        );
+        assert_eq!(
+            sample.user_stack(),
+            [0x5555_0000_1234, 0x5555_0000_2000, 0x7f00_0000_3000]
+        );
+        assert_eq!(
+            sample.user_regs(),
+            Some(UserRegs {
+                ip: 0x5555_0000_1234,
+                sp: 0x7ffc_0000_1000,
+                bp: 0x7ffc_0000_1040
+            })
+        );
+        assert!(sample.in_kernel());
+        assert!(!sample.stack_truncated());
+        assert_eq!(sample.stack_copy(), [1, 2, 3, 4, 5]);
+    }
+
+    #[test]
+    fn no_user_regs_without_flag() {
+        let mut header = sample_header();
+        header.flags = 0;
+        let record = encode(&header, &[]);
+        assert_eq!(decode(&record).unwrap().user_regs(), None);
+    }
+
+    #[test]
+    fn full_comm_without_nul() {
+        let mut header = sample_header();
+        header.comm = *b"abcdefghijklmnop";
+        assert_eq!(
+            decode(&encode(&header, &[])).unwrap().comm(),
+            "abcdefghijklmnop"
+        );
+    }
+
+    #[test]
+    fn rejects_short_record() {
+        let record = encode(&sample_header(), &[]);
+        assert_eq!(
+            decode(&record[..100]).unwrap_err(),
+            DecodeError::Short { len: 100 }
+        );
+        assert_eq!(decode(&[]).unwrap_err(), DecodeError::Short { len: 0 });
+    }
+
+    #[test]
+    fn rejects_lengths_past_the_record() {
+        let mut header = sample_header();
+        header.stack_copy_len = 9;
+        assert!(matches!(
+            decode(&encode(&header, &[0; 8])),
+            Err(DecodeError::BadLength {
+                field: "stack_copy_len",
+                ..
+            })
+        ));
+        let mut header = sample_header();
+        header.user_stack_len = MAX_STACK_DEPTH as u32 + 1;
+        assert!(matches!(
+            decode(&encode(&header, &[])),
+            Err(DecodeError::BadLength {
+                field: "user_stack_len",
+                ..
+            })
+        ));
+        let mut header = sample_header();
+        header.kernel_stack_len = u32::MAX;
+        assert!(matches!(
+            decode(&encode(&header, &[])),
+            Err(DecodeError::BadLength {
+                field: "kernel_stack_len",
+                ..
+            })
+        ));
+    }
+}

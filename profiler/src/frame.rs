@@ -1,0 +1,116 @@
+//! Stack frames as recorded: where each address belonged when the sample was taken.
+use crate::{
+    module::{ModuleId, Modules},
+    process::Process,
+};
+
+/// One frame of a stack, before symbolization. Stacks are stored innermost frame first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Frame {
+    /// A kernel address.
+    Kernel(u64),
+    /// A user address inside a module, as an offset into the module's file.
+    Module { module: ModuleId, offset: u64 },
+    /// A user address in anonymous memory or in no mapping at all.
+    Anonymous { tgid: u32, addr: u64 },
+}
+
+/// The address to look up for the frame at `depth` (0 = innermost). Callers' addresses are
+/// return addresses, one past the call: stepping back one byte lands inside the call
+/// instruction, in the caller's function and line even when the call was its last instruction.
+pub fn lookup_address(depth: usize, addr: u64) -> u64 {
+    if depth == 0 {
+        addr
+    } else {
+        addr.saturating_sub(1)
+    }
+}
+
+/// Appends the kernel frames for `addrs` (innermost first).
+pub fn push_kernel(addrs: &[u64], frames: &mut Vec<Frame>) {
+    frames.extend(
+        addrs
+            .iter()
+            .enumerate()
+            .map(|(depth, &addr)| Frame::Kernel(lookup_address(depth, addr))),
+    );
+}
+
+/// Appends the user frames for `addrs` (innermost first) of process `tgid`, resolving each
+/// address to its module with the process's current mappings.
+pub fn push_user(
+    tgid: u32,
+    process: &mut Process,
+    modules: &mut Modules,
+    addrs: &[u64],
+    frames: &mut Vec<Frame>,
+) {
+    for (depth, &addr) in addrs.iter().enumerate() {
+        frames.push(user_frame(
+            tgid,
+            process,
+            modules,
+            lookup_address(depth, addr),
+        ));
+    }
+}
+
+fn user_frame(tgid: u32, process: &mut Process, modules: &mut Modules, addr: u64) -> Frame {
+    let Some(mapping) = process.mapping(addr) else {
+        return Frame::Anonymous { tgid, addr };
+    };
+    match modules.intern(tgid, mapping) {
+        Some(module) => Frame::Module {
+            module,
+            offset: mapping.file_offset(addr),
+        },
+        None => Frame::Anonymous { tgid, addr },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::process::Processes;
+
+    #[test]
+    fn callers_step_back_into_the_call() {
+        assert_eq!(lookup_address(0, 0x1000), 0x1000);
+        assert_eq!(lookup_address(1, 0x1000), 0xfff);
+        assert_eq!(lookup_address(3, 0), 0);
+    }
+
+    #[test]
+    fn resolves_own_code_to_its_file_offset() {
+        let pid = std::process::id();
+        let mut processes = Processes::default();
+        let mut modules = Modules::default();
+        let process = processes.observe(pid, pid, "test");
+        let here = resolves_own_code_to_its_file_offset as *const () as usize as u64;
+        let mut frames = Vec::new();
+        push_user(pid, process, &mut modules, &[here, 0x10], &mut frames);
+        let Frame::Module { module, offset } = frames[0] else {
+            panic!("{:?}", frames[0])
+        };
+        let mapping = process.mapping(here).unwrap().clone();
+        assert_eq!(offset, here - mapping.start + mapping.offset);
+        assert!(modules.get(module).readable_path().is_some());
+        assert_eq!(
+            frames[1],
+            Frame::Anonymous {
+                tgid: pid,
+                addr: 0xf
+            }
+        );
+    }
+
+    #[test]
+    fn kernel_frames_keep_order() {
+        let mut frames = Vec::new();
+        push_kernel(&[0xffff_0010, 0xffff_0020], &mut frames);
+        assert_eq!(
+            frames,
+            [Frame::Kernel(0xffff_0010), Frame::Kernel(0xffff_001f)]
+        );
+    }
+}

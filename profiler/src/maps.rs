@@ -1,0 +1,208 @@
+//! A process's memory mappings, as read from `/proc/PID/maps`: which file and file offset an
+//! address belonged to.
+use std::{fmt, io, path::PathBuf};
+
+/// What backs a mapping.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Backing {
+    /// A file, by the path the target sees (may have been deleted since it was mapped).
+    File { path: PathBuf, deleted: bool },
+    /// A kernel-provided or named anonymous region: `[vdso]`, `[stack]`, `[heap]`, `[anon:name]`.
+    Pseudo(String),
+    /// Anonymous memory (JIT code lives here).
+    Anonymous,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mapping {
+    pub start: u64,
+    pub end: u64,
+    /// Offset in the file of `start`.
+    pub offset: u64,
+    pub executable: bool,
+    /// Device and inode of the file (0 for non-file mappings): the file's identity.
+    pub dev: u64,
+    pub inode: u64,
+    pub backing: Backing,
+}
+
+impl Mapping {
+    pub fn contains(&self, addr: u64) -> bool {
+        (self.start..self.end).contains(&addr)
+    }
+
+    /// Offset in the backing file (or region) of an address inside this mapping.
+    pub fn file_offset(&self, addr: u64) -> u64 {
+        addr - self.start + self.offset
+    }
+}
+
+/// The mappings of one process at one moment, sorted by address.
+#[derive(Clone, Debug, Default)]
+pub struct AddressSpace {
+    mappings: Vec<Mapping>,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub struct ParseError {
+    pub line: usize,
+}
+
+impl fmt::Display for ParseError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "malformed maps line {}", self.line)
+    }
+}
+
+impl std::error::Error for ParseError {}
+
+impl AddressSpace {
+    /// Reads `/proc/PID/maps`.
+    pub fn read(pid: u32) -> io::Result<Self> {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/maps"))?;
+        Self::parse(&text).map_err(|err| io::Error::new(io::ErrorKind::InvalidData, err))
+    }
+
+    /// Parses the text of a `/proc/PID/maps` file.
+    pub fn parse(text: &str) -> Result<Self, ParseError> {
+        let mut mappings = text
+            .lines()
+            .enumerate()
+            .filter(|(_, line)| !line.trim().is_empty())
+            .map(|(index, line)| parse_line(line).ok_or(ParseError { line: index + 1 }))
+            .collect::<Result<Vec<_>, _>>()?;
+        mappings.sort_by_key(|m| m.start);
+        Ok(Self { mappings })
+    }
+
+    /// The mapping that contains `addr`.
+    pub fn find(&self, addr: u64) -> Option<&Mapping> {
+        let index = self.mappings.partition_point(|m| m.start <= addr);
+        let candidate = self.mappings.get(index.checked_sub(1)?)?;
+        candidate.contains(addr).then_some(candidate)
+    }
+}
+
+fn parse_line(line: &str) -> Option<Mapping> {
+    // start-end perms offset major:minor inode [path]; the path may contain spaces.
+    let mut fields = line.splitn(6, ' ');
+    let (start, end) = fields.next()?.split_once('-')?;
+    let perms = fields.next()?;
+    let offset = fields.next()?;
+    let (major, minor) = fields.next()?.split_once(':')?;
+    let inode: u64 = fields.next()?.parse().ok()?;
+    let name = fields.next().unwrap_or("").trim_start();
+    let dev = (u64::from_str_radix(major, 16).ok()? << 32) | u64::from_str_radix(minor, 16).ok()?;
+    Some(Mapping {
+        start: u64::from_str_radix(start, 16).ok()?,
+        end: u64::from_str_radix(end, 16).ok()?,
+        offset: u64::from_str_radix(offset, 16).ok()?,
+        executable: perms.as_bytes().get(2) == Some(&b'x'),
+        dev,
+        inode,
+        backing: backing(name, inode),
+    })
+}
+
+fn backing(name: &str, inode: u64) -> Backing {
+    if name.is_empty() {
+        Backing::Anonymous
+    } else if inode == 0 && !name.starts_with('/') {
+        Backing::Pseudo(name.to_owned())
+    } else {
+        match name.strip_suffix(" (deleted)") {
+            Some(path) => Backing::File {
+                path: path.into(),
+                deleted: true,
+            },
+            None => Backing::File {
+                path: name.into(),
+                deleted: false,
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MAPS: &str = "\
+5583c2a00000-5583c2a01000 r--p 00000000 fe:01 1835342                    /tmp/work/split
+5583c2a01000-5583c2a02000 r-xp 00001000 fe:01 1835342                    /tmp/work/split
+5583c2a04000-5583c2a25000 rw-p 00000000 00:00 0                          [heap]
+7f3a1c000000-7f3a1c021000 rw-p 00000000 00:00 0 
+7f3a1d828000-7f3a1d9a5000 r-xp 00028000 fe:01 2241                       /usr/lib/x86_64-linux-gnu/libc.so.6
+7f3a1dbd0000-7f3a1dbd1000 r-xp 00001000 00:2d 77                         /tmp/my lib.so (deleted)
+7ffd2c5de000-7ffd2c5ff000 rw-p 00000000 00:00 0                          [stack]
+7ffd2c5fe000-7ffd2c600000 r-xp 00000000 00:00 0                          [vdso]
+ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsyscall]
+";
+
+    #[test]
+    fn parses_every_kind_of_line() {
+        let space = AddressSpace::parse(MAPS).unwrap();
+        assert_eq!(space.mappings.len(), 9);
+        let text = space.find(0x5583c2a01234).unwrap();
+        assert!(text.executable);
+        assert_eq!(text.file_offset(0x5583c2a01234), 0x1234);
+        assert_eq!(
+            text.backing,
+            Backing::File {
+                path: "/tmp/work/split".into(),
+                deleted: false
+            }
+        );
+        assert_eq!((text.dev, text.inode), (0xfe_0000_0001, 1835342));
+
+        let libc = space.find(0x7f3a1d828000).unwrap();
+        assert_eq!(libc.file_offset(0x7f3a1d828010), 0x28010);
+
+        let deleted = space.find(0x7f3a1dbd0000).unwrap();
+        assert_eq!(
+            deleted.backing,
+            Backing::File {
+                path: "/tmp/my lib.so".into(),
+                deleted: true
+            }
+        );
+        assert_eq!(
+            space.find(0x7ffd2c5ff500).unwrap().backing,
+            Backing::Pseudo("[vdso]".into())
+        );
+        assert_eq!(
+            space.find(0x7f3a1c000010).unwrap().backing,
+            Backing::Anonymous
+        );
+        assert!(!space.find(0x5583c2a00000).unwrap().executable);
+    }
+
+    #[test]
+    fn addresses_outside_any_mapping() {
+        let space = AddressSpace::parse(MAPS).unwrap();
+        assert_eq!(space.find(0), None);
+        assert_eq!(space.find(0x5583c2a02000), None); // end is exclusive
+        assert_eq!(space.find(u64::MAX), None);
+    }
+
+    #[test]
+    fn rejects_garbage() {
+        assert_eq!(
+            AddressSpace::parse("hello world\n").unwrap_err(),
+            ParseError { line: 1 }
+        );
+        assert_eq!(
+            AddressSpace::parse("1000-2000 r-xp zz 00:00 0\n").unwrap_err(),
+            ParseError { line: 1 }
+        );
+    }
+
+    #[test]
+    fn reads_own_maps() {
+        let space = AddressSpace::read(std::process::id()).unwrap();
+        let here = reads_own_maps as *const () as usize as u64;
+        let mapping = space.find(here).expect("own code is mapped");
+        assert!(mapping.executable);
+        assert!(matches!(mapping.backing, Backing::File { .. }));
+    }
+}

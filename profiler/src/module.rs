@@ -1,0 +1,160 @@
+//! Registry of the modules (executables, libraries, vdso) seen in samples.
+//!
+//! A module is identified by its file (device, inode), so every process that maps the same
+//! library shares one entry and the symbolizer parses it once. The file is opened while the
+//! target still maps it and the handle is kept, so a module still symbolizes after the process
+//! exited, the library was dlclose'd or the file was deleted.
+use std::{
+    collections::HashMap,
+    fs::File,
+    os::{fd::AsRawFd, unix::fs::MetadataExt},
+    path::{Path, PathBuf},
+};
+
+use crate::maps::{Backing, Mapping};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ModuleId(u32);
+
+#[derive(Debug)]
+pub struct Module {
+    /// Path as the target saw it, or the region name (`[vdso]`).
+    path: PathBuf,
+    /// Open handle on the file, when it could be opened.
+    file: Option<File>,
+}
+
+impl Module {
+    /// The file name, for display (`libc.so.6`, `[vdso]`).
+    pub fn name(&self) -> &str {
+        self.path
+            .file_name()
+            .and_then(|name| name.to_str())
+            .unwrap_or("[unknown]")
+    }
+
+    /// A path through which this process can read the module's file, whatever happened to it in
+    /// the target since.
+    pub fn readable_path(&self) -> Option<PathBuf> {
+        self.file
+            .as_ref()
+            .map(|file| PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd())))
+    }
+}
+
+#[derive(Debug, PartialEq, Eq, Hash)]
+enum ModuleKey {
+    File { dev: u64, inode: u64 },
+    Pseudo(String),
+}
+
+#[derive(Debug, Default)]
+pub struct Modules {
+    ids: HashMap<ModuleKey, ModuleId>,
+    modules: Vec<Module>,
+}
+
+impl Modules {
+    /// The module behind `mapping` of process `tgid`; `None` for anonymous memory.
+    pub fn intern(&mut self, tgid: u32, mapping: &Mapping) -> Option<ModuleId> {
+        let key = match &mapping.backing {
+            Backing::File { .. } => ModuleKey::File {
+                dev: mapping.dev,
+                inode: mapping.inode,
+            },
+            Backing::Pseudo(name) => ModuleKey::Pseudo(name.clone()),
+            Backing::Anonymous => return None,
+        };
+        if let Some(&id) = self.ids.get(&key) {
+            return Some(id);
+        }
+        let module = match &mapping.backing {
+            Backing::File { path, .. } => Module {
+                path: path.clone(),
+                file: open_mapped_file(tgid, mapping, path),
+            },
+            Backing::Pseudo(name) => Module {
+                path: name.into(),
+                file: None,
+            },
+            Backing::Anonymous => unreachable!("returned above"),
+        };
+        let id = ModuleId(self.modules.len() as u32);
+        self.modules.push(module);
+        self.ids.insert(key, id);
+        Some(id)
+    }
+
+    pub fn get(&self, id: ModuleId) -> &Module {
+        &self.modules[id.0 as usize]
+    }
+}
+
+/// Opens the file behind a mapping as the target sees it: `map_files` names the mapped inode
+/// itself (deleted or replaced files included); `/proc/PID/root` resolves the path in the target's
+/// mount namespace (containers).
+fn open_mapped_file(tgid: u32, mapping: &Mapping, path: &Path) -> Option<File> {
+    let map_file = format!(
+        "/proc/{tgid}/map_files/{:x}-{:x}",
+        mapping.start, mapping.end
+    );
+    if let Ok(file) = File::open(map_file) {
+        return Some(file);
+    }
+    let rooted =
+        Path::new(&format!("/proc/{tgid}/root")).join(path.strip_prefix("/").unwrap_or(path));
+    let file = File::open(rooted).ok()?;
+    // A file replaced since it was mapped would give wrong symbols.
+    (file.metadata().ok()?.ino() == mapping.inode).then_some(file)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::maps::AddressSpace;
+
+    fn own_mapping() -> Mapping {
+        let space = AddressSpace::read(std::process::id()).unwrap();
+        space
+            .find(own_mapping as *const () as usize as u64)
+            .unwrap()
+            .clone()
+    }
+
+    #[test]
+    fn same_file_is_one_module() {
+        let mut modules = Modules::default();
+        let mapping = own_mapping();
+        let a = modules.intern(std::process::id(), &mapping).unwrap();
+        let mut moved = mapping.clone();
+        moved.start += 0x1000_0000;
+        moved.end += 0x1000_0000;
+        let b = modules.intern(std::process::id(), &moved).unwrap();
+        assert_eq!(a, b);
+        let module = modules.get(a);
+        let path = module.readable_path().expect("own executable opens");
+        assert_eq!(std::fs::metadata(path).unwrap().ino(), mapping.inode);
+    }
+
+    #[test]
+    fn pseudo_and_anonymous_mappings() {
+        let mut modules = Modules::default();
+        let vdso = Mapping {
+            start: 0x1000,
+            end: 0x3000,
+            offset: 0,
+            executable: true,
+            dev: 0,
+            inode: 0,
+            backing: Backing::Pseudo("[vdso]".into()),
+        };
+        let id = modules.intern(1, &vdso).unwrap();
+        assert_eq!(modules.get(id).name(), "[vdso]");
+        assert!(modules.get(id).readable_path().is_none());
+        let anon = Mapping {
+            backing: Backing::Anonymous,
+            ..vdso
+        };
+        assert_eq!(modules.intern(1, &anon), None);
+    }
+}

@@ -1,0 +1,222 @@
+//! `profiler record`: attach, sample until told to stop, then symbolize and write the output.
+use std::{
+    future::Future,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result};
+use tokio::signal::unix::{SignalKind, signal};
+
+use crate::{
+    cli::{Format, RecordArgs},
+    collect::Collector,
+    output::OutputFile,
+    preflight,
+    render::{self, SvgOptions},
+    ring::RingReader,
+    sampler::{Counters, Sampler, SamplerConfig},
+    symbolize::Symbolizer,
+    target::{self, PendingCommand, ProcessHandle, StartedCommand},
+};
+
+/// Default bytes of user stack copied per sample.
+const STACK_COPY_CAP: u32 = 16 * 1024;
+/// Default ring buffer: ~900 samples of 18 KiB, half a second at 999 Hz on 2 CPUs.
+const RING_BUFFER_BYTES: u32 = 16 * 1024 * 1024;
+
+enum Targets {
+    Processes(Vec<ProcessHandle>),
+    Command(Option<PendingCommand>),
+    SystemWide,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StopReason {
+    Duration,
+    Signal,
+    TargetsExited,
+}
+
+pub async fn run(args: RecordArgs) -> Result<()> {
+    preflight::check_privileges()?;
+    preflight::check_btf()?;
+    preflight::check_frequency(args.frequency)?;
+    let format = args
+        .format
+        .or_else(|| Format::from_path(&args.output))
+        .unwrap_or(Format::Svg);
+    let output = OutputFile::create(&args.output)?;
+    let mut targets = if !args.pids.is_empty() {
+        Targets::Processes(
+            args.pids
+                .iter()
+                .map(|&pid| ProcessHandle::open(pid))
+                .collect::<Result<_>>()?,
+        )
+    } else if !args.command.is_empty() {
+        Targets::Command(Some(PendingCommand::spawn(&args.command)?))
+    } else {
+        Targets::SystemWide
+    };
+    let title = title(&args, &targets);
+
+    let mut sampler = Sampler::load(&SamplerConfig {
+        frequency_hz: args.frequency,
+        filter_processes: !matches!(targets, Targets::SystemWide),
+        follow_forks: !args.no_inherit,
+        stack_copy_cap: STACK_COPY_CAP,
+        ring_buffer_bytes: RING_BUFFER_BYTES,
+    })?;
+    match &targets {
+        Targets::Processes(handles) => handles
+            .iter()
+            .try_for_each(|h| sampler.add_process(h.pid()))?,
+        Targets::Command(Some(pending)) => sampler.add_process(pending.pid())?,
+        Targets::Command(None) | Targets::SystemWide => {}
+    }
+    let mut ring =
+        RingReader::new(sampler.take_ring_buffer()?).context("cannot poll the ring buffer")?;
+    sampler.start()?;
+    let started = Instant::now();
+    let mut command = match &mut targets {
+        Targets::Command(pending) => Some(pending.take().expect("spawned above").start()?),
+        _ => None,
+    };
+
+    let mut collector = Collector::default();
+    let stop = stop_condition(args.duration, &targets, command.as_ref())?;
+    let reason = sample_until(stop, &mut ring, &mut collector).await?;
+    sampler.stop()?;
+    ring.drain(|record| collector.add_record(record));
+    let elapsed = started.elapsed();
+    let counters = sampler.counters()?;
+    drop(sampler);
+
+    let collected = collector.finish();
+    let symbols =
+        Symbolizer::default().symbolize(&collected.profile.distinct_frames(), &collected.modules);
+    let folded = render::collapse(&collected.profile, &symbols);
+    let samples = collected.profile.samples().len();
+    let labels = SvgOptions {
+        title,
+        subtitle: Some(format!(
+            "{samples} samples at {} Hz over {:.1} s",
+            args.frequency,
+            elapsed.as_secs_f64()
+        )),
+    };
+    let path = output.path().to_owned();
+    output.commit(|out| match format {
+        Format::Svg => render::write_svg(&folded, &labels, out),
+        Format::Folded => render::write_folded(&folded, out),
+    })?;
+
+    let exit_note = command
+        .as_mut()
+        .and_then(StartedCommand::try_status)
+        .filter(|s| !s.success());
+    print_summary(
+        samples,
+        collected.profile.process_count(),
+        &counters,
+        collected.malformed,
+        &path,
+    );
+    if let Some(status) = exit_note {
+        eprintln!("profiler: note: the command exited with {status}");
+    }
+    if reason == StopReason::Signal {
+        eprintln!("profiler: stopped by signal");
+    }
+    Ok(())
+}
+
+/// A future that completes when the recording must stop: duration over, SIGINT/SIGTERM/SIGHUP,
+/// or every target gone.
+fn stop_condition<'a>(
+    duration: Option<f64>,
+    targets: &'a Targets,
+    command: Option<&'a StartedCommand>,
+) -> Result<impl Future<Output = StopReason> + 'a> {
+    let mut interrupt = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
+    let mut terminate = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
+    let mut hangup = signal(SignalKind::hangup()).context("cannot handle SIGHUP")?;
+    Ok(async move {
+        let deadline = async {
+            match duration {
+                Some(seconds) => tokio::time::sleep(Duration::from_secs_f64(seconds)).await,
+                None => std::future::pending().await,
+            }
+        };
+        let targets_gone = async {
+            match (targets, command) {
+                (Targets::Processes(handles), _) => target::all_exited(handles).await,
+                (_, Some(command)) => command.handle().exited().await,
+                _ => std::future::pending().await,
+            }
+        };
+        let reason = tokio::select! {
+            () = deadline => StopReason::Duration,
+            () = targets_gone => StopReason::TargetsExited,
+            _ = interrupt.recv() => StopReason::Signal,
+            _ = terminate.recv() => StopReason::Signal,
+            _ = hangup.recv() => StopReason::Signal,
+        };
+        // From now on a second Ctrl-C ends the profiler at once, without output.
+        // SAFETY: resetting a signal disposition to its default has no preconditions.
+        unsafe { libc::signal(libc::SIGINT, libc::SIG_DFL) };
+        reason
+    })
+}
+
+async fn sample_until(
+    stop: impl Future<Output = StopReason>,
+    ring: &mut RingReader,
+    collector: &mut Collector,
+) -> Result<StopReason> {
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            biased;
+            reason = &mut stop => return Ok(reason),
+            read = ring.read(|record| collector.add_record(record)) => {
+                read.context("cannot read the ring buffer")?;
+            }
+        }
+    }
+}
+
+fn title(args: &RecordArgs, targets: &Targets) -> String {
+    match targets {
+        Targets::Processes(handles) => {
+            let pids: Vec<String> = handles.iter().map(|h| h.pid().to_string()).collect();
+            format!("profiler: PID {}", pids.join(", "))
+        }
+        Targets::Command(_) => {
+            let argv: Vec<_> = args.command.iter().map(|a| a.to_string_lossy()).collect();
+            format!("profiler: {}", argv.join(" "))
+        }
+        Targets::SystemWide => "profiler: whole system".into(),
+    }
+}
+
+fn print_summary(
+    samples: usize,
+    processes: usize,
+    counters: &Counters,
+    malformed: u64,
+    path: &std::path::Path,
+) {
+    let plural = if processes == 1 { "" } else { "es" };
+    eprintln!(
+        "profiler: {samples} samples ({} lost) from {processes} process{plural}, wrote {}",
+        counters.lost,
+        path.display()
+    );
+    if samples == 0 {
+        eprintln!("profiler: no samples were recorded (was the target idle?)");
+    }
+    if malformed > 0 {
+        eprintln!("profiler: warning: {malformed} malformed records were skipped");
+    }
+}

@@ -1,0 +1,173 @@
+//! The kernel side, from userspace: loads the eBPF object, configures it, attaches one cpu-clock
+//! perf event per online CPU, and exposes the pid filter, the counters and the ring buffer.
+use anyhow::{Context as _, Result, anyhow};
+use aya::{
+    Ebpf, EbpfLoader,
+    maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf},
+    programs::{
+        PerfEvent, ProgramError, TracePoint,
+        perf_event::{
+            PerfEventConfig, PerfEventLinkId, PerfEventScope, SamplePolicy, SoftwareEvent,
+        },
+    },
+    util::online_cpus,
+};
+use profiler_common::{Counter, globals, maps, programs};
+
+static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profiler"));
+
+#[derive(Clone, Debug)]
+pub struct SamplerConfig {
+    /// Samples per second per CPU.
+    pub frequency_hz: u64,
+    /// Only sample the processes added with [`Sampler::add_process`]; otherwise everything.
+    pub filter_processes: bool,
+    /// Processes forked by filtered processes join the filter.
+    pub follow_forks: bool,
+    /// Bytes of user stack copied per sample (a multiple of 4096, at most 64 KiB).
+    pub stack_copy_cap: u32,
+    /// Ring buffer size in bytes (a power of two, multiple of the page size).
+    pub ring_buffer_bytes: u32,
+}
+
+pub struct Sampler {
+    ebpf: Ebpf,
+    links: Vec<PerfEventLinkId>,
+    frequency_hz: u64,
+}
+
+/// Totals of the per-CPU counters of the eBPF program.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    pub seen: u64,
+    pub filtered: u64,
+    pub lost: u64,
+    pub stack_truncated: u64,
+    pub stack_unreadable: u64,
+}
+
+impl Sampler {
+    /// Loads and verifies the programs; nothing is sampled until [`Sampler::start`].
+    pub fn load(config: &SamplerConfig) -> Result<Self> {
+        let filter = u32::from(config.filter_processes);
+        let follow = u32::from(config.follow_forks);
+        let own_tgid = std::process::id();
+        let mut ebpf = EbpfLoader::new()
+            .override_global(globals::FILTER_BY_TGID, &filter, true)
+            .override_global(globals::FOLLOW_FORKS, &follow, true)
+            .override_global(globals::PROFILER_TGID, &own_tgid, true)
+            .override_global(globals::STACK_COPY_CAP, &config.stack_copy_cap, true)
+            .map_max_entries(maps::SAMPLES, config.ring_buffer_bytes)
+            .load(EBPF_OBJECT)
+            .context("cannot load the eBPF object")?;
+
+        let sample: &mut PerfEvent = program(&mut ebpf, programs::SAMPLE)?.try_into()?;
+        sample.load().map_err(verifier_error)?;
+        if config.filter_processes && config.follow_forks {
+            let follow_fork: &mut TracePoint =
+                program(&mut ebpf, programs::FOLLOW_FORK)?.try_into()?;
+            follow_fork.load().map_err(verifier_error)?;
+            follow_fork
+                .attach("task", "task_newtask")
+                .context("cannot attach to tracepoint task/task_newtask")?;
+        }
+        Ok(Self {
+            ebpf,
+            links: Vec::new(),
+            frequency_hz: config.frequency_hz,
+        })
+    }
+
+    /// Adds a process to the filter.
+    pub fn add_process(&mut self, tgid: u32) -> Result<()> {
+        let map = self
+            .ebpf
+            .map_mut(maps::TGID_FILTER)
+            .ok_or_else(|| missing(maps::TGID_FILTER))?;
+        let mut filter: BpfHashMap<_, u32, u8> = BpfHashMap::try_from(map)?;
+        filter
+            .insert(tgid, 1, 0)
+            .with_context(|| format!("cannot add PID {tgid} to the filter"))?;
+        Ok(())
+    }
+
+    /// The ring buffer of sample records (can be taken once).
+    pub fn take_ring_buffer(&mut self) -> Result<RingBuf<MapData>> {
+        let map = self
+            .ebpf
+            .take_map(maps::SAMPLES)
+            .ok_or_else(|| missing(maps::SAMPLES))?;
+        Ok(RingBuf::try_from(map)?)
+    }
+
+    /// Opens a cpu-clock event on every online CPU and attaches the program to it. Frequency
+    /// mode, no event limits (`PERF_EVENT_IOC_REFRESH` is what froze Linux 6.16/6.17).
+    pub fn start(&mut self) -> Result<()> {
+        let cpus = online_cpus().map_err(|(path, err)| anyhow!("cannot read {path}: {err}"))?;
+        let sample: &mut PerfEvent = program(&mut self.ebpf, programs::SAMPLE)?.try_into()?;
+        for cpu in cpus {
+            let link = sample
+                .attach(
+                    PerfEventConfig::Software(SoftwareEvent::CpuClock),
+                    PerfEventScope::AllProcessesOneCpu { cpu },
+                    SamplePolicy::Frequency(self.frequency_hz),
+                    false,
+                )
+                .with_context(|| format!("cannot open a cpu-clock perf event on CPU {cpu}"))?;
+            self.links.push(link);
+        }
+        Ok(())
+    }
+
+    /// Closes the perf events: no sample is taken after this returns.
+    pub fn stop(&mut self) -> Result<()> {
+        let sample: &mut PerfEvent = program(&mut self.ebpf, programs::SAMPLE)?.try_into()?;
+        for link in self.links.drain(..) {
+            sample.detach(link)?;
+        }
+        Ok(())
+    }
+
+    pub fn counters(&self) -> Result<Counters> {
+        let map = self
+            .ebpf
+            .map(maps::COUNTERS)
+            .ok_or_else(|| missing(maps::COUNTERS))?;
+        let counters: PerCpuArray<_, u64> = PerCpuArray::try_from(map)?;
+        let total = |counter: Counter| -> Result<u64> {
+            Ok(counters.get(&(counter as u32), 0)?.iter().sum())
+        };
+        Ok(Counters {
+            seen: total(Counter::Seen)?,
+            filtered: total(Counter::Filtered)?,
+            lost: total(Counter::Lost)?,
+            stack_truncated: total(Counter::StackTruncated)?,
+            stack_unreadable: total(Counter::StackUnreadable)?,
+        })
+    }
+}
+
+fn program<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut aya::programs::Program> {
+    ebpf.program_mut(name)
+        .ok_or_else(|| anyhow!("the eBPF object has no program `{name}`"))
+}
+
+fn missing(map: &str) -> anyhow::Error {
+    anyhow!("the eBPF object has no map `{map}`")
+}
+
+/// A verifier rejection, with the last lines of its log (where it says why).
+fn verifier_error(err: ProgramError) -> anyhow::Error {
+    match err {
+        ProgramError::LoadError {
+            io_error,
+            verifier_log,
+        } => {
+            let log = format!("{verifier_log:?}");
+            let lines: Vec<&str> = log.lines().filter(|l| !l.trim().is_empty()).collect();
+            let tail = lines[lines.len().saturating_sub(5)..].join("\n  ");
+            anyhow!("the kernel rejected the eBPF program ({io_error}); verifier says:\n  {tail}")
+        }
+        other => anyhow::Error::new(other).context("cannot load the eBPF program"),
+    }
+}

@@ -1,0 +1,237 @@
+//! What to profile: existing processes (`-p`), a command started for the purpose (`-- CMD`),
+//! or the whole system; and knowing when the targets have exited.
+use std::{
+    ffi::OsString,
+    fs::File,
+    io::{self, Read as _, Write as _},
+    os::{
+        fd::{AsRawFd as _, FromRawFd as _, OwnedFd},
+        unix::process::CommandExt as _,
+    },
+    process::{Child, Command, ExitStatus},
+    thread::JoinHandle,
+};
+
+use anyhow::{Context as _, Result, anyhow, bail};
+use tokio::io::unix::AsyncFd;
+
+/// A process, by a pidfd that becomes readable when the process exits.
+pub struct ProcessHandle {
+    pid: u32,
+    pidfd: AsyncFd<OwnedFd>,
+}
+
+impl ProcessHandle {
+    /// Opens a handle on an existing process; a thread id stands for its process.
+    pub fn open(pid: u32) -> Result<Self> {
+        let tgid = thread_group(pid)?;
+        let pidfd = pidfd_open(tgid).map_err(|err| match err.raw_os_error() {
+            Some(libc::ESRCH) => anyhow!("no process with PID {pid}"),
+            _ => anyhow!("cannot watch PID {pid}: {err}"),
+        })?;
+        // SAFETY: the OwnedFd stays open for as long as it is registered.
+        let pidfd = unsafe { AsyncFd::register(pidfd) }.context("cannot watch a pidfd")?;
+        Ok(Self { pid: tgid, pidfd })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Completes when the process has exited.
+    pub async fn exited(&self) {
+        // A pidfd polls readable once the process is gone; an error means the same for us.
+        let _ = self.pidfd.readable().await;
+    }
+}
+
+/// Completes when every process in `handles` has exited.
+pub async fn all_exited(handles: &[ProcessHandle]) {
+    for handle in handles {
+        handle.exited().await;
+    }
+}
+
+fn thread_group(pid: u32) -> Result<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .map_err(|_| anyhow!("no process with PID {pid}"))?;
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("Tgid:"))
+        .and_then(|tgid| tgid.trim().parse().ok())
+        .ok_or_else(|| anyhow!("cannot read the thread group of PID {pid}"))
+}
+
+fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
+    // SAFETY: plain syscall; on success it returns a new file descriptor that we own.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fd is a fresh, valid descriptor.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// A command forked and held just before `exec`, so that the profiler can add it to the filter
+/// and start sampling before its first instruction runs.
+pub struct PendingCommand {
+    pid: u32,
+    go: File,
+    spawner: JoinHandle<io::Result<Child>>,
+    program: OsString,
+}
+
+impl PendingCommand {
+    pub fn spawn(argv: &[OsString]) -> Result<Self> {
+        let (program, args) = argv
+            .split_first()
+            .ok_or_else(|| anyhow!("no command given after `--`"))?;
+        let (mut report_read, report_write) = pipe()?;
+        let (go_read, go_write) = pipe()?;
+        let (report_fd, go_read_fd, go_write_fd) = (
+            report_write.as_raw_fd(),
+            go_read.as_raw_fd(),
+            go_write.as_raw_fd(),
+        );
+        let mut command = Command::new(program);
+        command.args(args);
+        // SAFETY: between fork and exec the closure only makes async-signal-safe calls
+        // (getpid, close, write, read) on descriptors it does not own.
+        unsafe {
+            command.pre_exec(move || {
+                // Our copy of the write end would keep read() from seeing the profiler exit.
+                libc::close(go_write_fd);
+                let pid = libc::getpid();
+                libc::write(
+                    report_fd,
+                    (&pid as *const libc::pid_t).cast(),
+                    size_of::<libc::pid_t>(),
+                );
+                let mut go = 0u8;
+                match libc::read(go_read_fd, (&mut go as *mut u8).cast(), 1) {
+                    1 => Ok(()),
+                    _ => Err(io::Error::other("the profiler did not start the command")),
+                }
+            });
+        }
+        // std's spawn() returns only once the child has exec'd: run it on a thread while this
+        // one learns the pid and, later, says go.
+        let spawner = std::thread::spawn(move || {
+            let child = command.spawn();
+            drop((report_write, go_read));
+            child
+        });
+        let mut pid = [0u8; size_of::<libc::pid_t>()];
+        if report_read.read_exact(&mut pid).is_err() {
+            let err = spawner
+                .join()
+                .map_err(|_| anyhow!("the command spawner panicked"))?
+                .err();
+            bail!(
+                "cannot run {}: {}",
+                program.to_string_lossy(),
+                err.map_or("fork failed".into(), |e| e.to_string())
+            );
+        }
+        Ok(Self {
+            pid: libc::pid_t::from_ne_bytes(pid) as u32,
+            go: File::from(go_write),
+            spawner,
+            program: program.clone(),
+        })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Lets the command exec.
+    pub fn start(mut self) -> Result<StartedCommand> {
+        let name = self.program.to_string_lossy().into_owned();
+        self.go
+            .write_all(&[1])
+            .with_context(|| format!("cannot start {name}"))?;
+        drop(self.go);
+        let child = self
+            .spawner
+            .join()
+            .map_err(|_| anyhow!("the command spawner panicked"))?
+            .with_context(|| format!("cannot run {name}"))?;
+        let handle = ProcessHandle::open(child.id())?;
+        Ok(StartedCommand { child, handle })
+    }
+}
+
+pub struct StartedCommand {
+    child: Child,
+    handle: ProcessHandle,
+}
+
+impl StartedCommand {
+    pub fn handle(&self) -> &ProcessHandle {
+        &self.handle
+    }
+
+    /// The exit status, once the command has exited (reaps it).
+    pub fn try_status(&mut self) -> Option<ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+}
+
+fn pipe() -> Result<(File, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills fds with two new descriptors on success.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(io::Error::last_os_error()).context("cannot create a pipe");
+    }
+    // SAFETY: both descriptors are fresh and owned by nobody else.
+    unsafe { Ok((File::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1]))) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_such_pid() {
+        let err = ProcessHandle::open(999_999_999).err().unwrap();
+        assert_eq!(err.to_string(), "no process with PID 999999999");
+    }
+
+    #[tokio::test]
+    async fn command_waits_for_go_then_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let marker = dir.path().join("ran");
+        let script = format!("echo $$ > {}", marker.display());
+        let pending = PendingCommand::spawn(&["sh".into(), "-c".into(), script.into()]).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        assert!(!marker.exists(), "the command must not run before start()");
+        let pid = pending.pid();
+        let mut started = pending.start().unwrap();
+        started.handle().exited().await;
+        assert_eq!(
+            std::fs::read_to_string(&marker).unwrap().trim(),
+            pid.to_string()
+        );
+        assert!(started.try_status().unwrap().success());
+    }
+
+    #[test]
+    fn missing_program_is_an_error() {
+        let pending = PendingCommand::spawn(&["/nonexistent/program".into()]).unwrap();
+        let err = pending.start().err().unwrap();
+        assert!(
+            format!("{err:#}").starts_with("cannot run /nonexistent/program"),
+            "{err:#}"
+        );
+    }
+
+    #[tokio::test]
+    async fn watches_a_running_process() {
+        let mut child = Command::new("sleep").arg("0.2").spawn().unwrap();
+        let handle = ProcessHandle::open(child.id()).unwrap();
+        assert_eq!(handle.pid(), child.id());
+        all_exited(std::slice::from_ref(&handle)).await;
+        child.wait().unwrap();
+    }
+}
