@@ -1,0 +1,245 @@
+//! Helpers shared by the end-to-end tests: root check, workload builds, running the profiler,
+//! and reading folded output.
+#![allow(dead_code)] // each test binary uses a different subset
+
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+    process::{Child, Command, Output, Stdio},
+    sync::Mutex,
+};
+
+/// Set to 1 to skip the end-to-end tests (they need root); they fail otherwise.
+pub const SKIP_VAR: &str = "PROFILER_SKIP_E2E";
+
+/// Whether to run an end-to-end test. Without root it fails, unless the developer opted out
+/// explicitly: a test that needs root never passes silently.
+pub fn e2e_enabled() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        return true;
+    }
+    if std::env::var(SKIP_VAR).is_ok_and(|v| v == "1") {
+        eprintln!("SKIPPED: end-to-end test needs root ({SKIP_VAR}=1)");
+        return false;
+    }
+    panic!(
+        "end-to-end tests need root: run `cargo xtask test` (it uses sudo), or set {SKIP_VAR}=1 to skip them"
+    );
+}
+
+pub fn profiler() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_profiler"))
+}
+
+/// A fresh directory for one test's files.
+pub fn scratch_dir(test: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("e2e")
+        .join(test);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+static BUILD_LOCK: Mutex<()> = Mutex::new(());
+
+/// Compiles `tests/workloads/<source>` with `cc` and `flags` into `<scratch>/<name>`.
+pub fn build_workload(source: &str, name: &str, compiler: &str, flags: &[&str]) -> PathBuf {
+    let _guard = BUILD_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/workloads")
+        .join(source);
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("workloads")
+        .join(name);
+    std::fs::create_dir_all(out.parent().unwrap()).unwrap();
+    let status = Command::new(compiler)
+        .args(flags)
+        .arg("-o")
+        .arg(&out)
+        .arg(&src)
+        .arg("-lpthread")
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run {compiler}: {e}"));
+    assert!(status.success(), "building {source} failed");
+    out
+}
+
+/// The 60/30/10 workload, with frame pointers in every function including leaves.
+pub fn split_with_frame_pointers() -> PathBuf {
+    build_workload(
+        "split.c",
+        "split-fp",
+        "gcc",
+        &["-O2", "-g", "-fno-omit-frame-pointer", "-DFRAMED_LEAVES"],
+    )
+}
+
+/// Runs the profiler to completion.
+pub fn run_profiler(args: &[&str]) -> Output {
+    let output = profiler().args(args).output().expect("run profiler");
+    eprintln!(
+        "profiler {args:?}: {}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output
+}
+
+pub fn spawn(program: &Path, args: &[&str]) -> KillOnDrop {
+    KillOnDrop(
+        Command::new(program)
+            .args(args)
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("spawn workload"),
+    )
+}
+
+/// A child process killed when the test ends, pass or fail.
+pub struct KillOnDrop(pub Child);
+
+impl KillOnDrop {
+    pub fn pid(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Folded stacks: frames root first, and counts.
+pub struct Folded {
+    pub stacks: Vec<(Vec<String>, u64)>,
+}
+
+impl Folded {
+    pub fn read(path: &Path) -> Self {
+        let text = std::fs::read_to_string(path)
+            .unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+        Self::parse(&text)
+    }
+
+    pub fn parse(text: &str) -> Self {
+        let stacks = text
+            .lines()
+            .map(|line| {
+                let (stack, count) = line
+                    .rsplit_once(' ')
+                    .unwrap_or_else(|| panic!("bad folded line {line:?}"));
+                let count = count
+                    .parse()
+                    .unwrap_or_else(|_| panic!("bad count in {line:?}"));
+                (stack.split(';').map(str::to_owned).collect(), count)
+            })
+            .collect();
+        Self { stacks }
+    }
+
+    pub fn total(&self) -> u64 {
+        self.stacks.iter().map(|(_, n)| n).sum()
+    }
+
+    /// Samples whose innermost user frame (the last one without `_[k]`) is `leaf`, grouped by
+    /// whether their user frames contain `chain` (root to leaf, contiguous) ending at the leaf.
+    pub fn leaf_samples(&self, leaf: &str, chain: &[&str]) -> (u64, u64) {
+        let (mut all, mut complete) = (0, 0);
+        for (frames, count) in &self.stacks {
+            let user: Vec<&str> = frames
+                .iter()
+                .map(String::as_str)
+                .filter(|f| !f.ends_with("_[k]"))
+                .collect();
+            if user.last() != Some(&leaf) {
+                continue;
+            }
+            all += count;
+            if user.ends_with(chain) {
+                complete += count;
+            }
+        }
+        (all, complete)
+    }
+
+    /// Share (0-100) of each leaf among the samples of all of them.
+    pub fn leaf_shares(&self, leaves: &[&str]) -> BTreeMap<String, f64> {
+        let counts: Vec<u64> = leaves
+            .iter()
+            .map(|leaf| self.leaf_samples(leaf, &[]).0)
+            .collect();
+        let total: u64 = counts.iter().sum();
+        assert!(total > 0, "no samples in any of {leaves:?}");
+        leaves
+            .iter()
+            .zip(counts)
+            .map(|(leaf, n)| (leaf.to_string(), 100.0 * n as f64 / total as f64))
+            .collect()
+    }
+
+    pub fn roots(&self) -> BTreeMap<String, u64> {
+        let mut roots = BTreeMap::new();
+        for (frames, count) in &self.stacks {
+            *roots.entry(frames[0].clone()).or_default() += count;
+        }
+        roots
+    }
+}
+
+/// The expected 60/30/10 split of `split.c`; its chains start at `root` (main or worker).
+pub const SPLIT: [(&str, f64); 3] = [("hot_a", 60.0), ("hot_b", 30.0), ("hot_c", 10.0)];
+
+pub fn split_chain(root: &str, leaf: &str) -> Vec<String> {
+    let x = &leaf[4..];
+    [
+        root,
+        "burn",
+        "run_round",
+        &format!("{x}_outer"),
+        &format!("{x}_middle"),
+        &format!("{x}_inner"),
+        leaf,
+    ]
+    .map(str::to_owned)
+    .to_vec()
+}
+
+/// Asserts the 60/30/10 split within ±`tolerance` points and that at least `min_complete` of each
+/// leaf's samples carry the whole chain from `root`.
+pub fn assert_split(folded: &Folded, root: &str, tolerance: f64, min_complete: f64) {
+    let leaves = SPLIT.map(|(leaf, _)| leaf);
+    let shares = folded.leaf_shares(&leaves);
+    let in_leaves: u64 = leaves
+        .iter()
+        .map(|leaf| folded.leaf_samples(leaf, &[]).0)
+        .sum();
+    eprintln!(
+        "shares {shares:?}; {in_leaves} of {} samples in the leaves",
+        folded.total()
+    );
+    assert!(
+        in_leaves as f64 >= 0.9 * folded.total() as f64,
+        "most samples should be in the leaves"
+    );
+    for (leaf, expected) in SPLIT {
+        let share = shares[leaf];
+        assert!(
+            (share - expected).abs() <= tolerance,
+            "{leaf}: {share:.1}% vs {expected}% ± {tolerance}"
+        );
+        let chain = split_chain(root, leaf);
+        let chain: Vec<&str> = chain.iter().map(String::as_str).collect();
+        let (all, complete) = folded.leaf_samples(leaf, &chain);
+        let ratio = complete as f64 / all as f64;
+        eprintln!("{leaf}: {complete}/{all} samples with the whole chain {chain:?}");
+        assert!(
+            ratio >= min_complete,
+            "{leaf}: only {:.1}% of samples carry {chain:?}",
+            ratio * 100.0
+        );
+    }
+}

@@ -1,0 +1,162 @@
+//! End to end, as root: `profiler record` on real workloads, checked on its folded output.
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+
+#[test]
+fn pid_gets_the_60_30_10_split_with_whole_chains() {
+    if !e2e_enabled() {
+        return;
+    }
+    let dir = scratch_dir("pid");
+    let workload = spawn(&split_with_frame_pointers(), &[]);
+    let out = dir.join("out.folded");
+    let pid = workload.pid().to_string();
+    let run = run_profiler(&[
+        "record",
+        "-p",
+        &pid,
+        "-F",
+        "999",
+        "-d",
+        "5",
+        "--format",
+        "folded",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(run.status.success());
+    let folded = Folded::read(&out);
+    assert!(
+        folded.total() > 1000,
+        "expected thousands of samples, got {}",
+        folded.total()
+    );
+    assert_eq!(
+        folded.roots().keys().collect::<Vec<_>>(),
+        ["split-fp"],
+        "only the target is sampled"
+    );
+    assert_split(&folded, "main", 3.0, 0.90);
+}
+
+#[test]
+fn command_is_profiled_until_it_exits() {
+    if !e2e_enabled() {
+        return;
+    }
+    let dir = scratch_dir("command");
+    let out = dir.join("out.folded");
+    let workload = split_with_frame_pointers();
+    let run = run_profiler(&[
+        "record",
+        "-F",
+        "999",
+        "-o",
+        out.to_str().unwrap(),
+        "--",
+        workload.to_str().unwrap(),
+        "3",
+    ]);
+    assert!(run.status.success());
+    let folded = Folded::read(&out);
+    assert_split(&folded, "main", 3.0, 0.90);
+}
+
+#[test]
+fn threads_started_after_the_recording_began_are_sampled() {
+    if !e2e_enabled() {
+        return;
+    }
+    let dir = scratch_dir("late-threads");
+    // Two threads start 1.5 s after launch: well after the profiler attached.
+    let workload = spawn(&split_with_frame_pointers(), &["0", "2", "1500"]);
+    let out = dir.join("out.folded");
+    let pid = workload.pid().to_string();
+    let run = run_profiler(&[
+        "record",
+        "-p",
+        &pid,
+        "-F",
+        "999",
+        "-d",
+        "5",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(run.status.success());
+    let folded = Folded::read(&out);
+    assert!(
+        folded.total() > 1000,
+        "expected thousands of samples, got {}",
+        folded.total()
+    );
+    assert_split(&folded, "worker", 3.0, 0.90);
+}
+
+#[test]
+fn missing_pid_is_a_one_line_error() {
+    if !e2e_enabled() {
+        return;
+    }
+    let dir = scratch_dir("missing-pid");
+    let out = dir.join("out.svg");
+    let run = run_profiler(&[
+        "record",
+        "-p",
+        "999999",
+        "-d",
+        "1",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(!run.status.success());
+    let stderr = String::from_utf8(run.stderr).unwrap();
+    assert_eq!(stderr, "profiler: error: no process with PID 999999\n");
+    assert!(!out.exists());
+}
+
+#[test]
+fn sigint_still_writes_the_output() {
+    if !e2e_enabled() {
+        return;
+    }
+    let dir = scratch_dir("sigint");
+    let workload = spawn(&split_with_frame_pointers(), &[]);
+    let out = dir.join("out.svg");
+    let child = profiler()
+        .args([
+            "record",
+            "-p",
+            &workload.pid().to_string(),
+            "-F",
+            "499",
+            "-o",
+            out.to_str().unwrap(),
+        ])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    // SAFETY: kill(2) on our own child.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+    let output = child.wait_with_output().unwrap();
+    eprintln!("{}", String::from_utf8_lossy(&output.stderr));
+    assert!(output.status.success());
+    let svg = std::fs::read_to_string(&out).unwrap();
+    assert!(
+        svg.starts_with("<?xml") && svg.trim_end().ends_with("</svg>"),
+        "complete SVG"
+    );
+    assert!(
+        svg.contains("hot_a") && svg.contains("run_round"),
+        "the SVG shows the workload's functions"
+    );
+    let leftovers: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(leftovers, ["out.svg"], "no temporary files left");
+}

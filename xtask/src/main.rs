@@ -1,0 +1,155 @@
+//! Project tasks: `cargo xtask setup | build | run | test`.
+//!
+//! `setup` installs what a fresh machine lacks (rust-src for the `nightly` toolchain, bpf-linker
+//! built against that nightly's own libLLVM in `.tools/`, the C/C++ compilers the tests use) and
+//! does nothing when everything is there. Every other task runs it first.
+mod setup;
+
+use std::{
+    ffi::OsString,
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use anyhow::{Context as _, Result, bail};
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "cargo xtask", about = "profiler project tasks")]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// Install the toolchain pieces and packages the build and the tests need (idempotent).
+    Setup,
+    /// Build the eBPF object and the profiler (release).
+    Build,
+    /// Build, then run the profiler (as root, through `sudo -E` when needed).
+    /// Without arguments: profile the whole system for 5 s into flamegraph.svg.
+    Run {
+        #[arg(last = true)]
+        args: Vec<OsString>,
+    },
+    /// Formatting and clippy checks, then every test, end-to-end ones as root.
+    Test {
+        /// Extra arguments for `cargo test` (a test name filter, say).
+        #[arg(last = true)]
+        args: Vec<OsString>,
+    },
+}
+
+fn main() {
+    if let Err(err) = run(Cli::parse().task) {
+        eprintln!("xtask: error: {err:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run(task: Task) -> Result<()> {
+    let root = workspace_root();
+    setup::ensure(&root)?;
+    match task {
+        Task::Setup => Ok(()),
+        Task::Build => build(&root),
+        Task::Run { args } => {
+            build(&root)?;
+            run_profiler(&root, args)
+        }
+        Task::Test { args } => test(&root, &args),
+    }
+}
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives in the workspace")
+        .to_owned()
+}
+
+fn build(root: &Path) -> Result<()> {
+    cargo(root, &["build", "--release", "--package", "profiler"])
+}
+
+fn run_profiler(root: &Path, args: Vec<OsString>) -> Result<()> {
+    let default_run = args.is_empty();
+    let args = if default_run {
+        ["record", "-a", "-d", "5", "-o", "flamegraph.svg"]
+            .map(OsString::from)
+            .to_vec()
+    } else {
+        args
+    };
+    let binary = root.join("target/release/profiler");
+    let mut command = as_root(&binary);
+    command.args(&args);
+    let status = command
+        .status()
+        .with_context(|| format!("cannot run {}", binary.display()))?;
+    if !status.success() {
+        bail!("profiler exited with {status}");
+    }
+    if default_run {
+        let svg = std::env::current_dir()?.join("flamegraph.svg");
+        println!("flame graph of the whole system (5 s): {}", svg.display());
+    }
+    Ok(())
+}
+
+fn test(root: &Path, args: &[OsString]) -> Result<()> {
+    cargo(root, &["fmt", "--all", "--check"])?;
+    cargo(
+        root,
+        &[
+            "clippy",
+            "--release",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ],
+    )?;
+    setup::clippy_ebpf(root)?;
+    let mut command = Command::new("cargo");
+    command.current_dir(root).args(["test", "--release"]);
+    if !is_root() {
+        // Build as the user, run the test binaries as root.
+        command.args(["--config", r#"target."cfg(all())".runner="sudo -E""#]);
+    }
+    if !args.is_empty() {
+        command.arg("--").args(args);
+    }
+    check(&mut command)
+}
+
+fn cargo(root: &Path, args: &[&str]) -> Result<()> {
+    check(Command::new("cargo").current_dir(root).args(args))
+}
+
+pub fn check(command: &mut Command) -> Result<()> {
+    let status = command
+        .status()
+        .with_context(|| format!("cannot run {command:?}"))?;
+    if !status.success() {
+        bail!("{command:?} failed with {status}");
+    }
+    Ok(())
+}
+
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// A command for `program`, through `sudo -E` unless we are root already.
+pub fn as_root(program: &Path) -> Command {
+    if is_root() {
+        Command::new(program)
+    } else {
+        let mut command = Command::new("sudo");
+        command.arg("-E").arg(program);
+        command
+    }
+}
