@@ -1,0 +1,190 @@
+//! DWARF CFI unwinding of user stacks, out of process, on the stack bytes the kernel copied.
+//!
+//! framehop does the CFI work. Each module is parsed once and placed in one framehop unwinder
+//! shared by every process, at a synthetic address of its own (`SYNTHETIC_BASE + (id + 1) <<
+//! 36`): a real address is translated to (module, file offset) with the mappings of its process,
+//! then to the module's own address (SVMA) with its program headers, then to that synthetic
+//! address. The unwinder is stepped one frame at a time so that every step can be checked:
+//! the stack pointer must grow, every address must be in executable memory, depth is bounded.
+//! Memory reads come from the snapshot only, through [`StackSnapshot`].
+pub mod cfi;
+pub mod hybrid;
+
+use std::{collections::HashMap, path::PathBuf};
+
+use framehop::{
+    Error as StepError, FrameAddress, Module, Unwinder as _,
+    x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64},
+};
+
+use self::cfi::ModuleCfi;
+use crate::{decode::UserRegs, module::ModuleId};
+
+/// Deepest stack unwound; deeper ones end as [`UnwindEnd::Lost`].
+pub const MAX_FRAMES: usize = 1024;
+
+/// Synthetic addresses live above the canonical user range, so they never collide with the
+/// real addresses of anonymous memory that framehop is also asked about.
+const SYNTHETIC_BASE: u64 = 0x8000_0000_0000_0000;
+const MODULE_SPAN_BITS: u32 = 36;
+
+/// The copy of user memory upwards from the stack pointer taken with a sample.
+#[derive(Clone, Copy, Debug)]
+pub struct StackSnapshot<'a> {
+    pub sp: u64,
+    pub bytes: &'a [u8],
+    /// The stack went on past `bytes`.
+    pub truncated: bool,
+}
+
+impl StackSnapshot<'_> {
+    pub fn read_u64(&self, addr: u64) -> Result<u64, ()> {
+        let offset = usize::try_from(addr.checked_sub(self.sp).ok_or(())?).map_err(|_| ())?;
+        let bytes = self.bytes.get(offset..offset.checked_add(8).ok_or(())?).ok_or(())?;
+        Ok(u64::from_le_bytes(bytes.try_into().map_err(|_| ())?))
+    }
+
+    fn end(&self) -> u64 {
+        self.sp.saturating_add(self.bytes.len() as u64)
+    }
+}
+
+/// Where a user address is, as far as unwinding cares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Location {
+    /// In executable code of a module, at this offset of its file.
+    Module { module: ModuleId, file_offset: u64 },
+    /// In executable anonymous memory (JIT code).
+    Anonymous,
+    /// Not in executable memory: not a code address.
+    NotCode,
+}
+
+/// The process being unwound: where its addresses are, and how to read its modules.
+pub trait AddressSpaceView {
+    fn locate(&mut self, addr: u64) -> Location;
+    /// A path that opens the module's file now, and the path the process mapped it from.
+    fn module_paths(&self, module: ModuleId) -> Option<(PathBuf, PathBuf)>;
+}
+
+/// Why unwinding stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum UnwindEnd {
+    /// The outermost frame was reached (its CFI says so: thread start, `_start`, `clone`).
+    Bottom,
+    /// The stack goes on past the copied bytes.
+    SnapshotEnd,
+    /// Stopped in code without CFI: a module (or anonymous memory, `None`).
+    MissingCfi(Option<ModuleId>),
+    /// Stopped on something unusable: garbage on the stack, a non-code address, no progress,
+    /// or more than [`MAX_FRAMES`] frames.
+    Lost,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unwound {
+    /// Real addresses, innermost first: the ip, then return addresses.
+    pub frames: Vec<u64>,
+    pub end: UnwindEnd,
+}
+
+/// What the unwinder knows of a module: `None` when its file could not be read.
+type LoadedModule = Option<ModuleCfi>;
+
+pub struct Unwinder {
+    framehop: UnwinderX86_64<Vec<u8>>,
+    cache: CacheX86_64,
+    modules: HashMap<ModuleId, LoadedModule>,
+}
+
+impl Default for Unwinder {
+    fn default() -> Self {
+        Self { framehop: UnwinderX86_64::new(), cache: CacheX86_64::new(), modules: HashMap::new() }
+    }
+}
+
+impl Unwinder {
+    pub fn unwind(
+        &mut self,
+        regs: UserRegs,
+        stack: &StackSnapshot<'_>,
+        space: &mut impl AddressSpaceView,
+    ) -> Unwound {
+        let mut frames = Vec::new();
+        let mut unwind_regs = UnwindRegsX86_64::new(regs.ip, regs.sp, regs.bp);
+        let mut addr = regs.ip;
+        let end = loop {
+            let location = space.locate(addr);
+            if location == Location::NotCode || frames.len() == MAX_FRAMES {
+                break UnwindEnd::Lost;
+            }
+            frames.push(addr);
+            let (lookup, without_cfi) = match location {
+                Location::Module { module, file_offset } => {
+                    match self.synthetic_address(module, file_offset, space) {
+                        Some(synthetic) => (synthetic, None),
+                        None => (addr, Some(Some(module))),
+                    }
+                }
+                _ => (addr, Some(None)),
+            };
+            let frame = if frames.len() == 1 {
+                FrameAddress::InstructionPointer(lookup)
+            } else {
+                FrameAddress::ReturnAddress(lookup.try_into().expect("return addresses are nonzero"))
+            };
+            let sp_before = unwind_regs.sp();
+            let mut read = |a| stack.read_u64(a);
+            match self.framehop.unwind_frame(frame, &mut unwind_regs, &mut self.cache, &mut read) {
+                Ok(Some(_)) if unwind_regs.sp() <= sp_before => break UnwindEnd::Lost,
+                Ok(Some(return_address)) if return_address != 0 => addr = return_address,
+                Ok(_) => break without_cfi.map_or(UnwindEnd::Bottom, UnwindEnd::MissingCfi),
+                Err(StepError::CouldNotReadStack(at)) if stack.truncated && at >= stack.end() => {
+                    break UnwindEnd::SnapshotEnd;
+                }
+                Err(_) => break without_cfi.map_or(UnwindEnd::Lost, UnwindEnd::MissingCfi),
+            }
+        };
+        Unwound { frames, end }
+    }
+
+    /// The synthetic address of a module's file offset, or `None` when the module has no CFI.
+    fn synthetic_address(
+        &mut self,
+        module: ModuleId,
+        file_offset: u64,
+        space: &impl AddressSpaceView,
+    ) -> Option<u64> {
+        let framehop = &mut self.framehop;
+        let loaded = self.modules.entry(module).or_insert_with(|| load(module, space, framehop));
+        let cfi = loaded.as_ref().filter(|cfi| cfi.has_cfi())?;
+        let svma = cfi.svma(file_offset)?;
+        (svma < 1 << MODULE_SPAN_BITS).then(|| synthetic_base(module) + svma)
+    }
+}
+
+fn synthetic_base(module: ModuleId) -> u64 {
+    SYNTHETIC_BASE + ((u64::from(module.index()) + 1) << MODULE_SPAN_BITS)
+}
+
+fn load(
+    module: ModuleId,
+    space: &impl AddressSpaceView,
+    framehop: &mut UnwinderX86_64<Vec<u8>>,
+) -> LoadedModule {
+    let (readable, original) = space.module_paths(module)?;
+    let mut cfi = ModuleCfi::load(&readable, &original).ok()?;
+    let range = cfi.svma_range();
+    if range.end > 1 << MODULE_SPAN_BITS {
+        return None;
+    }
+    if let Some(sections) = cfi.take_sections() {
+        let base = synthetic_base(module);
+        let name = original.to_string_lossy().into_owned();
+        framehop.add_module(Module::new(name, base + range.start..base + range.end, base, sections));
+    }
+    Some(cfi)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,174 @@
+//! The unwinder on recorded fixtures (tests/fixtures/unwind, see snapshot.c): a static binary
+//! without frame pointers, its registers and stack copied five calls deep, and its memory map.
+use std::path::{Path, PathBuf};
+
+use object::{Object as _, ObjectSymbol as _};
+use proptest::prelude::*;
+
+use super::*;
+use crate::maps::{AddressSpace, Backing};
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/unwind").join(name)
+}
+
+/// The fixture process: its recorded mappings, with the binary read from the fixtures.
+struct FixtureSpace {
+    space: AddressSpace,
+    binary: PathBuf,
+}
+
+const MODULE: ModuleId = ModuleId::from_index(0);
+
+impl AddressSpaceView for FixtureSpace {
+    fn locate(&mut self, addr: u64) -> Location {
+        match self.space.find(addr) {
+            Some(m) if m.executable && matches!(m.backing, Backing::File { .. }) => {
+                Location::Module { module: MODULE, file_offset: m.file_offset(addr) }
+            }
+            Some(m) if m.executable => Location::Anonymous,
+            _ => Location::NotCode,
+        }
+    }
+
+    fn module_paths(&self, _: ModuleId) -> Option<(PathBuf, PathBuf)> {
+        Some((self.binary.clone(), self.binary.clone()))
+    }
+}
+
+struct Fixture {
+    regs: UserRegs,
+    stack: Vec<u8>,
+}
+
+fn recorded() -> Fixture {
+    let regs = std::fs::read_to_string(fixture("regs")).unwrap();
+    let values: Vec<u64> = regs.split_whitespace().map(|v| u64::from_str_radix(v, 16).unwrap()).collect();
+    Fixture {
+        regs: UserRegs { ip: values[0], sp: values[1], bp: values[2] },
+        stack: std::fs::read(fixture("stack.bin")).unwrap(),
+    }
+}
+
+fn space(binary: &str) -> FixtureSpace {
+    let maps = std::fs::read_to_string(fixture("maps")).unwrap();
+    FixtureSpace { space: AddressSpace::parse(&maps).unwrap(), binary: fixture(binary) }
+}
+
+/// Function names of frames, from the fixture's symbol table (non-PIE: addresses are SVMAs).
+fn names(frames: &[u64]) -> Vec<String> {
+    let data = std::fs::read(fixture("snapshot")).unwrap();
+    let file = object::File::parse(&*data).unwrap();
+    let mut symbols: Vec<(u64, String)> = file
+        .symbols()
+        .filter(|s| s.size() > 0 || s.name() == Ok("_start"))
+        .map(|s| (s.address(), s.name().unwrap().to_owned()))
+        .collect();
+    symbols.sort();
+    frames
+        .iter()
+        .enumerate()
+        .map(|(depth, &addr)| {
+            let lookup = crate::frame::lookup_address(depth, addr);
+            let index = symbols.partition_point(|(start, _)| *start <= lookup);
+            symbols[index - 1].1.clone()
+        })
+        .collect()
+}
+
+fn unwind(stack: &StackSnapshot<'_>, regs: UserRegs, binary: &str) -> Unwound {
+    Unwinder::default().unwind(regs, stack, &mut space(binary))
+}
+
+#[test]
+fn recorded_stack_unwinds_to_start() {
+    let fixture = recorded();
+    let stack = StackSnapshot { sp: fixture.regs.sp, bytes: &fixture.stack, truncated: false };
+    let unwound = unwind(&stack, fixture.regs, "snapshot");
+    assert_eq!(
+        names(&unwound.frames),
+        ["snap", "level5", "level4", "level3", "level2", "level1", "start_main", "_start"]
+    );
+    assert_eq!(unwound.end, UnwindEnd::Bottom);
+}
+
+#[test]
+fn snapshot_cut_short() {
+    let fixture = recorded();
+    let full = unwind(
+        &StackSnapshot { sp: fixture.regs.sp, bytes: &fixture.stack, truncated: false },
+        fixture.regs,
+        "snapshot",
+    );
+    // The first kilobyte holds snap's and level5..level3's frames, not level2's 1000-byte one.
+    let stack = StackSnapshot { sp: fixture.regs.sp, bytes: &fixture.stack[..1024], truncated: true };
+    let cut = unwind(&stack, fixture.regs, "snapshot");
+    assert_eq!(cut.end, UnwindEnd::SnapshotEnd);
+    assert!(cut.frames.len() >= 3 && cut.frames.len() < full.frames.len(), "{:?}", names(&cut.frames));
+    assert_eq!(cut.frames[..], full.frames[..cut.frames.len()]);
+}
+
+#[test]
+fn module_without_cfi() {
+    let fixture = recorded();
+    let stack = StackSnapshot { sp: fixture.regs.sp, bytes: &fixture.stack, truncated: false };
+    let unwound = unwind(&stack, fixture.regs, "snapshot-nocfi");
+    assert_eq!(unwound.end, UnwindEnd::MissingCfi(Some(MODULE)));
+    assert_eq!(names(&unwound.frames)[0], "snap");
+}
+
+#[test]
+fn unreadable_module_is_missing_cfi() {
+    let fixture = recorded();
+    let stack = StackSnapshot { sp: fixture.regs.sp, bytes: &fixture.stack, truncated: false };
+    let unwound = unwind(&stack, fixture.regs, "does-not-exist");
+    assert_eq!(unwound.end, UnwindEnd::MissingCfi(Some(MODULE)));
+}
+
+#[test]
+fn ip_outside_code_is_lost() {
+    let fixture = recorded();
+    let stack = StackSnapshot { sp: fixture.regs.sp, bytes: &fixture.stack, truncated: false };
+    let regs = UserRegs { ip: 0x1234, ..fixture.regs };
+    assert_eq!(unwind(&stack, regs, "snapshot"), Unwound { frames: vec![], end: UnwindEnd::Lost });
+}
+
+#[test]
+fn stack_of_return_addresses_pointing_at_itself() {
+    // Every slot holds the address of level5's return site: a stack that "loops" forever.
+    let fixture = recorded();
+    let full = unwind(
+        &StackSnapshot { sp: fixture.regs.sp, bytes: &fixture.stack, truncated: false },
+        fixture.regs,
+        "snapshot",
+    );
+    let bytes: Vec<u8> = std::iter::repeat_n(full.frames[1].to_le_bytes(), 4096).flatten().collect();
+    let stack = StackSnapshot { sp: fixture.regs.sp, bytes: &bytes, truncated: true };
+    let unwound = unwind(&stack, fixture.regs, "snapshot");
+    assert!(unwound.frames.len() <= bytes.len() / 8 + 1);
+}
+
+proptest! {
+    #[test]
+    fn garbage_never_panics_or_loops(
+        bytes in proptest::collection::vec(any::<u8>(), 0..4096),
+        ip_offset in 0u64..0x400,
+        sp in any::<u64>(),
+        bp in any::<u64>(),
+        truncated in any::<bool>(),
+    ) {
+        let fixture = recorded();
+        let mut space = space("snapshot");
+        // Mix the real stack in half of the cases, so that unwinding gets somewhere first.
+        let bytes = if sp % 2 == 0 { [&fixture.stack[..], &bytes].concat() } else { bytes };
+        let sp = if sp % 2 == 0 { fixture.regs.sp } else { sp };
+        let stack = StackSnapshot { sp, bytes: &bytes, truncated };
+        let regs = UserRegs { ip: 0x401000 + ip_offset, sp, bp };
+        let unwound = Unwinder::default().unwind(regs, &stack, &mut space);
+        prop_assert!(unwound.frames.len() <= MAX_FRAMES);
+        prop_assert!(unwound.frames.len() <= bytes.len() / 8 + 1);
+        for &frame in &unwound.frames {
+            prop_assert_ne!(space.locate(frame), Location::NotCode);
+        }
+    }
+}
