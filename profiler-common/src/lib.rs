@@ -96,13 +96,8 @@ pub enum Counter {
 
 impl Counter {
     pub const COUNT: u32 = 5;
-    pub const ALL: [Counter; Self::COUNT as usize] = [
-        Counter::Seen,
-        Counter::Filtered,
-        Counter::Lost,
-        Counter::StackTruncated,
-        Counter::StackUnreadable,
-    ];
+    pub const ALL: [Counter; Self::COUNT as usize] =
+        [Counter::Seen, Counter::Filtered, Counter::Lost, Counter::StackTruncated, Counter::StackUnreadable];
 }
 
 /// Names of the maps in the eBPF object.
@@ -132,8 +127,8 @@ pub mod globals {
     pub const FOLLOW_FORKS: &str = "FOLLOW_FORKS";
     /// `u32`: the profiler's own tgid, never sampled.
     pub const PROFILER_TGID: &str = "PROFILER_TGID";
-    /// `u32`: stack copy cap in bytes: a multiple of [`crate::STACK_PAGE_SIZE`] between one page
-    /// and [`crate::MAX_STACK_COPY`].
+    /// `u32`: stack copy cap in bytes: 0 for no copy, else a multiple of
+    /// [`crate::STACK_PAGE_SIZE`] between one page and [`crate::MAX_STACK_COPY`].
     pub const STACK_COPY_CAP: &str = "STACK_COPY_CAP";
 }
 

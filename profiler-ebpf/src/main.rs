@@ -15,9 +15,7 @@ use aya_ebpf::{
     helpers::{
         bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_smp_processor_id, bpf_ktime_get_ns,
         bpf_probe_read_kernel,
-        generated::{
-            bpf_get_current_task_btf, bpf_get_stack, bpf_probe_read_user, bpf_task_pt_regs,
-        },
+        generated::{bpf_get_current_task_btf, bpf_get_stack, bpf_probe_read_user, bpf_task_pt_regs},
     },
     macros::{map, perf_event, tracepoint},
     maps::{HashMap, PerCpuArray, RingBuf},
@@ -47,7 +45,7 @@ static FOLLOW_FORKS: u32 = 0;
 #[unsafe(no_mangle)]
 static PROFILER_TGID: u32 = 0;
 #[unsafe(no_mangle)]
-static STACK_COPY_CAP: u32 = 16 * 1024;
+static STACK_COPY_CAP: u32 = 32 * 1024;
 
 const HEADER_SIZE: usize = size_of::<SampleHeader>();
 const STACK_BYTES: u32 = (MAX_STACK_DEPTH * size_of::<u64>()) as u32;
@@ -77,7 +75,7 @@ pub fn sample(ctx: PerfEventContext) -> u32 {
         count(Counter::Filtered);
         return 0;
     }
-    let cap = (setting(&STACK_COPY_CAP) as usize).clamp(PAGE, MAX_STACK_COPY) & !(PAGE - 1);
+    let cap = stack_copy_cap();
     let Some(mut record) = SAMPLES.reserve_bytes(HEADER_SIZE + cap, 0) else {
         count(Counter::Lost);
         return 0;
@@ -85,11 +83,20 @@ pub fn sample(ctx: PerfEventContext) -> u32 {
     let header = record.as_mut_ptr().cast::<SampleHeader>();
     unsafe {
         fill_header(&ctx, header, pid_tgid);
-        let copy = record.as_mut_ptr().add(HEADER_SIZE);
-        copy_user_stack(header, copy, cap);
+        if cap != 0 {
+            copy_user_stack(header, record.as_mut_ptr().add(HEADER_SIZE), cap);
+        }
     }
     record.submit(0);
     0
+}
+
+/// 0 (no copy: frame-pointer call graphs) or whole pages, at most MAX_STACK_COPY.
+fn stack_copy_cap() -> usize {
+    match setting(&STACK_COPY_CAP) as usize {
+        0 => 0,
+        cap => cap.clamp(PAGE, MAX_STACK_COPY) & !(PAGE - 1),
+    }
 }
 
 fn wanted(tgid: u32) -> bool {
@@ -110,22 +117,10 @@ unsafe fn fill_header(ctx: &PerfEventContext, header: *mut SampleHeader, pid_tgi
     h.stack_copy_len = 0;
     h._reserved = 0;
 
-    let kernel = unsafe {
-        bpf_get_stack(
-            ctx.as_ptr(),
-            h.kernel_stack.as_mut_ptr().cast(),
-            STACK_BYTES,
-            0,
-        )
-    };
+    let kernel = unsafe { bpf_get_stack(ctx.as_ptr(), h.kernel_stack.as_mut_ptr().cast(), STACK_BYTES, 0) };
     h.kernel_stack_len = frames(kernel);
     let user = unsafe {
-        bpf_get_stack(
-            ctx.as_ptr(),
-            h.user_stack.as_mut_ptr().cast(),
-            STACK_BYTES,
-            BPF_F_USER_STACK as u64,
-        )
+        bpf_get_stack(ctx.as_ptr(), h.user_stack.as_mut_ptr().cast(), STACK_BYTES, BPF_F_USER_STACK as u64)
     };
     h.user_stack_len = frames(user);
 
@@ -160,7 +155,8 @@ fn frames(bytes_or_error: i64) -> u32 {
     }
 }
 
-/// Copies user memory upwards from the stack pointer into `copy` (room for `cap` bytes).
+/// Copies user memory upwards from the stack pointer into `copy` (room for `cap` bytes, at least
+/// a page).
 ///
 /// The first read runs to the end of sp's page (variable size, offset 0); then whole pages follow
 /// (constant size, bounded offset); a last page-sized read ending exactly at `cap` fills the rest
@@ -222,9 +218,8 @@ pub fn follow_fork(ctx: TracePointContext) -> u32 {
         return 0;
     }
     // Field offsets from /sys/kernel/tracing/events/task/task_newtask/format (stable since 3.x).
-    let (Ok(child), Ok(clone_flags)) = (unsafe { ctx.read_at::<i32>(8) }, unsafe {
-        ctx.read_at::<u64>(32)
-    }) else {
+    let (Ok(child), Ok(clone_flags)) = (unsafe { ctx.read_at::<i32>(8) }, unsafe { ctx.read_at::<u64>(32) })
+    else {
         return 0;
     };
     if clone_flags & CLONE_THREAD != 0 {

@@ -54,17 +54,22 @@ pub struct RecordArgs {
     pub duration: Option<f64>,
 
     /// Output file.
-    #[arg(
-        short = 'o',
-        long = "output",
-        value_name = "PATH",
-        default_value = "flamegraph.svg"
-    )]
+    #[arg(short = 'o', long = "output", value_name = "PATH", default_value = "flamegraph.svg")]
     pub output: PathBuf,
 
     /// Output format [default: from the output's extension, else svg].
     #[arg(long, value_enum)]
     pub format: Option<Format>,
+
+    /// How user stacks are walked: `auto` unwinds with DWARF CFI and completes with the frame-
+    /// pointer chain where CFI or the stack copy runs out; `dwarf` uses CFI only; `fp` only
+    /// frame pointers (no stack copy: cheapest, but wrong for code built without them).
+    #[arg(long, value_enum, default_value_t = CallGraph::Auto)]
+    pub call_graph: CallGraph,
+
+    /// KiB of user stack copied per sample for DWARF unwinding (4 to 64, a multiple of 4).
+    #[arg(long, value_name = "KIB", default_value_t = 32, value_parser = parse_stack_size)]
+    pub stack_size: u32,
 
     /// Do not follow processes forked by the targets.
     #[arg(long)]
@@ -73,6 +78,13 @@ pub struct RecordArgs {
     /// Command to run and profile, with its arguments (after `--`).
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<OsString>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum CallGraph {
+    Auto,
+    Dwarf,
+    Fp,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -91,6 +103,13 @@ impl Format {
             "folded" | "txt" => Some(Self::Folded),
             _ => None,
         }
+    }
+}
+
+fn parse_stack_size(text: &str) -> Result<u32, String> {
+    match text.parse::<u32>() {
+        Ok(kib) if (4..=64).contains(&kib) && kib % 4 == 0 => Ok(kib),
+        _ => Err(format!("`{text}` is not a stack size in KiB: a multiple of 4 from 4 to 64")),
     }
 }
 
@@ -123,8 +142,7 @@ mod tests {
 
     #[test]
     fn command_after_double_dash() {
-        let cli =
-            Cli::try_parse_from(["profiler", "record", "-F", "999", "--", "ls", "-l"]).unwrap();
+        let cli = Cli::try_parse_from(["profiler", "record", "-F", "999", "--", "ls", "-l"]).unwrap();
         let Command::Record(args) = cli.command;
         assert_eq!(args.command, ["ls", "-l"]);
         assert_eq!(args.frequency, 999);
@@ -133,12 +151,21 @@ mod tests {
     #[test]
     fn format_from_extension() {
         assert_eq!(Format::from_path("a/b.svg".as_ref()), Some(Format::Svg));
-        assert_eq!(
-            Format::from_path("out.folded".as_ref()),
-            Some(Format::Folded)
-        );
+        assert_eq!(Format::from_path("out.folded".as_ref()), Some(Format::Folded));
         assert_eq!(Format::from_path("out.txt".as_ref()), Some(Format::Folded));
         assert_eq!(Format::from_path("out".as_ref()), None);
+    }
+
+    #[test]
+    fn stack_size_and_call_graph() {
+        let parse = |args: &[&str]| Cli::try_parse_from([&["profiler", "record", "-a"], args].concat());
+        let Command::Record(args) = parse(&[]).unwrap().command;
+        assert_eq!((args.call_graph, args.stack_size), (CallGraph::Auto, 32));
+        let Command::Record(args) = parse(&["--call-graph", "fp", "--stack-size", "64"]).unwrap().command;
+        assert_eq!((args.call_graph, args.stack_size), (CallGraph::Fp, 64));
+        for bad in ["0", "6", "68", "x"] {
+            assert!(parse(&["--stack-size", bad]).is_err(), "{bad}");
+        }
     }
 
     #[test]

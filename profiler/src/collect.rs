@@ -1,33 +1,82 @@
-//! The streaming stage: each ring-buffer record is decoded and its addresses are pinned to
-//! (module, file offset) with the mappings of the moment, while the process still exists.
-//! Symbolization waits until the end.
+//! The streaming stage: each ring-buffer record is decoded, its user stack unwound, and its
+//! addresses pinned to (module, file offset) with the mappings of the moment, while the process
+//! still exists. Symbolization waits until the end.
+use std::{borrow::Cow, collections::HashMap, path::PathBuf};
+
 use crate::{
+    cli::CallGraph,
     decode::decode,
-    frame::{self, Frame},
-    module::Modules,
-    process::Processes,
+    frame::{self, Frame, UserStack},
+    module::{ModuleId, Modules},
+    process::{Process, Processes},
     profile::Profile,
+    unwind::{
+        AddressSpaceView, Location, StackSnapshot, UnwindEnd, Unwinder,
+        hybrid::{self, StackSource},
+    },
 };
 
-#[derive(Default)]
 pub struct Collector {
+    call_graph: CallGraph,
     processes: Processes,
     modules: Modules,
+    unwinder: Unwinder,
     profile: Profile,
+    unwind_stats: UnwindStats,
     /// Records that did not decode (counted, never fatal).
     malformed: u64,
     /// Scratch space for one stack, reused across samples.
     frames: Vec<Frame>,
 }
 
+/// How the user stacks of a recording were obtained (samples with user registers only).
+#[derive(Debug, Default)]
+pub struct UnwindStats {
+    pub by_source: HashMap<StackSource, u64>,
+    /// Samples whose DWARF unwinding stopped in code without CFI, by module (`None`: anonymous
+    /// memory).
+    pub missing_cfi: HashMap<Option<ModuleId>, u64>,
+}
+
+impl UnwindStats {
+    fn record(&mut self, source: StackSource) {
+        *self.by_source.entry(source).or_default() += 1;
+        if let StackSource::Dwarf(UnwindEnd::MissingCfi(module)) = source {
+            *self.missing_cfi.entry(module).or_default() += 1;
+        }
+    }
+
+    pub fn total(&self) -> u64 {
+        self.by_source.values().sum()
+    }
+
+    pub fn count(&self, source: StackSource) -> u64 {
+        self.by_source.get(&source).copied().unwrap_or(0)
+    }
+}
+
 /// What the collector gathered.
 pub struct Collected {
     pub profile: Profile,
     pub modules: Modules,
+    pub unwind_stats: UnwindStats,
     pub malformed: u64,
 }
 
 impl Collector {
+    pub fn new(call_graph: CallGraph) -> Self {
+        Self {
+            call_graph,
+            processes: Processes::default(),
+            modules: Modules::default(),
+            unwinder: Unwinder::default(),
+            profile: Profile::default(),
+            unwind_stats: UnwindStats::default(),
+            malformed: 0,
+            frames: Vec::new(),
+        }
+    }
+
     pub fn add_record(&mut self, record: &[u8]) {
         let Ok(sample) = decode(record) else {
             self.malformed += 1;
@@ -35,25 +84,68 @@ impl Collector {
         };
         let (tgid, tid) = (sample.tgid(), sample.tid());
         let process = self.processes.observe(tgid, tid, &sample.comm());
+        let user: Cow<'_, [u64]> = match (self.call_graph, sample.user_regs()) {
+            (CallGraph::Fp, _) | (_, None) => Cow::Borrowed(sample.user_stack()),
+            (call_graph, Some(regs)) => {
+                let snapshot = StackSnapshot {
+                    sp: regs.sp,
+                    bytes: sample.stack_copy(),
+                    truncated: sample.stack_truncated(),
+                };
+                let mut view = ProcessView {
+                    tgid,
+                    time_ns: sample.time_ns(),
+                    process: &mut *process,
+                    modules: &mut self.modules,
+                };
+                let unwound = self.unwinder.unwind(regs, &snapshot, &mut view);
+                let (frames, source) = match call_graph {
+                    CallGraph::Auto => hybrid::complete(unwound, sample.user_stack()),
+                    _ => (unwound.frames, StackSource::Dwarf(unwound.end)),
+                };
+                self.unwind_stats.record(source);
+                Cow::Owned(frames)
+            }
+        };
         self.frames.clear();
         frame::push_kernel(sample.kernel_stack(), &mut self.frames);
-        frame::push_user(
-            tgid,
-            process,
-            &mut self.modules,
-            sample.user_stack(),
-            &mut self.frames,
-        );
-        self.profile
-            .add(sample.time_ns(), tgid, tid, process.comm(), &self.frames);
+        let stack = UserStack { tgid, time_ns: sample.time_ns(), addrs: &user };
+        frame::push_user(&stack, process, &mut self.modules, &mut self.frames);
+        self.profile.add(sample.time_ns(), tgid, tid, process.comm(), &self.frames);
     }
 
     pub fn finish(self) -> Collected {
         Collected {
             profile: self.profile,
             modules: self.modules,
+            unwind_stats: self.unwind_stats,
             malformed: self.malformed,
         }
+    }
+}
+
+/// One process's address space, as the unwinder sees it.
+struct ProcessView<'a> {
+    tgid: u32,
+    time_ns: u64,
+    process: &'a mut Process,
+    modules: &'a mut Modules,
+}
+
+impl AddressSpaceView for ProcessView<'_> {
+    fn locate(&mut self, addr: u64) -> Location {
+        let Some(mapping) = self.process.mapping(addr, self.time_ns).filter(|m| m.executable) else {
+            return Location::NotCode;
+        };
+        match self.modules.intern(self.tgid, mapping) {
+            Some(module) => Location::Module { module, file_offset: mapping.file_offset(addr) },
+            None => Location::Anonymous,
+        }
+    }
+
+    fn module_paths(&self, module: ModuleId) -> Option<(PathBuf, PathBuf)> {
+        let module = self.modules.get(module);
+        Some((module.readable_path()?, module.path().to_owned()))
     }
 }
 
@@ -72,7 +164,7 @@ mod tests {
         header.kernel_stack_len = 1;
         header.user_stack[0] = collects_a_record_and_counts_garbage as *const () as usize as u64;
         header.user_stack_len = 1;
-        let mut collector = Collector::default();
+        let mut collector = Collector::new(CallGraph::Fp);
         collector.add_record(&encode(&header, &[]));
         collector.add_record(&[1, 2, 3]);
         let collected = collector.finish();
@@ -83,5 +175,25 @@ mod tests {
         let stack = collected.profile.stack(sample.stack);
         assert_eq!(stack[0], Frame::Kernel(0xffff_ffff_8100_0000));
         assert!(matches!(stack[1], Frame::Module { .. }), "{stack:?}");
+        assert_eq!(collected.unwind_stats.total(), 0, "fp mode does not unwind");
+    }
+
+    #[test]
+    fn dwarf_mode_unwinds_and_counts() {
+        // A sample of this very thread: its registers and the top of its stack.
+        let pid = std::process::id();
+        let stack = [0u8; 64];
+        let mut header = empty_header();
+        (header.tgid, header.tid) = (pid, pid);
+        header.flags = profiler_common::sample_flags::USER_REGS;
+        header.user_ip = dwarf_mode_unwinds_and_counts as *const () as usize as u64 + 4;
+        header.user_sp = stack.as_ptr() as u64;
+        header.stack_copy_len = stack.len() as u32;
+        let mut collector = Collector::new(CallGraph::Dwarf);
+        collector.add_record(&encode(&header, &stack));
+        let collected = collector.finish();
+        assert_eq!(collected.unwind_stats.total(), 1);
+        let stack = collected.profile.stack(collected.profile.samples()[0].stack);
+        assert!(matches!(stack[0], Frame::Module { .. }), "the ip resolves: {stack:?}");
     }
 }

@@ -54,19 +54,12 @@ pub fn decode(record: &[u8]) -> Result<Sample<'_>, DecodeError> {
     let copy_len = header.stack_copy_len as usize;
     let stack_copy = record[HEADER_SIZE..]
         .get(..copy_len)
-        .ok_or(DecodeError::BadLength {
-            field: "stack_copy_len",
-            value: header.stack_copy_len,
-        })?;
+        .ok_or(DecodeError::BadLength { field: "stack_copy_len", value: header.stack_copy_len })?;
     Ok(Sample { header, stack_copy })
 }
 
 fn check_depth(field: &'static str, value: u32) -> Result<(), DecodeError> {
-    if value as usize <= MAX_STACK_DEPTH {
-        Ok(())
-    } else {
-        Err(DecodeError::BadLength { field, value })
-    }
+    if value as usize <= MAX_STACK_DEPTH { Ok(()) } else { Err(DecodeError::BadLength { field, value }) }
 }
 
 impl<'a> Sample<'a> {
@@ -76,10 +69,6 @@ impl<'a> Sample<'a> {
 
     pub fn tid(&self) -> u32 {
         self.header.tid
-    }
-
-    pub fn cpu(&self) -> u32 {
-        self.header.cpu
     }
 
     pub fn time_ns(&self) -> u64 {
@@ -113,11 +102,6 @@ impl<'a> Sample<'a> {
         })
     }
 
-    /// Whether the sample interrupted kernel mode.
-    pub fn in_kernel(&self) -> bool {
-        self.header.flags & sample_flags::IN_KERNEL != 0
-    }
-
     /// Copy of user memory starting at the user stack pointer.
     pub fn stack_copy(&self) -> &'a [u8] {
         self.stack_copy
@@ -133,9 +117,8 @@ impl<'a> Sample<'a> {
 #[cfg(test)]
 pub fn encode(header: &SampleHeader, stack_copy: &[u8]) -> Vec<u8> {
     // SAFETY: SampleHeader is repr(C) plain old data without padding.
-    let bytes = unsafe {
-        std::slice::from_raw_parts((header as *const SampleHeader).cast::<u8>(), HEADER_SIZE)
-    };
+    let bytes =
+        unsafe { std::slice::from_raw_parts((header as *const SampleHeader).cast::<u8>(), HEADER_SIZE) };
     let mut record = bytes.to_vec();
     record.extend_from_slice(stack_copy);
     record
@@ -185,10 +168,7 @@ mod tests {
     #[test]
     fn header_has_no_padding() {
         // encode() and the eBPF program rely on it.
-        assert_eq!(
-            HEADER_SIZE,
-            4 * 4 + 8 + 16 + 3 * 8 + 4 * 4 + 2 * 8 * MAX_STACK_DEPTH
-        );
+        assert_eq!(HEADER_SIZE, 4 * 4 + 8 + 16 + 3 * 8 + 4 * 4 + 2 * 8 * MAX_STACK_DEPTH);
     }
 
     #[test]
@@ -198,26 +178,15 @@ mod tests {
         // The record is as large as the reservation; only stack_copy_len bytes count.
         let record = encode(&header, &[1, 2, 3, 4, 5, 0, 0, 0]);
         let sample = decode(&record).unwrap();
-        assert_eq!((sample.tgid(), sample.tid(), sample.cpu()), (42, 43, 1));
+        assert_eq!((sample.tgid(), sample.tid()), (42, 43));
         assert_eq!(sample.time_ns(), 123_456_789);
         assert_eq!(sample.comm(), "worker");
-        assert_eq!(
-            sample.kernel_stack(),
-            [0xffff_ffff_8100_0010, 0xffff_ffff_8100_0200]
-        );
-        assert_eq!(
-            sample.user_stack(),
-            [0x5555_0000_1234, 0x5555_0000_2000, 0x7f00_0000_3000]
-        );
+        assert_eq!(sample.kernel_stack(), [0xffff_ffff_8100_0010, 0xffff_ffff_8100_0200]);
+        assert_eq!(sample.user_stack(), [0x5555_0000_1234, 0x5555_0000_2000, 0x7f00_0000_3000]);
         assert_eq!(
             sample.user_regs(),
-            Some(UserRegs {
-                ip: 0x5555_0000_1234,
-                sp: 0x7ffc_0000_1000,
-                bp: 0x7ffc_0000_1040
-            })
+            Some(UserRegs { ip: 0x5555_0000_1234, sp: 0x7ffc_0000_1000, bp: 0x7ffc_0000_1040 })
         );
-        assert!(sample.in_kernel());
         assert!(!sample.stack_truncated());
         assert_eq!(sample.stack_copy(), [1, 2, 3, 4, 5]);
     }
@@ -234,19 +203,13 @@ mod tests {
     fn full_comm_without_nul() {
         let mut header = sample_header();
         header.comm = *b"abcdefghijklmnop";
-        assert_eq!(
-            decode(&encode(&header, &[])).unwrap().comm(),
-            "abcdefghijklmnop"
-        );
+        assert_eq!(decode(&encode(&header, &[])).unwrap().comm(), "abcdefghijklmnop");
     }
 
     #[test]
     fn rejects_short_record() {
         let record = encode(&sample_header(), &[]);
-        assert_eq!(
-            decode(&record[..100]).unwrap_err(),
-            DecodeError::Short { len: 100 }
-        );
+        assert_eq!(decode(&record[..100]).unwrap_err(), DecodeError::Short { len: 100 });
         assert_eq!(decode(&[]).unwrap_err(), DecodeError::Short { len: 0 });
     }
 
@@ -256,28 +219,19 @@ mod tests {
         header.stack_copy_len = 9;
         assert!(matches!(
             decode(&encode(&header, &[0; 8])),
-            Err(DecodeError::BadLength {
-                field: "stack_copy_len",
-                ..
-            })
+            Err(DecodeError::BadLength { field: "stack_copy_len", .. })
         ));
         let mut header = sample_header();
         header.user_stack_len = MAX_STACK_DEPTH as u32 + 1;
         assert!(matches!(
             decode(&encode(&header, &[])),
-            Err(DecodeError::BadLength {
-                field: "user_stack_len",
-                ..
-            })
+            Err(DecodeError::BadLength { field: "user_stack_len", .. })
         ));
         let mut header = sample_header();
         header.kernel_stack_len = u32::MAX;
         assert!(matches!(
             decode(&encode(&header, &[])),
-            Err(DecodeError::BadLength {
-                field: "kernel_stack_len",
-                ..
-            })
+            Err(DecodeError::BadLength { field: "kernel_stack_len", .. })
         ));
     }
 }

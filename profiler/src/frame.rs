@@ -19,51 +19,42 @@ pub enum Frame {
 /// return addresses, one past the call: stepping back one byte lands inside the call
 /// instruction, in the caller's function and line even when the call was its last instruction.
 pub fn lookup_address(depth: usize, addr: u64) -> u64 {
-    if depth == 0 {
-        addr
-    } else {
-        addr.saturating_sub(1)
-    }
+    if depth == 0 { addr } else { addr.saturating_sub(1) }
 }
 
 /// Appends the kernel frames for `addrs` (innermost first).
 pub fn push_kernel(addrs: &[u64], frames: &mut Vec<Frame>) {
-    frames.extend(
-        addrs
-            .iter()
-            .enumerate()
-            .map(|(depth, &addr)| Frame::Kernel(lookup_address(depth, addr))),
-    );
+    frames.extend(addrs.iter().enumerate().map(|(depth, &addr)| Frame::Kernel(lookup_address(depth, addr))));
 }
 
-/// Appends the user frames for `addrs` (innermost first) of process `tgid`, resolving each
-/// address to its module with the process's current mappings.
+/// The user stack of one sample, to be pinned to modules.
+pub struct UserStack<'a> {
+    pub tgid: u32,
+    /// When the sample was taken: addresses are resolved with the mappings of that moment.
+    pub time_ns: u64,
+    /// Addresses, innermost first.
+    pub addrs: &'a [u64],
+}
+
+/// Appends the frames of `stack`, resolving each address to its module and file offset.
 pub fn push_user(
-    tgid: u32,
+    stack: &UserStack<'_>,
     process: &mut Process,
     modules: &mut Modules,
-    addrs: &[u64],
     frames: &mut Vec<Frame>,
 ) {
-    for (depth, &addr) in addrs.iter().enumerate() {
-        frames.push(user_frame(
-            tgid,
-            process,
-            modules,
-            lookup_address(depth, addr),
-        ));
+    for (depth, &addr) in stack.addrs.iter().enumerate() {
+        frames.push(user_frame(stack, process, modules, lookup_address(depth, addr)));
     }
 }
 
-fn user_frame(tgid: u32, process: &mut Process, modules: &mut Modules, addr: u64) -> Frame {
-    let Some(mapping) = process.mapping(addr) else {
+fn user_frame(stack: &UserStack<'_>, process: &mut Process, modules: &mut Modules, addr: u64) -> Frame {
+    let tgid = stack.tgid;
+    let Some(mapping) = process.mapping(addr, stack.time_ns) else {
         return Frame::Anonymous { tgid, addr };
     };
     match modules.intern(tgid, mapping) {
-        Some(module) => Frame::Module {
-            module,
-            offset: mapping.file_offset(addr),
-        },
+        Some(module) => Frame::Module { module, offset: mapping.file_offset(addr) },
         None => Frame::Anonymous { tgid, addr },
     }
 }
@@ -88,29 +79,23 @@ mod tests {
         let process = processes.observe(pid, pid, "test");
         let here = resolves_own_code_to_its_file_offset as *const () as usize as u64;
         let mut frames = Vec::new();
-        push_user(pid, process, &mut modules, &[here, 0x10], &mut frames);
-        let Frame::Module { module, offset } = frames[0] else {
-            panic!("{:?}", frames[0])
-        };
-        let mapping = process.mapping(here).unwrap().clone();
+        push_user(
+            &UserStack { tgid: pid, time_ns: 0, addrs: &[here, 0x10] },
+            process,
+            &mut modules,
+            &mut frames,
+        );
+        let Frame::Module { module, offset } = frames[0] else { panic!("{:?}", frames[0]) };
+        let mapping = process.mapping(here, 0).unwrap().clone();
         assert_eq!(offset, here - mapping.start + mapping.offset);
         assert!(modules.get(module).readable_path().is_some());
-        assert_eq!(
-            frames[1],
-            Frame::Anonymous {
-                tgid: pid,
-                addr: 0xf
-            }
-        );
+        assert_eq!(frames[1], Frame::Anonymous { tgid: pid, addr: 0xf });
     }
 
     #[test]
     fn kernel_frames_keep_order() {
         let mut frames = Vec::new();
         push_kernel(&[0xffff_0010, 0xffff_0020], &mut frames);
-        assert_eq!(
-            frames,
-            [Frame::Kernel(0xffff_0010), Frame::Kernel(0xffff_001f)]
-        );
+        assert_eq!(frames, [Frame::Kernel(0xffff_0010), Frame::Kernel(0xffff_001f)]);
     }
 }

@@ -18,6 +18,7 @@ mod ring;
 mod sampler;
 mod symbolize;
 mod target;
+mod unwind;
 
 use std::process::ExitCode;
 
@@ -27,10 +28,7 @@ use crate::cli::{Cli, Command};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(err) => {
             return fail(&anyhow::Error::new(err).context("cannot start the async runtime"));

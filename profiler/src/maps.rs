@@ -40,7 +40,7 @@ impl Mapping {
 /// The mappings of one process at one moment, sorted by address.
 #[derive(Clone, Debug, Default)]
 pub struct AddressSpace {
-    mappings: Vec<Mapping>,
+    pub(crate) mappings: Vec<Mapping>,
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -111,14 +111,8 @@ fn backing(name: &str, inode: u64) -> Backing {
         Backing::Pseudo(name.to_owned())
     } else {
         match name.strip_suffix(" (deleted)") {
-            Some(path) => Backing::File {
-                path: path.into(),
-                deleted: true,
-            },
-            None => Backing::File {
-                path: name.into(),
-                deleted: false,
-            },
+            Some(path) => Backing::File { path: path.into(), deleted: true },
+            None => Backing::File { path: name.into(), deleted: false },
         }
     }
 }
@@ -146,34 +140,16 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
         let text = space.find(0x5583c2a01234).unwrap();
         assert!(text.executable);
         assert_eq!(text.file_offset(0x5583c2a01234), 0x1234);
-        assert_eq!(
-            text.backing,
-            Backing::File {
-                path: "/tmp/work/split".into(),
-                deleted: false
-            }
-        );
+        assert_eq!(text.backing, Backing::File { path: "/tmp/work/split".into(), deleted: false });
         assert_eq!((text.dev, text.inode), (0xfe_0000_0001, 1835342));
 
         let libc = space.find(0x7f3a1d828000).unwrap();
         assert_eq!(libc.file_offset(0x7f3a1d828010), 0x28010);
 
         let deleted = space.find(0x7f3a1dbd0000).unwrap();
-        assert_eq!(
-            deleted.backing,
-            Backing::File {
-                path: "/tmp/my lib.so".into(),
-                deleted: true
-            }
-        );
-        assert_eq!(
-            space.find(0x7ffd2c5ff500).unwrap().backing,
-            Backing::Pseudo("[vdso]".into())
-        );
-        assert_eq!(
-            space.find(0x7f3a1c000010).unwrap().backing,
-            Backing::Anonymous
-        );
+        assert_eq!(deleted.backing, Backing::File { path: "/tmp/my lib.so".into(), deleted: true });
+        assert_eq!(space.find(0x7ffd2c5ff500).unwrap().backing, Backing::Pseudo("[vdso]".into()));
+        assert_eq!(space.find(0x7f3a1c000010).unwrap().backing, Backing::Anonymous);
         assert!(!space.find(0x5583c2a00000).unwrap().executable);
     }
 
@@ -187,14 +163,8 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
 
     #[test]
     fn rejects_garbage() {
-        assert_eq!(
-            AddressSpace::parse("hello world\n").unwrap_err(),
-            ParseError { line: 1 }
-        );
-        assert_eq!(
-            AddressSpace::parse("1000-2000 r-xp zz 00:00 0\n").unwrap_err(),
-            ParseError { line: 1 }
-        );
+        assert_eq!(AddressSpace::parse("hello world\n").unwrap_err(), ParseError { line: 1 });
+        assert_eq!(AddressSpace::parse("1000-2000 r-xp zz 00:00 0\n").unwrap_err(), ParseError { line: 1 });
     }
 
     #[test]

@@ -30,10 +30,7 @@ impl OutputFile {
             .prefix(".profiler-")
             .tempfile_in(dir)
             .with_context(|| format!("cannot write {}", path.display()))?;
-        Ok(Self {
-            path: path.to_owned(),
-            temp,
-        })
+        Ok(Self { path: path.to_owned(), temp })
     }
 
     pub fn path(&self) -> &Path {
@@ -48,14 +45,10 @@ impl OutputFile {
         out.flush().with_context(context)?;
         drop(out);
         let file = self.temp.as_file();
-        file.set_permissions(Permissions::from_mode(0o644))
-            .with_context(context)?;
+        file.set_permissions(Permissions::from_mode(0o644)).with_context(context)?;
         hand_to_invoking_user(file);
         file.sync_all().with_context(context)?;
-        self.temp
-            .persist(&self.path)
-            .map_err(|err| err.error)
-            .with_context(context)?;
+        self.temp.persist(&self.path).map_err(|err| err.error).with_context(context)?;
         Ok(())
     }
 }
@@ -79,11 +72,7 @@ mod tests {
         let path = dir.path().join("out.folded");
         std::fs::write(&path, "old").unwrap();
         let output = OutputFile::create(&path).unwrap();
-        assert_eq!(
-            std::fs::read_to_string(&path).unwrap(),
-            "old",
-            "untouched until commit"
-        );
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "old", "untouched until commit");
         output.commit(|w| w.write_all(b"new\n")).unwrap();
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "new\n");
         let leftovers = std::fs::read_dir(dir.path()).unwrap().count();
@@ -98,9 +87,7 @@ mod tests {
         let path = dir.path().join("out.svg");
         std::fs::write(&path, "old").unwrap();
         let output = OutputFile::create(&path).unwrap();
-        let err = output
-            .commit(|_| Err(std::io::Error::other("disk on fire")))
-            .unwrap_err();
+        let err = output.commit(|_| Err(std::io::Error::other("disk on fire"))).unwrap_err();
         assert!(format!("{err:#}").contains("disk on fire"));
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "old");
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
@@ -108,13 +95,8 @@ mod tests {
 
     #[test]
     fn missing_directory_fails_early() {
-        let err = OutputFile::create(Path::new("/nonexistent-dir/x.svg"))
-            .err()
-            .unwrap();
-        assert!(
-            format!("{err:#}").starts_with("cannot write /nonexistent-dir/x.svg"),
-            "{err:#}"
-        );
+        let err = OutputFile::create(Path::new("/nonexistent-dir/x.svg")).err().unwrap();
+        assert!(format!("{err:#}").starts_with("cannot write /nonexistent-dir/x.svg"), "{err:#}");
     }
 
     #[test]

@@ -19,9 +19,7 @@ pub fn check_privileges() -> Result<()> {
 
 fn effective_capabilities() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let hex = status
-        .lines()
-        .find_map(|line| line.strip_prefix("CapEff:"))?;
+    let hex = status.lines().find_map(|line| line.strip_prefix("CapEff:"))?;
     u64::from_str_radix(hex.trim(), 16).ok()
 }
 
@@ -30,9 +28,7 @@ pub fn check_btf() -> Result<()> {
     if std::path::Path::new(BTF_PATH).exists() {
         return Ok(());
     }
-    bail!(
-        "kernel BTF not found at {BTF_PATH}: profiler needs a kernel built with CONFIG_DEBUG_INFO_BTF=y"
-    )
+    bail!("kernel BTF not found at {BTF_PATH}: profiler needs a kernel built with CONFIG_DEBUG_INFO_BTF=y")
 }
 
 /// The kernel refuses frequencies above `kernel.perf_event_max_sample_rate`.

@@ -74,11 +74,7 @@ impl Profile {
 
     /// Every distinct frame in the profile, each once.
     pub fn distinct_frames(&self) -> Vec<Frame> {
-        let mut frames: Vec<Frame> = self
-            .stacks
-            .iter()
-            .flat_map(|stack| stack.iter().copied())
-            .collect();
+        let mut frames: Vec<Frame> = self.stacks.iter().flat_map(|stack| stack.iter().copied()).collect();
         frames.sort_unstable();
         frames.dedup();
         frames
@@ -90,10 +86,7 @@ impl Profile {
         for sample in &self.samples {
             *counts.entry((sample.comm, sample.stack)).or_default() += 1;
         }
-        let mut counts: Vec<_> = counts
-            .into_iter()
-            .map(|((comm, stack), n)| (comm, stack, n))
-            .collect();
+        let mut counts: Vec<_> = counts.into_iter().map(|((comm, stack), n)| (comm, stack, n)).collect();
         counts.sort_unstable();
         counts
     }
@@ -114,25 +107,14 @@ mod tests {
         profile.add(40, 9, 9, "other", &a);
         assert_eq!(profile.samples().len(), 4);
         let counts = profile.stack_counts();
-        let described: Vec<(&str, &[Frame], u64)> = counts
-            .iter()
-            .map(|&(comm, stack, n)| (profile.comm(comm), profile.stack(stack), n))
-            .collect();
-        assert_eq!(
-            described,
-            [("app", &a[..], 2), ("app", &b[..], 1), ("other", &a[..], 1)]
-        );
+        let described: Vec<(&str, &[Frame], u64)> =
+            counts.iter().map(|&(comm, stack, n)| (profile.comm(comm), profile.stack(stack), n)).collect();
+        assert_eq!(described, [("app", &a[..], 2), ("app", &b[..], 1), ("other", &a[..], 1)]);
         assert_eq!(profile.process_count(), 2);
         assert_eq!(profile.distinct_frames().len(), 3);
         assert_eq!(
             profile.samples()[2],
-            ProfileSample {
-                time_ns: 30,
-                tgid: 7,
-                tid: 8,
-                comm: CommId(0),
-                stack: StackId(1)
-            }
+            ProfileSample { time_ns: 30, tgid: 7, tid: 8, comm: CommId(0), stack: StackId(1) }
         );
     }
 

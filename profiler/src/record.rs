@@ -8,8 +8,8 @@ use anyhow::{Context as _, Result};
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::{
-    cli::{Format, RecordArgs},
-    collect::Collector,
+    cli::{CallGraph, Format, RecordArgs},
+    collect::{Collected, Collector},
     output::OutputFile,
     preflight,
     render::{self, SvgOptions},
@@ -17,12 +17,12 @@ use crate::{
     sampler::{Counters, Sampler, SamplerConfig},
     symbolize::Symbolizer,
     target::{self, PendingCommand, ProcessHandle, StartedCommand},
+    unwind::{UnwindEnd, hybrid::StackSource},
 };
 
-/// Default bytes of user stack copied per sample.
-const STACK_COPY_CAP: u32 = 16 * 1024;
-/// Default ring buffer: ~900 samples of 18 KiB, half a second at 999 Hz on 2 CPUs.
-const RING_BUFFER_BYTES: u32 = 16 * 1024 * 1024;
+/// Ring buffer: ~960 samples with the default 32 KiB stack copy, about half a second of
+/// samples at 999 Hz on two CPUs.
+const RING_BUFFER_BYTES: u32 = 32 * 1024 * 1024;
 
 enum Targets {
     Processes(Vec<ProcessHandle>),
@@ -41,18 +41,10 @@ pub async fn run(args: RecordArgs) -> Result<()> {
     preflight::check_privileges()?;
     preflight::check_btf()?;
     preflight::check_frequency(args.frequency)?;
-    let format = args
-        .format
-        .or_else(|| Format::from_path(&args.output))
-        .unwrap_or(Format::Svg);
+    let format = args.format.or_else(|| Format::from_path(&args.output)).unwrap_or(Format::Svg);
     let output = OutputFile::create(&args.output)?;
     let mut targets = if !args.pids.is_empty() {
-        Targets::Processes(
-            args.pids
-                .iter()
-                .map(|&pid| ProcessHandle::open(pid))
-                .collect::<Result<_>>()?,
-        )
+        Targets::Processes(args.pids.iter().map(|&pid| ProcessHandle::open(pid)).collect::<Result<_>>()?)
     } else if !args.command.is_empty() {
         Targets::Command(Some(PendingCommand::spawn(&args.command)?))
     } else {
@@ -64,18 +56,18 @@ pub async fn run(args: RecordArgs) -> Result<()> {
         frequency_hz: args.frequency,
         filter_processes: !matches!(targets, Targets::SystemWide),
         follow_forks: !args.no_inherit,
-        stack_copy_cap: STACK_COPY_CAP,
+        stack_copy_cap: match args.call_graph {
+            CallGraph::Fp => 0,
+            CallGraph::Auto | CallGraph::Dwarf => args.stack_size * 1024,
+        },
         ring_buffer_bytes: RING_BUFFER_BYTES,
     })?;
     match &targets {
-        Targets::Processes(handles) => handles
-            .iter()
-            .try_for_each(|h| sampler.add_process(h.pid()))?,
+        Targets::Processes(handles) => handles.iter().try_for_each(|h| sampler.add_process(h.pid()))?,
         Targets::Command(Some(pending)) => sampler.add_process(pending.pid())?,
         Targets::Command(None) | Targets::SystemWide => {}
     }
-    let mut ring =
-        RingReader::new(sampler.take_ring_buffer()?).context("cannot poll the ring buffer")?;
+    let mut ring = RingReader::new(sampler.take_ring_buffer()?).context("cannot poll the ring buffer")?;
     sampler.start()?;
     let started = Instant::now();
     let mut command = match &mut targets {
@@ -83,7 +75,7 @@ pub async fn run(args: RecordArgs) -> Result<()> {
         _ => None,
     };
 
-    let mut collector = Collector::default();
+    let mut collector = Collector::new(args.call_graph);
     let stop = stop_condition(args.duration, &targets, command.as_ref())?;
     let reason = sample_until(stop, &mut ring, &mut collector).await?;
     sampler.stop()?;
@@ -93,8 +85,7 @@ pub async fn run(args: RecordArgs) -> Result<()> {
     drop(sampler);
 
     let collected = collector.finish();
-    let symbols =
-        Symbolizer::default().symbolize(&collected.profile.distinct_frames(), &collected.modules);
+    let symbols = Symbolizer::default().symbolize(&collected.profile.distinct_frames(), &collected.modules);
     let folded = render::collapse(&collected.profile, &symbols);
     let samples = collected.profile.samples().len();
     let labels = SvgOptions {
@@ -111,17 +102,11 @@ pub async fn run(args: RecordArgs) -> Result<()> {
         Format::Folded => render::write_folded(&folded, out),
     })?;
 
-    let exit_note = command
-        .as_mut()
-        .and_then(StartedCommand::try_status)
-        .filter(|s| !s.success());
-    print_summary(
-        samples,
-        collected.profile.process_count(),
-        &counters,
-        collected.malformed,
-        &path,
-    );
+    let exit_note = command.as_mut().and_then(StartedCommand::try_status).filter(|s| !s.success());
+    print_summary(&collected, &counters, &path);
+    if args.call_graph != CallGraph::Fp {
+        print_unwind_quality(&collected, args.stack_size);
+    }
     if let Some(status) = exit_note {
         eprintln!("profiler: note: the command exited with {status}");
     }
@@ -200,13 +185,9 @@ fn title(args: &RecordArgs, targets: &Targets) -> String {
     }
 }
 
-fn print_summary(
-    samples: usize,
-    processes: usize,
-    counters: &Counters,
-    malformed: u64,
-    path: &std::path::Path,
-) {
+fn print_summary(collected: &Collected, counters: &Counters, path: &std::path::Path) {
+    let samples = collected.profile.samples().len();
+    let processes = collected.profile.process_count();
     let plural = if processes == 1 { "" } else { "es" };
     eprintln!(
         "profiler: {samples} samples ({} lost) from {processes} process{plural}, wrote {}",
@@ -216,7 +197,41 @@ fn print_summary(
     if samples == 0 {
         eprintln!("profiler: no samples were recorded (was the target idle?)");
     }
-    if malformed > 0 {
-        eprintln!("profiler: warning: {malformed} malformed records were skipped");
+    if collected.malformed > 0 {
+        eprintln!("profiler: warning: {} malformed records were skipped", collected.malformed);
+    }
+}
+
+/// How complete the user stacks are: one line of shares, then the modules that lacked CFI.
+fn print_unwind_quality(collected: &Collected, stack_kib: u32) {
+    let stats = &collected.unwind_stats;
+    let total = stats.total();
+    if total == 0 {
+        return;
+    }
+    let share = |count: u64| 100.0 * count as f64 / total as f64;
+    let missing_cfi: u64 = stats.missing_cfi.values().sum();
+    eprintln!(
+        "profiler: user stacks: {:.1}% reached the bottom, {:.1}% completed with frame pointers, \
+         {:.1}% cut by the {stack_kib} KiB stack copy, {:.1}% stopped in code without CFI, {:.1}% lost",
+        share(stats.count(StackSource::Dwarf(UnwindEnd::Bottom))),
+        share(stats.count(StackSource::DwarfThenFramePointers)),
+        share(stats.count(StackSource::Dwarf(UnwindEnd::SnapshotEnd))),
+        share(missing_cfi),
+        share(stats.count(StackSource::Dwarf(UnwindEnd::Lost))),
+    );
+    let mut modules: Vec<(u64, String)> = stats
+        .missing_cfi
+        .iter()
+        .map(|(module, &count)| {
+            let name =
+                module.map_or("[anonymous memory]".into(), |m| collected.modules.get(m).name().to_owned());
+            (count, name)
+        })
+        .collect();
+    modules.sort_unstable_by(|a, b| b.cmp(a));
+    if !modules.is_empty() {
+        let top: Vec<String> = modules.iter().take(5).map(|(n, name)| format!("{name} ({n})")).collect();
+        eprintln!("profiler: code without CFI: {}", top.join(", "));
     }
 }

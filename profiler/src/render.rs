@@ -61,25 +61,15 @@ pub fn write_svg(folded: &Folded, labels: &SvgOptions, out: &mut dyn Write) -> s
     if folded.is_empty() {
         return write_empty_svg(labels, out);
     }
-    let lines: Vec<String> = folded
-        .iter()
-        .map(|(stack, count)| format!("{stack} {count}"))
-        .collect();
+    let lines: Vec<String> = folded.iter().map(|(stack, count)| format!("{stack} {count}")).collect();
     flamegraph::from_lines(&mut options, lines.iter().map(String::as_str), out)
 }
 
 /// inferno refuses empty input; an empty recording still gets a valid image that says so.
 fn write_empty_svg(labels: &SvgOptions, out: &mut dyn Write) -> std::io::Result<()> {
-    let escape = |text: &str| {
-        text.replace('&', "&amp;")
-            .replace('<', "&lt;")
-            .replace('>', "&gt;")
-    };
+    let escape = |text: &str| text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;");
     writeln!(out, r#"<?xml version="1.0" standalone="no"?>"#)?;
-    writeln!(
-        out,
-        r#"<svg version="1.1" width="1200" height="80" xmlns="http://www.w3.org/2000/svg">"#
-    )?;
+    writeln!(out, r#"<svg version="1.1" width="1200" height="80" xmlns="http://www.w3.org/2000/svg">"#)?;
     writeln!(
         out,
         r#"<text x="600" y="24" text-anchor="middle" font-family="Verdana" font-size="17">{}</text>"#,
@@ -101,25 +91,13 @@ mod tests {
     };
 
     fn symbol(name: &str, kind: SymbolKind) -> Symbol {
-        Symbol {
-            name: name.into(),
-            kind,
-        }
+        Symbol { name: name.into(), kind }
     }
 
     fn fixture() -> (Profile, Symbols) {
-        let main = Frame::Anonymous {
-            tgid: 1,
-            addr: 0x10,
-        };
-        let work = Frame::Anonymous {
-            tgid: 1,
-            addr: 0x20,
-        };
-        let work_other_offset = Frame::Anonymous {
-            tgid: 1,
-            addr: 0x21,
-        };
+        let main = Frame::Anonymous { tgid: 1, addr: 0x10 };
+        let work = Frame::Anonymous { tgid: 1, addr: 0x20 };
+        let work_other_offset = Frame::Anonymous { tgid: 1, addr: 0x21 };
         let syscall = Frame::Kernel(0xffff_0000);
         let mut symbols = Symbols::default();
         symbols.insert(main, vec![symbol("main", SymbolKind::Function)]);
@@ -176,10 +154,7 @@ mod tests {
     #[test]
     fn svg_names_frames_and_title() {
         let (profile, symbols) = fixture();
-        let labels = SvgOptions {
-            title: "profiler: app".into(),
-            subtitle: Some("4 samples".into()),
-        };
+        let labels = SvgOptions { title: "profiler: app".into(), subtitle: Some("4 samples".into()) };
         let mut out = Vec::new();
         write_svg(&collapse(&profile, &symbols), &labels, &mut out).unwrap();
         let svg = String::from_utf8(out).unwrap();
@@ -190,10 +165,7 @@ mod tests {
 
     #[test]
     fn empty_profile_gives_a_valid_svg() {
-        let labels = SvgOptions {
-            title: "profiler: a < b".into(),
-            subtitle: None,
-        };
+        let labels = SvgOptions { title: "profiler: a < b".into(), subtitle: None };
         let mut out = Vec::new();
         write_svg(&Folded::new(), &labels, &mut out).unwrap();
         let svg = String::from_utf8(out).unwrap();

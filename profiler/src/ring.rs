@@ -11,9 +11,7 @@ pub struct RingReader {
 impl RingReader {
     pub fn new(ring: RingBuf<MapData>) -> io::Result<Self> {
         // SAFETY: the ring buffer owns its descriptor and keeps it open while registered.
-        Ok(Self {
-            fd: unsafe { AsyncFd::register(ring)? },
-        })
+        Ok(Self { fd: unsafe { AsyncFd::register(ring)? } })
     }
 
     /// Waits for records, then hands each available record to `consume`. Returns how many.

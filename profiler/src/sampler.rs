@@ -6,9 +6,7 @@ use aya::{
     maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf},
     programs::{
         PerfEvent, ProgramError, TracePoint,
-        perf_event::{
-            PerfEventConfig, PerfEventLinkId, PerfEventScope, SamplePolicy, SoftwareEvent,
-        },
+        perf_event::{PerfEventConfig, PerfEventLinkId, PerfEventScope, SamplePolicy, SoftwareEvent},
     },
     util::online_cpus,
 };
@@ -64,39 +62,26 @@ impl Sampler {
         let sample: &mut PerfEvent = program(&mut ebpf, programs::SAMPLE)?.try_into()?;
         sample.load().map_err(verifier_error)?;
         if config.filter_processes && config.follow_forks {
-            let follow_fork: &mut TracePoint =
-                program(&mut ebpf, programs::FOLLOW_FORK)?.try_into()?;
+            let follow_fork: &mut TracePoint = program(&mut ebpf, programs::FOLLOW_FORK)?.try_into()?;
             follow_fork.load().map_err(verifier_error)?;
             follow_fork
                 .attach("task", "task_newtask")
                 .context("cannot attach to tracepoint task/task_newtask")?;
         }
-        Ok(Self {
-            ebpf,
-            links: Vec::new(),
-            frequency_hz: config.frequency_hz,
-        })
+        Ok(Self { ebpf, links: Vec::new(), frequency_hz: config.frequency_hz })
     }
 
     /// Adds a process to the filter.
     pub fn add_process(&mut self, tgid: u32) -> Result<()> {
-        let map = self
-            .ebpf
-            .map_mut(maps::TGID_FILTER)
-            .ok_or_else(|| missing(maps::TGID_FILTER))?;
+        let map = self.ebpf.map_mut(maps::TGID_FILTER).ok_or_else(|| missing(maps::TGID_FILTER))?;
         let mut filter: BpfHashMap<_, u32, u8> = BpfHashMap::try_from(map)?;
-        filter
-            .insert(tgid, 1, 0)
-            .with_context(|| format!("cannot add PID {tgid} to the filter"))?;
+        filter.insert(tgid, 1, 0).with_context(|| format!("cannot add PID {tgid} to the filter"))?;
         Ok(())
     }
 
     /// The ring buffer of sample records (can be taken once).
     pub fn take_ring_buffer(&mut self) -> Result<RingBuf<MapData>> {
-        let map = self
-            .ebpf
-            .take_map(maps::SAMPLES)
-            .ok_or_else(|| missing(maps::SAMPLES))?;
+        let map = self.ebpf.take_map(maps::SAMPLES).ok_or_else(|| missing(maps::SAMPLES))?;
         Ok(RingBuf::try_from(map)?)
     }
 
@@ -129,14 +114,10 @@ impl Sampler {
     }
 
     pub fn counters(&self) -> Result<Counters> {
-        let map = self
-            .ebpf
-            .map(maps::COUNTERS)
-            .ok_or_else(|| missing(maps::COUNTERS))?;
+        let map = self.ebpf.map(maps::COUNTERS).ok_or_else(|| missing(maps::COUNTERS))?;
         let counters: PerCpuArray<_, u64> = PerCpuArray::try_from(map)?;
-        let total = |counter: Counter| -> Result<u64> {
-            Ok(counters.get(&(counter as u32), 0)?.iter().sum())
-        };
+        let total =
+            |counter: Counter| -> Result<u64> { Ok(counters.get(&(counter as u32), 0)?.iter().sum()) };
         Ok(Counters {
             seen: total(Counter::Seen)?,
             filtered: total(Counter::Filtered)?,
@@ -148,8 +129,7 @@ impl Sampler {
 }
 
 fn program<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut aya::programs::Program> {
-    ebpf.program_mut(name)
-        .ok_or_else(|| anyhow!("the eBPF object has no program `{name}`"))
+    ebpf.program_mut(name).ok_or_else(|| anyhow!("the eBPF object has no program `{name}`"))
 }
 
 fn missing(map: &str) -> anyhow::Error {
@@ -159,10 +139,7 @@ fn missing(map: &str) -> anyhow::Error {
 /// A verifier rejection, with the last lines of its log (where it says why).
 fn verifier_error(err: ProgramError) -> anyhow::Error {
     match err {
-        ProgramError::LoadError {
-            io_error,
-            verifier_log,
-        } => {
+        ProgramError::LoadError { io_error, verifier_log } => {
             let log = format!("{verifier_log:?}");
             let lines: Vec<&str> = log.lines().filter(|l| !l.trim().is_empty()).collect();
             let tail = lines[lines.len().saturating_sub(5)..].join("\n  ");

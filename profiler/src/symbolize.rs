@@ -37,10 +37,7 @@ pub struct Symbol {
 
 impl Symbol {
     fn new(name: impl Into<String>, kind: SymbolKind) -> Self {
-        Self {
-            name: name.into(),
-            kind,
-        }
+        Self { name: name.into(), kind }
     }
 }
 
@@ -53,10 +50,7 @@ pub struct Symbols {
 
 impl Symbols {
     pub fn of(&self, frame: &Frame) -> &[Symbol] {
-        self.by_frame
-            .get(frame)
-            .map(Vec::as_slice)
-            .unwrap_or_default()
+        self.by_frame.get(frame).map(Vec::as_slice).unwrap_or_default()
     }
 
     #[cfg(test)]
@@ -90,13 +84,9 @@ impl Symbolizer {
         for &frame in frames {
             match frame {
                 Frame::Kernel(addr) => kernel.push(addr),
-                Frame::Module { module, offset } => {
-                    by_module.entry(module).or_default().push(offset)
-                }
+                Frame::Module { module, offset } => by_module.entry(module).or_default().push(offset),
                 Frame::Anonymous { .. } => {
-                    symbols
-                        .by_frame
-                        .insert(frame, vec![Symbol::new("[unknown]", SymbolKind::Function)]);
+                    symbols.by_frame.insert(frame, vec![Symbol::new("[unknown]", SymbolKind::Function)]);
                 }
             }
         }
@@ -106,24 +96,16 @@ impl Symbolizer {
         for (module, offsets) in by_module {
             let names = self.module(modules, module, &offsets);
             for (offset, names) in offsets.into_iter().zip(names) {
-                symbols
-                    .by_frame
-                    .insert(Frame::Module { module, offset }, names);
+                symbols.by_frame.insert(Frame::Module { module, offset }, names);
             }
         }
         symbols
     }
 
     fn kernel(&self, addrs: &[u64]) -> Vec<Vec<Symbol>> {
-        let source = Source::Kernel(Kernel {
-            vmlinux: MaybeDefault::None,
-            debug_syms: false,
-            ..Kernel::default()
-        });
-        let resolved = self
-            .blaze
-            .symbolize(&source, Input::AbsAddr(addrs))
-            .unwrap_or_default();
+        let source =
+            Source::Kernel(Kernel { vmlinux: MaybeDefault::None, debug_syms: false, ..Kernel::default() });
+        let resolved = self.blaze.symbolize(&source, Input::AbsAddr(addrs)).unwrap_or_default();
         addrs
             .iter()
             .enumerate()
@@ -139,11 +121,7 @@ impl Symbolizer {
         let resolved = module
             .readable_path()
             .map(|path| Source::Elf(Elf::new(path)))
-            .and_then(|source| {
-                self.blaze
-                    .symbolize(&source, Input::FileOffset(offsets))
-                    .ok()
-            })
+            .and_then(|source| self.blaze.symbolize(&source, Input::FileOffset(offsets)).ok())
             .unwrap_or_default();
         offsets
             .iter()
@@ -151,16 +129,10 @@ impl Symbolizer {
             .map(|(i, offset)| match resolved.get(i) {
                 Some(Symbolized::Sym(sym)) => {
                     let outer = Symbol::new(&*sym.name, SymbolKind::Function);
-                    let inlined = sym
-                        .inlined
-                        .iter()
-                        .map(|f| Symbol::new(&*f.name, SymbolKind::Inlined));
+                    let inlined = sym.inlined.iter().map(|f| Symbol::new(&*f.name, SymbolKind::Inlined));
                     std::iter::once(outer).chain(inlined).collect()
                 }
-                _ => vec![Symbol::new(
-                    format!("{}+{offset:#x}", module.name()),
-                    SymbolKind::Function,
-                )],
+                _ => vec![Symbol::new(format!("{}+{offset:#x}", module.name()), SymbolKind::Function)],
             })
             .collect()
     }
@@ -184,15 +156,13 @@ mod tests {
         let process = processes.observe(pid, pid, "test");
         let addr = a_function_to_find as *const () as usize as u64 + 1;
         let mut frames = Vec::new();
-        crate::frame::push_user(pid, process, &mut modules, &[addr, 0x10], &mut frames);
+        let stack = crate::frame::UserStack { tgid: pid, time_ns: 0, addrs: &[addr, 0x10] };
+        crate::frame::push_user(&stack, process, &mut modules, &mut frames);
         let symbols = Symbolizer::default().symbolize(&frames, &modules);
         let names = symbols.of(&frames[0]);
         assert!(names[0].name.ends_with("a_function_to_find"), "{names:?}");
         assert_eq!(names[0].kind, SymbolKind::Function);
-        assert_eq!(
-            symbols.of(&frames[1]),
-            [Symbol::new("[unknown]", SymbolKind::Function)]
-        );
+        assert_eq!(symbols.of(&frames[1]), [Symbol::new("[unknown]", SymbolKind::Function)]);
     }
 
     #[test]
@@ -208,14 +178,8 @@ mod tests {
             backing: crate::maps::Backing::Pseudo("[vdso]".into()),
         };
         let module = modules.intern(1, &vdso).unwrap();
-        let frame = Frame::Module {
-            module,
-            offset: 0x123,
-        };
+        let frame = Frame::Module { module, offset: 0x123 };
         let symbols = Symbolizer::default().symbolize(&[frame], &modules);
-        assert_eq!(
-            symbols.of(&frame),
-            [Symbol::new("[vdso]+0x123", SymbolKind::Function)]
-        );
+        assert_eq!(symbols.of(&frame), [Symbol::new("[vdso]+0x123", SymbolKind::Function)]);
     }
 }

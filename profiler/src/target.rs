@@ -83,16 +83,11 @@ pub struct PendingCommand {
 
 impl PendingCommand {
     pub fn spawn(argv: &[OsString]) -> Result<Self> {
-        let (program, args) = argv
-            .split_first()
-            .ok_or_else(|| anyhow!("no command given after `--`"))?;
+        let (program, args) = argv.split_first().ok_or_else(|| anyhow!("no command given after `--`"))?;
         let (mut report_read, report_write) = pipe()?;
         let (go_read, go_write) = pipe()?;
-        let (report_fd, go_read_fd, go_write_fd) = (
-            report_write.as_raw_fd(),
-            go_read.as_raw_fd(),
-            go_write.as_raw_fd(),
-        );
+        let (report_fd, go_read_fd, go_write_fd) =
+            (report_write.as_raw_fd(), go_read.as_raw_fd(), go_write.as_raw_fd());
         let mut command = Command::new(program);
         command.args(args);
         // SAFETY: between fork and exec the closure only makes async-signal-safe calls
@@ -102,11 +97,7 @@ impl PendingCommand {
                 // Our copy of the write end would keep read() from seeing the profiler exit.
                 libc::close(go_write_fd);
                 let pid = libc::getpid();
-                libc::write(
-                    report_fd,
-                    (&pid as *const libc::pid_t).cast(),
-                    size_of::<libc::pid_t>(),
-                );
+                libc::write(report_fd, (&pid as *const libc::pid_t).cast(), size_of::<libc::pid_t>());
                 let mut go = 0u8;
                 match libc::read(go_read_fd, (&mut go as *mut u8).cast(), 1) {
                     1 => Ok(()),
@@ -123,10 +114,7 @@ impl PendingCommand {
         });
         let mut pid = [0u8; size_of::<libc::pid_t>()];
         if report_read.read_exact(&mut pid).is_err() {
-            let err = spawner
-                .join()
-                .map_err(|_| anyhow!("the command spawner panicked"))?
-                .err();
+            let err = spawner.join().map_err(|_| anyhow!("the command spawner panicked"))?.err();
             bail!(
                 "cannot run {}: {}",
                 program.to_string_lossy(),
@@ -148,9 +136,7 @@ impl PendingCommand {
     /// Lets the command exec.
     pub fn start(mut self) -> Result<StartedCommand> {
         let name = self.program.to_string_lossy().into_owned();
-        self.go
-            .write_all(&[1])
-            .with_context(|| format!("cannot start {name}"))?;
+        self.go.write_all(&[1]).with_context(|| format!("cannot start {name}"))?;
         drop(self.go);
         let child = self
             .spawner
@@ -209,10 +195,7 @@ mod tests {
         let pid = pending.pid();
         let mut started = pending.start().unwrap();
         started.handle().exited().await;
-        assert_eq!(
-            std::fs::read_to_string(&marker).unwrap().trim(),
-            pid.to_string()
-        );
+        assert_eq!(std::fs::read_to_string(&marker).unwrap().trim(), pid.to_string());
         assert!(started.try_status().unwrap().success());
     }
 
@@ -220,10 +203,7 @@ mod tests {
     fn missing_program_is_an_error() {
         let pending = PendingCommand::spawn(&["/nonexistent/program".into()]).unwrap();
         let err = pending.start().err().unwrap();
-        assert!(
-            format!("{err:#}").starts_with("cannot run /nonexistent/program"),
-            "{err:#}"
-        );
+        assert!(format!("{err:#}").starts_with("cannot run /nonexistent/program"), "{err:#}");
     }
 
     #[tokio::test]

@@ -29,16 +29,8 @@ fn pid_gets_the_60_30_10_split_with_whole_chains() {
     ]);
     assert!(run.status.success());
     let folded = Folded::read(&out);
-    assert!(
-        folded.total() > 1000,
-        "expected thousands of samples, got {}",
-        folded.total()
-    );
-    assert_eq!(
-        folded.roots().keys().collect::<Vec<_>>(),
-        ["split-fp"],
-        "only the target is sampled"
-    );
+    assert!(folded.total() > 1000, "expected thousands of samples, got {}", folded.total());
+    assert_eq!(folded.roots().keys().collect::<Vec<_>>(), ["split-fp"], "only the target is sampled");
     assert_split(&folded, "main", 3.0, 0.90);
 }
 
@@ -75,24 +67,10 @@ fn threads_started_after_the_recording_began_are_sampled() {
     let workload = spawn(&split_with_frame_pointers(), &["0", "2", "1500"]);
     let out = dir.join("out.folded");
     let pid = workload.pid().to_string();
-    let run = run_profiler(&[
-        "record",
-        "-p",
-        &pid,
-        "-F",
-        "999",
-        "-d",
-        "5",
-        "-o",
-        out.to_str().unwrap(),
-    ]);
+    let run = run_profiler(&["record", "-p", &pid, "-F", "999", "-d", "5", "-o", out.to_str().unwrap()]);
     assert!(run.status.success());
     let folded = Folded::read(&out);
-    assert!(
-        folded.total() > 1000,
-        "expected thousands of samples, got {}",
-        folded.total()
-    );
+    assert!(folded.total() > 1000, "expected thousands of samples, got {}", folded.total());
     assert_split(&folded, "worker", 3.0, 0.90);
 }
 
@@ -103,15 +81,7 @@ fn missing_pid_is_a_one_line_error() {
     }
     let dir = scratch_dir("missing-pid");
     let out = dir.join("out.svg");
-    let run = run_profiler(&[
-        "record",
-        "-p",
-        "999999",
-        "-d",
-        "1",
-        "-o",
-        out.to_str().unwrap(),
-    ]);
+    let run = run_profiler(&["record", "-p", "999999", "-d", "1", "-o", out.to_str().unwrap()]);
     assert!(!run.status.success());
     let stderr = String::from_utf8(run.stderr).unwrap();
     assert_eq!(stderr, "profiler: error: no process with PID 999999\n");
@@ -127,15 +97,7 @@ fn sigint_still_writes_the_output() {
     let workload = spawn(&split_with_frame_pointers(), &[]);
     let out = dir.join("out.svg");
     let child = profiler()
-        .args([
-            "record",
-            "-p",
-            &workload.pid().to_string(),
-            "-F",
-            "499",
-            "-o",
-            out.to_str().unwrap(),
-        ])
+        .args(["record", "-p", &workload.pid().to_string(), "-F", "499", "-o", out.to_str().unwrap()])
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
@@ -146,17 +108,8 @@ fn sigint_still_writes_the_output() {
     eprintln!("{}", String::from_utf8_lossy(&output.stderr));
     assert!(output.status.success());
     let svg = std::fs::read_to_string(&out).unwrap();
-    assert!(
-        svg.starts_with("<?xml") && svg.trim_end().ends_with("</svg>"),
-        "complete SVG"
-    );
-    assert!(
-        svg.contains("hot_a") && svg.contains("run_round"),
-        "the SVG shows the workload's functions"
-    );
-    let leftovers: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name())
-        .collect();
+    assert!(svg.starts_with("<?xml") && svg.trim_end().ends_with("</svg>"), "complete SVG");
+    assert!(svg.contains("hot_a") && svg.contains("run_round"), "the SVG shows the workload's functions");
+    let leftovers: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(leftovers, ["out.svg"], "no temporary files left");
 }

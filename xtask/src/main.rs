@@ -63,10 +63,7 @@ fn run(task: Task) -> Result<()> {
 }
 
 fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("xtask lives in the workspace")
-        .to_owned()
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the workspace").to_owned()
 }
 
 fn build(root: &Path) -> Result<()> {
@@ -76,18 +73,14 @@ fn build(root: &Path) -> Result<()> {
 fn run_profiler(root: &Path, args: Vec<OsString>) -> Result<()> {
     let default_run = args.is_empty();
     let args = if default_run {
-        ["record", "-a", "-d", "5", "-o", "flamegraph.svg"]
-            .map(OsString::from)
-            .to_vec()
+        ["record", "-a", "-d", "5", "-o", "flamegraph.svg"].map(OsString::from).to_vec()
     } else {
         args
     };
     let binary = root.join("target/release/profiler");
     let mut command = as_root(&binary);
     command.args(&args);
-    let status = command
-        .status()
-        .with_context(|| format!("cannot run {}", binary.display()))?;
+    let status = command.status().with_context(|| format!("cannot run {}", binary.display()))?;
     if !status.success() {
         bail!("profiler exited with {status}");
     }
@@ -100,17 +93,7 @@ fn run_profiler(root: &Path, args: Vec<OsString>) -> Result<()> {
 
 fn test(root: &Path, args: &[OsString]) -> Result<()> {
     cargo(root, &["fmt", "--all", "--check"])?;
-    cargo(
-        root,
-        &[
-            "clippy",
-            "--release",
-            "--all-targets",
-            "--",
-            "-D",
-            "warnings",
-        ],
-    )?;
+    cargo(root, &["clippy", "--release", "--all-targets", "--", "-D", "warnings"])?;
     setup::clippy_ebpf(root)?;
     let mut command = Command::new("cargo");
     command.current_dir(root).args(["test", "--release"]);
@@ -129,9 +112,7 @@ fn cargo(root: &Path, args: &[&str]) -> Result<()> {
 }
 
 pub fn check(command: &mut Command) -> Result<()> {
-    let status = command
-        .status()
-        .with_context(|| format!("cannot run {command:?}"))?;
+    let status = command.status().with_context(|| format!("cannot run {command:?}"))?;
     if !status.success() {
         bail!("{command:?} failed with {status}");
     }

@@ -24,22 +24,18 @@ pub fn ensure(root: &Path) -> Result<()> {
 
 /// Clippy for the eBPF crate, which only builds for the BPF target.
 pub fn clippy_ebpf(root: &Path) -> Result<()> {
-    check(
-        Command::new("cargo")
-            .current_dir(root.join("profiler-ebpf"))
-            .args([
-                "+nightly",
-                "clippy",
-                "--release",
-                "--target",
-                "bpfel-unknown-none",
-                "-Z",
-                "build-std=core",
-                "--",
-                "-D",
-                "warnings",
-            ]),
-    )
+    check(Command::new("cargo").current_dir(root.join("profiler-ebpf")).args([
+        "+nightly",
+        "clippy",
+        "--release",
+        "--target",
+        "bpfel-unknown-none",
+        "-Z",
+        "build-std=core",
+        "--",
+        "-D",
+        "warnings",
+    ]))
 }
 
 fn ensure_rust_src() -> Result<()> {
@@ -57,48 +53,33 @@ fn ensure_rust_src() -> Result<()> {
 fn ensure_bpf_linker(root: &Path) -> Result<()> {
     let tools = root.join(".tools");
     let linker = tools.join("bin/bpf-linker");
-    if Command::new(&linker)
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success())
-    {
+    if Command::new(&linker).arg("--version").output().is_ok_and(|o| o.status.success()) {
         return Ok(());
     }
     let version = output(Command::new("rustc").args(["+nightly", "-vV"]))?;
-    let major =
-        llvm_major(&version).context("cannot read the LLVM version of `rustc +nightly -vV`")?;
+    let major = llvm_major(&version).context("cannot read the LLVM version of `rustc +nightly -vV`")?;
     if !BPF_LINKER_LLVM_MAJORS.contains(&major) {
         bail!(
             "the nightly toolchain uses LLVM {major}, but bpf-linker {BPF_LINKER_VERSION} supports LLVM {BPF_LINKER_LLVM_MAJORS:?}: \
              install a nightly toolchain with one of those"
         );
     }
-    let sysroot = PathBuf::from(
-        output(Command::new("rustc").args(["+nightly", "--print", "sysroot"]))?.trim(),
-    );
+    let sysroot =
+        PathBuf::from(output(Command::new("rustc").args(["+nightly", "--print", "sysroot"]))?.trim());
     let libllvm = find_libllvm(&sysroot.join("lib"))?;
     let llvm_lib = tools.join("llvm/lib");
     fs::create_dir_all(&llvm_lib)?;
     // The unversioned name is what the build links against; the versioned one (the soname) is
     // what the linked binary loads at run time, through its runpath.
-    for name in [
-        Path::new("libLLVM.so"),
-        Path::new(libllvm.file_name().expect("a file")),
-    ] {
+    for name in [Path::new("libLLVM.so"), Path::new(libllvm.file_name().expect("a file"))] {
         let link = llvm_lib.join(name);
         let _ = fs::remove_file(&link);
         symlink(&libllvm, &link).with_context(|| format!("cannot link {}", link.display()))?;
     }
-    eprintln!(
-        "xtask: building bpf-linker {BPF_LINKER_VERSION} against LLVM {major} (about a minute, once)"
-    );
+    eprintln!("xtask: building bpf-linker {BPF_LINKER_VERSION} against LLVM {major} (about a minute, once)");
     check(
         Command::new("cargo")
-            .args([
-                "install",
-                &format!("bpf-linker@{BPF_LINKER_VERSION}"),
-                "--no-default-features",
-            ])
+            .args(["install", &format!("bpf-linker@{BPF_LINKER_VERSION}"), "--no-default-features"])
             .args(["--features", &format!("llvm-{major}")])
             .arg("--root")
             .arg(&tools)
@@ -107,23 +88,16 @@ fn ensure_bpf_linker(root: &Path) -> Result<()> {
 }
 
 fn llvm_major(rustc_version: &str) -> Option<u32> {
-    let version = rustc_version
-        .lines()
-        .find_map(|line| line.strip_prefix("LLVM version: "))?;
+    let version = rustc_version.lines().find_map(|line| line.strip_prefix("LLVM version: "))?;
     version.split('.').next()?.trim().parse().ok()
 }
 
 /// The toolchain's shared libLLVM, by its soname (`libLLVM.so.22.1-rust-1.97.0-nightly`).
 fn find_libllvm(lib_dir: &Path) -> Result<PathBuf> {
-    let entries =
-        fs::read_dir(lib_dir).with_context(|| format!("cannot list {}", lib_dir.display()))?;
+    let entries = fs::read_dir(lib_dir).with_context(|| format!("cannot list {}", lib_dir.display()))?;
     entries
         .filter_map(|entry| entry.ok().map(|e| e.path()))
-        .find(|path| {
-            path.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with("libLLVM.so."))
-        })
+        .find(|path| path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("libLLVM.so.")))
         .with_context(|| {
             format!(
                 "no libLLVM.so.* in {}: the nightly toolchain ships without a shared LLVM",
@@ -136,10 +110,7 @@ fn ensure_packages() -> Result<()> {
     let missing: Vec<&str> = PACKAGES
         .iter()
         .filter(|(command, _)| {
-            Command::new("which")
-                .arg(command)
-                .output()
-                .map_or(true, |o| !o.status.success())
+            Command::new("which").arg(command).output().map_or(true, |o| !o.status.success())
         })
         .map(|&(_, package)| package)
         .collect();
@@ -148,20 +119,12 @@ fn ensure_packages() -> Result<()> {
     }
     eprintln!("xtask: installing {}", missing.join(" "));
     let apt = |args: &[&str]| {
-        let mut command = if is_root() {
-            Command::new("apt-get")
-        } else {
-            sudo("apt-get")
-        };
+        let mut command = if is_root() { Command::new("apt-get") } else { sudo("apt-get") };
         command.args(args).env("DEBIAN_FRONTEND", "noninteractive");
         check(&mut command)
     };
     apt(&["update", "-q"])?;
-    apt(&[
-        &["install", "-y", "-q", "--no-install-recommends"][..],
-        &missing,
-    ]
-    .concat())
+    apt(&[&["install", "-y", "-q", "--no-install-recommends"][..], &missing].concat())
 }
 
 fn sudo(program: &str) -> Command {
@@ -171,14 +134,9 @@ fn sudo(program: &str) -> Command {
 }
 
 fn output(command: &mut Command) -> Result<String> {
-    let out = command
-        .output()
-        .with_context(|| format!("cannot run {command:?}"))?;
+    let out = command.output().with_context(|| format!("cannot run {command:?}"))?;
     if !out.status.success() {
-        bail!(
-            "{command:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
+        bail!("{command:?} failed: {}", String::from_utf8_lossy(&out.stderr).trim());
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
@@ -189,8 +147,7 @@ mod tests {
 
     #[test]
     fn reads_llvm_major() {
-        let version =
-            "rustc 1.97.0-nightly (e50aa6fba 2026-05-19)\nbinary: rustc\nLLVM version: 22.1.4\n";
+        let version = "rustc 1.97.0-nightly (e50aa6fba 2026-05-19)\nbinary: rustc\nLLVM version: 22.1.4\n";
         assert_eq!(llvm_major(version), Some(22));
         assert_eq!(llvm_major("rustc 1.0\n"), None);
     }

@@ -34,9 +34,7 @@ pub fn profiler() -> Command {
 
 /// A fresh directory for one test's files.
 pub fn scratch_dir(test: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join("e2e")
-        .join(test);
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("e2e").join(test);
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
@@ -47,12 +45,8 @@ static BUILD_LOCK: Mutex<()> = Mutex::new(());
 /// Compiles `tests/workloads/<source>` with `cc` and `flags` into `<scratch>/<name>`.
 pub fn build_workload(source: &str, name: &str, compiler: &str, flags: &[&str]) -> PathBuf {
     let _guard = BUILD_LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/workloads")
-        .join(source);
-    let out = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join("workloads")
-        .join(name);
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads").join(source);
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("workloads").join(name);
     std::fs::create_dir_all(out.parent().unwrap()).unwrap();
     let status = Command::new(compiler)
         .args(flags)
@@ -66,35 +60,45 @@ pub fn build_workload(source: &str, name: &str, compiler: &str, flags: &[&str]) 
     out
 }
 
+/// Compiles `tests/workloads/<source>` with the rustc next to the cargo running the tests.
+pub fn build_rust(source: &str, name: &str, flags: &[&str]) -> PathBuf {
+    let rustc = Path::new(env!("CARGO")).with_file_name("rustc");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads").join(source);
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("workloads").join(name);
+    std::fs::create_dir_all(out.parent().unwrap()).unwrap();
+    let status = Command::new(&rustc).args(flags).arg("-o").arg(&out).arg(&src).status().expect("run rustc");
+    assert!(status.success(), "building {source} failed");
+    out
+}
+
+/// Runs `profiler record -F 999 [extra] -o <dir>/out.folded -- <workload> <args>` and returns
+/// the folded stacks.
+pub fn record_command(dir: &Path, extra: &[&str], workload: &Path, args: &[&str]) -> Folded {
+    let out = dir.join("out.folded");
+    let mut argv = vec!["record", "-F", "999", "-o", out.to_str().unwrap()];
+    argv.extend(extra);
+    argv.push("--");
+    argv.push(workload.to_str().unwrap());
+    argv.extend(args);
+    let run = run_profiler(&argv);
+    assert!(run.status.success());
+    Folded::read(&out)
+}
+
 /// The 60/30/10 workload, with frame pointers in every function including leaves.
 pub fn split_with_frame_pointers() -> PathBuf {
-    build_workload(
-        "split.c",
-        "split-fp",
-        "gcc",
-        &["-O2", "-g", "-fno-omit-frame-pointer", "-DFRAMED_LEAVES"],
-    )
+    build_workload("split.c", "split-fp", "gcc", &["-O2", "-g", "-fno-omit-frame-pointer", "-DFRAMED_LEAVES"])
 }
 
 /// Runs the profiler to completion.
 pub fn run_profiler(args: &[&str]) -> Output {
     let output = profiler().args(args).output().expect("run profiler");
-    eprintln!(
-        "profiler {args:?}: {}\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
+    eprintln!("profiler {args:?}: {}\n{}", output.status, String::from_utf8_lossy(&output.stderr));
     output
 }
 
 pub fn spawn(program: &Path, args: &[&str]) -> KillOnDrop {
-    KillOnDrop(
-        Command::new(program)
-            .args(args)
-            .stdin(Stdio::null())
-            .spawn()
-            .expect("spawn workload"),
-    )
+    KillOnDrop(Command::new(program).args(args).stdin(Stdio::null()).spawn().expect("spawn workload"))
 }
 
 /// A child process killed when the test ends, pass or fail.
@@ -120,21 +124,24 @@ pub struct Folded {
 
 impl Folded {
     pub fn read(path: &Path) -> Self {
-        let text = std::fs::read_to_string(path)
-            .unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+        let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
         Self::parse(&text)
+    }
+
+    /// The same stacks with every frame name passed through `f`.
+    pub fn renamed(self, f: impl Fn(&str) -> String) -> Self {
+        let stacks =
+            self.stacks.into_iter().map(|(frames, n)| (frames.iter().map(|s| f(s)).collect(), n)).collect();
+        Self { stacks }
     }
 
     pub fn parse(text: &str) -> Self {
         let stacks = text
             .lines()
             .map(|line| {
-                let (stack, count) = line
-                    .rsplit_once(' ')
-                    .unwrap_or_else(|| panic!("bad folded line {line:?}"));
-                let count = count
-                    .parse()
-                    .unwrap_or_else(|_| panic!("bad count in {line:?}"));
+                let (stack, count) =
+                    line.rsplit_once(' ').unwrap_or_else(|| panic!("bad folded line {line:?}"));
+                let count = count.parse().unwrap_or_else(|_| panic!("bad count in {line:?}"));
                 (stack.split(';').map(str::to_owned).collect(), count)
             })
             .collect();
@@ -150,11 +157,8 @@ impl Folded {
     pub fn leaf_samples(&self, leaf: &str, chain: &[&str]) -> (u64, u64) {
         let (mut all, mut complete) = (0, 0);
         for (frames, count) in &self.stacks {
-            let user: Vec<&str> = frames
-                .iter()
-                .map(String::as_str)
-                .filter(|f| !f.ends_with("_[k]"))
-                .collect();
+            let user: Vec<&str> =
+                frames.iter().map(String::as_str).filter(|f| !f.ends_with("_[k]")).collect();
             if user.last() != Some(&leaf) {
                 continue;
             }
@@ -168,10 +172,7 @@ impl Folded {
 
     /// Share (0-100) of each leaf among the samples of all of them.
     pub fn leaf_shares(&self, leaves: &[&str]) -> BTreeMap<String, f64> {
-        let counts: Vec<u64> = leaves
-            .iter()
-            .map(|leaf| self.leaf_samples(leaf, &[]).0)
-            .collect();
+        let counts: Vec<u64> = leaves.iter().map(|leaf| self.leaf_samples(leaf, &[]).0).collect();
         let total: u64 = counts.iter().sum();
         assert!(total > 0, "no samples in any of {leaves:?}");
         leaves
@@ -190,56 +191,57 @@ impl Folded {
     }
 }
 
-/// The expected 60/30/10 split of `split.c`; its chains start at `root` (main or worker).
-pub const SPLIT: [(&str, f64); 3] = [("hot_a", 60.0), ("hot_b", 30.0), ("hot_c", 10.0)];
-
-pub fn split_chain(root: &str, leaf: &str) -> Vec<String> {
-    let x = &leaf[4..];
-    [
-        root,
-        "burn",
-        "run_round",
-        &format!("{x}_outer"),
-        &format!("{x}_middle"),
-        &format!("{x}_inner"),
-        leaf,
-    ]
-    .map(str::to_owned)
-    .to_vec()
+/// What a workload's profile must show: each leaf's share of the samples in all the leaves,
+/// and the chain (root first, ending at the leaf) its samples must carry.
+pub struct Expected {
+    pub leaf: String,
+    pub share: f64,
+    pub chain: Vec<String>,
 }
 
-/// Asserts the 60/30/10 split within ±`tolerance` points and that at least `min_complete` of each
-/// leaf's samples carry the whole chain from `root`.
-pub fn assert_split(folded: &Folded, root: &str, tolerance: f64, min_complete: f64) {
-    let leaves = SPLIT.map(|(leaf, _)| leaf);
+/// The 60/30/10 split of split.c and split.rs: chains from `root` (main or worker), function
+/// names made by `name` (`hot_a` -> `split::hot_a` in Rust).
+pub fn split_expected(root: &str, name: impl Fn(&str) -> String) -> Vec<Expected> {
+    [("a", 60.0), ("b", 30.0), ("c", 10.0)]
+        .into_iter()
+        .map(|(x, share)| {
+            let chain = [root.to_owned(), name("burn"), name("run_round")]
+                .into_iter()
+                .chain(
+                    [format!("{x}_outer"), format!("{x}_middle"), format!("{x}_inner"), format!("hot_{x}")]
+                        .map(|f| name(&f)),
+                )
+                .collect();
+            Expected { leaf: name(&format!("hot_{x}")), share, chain }
+        })
+        .collect()
+}
+
+/// Asserts each leaf's share within ±`tolerance` points, that the leaves hold at least 90% of
+/// all samples, and that at least `min_complete` of each leaf's samples carry its whole chain.
+pub fn assert_profile(folded: &Folded, expected: &[Expected], tolerance: f64, min_complete: f64) {
+    let leaves: Vec<&str> = expected.iter().map(|e| e.leaf.as_str()).collect();
     let shares = folded.leaf_shares(&leaves);
-    let in_leaves: u64 = leaves
-        .iter()
-        .map(|leaf| folded.leaf_samples(leaf, &[]).0)
-        .sum();
-    eprintln!(
-        "shares {shares:?}; {in_leaves} of {} samples in the leaves",
-        folded.total()
-    );
-    assert!(
-        in_leaves as f64 >= 0.9 * folded.total() as f64,
-        "most samples should be in the leaves"
-    );
-    for (leaf, expected) in SPLIT {
-        let share = shares[leaf];
+    let in_leaves: u64 = leaves.iter().map(|leaf| folded.leaf_samples(leaf, &[]).0).sum();
+    eprintln!("shares {shares:?}; {in_leaves} of {} samples in the leaves", folded.total());
+    assert!(in_leaves as f64 >= 0.9 * folded.total() as f64, "most samples should be in the leaves");
+    for e in expected {
+        let share = shares[&e.leaf];
         assert!(
-            (share - expected).abs() <= tolerance,
-            "{leaf}: {share:.1}% vs {expected}% ± {tolerance}"
+            (share - e.share).abs() <= tolerance,
+            "{}: {share:.1}% vs {}% ± {tolerance}",
+            e.leaf,
+            e.share
         );
-        let chain = split_chain(root, leaf);
-        let chain: Vec<&str> = chain.iter().map(String::as_str).collect();
-        let (all, complete) = folded.leaf_samples(leaf, &chain);
+        let chain: Vec<&str> = e.chain.iter().map(String::as_str).collect();
+        let (all, complete) = folded.leaf_samples(&e.leaf, &chain);
         let ratio = complete as f64 / all as f64;
-        eprintln!("{leaf}: {complete}/{all} samples with the whole chain {chain:?}");
-        assert!(
-            ratio >= min_complete,
-            "{leaf}: only {:.1}% of samples carry {chain:?}",
-            ratio * 100.0
-        );
+        eprintln!("{}: {complete}/{all} samples with the whole chain", e.leaf);
+        assert!(ratio >= min_complete, "{}: only {:.2}% of samples carry {chain:?}", e.leaf, ratio * 100.0);
     }
+}
+
+/// The 60/30/10 split of split.c, from `root`.
+pub fn assert_split(folded: &Folded, root: &str, tolerance: f64, min_complete: f64) {
+    assert_profile(folded, &split_expected(root, str::to_owned), tolerance, min_complete);
 }
