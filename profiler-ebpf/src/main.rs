@@ -11,7 +11,9 @@ use core::{mem::size_of, ptr::read_volatile};
 
 use aya_ebpf::{
     EbpfContext as _,
-    bindings::{BPF_F_USER_STACK, pt_regs},
+    bindings::{
+        BPF_F_USER_STACK, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP, BPF_RB_RING_SIZE, pt_regs,
+    },
     helpers::{
         bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_smp_processor_id, bpf_ktime_get_ns,
         bpf_probe_read_kernel,
@@ -87,8 +89,16 @@ pub fn sample(ctx: PerfEventContext) -> u32 {
             copy_user_stack(header, record.as_mut_ptr().add(HEADER_SIZE), cap);
         }
     }
-    record.submit(0);
+    record.submit(wakeup_flag());
     0
+}
+
+/// Waking the reader costs more than the rest of the program (an irq_work and a context switch
+/// per sample). Userspace drains the ring on a timer instead; only a ring a quarter full wakes it.
+fn wakeup_flag() -> u64 {
+    let queued = SAMPLES.query(BPF_RB_AVAIL_DATA as u64);
+    let size = SAMPLES.query(BPF_RB_RING_SIZE as u64);
+    if queued >= size / 4 { BPF_RB_FORCE_WAKEUP as u64 } else { BPF_RB_NO_WAKEUP as u64 }
 }
 
 /// 0 (no copy: frame-pointer call graphs) or whole pages, at most MAX_STACK_COPY.
@@ -117,15 +127,20 @@ unsafe fn fill_header(ctx: &PerfEventContext, header: *mut SampleHeader, pid_tgi
     h.stack_copy_len = 0;
     h._reserved = 0;
 
-    let kernel = unsafe { bpf_get_stack(ctx.as_ptr(), h.kernel_stack.as_mut_ptr().cast(), STACK_BYTES, 0) };
-    h.kernel_stack_len = frames(kernel);
+    let regs = unsafe { &(*ctx.ctx).regs };
+    let in_user_mode = regs.cs & 3 == USER_MODE_RPL;
+    // A sample taken in user mode has no kernel stack: skip the walk.
+    h.kernel_stack_len = if in_user_mode {
+        0
+    } else {
+        frames(unsafe { bpf_get_stack(ctx.as_ptr(), h.kernel_stack.as_mut_ptr().cast(), STACK_BYTES, 0) })
+    };
     let user = unsafe {
         bpf_get_stack(ctx.as_ptr(), h.user_stack.as_mut_ptr().cast(), STACK_BYTES, BPF_F_USER_STACK as u64)
     };
     h.user_stack_len = frames(user);
 
-    let regs = unsafe { &(*ctx.ctx).regs };
-    if regs.cs & 3 == USER_MODE_RPL {
+    if in_user_mode {
         h.flags = sample_flags::USER_REGS;
         (h.user_ip, h.user_sp, h.user_bp) = (regs.rip, regs.rsp, regs.rbp);
         return;

@@ -82,6 +82,7 @@ pub async fn run(args: RecordArgs) -> Result<()> {
     ring.drain(|record| collector.add_record(record));
     let elapsed = started.elapsed();
     let counters = sampler.counters()?;
+    let run_stats = sampler.run_stats();
     drop(sampler);
 
     let collected = collector.finish();
@@ -104,6 +105,10 @@ pub async fn run(args: RecordArgs) -> Result<()> {
 
     let exit_note = command.as_mut().and_then(StartedCommand::try_status).filter(|s| !s.success());
     print_summary(&collected, &counters, &path);
+    if let Some(stats) = run_stats {
+        let per_run = stats.time.as_secs_f64() * 1e6 / stats.runs as f64;
+        eprintln!("profiler: kernel: {per_run:.2} µs per sample program run ({} runs)", stats.runs);
+    }
     if args.call_graph != CallGraph::Fp {
         print_unwind_quality(&collected, args.stack_size);
     }

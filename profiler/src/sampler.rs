@@ -44,6 +44,13 @@ pub struct Counters {
     pub stack_unreadable: u64,
 }
 
+/// In-kernel run statistics of the sample program.
+#[derive(Clone, Copy, Debug)]
+pub struct RunStats {
+    pub runs: u64,
+    pub time: std::time::Duration,
+}
+
 impl Sampler {
     /// Loads and verifies the programs; nothing is sampled until [`Sampler::start`].
     pub fn load(config: &SamplerConfig) -> Result<Self> {
@@ -111,6 +118,13 @@ impl Sampler {
             sample.detach(link)?;
         }
         Ok(())
+    }
+
+    /// Time the sample program spent in the kernel and how often it ran, when the kernel keeps
+    /// such statistics (`sysctl kernel.bpf_stats_enabled=1`); `None` otherwise.
+    pub fn run_stats(&self) -> Option<RunStats> {
+        let info = self.ebpf.program(programs::SAMPLE)?.info().ok()?;
+        (info.run_count() > 0).then(|| RunStats { runs: info.run_count(), time: info.run_time() })
     }
 
     pub fn counters(&self) -> Result<Counters> {
