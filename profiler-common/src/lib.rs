@@ -68,6 +68,29 @@ pub struct SampleHeader {
     pub user_stack: [u64; MAX_STACK_DEPTH],
 }
 
+impl SampleHeader {
+    /// A header with every field zero.
+    pub const fn zeroed() -> Self {
+        Self {
+            tgid: 0,
+            tid: 0,
+            cpu: 0,
+            flags: 0,
+            time_ns: 0,
+            comm: [0; TASK_COMM_LEN],
+            user_ip: 0,
+            user_sp: 0,
+            user_bp: 0,
+            kernel_stack_len: 0,
+            user_stack_len: 0,
+            stack_copy_len: 0,
+            _reserved: 0,
+            kernel_stack: [0; MAX_STACK_DEPTH],
+            user_stack: [0; MAX_STACK_DEPTH],
+        }
+    }
+}
+
 /// Bits of [`SampleHeader::flags`].
 pub mod sample_flags {
     /// `user_ip`, `user_sp` and `user_bp` hold the thread's user registers.

@@ -152,12 +152,13 @@ impl AddressSpaceView for ProcessView<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::decode::{empty_header, encode};
+    use crate::decode::encode;
+    use profiler_common::SampleHeader;
 
     #[test]
     fn collects_a_record_and_counts_garbage() {
         let pid = std::process::id();
-        let mut header = empty_header();
+        let mut header = SampleHeader::zeroed();
         (header.tgid, header.tid) = (pid, pid);
         header.comm[..4].copy_from_slice(b"self");
         header.kernel_stack[0] = 0xffff_ffff_8100_0000;
@@ -183,7 +184,7 @@ mod tests {
         // A sample of this very thread: its registers and the top of its stack.
         let pid = std::process::id();
         let stack = [0u8; 64];
-        let mut header = empty_header();
+        let mut header = SampleHeader::zeroed();
         (header.tgid, header.tid) = (pid, pid);
         header.flags = profiler_common::sample_flags::USER_REGS;
         header.user_ip = dwarf_mode_unwinds_and_counts as *const () as usize as u64 + 4;

@@ -113,8 +113,8 @@ impl<'a> Sample<'a> {
     }
 }
 
-/// Serializes a header and stack copy the way the eBPF program lays them out (for fixtures).
-#[cfg(test)]
+/// Serializes a header and stack copy the way the eBPF program lays them out (fixtures,
+/// benchmarks).
 pub fn encode(header: &SampleHeader, stack_copy: &[u8]) -> Vec<u8> {
     // SAFETY: SampleHeader is repr(C) plain old data without padding.
     let bytes =
@@ -125,32 +125,11 @@ pub fn encode(header: &SampleHeader, stack_copy: &[u8]) -> Vec<u8> {
 }
 
 #[cfg(test)]
-pub fn empty_header() -> SampleHeader {
-    SampleHeader {
-        tgid: 0,
-        tid: 0,
-        cpu: 0,
-        flags: 0,
-        time_ns: 0,
-        comm: [0; TASK_COMM_LEN],
-        user_ip: 0,
-        user_sp: 0,
-        user_bp: 0,
-        kernel_stack_len: 0,
-        user_stack_len: 0,
-        stack_copy_len: 0,
-        _reserved: 0,
-        kernel_stack: [0; MAX_STACK_DEPTH],
-        user_stack: [0; MAX_STACK_DEPTH],
-    }
-}
-
-#[cfg(test)]
 mod tests {
     use super::*;
 
     fn sample_header() -> SampleHeader {
-        let mut h = empty_header();
+        let mut h = SampleHeader::zeroed();
         h.tgid = 42;
         h.tid = 43;
         h.cpu = 1;

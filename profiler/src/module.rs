@@ -21,7 +21,7 @@ impl ModuleId {
         self.0
     }
 
-    #[cfg(test)]
+    /// A module id by its index (fixtures and benchmarks; the registry hands out the real ones).
     pub const fn from_index(index: u32) -> Self {
         Self(index)
     }

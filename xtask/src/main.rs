@@ -1,8 +1,9 @@
-//! Project tasks: `cargo xtask setup | build | run | test`.
+//! Project tasks: `cargo xtask setup | build | run | test | bench`.
 //!
 //! `setup` installs what a fresh machine lacks (rust-src for the `nightly` toolchain, bpf-linker
 //! built against that nightly's own libLLVM in `.tools/`, the C/C++ compilers the tests use) and
 //! does nothing when everything is there. Every other task runs it first.
+mod bench;
 mod setup;
 
 use std::{
@@ -33,6 +34,12 @@ enum Task {
         #[arg(last = true)]
         args: Vec<OsString>,
     },
+    /// Measure the profiler on workloads it builds; writes BENCHMARKS.md (needs root).
+    Bench {
+        /// One repetition, shorter runs.
+        #[arg(long)]
+        quick: bool,
+    },
     /// Formatting and clippy checks, then every test, end-to-end ones as root.
     Test {
         /// Extra arguments for `cargo test` (a test name filter, say).
@@ -59,6 +66,12 @@ fn run(task: Task) -> Result<()> {
             run_profiler(&root, args)
         }
         Task::Test { args } => test(&root, &args),
+        Task::Bench { quick } => {
+            if !is_root() {
+                bail!("benchmarks load eBPF programs and set kernel.bpf_stats_enabled: run as root");
+            }
+            bench::run(&root, &bench::Options { quick })
+        }
     }
 }
 
@@ -107,7 +120,7 @@ fn test(root: &Path, args: &[OsString]) -> Result<()> {
     check(&mut command)
 }
 
-fn cargo(root: &Path, args: &[&str]) -> Result<()> {
+pub fn cargo(root: &Path, args: &[&str]) -> Result<()> {
     check(Command::new("cargo").current_dir(root).args(args))
 }
 

@@ -8,6 +8,7 @@
 //! the stack pointer must grow, every address must be in executable memory, depth is bounded.
 //! Memory reads come from the snapshot only, through [`StackSnapshot`].
 pub mod cfi;
+pub mod fixture;
 pub mod hybrid;
 
 use std::{collections::HashMap, path::PathBuf};
@@ -38,10 +39,10 @@ pub struct StackSnapshot<'a> {
 }
 
 impl StackSnapshot<'_> {
-    pub fn read_u64(&self, addr: u64) -> Result<u64, ()> {
-        let offset = usize::try_from(addr.checked_sub(self.sp).ok_or(())?).map_err(|_| ())?;
-        let bytes = self.bytes.get(offset..offset.checked_add(8).ok_or(())?).ok_or(())?;
-        Ok(u64::from_le_bytes(bytes.try_into().map_err(|_| ())?))
+    pub fn read_u64(&self, addr: u64) -> Option<u64> {
+        let offset = usize::try_from(addr.checked_sub(self.sp)?).ok()?;
+        let bytes = self.bytes.get(offset..offset.checked_add(8)?)?;
+        Some(u64::from_le_bytes(bytes.try_into().ok()?))
     }
 
     fn end(&self) -> u64 {
@@ -134,7 +135,7 @@ impl Unwinder {
                 FrameAddress::ReturnAddress(lookup.try_into().expect("return addresses are nonzero"))
             };
             let sp_before = unwind_regs.sp();
-            let mut read = |a| stack.read_u64(a);
+            let mut read = |a| stack.read_u64(a).ok_or(());
             match self.framehop.unwind_frame(frame, &mut unwind_regs, &mut self.cache, &mut read) {
                 Ok(Some(_)) if unwind_regs.sp() <= sp_before => break UnwindEnd::Lost,
                 Ok(Some(return_address)) if return_address != 0 => addr = return_address,

@@ -5,54 +5,17 @@ use std::path::{Path, PathBuf};
 use object::{Object as _, ObjectSymbol as _};
 use proptest::prelude::*;
 
-use super::*;
-use crate::maps::{AddressSpace, Backing};
+use super::{
+    fixture::{FIXTURE_MODULE as MODULE, Fixture},
+    *,
+};
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/unwind").join(name)
 }
 
-/// The fixture process: its recorded mappings, with the binary read from the fixtures.
-struct FixtureSpace {
-    space: AddressSpace,
-    binary: PathBuf,
-}
-
-const MODULE: ModuleId = ModuleId::from_index(0);
-
-impl AddressSpaceView for FixtureSpace {
-    fn locate(&mut self, addr: u64) -> Location {
-        match self.space.find(addr) {
-            Some(m) if m.executable && matches!(m.backing, Backing::File { .. }) => {
-                Location::Module { module: MODULE, file_offset: m.file_offset(addr) }
-            }
-            Some(m) if m.executable => Location::Anonymous,
-            _ => Location::NotCode,
-        }
-    }
-
-    fn module_paths(&self, _: ModuleId) -> Option<(PathBuf, PathBuf)> {
-        Some((self.binary.clone(), self.binary.clone()))
-    }
-}
-
-struct Fixture {
-    regs: UserRegs,
-    stack: Vec<u8>,
-}
-
 fn recorded() -> Fixture {
-    let regs = std::fs::read_to_string(fixture("regs")).unwrap();
-    let values: Vec<u64> = regs.split_whitespace().map(|v| u64::from_str_radix(v, 16).unwrap()).collect();
-    Fixture {
-        regs: UserRegs { ip: values[0], sp: values[1], bp: values[2] },
-        stack: std::fs::read(fixture("stack.bin")).unwrap(),
-    }
-}
-
-fn space(binary: &str) -> FixtureSpace {
-    let maps = std::fs::read_to_string(fixture("maps")).unwrap();
-    FixtureSpace { space: AddressSpace::parse(&maps).unwrap(), binary: fixture(binary) }
+    Fixture::read(&fixture("")).unwrap()
 }
 
 /// Function names of frames, from the fixture's symbol table (non-PIE: addresses are SVMAs).
@@ -77,7 +40,7 @@ fn names(frames: &[u64]) -> Vec<String> {
 }
 
 fn unwind(stack: &StackSnapshot<'_>, regs: UserRegs, binary: &str) -> Unwound {
-    Unwinder::default().unwind(regs, stack, &mut space(binary))
+    Unwinder::default().unwind(regs, stack, &mut recorded().space(fixture(binary)))
 }
 
 #[test]
@@ -158,7 +121,7 @@ proptest! {
         truncated in any::<bool>(),
     ) {
         let fixture = recorded();
-        let mut space = space("snapshot");
+        let mut space = fixture.space(self::fixture("snapshot"));
         // Mix the real stack in half of the cases, so that unwinding gets somewhere first.
         let bytes = if sp % 2 == 0 { [&fixture.stack[..], &bytes].concat() } else { bytes };
         let sp = if sp % 2 == 0 { fixture.regs.sp } else { sp };

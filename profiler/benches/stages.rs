@@ -1,0 +1,100 @@
+//! Micro-benchmarks of the userspace stages, without BPF: decode, unwind, aggregate and
+//! symbolize. `cargo bench -p profiler`; `cargo xtask bench` reports them in BENCHMARKS.md.
+use std::{hint::black_box, path::Path};
+
+use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
+use profiler::{
+    decode::{decode, encode},
+    frame::{self, Frame, UserStack},
+    module::Modules,
+    process::Processes,
+    profile::Profile,
+    render,
+    symbolize::Symbolizer,
+    unwind::{StackSnapshot, Unwinder, fixture::Fixture},
+};
+use profiler_common::SampleHeader;
+
+fn fixture_dir() -> &'static Path {
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/unwind"))
+}
+
+fn decode_record(c: &mut Criterion) {
+    let mut header = SampleHeader::zeroed();
+    header.kernel_stack_len = 20;
+    header.user_stack_len = 30;
+    header.stack_copy_len = 32 * 1024;
+    let record = encode(&header, &vec![0u8; 32 * 1024]);
+    let mut group = c.benchmark_group("decode");
+    group.throughput(Throughput::Elements(1));
+    group.bench_function("record_32k", |b| b.iter(|| decode(black_box(&record)).unwrap().user_stack().len()));
+    group.finish();
+}
+
+fn unwind_stack(c: &mut Criterion) {
+    let fixture = Fixture::read(fixture_dir()).unwrap();
+    let mut space = fixture.space(fixture_dir().join("snapshot"));
+    let stack = StackSnapshot { sp: fixture.regs.sp, bytes: &fixture.stack, truncated: false };
+    let mut unwinder = Unwinder::default();
+    let frames = unwinder.unwind(fixture.regs, &stack, &mut space).frames.len();
+    let mut group = c.benchmark_group("unwind");
+    group.throughput(Throughput::Elements(1));
+    group.bench_function(format!("warm_{frames}_frames"), |b| {
+        b.iter(|| unwinder.unwind(black_box(fixture.regs), &stack, &mut space).frames.len())
+    });
+    group.finish();
+}
+
+/// A profile of `samples` samples over `distinct` stacks of 30 frames.
+fn synthetic_profile(samples: usize, distinct: u64) -> Profile {
+    let mut profile = Profile::default();
+    for i in 0..samples as u64 {
+        let frames: Vec<Frame> =
+            (0..30).map(|d| Frame::Anonymous { tgid: 1, addr: (i % distinct) * 64 + d }).collect();
+        profile.add(i, 1, 1, "app", &frames);
+    }
+    profile
+}
+
+fn aggregate(c: &mut Criterion) {
+    let frames: Vec<Frame> = (0..30).map(|d| Frame::Anonymous { tgid: 1, addr: d }).collect();
+    let mut group = c.benchmark_group("aggregate");
+    group.throughput(Throughput::Elements(1));
+    group.bench_function("add_sample_30_frames", |b| {
+        b.iter_batched_ref(
+            Profile::default,
+            |p| p.add(1, 1, 1, "app", black_box(&frames)),
+            BatchSize::SmallInput,
+        )
+    });
+    let profile = synthetic_profile(100_000, 1_000);
+    let symbolizer = Symbolizer::default();
+    let symbols = symbolizer.symbolize(&profile.distinct_frames(), &Modules::default());
+    group.throughput(Throughput::Elements(100_000));
+    group.bench_function("collapse_100k_samples", |b| b.iter(|| render::collapse(&profile, &symbols).len()));
+    group.finish();
+}
+
+/// Symbolizing the addresses of this benchmark binary's own functions, warm: blazesym has
+/// parsed the file once, as it has after the first recording of a long-lived profiler.
+fn symbolize(c: &mut Criterion) {
+    let pid = std::process::id();
+    let mut processes = Processes::default();
+    let mut modules = Modules::default();
+    let process = processes.observe(pid, pid, "bench");
+    let base = symbolize as *const () as usize as u64;
+    let addrs: Vec<u64> = (0..1000).map(|i| base + i * 16).collect();
+    let mut frames = Vec::new();
+    frame::push_user(&UserStack { tgid: pid, time_ns: 0, addrs: &addrs }, process, &mut modules, &mut frames);
+    let symbolizer = Symbolizer::default();
+    symbolizer.symbolize(&frames, &modules);
+    let mut group = c.benchmark_group("symbolize");
+    group.throughput(Throughput::Elements(frames.len() as u64));
+    group.bench_function("warm_1000_addresses", |b| {
+        b.iter(|| symbolizer.symbolize(black_box(&frames), &modules))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, decode_record, unwind_stack, aggregate, symbolize);
+criterion_main!(benches);

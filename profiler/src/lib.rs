@@ -1,0 +1,22 @@
+//! profiler: a system-wide sampling profiler for Linux built on eBPF.
+//!
+//! Data flows one way (see ARCHITECTURE.md): sampler (kernel) → ring → decode → collect
+//! (unwind, address → module + offset) → profile → symbolize → render → output. The stages are
+//! public so that benchmarks and tests can drive them without BPF.
+pub mod cli;
+pub mod collect;
+pub mod decode;
+pub mod frame;
+pub mod maps;
+pub mod module;
+pub mod output;
+pub mod preflight;
+pub mod process;
+pub mod profile;
+pub mod record;
+pub mod render;
+pub mod ring;
+pub mod sampler;
+pub mod symbolize;
+pub mod target;
+pub mod unwind;
