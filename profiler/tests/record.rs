@@ -113,3 +113,59 @@ fn sigint_still_writes_the_output() {
     let leftovers: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(leftovers, ["out.svg"], "no temporary files left");
 }
+
+#[test]
+fn recording_ends_when_the_targets_exit() {
+    if !e2e_enabled() {
+        return;
+    }
+    let dir = scratch_dir("targets-exit");
+    // The workload stops by itself after 2 s; no -d: the recording must end with it.
+    let workload = spawn(&split_with_frame_pointers(), &["2"]);
+    let out = dir.join("out.folded");
+    let started = std::time::Instant::now();
+    let run = run_profiler(&[
+        "record",
+        "-p",
+        &workload.pid().to_string(),
+        "-F",
+        "499",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(run.status.success(), "a target that exits is not an error");
+    assert!(started.elapsed() < Duration::from_secs(30), "the recording did not end with its target");
+    assert_split(&Folded::read(&out), "main", 5.0, 0.90);
+}
+
+#[test]
+fn unwritable_output_fails_before_recording() {
+    if !e2e_enabled() {
+        return;
+    }
+    let run = run_profiler(&["record", "-a", "-d", "1", "-o", "/nonexistent-dir/out.svg"]);
+    assert!(!run.status.success());
+    let stderr = String::from_utf8(run.stderr).unwrap();
+    assert_eq!(stderr.lines().count(), 1, "one line: {stderr:?}");
+    assert!(stderr.starts_with("profiler: error: cannot write /nonexistent-dir/out.svg"), "{stderr}");
+}
+
+#[test]
+fn without_privileges_says_so() {
+    if !e2e_enabled() {
+        return;
+    }
+    // Drop to nobody with no capabilities at all.
+    let run = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all"])
+        .arg(env!("CARGO_BIN_EXE_profiler"))
+        .args(["record", "-a", "-d", "1", "-o", "/tmp/never-written.svg"])
+        .output()
+        .expect("run setpriv");
+    assert!(!run.status.success());
+    let stderr = String::from_utf8(run.stderr).unwrap();
+    assert_eq!(
+        stderr,
+        "profiler: error: profiler needs root, or the CAP_BPF and CAP_PERFMON capabilities: run it with sudo\n"
+    );
+}

@@ -14,7 +14,8 @@ const BPF_LINKER_VERSION: &str = "0.13.0";
 /// LLVM majors bpf-linker 0.13.0 can be built against (its `llvm-NN` features).
 const BPF_LINKER_LLVM_MAJORS: [u32; 3] = [21, 22, 23];
 /// Commands the tests need, and the Debian packages that provide them.
-const PACKAGES: [(&str, &str); 2] = [("gcc", "gcc"), ("g++", "g++")];
+const PACKAGES: [(&str, &str); 4] =
+    [("gcc", "gcc"), ("g++", "g++"), ("objcopy", "binutils"), ("setpriv", "util-linux")];
 
 pub fn ensure(root: &Path) -> Result<()> {
     ensure_rust_src()?;
