@@ -8,8 +8,10 @@ use crate::{
     decode::decode,
     frame::{self, Frame, UserStack},
     module::{ModuleId, Modules},
-    process::{Process, Processes},
+    perf_map::PerfMaps,
+    process::{Process, Processes, Tracking},
     profile::Profile,
+    task_events::TaskEvent,
     unwind::{
         AddressSpaceView, Location, StackSnapshot, UnwindEnd, Unwinder,
         hybrid::{self, StackSource},
@@ -20,6 +22,7 @@ pub struct Collector {
     call_graph: CallGraph,
     processes: Processes,
     modules: Modules,
+    perf_maps: PerfMaps,
     unwinder: Unwinder,
     profile: Profile,
     unwind_stats: UnwindStats,
@@ -59,16 +62,19 @@ impl UnwindStats {
 pub struct Collected {
     pub profile: Profile,
     pub modules: Modules,
+    pub perf_maps: PerfMaps,
     pub unwind_stats: UnwindStats,
     pub malformed: u64,
+    pub lost_task_events: u64,
 }
 
 impl Collector {
-    pub fn new(call_graph: CallGraph) -> Self {
+    pub fn new(call_graph: CallGraph, tracking: Tracking) -> Self {
         Self {
             call_graph,
-            processes: Processes::default(),
+            processes: Processes::new(tracking),
             modules: Modules::default(),
+            perf_maps: PerfMaps::default(),
             unwinder: Unwinder::default(),
             profile: Profile::default(),
             unwind_stats: UnwindStats::default(),
@@ -111,15 +117,38 @@ impl Collector {
         frame::push_kernel(sample.kernel_stack(), &mut self.frames);
         let stack = UserStack { tgid, time_ns: sample.time_ns(), addrs: &user };
         frame::push_user(&stack, process, &mut self.modules, &mut self.frames);
+        for frame in &self.frames {
+            if let Frame::Anonymous { tgid, addr } = *frame {
+                self.perf_maps.observe(tgid, addr, sample.time_ns());
+            }
+        }
         self.profile.add(sample.time_ns(), tgid, tid, process.comm(), &self.frames);
+    }
+
+    /// Follows a process from its current state (targets, and every process under `-a`).
+    pub fn track(&mut self, tgid: u32) {
+        self.processes.track(tgid);
+    }
+
+    /// Applies what a process did to its address space; events must come before the samples
+    /// taken after them.
+    pub fn add_task_event(&mut self, event: TaskEvent) {
+        self.processes.apply(event);
+    }
+
+    /// Forgets processes and mappings no sample taken after `now_ns` can need.
+    pub fn prune(&mut self, now_ns: u64) {
+        self.processes.prune(now_ns);
     }
 
     pub fn finish(self) -> Collected {
         Collected {
             profile: self.profile,
             modules: self.modules,
+            perf_maps: self.perf_maps,
             unwind_stats: self.unwind_stats,
             malformed: self.malformed,
+            lost_task_events: self.processes.lost_events(),
         }
     }
 }
@@ -155,6 +184,8 @@ mod tests {
     use crate::decode::encode;
     use profiler_common::SampleHeader;
 
+    const TRACKING: Tracking = Tracking { all: false, follow_forks: true };
+
     #[test]
     fn collects_a_record_and_counts_garbage() {
         let pid = std::process::id();
@@ -165,7 +196,7 @@ mod tests {
         header.kernel_stack_len = 1;
         header.user_stack[0] = collects_a_record_and_counts_garbage as *const () as usize as u64;
         header.user_stack_len = 1;
-        let mut collector = Collector::new(CallGraph::Fp);
+        let mut collector = Collector::new(CallGraph::Fp, TRACKING);
         collector.add_record(&encode(&header, &[]));
         collector.add_record(&[1, 2, 3]);
         let collected = collector.finish();
@@ -190,7 +221,7 @@ mod tests {
         header.user_ip = dwarf_mode_unwinds_and_counts as *const () as usize as u64 + 4;
         header.user_sp = stack.as_ptr() as u64;
         header.stack_copy_len = stack.len() as u32;
-        let mut collector = Collector::new(CallGraph::Dwarf);
+        let mut collector = Collector::new(CallGraph::Dwarf, TRACKING);
         collector.add_record(&encode(&header, &stack));
         let collected = collector.finish();
         assert_eq!(collected.unwind_stats.total(), 1);

@@ -37,10 +37,17 @@ impl Mapping {
     }
 }
 
-/// The mappings of one process at one moment, sorted by address.
+/// A mapping and when it was made (CLOCK_MONOTONIC ns; 0: before the recording began).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TimedMapping {
+    pub mapping: Mapping,
+    pub since_ns: u64,
+}
+
+/// The mappings of one process, sorted by address and not overlapping, like the kernel's.
 #[derive(Clone, Debug, Default)]
 pub struct AddressSpace {
-    pub(crate) mappings: Vec<Mapping>,
+    entries: Vec<TimedMapping>,
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -72,15 +79,66 @@ impl AddressSpace {
             .map(|(index, line)| parse_line(line).ok_or(ParseError { line: index + 1 }))
             .collect::<Result<Vec<_>, _>>()?;
         mappings.sort_by_key(|m| m.start);
-        Ok(Self { mappings })
+        Ok(Self {
+            entries: mappings.into_iter().map(|mapping| TimedMapping { mapping, since_ns: 0 }).collect(),
+        })
     }
 
     /// The mapping that contains `addr`.
     pub fn find(&self, addr: u64) -> Option<&Mapping> {
-        let index = self.mappings.partition_point(|m| m.start <= addr);
-        let candidate = self.mappings.get(index.checked_sub(1)?)?;
-        candidate.contains(addr).then_some(candidate)
+        self.find_timed(addr).map(|entry| &entry.mapping)
     }
+
+    /// The mapping that contains `addr`, with the time it was made.
+    pub fn find_timed(&self, addr: u64) -> Option<&TimedMapping> {
+        let index = self.entries.partition_point(|e| e.mapping.start <= addr);
+        let candidate = self.entries.get(index.checked_sub(1)?)?;
+        candidate.mapping.contains(addr).then_some(candidate)
+    }
+
+    pub fn mappings(&self) -> impl Iterator<Item = &Mapping> {
+        self.entries.iter().map(|e| &e.mapping)
+    }
+
+    /// Adds a mapping made at `since_ns`, replacing whatever it overlaps, as mmap does.
+    /// Returns the parts it displaced.
+    pub fn insert(&mut self, mapping: Mapping, since_ns: u64) -> Vec<TimedMapping> {
+        let (start, end) = (mapping.start, mapping.end);
+        let mut displaced = Vec::new();
+        let mut kept = Vec::with_capacity(self.entries.len() + 2);
+        for entry in self.entries.drain(..) {
+            let m = &entry.mapping;
+            if m.end <= start || m.start >= end {
+                kept.push(entry);
+                continue;
+            }
+            if m.start < start {
+                kept.push(TimedMapping { mapping: slice(m, m.start, start), ..entry.clone() });
+            }
+            if m.end > end {
+                kept.push(TimedMapping { mapping: slice(m, end, m.end), ..entry.clone() });
+            }
+            displaced.push(TimedMapping { mapping: slice(m, m.start.max(start), m.end.min(end)), ..entry });
+        }
+        kept.push(TimedMapping { mapping, since_ns });
+        kept.sort_by_key(|e| e.mapping.start);
+        self.entries = kept;
+        displaced
+    }
+
+    /// Removes every mapping (exec), returning them.
+    pub fn clear(&mut self) -> Vec<TimedMapping> {
+        std::mem::take(&mut self.entries)
+    }
+}
+
+/// The part `[start, end)` of a mapping.
+fn slice(mapping: &Mapping, start: u64, end: u64) -> Mapping {
+    let offset = match mapping.backing {
+        Backing::File { .. } => mapping.offset + (start - mapping.start),
+        _ => mapping.offset,
+    };
+    Mapping { start, end, offset, backing: mapping.backing.clone(), ..*mapping }
 }
 
 fn parse_line(line: &str) -> Option<Mapping> {
@@ -104,7 +162,8 @@ fn parse_line(line: &str) -> Option<Mapping> {
     })
 }
 
-fn backing(name: &str, inode: u64) -> Backing {
+/// The backing of a mapping named `name` (the last field of a maps line).
+pub fn backing(name: &str, inode: u64) -> Backing {
     if name.is_empty() {
         Backing::Anonymous
     } else if inode == 0 && !name.starts_with('/') {
@@ -136,7 +195,7 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
     #[test]
     fn parses_every_kind_of_line() {
         let space = AddressSpace::parse(MAPS).unwrap();
-        assert_eq!(space.mappings.len(), 9);
+        assert_eq!(space.mappings().count(), 9);
         let text = space.find(0x5583c2a01234).unwrap();
         assert!(text.executable);
         assert_eq!(text.file_offset(0x5583c2a01234), 0x1234);
@@ -165,6 +224,33 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
     fn rejects_garbage() {
         assert_eq!(AddressSpace::parse("hello world\n").unwrap_err(), ParseError { line: 1 });
         assert_eq!(AddressSpace::parse("1000-2000 r-xp zz 00:00 0\n").unwrap_err(), ParseError { line: 1 });
+    }
+
+    fn file(start: u64, end: u64, offset: u64) -> Mapping {
+        Mapping {
+            start,
+            end,
+            offset,
+            executable: true,
+            dev: 1,
+            inode: 7,
+            backing: Backing::File { path: "/lib/x.so".into(), deleted: false },
+        }
+    }
+
+    #[test]
+    fn insert_replaces_what_it_overlaps() {
+        let mut space = AddressSpace::default();
+        assert!(space.insert(file(0x1000, 0x5000, 0), 10).is_empty());
+        // A new mapping in the middle splits the old one; the file offset of the right part moves.
+        let new = Mapping { inode: 8, ..file(0x2000, 0x3000, 0) };
+        let displaced = space.insert(new.clone(), 20);
+        assert_eq!(displaced, [TimedMapping { mapping: file(0x2000, 0x3000, 0x1000), since_ns: 10 }]);
+        let entries: Vec<_> = space.entries.iter().map(|e| (e.mapping.clone(), e.since_ns)).collect();
+        assert_eq!(entries, [(file(0x1000, 0x2000, 0), 10), (new, 20), (file(0x3000, 0x5000, 0x2000), 10)]);
+        assert_eq!(space.find_timed(0x3800).unwrap().mapping.file_offset(0x3800), 0x2800);
+        assert_eq!(space.clear().len(), 3);
+        assert_eq!(space.find(0x1000), None);
     }
 
     #[test]

@@ -1,27 +1,56 @@
-//! What the profiler knows of each sampled process: its command name and its address space.
+//! What the profiler knows of each process: its command name and its address space over time.
+//!
+//! A process is seeded from `/proc/PID/maps`, then follows the task events (mmap, exec, fork,
+//! exit) the kernel reports. Mappings that were replaced or dropped at exec stay in a history
+//! for a while, so that a sample resolves with the mappings valid when it was taken even when it
+//! is read after a dlclose, a new dlopen at the same address, or the process's exit.
 use std::collections::HashMap;
 
-use crate::maps::{AddressSpace, Mapping};
+use crate::{
+    maps::{AddressSpace, Mapping, TimedMapping},
+    task_events::TaskEvent,
+};
 
-#[derive(Debug)]
+/// How long replaced mappings and exited processes are kept: samples are read well within this
+/// (the ring is drained every 20 ms).
+const KEEP_NS: u64 = 2_000_000_000;
+
+/// A mapping that was valid from `since_ns` to `until_ns`.
+#[derive(Clone, Debug)]
+struct PastMapping {
+    entry: TimedMapping,
+    until_ns: u64,
+}
+
+#[derive(Clone, Debug)]
 pub struct Process {
     tgid: u32,
     comm: String,
     space: AddressSpace,
-    /// CLOCK_MONOTONIC time of the last read of the maps, in the samples' time base.
+    history: Vec<PastMapping>,
+    /// When `/proc/PID/maps` was last read.
     read_at_ns: u64,
     /// `/proc/PID` is gone: no more reads.
     gone: bool,
+    exited_at_ns: Option<u64>,
 }
 
 impl Process {
-    fn load(tgid: u32, thread_comm: &str) -> Self {
+    fn load(tgid: u32, fallback_comm: &str) -> Self {
         let comm = std::fs::read_to_string(format!("/proc/{tgid}/comm"))
             .map(|comm| comm.trim_end_matches('\n').to_owned())
-            .unwrap_or_else(|_| thread_comm.to_owned());
+            .unwrap_or_else(|_| fallback_comm.to_owned());
         let read_at_ns = monotonic_ns();
         let space = AddressSpace::read(tgid);
-        Self { tgid, comm, gone: space.is_err(), space: space.unwrap_or_default(), read_at_ns }
+        Self {
+            tgid,
+            comm,
+            gone: space.is_err(),
+            space: space.unwrap_or_default(),
+            history: Vec::new(),
+            read_at_ns,
+            exited_at_ns: None,
+        }
     }
 
     /// The process's command name (its main thread's).
@@ -29,24 +58,68 @@ impl Process {
         &self.comm
     }
 
-    /// The mapping that contained `addr` at `sample_time_ns`. When the address is in no known
-    /// mapping and the sample is newer than the maps we hold (a library loaded since), the maps
-    /// are read again. Older samples cannot be helped by a new read, so garbage addresses cost
-    /// at most one read per sample.
-    pub fn mapping(&mut self, addr: u64, sample_time_ns: u64) -> Option<&Mapping> {
-        if self.space.find(addr).is_none() && !self.gone && sample_time_ns > self.read_at_ns {
-            self.refresh();
+    /// The mapping that contained `addr` at `time_ns`.
+    ///
+    /// When no known mapping did, and the sample is newer than our last read of
+    /// `/proc/PID/maps`, the maps are read again: task events can be lost, and some mappings
+    /// make none (code made executable with mprotect).
+    pub fn mapping(&mut self, addr: u64, time_ns: u64) -> Option<&Mapping> {
+        if self.lookup(addr, time_ns).is_none() && !self.gone && time_ns > self.read_at_ns {
+            self.reread();
         }
-        self.space.find(addr)
+        self.lookup(addr, time_ns)
     }
 
-    fn refresh(&mut self) {
+    fn lookup(&self, addr: u64, time_ns: u64) -> Option<&Mapping> {
+        if let Some(current) = self.space.find_timed(addr).filter(|e| e.since_ns <= time_ns) {
+            return Some(&current.mapping);
+        }
+        self.history
+            .iter()
+            .rev()
+            .find(|past| {
+                past.entry.mapping.contains(addr) && past.entry.since_ns <= time_ns && time_ns < past.until_ns
+            })
+            .map(|past| &past.entry.mapping)
+    }
+
+    fn map(&mut self, mapping: Mapping, time_ns: u64) {
+        let displaced = self.space.insert(mapping, time_ns);
+        self.retire(displaced, time_ns);
+    }
+
+    fn exec(&mut self, comm: String, time_ns: u64) {
+        self.comm = comm;
+        let old = self.space.clear();
+        self.retire(old, time_ns);
+    }
+
+    fn retire(&mut self, entries: Vec<TimedMapping>, until_ns: u64) {
+        self.history.extend(entries.into_iter().map(|entry| PastMapping { entry, until_ns }));
+    }
+
+    fn reread(&mut self) {
         self.read_at_ns = monotonic_ns();
         match AddressSpace::read(self.tgid) {
-            Ok(space) => self.space = space,
+            Ok(space) => {
+                // Unknown since when: the new reading is trusted for any time, as seeding is.
+                let mut old = std::mem::replace(&mut self.space, space);
+                let read_at = self.read_at_ns;
+                self.retire(old.clear(), read_at);
+            }
             Err(_) => self.gone = true,
         }
     }
+
+    fn forget_before(&mut self, time_ns: u64) {
+        self.history.retain(|past| past.until_ns >= time_ns);
+    }
+}
+
+/// The ids of every process running now.
+pub fn running() -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    entries.filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok()).collect()
 }
 
 /// CLOCK_MONOTONIC in nanoseconds: the clock of `bpf_ktime_get_ns`, hence of sample times.
@@ -57,66 +130,195 @@ pub fn monotonic_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-#[derive(Debug, Default)]
+/// Which processes to follow through task events.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tracking {
+    /// Every process on the system (`-a`); otherwise the ones seeded with [`Processes::track`]
+    /// and, if `follow_forks`, their descendants.
+    pub all: bool,
+    pub follow_forks: bool,
+}
+
+#[derive(Debug)]
 pub struct Processes {
+    tracking: Tracking,
     by_tgid: HashMap<u32, Process>,
+    lost_events: u64,
 }
 
 impl Processes {
+    pub fn new(tracking: Tracking) -> Self {
+        Self { tracking, by_tgid: HashMap::new(), lost_events: 0 }
+    }
+
+    /// Starts following a process, from its current `/proc` state.
+    pub fn track(&mut self, tgid: u32) {
+        self.by_tgid.entry(tgid).or_insert_with(|| Process::load(tgid, ""));
+    }
+
     /// The process a sample came from, loading it from /proc on first sight.
     pub fn observe(&mut self, tgid: u32, tid: u32, thread_comm: &str) -> &mut Process {
         let process = self.by_tgid.entry(tgid).or_insert_with(|| Process::load(tgid, thread_comm));
-        // The main thread's name is the process's: it changes at exec.
+        // The main thread's name is the process's.
         if tid == tgid && process.comm != thread_comm {
             process.comm = thread_comm.to_owned();
         }
         process
+    }
+
+    pub fn apply(&mut self, event: TaskEvent) {
+        match event {
+            TaskEvent::Map { pid, time_ns, mapping } => match self.by_tgid.get_mut(&pid) {
+                Some(process) => process.map(mapping, time_ns),
+                // Seeding reads /proc after the event: the mapping is in it.
+                None if self.tracking.all => self.track(pid),
+                None => {}
+            },
+            TaskEvent::Exec { pid, time_ns, comm } => match self.by_tgid.get_mut(&pid) {
+                Some(process) => process.exec(comm, time_ns),
+                None if self.tracking.all => self.track(pid),
+                None => {}
+            },
+            TaskEvent::Rename { pid, comm } => {
+                if let Some(process) = self.by_tgid.get_mut(&pid) {
+                    process.comm = comm;
+                }
+            }
+            TaskEvent::Fork { parent, child, .. } => {
+                let follow = self.tracking.all || self.tracking.follow_forks;
+                if follow
+                    && !self.by_tgid.contains_key(&child)
+                    && let Some(parent) = self.by_tgid.get(&parent)
+                {
+                    let child_process = Process { tgid: child, exited_at_ns: None, ..parent.clone() };
+                    self.by_tgid.insert(child, child_process);
+                }
+            }
+            TaskEvent::Exit { pid, time_ns } => {
+                if let Some(process) = self.by_tgid.get_mut(&pid) {
+                    process.exited_at_ns = Some(time_ns);
+                }
+            }
+            TaskEvent::Lost { count } => self.lost_events += count,
+        }
+    }
+
+    /// Forgets what no sample can need any more: processes and mappings gone for a while before
+    /// `now_ns`.
+    pub fn prune(&mut self, now_ns: u64) {
+        let horizon = now_ns.saturating_sub(KEEP_NS);
+        self.by_tgid.retain(|_, p| p.exited_at_ns.is_none_or(|exited| exited >= horizon));
+        for process in self.by_tgid.values_mut() {
+            process.forget_before(horizon);
+        }
+    }
+
+    /// Task events the kernel dropped (the profiler then falls back to reading /proc).
+    pub fn lost_events(&self) -> u64 {
+        self.lost_events
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::maps::Backing;
+
+    const TRACK_ALL: Tracking = Tracking { all: true, follow_forks: true };
+
+    fn library(start: u64, inode: u64) -> Mapping {
+        Mapping {
+            start,
+            end: start + 0x1000,
+            offset: 0,
+            executable: true,
+            dev: 1,
+            inode,
+            backing: Backing::File { path: format!("/lib/{inode}.so").into(), deleted: false },
+        }
+    }
+
+    /// A process that does not exist, so that /proc never answers for it.
+    const GHOST: u32 = 999_999_999;
+
+    fn ghost(processes: &mut Processes) -> &mut Process {
+        processes.observe(GHOST, GHOST + 1, "ghost")
+    }
 
     #[test]
     fn loads_a_live_process() {
         let pid = std::process::id();
-        let mut processes = Processes::default();
+        let mut processes = Processes::new(TRACK_ALL);
         let process = processes.observe(pid, pid + 1, "thread-name");
         let expected = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap();
         assert_eq!(process.comm(), expected.trim_end());
         let here = loads_a_live_process as *const () as usize as u64;
         assert!(process.mapping(here, 0).is_some());
-        assert_eq!(processes.by_tgid.len(), 1);
     }
 
     #[test]
     fn main_thread_comm_wins() {
         let pid = std::process::id();
-        let mut processes = Processes::default();
+        let mut processes = Processes::new(TRACK_ALL);
         processes.observe(pid, pid, "renamed");
         assert_eq!(processes.observe(pid, pid + 1, "other").comm(), "renamed");
     }
 
     #[test]
-    fn exited_process_keeps_sample_comm() {
-        let mut child = std::process::Command::new("true").spawn().unwrap();
-        let pid = child.id();
-        child.wait().unwrap();
-        let mut processes = Processes::default();
-        let process = processes.observe(pid, pid + 1, "true");
-        assert_eq!(process.comm(), "true");
-        assert!(process.mapping(0x1000, u64::MAX).is_none());
+    fn dlclose_then_dlopen_at_the_same_address() {
+        let mut processes = Processes::new(TRACK_ALL);
+        ghost(&mut processes);
+        processes.apply(TaskEvent::Map { pid: GHOST, time_ns: 100, mapping: library(0x7000, 1) });
+        processes.apply(TaskEvent::Map { pid: GHOST, time_ns: 200, mapping: library(0x7000, 2) });
+        let process = ghost(&mut processes);
+        assert_eq!(process.mapping(0x7010, 50), None, "before any mapping");
+        assert_eq!(process.mapping(0x7010, 150).unwrap().inode, 1, "the first library, read late");
+        assert_eq!(process.mapping(0x7010, 250).unwrap().inode, 2);
     }
 
     #[test]
-    fn newer_samples_see_new_mappings() {
+    fn exec_forgets_the_old_image_but_not_for_old_samples() {
+        let mut processes = Processes::new(TRACK_ALL);
+        ghost(&mut processes);
+        processes.apply(TaskEvent::Map { pid: GHOST, time_ns: 100, mapping: library(0x7000, 1) });
+        processes.apply(TaskEvent::Exec { pid: GHOST, time_ns: 200, comm: "new".into() });
+        let process = ghost(&mut processes);
+        assert_eq!(process.comm(), "new");
+        assert_eq!(process.mapping(0x7010, 150).unwrap().inode, 1);
+        assert_eq!(process.mapping(0x7010, 250), None);
+    }
+
+    #[test]
+    fn fork_copies_the_address_space() {
+        let mut processes = Processes::new(Tracking { all: false, follow_forks: true });
+        ghost(&mut processes);
+        processes.apply(TaskEvent::Map { pid: GHOST, time_ns: 100, mapping: library(0x7000, 1) });
+        processes.apply(TaskEvent::Fork { parent: GHOST, child: GHOST - 1, time_ns: 150 });
+        processes.apply(TaskEvent::Map { pid: 424_242, time_ns: 100, mapping: library(0x7000, 5) });
+        let child = processes.observe(GHOST - 1, GHOST - 1, "child");
+        assert_eq!(child.mapping(0x7010, 200).unwrap().inode, 1);
+        assert!(!processes.by_tgid.contains_key(&424_242), "untracked processes are ignored");
+    }
+
+    #[test]
+    fn exited_processes_are_pruned_later() {
+        let mut processes = Processes::new(TRACK_ALL);
+        ghost(&mut processes);
+        processes.apply(TaskEvent::Exit { pid: GHOST, time_ns: 1_000 });
+        processes.prune(1_000 + KEEP_NS);
+        assert!(processes.by_tgid.contains_key(&GHOST));
+        processes.prune(1_001 + KEEP_NS);
+        assert!(!processes.by_tgid.contains_key(&GHOST));
+    }
+
+    #[test]
+    fn newer_samples_reread_proc() {
         let pid = std::process::id();
-        let mut processes = Processes::default();
+        let mut processes = Processes::new(TRACK_ALL);
         let process = processes.observe(pid, pid, "test");
-        // A mapping made after the process was first read.
-        // SAFETY: a fresh anonymous mapping, unmapped below.
+        // A mapping made after the process was first read, with no event for it.
         let len = 4096;
+        // SAFETY: a fresh anonymous mapping, unmapped below.
         let addr = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),

@@ -12,11 +12,13 @@ use crate::{
     collect::{Collected, Collector},
     output::OutputFile,
     preflight,
+    process::{self, Tracking},
     render::{self, SvgOptions},
     ring::RingReader,
     sampler::{Counters, Sampler, SamplerConfig},
     symbolize::Symbolizer,
     target::{self, PendingCommand, ProcessHandle, StartedCommand},
+    task_events::TaskEventReader,
     unwind::{UnwindEnd, hybrid::StackSource},
 };
 
@@ -67,7 +69,19 @@ pub async fn run(args: RecordArgs) -> Result<()> {
         Targets::Command(Some(pending)) => sampler.add_process(pending.pid())?,
         Targets::Command(None) | Targets::SystemWide => {}
     }
-    let mut ring = RingReader::new(sampler.take_ring_buffer()?).context("cannot poll the ring buffer")?;
+    let ring = RingReader::new(sampler.take_ring_buffer()?).context("cannot poll the ring buffer")?;
+    let tracking = Tracking { all: matches!(targets, Targets::SystemWide), follow_forks: !args.no_inherit };
+    let mut intake = Intake {
+        ring,
+        task_events: TaskEventReader::open()?,
+        collector: Collector::new(args.call_graph, tracking),
+    };
+    match &targets {
+        Targets::Processes(handles) => handles.iter().for_each(|h| intake.collector.track(h.pid())),
+        Targets::Command(Some(pending)) => intake.collector.track(pending.pid()),
+        Targets::Command(None) => {}
+        Targets::SystemWide => process::running().into_iter().for_each(|pid| intake.collector.track(pid)),
+    }
     sampler.start()?;
     let started = Instant::now();
     let mut command = match &mut targets {
@@ -75,18 +89,21 @@ pub async fn run(args: RecordArgs) -> Result<()> {
         _ => None,
     };
 
-    let mut collector = Collector::new(args.call_graph);
     let stop = stop_condition(args.duration, &targets, command.as_ref())?;
-    let reason = sample_until(stop, &mut ring, &mut collector).await?;
+    let reason = sample_until(stop, &mut intake).await?;
     sampler.stop()?;
-    ring.drain(|record| collector.add_record(record));
+    intake.drain();
     let elapsed = started.elapsed();
     let counters = sampler.counters()?;
     let run_stats = sampler.run_stats();
     drop(sampler);
 
-    let collected = collector.finish();
-    let symbols = Symbolizer::default().symbolize(&collected.profile.distinct_frames(), &collected.modules);
+    let collected = intake.collector.finish();
+    let symbols = Symbolizer::default().symbolize(
+        &collected.profile.distinct_frames(),
+        &collected.modules,
+        &collected.perf_maps,
+    );
     let folded = render::collapse(&collected.profile, &symbols);
     let samples = collected.profile.samples().len();
     let labels = SvgOptions {
@@ -159,18 +176,32 @@ fn stop_condition<'a>(
     })
 }
 
-async fn sample_until(
-    stop: impl Future<Output = StopReason>,
-    ring: &mut RingReader,
-    collector: &mut Collector,
-) -> Result<StopReason> {
+/// Where everything the kernel reports goes.
+struct Intake {
+    ring: RingReader,
+    task_events: TaskEventReader,
+    collector: Collector,
+}
+
+impl Intake {
+    /// Task events first: a sample must find the mappings made before it.
+    fn drain(&mut self) {
+        let Self { ring, task_events, collector } = self;
+        task_events.drain(|event| collector.add_task_event(event));
+        ring.drain(|record| collector.add_record(record));
+        collector.prune(process::monotonic_ns());
+    }
+}
+
+async fn sample_until(stop: impl Future<Output = StopReason>, intake: &mut Intake) -> Result<StopReason> {
     tokio::pin!(stop);
     loop {
         tokio::select! {
             biased;
             reason = &mut stop => return Ok(reason),
-            read = ring.read(|record| collector.add_record(record)) => {
-                read.context("cannot read the ring buffer")?;
+            ready = intake.ring.ready() => {
+                ready.context("cannot read the ring buffer")?;
+                intake.drain();
             }
         }
     }
@@ -201,6 +232,12 @@ fn print_summary(collected: &Collected, counters: &Counters, path: &std::path::P
     );
     if samples == 0 {
         eprintln!("profiler: no samples were recorded (was the target idle?)");
+    }
+    if collected.lost_task_events > 0 {
+        eprintln!(
+            "profiler: warning: the kernel dropped {} mmap/exec/fork records; some frames may be misattributed",
+            collected.lost_task_events
+        );
     }
     if collected.malformed > 0 {
         eprintln!("profiler: warning: {} malformed records were skipped", collected.malformed);

@@ -29,17 +29,14 @@ impl RingReader {
         Ok(Self { fd, tick })
     }
 
-    /// Waits for the next tick or wakeup, then hands every available record to `consume`.
-    /// Returns how many.
-    pub async fn read(&mut self, consume: impl FnMut(&[u8])) -> io::Result<usize> {
+    /// Waits for the next tick, or for a wakeup from a filling ring.
+    pub async fn ready(&mut self) -> io::Result<()> {
         tokio::select! {
-            _ = self.tick.tick() => Ok(self.drain(consume)),
+            _ = self.tick.tick() => Ok(()),
             guard = self.fd.readable_mut() => {
-                let mut guard = guard?;
-                let count = drain(guard.get_inner_mut(), consume);
-                // After draining: a wakeup that came meanwhile keeps the fd ready.
-                guard.clear_ready();
-                Ok(count)
+                // Records written from now on are drained next; a full ring wakes us again.
+                guard?.clear_ready();
+                Ok(())
             }
         }
     }

@@ -1,0 +1,148 @@
+//! What processes do to their address spaces while we record: executable mappings, exec,
+//! fork and exit, as the kernel reports them on a per-CPU perf "dummy" event (`mmap2`, `comm`,
+//! `task` records, timestamped on CLOCK_MONOTONIC like the samples).
+//!
+//! Reading `/proc/PID/maps` when a sample arrives is too late for a library dlopen'd and
+//! dlclose'd between two drains of the ring, or a process that lives 20 ms: these records are
+//! written when the mapping is made.
+use anyhow::{Context as _, Result, anyhow};
+use perf_event::{Builder, Clock, SampleFlag, Sampler, data::Record, events::Software};
+
+use crate::maps::{self, Backing, Mapping};
+
+/// Bytes of ring buffer per CPU (a power of two pages, plus the header page perf-event2 adds).
+const RING_BYTES_PER_CPU: usize = 512 * 1024;
+/// `PERF_RECORD_MISC_COMM_EXEC`: the COMM record comes from an exec.
+const MISC_COMM_EXEC: u16 = 1 << 13;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TaskEvent {
+    /// Process `pid` mapped executable memory.
+    Map { pid: u32, time_ns: u64, mapping: Mapping },
+    /// Process `pid` ran exec: its old mappings are gone; `comm` is its new name.
+    Exec { pid: u32, time_ns: u64, comm: String },
+    /// The main thread of `pid` was renamed.
+    Rename { pid: u32, comm: String },
+    /// Process `parent` forked process `child` (threads are not reported).
+    Fork { parent: u32, child: u32, time_ns: u64 },
+    /// Process `pid` exited.
+    Exit { pid: u32, time_ns: u64 },
+    /// The kernel dropped this many records (the ring was full).
+    Lost { count: u64 },
+}
+
+pub struct TaskEventReader {
+    samplers: Vec<Sampler>,
+}
+
+impl TaskEventReader {
+    /// Opens a dummy event on every online CPU, for all processes.
+    pub fn open() -> Result<Self> {
+        let cpus = aya::util::online_cpus().map_err(|(path, err)| anyhow!("cannot read {path}: {err}"))?;
+        let samplers = cpus
+            .into_iter()
+            .map(|cpu| {
+                let mut builder = Builder::new(Software::DUMMY);
+                builder
+                    .one_cpu(cpu as usize)
+                    .any_pid()
+                    .mmap2(true)
+                    .comm(true)
+                    .comm_exec(true)
+                    .task(true)
+                    .sample_id_all(true)
+                    .sample(SampleFlag::TIME)
+                    .clockid(Clock::MONOTONIC)
+                    .exclude_kernel(false);
+                let mut sampler = builder
+                    .build()
+                    .and_then(|counter| counter.sampled(RING_BYTES_PER_CPU))
+                    .with_context(|| format!("cannot open a perf event for task events on CPU {cpu}"))?;
+                sampler.enable().context("cannot enable the task events")?;
+                Ok(sampler)
+            })
+            .collect::<Result<_>>()?;
+        Ok(Self { samplers })
+    }
+
+    /// Hands every pending event to `handle`, CPU by CPU (each CPU's events in time order).
+    pub fn drain(&mut self, mut handle: impl FnMut(TaskEvent)) {
+        for sampler in &mut self.samplers {
+            while let Some(record) = sampler.next_record() {
+                let bytes = record.to_contiguous();
+                // sample_id_all with TIME: every record ends with its u64 timestamp.
+                let time_ns = bytes
+                    .len()
+                    .checked_sub(8)
+                    .map_or(0, |at| u64::from_ne_bytes(bytes[at..].try_into().expect("8 bytes")));
+                let exec = record.misc() & MISC_COMM_EXEC != 0;
+                if let Ok(parsed) = record.parse_record()
+                    && let Some(event) = task_event(parsed, time_ns, exec)
+                {
+                    handle(event);
+                }
+            }
+        }
+    }
+}
+
+fn task_event(record: Record<'_>, time_ns: u64, exec: bool) -> Option<TaskEvent> {
+    match record {
+        Record::Mmap2(mmap) => {
+            let mapping = Mapping {
+                start: mmap.addr,
+                end: mmap.addr.checked_add(mmap.len)?,
+                offset: mmap.pgoff,
+                executable: mmap.prot & libc::PROT_EXEC as u32 != 0,
+                dev: (u64::from(mmap.maj()?) << 32) | u64::from(mmap.min()?),
+                inode: mmap.ino()?,
+                backing: backing(&mmap.filename, mmap.ino()?),
+            };
+            Some(TaskEvent::Map { pid: mmap.pid, time_ns, mapping })
+        }
+        Record::Comm(comm) if comm.pid == comm.tid => {
+            let name = String::from_utf8_lossy(&comm.comm).into_owned();
+            Some(if exec {
+                TaskEvent::Exec { pid: comm.pid, time_ns, comm: name }
+            } else {
+                TaskEvent::Rename { pid: comm.pid, comm: name }
+            })
+        }
+        Record::Fork(fork) if fork.pid != fork.ppid => {
+            Some(TaskEvent::Fork { parent: fork.ppid, child: fork.pid, time_ns: fork.time })
+        }
+        Record::Exit(exit) if exit.pid == exit.tid => {
+            Some(TaskEvent::Exit { pid: exit.pid, time_ns: exit.time })
+        }
+        Record::Lost(lost) => Some(TaskEvent::Lost { count: lost.lost }),
+        _ => None,
+    }
+}
+
+/// The backing of a mapping from its perf file name (`//anon` for anonymous memory, the rest as
+/// in `/proc/PID/maps`).
+fn backing(filename: &[u8], inode: u64) -> Backing {
+    match &*String::from_utf8_lossy(filename) {
+        "//anon" => Backing::Anonymous,
+        name => maps::backing(name, inode),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn perf_file_names() {
+        assert_eq!(backing(b"//anon", 0), Backing::Anonymous);
+        assert_eq!(backing(b"[vdso]", 0), Backing::Pseudo("[vdso]".into()));
+        assert_eq!(
+            backing(b"/usr/lib/libc.so.6", 12),
+            Backing::File { path: "/usr/lib/libc.so.6".into(), deleted: false }
+        );
+        assert_eq!(
+            backing(b"/tmp/a b (deleted)", 12),
+            Backing::File { path: "/tmp/a b".into(), deleted: true }
+        );
+    }
+}
