@@ -7,7 +7,8 @@ use profiler::{
     decode::{decode, encode},
     frame::{self, Frame, UserStack},
     module::Modules,
-    process::Processes,
+    perf_map::PerfMaps,
+    process::{Processes, Tracking},
     profile::Profile,
     render,
     symbolize::Symbolizer,
@@ -69,7 +70,7 @@ fn aggregate(c: &mut Criterion) {
     });
     let profile = synthetic_profile(100_000, 1_000);
     let symbolizer = Symbolizer::default();
-    let symbols = symbolizer.symbolize(&profile.distinct_frames(), &Modules::default());
+    let symbols = symbolizer.symbolize(&profile.distinct_frames(), &Modules::default(), &PerfMaps::default());
     group.throughput(Throughput::Elements(100_000));
     group.bench_function("collapse_100k_samples", |b| b.iter(|| render::collapse(&profile, &symbols).len()));
     group.finish();
@@ -79,7 +80,7 @@ fn aggregate(c: &mut Criterion) {
 /// parsed the file once, as it has after the first recording of a long-lived profiler.
 fn symbolize(c: &mut Criterion) {
     let pid = std::process::id();
-    let mut processes = Processes::default();
+    let mut processes = Processes::new(Tracking { all: false, follow_forks: false });
     let mut modules = Modules::default();
     let process = processes.observe(pid, pid, "bench");
     let base = symbolize as *const () as usize as u64;
@@ -87,11 +88,11 @@ fn symbolize(c: &mut Criterion) {
     let mut frames = Vec::new();
     frame::push_user(&UserStack { tgid: pid, time_ns: 0, addrs: &addrs }, process, &mut modules, &mut frames);
     let symbolizer = Symbolizer::default();
-    symbolizer.symbolize(&frames, &modules);
+    symbolizer.symbolize(&frames, &modules, &PerfMaps::default());
     let mut group = c.benchmark_group("symbolize");
     group.throughput(Throughput::Elements(frames.len() as u64));
     group.bench_function("warm_1000_addresses", |b| {
-        b.iter(|| symbolizer.symbolize(black_box(&frames), &modules))
+        b.iter(|| symbolizer.symbolize(black_box(&frames), &modules, &PerfMaps::default()))
     });
     group.finish();
 }

@@ -62,7 +62,7 @@ fn user_frame(stack: &UserStack<'_>, process: &mut Process, modules: &mut Module
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::process::Processes;
+    use crate::process::{Processes, Tracking};
 
     #[test]
     fn callers_step_back_into_the_call() {
@@ -74,7 +74,7 @@ mod tests {
     #[test]
     fn resolves_own_code_to_its_file_offset() {
         let pid = std::process::id();
-        let mut processes = Processes::default();
+        let mut processes = Processes::new(Tracking { all: false, follow_forks: false });
         let mut modules = Modules::default();
         let process = processes.observe(pid, pid, "test");
         let here = resolves_own_code_to_its_file_offset as *const () as usize as u64;

@@ -158,7 +158,7 @@ mod tests {
     fn vdso_is_readable_as_an_elf_file() {
         let mut modules = Modules::default();
         let space = AddressSpace::read(std::process::id()).unwrap();
-        let vdso = space.mappings.iter().find(|m| m.backing == Backing::Pseudo("[vdso]".into())).unwrap();
+        let vdso = space.mappings().find(|m| m.backing == Backing::Pseudo("[vdso]".into())).unwrap();
         let id = modules.intern(std::process::id(), vdso).unwrap();
         let image = std::fs::read(modules.get(id).readable_path().unwrap()).unwrap();
         assert_eq!(&image[..4], b"\x7fELF");

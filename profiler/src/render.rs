@@ -9,7 +9,8 @@ use crate::{
 };
 
 /// Folded stacks: `root;outer;...;leaf` with the number of samples, sorted by stack. The root is
-/// the process's command name; kernel frames end in `_[k]`, inlined ones in `_[i]` (the
+/// the process's command name; kernel frames end in `_[k]`, inlined ones in `_[i]`, JIT ones in
+/// `_[j]` (the
 /// conventions of perf + FlameGraph, which inferno's palettes colour).
 pub type Folded = BTreeMap<String, u64>;
 
@@ -25,6 +26,7 @@ pub fn collapse(profile: &Profile, symbols: &Symbols) -> Folded {
                     SymbolKind::Function => "",
                     SymbolKind::Inlined => "_[i]",
                     SymbolKind::Kernel => "_[k]",
+                    SymbolKind::Jit => "_[j]",
                 });
             }
         }

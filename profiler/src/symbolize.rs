@@ -17,6 +17,7 @@ use blazesym::{
 use crate::{
     frame::Frame,
     module::{ModuleId, Modules},
+    perf_map::PerfMaps,
 };
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -27,6 +28,8 @@ pub enum SymbolKind {
     Inlined,
     /// A kernel function.
     Kernel,
+    /// JIT-compiled code, named by the process's perf map.
+    Jit,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -77,7 +80,7 @@ impl Default for Symbolizer {
 impl Symbolizer {
     /// Names every frame in `frames`. Frames that cannot be named get a placeholder that keeps
     /// what is known (`libfoo.so+0x1234`, `[unknown]`); errors never abort symbolization.
-    pub fn symbolize(&self, frames: &[Frame], modules: &Modules) -> Symbols {
+    pub fn symbolize(&self, frames: &[Frame], modules: &Modules, perf_maps: &PerfMaps) -> Symbols {
         let mut kernel = Vec::new();
         let mut by_module: BTreeMap<ModuleId, Vec<u64>> = BTreeMap::new();
         let mut symbols = Symbols::default();
@@ -85,8 +88,12 @@ impl Symbolizer {
             match frame {
                 Frame::Kernel(addr) => kernel.push(addr),
                 Frame::Module { module, offset } => by_module.entry(module).or_default().push(offset),
-                Frame::Anonymous { .. } => {
-                    symbols.by_frame.insert(frame, vec![Symbol::new("[unknown]", SymbolKind::Function)]);
+                Frame::Anonymous { tgid, addr } => {
+                    let symbol = match perf_maps.name(tgid, addr) {
+                        Some(name) => Symbol::new(name, SymbolKind::Jit),
+                        None => Symbol::new("[unknown]", SymbolKind::Function),
+                    };
+                    symbols.by_frame.insert(frame, vec![symbol]);
                 }
             }
         }
@@ -141,7 +148,7 @@ impl Symbolizer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::process::Processes;
+    use crate::process::{Processes, Tracking};
 
     #[inline(never)]
     fn a_function_to_find() -> u64 {
@@ -151,14 +158,14 @@ mod tests {
     #[test]
     fn names_own_function_and_unknowns() {
         let pid = std::process::id();
-        let mut processes = Processes::default();
+        let mut processes = Processes::new(Tracking { all: false, follow_forks: false });
         let mut modules = Modules::default();
         let process = processes.observe(pid, pid, "test");
         let addr = a_function_to_find as *const () as usize as u64 + 1;
         let mut frames = Vec::new();
         let stack = crate::frame::UserStack { tgid: pid, time_ns: 0, addrs: &[addr, 0x10] };
         crate::frame::push_user(&stack, process, &mut modules, &mut frames);
-        let symbols = Symbolizer::default().symbolize(&frames, &modules);
+        let symbols = Symbolizer::default().symbolize(&frames, &modules, &PerfMaps::default());
         let names = symbols.of(&frames[0]);
         assert!(names[0].name.ends_with("a_function_to_find"), "{names:?}");
         assert_eq!(names[0].kind, SymbolKind::Function);
@@ -179,7 +186,7 @@ mod tests {
         };
         let module = modules.intern(1, &vdso).unwrap();
         let frame = Frame::Module { module, offset: 0x123 };
-        let symbols = Symbolizer::default().symbolize(&[frame], &modules);
+        let symbols = Symbolizer::default().symbolize(&[frame], &modules, &PerfMaps::default());
         assert_eq!(symbols.of(&frame), [Symbol::new("[vdso]+0x123", SymbolKind::Function)]);
     }
 }

@@ -114,10 +114,13 @@ impl Unwinder {
         let mut frames = Vec::new();
         let mut unwind_regs = UnwindRegsX86_64::new(regs.ip, regs.sp, regs.bp);
         let mut addr = regs.ip;
+        // Set when the last step was a guess, in code without CFI (`Some(None)`: anonymous
+        // memory): if it leads nowhere, that code is to blame.
+        let mut guessed: Option<Option<ModuleId>> = None;
         let end = loop {
             let location = space.locate(addr);
             if location == Location::NotCode || frames.len() == MAX_FRAMES {
-                break UnwindEnd::Lost;
+                break guessed.map_or(UnwindEnd::Lost, UnwindEnd::MissingCfi);
             }
             frames.push(addr);
             let (lookup, without_cfi) = match location {
@@ -129,15 +132,24 @@ impl Unwinder {
                 }
                 _ => (addr, Some(None)),
             };
-            let frame = if frames.len() == 1 {
-                FrameAddress::InstructionPointer(lookup)
-            } else {
-                FrameAddress::ReturnAddress(lookup.try_into().expect("return addresses are nonzero"))
-            };
+            guessed = without_cfi;
             let sp_before = unwind_regs.sp();
-            let mut read = |a| stack.read_u64(a).ok_or(());
-            match self.framehop.unwind_frame(frame, &mut unwind_regs, &mut self.cache, &mut read) {
-                Ok(Some(_)) if unwind_regs.sp() <= sp_before => break UnwindEnd::Lost,
+            let step = if frames.len() == 1 {
+                let frame = FrameAddress::InstructionPointer(lookup);
+                let step = self.step(frame, &mut unwind_regs, stack);
+                if without_cfi.is_some() {
+                    self.retry_as_leaf(step, &mut unwind_regs, regs, stack, space)
+                } else {
+                    step
+                }
+            } else {
+                let lookup = lookup.try_into().expect("return addresses are nonzero");
+                self.step(FrameAddress::ReturnAddress(lookup), &mut unwind_regs, stack)
+            };
+            match step {
+                Ok(Some(_)) if unwind_regs.sp() <= sp_before => {
+                    break without_cfi.map_or(UnwindEnd::Lost, UnwindEnd::MissingCfi);
+                }
                 Ok(Some(return_address)) if return_address != 0 => addr = return_address,
                 Ok(_) => break without_cfi.map_or(UnwindEnd::Bottom, UnwindEnd::MissingCfi),
                 Err(StepError::CouldNotReadStack(at)) if stack.truncated && at >= stack.end() => {
@@ -147,6 +159,41 @@ impl Unwinder {
             }
         };
         Unwound { frames, end }
+    }
+
+    fn step(
+        &mut self,
+        frame: FrameAddress,
+        regs: &mut UnwindRegsX86_64,
+        stack: &StackSnapshot<'_>,
+    ) -> Result<Option<u64>, StepError> {
+        let mut read = |a| stack.read_u64(a).ok_or(());
+        self.framehop.unwind_frame(frame, regs, &mut self.cache, &mut read)
+    }
+
+    /// The innermost frame is in code without CFI, where framehop guessed frame pointers. When
+    /// that guess leads to no code, try the other common shape: a leaf that never set up a frame
+    /// (JIT stubs, hand-written assembly), whose return address is at the stack pointer.
+    fn retry_as_leaf(
+        &self,
+        step: Result<Option<u64>, StepError>,
+        unwind_regs: &mut UnwindRegsX86_64,
+        regs: UserRegs,
+        stack: &StackSnapshot<'_>,
+        space: &mut impl AddressSpaceView,
+    ) -> Result<Option<u64>, StepError> {
+        if let Ok(Some(return_address)) = step
+            && space.locate(return_address) != Location::NotCode
+        {
+            return step;
+        }
+        match stack.read_u64(regs.sp) {
+            Some(return_address) if space.locate(return_address) != Location::NotCode => {
+                *unwind_regs = UnwindRegsX86_64::new(return_address, regs.sp + 8, regs.bp);
+                Ok(Some(return_address))
+            }
+            _ => step,
+        }
     }
 
     /// The synthetic address of a module's file offset, or `None` when the module has no CFI.

@@ -1,0 +1,187 @@
+//! End to end, as root: symbols that stay right through dlopen/dlclose, short-lived processes,
+//! separate debug files, deleted binaries, exec'd children, the vDSO and JIT code.
+mod common;
+
+use std::{
+    path::Path,
+    process::{Command, Stdio},
+    time::Duration,
+};
+
+use common::*;
+
+/// Samples whose innermost user frame satisfies `leaf`, and how many of those also satisfy
+/// `named` (their frames resolved to names).
+fn innermost(folded: &Folded, leaf: impl Fn(&str) -> bool) -> u64 {
+    folded
+        .stacks
+        .iter()
+        .filter(|(frames, _)| frames.iter().rev().find(|f| !f.ends_with("_[k]")).is_some_and(|f| leaf(f)))
+        .map(|(_, n)| n)
+        .sum()
+}
+
+fn run(program: &str, args: &[&str]) {
+    let status = Command::new(program).args(args).status().unwrap_or_else(|e| panic!("{program}: {e}"));
+    assert!(status.success(), "{program} {args:?}");
+}
+
+#[test]
+fn dlopen_dlclose_loop_in_threads() {
+    if !e2e_enabled() {
+        return;
+    }
+    let dir = scratch_dir("dlopen");
+    let plugin = dir.join("libplugin.so");
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/plugin.c");
+    run("gcc", &["-O2", "-g", "-shared", "-fPIC", "-o", plugin.to_str().unwrap(), source.to_str().unwrap()]);
+    let workload = build_workload("dlopen.c", "dlopen", "gcc", &["-O2", "-g", "-ldl"]);
+    let folded = record_command(&dir, &[], &workload, &[plugin.to_str().unwrap(), "4", "2"]);
+    let named = innermost(&folded, |f| f == "plugin_spin" || f == "plugin_work");
+    let unnamed = innermost(&folded, |f| f.starts_with("libplugin.so+") || f == "[unknown]");
+    eprintln!("library samples: {named} named, {unnamed} not");
+    assert!(named as f64 >= 0.8 * folded.total() as f64, "most of the time is spent in the library");
+    assert!(named as f64 >= 0.99 * (named + unnamed) as f64, "{unnamed} library samples were not named");
+    let (_, complete) = folded.leaf_samples("plugin_spin", &["loop", "plugin_work", "plugin_spin"]);
+    assert!(complete as f64 >= 0.99 * folded.leaf_samples("plugin_spin", &[]).0 as f64);
+}
+
+#[test]
+fn short_lived_processes_system_wide() {
+    if !e2e_enabled() {
+        return;
+    }
+    let dir = scratch_dir("short-lived");
+    let workload = split_with_frame_pointers();
+    let out = dir.join("out.folded");
+    let profiler = profiler()
+        .args(["record", "-a", "-F", "999", "-o", out.to_str().unwrap()])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    // 100 processes of 20 ms of CPU each.
+    let script = format!("for i in $(seq 100); do {} 0.02; done", workload.display());
+    run("sh", &["-c", &script]);
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(profiler.id() as i32, libc::SIGINT) };
+    let output = profiler.wait_with_output().unwrap();
+    eprintln!("{}", String::from_utf8_lossy(&output.stderr));
+    assert!(output.status.success());
+    let folded = Folded::read(&out);
+    let mine =
+        Folded { stacks: folded.stacks.into_iter().filter(|(frames, _)| frames[0] == "split-fp").collect() };
+    let in_split_code =
+        innermost(&mine, |f| ["hot_a", "hot_b", "hot_c", "run_round", "burn", "main"].contains(&f));
+    eprintln!("{} samples under split-fp, {in_split_code} in its named functions", mine.total());
+    // 100 x 20 ms at 999 Hz is about 2000 samples.
+    assert!(mine.total() >= 1000, "the short processes are attributed to their own command");
+    assert!(in_split_code as f64 >= 0.9 * mine.total() as f64, "and their functions are named");
+}
+
+#[test]
+fn stripped_binary_with_debuglink() {
+    if !e2e_enabled() {
+        return;
+    }
+    let dir = scratch_dir("debuglink");
+    let built =
+        build_workload("split.c", "split-for-debuglink", "gcc", &["-O2", "-g", "-fomit-frame-pointer"]);
+    let (debug, stripped) = (dir.join("split.debug"), dir.join("split-stripped"));
+    run("objcopy", &["--only-keep-debug", built.to_str().unwrap(), debug.to_str().unwrap()]);
+    let link = format!("--add-gnu-debuglink={}", debug.display());
+    run("objcopy", &["--strip-all", &link, built.to_str().unwrap(), stripped.to_str().unwrap()]);
+    let symbols = Command::new("nm").arg(&stripped).output().unwrap();
+    assert!(!String::from_utf8_lossy(&symbols.stdout).contains("hot_a"), "the binary has no symbols left");
+    let folded = record_command(&dir, &[], &stripped, &["3"]);
+    assert_split(&folded, "main", 3.0, 0.99);
+}
+
+#[test]
+fn binary_deleted_after_it_started() {
+    if !e2e_enabled() {
+        return;
+    }
+    let dir = scratch_dir("deleted");
+    let doomed = dir.join("doomed");
+    std::fs::copy(split_with_frame_pointers(), &doomed).unwrap();
+    let workload = spawn(&doomed, &[]);
+    std::thread::sleep(Duration::from_millis(200));
+    std::fs::remove_file(&doomed).unwrap();
+    let out = dir.join("out.folded");
+    let run = run_profiler(&[
+        "record",
+        "-p",
+        &workload.pid().to_string(),
+        "-F",
+        "999",
+        "-d",
+        "3",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(run.status.success());
+    assert_split(&Folded::read(&out), "main", 3.0, 0.99);
+}
+
+#[test]
+fn children_of_a_shell_command() {
+    if !e2e_enabled() {
+        return;
+    }
+    let dir = scratch_dir("shell-children");
+    let split = split_with_frame_pointers();
+    let recurse = build_workload("recurse.c", "recurse", "gcc", &["-O2", "-fomit-frame-pointer"]);
+    let script = format!("{} 1.5; {} 1.5 50", split.display(), recurse.display());
+    let folded = record_command(&dir, &[], Path::new("/bin/sh"), &["-c", &script]);
+    let roots = folded.roots();
+    eprintln!("roots: {roots:?}");
+    assert!(roots.get("split-fp").copied().unwrap_or(0) > 500, "the first child");
+    assert!(roots.get("recurse").copied().unwrap_or(0) > 500, "the second child");
+    assert!(
+        folded
+            .leaf_samples("hot_a", &["main", "burn", "run_round", "a_outer", "a_middle", "a_inner", "hot_a"])
+            .1
+            > 0
+    );
+    assert!(folded.leaf_samples("spin", &["descend", "descend", "spin"]).1 > 0);
+}
+
+#[test]
+fn vdso_frames_are_named() {
+    if !e2e_enabled() {
+        return;
+    }
+    let workload = build_workload("clock.c", "clock", "gcc", &["-O2"]);
+    let folded = record_command(&scratch_dir("vdso"), &[], &workload, &["3"]);
+    // The vDSO function is the innermost frame, under libc's clock_gettime wrapper.
+    let in_vdso: u64 = folded
+        .stacks
+        .iter()
+        .filter(|(frames, _)| {
+            let user: Vec<&String> = frames.iter().filter(|f| !f.ends_with("_[k]")).collect();
+            user.len() >= 2
+                && user[user.len() - 1].contains("clock_gettime")
+                && user[user.len() - 2].contains("clock_gettime")
+        })
+        .map(|(_, n)| n)
+        .sum();
+    let unnamed: u64 =
+        folded.stacks.iter().filter(|(f, _)| f.iter().any(|f| f.starts_with("[vdso]"))).map(|(_, n)| n).sum();
+    eprintln!("{in_vdso} of {} samples in the named vDSO function, {unnamed} unnamed", folded.total());
+    assert!(in_vdso as f64 >= 0.5 * folded.total() as f64);
+    assert_eq!(unnamed, 0);
+}
+
+#[test]
+fn jit_code_named_from_perf_map() {
+    if !e2e_enabled() {
+        return;
+    }
+    let workload = build_workload("jit.c", "jit", "gcc", &["-O2"]);
+    let folded = record_command(&scratch_dir("jit"), &[], &workload, &["3"]);
+    let (all, complete) = folded.leaf_samples("jit_spin_[j]", &["main", "jit_spin_[j]"]);
+    eprintln!("{complete} of {all} JIT samples under main, of {} samples", folded.total());
+    assert!(all as f64 >= 0.9 * folded.total() as f64, "the JIT frame is named");
+    assert!(complete as f64 >= 0.99 * all as f64, "and unwound through");
+}

@@ -1,0 +1,38 @@
+// A tiny "JIT": copies a busy loop into anonymous executable memory, describes it in
+// /tmp/perf-PID.map as a JIT runtime would, and runs it.
+//
+// usage: jit [SECONDS]   (0 or absent: until killed)
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+// mov rcx, 10000000; 1: dec rcx; jne 1b; ret
+static const unsigned char code[] = {0x48, 0xc7, 0xc1, 0x80, 0x96, 0x98, 0x00, 0x48, 0xff, 0xc9, 0x75, 0xfb, 0xc3};
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+int main(int argc, char **argv) {
+    double seconds = argc > 1 ? atof(argv[1]) : 0;
+    unsigned char *mem = mmap(NULL, 4096, PROT_READ | PROT_WRITE | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mem == MAP_FAILED) return 1;
+    // Somewhere inside the page, as JIT code would be.
+    unsigned char *fn = mem + 256;
+    memcpy(fn, code, sizeof code);
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/perf-%d.map", getpid());
+    FILE *map = fopen(path, "w");
+    if (!map) return 1;
+    fprintf(map, "%lx %zx jit_spin\n", (unsigned long)fn, sizeof code);
+    fclose(map);
+    double stop = now() + seconds;
+    while (seconds <= 0 || now() < stop) ((void (*)(void))fn)();
+    unlink(path);
+    return 0;
+}
