@@ -94,6 +94,13 @@ fn symbolize(c: &mut Criterion) {
     group.bench_function("warm_1000_addresses", |b| {
         b.iter(|| symbolizer.symbolize(black_box(&frames), &modules, &PerfMaps::default()))
     });
+    // Cold: a new symbolizer each time, so the module is opened and its symbols and DWARF
+    // parsed again: the cost of the first address in a module not seen before.
+    group.throughput(Throughput::Elements(1));
+    group.sample_size(10);
+    group.bench_function("cold_module_first_address", |b| {
+        b.iter(|| Symbolizer::default().symbolize(black_box(&frames[..1]), &modules, &PerfMaps::default()))
+    });
     group.finish();
 }
 
