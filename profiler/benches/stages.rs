@@ -10,7 +10,8 @@ use profiler::{
     perf_map::PerfMaps,
     process::{Processes, Tracking},
     profile::Profile,
-    render,
+    recording::{Meta, Recording},
+    render::{Grouping, folded},
     symbolize::Symbolizer,
     unwind::{StackSnapshot, Unwinder, fixture::Fixture},
 };
@@ -69,10 +70,16 @@ fn aggregate(c: &mut Criterion) {
         )
     });
     let profile = synthetic_profile(100_000, 1_000);
-    let symbolizer = Symbolizer::default();
-    let symbols = symbolizer.symbolize(&profile.distinct_frames(), &Modules::default(), &PerfMaps::default());
+    let modules = Modules::default();
+    let symbols = Symbolizer::default().symbolize(&profile.distinct_frames(), &modules, &PerfMaps::default());
     group.throughput(Throughput::Elements(100_000));
-    group.bench_function("collapse_100k_samples", |b| b.iter(|| render::collapse(&profile, &symbols).len()));
+    group.bench_function("recording_100k_samples", |b| {
+        b.iter(|| Recording::from_live(&profile, &symbols, &modules, 0, Meta::default()).samples.len())
+    });
+    let recording = Recording::from_live(&profile, &symbols, &modules, 0, Meta::default());
+    group.bench_function("collapse_100k_samples", |b| {
+        b.iter(|| folded::collapse(&recording, Grouping::Command).len())
+    });
     group.finish();
 }
 

@@ -1,16 +1,26 @@
 //! Command-line interface (perf-like names).
 use std::{ffi::OsString, path::PathBuf};
 
+use anyhow::{Result, bail};
 use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
+use clap_complete::Shell;
+
+use crate::{
+    recording::filter::Filter,
+    render::{Format, Grouping},
+};
 
 #[derive(Debug, Parser)]
 #[command(
     name = "profiler",
     version,
-    about = "System-wide sampling profiler for Linux: eBPF sampling, flame graphs",
+    about = "System-wide sampling profiler for Linux: eBPF sampling, DWARF unwinding, flame graphs",
     long_about = "System-wide sampling profiler for Linux.\n\nSamples stacks with a perf cpu-clock \
                   event and an eBPF program, from outside the target: no signals, no ptrace stops, \
-                  no preloaded library. Needs root (or CAP_BPF and CAP_PERFMON) and a kernel with BTF."
+                  no preloaded library. Recording needs root (or CAP_BPF and CAP_PERFMON) and a \
+                  kernel with BTF; report, diff and completions do not.",
+    after_help = "Examples:\n  sudo profiler record -p 1234 -d 10\n  profiler report run.prof -o cpu.pb.gz\n  \
+                  profiler diff before.prof after.prof -o diff.svg"
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -19,8 +29,14 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Sample the stacks of processes and write a flame graph.
+    /// Sample the stacks of processes and write flame graphs, profiles or a raw recording.
     Record(RecordArgs),
+    /// Render a raw recording (`record -o run.prof`) again, filtered.
+    Report(ReportArgs),
+    /// Differential flame graph of two raw recordings: red grew, blue shrank.
+    Diff(DiffArgs),
+    /// Print a shell completion script.
+    Completions(CompletionsArgs),
 }
 
 const RECORD_EXAMPLES: &str = "\
@@ -28,7 +44,12 @@ Examples:
   sudo profiler record -p 1234 -d 10                 profile PID 1234 for 10 s -> flamegraph.svg
   sudo profiler record -p 1234 -p 5678               two processes, until Ctrl-C or both exit
   sudo profiler record -a -F 999 -o all.folded       whole system at 999 Hz, folded stacks
-  sudo profiler record -- ./server --port 8080       run a command and profile it and its children";
+  sudo profiler record -- ./server --port 8080       run a command and profile it and its children
+  sudo profiler record -p 1234 -o run.prof -o cpu.svg -o cpu.pb.gz
+                                                     a raw recording, a flame graph and a pprof at once
+
+Output formats by extension: .svg, .folded/.txt, .pb.gz/.pprof (pprof), .json (speedscope),
+.prof (raw recording).";
 
 #[derive(Debug, Args)]
 #[command(
@@ -53,13 +74,8 @@ pub struct RecordArgs {
     #[arg(short = 'd', long = "duration", value_name = "SECONDS", value_parser = parse_seconds)]
     pub duration: Option<f64>,
 
-    /// Output file.
-    #[arg(short = 'o', long = "output", value_name = "PATH", default_value = "flamegraph.svg")]
-    pub output: PathBuf,
-
-    /// Output format [default: from the output's extension, else svg].
-    #[arg(long, value_enum)]
-    pub format: Option<Format>,
+    #[command(flatten)]
+    pub output: OutputArgs,
 
     /// How user stacks are walked: `auto` unwinds with DWARF CFI and completes with the frame-
     /// pointer chain where CFI or the stack copy runs out; `dwarf` uses CFI only; `fp` only
@@ -75,9 +91,169 @@ pub struct RecordArgs {
     #[arg(long)]
     pub no_inherit: bool,
 
+    /// No live status line and no summary (errors and warnings still print).
+    #[arg(short, long)]
+    pub quiet: bool,
+
+    #[command(flatten)]
+    pub grouping: GroupingArgs,
+
     /// Command to run and profile, with its arguments (after `--`).
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<OsString>,
+}
+
+const REPORT_EXAMPLES: &str = "\
+Examples:
+  profiler report run.prof                           flame graph -> flamegraph.svg
+  profiler report run.prof -o cpu.pb.gz              pprof, for go tool pprof / Pyroscope / Parca
+  profiler report run.prof --comm nginx --no-kernel -o nginx.folded
+  profiler report run.prof --since 10 --until 20 -o window.json --per-thread";
+
+#[derive(Debug, Args)]
+#[command(after_help = REPORT_EXAMPLES)]
+pub struct ReportArgs {
+    /// Raw recording written by `profiler record -o FILE.prof`.
+    #[arg(value_name = "RECORDING")]
+    pub recording: PathBuf,
+
+    #[command(flatten)]
+    pub output: OutputArgs,
+
+    #[command(flatten)]
+    pub filter: FilterArgs,
+
+    #[command(flatten)]
+    pub grouping: GroupingArgs,
+}
+
+const DIFF_EXAMPLES: &str = "\
+Examples:
+  profiler diff before.prof after.prof               -> diff.svg
+  profiler diff before.prof after.prof --normalize -o diff.svg";
+
+#[derive(Debug, Args)]
+#[command(after_help = DIFF_EXAMPLES)]
+pub struct DiffArgs {
+    /// Raw recording of the baseline.
+    #[arg(value_name = "BEFORE")]
+    pub before: PathBuf,
+
+    /// Raw recording to compare with it; the graph has its shape.
+    #[arg(value_name = "AFTER")]
+    pub after: PathBuf,
+
+    /// Output flame graph (SVG).
+    #[arg(short = 'o', long = "output", value_name = "PATH", default_value = "diff.svg")]
+    pub output: PathBuf,
+
+    /// Scale BEFORE to AFTER's sample count, to compare recordings of different lengths.
+    #[arg(long)]
+    pub normalize: bool,
+
+    #[command(flatten)]
+    pub filter: FilterArgs,
+
+    #[command(flatten)]
+    pub grouping: GroupingArgs,
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:\n  profiler completions bash > /etc/bash_completion.d/profiler\n  \
+                        profiler completions zsh > ~/.zfunc/_profiler\n  \
+                        profiler completions fish > ~/.config/fish/completions/profiler.fish")]
+pub struct CompletionsArgs {
+    #[arg(value_enum)]
+    pub shell: Shell,
+}
+
+#[derive(Debug, Args)]
+pub struct OutputArgs {
+    /// Output file; repeat for several formats from the same samples. The format follows the
+    /// extension: .svg, .folded/.txt, .pb.gz/.pprof, .json (speedscope), .prof (raw).
+    #[arg(short = 'o', long = "output", value_name = "PATH", default_value = "flamegraph.svg")]
+    pub outputs: Vec<PathBuf>,
+
+    /// Format of the (single) output, whatever its extension.
+    #[arg(long, value_enum)]
+    pub format: Option<Format>,
+}
+
+impl OutputArgs {
+    /// Each output with its format.
+    pub fn resolve(&self) -> Result<Vec<(PathBuf, Format)>> {
+        if self.format.is_some() && self.outputs.len() > 1 {
+            bail!("--format applies to a single output: name the formats of several by their extensions");
+        }
+        Ok(self
+            .outputs
+            .iter()
+            .map(|path| {
+                (path.clone(), self.format.or_else(|| Format::from_path(path)).unwrap_or(Format::Svg))
+            })
+            .collect())
+    }
+}
+
+#[derive(Debug, Args)]
+#[command(group(ArgGroup::new("grouping").multiple(false).args(["per_pid", "per_thread", "no_group"])))]
+pub struct GroupingArgs {
+    /// Root frame per process (`comm-pid`) instead of per command name.
+    #[arg(long)]
+    pub per_pid: bool,
+    /// Root frame per thread (`comm-tid`).
+    #[arg(long)]
+    pub per_thread: bool,
+    /// No root frame: stacks of all processes merged.
+    #[arg(long)]
+    pub no_group: bool,
+}
+
+impl GroupingArgs {
+    pub fn grouping(&self) -> Grouping {
+        match (self.per_pid, self.per_thread, self.no_group) {
+            (true, _, _) => Grouping::Process,
+            (_, true, _) => Grouping::Thread,
+            (_, _, true) => Grouping::None,
+            _ => Grouping::Command,
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct FilterArgs {
+    /// Keep only this process (repeatable).
+    #[arg(long = "pid", value_name = "PID")]
+    pub pids: Vec<u32>,
+    /// Keep only this thread (repeatable).
+    #[arg(long = "tid", value_name = "TID")]
+    pub tids: Vec<u32>,
+    /// Keep only this command name (repeatable).
+    #[arg(long = "comm", value_name = "NAME")]
+    pub comms: Vec<String>,
+    /// Keep samples taken this many seconds after the start or later.
+    #[arg(long, value_name = "SECONDS", value_parser = parse_offset)]
+    pub since: Option<f64>,
+    /// Keep samples taken up to this many seconds after the start.
+    #[arg(long, value_name = "SECONDS", value_parser = parse_offset)]
+    pub until: Option<f64>,
+    /// Drop kernel frames.
+    #[arg(long)]
+    pub no_kernel: bool,
+}
+
+impl FilterArgs {
+    pub fn filter(&self) -> Filter {
+        let ns = |seconds: f64| (seconds * 1e9) as u64;
+        Filter {
+            pids: self.pids.clone(),
+            tids: self.tids.clone(),
+            comms: self.comms.clone(),
+            since_ns: self.since.map(ns),
+            until_ns: self.until.map(ns),
+            no_kernel: self.no_kernel,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -87,21 +263,12 @@ pub enum CallGraph {
     Fp,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Format {
-    /// Interactive flame graph (inferno).
-    Svg,
-    /// Folded stacks, one `root;frame;...;leaf COUNT` line per distinct stack.
-    Folded,
-}
-
-impl Format {
-    /// The format an output path implies by its extension.
-    pub fn from_path(path: &std::path::Path) -> Option<Self> {
-        match path.extension()?.to_str()? {
-            "svg" => Some(Self::Svg),
-            "folded" | "txt" => Some(Self::Folded),
-            _ => None,
+impl CallGraph {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::Dwarf => "dwarf",
+            Self::Fp => "fp",
         }
     }
 }
@@ -120,10 +287,25 @@ fn parse_seconds(text: &str) -> Result<f64, String> {
     }
 }
 
+fn parse_offset(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(seconds) if seconds >= 0.0 && seconds.is_finite() => Ok(seconds),
+        _ => Err(format!("`{text}` is not a number of seconds")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use clap::CommandFactory;
+
+    fn record(args: &[&str]) -> Result<RecordArgs, clap::Error> {
+        let cli = Cli::try_parse_from([&["profiler", "record"], args].concat())?;
+        match cli.command {
+            Command::Record(args) => Ok(args),
+            other => panic!("{other:?}"),
+        }
+    }
 
     #[test]
     fn cli_is_consistent() {
@@ -132,46 +314,89 @@ mod tests {
 
     #[test]
     fn exactly_one_target_form() {
-        assert!(Cli::try_parse_from(["profiler", "record"]).is_err());
-        assert!(Cli::try_parse_from(["profiler", "record", "-a", "-p", "1"]).is_err());
-        assert!(Cli::try_parse_from(["profiler", "record", "-p", "1", "--", "true"]).is_err());
-        let cli = Cli::try_parse_from(["profiler", "record", "-p", "1", "-p", "2"]).unwrap();
-        let Command::Record(args) = cli.command;
-        assert_eq!(args.pids, [1, 2]);
+        assert!(record(&[]).is_err());
+        assert!(record(&["-a", "-p", "1"]).is_err());
+        assert!(record(&["-p", "1", "--", "true"]).is_err());
+        assert_eq!(record(&["-p", "1", "-p", "2"]).unwrap().pids, [1, 2]);
     }
 
     #[test]
     fn command_after_double_dash() {
-        let cli = Cli::try_parse_from(["profiler", "record", "-F", "999", "--", "ls", "-l"]).unwrap();
-        let Command::Record(args) = cli.command;
+        let args = record(&["-F", "999", "--", "ls", "-l"]).unwrap();
         assert_eq!(args.command, ["ls", "-l"]);
         assert_eq!(args.frequency, 999);
     }
 
     #[test]
-    fn format_from_extension() {
-        assert_eq!(Format::from_path("a/b.svg".as_ref()), Some(Format::Svg));
-        assert_eq!(Format::from_path("out.folded".as_ref()), Some(Format::Folded));
-        assert_eq!(Format::from_path("out.txt".as_ref()), Some(Format::Folded));
-        assert_eq!(Format::from_path("out".as_ref()), None);
-    }
-
-    #[test]
     fn stack_size_and_call_graph() {
-        let parse = |args: &[&str]| Cli::try_parse_from([&["profiler", "record", "-a"], args].concat());
-        let Command::Record(args) = parse(&[]).unwrap().command;
+        let args = record(&["-a"]).unwrap();
         assert_eq!((args.call_graph, args.stack_size), (CallGraph::Auto, 32));
-        let Command::Record(args) = parse(&["--call-graph", "fp", "--stack-size", "64"]).unwrap().command;
+        let args = record(&["-a", "--call-graph", "fp", "--stack-size", "64"]).unwrap();
         assert_eq!((args.call_graph, args.stack_size), (CallGraph::Fp, 64));
         for bad in ["0", "6", "68", "x"] {
-            assert!(parse(&["--stack-size", bad]).is_err(), "{bad}");
+            assert!(record(&["-a", "--stack-size", bad]).is_err(), "{bad}");
         }
     }
 
     #[test]
     fn rejects_bad_duration() {
-        assert!(Cli::try_parse_from(["profiler", "record", "-a", "-d", "0"]).is_err());
-        assert!(Cli::try_parse_from(["profiler", "record", "-a", "-d", "x"]).is_err());
-        assert!(Cli::try_parse_from(["profiler", "record", "-a", "-d", "0.5"]).is_ok());
+        assert!(record(&["-a", "-d", "0"]).is_err());
+        assert!(record(&["-a", "-d", "x"]).is_err());
+        assert!(record(&["-a", "-d", "0.5"]).is_ok());
+    }
+
+    #[test]
+    fn outputs_and_formats() {
+        let outputs = |args: &[&str]| record(&[&["-a"], args].concat()).unwrap().output.resolve();
+        let resolved = outputs(&[]).unwrap();
+        assert_eq!(resolved, [(PathBuf::from("flamegraph.svg"), Format::Svg)]);
+        let resolved = outputs(&["-o", "a.prof", "-o", "b.pb.gz", "-o", "c.json", "-o", "d"]).unwrap();
+        let formats: Vec<Format> = resolved.into_iter().map(|(_, f)| f).collect();
+        assert_eq!(formats, [Format::Raw, Format::Pprof, Format::Speedscope, Format::Svg]);
+        assert_eq!(outputs(&["-o", "x", "--format", "folded"]).unwrap()[0].1, Format::Folded);
+        assert!(outputs(&["-o", "x", "-o", "y", "--format", "folded"]).is_err());
+    }
+
+    #[test]
+    fn grouping_flags() {
+        assert_eq!(record(&["-a"]).unwrap().grouping.grouping(), Grouping::Command);
+        assert_eq!(record(&["-a", "--per-pid"]).unwrap().grouping.grouping(), Grouping::Process);
+        assert_eq!(record(&["-a", "--per-thread"]).unwrap().grouping.grouping(), Grouping::Thread);
+        assert_eq!(record(&["-a", "--no-group"]).unwrap().grouping.grouping(), Grouping::None);
+        assert!(record(&["-a", "--per-pid", "--no-group"]).is_err());
+    }
+
+    #[test]
+    fn report_filters() {
+        let cli = Cli::try_parse_from([
+            "profiler",
+            "report",
+            "r.prof",
+            "--pid",
+            "1",
+            "--comm",
+            "x",
+            "--since",
+            "1.5",
+            "--until",
+            "2",
+            "--no-kernel",
+        ])
+        .unwrap();
+        let Command::Report(args) = cli.command else { panic!() };
+        let filter = args.filter.filter();
+        assert_eq!(filter.pids, [1]);
+        assert_eq!(filter.comms, ["x"]);
+        assert_eq!((filter.since_ns, filter.until_ns), (Some(1_500_000_000), Some(2_000_000_000)));
+        assert!(filter.no_kernel);
+    }
+
+    #[test]
+    fn every_subcommand_has_examples() {
+        let mut command = Cli::command();
+        for sub in command.get_subcommands_mut() {
+            let help = sub.render_long_help().to_string();
+            assert!(help.contains("Examples:"), "{} --help has no examples", sub.get_name());
+        }
     }
 }

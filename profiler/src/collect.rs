@@ -125,6 +125,11 @@ impl Collector {
         self.profile.add(sample.time_ns(), tgid, tid, process.comm(), &self.frames);
     }
 
+    /// Samples and processes so far.
+    pub fn progress(&self) -> (usize, usize) {
+        (self.profile.samples().len(), self.profile.process_count())
+    }
+
     /// Follows a process from its current state (targets, and every process under `-a`).
     pub fn track(&mut self, tgid: u32) {
         self.processes.track(tgid);

@@ -46,6 +46,16 @@ impl Module {
         &self.path
     }
 
+    /// The file's GNU build id, if it has one.
+    pub fn build_id(&self) -> Option<Vec<u8>> {
+        use object::Object as _;
+        let file = File::open(self.readable_path()?).ok()?;
+        // SAFETY: read-only private mapping of a file we hold open.
+        let data = unsafe { memmap2::Mmap::map(&file) }.ok()?;
+        let elf = object::File::parse(&*data).ok()?;
+        Some(elf.build_id().ok()??.to_vec())
+    }
+
     /// A path through which this process can read the module's file, whatever happened to it in
     /// the target since.
     pub fn readable_path(&self) -> Option<PathBuf> {

@@ -12,6 +12,28 @@ use std::{
 use anyhow::{Context as _, Result};
 use tempfile::NamedTempFile;
 
+use crate::{
+    recording::Recording,
+    render::{self, Format, RenderOptions},
+};
+
+/// Creates every output file up front (so that a bad path fails before any work).
+pub fn create_all(outputs: &[(PathBuf, Format)]) -> Result<Vec<(OutputFile, Format)>> {
+    outputs.iter().map(|(path, format)| Ok((OutputFile::create(path)?, *format))).collect()
+}
+
+/// Renders the recording into each output and moves them into place.
+pub fn write_all(
+    outputs: Vec<(OutputFile, Format)>,
+    recording: &Recording,
+    options: &RenderOptions,
+) -> Result<()> {
+    for (file, format) in outputs {
+        file.commit(|out| render::render(format, recording, options, out))?;
+    }
+    Ok(())
+}
+
 pub struct OutputFile {
     path: PathBuf,
     temp: NamedTempFile,

@@ -1,5 +1,5 @@
 //! Aggregation: the samples of a recording, with their stacks interned.
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use indexmap::IndexSet;
 
@@ -29,6 +29,7 @@ pub struct Profile {
     stacks: IndexSet<Box<[Frame]>>,
     comms: IndexSet<String>,
     samples: Vec<ProfileSample>,
+    tgids: HashSet<u32>,
 }
 
 impl Profile {
@@ -42,6 +43,7 @@ impl Profile {
             Some(index) => index,
             None => self.comms.insert_full(comm.to_owned()).0,
         };
+        self.tgids.insert(tgid);
         self.samples.push(ProfileSample {
             time_ns,
             tgid,
@@ -66,10 +68,7 @@ impl Profile {
 
     /// Number of distinct processes sampled.
     pub fn process_count(&self) -> usize {
-        let mut tgids: Vec<u32> = self.samples.iter().map(|s| s.tgid).collect();
-        tgids.sort_unstable();
-        tgids.dedup();
-        tgids.len()
+        self.tgids.len()
     }
 
     /// Every distinct frame in the profile, each once.

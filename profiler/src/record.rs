@@ -1,21 +1,22 @@
-//! `profiler record`: attach, sample until told to stop, then symbolize and write the output.
+//! `profiler record`: attach, sample until told to stop, then symbolize and write the outputs.
 use std::{
     future::Future,
-    time::{Duration, Instant},
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
 use anyhow::{Context as _, Result};
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::{
-    cli::{CallGraph, Format, RecordArgs},
+    cli::{CallGraph, RecordArgs},
     collect::{Collected, Collector},
-    output::OutputFile,
-    preflight,
+    output, preflight,
     process::{self, Tracking},
-    render::{self, SvgOptions},
+    recording::{Meta, Recording, UnwindSummary},
+    render::RenderOptions,
     ring::RingReader,
-    sampler::{Counters, Sampler, SamplerConfig},
+    sampler::{Sampler, SamplerConfig},
+    summary::{StatusLine, Summary},
     symbolize::Symbolizer,
     target::{self, PendingCommand, ProcessHandle, StartedCommand},
     task_events::TaskEventReader,
@@ -32,6 +33,40 @@ enum Targets {
     SystemWide,
 }
 
+impl Targets {
+    fn open(args: &RecordArgs) -> Result<Self> {
+        Ok(if !args.pids.is_empty() {
+            Self::Processes(args.pids.iter().map(|&pid| ProcessHandle::open(pid)).collect::<Result<_>>()?)
+        } else if !args.command.is_empty() {
+            Self::Command(Some(PendingCommand::spawn(&args.command)?))
+        } else {
+            Self::SystemWide
+        })
+    }
+
+    /// The processes to filter on and to follow from the start.
+    fn pids(&self) -> Vec<u32> {
+        match self {
+            Self::Processes(handles) => handles.iter().map(ProcessHandle::pid).collect(),
+            Self::Command(pending) => pending.iter().map(PendingCommand::pid).collect(),
+            Self::SystemWide => Vec::new(),
+        }
+    }
+
+    fn describe(&self, args: &RecordArgs) -> String {
+        match self {
+            Self::Processes(handles) => {
+                let pids: Vec<String> = handles.iter().map(|h| h.pid().to_string()).collect();
+                format!("PID {}", pids.join(", "))
+            }
+            Self::Command(_) => {
+                args.command.iter().map(|a| a.to_string_lossy()).collect::<Vec<_>>().join(" ")
+            }
+            Self::SystemWide => "whole system".into(),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum StopReason {
     Duration,
@@ -43,57 +78,46 @@ pub async fn run(args: RecordArgs) -> Result<()> {
     preflight::check_privileges()?;
     preflight::check_btf()?;
     preflight::check_frequency(args.frequency)?;
-    let format = args.format.or_else(|| Format::from_path(&args.output)).unwrap_or(Format::Svg);
-    let output = OutputFile::create(&args.output)?;
-    let mut targets = if !args.pids.is_empty() {
-        Targets::Processes(args.pids.iter().map(|&pid| ProcessHandle::open(pid)).collect::<Result<_>>()?)
-    } else if !args.command.is_empty() {
-        Targets::Command(Some(PendingCommand::spawn(&args.command)?))
-    } else {
-        Targets::SystemWide
-    };
-    let title = title(&args, &targets);
+    let output_specs = args.output.resolve()?;
+    let outputs = output::create_all(&output_specs)?;
+    let mut targets = Targets::open(&args)?;
+    let system_wide = matches!(targets, Targets::SystemWide);
+    let stack_copy_kib = if args.call_graph == CallGraph::Fp { 0 } else { args.stack_size };
 
     let mut sampler = Sampler::load(&SamplerConfig {
         frequency_hz: args.frequency,
-        filter_processes: !matches!(targets, Targets::SystemWide),
+        filter_processes: !system_wide,
         follow_forks: !args.no_inherit,
-        stack_copy_cap: match args.call_graph {
-            CallGraph::Fp => 0,
-            CallGraph::Auto | CallGraph::Dwarf => args.stack_size * 1024,
-        },
+        stack_copy_cap: stack_copy_kib * 1024,
         ring_buffer_bytes: RING_BUFFER_BYTES,
     })?;
-    match &targets {
-        Targets::Processes(handles) => handles.iter().try_for_each(|h| sampler.add_process(h.pid()))?,
-        Targets::Command(Some(pending)) => sampler.add_process(pending.pid())?,
-        Targets::Command(None) | Targets::SystemWide => {}
-    }
-    let ring = RingReader::new(sampler.take_ring_buffer()?).context("cannot poll the ring buffer")?;
-    let tracking = Tracking { all: matches!(targets, Targets::SystemWide), follow_forks: !args.no_inherit };
+    let tracking = Tracking { all: system_wide, follow_forks: !args.no_inherit };
     let mut intake = Intake {
-        ring,
+        ring: RingReader::new(sampler.take_ring_buffer()?).context("cannot poll the ring buffer")?,
         task_events: TaskEventReader::open()?,
         collector: Collector::new(args.call_graph, tracking),
     };
-    match &targets {
-        Targets::Processes(handles) => handles.iter().for_each(|h| intake.collector.track(h.pid())),
-        Targets::Command(Some(pending)) => intake.collector.track(pending.pid()),
-        Targets::Command(None) => {}
-        Targets::SystemWide => process::running().into_iter().for_each(|pid| intake.collector.track(pid)),
+    let followed = if system_wide { process::running() } else { targets.pids() };
+    for pid in followed {
+        if !system_wide {
+            sampler.add_process(pid)?;
+        }
+        intake.collector.track(pid);
     }
     sampler.start()?;
-    let started = Instant::now();
+    let start = Start::now();
     let mut command = match &mut targets {
-        Targets::Command(pending) => Some(pending.take().expect("spawned above").start()?),
+        Targets::Command(pending) => Some(pending.take().expect("spawned by Targets::open").start()?),
         _ => None,
     };
 
+    let mut status = StatusLine::new(args.quiet);
     let stop = stop_condition(args.duration, &targets, command.as_ref())?;
-    let reason = sample_until(stop, &mut intake).await?;
+    let reason = sample_until(stop, &mut intake, &sampler, &mut status).await?;
     sampler.stop()?;
     intake.drain();
-    let elapsed = started.elapsed();
+    status.finish();
+    let duration = start.instant.elapsed();
     let counters = sampler.counters()?;
     let run_stats = sampler.run_stats();
     drop(sampler);
@@ -104,38 +128,91 @@ pub async fn run(args: RecordArgs) -> Result<()> {
         &collected.modules,
         &collected.perf_maps,
     );
-    let folded = render::collapse(&collected.profile, &symbols);
-    let samples = collected.profile.samples().len();
-    let labels = SvgOptions {
-        title,
-        subtitle: Some(format!(
-            "{samples} samples at {} Hz over {:.1} s",
-            args.frequency,
-            elapsed.as_secs_f64()
-        )),
+    let meta = Meta {
+        target: targets.describe(&args),
+        frequency_hz: args.frequency,
+        start_unix_ns: start.unix_ns,
+        duration_ns: duration.as_nanos() as u64,
+        call_graph: args.call_graph.name().into(),
+        stack_copy_kib,
+        lost_samples: counters.lost,
+        unwind: unwind_summary(&collected),
     };
-    let path = output.path().to_owned();
-    output.commit(|out| match format {
-        Format::Svg => render::write_svg(&folded, &labels, out),
-        Format::Folded => render::write_folded(&folded, out),
-    })?;
+    let recording =
+        Recording::from_live(&collected.profile, &symbols, &collected.modules, start.monotonic_ns, meta);
+    output::write_all(outputs, &recording, &RenderOptions { grouping: args.grouping.grouping() })?;
 
-    let exit_note = command.as_mut().and_then(StartedCommand::try_status).filter(|s| !s.success());
-    print_summary(&collected, &counters, &path);
-    if let Some(stats) = run_stats {
-        let per_run = stats.time.as_secs_f64() * 1e6 / stats.runs as f64;
-        eprintln!("profiler: kernel: {per_run:.2} µs per sample program run ({} runs)", stats.runs);
+    if !args.quiet {
+        let summary = Summary {
+            recording: &recording,
+            missing_cfi: missing_cfi(&collected),
+            kernel_us_per_run: run_stats.map(|s| s.time.as_secs_f64() * 1e6 / s.runs as f64),
+            outputs: &output_specs,
+        };
+        summary.print();
     }
-    if args.call_graph != CallGraph::Fp {
-        print_unwind_quality(&collected, args.stack_size);
-    }
-    if let Some(status) = exit_note {
+    warn(&collected);
+    if let Some(status) = command.as_mut().and_then(StartedCommand::try_status).filter(|s| !s.success()) {
         eprintln!("profiler: note: the command exited with {status}");
     }
-    if reason == StopReason::Signal {
+    if reason == StopReason::Signal && !args.quiet {
         eprintln!("profiler: stopped by signal");
     }
     Ok(())
+}
+
+/// When the recording started, on each clock that needs it.
+struct Start {
+    instant: Instant,
+    unix_ns: u64,
+    /// CLOCK_MONOTONIC, the samples' clock.
+    monotonic_ns: u64,
+}
+
+impl Start {
+    fn now() -> Self {
+        let unix_ns = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+        Self { instant: Instant::now(), unix_ns, monotonic_ns: process::monotonic_ns() }
+    }
+}
+
+fn unwind_summary(collected: &Collected) -> UnwindSummary {
+    let stats = &collected.unwind_stats;
+    UnwindSummary {
+        complete: stats.count(StackSource::Dwarf(UnwindEnd::Bottom)),
+        completed_with_frame_pointers: stats.count(StackSource::DwarfThenFramePointers),
+        truncated: stats.count(StackSource::Dwarf(UnwindEnd::SnapshotEnd)),
+        missing_cfi: stats.missing_cfi.values().sum(),
+        lost: stats.count(StackSource::Dwarf(UnwindEnd::Lost)),
+    }
+}
+
+/// Modules where unwinding stopped for lack of CFI, most samples first.
+fn missing_cfi(collected: &Collected) -> Vec<(String, u64)> {
+    let mut modules: Vec<(String, u64)> = collected
+        .unwind_stats
+        .missing_cfi
+        .iter()
+        .map(|(module, &count)| {
+            let name =
+                module.map_or("[anonymous memory]".into(), |m| collected.modules.get(m).name().to_owned());
+            (name, count)
+        })
+        .collect();
+    modules.sort_unstable_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    modules
+}
+
+fn warn(collected: &Collected) {
+    if collected.lost_task_events > 0 {
+        eprintln!(
+            "profiler: warning: the kernel dropped {} mmap/exec/fork records; some frames may be misattributed",
+            collected.lost_task_events
+        );
+    }
+    if collected.malformed > 0 {
+        eprintln!("profiler: warning: {} malformed records were skipped", collected.malformed);
+    }
 }
 
 /// A future that completes when the recording must stop: duration over, SIGINT/SIGTERM/SIGHUP,
@@ -193,7 +270,12 @@ impl Intake {
     }
 }
 
-async fn sample_until(stop: impl Future<Output = StopReason>, intake: &mut Intake) -> Result<StopReason> {
+async fn sample_until(
+    stop: impl Future<Output = StopReason>,
+    intake: &mut Intake,
+    sampler: &Sampler,
+    status: &mut StatusLine,
+) -> Result<StopReason> {
     tokio::pin!(stop);
     loop {
         tokio::select! {
@@ -202,78 +284,12 @@ async fn sample_until(stop: impl Future<Output = StopReason>, intake: &mut Intak
             ready = intake.ring.ready() => {
                 ready.context("cannot read the ring buffer")?;
                 intake.drain();
+                if status.due() {
+                    let (samples, processes) = intake.collector.progress();
+                    let lost = sampler.counters().map_or(0, |c| c.lost);
+                    status.update(samples, lost, processes);
+                }
             }
         }
-    }
-}
-
-fn title(args: &RecordArgs, targets: &Targets) -> String {
-    match targets {
-        Targets::Processes(handles) => {
-            let pids: Vec<String> = handles.iter().map(|h| h.pid().to_string()).collect();
-            format!("profiler: PID {}", pids.join(", "))
-        }
-        Targets::Command(_) => {
-            let argv: Vec<_> = args.command.iter().map(|a| a.to_string_lossy()).collect();
-            format!("profiler: {}", argv.join(" "))
-        }
-        Targets::SystemWide => "profiler: whole system".into(),
-    }
-}
-
-fn print_summary(collected: &Collected, counters: &Counters, path: &std::path::Path) {
-    let samples = collected.profile.samples().len();
-    let processes = collected.profile.process_count();
-    let plural = if processes == 1 { "" } else { "es" };
-    eprintln!(
-        "profiler: {samples} samples ({} lost) from {processes} process{plural}, wrote {}",
-        counters.lost,
-        path.display()
-    );
-    if samples == 0 {
-        eprintln!("profiler: no samples were recorded (was the target idle?)");
-    }
-    if collected.lost_task_events > 0 {
-        eprintln!(
-            "profiler: warning: the kernel dropped {} mmap/exec/fork records; some frames may be misattributed",
-            collected.lost_task_events
-        );
-    }
-    if collected.malformed > 0 {
-        eprintln!("profiler: warning: {} malformed records were skipped", collected.malformed);
-    }
-}
-
-/// How complete the user stacks are: one line of shares, then the modules that lacked CFI.
-fn print_unwind_quality(collected: &Collected, stack_kib: u32) {
-    let stats = &collected.unwind_stats;
-    let total = stats.total();
-    if total == 0 {
-        return;
-    }
-    let share = |count: u64| 100.0 * count as f64 / total as f64;
-    let missing_cfi: u64 = stats.missing_cfi.values().sum();
-    eprintln!(
-        "profiler: user stacks: {:.1}% reached the bottom, {:.1}% completed with frame pointers, \
-         {:.1}% cut by the {stack_kib} KiB stack copy, {:.1}% stopped in code without CFI, {:.1}% lost",
-        share(stats.count(StackSource::Dwarf(UnwindEnd::Bottom))),
-        share(stats.count(StackSource::DwarfThenFramePointers)),
-        share(stats.count(StackSource::Dwarf(UnwindEnd::SnapshotEnd))),
-        share(missing_cfi),
-        share(stats.count(StackSource::Dwarf(UnwindEnd::Lost))),
-    );
-    let mut modules: Vec<(u64, String)> = stats
-        .missing_cfi
-        .iter()
-        .map(|(module, &count)| {
-            let name =
-                module.map_or("[anonymous memory]".into(), |m| collected.modules.get(m).name().to_owned());
-            (count, name)
-        })
-        .collect();
-    modules.sort_unstable_by(|a, b| b.cmp(a));
-    if !modules.is_empty() {
-        let top: Vec<String> = modules.iter().take(5).map(|(n, name)| format!("{name} ({n})")).collect();
-        eprintln!("profiler: code without CFI: {}", top.join(", "));
     }
 }

@@ -143,7 +143,7 @@ fn kernel_cost(
                     .args(args);
                 let stderr = output(&mut command)?;
                 runs.push(
-                    parse_after(&stderr, "kernel: ", " µs")
+                    parse_after(&stderr, "kernel cost", " µs")
                         .context("no kernel cost in the profiler's summary")?,
                 );
             }
@@ -356,8 +356,8 @@ mod tests {
 
     #[test]
     fn parses_summary_figures() {
-        let stderr = "profiler: 9990 samples (0 lost) from 2 processes, wrote x\nprofiler: kernel: 2.45 µs per sample program run (10 runs)\n";
-        assert_eq!(parse_after(stderr, "kernel: ", " µs"), Some(2.45));
+        let stderr = "profiler: 9990 samples (0 lost) from 2 processes in 4.0 s at 999 Hz\n  kernel cost     2.45 µs per sample program run\n";
+        assert_eq!(parse_after(stderr, "kernel cost", " µs"), Some(2.45));
         assert_eq!(parse_after(stderr, "profiler: ", " samples"), Some(9990.0));
         assert_eq!(parse_after(stderr, "nothing", "x"), None);
         assert_eq!(median(&mut [3.0, 1.0, 2.0]), 2.0);

@@ -1,0 +1,97 @@
+//! Keeping part of a recording: some processes, threads, commands, a time window, no kernel
+//! frames.
+use std::collections::HashMap;
+
+use super::Recording;
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Filter {
+    /// Keep these processes (all when empty).
+    pub pids: Vec<u32>,
+    /// Keep these threads (all when empty).
+    pub tids: Vec<u32>,
+    /// Keep these command names (all when empty).
+    pub comms: Vec<String>,
+    /// Keep samples from this many nanoseconds after the start.
+    pub since_ns: Option<u64>,
+    /// Keep samples until this many nanoseconds after the start.
+    pub until_ns: Option<u64>,
+    /// Drop kernel frames.
+    pub no_kernel: bool,
+}
+
+impl Recording {
+    pub fn filtered(&self, filter: &Filter) -> Recording {
+        let keep_comm: Vec<bool> =
+            self.comms.iter().map(|c| filter.comms.is_empty() || filter.comms.contains(c)).collect();
+        let mut recording = self.clone();
+        recording.samples.retain(|s| {
+            (filter.pids.is_empty() || filter.pids.contains(&s.pid))
+                && (filter.tids.is_empty() || filter.tids.contains(&s.tid))
+                && keep_comm.get(s.comm as usize).copied().unwrap_or(false)
+                && filter.since_ns.is_none_or(|since| s.time_ns >= since)
+                && filter.until_ns.is_none_or(|until| s.time_ns <= until)
+        });
+        if filter.no_kernel {
+            recording.drop_kernel_frames();
+        }
+        recording
+    }
+
+    fn drop_kernel_frames(&mut self) {
+        let mut ids: HashMap<Vec<u32>, u32> = HashMap::new();
+        let mut stacks = Vec::new();
+        let remap: Vec<u32> = self
+            .stacks
+            .iter()
+            .map(|stack| {
+                let user: Vec<u32> =
+                    stack.iter().copied().filter(|&l| !self.locations[l as usize].is_kernel()).collect();
+                *ids.entry(user.clone()).or_insert_with(|| {
+                    stacks.push(user);
+                    stacks.len() as u32 - 1
+                })
+            })
+            .collect();
+        self.stacks = stacks;
+        for sample in &mut self.samples {
+            sample.stack = remap[sample.stack as usize];
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::recording::tests::fixture;
+
+    fn times(recording: &Recording) -> Vec<u64> {
+        recording.samples.iter().map(|s| s.time_ns).collect()
+    }
+
+    #[test]
+    fn filters_keep_only_what_they_name() {
+        let recording = fixture();
+        assert_eq!(times(&recording.filtered(&Filter::default())), [0, 10, 20, 30]);
+        assert_eq!(times(&recording.filtered(&Filter { pids: vec![20], ..Default::default() })), [30]);
+        assert_eq!(times(&recording.filtered(&Filter { tids: vec![11], ..Default::default() })), [10, 20]);
+        assert_eq!(
+            times(&recording.filtered(&Filter { comms: vec!["app".into()], ..Default::default() })),
+            [0, 10, 20]
+        );
+        let window = Filter { since_ns: Some(10), until_ns: Some(20), ..Default::default() };
+        assert_eq!(times(&recording.filtered(&window)), [10, 20]);
+        assert!(recording.filtered(&Filter { pids: vec![99], ..Default::default() }).samples.is_empty());
+    }
+
+    #[test]
+    fn no_kernel_drops_kernel_frames() {
+        let recording = fixture().filtered(&Filter { no_kernel: true, ..Default::default() });
+        let last = recording.samples[3];
+        let stack = &recording.stacks[last.stack as usize];
+        assert!(stack.iter().all(|&l| !recording.locations[l as usize].is_kernel()));
+        assert_eq!(stack.len(), 2);
+        // The kernel-free stack is the same as the one of the first sample: merged.
+        assert_eq!(last.stack, recording.samples[0].stack);
+    }
+}

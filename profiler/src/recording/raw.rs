@@ -1,0 +1,356 @@
+//! Raw recordings (`.prof`): a recording saved to be rendered again later, without root.
+//!
+//! Layout, version 1:
+//!
+//! ```text
+//! bytes 0..8    magic "PROFILER"
+//! bytes 8..12   format version, u32 little-endian (1)
+//! bytes 12..    gzip stream of one protobuf message `RawRecording` (fields below)
+//! ```
+//!
+//! The message is protobuf so that other tools can read it from the field list: meta (target,
+//! frequency, start time, duration, call graph, lost samples, unwind summary, stack copy size),
+//! modules (path,
+//! build id), a string table, locations (module index + 1 or 0, file offset or address, symbol
+//! names as string indexes, symbol kinds), stacks (location indexes, innermost first), command
+//! names, and the samples as packed columns (time delta from the previous sample in ns, pid, tid,
+//! command index, stack index). Every index is checked when reading: a corrupt file is an error,
+//! never a panic.
+use std::{
+    collections::HashMap,
+    io::{Read, Write},
+};
+
+use anyhow::{Context as _, Result, bail, ensure};
+use flate2::{Compression, read::GzDecoder, write::GzEncoder};
+use prost::Message;
+
+use super::{Location, Meta, ModuleInfo, Recording, Sample, UnwindSummary};
+use crate::symbolize::{Symbol, SymbolKind};
+
+pub const MAGIC: &[u8; 8] = b"PROFILER";
+pub const VERSION: u32 = 1;
+/// A recording of more than this many bytes uncompressed is not one of ours.
+const MAX_DECODED_BYTES: u64 = 16 << 30;
+
+#[derive(Clone, PartialEq, Message)]
+struct RawRecording {
+    #[prost(message, optional, tag = "1")]
+    meta: Option<RawMeta>,
+    #[prost(message, repeated, tag = "2")]
+    modules: Vec<RawModule>,
+    #[prost(string, repeated, tag = "3")]
+    strings: Vec<String>,
+    #[prost(message, repeated, tag = "4")]
+    locations: Vec<RawLocation>,
+    #[prost(message, repeated, tag = "5")]
+    stacks: Vec<RawStack>,
+    #[prost(string, repeated, tag = "6")]
+    comms: Vec<String>,
+    #[prost(uint64, repeated, tag = "7")]
+    sample_time_deltas_ns: Vec<u64>,
+    #[prost(uint32, repeated, tag = "8")]
+    sample_pids: Vec<u32>,
+    #[prost(uint32, repeated, tag = "9")]
+    sample_tids: Vec<u32>,
+    #[prost(uint32, repeated, tag = "10")]
+    sample_comms: Vec<u32>,
+    #[prost(uint32, repeated, tag = "11")]
+    sample_stacks: Vec<u32>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+struct RawMeta {
+    #[prost(string, tag = "1")]
+    target: String,
+    #[prost(uint64, tag = "2")]
+    frequency_hz: u64,
+    #[prost(uint64, tag = "3")]
+    start_unix_ns: u64,
+    #[prost(uint64, tag = "4")]
+    duration_ns: u64,
+    #[prost(string, tag = "5")]
+    call_graph: String,
+    #[prost(uint64, tag = "6")]
+    lost_samples: u64,
+    /// complete, completed with frame pointers, truncated, missing CFI, lost.
+    #[prost(uint64, repeated, tag = "7")]
+    unwind: Vec<u64>,
+    #[prost(uint32, tag = "8")]
+    stack_copy_kib: u32,
+}
+
+#[derive(Clone, PartialEq, Message)]
+struct RawModule {
+    #[prost(string, tag = "1")]
+    path: String,
+    #[prost(bytes = "vec", tag = "2")]
+    build_id: Vec<u8>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+struct RawLocation {
+    /// Module index + 1; 0 for none.
+    #[prost(uint32, tag = "1")]
+    module: u32,
+    #[prost(uint64, tag = "2")]
+    address: u64,
+    #[prost(uint32, repeated, tag = "3")]
+    symbol_names: Vec<u32>,
+    /// 0 function, 1 inlined, 2 kernel, 3 JIT.
+    #[prost(uint32, repeated, tag = "4")]
+    symbol_kinds: Vec<u32>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+struct RawStack {
+    #[prost(uint32, repeated, tag = "1")]
+    locations: Vec<u32>,
+}
+
+pub fn write(recording: &Recording, out: &mut dyn Write) -> std::io::Result<()> {
+    out.write_all(MAGIC)?;
+    out.write_all(&VERSION.to_le_bytes())?;
+    let mut gzip = GzEncoder::new(out, Compression::default());
+    gzip.write_all(&encode(recording).encode_to_vec())?;
+    gzip.finish()?;
+    Ok(())
+}
+
+pub fn read(input: &mut dyn Read) -> Result<Recording> {
+    let mut header = [0u8; 12];
+    input.read_exact(&mut header).map_err(|_| anyhow::anyhow!("not a profiler recording (too short)"))?;
+    ensure!(&header[..8] == MAGIC, "not a profiler recording");
+    let version = u32::from_le_bytes(header[8..].try_into().expect("4 bytes"));
+    ensure!(
+        version == VERSION,
+        "recording format version {version} is not supported (this profiler reads {VERSION})"
+    );
+    let mut bytes = Vec::new();
+    GzDecoder::new(input)
+        .take(MAX_DECODED_BYTES)
+        .read_to_end(&mut bytes)
+        .context("corrupt or truncated recording")?;
+    let raw = RawRecording::decode(&*bytes).context("corrupt recording")?;
+    decode(raw).context("corrupt recording")
+}
+
+fn kind_code(kind: SymbolKind) -> u32 {
+    match kind {
+        SymbolKind::Function => 0,
+        SymbolKind::Inlined => 1,
+        SymbolKind::Kernel => 2,
+        SymbolKind::Jit => 3,
+    }
+}
+
+fn kind(code: u32) -> Result<SymbolKind> {
+    Ok(match code {
+        0 => SymbolKind::Function,
+        1 => SymbolKind::Inlined,
+        2 => SymbolKind::Kernel,
+        3 => SymbolKind::Jit,
+        other => bail!("unknown symbol kind {other}"),
+    })
+}
+
+fn encode(recording: &Recording) -> RawRecording {
+    let mut strings: Vec<String> = Vec::new();
+    let mut string_ids: HashMap<&str, u32> = HashMap::new();
+    let mut locations = Vec::with_capacity(recording.locations.len());
+    for l in &recording.locations {
+        let mut symbol_names = Vec::with_capacity(l.symbols.len());
+        for symbol in &l.symbols {
+            let id = *string_ids.entry(&symbol.name).or_insert_with(|| {
+                strings.push(symbol.name.clone());
+                strings.len() as u32 - 1
+            });
+            symbol_names.push(id);
+        }
+        locations.push(RawLocation {
+            module: l.module.map_or(0, |m| m + 1),
+            address: l.address,
+            symbol_names,
+            symbol_kinds: l.symbols.iter().map(|s| kind_code(s.kind)).collect(),
+        });
+    }
+    let meta = &recording.meta;
+    let u = meta.unwind;
+    let mut previous = 0;
+    RawRecording {
+        meta: Some(RawMeta {
+            target: meta.target.clone(),
+            frequency_hz: meta.frequency_hz,
+            start_unix_ns: meta.start_unix_ns,
+            duration_ns: meta.duration_ns,
+            call_graph: meta.call_graph.clone(),
+            lost_samples: meta.lost_samples,
+            unwind: vec![u.complete, u.completed_with_frame_pointers, u.truncated, u.missing_cfi, u.lost],
+            stack_copy_kib: meta.stack_copy_kib,
+        }),
+        modules: recording
+            .modules
+            .iter()
+            .map(|m| RawModule { path: m.path.clone(), build_id: m.build_id.clone() })
+            .collect(),
+        strings,
+        locations,
+        stacks: recording.stacks.iter().map(|s| RawStack { locations: s.clone() }).collect(),
+        comms: recording.comms.clone(),
+        sample_time_deltas_ns: recording
+            .samples
+            .iter()
+            .map(|s| {
+                let delta = s.time_ns.saturating_sub(previous);
+                previous = s.time_ns;
+                delta
+            })
+            .collect(),
+        sample_pids: recording.samples.iter().map(|s| s.pid).collect(),
+        sample_tids: recording.samples.iter().map(|s| s.tid).collect(),
+        sample_comms: recording.samples.iter().map(|s| s.comm).collect(),
+        sample_stacks: recording.samples.iter().map(|s| s.stack).collect(),
+    }
+}
+
+fn decode(raw: RawRecording) -> Result<Recording> {
+    let raw_meta = raw.meta.unwrap_or_default();
+    let unwind = match raw_meta.unwind[..] {
+        [complete, completed_with_frame_pointers, truncated, missing_cfi, lost] => {
+            UnwindSummary { complete, completed_with_frame_pointers, truncated, missing_cfi, lost }
+        }
+        [] => UnwindSummary::default(),
+        _ => bail!("unwind summary has {} fields", raw_meta.unwind.len()),
+    };
+    let meta = Meta {
+        target: raw_meta.target,
+        frequency_hz: raw_meta.frequency_hz,
+        start_unix_ns: raw_meta.start_unix_ns,
+        duration_ns: raw_meta.duration_ns,
+        call_graph: raw_meta.call_graph,
+        lost_samples: raw_meta.lost_samples,
+        stack_copy_kib: raw_meta.stack_copy_kib,
+        unwind,
+    };
+    let modules: Vec<ModuleInfo> =
+        raw.modules.into_iter().map(|m| ModuleInfo { path: m.path, build_id: m.build_id }).collect();
+    let locations = raw
+        .locations
+        .into_iter()
+        .enumerate()
+        .map(|(i, l)| {
+            ensure!(
+                l.symbol_names.len() == l.symbol_kinds.len(),
+                "location {i}: names and kinds differ in number"
+            );
+            let module = l.module.checked_sub(1);
+            ensure!(
+                module.is_none_or(|m| (m as usize) < modules.len()),
+                "location {i}: no module {}",
+                l.module - 1
+            );
+            let symbols = l
+                .symbol_names
+                .iter()
+                .zip(&l.symbol_kinds)
+                .map(|(&name, &code)| {
+                    let name = raw
+                        .strings
+                        .get(name as usize)
+                        .with_context(|| format!("location {i}: no string {name}"))?;
+                    Ok(Symbol { name: name.clone(), kind: kind(code)? })
+                })
+                .collect::<Result<_>>()?;
+            Ok(Location { module, address: l.address, symbols })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let stacks: Vec<Vec<u32>> = raw.stacks.into_iter().map(|s| s.locations).collect();
+    for (i, stack) in stacks.iter().enumerate() {
+        ensure!(
+            stack.iter().all(|&l| (l as usize) < locations.len()),
+            "stack {i} refers to a missing location"
+        );
+    }
+    let n = raw.sample_time_deltas_ns.len();
+    ensure!(
+        [raw.sample_pids.len(), raw.sample_tids.len(), raw.sample_comms.len(), raw.sample_stacks.len()]
+            == [n; 4],
+        "sample columns differ in length"
+    );
+    let mut time_ns = 0u64;
+    let samples = (0..n)
+        .map(|i| {
+            time_ns = time_ns.saturating_add(raw.sample_time_deltas_ns[i]);
+            let sample = Sample {
+                time_ns,
+                pid: raw.sample_pids[i],
+                tid: raw.sample_tids[i],
+                comm: raw.sample_comms[i],
+                stack: raw.sample_stacks[i],
+            };
+            ensure!((sample.comm as usize) < raw.comms.len(), "sample {i} refers to a missing command name");
+            ensure!((sample.stack as usize) < stacks.len(), "sample {i} refers to a missing stack");
+            Ok(sample)
+        })
+        .collect::<Result<_>>()?;
+    Ok(Recording { meta, modules, locations, stacks, comms: raw.comms, samples })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::recording::tests::fixture;
+
+    fn bytes(recording: &Recording) -> Vec<u8> {
+        let mut out = Vec::new();
+        write(recording, &mut out).unwrap();
+        out
+    }
+
+    #[test]
+    fn round_trips() {
+        let mut recording = fixture();
+        recording.meta.unwind = UnwindSummary {
+            complete: 5,
+            completed_with_frame_pointers: 1,
+            truncated: 2,
+            missing_cfi: 3,
+            lost: 4,
+        };
+        recording.meta.lost_samples = 7;
+        recording.meta.stack_copy_kib = 32;
+        let data = bytes(&recording);
+        assert_eq!(&data[..8], MAGIC);
+        assert_eq!(read(&mut &data[..]).unwrap(), recording);
+    }
+
+    #[test]
+    fn rejects_other_files() {
+        let err = |data: &[u8]| format!("{:#}", read(&mut &data[..]).unwrap_err());
+        assert_eq!(err(b"hello"), "not a profiler recording (too short)");
+        assert_eq!(err(b"<?xml version=\"1.0\"?><svg/>"), "not a profiler recording");
+        let mut future = bytes(&fixture());
+        future[8] = 9;
+        assert_eq!(err(&future), "recording format version 9 is not supported (this profiler reads 1)");
+    }
+
+    #[test]
+    fn truncated_file_is_an_error() {
+        let data = bytes(&fixture());
+        for len in [12, 20, data.len() / 2, data.len() - 1] {
+            let message = format!("{:#}", read(&mut &data[..len]).unwrap_err());
+            assert!(message.starts_with("corrupt"), "{len}: {message}");
+        }
+    }
+
+    #[test]
+    fn dangling_indexes_are_errors() {
+        let mut recording = fixture();
+        recording.samples[0].stack = 99;
+        let message = format!("{:#}", read(&mut &bytes(&recording)[..]).unwrap_err());
+        assert_eq!(message, "corrupt recording: sample 0 refers to a missing stack");
+        let mut recording = fixture();
+        recording.stacks[0].push(42);
+        assert!(read(&mut &bytes(&recording)[..]).is_err());
+    }
+}

@@ -1,0 +1,117 @@
+//! Folded stacks: `root;outer;...;leaf COUNT`, one line per distinct stack, sorted. Kernel
+//! frames end in `_[k]`, inlined ones in `_[i]`, JIT ones in `_[j]` (the conventions of perf and
+//! FlameGraph, which inferno's palettes colour).
+use std::{collections::BTreeMap, io::Write};
+
+use crate::{
+    recording::Recording,
+    symbolize::{Symbol, SymbolKind},
+};
+
+/// What the root frame of each stack is.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Grouping {
+    /// The process's command name, as perf does.
+    #[default]
+    Command,
+    /// `comm-pid`.
+    Process,
+    /// `comm-tid`.
+    Thread,
+    /// No root frame.
+    None,
+}
+
+pub type Folded = BTreeMap<String, u64>;
+
+pub fn collapse(recording: &Recording, grouping: Grouping) -> Folded {
+    let mut counts: BTreeMap<(Option<String>, u32), u64> = BTreeMap::new();
+    for sample in &recording.samples {
+        let comm = &recording.comms[sample.comm as usize];
+        let root = match grouping {
+            Grouping::Command => Some(clean(comm)),
+            Grouping::Process => Some(format!("{}-{}", clean(comm), sample.pid)),
+            Grouping::Thread => Some(format!("{}-{}", clean(comm), sample.tid)),
+            Grouping::None => None,
+        };
+        *counts.entry((root, sample.stack)).or_default() += 1;
+    }
+    let mut folded = Folded::new();
+    for ((root, stack), count) in counts {
+        let mut frames: Vec<String> = root.into_iter().collect();
+        for &location in recording.stacks[stack as usize].iter().rev() {
+            frames.extend(recording.locations[location as usize].symbols.iter().map(frame_name));
+        }
+        if frames.is_empty() {
+            frames.push("[no stack]".into());
+        }
+        *folded.entry(frames.join(";")).or_default() += count;
+    }
+    folded
+}
+
+/// A symbol as a folded frame: its name, cleaned of separators, with its kind's suffix.
+pub fn frame_name(symbol: &Symbol) -> String {
+    let suffix = match symbol.kind {
+        SymbolKind::Function => "",
+        SymbolKind::Inlined => "_[i]",
+        SymbolKind::Kernel => "_[k]",
+        SymbolKind::Jit => "_[j]",
+    };
+    format!("{}{suffix}", clean(&symbol.name))
+}
+
+/// Frame names may not contain the separators of the folded format.
+fn clean(name: &str) -> String {
+    name.replace(';', ":").replace(['\n', '\r'], " ")
+}
+
+pub fn write(folded: &Folded, out: &mut dyn Write) -> std::io::Result<()> {
+    for (stack, count) in folded {
+        writeln!(out, "{stack} {count}")?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::recording::tests::fixture;
+
+    fn lines(folded: &Folded) -> Vec<(&str, u64)> {
+        folded.iter().map(|(s, n)| (s.as_str(), *n)).collect()
+    }
+
+    #[test]
+    fn folds_root_first_with_suffixes() {
+        let folded = collapse(&fixture(), Grouping::Command);
+        assert_eq!(
+            lines(&folded),
+            [("app;main;hot", 2), ("app;main;work;push_back_[i]", 1), ("other;main;hot;sys_read_[k]", 1)]
+        );
+    }
+
+    #[test]
+    fn groupings() {
+        let recording = fixture();
+        let roots = |grouping| {
+            let folded = collapse(&recording, grouping);
+            folded.keys().map(|k| k.split(';').next().unwrap().to_owned()).collect::<Vec<_>>()
+        };
+        assert_eq!(roots(Grouping::Process), ["app-10", "app-10", "other-20"]);
+        assert_eq!(roots(Grouping::Thread), ["app-10", "app-11", "app-11", "other-20"]);
+        assert_eq!(lines(&collapse(&recording, Grouping::None))[0], ("main;hot", 2));
+    }
+
+    #[test]
+    fn text_format() {
+        let mut recording = fixture();
+        recording.locations[2].symbols[0].name = "a;b".into();
+        let mut out = Vec::new();
+        write(&collapse(&recording, Grouping::Command), &mut out).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "app;main;a:b 2\napp;main;work;push_back_[i] 1\nother;main;a:b;sys_read_[k] 1\n"
+        );
+    }
+}

@@ -1,0 +1,302 @@
+//! pprof: a gzipped `perftools.profiles.Profile` protobuf, as read by `go tool pprof`,
+//! Pyroscope and Parca. Symbolized already: locations carry their functions (inlined ones as
+//! extra lines), mappings their file name and build id; location addresses are file offsets.
+//! Samples are counted per (stack, pid, tid) with `pid`, `tid` and `comm` labels.
+use std::{collections::HashMap, io::Write};
+
+use flate2::{Compression, write::GzEncoder};
+use prost::Message as _;
+
+use crate::recording::Recording;
+
+/// The messages of profile.proto that profiler writes (field numbers from that schema).
+pub mod proto {
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Profile {
+        #[prost(message, repeated, tag = "1")]
+        pub sample_type: Vec<ValueType>,
+        #[prost(message, repeated, tag = "2")]
+        pub sample: Vec<Sample>,
+        #[prost(message, repeated, tag = "3")]
+        pub mapping: Vec<Mapping>,
+        #[prost(message, repeated, tag = "4")]
+        pub location: Vec<Location>,
+        #[prost(message, repeated, tag = "5")]
+        pub function: Vec<Function>,
+        #[prost(string, repeated, tag = "6")]
+        pub string_table: Vec<String>,
+        #[prost(int64, tag = "9")]
+        pub time_nanos: i64,
+        #[prost(int64, tag = "10")]
+        pub duration_nanos: i64,
+        #[prost(message, optional, tag = "11")]
+        pub period_type: Option<ValueType>,
+        #[prost(int64, tag = "12")]
+        pub period: i64,
+        #[prost(int64, tag = "14")]
+        pub default_sample_type: i64,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct ValueType {
+        #[prost(int64, tag = "1")]
+        pub r#type: i64,
+        #[prost(int64, tag = "2")]
+        pub unit: i64,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Sample {
+        #[prost(uint64, repeated, tag = "1")]
+        pub location_id: Vec<u64>,
+        #[prost(int64, repeated, tag = "2")]
+        pub value: Vec<i64>,
+        #[prost(message, repeated, tag = "3")]
+        pub label: Vec<Label>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Label {
+        #[prost(int64, tag = "1")]
+        pub key: i64,
+        #[prost(int64, tag = "2")]
+        pub str: i64,
+        #[prost(int64, tag = "3")]
+        pub num: i64,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Mapping {
+        #[prost(uint64, tag = "1")]
+        pub id: u64,
+        #[prost(uint64, tag = "2")]
+        pub memory_start: u64,
+        #[prost(uint64, tag = "3")]
+        pub memory_limit: u64,
+        #[prost(uint64, tag = "4")]
+        pub file_offset: u64,
+        #[prost(int64, tag = "5")]
+        pub filename: i64,
+        #[prost(int64, tag = "6")]
+        pub build_id: i64,
+        #[prost(bool, tag = "7")]
+        pub has_functions: bool,
+        #[prost(bool, tag = "10")]
+        pub has_inline_frames: bool,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Location {
+        #[prost(uint64, tag = "1")]
+        pub id: u64,
+        #[prost(uint64, tag = "2")]
+        pub mapping_id: u64,
+        #[prost(uint64, tag = "3")]
+        pub address: u64,
+        #[prost(message, repeated, tag = "4")]
+        pub line: Vec<Line>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Line {
+        #[prost(uint64, tag = "1")]
+        pub function_id: u64,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Function {
+        #[prost(uint64, tag = "1")]
+        pub id: u64,
+        #[prost(int64, tag = "2")]
+        pub name: i64,
+        #[prost(int64, tag = "3")]
+        pub system_name: i64,
+    }
+}
+
+/// The string table: index 0 is the empty string, as the format requires.
+struct Strings {
+    table: Vec<String>,
+    ids: HashMap<String, i64>,
+}
+
+impl Strings {
+    fn new() -> Self {
+        Self { table: vec![String::new()], ids: HashMap::from([(String::new(), 0)]) }
+    }
+
+    fn id(&mut self, s: &str) -> i64 {
+        if let Some(&id) = self.ids.get(s) {
+            return id;
+        }
+        self.table.push(s.to_owned());
+        self.ids.insert(s.to_owned(), self.table.len() as i64 - 1);
+        self.table.len() as i64 - 1
+    }
+}
+
+pub fn profile(recording: &Recording) -> proto::Profile {
+    let mut strings = Strings::new();
+    let period_ns = 1_000_000_000 / recording.meta.frequency_hz.max(1) as i64;
+    let value_type = |strings: &mut Strings, kind: &str, unit: &str| proto::ValueType {
+        r#type: strings.id(kind),
+        unit: strings.id(unit),
+    };
+    let sample_type =
+        vec![value_type(&mut strings, "samples", "count"), value_type(&mut strings, "cpu", "nanoseconds")];
+    let period_type = Some(value_type(&mut strings, "cpu", "nanoseconds"));
+
+    // Mapping ids: modules first (1..), then one each for the kernel and anonymous memory.
+    let mut mapping: Vec<proto::Mapping> = recording
+        .modules
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            let build_id: String = m.build_id.iter().map(|b| format!("{b:02x}")).collect();
+            proto::Mapping {
+                id: i as u64 + 1,
+                memory_start: 0,
+                memory_limit: u64::MAX,
+                file_offset: 0,
+                filename: strings.id(&m.path),
+                build_id: strings.id(&build_id),
+                has_functions: true,
+                has_inline_frames: true,
+            }
+        })
+        .collect();
+    let kernel_mapping = mapping.len() as u64 + 1;
+    let anonymous_mapping = kernel_mapping + 1;
+    for (id, name) in [(kernel_mapping, "[kernel.kallsyms]"), (anonymous_mapping, "[anon]")] {
+        let filename = strings.id(name);
+        mapping.push(proto::Mapping {
+            id,
+            memory_limit: u64::MAX,
+            filename,
+            has_functions: true,
+            ..Default::default()
+        });
+    }
+
+    let mut function: Vec<proto::Function> = Vec::new();
+    let mut function_ids: HashMap<String, u64> = HashMap::new();
+    let location = recording
+        .locations
+        .iter()
+        .enumerate()
+        .map(|(i, l)| {
+            let mapping_id = match l.module {
+                Some(m) => u64::from(m) + 1,
+                None if l.is_kernel() => kernel_mapping,
+                None => anonymous_mapping,
+            };
+            // pprof lists inlined functions innermost first; the last line is the caller.
+            let line = l
+                .symbols
+                .iter()
+                .rev()
+                .map(|symbol| {
+                    let name = super::folded::frame_name(symbol);
+                    let id = *function_ids.entry(name.clone()).or_insert_with(|| {
+                        let name = strings.id(&name);
+                        function.push(proto::Function {
+                            id: function.len() as u64 + 1,
+                            name,
+                            system_name: name,
+                        });
+                        function.len() as u64
+                    });
+                    proto::Line { function_id: id }
+                })
+                .collect();
+            proto::Location { id: i as u64 + 1, mapping_id, address: l.address, line }
+        })
+        .collect();
+
+    let mut counts: HashMap<(u32, u32, u32, u32), i64> = HashMap::new();
+    for s in &recording.samples {
+        *counts.entry((s.stack, s.pid, s.tid, s.comm)).or_default() += 1;
+    }
+    let mut keys: Vec<_> = counts.keys().copied().collect();
+    keys.sort_unstable();
+    let (pid_key, tid_key, comm_key) = (strings.id("pid"), strings.id("tid"), strings.id("comm"));
+    let sample = keys
+        .into_iter()
+        .map(|key @ (stack, pid, tid, comm)| {
+            let count = counts[&key];
+            proto::Sample {
+                location_id: recording.stacks[stack as usize].iter().map(|&l| u64::from(l) + 1).collect(),
+                value: vec![count, count * period_ns],
+                label: vec![
+                    proto::Label { key: pid_key, num: pid.into(), ..Default::default() },
+                    proto::Label { key: tid_key, num: tid.into(), ..Default::default() },
+                    proto::Label {
+                        key: comm_key,
+                        str: strings.id(&recording.comms[comm as usize]),
+                        ..Default::default()
+                    },
+                ],
+            }
+        })
+        .collect();
+
+    proto::Profile {
+        sample_type,
+        sample,
+        mapping,
+        location,
+        function,
+        string_table: strings.table,
+        time_nanos: recording.meta.start_unix_ns as i64,
+        duration_nanos: recording.meta.duration_ns as i64,
+        period_type,
+        period: period_ns,
+        default_sample_type: 0,
+    }
+}
+
+pub fn write(recording: &Recording, out: &mut dyn Write) -> std::io::Result<()> {
+    let mut gzip = GzEncoder::new(out, Compression::default());
+    gzip.write_all(&profile(recording).encode_to_vec())?;
+    gzip.finish()?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Read as _;
+
+    use super::*;
+    use crate::recording::tests::fixture;
+
+    fn decode(bytes: &[u8]) -> proto::Profile {
+        let mut raw = Vec::new();
+        flate2::read::GzDecoder::new(bytes).read_to_end(&mut raw).unwrap();
+        proto::Profile::decode(&*raw).unwrap()
+    }
+
+    #[test]
+    fn profile_round_trips_with_inline_lines_and_labels() {
+        let mut out = Vec::new();
+        write(&fixture(), &mut out).unwrap();
+        let profile = decode(&out);
+        let s = |i: i64| profile.string_table[i as usize].as_str();
+        assert_eq!(s(0), "");
+        assert_eq!(profile.period, 1_000_000_000 / 99);
+        let total: i64 = profile.sample.iter().map(|x| x.value[0]).sum();
+        assert_eq!(total, 4);
+        // The inlined location: push_back inlined into work, innermost first.
+        let inlined = &profile.location[1];
+        let names: Vec<&str> =
+            inlined.line.iter().map(|l| s(profile.function[l.function_id as usize - 1].name)).collect();
+        assert_eq!(names, ["push_back_[i]", "work"]);
+        let mapping = &profile.mapping[inlined.mapping_id as usize - 1];
+        assert_eq!((s(mapping.filename), s(mapping.build_id)), ("/usr/bin/app", "abcd"));
+        assert_eq!(inlined.address, 0x1234);
+        let kernel = &profile.location[3];
+        assert_eq!(s(profile.mapping[kernel.mapping_id as usize - 1].filename), "[kernel.kallsyms]");
+        let labels: Vec<(&str, i64, &str)> =
+            profile.sample[0].label.iter().map(|l| (s(l.key), l.num, s(l.str))).collect();
+        assert_eq!(labels, [("pid", 10, ""), ("tid", 10, ""), ("comm", 0, "app")]);
+    }
+}

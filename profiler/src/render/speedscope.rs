@@ -1,0 +1,131 @@
+//! speedscope JSON (https://www.speedscope.app/file-format-schema.json): one sampled profile
+//! per thread, its samples in time order, each weighing one sampling period.
+use std::{collections::HashMap, io::Write};
+
+use serde::Serialize;
+
+use crate::recording::Recording;
+
+const SCHEMA: &str = "https://www.speedscope.app/file-format-schema.json";
+
+#[derive(Serialize)]
+struct File {
+    #[serde(rename = "$schema")]
+    schema: &'static str,
+    shared: Shared,
+    profiles: Vec<Profile>,
+    name: String,
+    #[serde(rename = "activeProfileIndex")]
+    active_profile_index: usize,
+    exporter: String,
+}
+
+#[derive(Serialize)]
+struct Shared {
+    frames: Vec<Frame>,
+}
+
+#[derive(Serialize)]
+struct Frame {
+    name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    file: Option<String>,
+}
+
+#[derive(Serialize)]
+struct Profile {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    name: String,
+    unit: &'static str,
+    #[serde(rename = "startValue")]
+    start_value: u64,
+    #[serde(rename = "endValue")]
+    end_value: u64,
+    /// Frame indexes, outermost first.
+    samples: Vec<Vec<usize>>,
+    weights: Vec<u64>,
+}
+
+pub fn write(recording: &Recording, out: &mut dyn Write) -> std::io::Result<()> {
+    serde_json::to_writer(out, &file(recording)).map_err(std::io::Error::other)
+}
+
+fn file(recording: &Recording) -> File {
+    let period_ns = 1_000_000_000 / recording.meta.frequency_hz.max(1);
+    let mut frames: Vec<Frame> = Vec::new();
+    let mut frame_ids: HashMap<(String, Option<u32>), usize> = HashMap::new();
+    // Frame indexes of each location, outermost first.
+    let location_frames: Vec<Vec<usize>> = recording
+        .locations
+        .iter()
+        .map(|l| {
+            l.symbols
+                .iter()
+                .map(|symbol| {
+                    let name = super::folded::frame_name(symbol);
+                    *frame_ids.entry((name.clone(), l.module)).or_insert_with(|| {
+                        let file = l.module.map(|m| recording.modules[m as usize].path.clone());
+                        frames.push(Frame { name, file });
+                        frames.len() - 1
+                    })
+                })
+                .collect()
+        })
+        .collect();
+
+    let mut profiles: Vec<Profile> = Vec::new();
+    let mut by_thread: HashMap<u32, usize> = HashMap::new();
+    for sample in &recording.samples {
+        let index = *by_thread.entry(sample.tid).or_insert_with(|| {
+            let comm = &recording.comms[sample.comm as usize];
+            profiles.push(Profile {
+                kind: "sampled",
+                name: format!("{comm} (pid {}, tid {})", sample.pid, sample.tid),
+                unit: "nanoseconds",
+                start_value: sample.time_ns,
+                end_value: sample.time_ns,
+                samples: Vec::new(),
+                weights: Vec::new(),
+            });
+            profiles.len() - 1
+        });
+        let profile = &mut profiles[index];
+        let stack = recording.stacks[sample.stack as usize].iter().rev();
+        profile.samples.push(stack.flat_map(|&l| location_frames[l as usize].iter().copied()).collect());
+        profile.weights.push(period_ns);
+        profile.end_value = sample.time_ns + period_ns;
+    }
+    File {
+        schema: SCHEMA,
+        shared: Shared { frames },
+        profiles,
+        name: format!("profiler: {}", recording.meta.target),
+        active_profile_index: 0,
+        exporter: format!("profiler {}", env!("CARGO_PKG_VERSION")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::recording::tests::fixture;
+
+    #[test]
+    fn one_profile_per_thread_in_time_order() {
+        let mut out = Vec::new();
+        write(&fixture(), &mut out).unwrap();
+        let json: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(json["$schema"], SCHEMA);
+        let names: Vec<&str> =
+            json["profiles"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap()).collect();
+        assert_eq!(names, ["app (pid 10, tid 10)", "app (pid 10, tid 11)", "other (pid 20, tid 20)"]);
+        let frames = json["shared"]["frames"].as_array().unwrap();
+        let frame = |i: &serde_json::Value| frames[i.as_u64().unwrap() as usize]["name"].as_str().unwrap();
+        let thread = &json["profiles"][1];
+        let first: Vec<&str> = thread["samples"][0].as_array().unwrap().iter().map(frame).collect();
+        assert_eq!(first, ["main", "work", "push_back_[i]"]);
+        assert_eq!(thread["weights"].as_array().unwrap().len(), 2);
+        assert_eq!(thread["startValue"], 10);
+    }
+}

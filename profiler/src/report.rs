@@ -1,0 +1,48 @@
+//! `profiler report` and `profiler diff`: rendering raw recordings again, without root.
+use std::{fs::File, io::BufReader, path::Path};
+
+use anyhow::{Context as _, Result};
+
+use crate::{
+    cli::{DiffArgs, ReportArgs},
+    output::{self, OutputFile},
+    recording::{Recording, raw},
+    render::{RenderOptions, folded, svg},
+};
+
+pub fn run(args: &ReportArgs) -> Result<()> {
+    let specs = args.output.resolve()?;
+    let outputs = output::create_all(&specs)?;
+    let recording = load(&args.recording)?.filtered(&args.filter.filter());
+    output::write_all(outputs, &recording, &RenderOptions { grouping: args.grouping.grouping() })?;
+    let written: Vec<String> = specs.iter().map(|(path, _)| path.display().to_string()).collect();
+    eprintln!("profiler: {} samples, wrote {}", recording.samples.len(), written.join(", "));
+    Ok(())
+}
+
+pub fn diff(args: &DiffArgs) -> Result<()> {
+    let output = OutputFile::create(&args.output)?;
+    let filter = args.filter.filter();
+    let before = load(&args.before)?.filtered(&filter);
+    let after = load(&args.after)?.filtered(&filter);
+    let grouping = args.grouping.grouping();
+    let labels = svg::Labels {
+        title: format!("profiler: {} → {}", before.meta.target, after.meta.target),
+        subtitle: Some(format!(
+            "{} → {} samples{}; red grew, blue shrank",
+            before.samples.len(),
+            after.samples.len(),
+            if args.normalize { " (normalized)" } else { "" }
+        )),
+    };
+    let (before, after) = (folded::collapse(&before, grouping), folded::collapse(&after, grouping));
+    output.commit(|out| svg::write_diff(&before, &after, args.normalize, &labels, out))?;
+    eprintln!("profiler: wrote {}", args.output.display());
+    Ok(())
+}
+
+/// Reads a raw recording; every failure is one line naming the file.
+pub fn load(path: &Path) -> Result<Recording> {
+    let file = File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
+    raw::read(&mut BufReader::new(file)).with_context(|| path.display().to_string())
+}
