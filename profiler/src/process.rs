@@ -316,19 +316,22 @@ mod tests {
         let pid = std::process::id();
         let mut processes = Processes::new(TRACK_ALL);
         let process = processes.observe(pid, pid, "test");
-        // A mapping made after the process was first read, with no event for it.
+        // A mapping made after the process was first read, with no event for it; at an address
+        // of its own, so that no other test's mapping was ever there.
         let len = 4096;
-        // SAFETY: a fresh anonymous mapping, unmapped below.
+        let hint = 0x5f00_0000_0000usize + (std::process::id() as usize % 1024) * 0x10_0000;
+        // SAFETY: a fresh anonymous mapping at an address nothing else uses, unmapped below.
         let addr = unsafe {
             libc::mmap(
-                std::ptr::null_mut(),
+                hint as *mut libc::c_void,
                 len,
                 libc::PROT_READ | libc::PROT_EXEC,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
                 -1,
                 0,
             )
         } as u64;
+        assert_eq!(addr, hint as u64, "mmap at the hint");
         assert!(process.mapping(addr, 0).is_none(), "an older sample does not trigger a read");
         assert!(process.mapping(addr, monotonic_ns()).is_some(), "a newer one does");
         // SAFETY: the mapping made above.

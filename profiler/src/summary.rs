@@ -122,7 +122,7 @@ impl Summary<'_> {
         }
         row(
             "wrote",
-            self.outputs.iter().map(|(path, format)| format!("{} ({format:?})", path.display())).collect(),
+            self.outputs.iter().map(|(path, format)| format!("{} ({format})", path.display())).collect(),
         );
         text
     }
@@ -154,8 +154,8 @@ mod tests {
         assert_eq!(lines[2], "  no CFI in       libjit.so (1)");
         assert_eq!(lines[3], "  kernel cost     2.50 µs per sample program run");
         assert_eq!(lines[4], "  top self time    50.0%  hot");
-        assert_eq!(lines[7], "  wrote           a.svg (Svg)");
-        assert_eq!(lines[8], "                  r.prof (Raw)");
+        assert_eq!(lines[7], "  wrote           a.svg (svg)");
+        assert_eq!(lines[8], "                  r.prof (raw)");
     }
 
     #[test]

@@ -20,7 +20,28 @@ const PACKAGES: [(&str, &str); 4] =
 pub fn ensure(root: &Path) -> Result<()> {
     ensure_rust_src()?;
     ensure_bpf_linker(root)?;
-    ensure_packages()
+    ensure_packages()?;
+    ensure_speedscope_schema(root)
+}
+
+/// speedscope's file-format JSON schema, which the tests validate our output against. It ships
+/// in the speedscope npm package.
+const SPEEDSCOPE: &str = "speedscope@1.25.0";
+pub const SPEEDSCOPE_SCHEMA: &str = ".tools/speedscope/package/dist/release/file-format-schema.json";
+
+fn ensure_speedscope_schema(root: &Path) -> Result<()> {
+    if root.join(SPEEDSCOPE_SCHEMA).exists() {
+        return Ok(());
+    }
+    eprintln!("xtask: fetching {SPEEDSCOPE} (its file-format schema, for the tests)");
+    let dir = root.join(".tools/speedscope");
+    fs::create_dir_all(&dir)?;
+    let packed = output(Command::new("npm").args(["pack", SPEEDSCOPE, "--silent"]).current_dir(&dir))
+        .context("npm is needed to fetch speedscope's schema")?;
+    let tarball = dir.join(packed.trim());
+    check(Command::new("tar").arg("xzf").arg(&tarball).arg("-C").arg(&dir))?;
+    fs::remove_file(tarball)?;
+    Ok(())
 }
 
 /// Clippy for the eBPF crate, which only builds for the BPF target.

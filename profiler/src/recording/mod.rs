@@ -156,18 +156,22 @@ impl Recording {
         recording
     }
 
-    /// The innermost symbol of each sample, counted: self time by function.
+    /// The innermost frame of each sample, counted: self time by function (named as in folded
+    /// stacks, `_[k]` for the kernel).
     pub fn self_time(&self) -> Vec<(String, u64)> {
-        let mut counts: HashMap<&str, u64> = HashMap::new();
+        let mut by_stack: HashMap<u32, u64> = HashMap::new();
         for sample in &self.samples {
-            let leaf = self.stacks[sample.stack as usize]
+            *by_stack.entry(sample.stack).or_default() += 1;
+        }
+        let mut by_name: HashMap<String, u64> = HashMap::new();
+        for (stack, n) in by_stack {
+            let leaf = self.stacks[stack as usize]
                 .first()
                 .and_then(|&l| self.locations[l as usize].symbols.last())
-                .map_or("[no stack]", |s| s.name.as_str());
-            *counts.entry(leaf).or_default() += 1;
+                .map_or_else(|| "[no stack]".to_owned(), crate::render::folded::frame_name);
+            *by_name.entry(leaf).or_default() += n;
         }
-        let mut counts: Vec<(String, u64)> =
-            counts.into_iter().map(|(name, n)| (name.to_owned(), n)).collect();
+        let mut counts: Vec<(String, u64)> = by_name.into_iter().collect();
         counts.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
         counts
     }
@@ -253,7 +257,7 @@ pub mod tests {
         let recording = fixture();
         assert_eq!(
             recording.self_time(),
-            [("hot".to_owned(), 2), ("push_back".to_owned(), 1), ("sys_read".to_owned(), 1)]
+            [("hot".to_owned(), 2), ("push_back_[i]".to_owned(), 1), ("sys_read_[k]".to_owned(), 1)]
         );
         assert_eq!(recording.process_count(), 2);
     }

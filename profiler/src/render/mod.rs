@@ -26,6 +26,13 @@ pub enum Format {
     Raw,
 }
 
+impl std::fmt::Display for Format {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let value = self.to_possible_value().expect("no skipped variants");
+        f.write_str(value.get_name())
+    }
+}
+
 impl Format {
     /// The format an output path names by its extension.
     pub fn from_path(path: &Path) -> Option<Self> {

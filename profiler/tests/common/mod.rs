@@ -245,3 +245,11 @@ pub fn assert_profile(folded: &Folded, expected: &[Expected], tolerance: f64, mi
 pub fn assert_split(folded: &Folded, root: &str, tolerance: f64, min_complete: f64) {
     assert_profile(folded, &split_expected(root, str::to_owned), tolerance, min_complete);
 }
+
+/// Fill colour of the flame-graph frame whose tooltip starts with `name (`.
+pub fn frame_fill(svg: &str, name: &str) -> (u8, u8, u8) {
+    let at = svg.find(&format!("<title>{name} (")).unwrap_or_else(|| panic!("no frame {name}"));
+    let rgb = &svg[at..][svg[at..].find("fill=\"rgb(").expect("a fill") + 10..];
+    let rgb: Vec<u8> = rgb[..rgb.find(')').unwrap()].split(',').map(|c| c.parse().unwrap()).collect();
+    (rgb[0], rgb[1], rgb[2])
+}

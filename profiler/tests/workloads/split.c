@@ -6,10 +6,11 @@
 // (with -fno-omit-frame-pointer; GCC 12 ignores -mno-omit-leaf-frame-pointer), so the frame-
 // pointer chain is whole. Without it the leaves are true leaves, frameless whatever the flags.
 //
-// usage: split [SECONDS] [THREADS] [DELAY_MS]
+// usage: split [SECONDS] [THREADS] [DELAY_MS] [A B C]
 //   SECONDS   run time; 0 or absent = until killed
 //   THREADS   0 or absent = burn in the main thread; N = burn in N new threads
 //   DELAY_MS  wait this long before starting to burn (threads start after it)
+//   A B C     work units of hot_a, hot_b, hot_c per round (default 6 3 1: 60/30/10)
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +23,7 @@
 
 static volatile unsigned long sink;
 static double stop_at;
+static unsigned long units_a = 6, units_b = 3, units_c = 1;
 
 static double now(void) {
     struct timespec ts;
@@ -61,9 +63,9 @@ CHAIN(b, hot_b)
 CHAIN(c, hot_c)
 
 NOINLINE void run_round(void) {
-    a_outer(6);
-    b_outer(3);
-    c_outer(1);
+    a_outer(units_a);
+    b_outer(units_b);
+    c_outer(units_c);
     BARRIER();
 }
 
@@ -83,6 +85,11 @@ int main(int argc, char **argv) {
     double seconds = argc > 1 ? atof(argv[1]) : 0;
     int threads = argc > 2 ? atoi(argv[2]) : 0;
     int delay_ms = argc > 3 ? atoi(argv[3]) : 0;
+    if (argc > 6) {
+        units_a = strtoul(argv[4], NULL, 10);
+        units_b = strtoul(argv[5], NULL, 10);
+        units_c = strtoul(argv[6], NULL, 10);
+    }
     if (delay_ms > 0) usleep(delay_ms * 1000);
     if (seconds > 0) stop_at = now() + seconds;
     if (threads == 0) {
