@@ -154,7 +154,7 @@ fn report_filters_keep_only_what_they_name() {
     let split_root = roots.iter().find(|r| r.starts_with("split-fp-")).unwrap();
     let pid = split_root.rsplit('-').next().unwrap();
     let by_pid = rendered("pid.folded", &["--pid", pid, "--per-pid"]);
-    assert_eq!(by_pid.roots().into_keys().collect::<Vec<_>>(), [split_root.clone()]);
+    assert_eq!(by_pid.roots().into_keys().collect::<Vec<_>>(), std::slice::from_ref(split_root));
     assert_eq!(by_pid.total(), all.roots()[split_root]);
 
     let threads = rendered("threads.folded", &["--per-thread", "--comm", "split-fp"]);

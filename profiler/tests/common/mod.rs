@@ -7,6 +7,7 @@ use std::{
     path::{Path, PathBuf},
     process::{Child, Command, Output, Stdio},
     sync::Mutex,
+    time::Duration,
 };
 
 /// Set to 1 to skip the end-to-end tests (they need root); they fail otherwise.
@@ -98,7 +99,16 @@ pub fn run_profiler(args: &[&str]) -> Output {
 }
 
 pub fn spawn(program: &Path, args: &[&str]) -> KillOnDrop {
-    KillOnDrop(Command::new(program).args(args).stdin(Stdio::null()).spawn().expect("spawn workload"))
+    // A binary written by this process can be briefly "busy" (ETXTBSY): another test thread's
+    // fork holds the write descriptor until it execs.
+    for _ in 0..100 {
+        match Command::new(program).args(args).stdin(Stdio::null()).spawn() {
+            Ok(child) => return KillOnDrop(child),
+            Err(err) if err.raw_os_error() == Some(libc::ETXTBSY) => std::thread::sleep(Duration::from_millis(20)),
+            Err(err) => panic!("spawn {}: {err}", program.display()),
+        }
+    }
+    panic!("{} stayed busy", program.display());
 }
 
 /// A child process killed when the test ends, pass or fail.
