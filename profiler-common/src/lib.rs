@@ -17,7 +17,8 @@
 //!
 //! Only the first `stack_copy_len` bytes of the copy are meaningful. The copy is taken page by
 //! page, upwards from the user stack pointer, and stops at the first page that cannot be read (the
-//! top of the stack) or at the cap, whichever comes first.
+//! top of the stack), at the end of the thread's stack mapping when known (`STACK_ENDS`), or at
+//! the cap, whichever comes first.
 #![no_std]
 
 /// Deepest kernel or frame-pointer user stack recorded, in frames. Equals the kernel's default
@@ -131,6 +132,9 @@ pub mod maps {
     pub const TGID_FILTER: &str = "TGID_FILTER";
     /// `PerCpuArray<u64>` indexed by [`crate::Counter`].
     pub const COUNTERS: &str = "COUNTERS";
+    /// `LruHashMap<u32 tid, u64>`: end address of each thread's stack mapping, filled in by
+    /// userspace; the stack copy stops there.
+    pub const STACK_ENDS: &str = "STACK_ENDS";
 }
 
 /// Names of the programs in the eBPF object.

@@ -20,7 +20,7 @@ use aya_ebpf::{
         generated::{bpf_get_current_task_btf, bpf_get_stack, bpf_probe_read_user, bpf_task_pt_regs},
     },
     macros::{map, perf_event, tracepoint},
-    maps::{HashMap, PerCpuArray, RingBuf},
+    maps::{HashMap, LruHashMap, PerCpuArray, RingBuf},
     programs::{PerfEventContext, TracePointContext},
 };
 use profiler_common::{
@@ -33,6 +33,11 @@ static SAMPLES: RingBuf = RingBuf::with_byte_size(16 * 1024 * 1024, 0);
 
 #[map(name = "TGID_FILTER")]
 static TGID_FILTER: HashMap<u32, u8> = HashMap::with_max_entries(8192, 0);
+
+/// Where each thread's stack mapping ends (tid -> address), as userspace learned from earlier
+/// samples: the copy stops there instead of reading whatever is mapped above the stack.
+#[map(name = "STACK_ENDS")]
+static STACK_ENDS: LruHashMap<u32, u64> = LruHashMap::with_max_entries(16384, 0);
 
 #[map(name = "COUNTERS")]
 static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(Counter::COUNT, 0);
@@ -184,6 +189,11 @@ unsafe fn copy_user_stack(header: *mut SampleHeader, copy: *mut u8, cap: usize) 
         return;
     }
     let sp = h.user_sp;
+    let stack_left = match unsafe { STACK_ENDS.get(h.tid) } {
+        Some(&end) if end > sp => end - sp,
+        _ => u64::MAX,
+    };
+    let limit = stack_left.min(cap as u64) as usize;
     let first = PAGE - (sp as usize & (PAGE - 1));
     if unsafe { read_user(copy, first, sp) }.is_err() {
         count(Counter::StackUnreadable);
@@ -191,7 +201,7 @@ unsafe fn copy_user_stack(header: *mut SampleHeader, copy: *mut u8, cap: usize) 
     }
     let mut copied = first;
     for _ in 0..MAX_STACK_COPY / PAGE {
-        if copied > cap - PAGE {
+        if copied > cap - PAGE || copied >= limit {
             break;
         }
         let dst = unsafe { copy.add(copied) };
@@ -200,6 +210,11 @@ unsafe fn copy_user_stack(header: *mut SampleHeader, copy: *mut u8, cap: usize) 
             return;
         }
         copied += PAGE;
+    }
+    if copied >= limit && limit < cap {
+        // The thread's stack ends here.
+        h.stack_copy_len = copied as u32;
+        return;
     }
     if copied < cap {
         let tail = cap - PAGE;
@@ -211,6 +226,9 @@ unsafe fn copy_user_stack(header: *mut SampleHeader, copy: *mut u8, cap: usize) 
         copied = cap;
     }
     h.stack_copy_len = copied as u32;
+    if stack_left <= cap as u64 {
+        return;
+    }
     // The stack may end exactly at the cap; one more byte tells whether it goes on.
     let mut probe = 0u8;
     let more = unsafe { read_user(&mut probe, 1, sp + cap as u64) }.is_ok();

@@ -35,6 +35,8 @@ pub enum Command {
     Report(ReportArgs),
     /// Differential flame graph of two raw recordings: red grew, blue shrank.
     Diff(DiffArgs),
+    /// Check this machine (and the binaries of processes) for what profiling needs.
+    Check(CheckArgs),
     /// Print a shell completion script.
     Completions(CompletionsArgs),
 }
@@ -90,6 +92,15 @@ pub struct RecordArgs {
     /// Do not follow processes forked by the targets.
     #[arg(long)]
     pub no_inherit: bool,
+
+    /// Ring buffer between the kernel and the profiler, in MiB (a power of two). Samples that
+    /// do not fit are counted as lost.
+    #[arg(long, value_name = "MIB", default_value_t = 32, value_parser = parse_ring_buffer)]
+    pub ring_buffer: u32,
+
+    /// Stop after this many samples.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_samples: Option<u64>,
 
     /// No live status line and no summary (errors and warnings still print).
     #[arg(short, long)]
@@ -156,6 +167,17 @@ pub struct DiffArgs {
 
     #[command(flatten)]
     pub grouping: GroupingArgs,
+}
+
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Examples:\n  sudo profiler check              kernel, BTF, privileges, perf events, eBPF\n  \
+                        sudo profiler check -p 1234      and whether PID 1234's binaries have CFI or frame pointers"
+)]
+pub struct CheckArgs {
+    /// Also check the binaries this process runs (repeatable).
+    #[arg(short = 'p', long = "pid", value_name = "PID")]
+    pub pids: Vec<u32>,
 }
 
 #[derive(Debug, Args)]
@@ -280,6 +302,13 @@ fn parse_stack_size(text: &str) -> Result<u32, String> {
     }
 }
 
+fn parse_ring_buffer(text: &str) -> Result<u32, String> {
+    match text.parse::<u32>() {
+        Ok(mib) if mib.is_power_of_two() && mib <= 1024 => Ok(mib),
+        _ => Err(format!("`{text}` is not a ring buffer size in MiB: a power of two up to 1024")),
+    }
+}
+
 fn parse_seconds(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
         Ok(seconds) if seconds > 0.0 && seconds.is_finite() => Ok(seconds),
@@ -336,6 +365,18 @@ mod tests {
         for bad in ["0", "6", "68", "x"] {
             assert!(record(&["-a", "--stack-size", bad]).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn resource_limits() {
+        let args = record(&["-a"]).unwrap();
+        assert_eq!((args.ring_buffer, args.max_samples), (32, None));
+        let args = record(&["-a", "--ring-buffer", "64", "--max-samples", "1000"]).unwrap();
+        assert_eq!((args.ring_buffer, args.max_samples), (64, Some(1000)));
+        for bad in ["0", "3", "2048"] {
+            assert!(record(&["-a", "--ring-buffer", bad]).is_err(), "{bad}");
+        }
+        assert!(record(&["-a", "--max-samples", "0"]).is_err());
     }
 
     #[test]

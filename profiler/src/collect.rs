@@ -28,9 +28,21 @@ pub struct Collector {
     unwind_stats: UnwindStats,
     /// Records that did not decode (counted, never fatal).
     malformed: u64,
+    /// Samples whose processing failed (a panic in a dependency on corrupt input, contained).
+    failed: u64,
+    /// Samples beyond this are dropped (`--max-samples`).
+    max_samples: Option<u64>,
+    /// Where each thread's stack mapping ends, as last told to the kernel.
+    stack_ends: HashMap<u32, u64>,
+    /// Stack ends learned since the last [`Collector::take_stack_ends`].
+    new_stack_ends: Vec<(u32, u64)>,
     /// Scratch space for one stack, reused across samples.
     frames: Vec<Frame>,
 }
+
+/// Threads whose stack end is remembered; beyond this the memory starts over (the kernel's map
+/// is an LRU of its own).
+const MAX_STACK_ENDS: usize = 65536;
 
 /// How the user stacks of a recording were obtained (samples with user registers only).
 #[derive(Debug, Default)]
@@ -65,11 +77,12 @@ pub struct Collected {
     pub perf_maps: PerfMaps,
     pub unwind_stats: UnwindStats,
     pub malformed: u64,
+    pub failed: u64,
     pub lost_task_events: u64,
 }
 
 impl Collector {
-    pub fn new(call_graph: CallGraph, tracking: Tracking) -> Self {
+    pub fn new(call_graph: CallGraph, tracking: Tracking, max_samples: Option<u64>) -> Self {
         Self {
             call_graph,
             processes: Processes::new(tracking),
@@ -79,11 +92,27 @@ impl Collector {
             profile: Profile::default(),
             unwind_stats: UnwindStats::default(),
             malformed: 0,
+            failed: 0,
+            max_samples,
+            stack_ends: HashMap::new(),
+            new_stack_ends: Vec::new(),
             frames: Vec::new(),
         }
     }
 
+    /// Adds one ring-buffer record. Corrupt input anywhere (a record, a binary, its CFI) costs at
+    /// most this sample: a panic below is contained and counted.
     pub fn add_record(&mut self, record: &[u8]) {
+        if self.max_samples.is_some_and(|max| self.profile.samples().len() as u64 >= max) {
+            return;
+        }
+        let added = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.add_sample(record)));
+        if added.is_err() {
+            self.failed += 1;
+        }
+    }
+
+    fn add_sample(&mut self, record: &[u8]) {
         let Ok(sample) = decode(record) else {
             self.malformed += 1;
             return;
@@ -93,6 +122,9 @@ impl Collector {
         let user: Cow<'_, [u64]> = match (self.call_graph, sample.user_regs()) {
             (CallGraph::Fp, _) | (_, None) => Cow::Borrowed(sample.user_stack()),
             (call_graph, Some(regs)) => {
+                if let Some(stack) = process.mapping(regs.sp, sample.time_ns()) {
+                    learn_stack_end(&mut self.stack_ends, &mut self.new_stack_ends, tid, stack.end);
+                }
                 let snapshot = StackSnapshot {
                     sp: regs.sp,
                     bytes: sample.stack_copy(),
@@ -130,6 +162,11 @@ impl Collector {
         (self.profile.samples().len(), self.profile.process_count())
     }
 
+    /// Stack ends learned since the last call, for the kernel's `STACK_ENDS` map.
+    pub fn take_stack_ends(&mut self) -> Vec<(u32, u64)> {
+        std::mem::take(&mut self.new_stack_ends)
+    }
+
     /// Follows a process from its current state (targets, and every process under `-a`).
     pub fn track(&mut self, tgid: u32) {
         self.processes.track(tgid);
@@ -153,9 +190,21 @@ impl Collector {
             perf_maps: self.perf_maps,
             unwind_stats: self.unwind_stats,
             malformed: self.malformed,
+            failed: self.failed,
             lost_task_events: self.processes.lost_events(),
         }
     }
+}
+
+fn learn_stack_end(known: &mut HashMap<u32, u64>, new: &mut Vec<(u32, u64)>, tid: u32, end: u64) {
+    if known.get(&tid) == Some(&end) {
+        return;
+    }
+    if known.len() >= MAX_STACK_ENDS {
+        known.clear();
+    }
+    known.insert(tid, end);
+    new.push((tid, end));
 }
 
 /// One process's address space, as the unwinder sees it.
@@ -201,7 +250,7 @@ mod tests {
         header.kernel_stack_len = 1;
         header.user_stack[0] = collects_a_record_and_counts_garbage as *const () as usize as u64;
         header.user_stack_len = 1;
-        let mut collector = Collector::new(CallGraph::Fp, TRACKING);
+        let mut collector = Collector::new(CallGraph::Fp, TRACKING, None);
         collector.add_record(&encode(&header, &[]));
         collector.add_record(&[1, 2, 3]);
         let collected = collector.finish();
@@ -226,7 +275,7 @@ mod tests {
         header.user_ip = dwarf_mode_unwinds_and_counts as *const () as usize as u64 + 4;
         header.user_sp = stack.as_ptr() as u64;
         header.stack_copy_len = stack.len() as u32;
-        let mut collector = Collector::new(CallGraph::Dwarf, TRACKING);
+        let mut collector = Collector::new(CallGraph::Dwarf, TRACKING, None);
         collector.add_record(&encode(&header, &stack));
         let collected = collector.finish();
         assert_eq!(collected.unwind_stats.total(), 1);

@@ -3,6 +3,7 @@
 //! Data flows one way (see ARCHITECTURE.md): sampler (kernel) → ring → decode → collect
 //! (unwind, address → module + offset) → profile → symbolize → render → output. The stages are
 //! public so that benchmarks and tests can drive them without BPF.
+pub mod check;
 pub mod cli;
 pub mod collect;
 pub mod decode;
@@ -11,7 +12,6 @@ pub mod maps;
 pub mod module;
 pub mod output;
 pub mod perf_map;
-pub mod preflight;
 pub mod process;
 pub mod profile;
 pub mod record;

@@ -3,11 +3,23 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory as _, Parser as _};
 use profiler::{
+    check,
     cli::{Cli, Command},
     record, report,
 };
 
 fn main() -> ExitCode {
+    // A panic is a bug, reported in one line; the stages contain the ones they can survive.
+    std::panic::set_hook(Box::new(|info| {
+        let location = info.location().map(|l| format!(" at {}:{}", l.file(), l.line())).unwrap_or_default();
+        let message = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        eprintln!("profiler: internal error: {message}{location}");
+    }));
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Record(args) => match tokio::runtime::Builder::new_current_thread().enable_all().build() {
@@ -16,6 +28,7 @@ fn main() -> ExitCode {
         },
         Command::Report(args) => report::run(&args),
         Command::Diff(args) => report::diff(&args),
+        Command::Check(args) => check::run(&args.pids),
         Command::Completions(args) => {
             clap_complete::generate(args.shell, &mut Cli::command(), "profiler", &mut std::io::stdout());
             Ok(())

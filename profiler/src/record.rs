@@ -8,9 +8,10 @@ use anyhow::{Context as _, Result};
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::{
+    check,
     cli::{CallGraph, RecordArgs},
     collect::{Collected, Collector},
-    output, preflight,
+    output,
     process::{self, Tracking},
     recording::{Meta, Recording, UnwindSummary},
     render::RenderOptions,
@@ -22,10 +23,6 @@ use crate::{
     task_events::TaskEventReader,
     unwind::{UnwindEnd, hybrid::StackSource},
 };
-
-/// Ring buffer: ~960 samples with the default 32 KiB stack copy, about half a second of
-/// samples at 999 Hz on two CPUs.
-const RING_BUFFER_BYTES: u32 = 32 * 1024 * 1024;
 
 enum Targets {
     Processes(Vec<ProcessHandle>),
@@ -72,12 +69,11 @@ enum StopReason {
     Duration,
     Signal,
     TargetsExited,
+    MaxSamples,
 }
 
 pub async fn run(args: RecordArgs) -> Result<()> {
-    preflight::check_privileges()?;
-    preflight::check_btf()?;
-    preflight::check_frequency(args.frequency)?;
+    check::blocking(args.frequency)?;
     let output_specs = args.output.resolve()?;
     let outputs = output::create_all(&output_specs)?;
     let mut targets = Targets::open(&args)?;
@@ -89,13 +85,13 @@ pub async fn run(args: RecordArgs) -> Result<()> {
         filter_processes: !system_wide,
         follow_forks: !args.no_inherit,
         stack_copy_cap: stack_copy_kib * 1024,
-        ring_buffer_bytes: RING_BUFFER_BYTES,
+        ring_buffer_bytes: args.ring_buffer << 20,
     })?;
     let tracking = Tracking { all: system_wide, follow_forks: !args.no_inherit };
     let mut intake = Intake {
         ring: RingReader::new(sampler.take_ring_buffer()?).context("cannot poll the ring buffer")?,
         task_events: TaskEventReader::open()?,
-        collector: Collector::new(args.call_graph, tracking),
+        collector: Collector::new(args.call_graph, tracking, args.max_samples),
     };
     let followed = if system_wide { process::running() } else { targets.pids() };
     for pid in followed {
@@ -113,7 +109,7 @@ pub async fn run(args: RecordArgs) -> Result<()> {
 
     let mut status = StatusLine::new(args.quiet);
     let stop = stop_condition(args.duration, &targets, command.as_ref())?;
-    let reason = sample_until(stop, &mut intake, &sampler, &mut status).await?;
+    let reason = sample_until(stop, &mut intake, &mut sampler, &mut status, args.max_samples).await?;
     sampler.stop()?;
     intake.drain();
     status.finish();
@@ -155,8 +151,10 @@ pub async fn run(args: RecordArgs) -> Result<()> {
     if let Some(status) = command.as_mut().and_then(StartedCommand::try_status).filter(|s| !s.success()) {
         eprintln!("profiler: note: the command exited with {status}");
     }
-    if reason == StopReason::Signal && !args.quiet {
-        eprintln!("profiler: stopped by signal");
+    match reason {
+        StopReason::Signal if !args.quiet => eprintln!("profiler: stopped by signal"),
+        StopReason::MaxSamples if !args.quiet => eprintln!("profiler: stopped at --max-samples"),
+        _ => {}
     }
     Ok(())
 }
@@ -212,6 +210,12 @@ fn warn(collected: &Collected) {
     }
     if collected.malformed > 0 {
         eprintln!("profiler: warning: {} malformed records were skipped", collected.malformed);
+    }
+    if collected.failed > 0 {
+        eprintln!(
+            "profiler: warning: {} samples could not be processed (see the internal errors above)",
+            collected.failed
+        );
     }
 }
 
@@ -273,8 +277,9 @@ impl Intake {
 async fn sample_until(
     stop: impl Future<Output = StopReason>,
     intake: &mut Intake,
-    sampler: &Sampler,
+    sampler: &mut Sampler,
     status: &mut StatusLine,
+    max_samples: Option<u64>,
 ) -> Result<StopReason> {
     tokio::pin!(stop);
     loop {
@@ -284,6 +289,12 @@ async fn sample_until(
             ready = intake.ring.ready() => {
                 ready.context("cannot read the ring buffer")?;
                 intake.drain();
+                for (tid, end) in intake.collector.take_stack_ends() {
+                    sampler.set_stack_end(tid, end)?;
+                }
+                if max_samples.is_some_and(|max| intake.collector.progress().0 as u64 >= max) {
+                    return Ok(StopReason::MaxSamples);
+                }
                 if status.due() {
                     let (samples, processes) = intake.collector.progress();
                     let lost = sampler.counters().map_or(0, |c| c.lost);

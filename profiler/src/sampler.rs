@@ -86,6 +86,14 @@ impl Sampler {
         Ok(())
     }
 
+    /// Tells the program where a thread's stack ends, so that its copies stop there.
+    pub fn set_stack_end(&mut self, tid: u32, end: u64) -> Result<()> {
+        let map = self.ebpf.map_mut(maps::STACK_ENDS).ok_or_else(|| missing(maps::STACK_ENDS))?;
+        let mut ends: BpfHashMap<_, u32, u64> = BpfHashMap::try_from(map)?;
+        ends.insert(tid, end, 0).with_context(|| format!("cannot record the stack end of thread {tid}"))?;
+        Ok(())
+    }
+
     /// The ring buffer of sample records (can be taken once).
     pub fn take_ring_buffer(&mut self) -> Result<RingBuf<MapData>> {
         let map = self.ebpf.take_map(maps::SAMPLES).ok_or_else(|| missing(maps::SAMPLES))?;

@@ -112,7 +112,7 @@ impl Symbolizer {
     fn kernel(&self, addrs: &[u64]) -> Vec<Vec<Symbol>> {
         let source =
             Source::Kernel(Kernel { vmlinux: MaybeDefault::None, debug_syms: false, ..Kernel::default() });
-        let resolved = self.blaze.symbolize(&source, Input::AbsAddr(addrs)).unwrap_or_default();
+        let resolved = contained(|| self.blaze.symbolize(&source, Input::AbsAddr(addrs)).unwrap_or_default());
         addrs
             .iter()
             .enumerate()
@@ -128,7 +128,7 @@ impl Symbolizer {
         let resolved = module
             .readable_path()
             .map(|path| Source::Elf(Elf::new(path)))
-            .and_then(|source| self.blaze.symbolize(&source, Input::FileOffset(offsets)).ok())
+            .and_then(|source| contained(|| self.blaze.symbolize(&source, Input::FileOffset(offsets)).ok()))
             .unwrap_or_default();
         offsets
             .iter()
@@ -143,6 +143,12 @@ impl Symbolizer {
             })
             .collect()
     }
+}
+
+/// Runs `f`, turning a panic (a parser tripping on a corrupt file) into the default result: the
+/// frames keep placeholder names instead of the recording being lost.
+fn contained<T: Default>(f: impl FnOnce() -> T) -> T {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -104,7 +104,9 @@ pub fn spawn(program: &Path, args: &[&str]) -> KillOnDrop {
     for _ in 0..100 {
         match Command::new(program).args(args).stdin(Stdio::null()).spawn() {
             Ok(child) => return KillOnDrop(child),
-            Err(err) if err.raw_os_error() == Some(libc::ETXTBSY) => std::thread::sleep(Duration::from_millis(20)),
+            Err(err) if err.raw_os_error() == Some(libc::ETXTBSY) => {
+                std::thread::sleep(Duration::from_millis(20))
+            }
             Err(err) => panic!("spawn {}: {err}", program.display()),
         }
     }

@@ -1,15 +1,22 @@
 // Threads that dlopen a library, burn CPU inside it for about a millisecond, and dlclose it,
 // in a loop: the library is mapped and unmapped hundreds of times a second.
 //
-// usage: dlopen LIBRARY [SECONDS] [THREADS]   (defaults: until killed, 2 threads)
+// With PROGRESS, the main thread prints "SECONDS OPERATIONS" every 100 ms (one operation: a
+// dlopen, a call, a dlclose).
+//
+// usage: dlopen LIBRARY [SECONDS] [THREADS] [PROGRESS] [WORK]
+//   defaults: until killed, 2 threads, no progress, 1000000 iterations of work per call
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
 
 static const char *library;
 static double stop_at;
+static unsigned long work_per_call = 1000000;
+static volatile unsigned long operations;
 
 static double now(void) {
     struct timespec ts;
@@ -26,8 +33,9 @@ static void *loop(void *arg) {
             exit(1);
         }
         void (*work)(unsigned long) = (void (*)(unsigned long))dlsym(handle, "plugin_work");
-        work(1000000);
+        work(work_per_call);
         dlclose(handle);
+        __atomic_fetch_add(&operations, 1, __ATOMIC_RELAXED);
     }
     return NULL;
 }
@@ -37,10 +45,18 @@ int main(int argc, char **argv) {
     library = argv[1];
     double seconds = argc > 2 ? atof(argv[2]) : 0;
     int threads = argc > 3 ? atoi(argv[3]) : 2;
-    if (seconds > 0) stop_at = now() + seconds;
+    int progress = argc > 4 && atoi(argv[4]) != 0;
+    if (argc > 5) work_per_call = strtoul(argv[5], NULL, 10);
+    double start = now();
+    if (seconds > 0) stop_at = start + seconds;
     pthread_t ids[16];
     if (threads > 16) threads = 16;
     for (int i = 0; i < threads; i++) pthread_create(&ids[i], NULL, loop, NULL);
+    while (progress && (stop_at == 0 || now() < stop_at)) {
+        usleep(100000);
+        printf("%.3f %lu\n", now() - start, __atomic_load_n(&operations, __ATOMIC_RELAXED));
+        fflush(stdout);
+    }
     for (int i = 0; i < threads; i++) pthread_join(ids[i], NULL);
     return 0;
 }

@@ -1,0 +1,341 @@
+//! `profiler check`, and the checks `record` runs before anything else.
+//!
+//! Each check is one finding: OK, WARN or FAIL, what was checked, and what it means or what to
+//! do. `record` refuses to start on a failing blocking check.
+use std::{fmt, fs, path::Path};
+
+use anyhow::{Result, bail};
+use object::{Object as _, ObjectSection as _, ObjectSymbol as _};
+
+use crate::{
+    maps::{AddressSpace, Backing},
+    sampler::{Sampler, SamplerConfig},
+    unwind::cfi::ModuleCfi,
+};
+
+const CAP_SYS_ADMIN: u32 = 21;
+const CAP_PERFMON: u32 = 38;
+const CAP_BPF: u32 = 39;
+const BTF_PATH: &str = "/sys/kernel/btf/vmlinux";
+/// `bpf_task_pt_regs` (the user registers of a sample taken in kernel mode) came in 5.15.
+const MIN_KERNEL: (u32, u32) = (5, 15);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Status {
+    Ok,
+    Warn,
+    Fail,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Finding {
+    pub status: Status,
+    pub subject: String,
+    pub detail: String,
+}
+
+impl Finding {
+    fn new(status: Status, subject: impl Into<String>, detail: impl Into<String>) -> Self {
+        Self { status, subject: subject.into(), detail: detail.into() }
+    }
+}
+
+impl fmt::Display for Finding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let status = match self.status {
+            Status::Ok => "OK  ",
+            Status::Warn => "WARN",
+            Status::Fail => "FAIL",
+        };
+        write!(f, "{status}  {}: {}", self.subject, self.detail)
+    }
+}
+
+/// The checks `record` cannot do without; the first failure is the error.
+pub fn blocking(frequency_hz: u64) -> Result<()> {
+    for finding in [privileges(), btf(), kernel(&kernel_release()), sample_rate(frequency_hz)] {
+        if finding.status == Status::Fail {
+            bail!("{}", finding.detail);
+        }
+    }
+    Ok(())
+}
+
+/// Runs every check (and those of the given processes' binaries), prints one line each, and
+/// fails if any check failed.
+pub fn run(pids: &[u32]) -> Result<()> {
+    let privileged = privileges().status == Status::Ok;
+    let mut findings = vec![
+        kernel(&kernel_release()),
+        btf(),
+        privileges(),
+        paranoid(privileged),
+        memlock(),
+        sample_rate(99),
+        sampling(privileged),
+    ];
+    for &pid in pids {
+        findings.extend(target(pid));
+    }
+    for finding in &findings {
+        println!("{finding}");
+    }
+    let failed = findings.iter().filter(|f| f.status == Status::Fail).count();
+    if failed > 0 {
+        bail!("{failed} check{} failed", if failed == 1 { "" } else { "s" });
+    }
+    Ok(())
+}
+
+fn kernel_release() -> String {
+    fs::read_to_string("/proc/sys/kernel/osrelease").map(|r| r.trim().to_owned()).unwrap_or_default()
+}
+
+fn kernel(release: &str) -> Finding {
+    let subject = format!("kernel {release}");
+    let mut numbers = release.split(['.', '-']).map(|n| n.parse::<u32>().ok());
+    let (Some(Some(major)), Some(Some(minor))) = (numbers.next(), numbers.next()) else {
+        return Finding::new(
+            Status::Warn,
+            subject,
+            "cannot read the version; profiler needs Linux 5.15 or later",
+        );
+    };
+    if (major, minor) < MIN_KERNEL {
+        return Finding::new(
+            Status::Fail,
+            subject,
+            format!("profiler needs Linux 5.15 or later, this is {major}.{minor}"),
+        );
+    }
+    if (major, minor) == (6, 16) || (major, minor) == (6, 17) {
+        return Finding::new(
+            Status::Warn,
+            subject,
+            "Linux 6.16 and 6.17 can freeze when a perf cpu-clock event uses event limits \
+             (PERF_EVENT_IOC_REFRESH), as in-process profilers such as async-profiler did; profiler never \
+             sets event limits and is not affected, but other perf-based tools may be",
+        );
+    }
+    Finding::new(Status::Ok, subject, "perf cpu-clock sampling with eBPF, ring buffers and task registers")
+}
+
+fn btf() -> Finding {
+    if Path::new(BTF_PATH).exists() {
+        Finding::new(Status::Ok, "BTF", BTF_PATH)
+    } else {
+        Finding::new(
+            Status::Fail,
+            "BTF",
+            format!(
+                "kernel BTF not found at {BTF_PATH}: profiler needs a kernel built with CONFIG_DEBUG_INFO_BTF=y"
+            ),
+        )
+    }
+}
+
+fn effective_capabilities() -> u64 {
+    let status = fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let hex = status.lines().find_map(|line| line.strip_prefix("CapEff:")).unwrap_or("0");
+    u64::from_str_radix(hex.trim(), 16).unwrap_or(0)
+}
+
+/// Loading BPF programs and opening system-wide perf events needs CAP_BPF and CAP_PERFMON (or
+/// CAP_SYS_ADMIN, which implies both).
+fn privileges() -> Finding {
+    let caps = effective_capabilities();
+    let has = |cap: u32| caps & (1 << cap) != 0;
+    if has(CAP_SYS_ADMIN) {
+        Finding::new(Status::Ok, "privileges", "CAP_SYS_ADMIN (root)")
+    } else if has(CAP_BPF) && has(CAP_PERFMON) {
+        Finding::new(Status::Ok, "privileges", "CAP_BPF and CAP_PERFMON")
+    } else {
+        Finding::new(
+            Status::Fail,
+            "privileges",
+            "profiler needs root, or the CAP_BPF and CAP_PERFMON capabilities: run it with sudo",
+        )
+    }
+}
+
+fn paranoid(privileged: bool) -> Finding {
+    let value = fs::read_to_string("/proc/sys/kernel/perf_event_paranoid").unwrap_or_default();
+    let subject = format!("kernel.perf_event_paranoid = {}", value.trim());
+    if privileged {
+        Finding::new(Status::Ok, subject, "does not apply with CAP_PERFMON")
+    } else {
+        Finding::new(Status::Warn, subject, "without CAP_PERFMON, system-wide perf events need it at -1")
+    }
+}
+
+fn memlock() -> Finding {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes into the struct we own.
+    unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut limit) };
+    let value = match limit.rlim_cur {
+        libc::RLIM_INFINITY => "unlimited".to_owned(),
+        bytes => format!("{} KiB", bytes / 1024),
+    };
+    Finding::new(
+        Status::Ok,
+        format!("RLIMIT_MEMLOCK = {value}"),
+        "not used for BPF memory since Linux 5.11 (cgroup accounting)",
+    )
+}
+
+/// The kernel refuses frequencies above `kernel.perf_event_max_sample_rate`.
+fn sample_rate(hz: u64) -> Finding {
+    let max = fs::read_to_string("/proc/sys/kernel/perf_event_max_sample_rate")
+        .ok()
+        .and_then(|text| text.trim().parse::<u64>().ok());
+    match max {
+        Some(max) if hz > max => Finding::new(
+            Status::Fail,
+            "sample rate",
+            format!(
+                "-F {hz} is above the kernel's limit of {max} Hz (raise it with: sysctl kernel.perf_event_max_sample_rate={hz})"
+            ),
+        ),
+        Some(max) => {
+            Finding::new(Status::Ok, format!("kernel.perf_event_max_sample_rate = {max}"), "-F up to that")
+        }
+        None => Finding::new(Status::Warn, "sample rate", "cannot read kernel.perf_event_max_sample_rate"),
+    }
+}
+
+/// Loads and verifies the eBPF program, creates its ring buffer and opens a cpu-clock event on
+/// every CPU, then releases everything.
+fn sampling(privileged: bool) -> Finding {
+    if !privileged {
+        return Finding::new(Status::Fail, "sampling", "not tried: needs the privileges above");
+    }
+    let config = SamplerConfig {
+        frequency_hz: 99,
+        filter_processes: true,
+        follow_forks: false,
+        stack_copy_cap: 4096,
+        ring_buffer_bytes: 1 << 20,
+    };
+    let result = Sampler::load(&config).and_then(|mut sampler| {
+        sampler.start()?;
+        sampler.stop()
+    });
+    match result {
+        Ok(()) => Finding::new(
+            Status::Ok,
+            "sampling",
+            "eBPF program verified, ring buffer created, cpu-clock perf events opened on every CPU",
+        ),
+        Err(err) => Finding::new(Status::Fail, "sampling", format!("{err:#}")),
+    }
+}
+
+/// For each executable file of process `pid`: can its stacks be walked?
+fn target(pid: u32) -> Vec<Finding> {
+    let space = match AddressSpace::read(pid) {
+        Ok(space) => space,
+        Err(err) => {
+            return vec![Finding::new(
+                Status::Fail,
+                format!("PID {pid}"),
+                format!("cannot read its mappings: {err}"),
+            )];
+        }
+    };
+    let mut seen = Vec::new();
+    let mut findings = Vec::new();
+    for mapping in space.mappings().filter(|m| m.executable) {
+        let Backing::File { path, .. } = &mapping.backing else { continue };
+        if seen.contains(path) {
+            continue;
+        }
+        seen.push(path.clone());
+        let readable = format!("/proc/{pid}/map_files/{:x}-{:x}", mapping.start, mapping.end);
+        findings.push(module(Path::new(&readable), path));
+    }
+    findings
+}
+
+fn module(readable: &Path, path: &Path) -> Finding {
+    let subject = path.display().to_string();
+    let cfi = ModuleCfi::load(readable, path).map(|cfi| cfi.has_cfi());
+    let frame_pointers = fs::read(readable).ok().and_then(|data| frame_pointer_share(&data));
+    let fp = match frame_pointers {
+        Some(share) => format!("frame pointers in {:.0}% of functions", share * 100.0),
+        None => "no function symbols to look for frame pointers".into(),
+    };
+    match cfi {
+        Err(err) => Finding::new(Status::Warn, subject, format!("unreadable: {err:#}")),
+        Ok(true) => Finding::new(Status::Ok, subject, format!("CFI for DWARF unwinding; {fp}")),
+        Ok(false) if frame_pointers.is_some_and(|share| share >= 0.5) => {
+            Finding::new(Status::Ok, subject, format!("no CFI, but {fp}"))
+        }
+        Ok(false) => {
+            Finding::new(Status::Warn, subject, format!("no CFI and {fp}: stacks stop in this file"))
+        }
+    }
+}
+
+/// Share of the function symbols whose code starts with the frame-pointer prologue
+/// (`push %rbp; mov %rsp,%rbp`, possibly after `endbr64`). GCC leaves leaf functions without
+/// it even when building with frame pointers, so a share above half means "built with them".
+pub fn frame_pointer_share(data: &[u8]) -> Option<f64> {
+    const ENDBR64: &[u8] = &[0xf3, 0x0f, 0x1e, 0xfa];
+    const PROLOGUE: &[u8] = &[0x55, 0x48, 0x89, 0xe5];
+    let file = object::File::parse(data).ok()?;
+    let text = file.section_by_name(".text")?;
+    let (text_start, text_data) = (text.address(), text.data().ok()?);
+    let symbols = if file.symbols().next().is_some() { file.symbols() } else { file.dynamic_symbols() };
+    let (mut functions, mut with_fp) = (0usize, 0usize);
+    for symbol in symbols.filter(|s| s.kind() == object::SymbolKind::Text && s.size() >= 8) {
+        let Some(offset) = symbol.address().checked_sub(text_start) else { continue };
+        let Some(code) = text_data.get(offset as usize..) else { continue };
+        functions += 1;
+        let code = code.strip_prefix(ENDBR64).unwrap_or(code);
+        if code.starts_with(PROLOGUE) {
+            with_fp += 1;
+        }
+    }
+    (functions > 0).then(|| with_fp as f64 / functions as f64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_versions() {
+        assert_eq!(kernel("6.18.44-fc").status, Status::Ok);
+        assert_eq!(kernel("6.17.1-300.fc43.x86_64").status, Status::Warn);
+        assert_eq!(kernel("6.16.0").status, Status::Warn);
+        assert!(kernel("6.17.0").detail.contains("not affected"));
+        assert_eq!(kernel("5.10.0").status, Status::Fail);
+        assert_eq!(kernel("garbage").status, Status::Warn);
+    }
+
+    #[test]
+    fn absurd_frequency_is_refused() {
+        let finding = sample_rate(u64::MAX);
+        assert_eq!(finding.status, Status::Fail);
+        assert!(finding.detail.contains("above the kernel's limit"), "{finding}");
+        assert_eq!(sample_rate(1).status, Status::Ok);
+    }
+
+    #[test]
+    fn findings_print_on_one_line() {
+        let finding = Finding::new(Status::Warn, "x", "y");
+        assert_eq!(finding.to_string(), "WARN  x: y");
+    }
+
+    #[test]
+    fn frame_pointers_of_fixture_binaries() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/unwind");
+        // Built with -fomit-frame-pointer.
+        let share = frame_pointer_share(&fs::read(dir.join("snapshot")).unwrap()).unwrap();
+        assert!(share < 0.2, "{share}");
+        assert_eq!(module(&dir.join("snapshot"), &dir.join("snapshot")).status, Status::Ok);
+        let no_cfi = module(&dir.join("snapshot-nocfi"), &dir.join("snapshot-nocfi"));
+        assert_eq!(no_cfi.status, Status::Warn, "{no_cfi}");
+        assert!(frame_pointer_share(b"not elf").is_none());
+    }
+}
