@@ -368,3 +368,72 @@ fn max_samples_caps_the_recording() {
     assert!(String::from_utf8_lossy(&run.stderr).contains("stopped at --max-samples"));
     assert_eq!(Folded::read(&out).total(), 500);
 }
+
+#[test]
+fn check_reports_the_machine_and_the_targets_binaries() {
+    if !e2e_enabled() {
+        return;
+    }
+    let _one = serial();
+    let output = profiler().arg("check").output().unwrap();
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    eprintln!("{stdout}");
+    assert!(output.status.success());
+    for subject in ["kernel ", "BTF", "privileges", "perf_event_paranoid", "RLIMIT_MEMLOCK", "sampling"] {
+        let line =
+            stdout.lines().find(|l| l.contains(subject)).unwrap_or_else(|| panic!("no {subject} line"));
+        assert!(line.starts_with("OK") || line.starts_with("WARN"), "{line}");
+    }
+
+    // A binary with frame pointers, and one with neither CFI nor frame pointers.
+    let dir = scratch_dir("check");
+    let with_fp = spawn(&split_with_frame_pointers(), &[]);
+    let plain = build_workload(
+        "split.c",
+        "split-plain",
+        "gcc",
+        &["-O2", "-fomit-frame-pointer", "-fno-asynchronous-unwind-tables", "-fno-unwind-tables"],
+    );
+    let bare = dir.join("split-bare");
+    let status = Command::new("objcopy")
+        .args(["--remove-section", ".eh_frame", "--remove-section", ".eh_frame_hdr"])
+        .arg(&plain)
+        .arg(&bare)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let bare_process = spawn(&bare, &[]);
+    let output = profiler()
+        .args(["check", "-p", &with_fp.pid().to_string(), "-p", &bare_process.pid().to_string()])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    eprintln!("{stdout}");
+    let line = |name: &str| {
+        stdout.lines().find(|l| l.contains(name)).unwrap_or_else(|| panic!("no line for {name}")).to_owned()
+    };
+    let fp = line("split-fp:");
+    assert!(fp.starts_with("OK") && fp.contains("CFI for DWARF unwinding"), "{fp}");
+    let share: f64 =
+        fp.split("frame pointers in ").nth(1).unwrap().split('%').next().unwrap().parse().unwrap();
+    assert!(share >= 50.0, "{fp}");
+    let bare_line = line("split-bare:");
+    assert!(bare_line.starts_with("WARN") && bare_line.contains("no CFI"), "{bare_line}");
+}
+
+#[test]
+fn check_without_privileges_fails() {
+    if !e2e_enabled() {
+        return;
+    }
+    let output = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all"])
+        .arg(env!("CARGO_BIN_EXE_profiler"))
+        .arg("check")
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    assert!(stdout.lines().any(|l| l.starts_with("FAIL  privileges")), "{stdout}");
+    assert_eq!(String::from_utf8(output.stderr).unwrap(), "profiler: error: 2 checks failed\n");
+}

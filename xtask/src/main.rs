@@ -1,9 +1,10 @@
-//! Project tasks: `cargo xtask setup | build | run | test | bench`.
+//! Project tasks: `cargo xtask setup | build | run | test | fuzz | bench`.
 //!
 //! `setup` installs what a fresh machine lacks (rust-src for the `nightly` toolchain, bpf-linker
 //! built against that nightly's own libLLVM in `.tools/`, the C/C++ compilers the tests use) and
 //! does nothing when everything is there. Every other task runs it first.
 mod bench;
+mod fuzz;
 mod setup;
 
 use std::{
@@ -40,7 +41,16 @@ enum Task {
         #[arg(long)]
         quick: bool,
     },
-    /// Formatting and clippy checks, then every test, end-to-end ones as root.
+    /// Run the fuzz targets (cargo-fuzz, nightly) for a while each.
+    Fuzz {
+        /// Seconds per target.
+        #[arg(long, default_value_t = 60)]
+        seconds: u32,
+        /// Targets to run (all when none given).
+        targets: Vec<String>,
+    },
+    /// Formatting and clippy checks, then every test, end-to-end ones as root, then each fuzz
+    /// target briefly.
     Test {
         /// Extra arguments for `cargo test` (a test name filter, say).
         #[arg(last = true)]
@@ -66,6 +76,7 @@ fn run(task: Task) -> Result<()> {
             run_profiler(&root, args)
         }
         Task::Test { args } => test(&root, &args),
+        Task::Fuzz { seconds, targets } => fuzz::run(&root, seconds, &targets),
         Task::Bench { quick } => {
             if !is_root() {
                 bail!("benchmarks load eBPF programs and set kernel.bpf_stats_enabled: run as root");
@@ -117,7 +128,11 @@ fn test(root: &Path, args: &[OsString]) -> Result<()> {
     if !args.is_empty() {
         command.arg("--").args(args);
     }
-    check(&mut command)
+    check(&mut command)?;
+    if args.is_empty() {
+        fuzz::run(root, fuzz::BRIEF_SECONDS, &[])?;
+    }
+    Ok(())
 }
 
 pub fn cargo(root: &Path, args: &[&str]) -> Result<()> {

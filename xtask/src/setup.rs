@@ -20,6 +20,7 @@ const PACKAGES: [(&str, &str); 4] =
 pub fn ensure(root: &Path) -> Result<()> {
     ensure_rust_src()?;
     ensure_bpf_linker(root)?;
+    ensure_cargo_fuzz(root)?;
     ensure_packages()?;
     ensure_speedscope_schema(root)
 }
@@ -106,6 +107,23 @@ fn ensure_bpf_linker(root: &Path) -> Result<()> {
             .arg("--root")
             .arg(&tools)
             .env("LLVM_PREFIX", tools.join("llvm")),
+    )
+}
+
+const CARGO_FUZZ_VERSION: &str = "0.13.2";
+
+/// cargo-fuzz, in `.tools/` like bpf-linker (about 40 s, once).
+fn ensure_cargo_fuzz(root: &Path) -> Result<()> {
+    let tools = root.join(".tools");
+    if Command::new(tools.join("bin/cargo-fuzz")).arg("--version").output().is_ok_and(|o| o.status.success())
+    {
+        return Ok(());
+    }
+    eprintln!("xtask: installing cargo-fuzz {CARGO_FUZZ_VERSION}");
+    check(
+        Command::new("cargo")
+            .args(["install", &format!("cargo-fuzz@{CARGO_FUZZ_VERSION}"), "--locked", "--root"])
+            .arg(&tools),
     )
 }
 

@@ -131,7 +131,12 @@ pub fn read(input: &mut dyn Read) -> Result<Recording> {
         .take(MAX_DECODED_BYTES)
         .read_to_end(&mut bytes)
         .context("corrupt or truncated recording")?;
-    let raw = RawRecording::decode(&*bytes).context("corrupt recording")?;
+    decode_payload(&bytes)
+}
+
+/// Reads the protobuf payload of a raw recording (what follows the header, uncompressed).
+pub fn decode_payload(bytes: &[u8]) -> Result<Recording> {
+    let raw = RawRecording::decode(bytes).context("corrupt recording")?;
     decode(raw).context("corrupt recording")
 }
 
