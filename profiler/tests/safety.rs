@@ -1,8 +1,9 @@
 //! End to end, as root: the safety contract. Profiling does not disturb the target, signals
 //! still give a complete output and leave nothing behind, bad input never panics.
 //!
-//! The tests of this file run one at a time: they measure the targets' speed, and check that no
-//! BPF object of a profiler is left.
+//! The tests of this file run one at a time, from their first line (building a workload
+//! included): they measure the targets' speed, and check that no BPF object of a profiler is
+//! left.
 mod common;
 
 use std::{
@@ -133,7 +134,6 @@ fn measure(name: &str, workload: &mut Command) -> Measurement {
 /// before and after disagree is repeated, and so is a failed one, up to three times; a real
 /// slowdown fails all three.
 fn assert_undisturbed(name: &str, mut workload: Command) {
-    let _one = serial();
     for attempt in 1..=3 {
         let m = measure(name, &mut workload);
         let share = 100.0 * m.profiled / m.baseline();
@@ -154,6 +154,7 @@ fn cpp_exceptions_are_not_disturbed() {
     if !e2e_enabled() {
         return;
     }
+    let _one = serial();
     let workload = build_workload("exceptions.cpp", "exceptions", "g++", &["-O2", "-g"]);
     let mut command = Command::new(workload);
     command.args(["18", "2"]);
@@ -165,6 +166,7 @@ fn dlopen_loops_are_not_disturbed() {
     if !e2e_enabled() {
         return;
     }
+    let _one = serial();
     let dir = scratch_dir("dlopen-overhead-lib");
     let plugin = dir.join("libplugin.so");
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/plugin.c");
@@ -426,6 +428,7 @@ fn check_without_privileges_fails() {
     if !e2e_enabled() {
         return;
     }
+    let _one = serial();
     let output = Command::new("setpriv")
         .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all"])
         .arg(env!("CARGO_BIN_EXE_profiler"))
