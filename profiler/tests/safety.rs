@@ -30,22 +30,24 @@ struct Progress {
 }
 
 impl Progress {
-    /// Median of the operations per second over the one-second windows in `[from, to]` (the
-    /// workload's own clock): robust to the odd slow second of a shared machine.
+    /// The workload's peak speed in `[from, to]` (its own clock): the most operations per second
+    /// over one-second windows, every quarter second.
+    ///
+    /// On this shared machine a CPU's speed swings by a third from one second to the next with
+    /// what other tenants do, far more than the few percent under test; the peak, reached
+    /// whenever the host leaves the CPU alone, is stable to a percent or two.
     fn rate(&self, from: f64, to: f64) -> f64 {
         let at =
             |t: f64| self.points.iter().find(|p| p.0 >= t).unwrap_or_else(|| panic!("no progress at {t} s"));
-        let mut rates: Vec<f64> = (0..)
-            .map(|i| from + i as f64 * 0.5)
+        let rates: Vec<f64> = (0..)
+            .map(|i| from + i as f64 * 0.25)
             .take_while(|start| start + 1.0 <= to)
             .map(|start| {
                 let (a, b) = (at(start), at(start + 1.0));
                 (b.1 - a.1) as f64 / (b.0 - a.0)
             })
             .collect();
-        assert!(!rates.is_empty(), "no whole second in [{from}, {to}]");
-        rates.sort_by(f64::total_cmp);
-        rates[rates.len() / 2]
+        rates.into_iter().reduce(f64::max).unwrap_or_else(|| panic!("no whole second in [{from}, {to}]"))
     }
 
     fn latest_time(&self) -> f64 {
@@ -70,12 +72,7 @@ struct Measurement {
 
 impl Measurement {
     fn baseline(&self) -> f64 {
-        (self.before + self.after) / 2.0
-    }
-
-    /// The machine's own speed drifted during the measurement: it says nothing about us.
-    fn noisy(&self) -> bool {
-        (self.before - self.after).abs() > 0.05 * self.before.max(self.after)
+        self.before.max(self.after)
     }
 }
 
@@ -129,10 +126,9 @@ fn measure(name: &str, workload: &mut Command) -> Measurement {
     }
 }
 
-/// The workload keeps ≥ 95% of its speed under the profiler and never stalls for a second.
-/// This machine's speed drifts by several percent on its own: a measurement whose baselines
-/// before and after disagree is repeated, and so is a failed one, up to three times; a real
-/// slowdown fails all three.
+/// The workload keeps ≥ 95% of its peak speed under the profiler and never stalls for a second.
+/// A failed measurement is repeated, up to three times (a host busy for the whole of a phase
+/// can hide its peak); a real slowdown fails all three.
 fn assert_undisturbed(name: &str, mut workload: Command) {
     for attempt in 1..=3 {
         let m = measure(name, &mut workload);
@@ -142,7 +138,7 @@ fn assert_undisturbed(name: &str, mut workload: Command) {
             m.before, m.profiled, m.after, m.longest_gap
         );
         assert!(m.longest_gap < Duration::from_secs(1), "{name} stalled for {:?}", m.longest_gap);
-        if !m.noisy() && share >= 95.0 {
+        if share >= 95.0 {
             return;
         }
         assert!(attempt < 3, "{name} ran at {share:.1}% of its speed under the profiler");
