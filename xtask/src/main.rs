@@ -10,7 +10,7 @@ mod setup;
 use std::{
     ffi::OsString,
     path::{Path, PathBuf},
-    process::Command,
+    process::{Command, Stdio},
 };
 
 use anyhow::{Context as _, Result, bail};
@@ -139,8 +139,10 @@ pub fn cargo(root: &Path, args: &[&str]) -> Result<()> {
     check(Command::new("cargo").current_dir(root).args(args))
 }
 
+/// Runs a build or test command to completion. Its stdin is /dev/null: cargo hands `rustc -`
+/// whatever stdin it inherits as source code when it probes a target.
 pub fn check(command: &mut Command) -> Result<()> {
-    let status = command.status().with_context(|| format!("cannot run {command:?}"))?;
+    let status = command.stdin(Stdio::null()).status().with_context(|| format!("cannot run {command:?}"))?;
     if !status.success() {
         bail!("{command:?} failed with {status}");
     }

@@ -3,7 +3,7 @@ use std::{
     fs,
     os::unix::fs::symlink,
     path::{Path, PathBuf},
-    process::Command,
+    process::{Command, Stdio},
 };
 
 use anyhow::{Context as _, Result, bail};
@@ -174,7 +174,7 @@ fn sudo(program: &str) -> Command {
 }
 
 fn output(command: &mut Command) -> Result<String> {
-    let out = command.output().with_context(|| format!("cannot run {command:?}"))?;
+    let out = command.stdin(Stdio::null()).output().with_context(|| format!("cannot run {command:?}"))?;
     if !out.status.success() {
         bail!("{command:?} failed: {}", String::from_utf8_lossy(&out.stderr).trim());
     }
