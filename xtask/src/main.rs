@@ -103,7 +103,7 @@ fn run_profiler(root: &Path, args: Vec<OsString>) -> Result<()> {
     };
     let binary = root.join("target/release/profiler");
     let mut command = as_root(&binary);
-    command.args(&args);
+    command.env_remove("LD_LIBRARY_PATH").args(&args);
     let status = command.status().with_context(|| format!("cannot run {}", binary.display()))?;
     if !status.success() {
         bail!("profiler exited with {status}");
@@ -139,14 +139,21 @@ pub fn cargo(root: &Path, args: &[&str]) -> Result<()> {
     check(Command::new("cargo").current_dir(root).args(args))
 }
 
-/// Runs a build or test command to completion. Its stdin is /dev/null: cargo hands `rustc -`
-/// whatever stdin it inherits as source code when it probes a target.
+/// Runs a build or test command to completion, in a clean environment (see [`clean`]).
 pub fn check(command: &mut Command) -> Result<()> {
-    let status = command.stdin(Stdio::null()).status().with_context(|| format!("cannot run {command:?}"))?;
+    let status = clean(command).status().with_context(|| format!("cannot run {command:?}"))?;
     if !status.success() {
         bail!("{command:?} failed with {status}");
     }
     Ok(())
+}
+
+/// What `cargo run` gives the xtask and its children must not inherit: `LD_LIBRARY_PATH` points
+/// at this workspace's `target/debug/deps` and the stable toolchain's libraries, which broke the
+/// target probe (`rustc -`) of a nested `cargo install`; and stdin, which that probe reads as
+/// source code.
+pub fn clean(command: &mut Command) -> &mut Command {
+    command.env_remove("LD_LIBRARY_PATH").stdin(Stdio::null())
 }
 
 pub fn is_root() -> bool {
