@@ -5,7 +5,7 @@
 use std::{
     fs::Permissions,
     io::{BufWriter, Write},
-    os::unix::fs::PermissionsExt,
+    os::unix::fs::{OpenOptionsExt as _, PermissionsExt},
     path::{Path, PathBuf},
 };
 
@@ -35,43 +35,79 @@ pub fn write_all(
 }
 
 pub struct OutputFile {
+    /// The path as given, for messages.
     path: PathBuf,
-    temp: NamedTempFile,
+    target: Target,
+}
+
+enum Target {
+    /// A regular file, or none yet: written to a temporary file in the same directory, renamed
+    /// over the destination once complete.
+    Replace { destination: PathBuf, temp: NamedTempFile },
+    /// A device, FIFO or socket (`/dev/null`, `/dev/stdout`, a named pipe): written in place,
+    /// as renaming over it would replace the node itself. Opened only when written, so that a
+    /// pipe's reader can come later.
+    Stream(PathBuf),
 }
 
 impl OutputFile {
     pub fn create(path: &Path) -> Result<Self> {
-        let dir = match path.parent() {
-            Some(dir) if !dir.as_os_str().is_empty() => dir,
-            _ => Path::new("."),
+        let context = || format!("cannot write {}", path.display());
+        // A symbolic link stands for its target: the link stays, the target is replaced.
+        let destination = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_owned());
+        let target = match std::fs::metadata(&destination) {
+            Ok(meta) if meta.is_dir() => anyhow::bail!("cannot write {}: it is a directory", path.display()),
+            Ok(meta) if !meta.is_file() => {
+                let writable =
+                    std::fs::OpenOptions::new().write(true).custom_flags(libc::O_NONBLOCK).open(&destination);
+                match writable {
+                    // A FIFO without a reader yet is fine: it will have one by the end.
+                    Err(err) if err.raw_os_error() != Some(libc::ENXIO) => {
+                        return Err(err).with_context(context);
+                    }
+                    _ => Target::Stream(destination),
+                }
+            }
+            _ => {
+                let dir = match destination.parent() {
+                    Some(dir) if !dir.as_os_str().is_empty() => dir,
+                    _ => Path::new("."),
+                };
+                let temp =
+                    tempfile::Builder::new().prefix(".profiler-").tempfile_in(dir).with_context(context)?;
+                Target::Replace { destination, temp }
+            }
         };
-        if path.is_dir() {
-            anyhow::bail!("cannot write {}: it is a directory", path.display());
-        }
-        let temp = tempfile::Builder::new()
-            .prefix(".profiler-")
-            .tempfile_in(dir)
-            .with_context(|| format!("cannot write {}", path.display()))?;
-        Ok(Self { path: path.to_owned(), temp })
+        Ok(Self { path: path.to_owned(), target })
     }
 
     pub fn path(&self) -> &Path {
         &self.path
     }
 
-    /// Writes the content with `write` and moves the file into place.
+    /// Writes the content with `write` and puts it in place.
     pub fn commit(self, write: impl FnOnce(&mut dyn Write) -> std::io::Result<()>) -> Result<()> {
         let context = || format!("cannot write {}", self.path.display());
-        let mut out = BufWriter::new(self.temp.as_file());
-        write(&mut out).with_context(context)?;
-        out.flush().with_context(context)?;
-        drop(out);
-        let file = self.temp.as_file();
-        file.set_permissions(Permissions::from_mode(0o644)).with_context(context)?;
-        hand_to_invoking_user(file);
-        file.sync_all().with_context(context)?;
-        self.temp.persist(&self.path).map_err(|err| err.error).with_context(context)?;
-        Ok(())
+        match self.target {
+            Target::Stream(destination) => {
+                let file = std::fs::OpenOptions::new().write(true).open(destination).with_context(context)?;
+                let mut out = BufWriter::new(file);
+                write(&mut out).with_context(context)?;
+                out.flush().with_context(context)
+            }
+            Target::Replace { destination, temp } => {
+                let mut out = BufWriter::new(temp.as_file());
+                write(&mut out).with_context(context)?;
+                out.flush().with_context(context)?;
+                drop(out);
+                let file = temp.as_file();
+                file.set_permissions(Permissions::from_mode(0o644)).with_context(context)?;
+                hand_to_invoking_user(file);
+                file.sync_all().with_context(context)?;
+                temp.persist(&destination).map_err(|err| err.error).with_context(context)?;
+                Ok(())
+            }
+        }
     }
 }
 
@@ -119,6 +155,47 @@ mod tests {
     fn missing_directory_fails_early() {
         let err = OutputFile::create(Path::new("/nonexistent-dir/x.svg")).err().unwrap();
         assert!(format!("{err:#}").starts_with("cannot write /nonexistent-dir/x.svg"), "{err:#}");
+    }
+
+    #[test]
+    fn devices_are_written_in_place() {
+        // Renaming a temporary file over /dev/null would turn it into a regular file.
+        let output = OutputFile::create(Path::new("/dev/null")).unwrap();
+        output.commit(|w| w.write_all(b"discarded")).unwrap();
+        let meta = std::fs::metadata("/dev/null").unwrap();
+        assert!(std::os::unix::fs::FileTypeExt::is_char_device(&meta.file_type()));
+        assert_eq!(meta.len(), 0);
+    }
+
+    #[test]
+    fn fifo_gets_the_output() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("pipe");
+        let name = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: mkfifo with a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0);
+        let output = OutputFile::create(&fifo).unwrap();
+        let reader = std::thread::spawn({
+            let fifo = fifo.clone();
+            move || std::fs::read_to_string(fifo).unwrap()
+        });
+        output.commit(|w| w.write_all(b"through the pipe")).unwrap();
+        assert_eq!(reader.join().unwrap(), "through the pipe");
+        assert!(std::os::unix::fs::FileTypeExt::is_fifo(
+            &std::fs::symlink_metadata(&fifo).unwrap().file_type()
+        ));
+    }
+
+    #[test]
+    fn symlinks_keep_pointing_at_the_new_content() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().join("real.folded");
+        let link = dir.path().join("link.folded");
+        std::fs::write(&real, "old").unwrap();
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        OutputFile::create(&link).unwrap().commit(|w| w.write_all(b"new")).unwrap();
+        assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
+        assert_eq!(std::fs::read_to_string(&real).unwrap(), "new");
     }
 
     #[test]

@@ -10,7 +10,7 @@ mod setup;
 use std::{
     ffi::OsString,
     path::{Path, PathBuf},
-    process::{Command, Stdio},
+    process::Command,
 };
 
 use anyhow::{Context as _, Result, bail};
@@ -103,7 +103,7 @@ fn run_profiler(root: &Path, args: Vec<OsString>) -> Result<()> {
     };
     let binary = root.join("target/release/profiler");
     let mut command = as_root(&binary);
-    command.env_remove("LD_LIBRARY_PATH").args(&args);
+    command.args(&args);
     let status = command.status().with_context(|| format!("cannot run {}", binary.display()))?;
     if !status.success() {
         bail!("profiler exited with {status}");
@@ -139,21 +139,12 @@ pub fn cargo(root: &Path, args: &[&str]) -> Result<()> {
     check(Command::new("cargo").current_dir(root).args(args))
 }
 
-/// Runs a build or test command to completion, in a clean environment (see [`clean`]).
 pub fn check(command: &mut Command) -> Result<()> {
-    let status = clean(command).status().with_context(|| format!("cannot run {command:?}"))?;
+    let status = command.status().with_context(|| format!("cannot run {command:?}"))?;
     if !status.success() {
         bail!("{command:?} failed with {status}");
     }
     Ok(())
-}
-
-/// What `cargo run` gives the xtask and its children must not inherit: `LD_LIBRARY_PATH` points
-/// at this workspace's `target/debug/deps` and the stable toolchain's libraries, which broke the
-/// target probe (`rustc -`) of a nested `cargo install`; and stdin, which that probe reads as
-/// source code.
-pub fn clean(command: &mut Command) -> &mut Command {
-    command.env_remove("LD_LIBRARY_PATH").stdin(Stdio::null())
 }
 
 pub fn is_root() -> bool {

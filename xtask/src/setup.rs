@@ -8,7 +8,7 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 
-use crate::{check, clean, is_root};
+use crate::{check, is_root};
 
 const BPF_LINKER_VERSION: &str = "0.13.0";
 /// LLVM majors bpf-linker 0.13.0 can be built against (its `llvm-NN` features).
@@ -174,7 +174,7 @@ fn sudo(program: &str) -> Command {
 }
 
 fn output(command: &mut Command) -> Result<String> {
-    let out = clean(command).output().with_context(|| format!("cannot run {command:?}"))?;
+    let out = command.output().with_context(|| format!("cannot run {command:?}"))?;
     if !out.status.success() {
         bail!("{command:?} failed: {}", String::from_utf8_lossy(&out.stderr).trim());
     }
