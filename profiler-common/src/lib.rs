@@ -130,6 +130,8 @@ pub mod maps {
     pub const SAMPLES: &str = "SAMPLES";
     /// `HashMap<u32 tgid, u8>`: the processes to sample when filtering is on.
     pub const TGID_FILTER: &str = "TGID_FILTER";
+    /// `Array<u32>` of one entry: nonzero stops sampling.
+    pub const CONTROL: &str = "CONTROL";
     /// `PerCpuArray<u64>` indexed by [`crate::Counter`].
     pub const COUNTERS: &str = "COUNTERS";
     /// `LruHashMap<u32 tid, u64>`: end address of each thread's stack mapping, filled in by
@@ -141,7 +143,7 @@ pub mod maps {
 pub mod programs {
     /// perf_event program attached to one cpu-clock event per CPU.
     pub const SAMPLE: &str = "sample";
-    /// tracepoint `task/task_newtask`: adds forked children of filtered processes to the filter.
+    /// raw tracepoint `task_newtask`: adds forked children of filtered processes to the filter.
     pub const FOLLOW_FORK: &str = "follow_fork";
 }
 
@@ -157,6 +159,8 @@ pub mod globals {
     /// `u32`: stack copy cap in bytes: 0 for no copy, else a multiple of
     /// [`crate::STACK_PAGE_SIZE`] between one page and [`crate::MAX_STACK_COPY`].
     pub const STACK_COPY_CAP: &str = "STACK_COPY_CAP";
+    /// `u32`: byte offset of `tgid` in the kernel's `struct task_struct` (from its BTF).
+    pub const TASK_TGID_OFFSET: &str = "TASK_TGID_OFFSET";
 }
 
 /// Size of a sample record for a given stack copy cap.

@@ -19,9 +19,9 @@ use aya_ebpf::{
         bpf_probe_read_kernel,
         generated::{bpf_get_current_task_btf, bpf_get_stack, bpf_probe_read_user, bpf_task_pt_regs},
     },
-    macros::{map, perf_event, tracepoint},
-    maps::{HashMap, LruHashMap, PerCpuArray, RingBuf},
-    programs::{PerfEventContext, TracePointContext},
+    macros::{map, perf_event, raw_tracepoint},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
+    programs::{PerfEventContext, RawTracePointContext},
 };
 use profiler_common::{
     Counter, MAX_STACK_COPY, MAX_STACK_DEPTH, STACK_PAGE_SIZE, SampleHeader, sample_flags,
@@ -39,6 +39,11 @@ static TGID_FILTER: HashMap<u32, u8> = HashMap::with_max_entries(8192, 0);
 #[map(name = "STACK_ENDS")]
 static STACK_ENDS: LruHashMap<u32, u64> = LruHashMap::with_max_entries(16384, 0);
 
+/// Index 0: nonzero once userspace has stopped the recording. Checking a flag lets the
+/// recording end at once; detaching the perf events waits for the kernel (tens of ms).
+#[map(name = "CONTROL")]
+static CONTROL: Array<u32> = Array::with_max_entries(1, 0);
+
 #[map(name = "COUNTERS")]
 static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(Counter::COUNT, 0);
 
@@ -53,6 +58,8 @@ static FOLLOW_FORKS: u32 = 0;
 static PROFILER_TGID: u32 = 0;
 #[unsafe(no_mangle)]
 static STACK_COPY_CAP: u32 = 32 * 1024;
+#[unsafe(no_mangle)]
+static TASK_TGID_OFFSET: u32 = 0;
 
 const HEADER_SIZE: usize = size_of::<SampleHeader>();
 const STACK_BYTES: u32 = (MAX_STACK_DEPTH * size_of::<u64>()) as u32;
@@ -75,6 +82,9 @@ fn setting(global: &'static u32) -> u32 {
 
 #[perf_event]
 pub fn sample(ctx: PerfEventContext) -> u32 {
+    if CONTROL.get(0).is_some_and(|&stopped| stopped != 0) {
+        return 0;
+    }
     count(Counter::Seen);
     let pid_tgid = bpf_get_current_pid_tgid();
     let tgid = (pid_tgid >> 32) as u32;
@@ -243,23 +253,26 @@ unsafe fn read_user(dst: *mut u8, len: usize, src: u64) -> Result<(), i64> {
     if ret < 0 { Err(ret) } else { Ok(()) }
 }
 
-/// `task/task_newtask` fires in the parent for every new task. A new process (not a thread)
-/// forked by a filtered process joins the filter, so `-- CMD` and `-p` follow children.
-#[tracepoint]
-pub fn follow_fork(ctx: TracePointContext) -> u32 {
+/// Raw tracepoint `task_newtask(struct task_struct *task, u64 clone_flags)`, run in the parent
+/// for every new task. A new process (not a thread) forked by a filtered process joins the
+/// filter, so `-- CMD` and `-p` follow children. A raw tracepoint rather than a classic one:
+/// detaching a classic (perf) tracepoint waits for RCU grace periods, ~85 ms at every exit.
+#[raw_tracepoint(tracepoint = "task_newtask")]
+pub fn follow_fork(ctx: RawTracePointContext) -> i32 {
     if setting(&FILTER_BY_TGID) == 0 || setting(&FOLLOW_FORKS) == 0 {
         return 0;
     }
-    // Field offsets from /sys/kernel/tracing/events/task/task_newtask/format (stable since 3.x).
-    let (Ok(child), Ok(clone_flags)) = (unsafe { ctx.read_at::<i32>(8) }, unsafe { ctx.read_at::<u64>(32) })
-    else {
-        return 0;
-    };
+    let clone_flags: u64 = ctx.arg(1);
     if clone_flags & CLONE_THREAD != 0 {
         return 0;
     }
     let parent = (bpf_get_current_pid_tgid() >> 32) as u32;
-    if unsafe { TGID_FILTER.get(parent) }.is_some() {
+    if unsafe { TGID_FILTER.get(parent) }.is_none() {
+        return 0;
+    }
+    let task: *const u8 = ctx.arg(0);
+    let tgid = unsafe { task.add(setting(&TASK_TGID_OFFSET) as usize) }.cast::<i32>();
+    if let Ok(child) = unsafe { bpf_probe_read_kernel(tgid) } {
         let _ = TGID_FILTER.insert(child as u32, 1, 0);
     }
     0

@@ -71,7 +71,8 @@ fn aggregate(c: &mut Criterion) {
     });
     let profile = synthetic_profile(100_000, 1_000);
     let modules = Modules::default();
-    let symbols = Symbolizer::default().symbolize(&profile.distinct_frames(), &modules, &PerfMaps::default());
+    let symbols =
+        Symbolizer::default().symbolize(&profile.distinct_frames_since(0), &modules, &PerfMaps::default());
     group.throughput(Throughput::Elements(100_000));
     group.bench_function("recording_100k_samples", |b| {
         b.iter(|| Recording::from_live(&profile, &symbols, &modules, 0, Meta::default()).samples.len())

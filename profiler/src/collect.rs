@@ -11,6 +11,7 @@ use crate::{
     perf_map::PerfMaps,
     process::{Process, Processes, Tracking},
     profile::Profile,
+    symbolize::{Symbolizer, Symbols},
     task_events::TaskEvent,
     unwind::{
         AddressSpaceView, Location, StackSnapshot, UnwindEnd, Unwinder,
@@ -25,6 +26,10 @@ pub struct Collector {
     perf_maps: PerfMaps,
     unwinder: Unwinder,
     profile: Profile,
+    symbolizer: Symbolizer,
+    symbols: Symbols,
+    /// Stacks of the profile whose frames have been named (stacks are numbered in order).
+    symbolized_stacks: usize,
     unwind_stats: UnwindStats,
     /// Records that did not decode (counted, never fatal).
     malformed: u64,
@@ -73,8 +78,8 @@ impl UnwindStats {
 /// What the collector gathered.
 pub struct Collected {
     pub profile: Profile,
+    pub symbols: Symbols,
     pub modules: Modules,
-    pub perf_maps: PerfMaps,
     pub unwind_stats: UnwindStats,
     pub malformed: u64,
     pub failed: u64,
@@ -90,6 +95,9 @@ impl Collector {
             perf_maps: PerfMaps::default(),
             unwinder: Unwinder::default(),
             profile: Profile::default(),
+            symbolizer: Symbolizer::default(),
+            symbols: Symbols::default(),
+            symbolized_stacks: 0,
             unwind_stats: UnwindStats::default(),
             malformed: 0,
             failed: 0,
@@ -183,11 +191,30 @@ impl Collector {
         self.processes.prune(now_ns);
     }
 
-    pub fn finish(self) -> Collected {
+    /// Names the frames of the stacks seen since the last call. Done as the recording goes, so
+    /// that little is left when it stops: the end of a recording is when its user waits.
+    pub fn symbolize_new(&mut self) {
+        let frames: Vec<Frame> = self
+            .profile
+            .distinct_frames_since(self.symbolized_stacks)
+            .into_iter()
+            .filter(|frame| !self.symbols.contains(frame))
+            .collect();
+        self.symbolized_stacks = self.profile.stack_count();
+        if !frames.is_empty() {
+            self.symbols.extend(self.symbolizer.symbolize(&frames, &self.modules, &self.perf_maps));
+        }
+    }
+
+    pub fn finish(mut self) -> Collected {
+        self.symbolize_new();
+        // A JIT may have described its code in its perf map since its first sample there.
+        let unnamed = self.symbols.unnamed_anonymous();
+        self.symbols.extend(self.symbolizer.symbolize(&unnamed, &self.modules, &self.perf_maps));
         Collected {
             profile: self.profile,
+            symbols: self.symbols,
             modules: self.modules,
-            perf_maps: self.perf_maps,
             unwind_stats: self.unwind_stats,
             malformed: self.malformed,
             failed: self.failed,

@@ -8,6 +8,7 @@ pub mod cli;
 pub mod collect;
 pub mod decode;
 pub mod frame;
+pub mod kernel_types;
 pub mod maps;
 pub mod module;
 pub mod output;

@@ -71,9 +71,15 @@ impl Profile {
         self.tgids.len()
     }
 
-    /// Every distinct frame in the profile, each once.
-    pub fn distinct_frames(&self) -> Vec<Frame> {
-        let mut frames: Vec<Frame> = self.stacks.iter().flat_map(|stack| stack.iter().copied()).collect();
+    /// Number of distinct stacks so far. Stacks are numbered in the order they were first seen.
+    pub fn stack_count(&self) -> usize {
+        self.stacks.len()
+    }
+
+    /// Every distinct frame of the stacks first seen from the `first`-th on, each once.
+    pub fn distinct_frames_since(&self, first: usize) -> Vec<Frame> {
+        let mut frames: Vec<Frame> =
+            self.stacks[first..].iter().flat_map(|stack| stack.iter().copied()).collect();
         frames.sort_unstable();
         frames.dedup();
         frames
@@ -110,7 +116,9 @@ mod tests {
             counts.iter().map(|&(comm, stack, n)| (profile.comm(comm), profile.stack(stack), n)).collect();
         assert_eq!(described, [("app", &a[..], 2), ("app", &b[..], 1), ("other", &a[..], 1)]);
         assert_eq!(profile.process_count(), 2);
-        assert_eq!(profile.distinct_frames().len(), 3);
+        assert_eq!(profile.distinct_frames_since(0).len(), 3);
+        assert_eq!(profile.stack_count(), 2);
+        assert_eq!(profile.distinct_frames_since(1), [Frame::Anonymous { tgid: 7, addr: 3 }]);
         assert_eq!(
             profile.samples()[2],
             ProfileSample { time_ns: 30, tgid: 7, tid: 8, comm: CommId(0), stack: StackId(1) }
@@ -122,6 +130,6 @@ mod tests {
         let mut profile = Profile::default();
         profile.add(1, 1, 1, "idle", &[]);
         assert_eq!(profile.stack_counts().len(), 1);
-        assert!(profile.distinct_frames().is_empty());
+        assert!(profile.distinct_frames_since(0).is_empty());
     }
 }

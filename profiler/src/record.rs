@@ -18,7 +18,6 @@ use crate::{
     ring::RingReader,
     sampler::{Sampler, SamplerConfig},
     summary::{StatusLine, Summary},
-    symbolize::Symbolizer,
     target::{self, PendingCommand, ProcessHandle, StartedCommand},
     task_events::TaskEventReader,
     unwind::{UnwindEnd, hybrid::StackSource},
@@ -110,20 +109,14 @@ pub async fn run(args: RecordArgs) -> Result<()> {
     let mut status = StatusLine::new(args.quiet);
     let stop = stop_condition(args.duration, &targets, command.as_ref())?;
     let reason = sample_until(stop, &mut intake, &mut sampler, &mut status, args.max_samples).await?;
-    sampler.stop()?;
+    sampler.pause()?;
     intake.drain();
     status.finish();
     let duration = start.instant.elapsed();
     let counters = sampler.counters()?;
     let run_stats = sampler.run_stats();
-    drop(sampler);
 
     let collected = intake.collector.finish();
-    let symbols = Symbolizer::default().symbolize(
-        &collected.profile.distinct_frames(),
-        &collected.modules,
-        &collected.perf_maps,
-    );
     let meta = Meta {
         target: targets.describe(&args),
         frequency_hz: args.frequency,
@@ -134,9 +127,16 @@ pub async fn run(args: RecordArgs) -> Result<()> {
         lost_samples: counters.lost,
         unwind: unwind_summary(&collected),
     };
-    let recording =
-        Recording::from_live(&collected.profile, &symbols, &collected.modules, start.monotonic_ns, meta);
+    let recording = Recording::from_live(
+        &collected.profile,
+        &collected.symbols,
+        &collected.modules,
+        start.monotonic_ns,
+        meta,
+    );
     output::write_all(outputs, &recording, &RenderOptions { grouping: args.grouping.grouping() })?;
+    // Detaching the perf events waits for the kernel: after the outputs, not before.
+    drop(sampler);
 
     if !args.quiet {
         let summary = Summary {
@@ -289,6 +289,7 @@ async fn sample_until(
             ready = intake.ring.ready() => {
                 ready.context("cannot read the ring buffer")?;
                 intake.drain();
+                intake.collector.symbolize_new();
                 for (tid, end) in intake.collector.take_stack_ends() {
                     sampler.set_stack_end(tid, end)?;
                 }

@@ -5,12 +5,14 @@ use aya::{
     Ebpf, EbpfLoader,
     maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf},
     programs::{
-        PerfEvent, ProgramError, TracePoint,
+        PerfEvent, ProgramError, RawTracePoint,
         perf_event::{PerfEventConfig, PerfEventLinkId, PerfEventScope, SamplePolicy, SoftwareEvent},
     },
     util::online_cpus,
 };
 use profiler_common::{Counter, globals, maps, programs};
+
+use crate::kernel_types;
 
 static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profiler"));
 
@@ -57,23 +59,24 @@ impl Sampler {
         let filter = u32::from(config.filter_processes);
         let follow = u32::from(config.follow_forks);
         let own_tgid = std::process::id();
+        let follow_forks = config.filter_processes && config.follow_forks;
+        let tgid_offset = if follow_forks { kernel_types::field_offset("task_struct", "tgid")? } else { 0 };
         let mut ebpf = EbpfLoader::new()
             .override_global(globals::FILTER_BY_TGID, &filter, true)
             .override_global(globals::FOLLOW_FORKS, &follow, true)
             .override_global(globals::PROFILER_TGID, &own_tgid, true)
             .override_global(globals::STACK_COPY_CAP, &config.stack_copy_cap, true)
+            .override_global(globals::TASK_TGID_OFFSET, &tgid_offset, true)
             .map_max_entries(maps::SAMPLES, config.ring_buffer_bytes)
             .load(EBPF_OBJECT)
             .context("cannot load the eBPF object")?;
 
         let sample: &mut PerfEvent = program(&mut ebpf, programs::SAMPLE)?.try_into()?;
         sample.load().map_err(verifier_error)?;
-        if config.filter_processes && config.follow_forks {
-            let follow_fork: &mut TracePoint = program(&mut ebpf, programs::FOLLOW_FORK)?.try_into()?;
+        if follow_forks {
+            let follow_fork: &mut RawTracePoint = program(&mut ebpf, programs::FOLLOW_FORK)?.try_into()?;
             follow_fork.load().map_err(verifier_error)?;
-            follow_fork
-                .attach("task", "task_newtask")
-                .context("cannot attach to tracepoint task/task_newtask")?;
+            follow_fork.attach("task_newtask").context("cannot attach to raw tracepoint task_newtask")?;
         }
         Ok(Self { ebpf, links: Vec::new(), frequency_hz: config.frequency_hz })
     }
@@ -116,6 +119,15 @@ impl Sampler {
                 .with_context(|| format!("cannot open a cpu-clock perf event on CPU {cpu}"))?;
             self.links.push(link);
         }
+        Ok(())
+    }
+
+    /// Stops sampling at once: the program still runs on each event but returns at once.
+    /// (Detaching waits for the kernel; it happens when the sampler is dropped.)
+    pub fn pause(&mut self) -> Result<()> {
+        let map = self.ebpf.map_mut(maps::CONTROL).ok_or_else(|| missing(maps::CONTROL))?;
+        let mut control: aya::maps::Array<_, u32> = aya::maps::Array::try_from(map)?;
+        control.set(0, 1, 0).context("cannot stop the sampling")?;
         Ok(())
     }
 

@@ -56,6 +56,26 @@ impl Symbols {
         self.by_frame.get(frame).map(Vec::as_slice).unwrap_or_default()
     }
 
+    pub fn contains(&self, frame: &Frame) -> bool {
+        self.by_frame.contains_key(frame)
+    }
+
+    /// Adds names, replacing those of the same frames.
+    pub fn extend(&mut self, other: Symbols) {
+        self.by_frame.extend(other.by_frame);
+    }
+
+    /// Frames in anonymous memory that no perf map named (yet).
+    pub fn unnamed_anonymous(&self) -> Vec<Frame> {
+        self.by_frame
+            .iter()
+            .filter(|(frame, symbols)| {
+                matches!(frame, Frame::Anonymous { .. }) && symbols[0].kind != SymbolKind::Jit
+            })
+            .map(|(frame, _)| *frame)
+            .collect()
+    }
+
     #[cfg(test)]
     pub fn insert(&mut self, frame: Frame, symbols: Vec<Symbol>) {
         self.by_frame.insert(frame, symbols);

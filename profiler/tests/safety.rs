@@ -233,6 +233,11 @@ fn signals_stop_with_complete_outputs_and_release_everything() {
             .output()
             .unwrap();
         assert!(report.status.success(), "{name}: the raw recording is complete");
+        // Released at exit; the kernel frees a raw tracepoint's program after an RCU grace period.
+        let released = Instant::now();
+        while !profiler_bpf_objects().is_empty() && released.elapsed() < Duration::from_secs(5) {
+            thread::sleep(Duration::from_millis(50));
+        }
         assert_eq!(profiler_bpf_objects(), Vec::<String>::new(), "{name}: nothing left loaded");
     }
 }

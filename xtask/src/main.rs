@@ -69,7 +69,7 @@ fn run(task: Task) -> Result<()> {
     let root = workspace_root();
     setup::ensure(&root)?;
     match task {
-        Task::Setup => Ok(()),
+        Task::Setup => setup::ensure_bench_tools(&root),
         Task::Build => build(&root),
         Task::Run { args } => {
             build(&root)?;
@@ -81,6 +81,7 @@ fn run(task: Task) -> Result<()> {
             if !is_root() {
                 bail!("benchmarks load eBPF programs and set kernel.bpf_stats_enabled: run as root");
             }
+            setup::ensure_bench_tools(&root)?;
             bench::run(&root, &bench::Options { quick })
         }
     }

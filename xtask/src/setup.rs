@@ -25,6 +25,24 @@ pub fn ensure(root: &Path) -> Result<()> {
     ensure_speedscope_schema(root)
 }
 
+/// What `cargo xtask bench` runs besides profiler: perf, and inferno's collapse and flame graph
+/// tools (into `.tools/`).
+pub fn ensure_bench_tools(root: &Path) -> Result<()> {
+    install_packages(&[("perf", "linux-perf")])?;
+    let tools = root.join(".tools");
+    if tools.join("bin/inferno-collapse-perf").exists() && tools.join("bin/inferno-flamegraph").exists() {
+        return Ok(());
+    }
+    eprintln!("xtask: installing inferno {INFERNO_VERSION} (for the perf side of the benchmarks)");
+    check(
+        Command::new("cargo")
+            .args(["install", &format!("inferno@{INFERNO_VERSION}"), "--locked", "--root"])
+            .arg(&tools),
+    )
+}
+
+const INFERNO_VERSION: &str = "0.12.8";
+
 /// speedscope's file-format JSON schema, which the tests validate our output against. It ships
 /// in the speedscope npm package.
 const SPEEDSCOPE: &str = "speedscope@1.25.0";
@@ -147,7 +165,12 @@ fn find_libllvm(lib_dir: &Path) -> Result<PathBuf> {
 }
 
 fn ensure_packages() -> Result<()> {
-    let missing: Vec<&str> = PACKAGES
+    install_packages(&PACKAGES)
+}
+
+/// Installs the Debian packages of the commands that are missing.
+fn install_packages(packages: &[(&str, &str)]) -> Result<()> {
+    let missing: Vec<&str> = packages
         .iter()
         .filter(|(command, _)| {
             Command::new("which").arg(command).output().map_or(true, |o| !o.status.success())

@@ -1,9 +1,13 @@
 // Deep stacks: main -> descend x200 -> spin, each descend frame about 100 bytes, so about
 // 20 KiB of stack sits above the hot leaf.
 //
+// With PROGRESS=1, reports completed descents (see progress.h).
+//
 // usage: recurse [SECONDS] [DEPTH]   (defaults: until killed, 200)
 #include <stdlib.h>
 #include <time.h>
+
+#include "progress.h"
 
 #define NOINLINE __attribute__((noinline))
 #define BARRIER() __asm__ volatile("" ::: "memory")
@@ -39,7 +43,11 @@ int main(int argc, char **argv) {
     double seconds = argc > 1 ? atof(argv[1]) : 0;
     int depth = argc > 2 ? atoi(argv[2]) : 200;
     double stop = now() + seconds;
-    while (seconds <= 0 || now() < stop) descend(depth);
+    progress_start();
+    while (seconds <= 0 || now() < stop) {
+        descend(depth);
+        progress_add(1);
+    }
     BARRIER();
     return 0;
 }

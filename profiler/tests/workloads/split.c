@@ -6,6 +6,8 @@
 // (with -fno-omit-frame-pointer; GCC 12 ignores -mno-omit-leaf-frame-pointer), so the frame-
 // pointer chain is whole. Without it the leaves are true leaves, frameless whatever the flags.
 //
+// With PROGRESS=1, reports completed rounds (see progress.h).
+//
 // usage: split [SECONDS] [THREADS] [DELAY_MS] [A B C]
 //   SECONDS   run time; 0 or absent = until killed
 //   THREADS   0 or absent = burn in the main thread; N = burn in N new threads
@@ -16,6 +18,8 @@
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "progress.h"
 
 #define NOINLINE __attribute__((noinline))
 // Keeps a call out of tail position, so every function keeps its own frame.
@@ -66,6 +70,7 @@ NOINLINE void run_round(void) {
     a_outer(units_a);
     b_outer(units_b);
     c_outer(units_c);
+    progress_add(1);
     BARRIER();
 }
 
@@ -90,6 +95,7 @@ int main(int argc, char **argv) {
         units_b = strtoul(argv[5], NULL, 10);
         units_c = strtoul(argv[6], NULL, 10);
     }
+    progress_start();
     if (delay_ms > 0) usleep(delay_ms * 1000);
     if (seconds > 0) stop_at = now() + seconds;
     if (threads == 0) {

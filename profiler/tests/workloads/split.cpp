@@ -2,10 +2,16 @@
 // std::function call:  main -> burn -> run_round -> outer<L> -> middle<L> -> [std::function]
 // -> inner<L> -> Leaf<N>::hot.
 //
+// With PROGRESS=1, reports completed rounds (see progress.h).
+//
 // usage: split-cpp [SECONDS]   (0 or absent: until killed)
 #include <chrono>
 #include <cstdlib>
 #include <functional>
+
+extern "C" {
+#include "progress.h"
+}
 
 #define NOINLINE __attribute__((noinline))
 #define BARRIER() __asm__ volatile("" ::: "memory")
@@ -51,6 +57,7 @@ NOINLINE void run_round() {
     outer<LeafA>(6);
     outer<LeafB>(3);
     outer<LeafC>(1);
+    progress_add(1);
     BARRIER();
 }
 
@@ -61,6 +68,7 @@ NOINLINE void burn(double seconds) {
 }
 
 int main(int argc, char **argv) {
+    progress_start();
     burn(argc > 1 ? std::atof(argv[1]) : 0);
     BARRIER();
     return 0;

@@ -3,7 +3,24 @@
 //!
 //! usage: split-rs [SECONDS]   (0 or absent: until killed)
 use std::hint::black_box;
+use std::io::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+
+/// Completed rounds, reported every 100 ms with PROGRESS=1 (as "SECONDS ROUNDS").
+static ROUNDS: AtomicU64 = AtomicU64::new(0);
+
+fn report_progress() {
+    if std::env::var("PROGRESS").is_ok_and(|v| v == "1") {
+        let start = Instant::now();
+        std::thread::spawn(move || loop {
+            std::thread::sleep(Duration::from_millis(100));
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out, "{:.3} {}", start.elapsed().as_secs_f64(), ROUNDS.load(Ordering::Relaxed));
+            let _ = out.flush();
+        });
+    }
+}
 
 macro_rules! chain {
     ($leaf:ident, $inner:ident, $middle:ident, $outer:ident, $seed:literal) => {
@@ -42,6 +59,7 @@ fn run_round() {
     a_outer(black_box(6));
     b_outer(black_box(3));
     c_outer(black_box(1));
+    ROUNDS.fetch_add(1, Ordering::Relaxed);
 }
 
 #[inline(never)]
@@ -55,5 +73,6 @@ fn burn(seconds: f64) {
 
 fn main() {
     let seconds = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0.0);
+    report_progress();
     burn(seconds);
 }

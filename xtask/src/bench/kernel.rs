@@ -1,0 +1,134 @@
+//! Kernel cost per sample at several stack-copy caps: the eBPF program's run time, from the
+//! kernel's BPF run-time statistics.
+use std::{
+    fmt::Write as _,
+    path::Path,
+    process::{Child, Command, Stdio},
+};
+
+use anyhow::{Context as _, Result, bail};
+
+use super::{median, workloads::Workload};
+
+pub fn table(
+    profiler: &Path,
+    dir: &Path,
+    workloads: &[Workload],
+    repetitions: usize,
+    quick: bool,
+) -> Result<String> {
+    let _stats = BpfStats::enable()?;
+    let seconds = if quick { "2" } else { "4" };
+    let configs: [(&str, &[&str]); 5] = [
+        ("fp (no copy)", &["--call-graph", "fp"]),
+        ("4 KiB", &["--stack-size", "4"]),
+        ("16 KiB", &["--stack-size", "16"]),
+        ("32 KiB (default)", &["--stack-size", "32"]),
+        ("64 KiB", &["--stack-size", "64"]),
+    ];
+    let mut table = String::from(
+        "## Kernel cost per sample\n\nMean time the eBPF program spends per run (BPF run-time statistics), at 999 Hz, two copies \
+         of the workload keeping both CPUs busy, median of the repetitions. The copy stops at the top of the stack (or at \
+         the end of the thread's stack mapping), so a bigger cap costs only where the stack is deeper.\n\n| stack copy |",
+    );
+    for w in workloads {
+        write!(table, " {} |", w.name)?;
+    }
+    table.push_str("\n|---|");
+    table.push_str(&"---|".repeat(workloads.len()));
+    table.push('\n');
+    for (label, args) in configs {
+        write!(table, "| {label} |")?;
+        for workload in workloads {
+            let mut runs = Vec::new();
+            for _ in 0..repetitions {
+                let pair = [start(workload)?, start(workload)?];
+                let pids: Vec<String> = pair.iter().map(|c| c.0.id().to_string()).collect();
+                let mut command = Command::new(profiler);
+                command.args(["record", "-F", "999", "-d", seconds, "-p", &pids[0], "-p", &pids[1], "-o"]);
+                command.arg(dir.join("cost.folded")).args(args);
+                let stderr = stderr_of(&mut command)?;
+                runs.push(
+                    parse_after(&stderr, "kernel cost", " µs")
+                        .context("no kernel cost in the profiler's summary")?,
+                );
+            }
+            write!(table, " {:.2} µs |", median(&mut runs))?;
+        }
+        table.push('\n');
+    }
+    table.push('\n');
+    Ok(table)
+}
+
+/// A copy of the workload running until killed.
+fn start(workload: &Workload) -> Result<KillOnDrop> {
+    let child = Command::new(&workload.binary)
+        .arg("0")
+        .args(&workload.args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()?;
+    Ok(KillOnDrop(child))
+}
+
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Turns on the kernel's BPF run-time statistics for as long as it lives, restoring the old
+/// setting afterwards.
+struct BpfStats {
+    previous: String,
+}
+
+const BPF_STATS_SYSCTL: &str = "/proc/sys/kernel/bpf_stats_enabled";
+
+impl BpfStats {
+    fn enable() -> Result<Self> {
+        let previous = std::fs::read_to_string(BPF_STATS_SYSCTL)?;
+        std::fs::write(BPF_STATS_SYSCTL, "1")
+            .context("cannot enable kernel.bpf_stats_enabled (run as root)")?;
+        Ok(Self { previous })
+    }
+}
+
+impl Drop for BpfStats {
+    fn drop(&mut self) {
+        let _ = std::fs::write(BPF_STATS_SYSCTL, self.previous.trim());
+    }
+}
+
+fn stderr_of(command: &mut Command) -> Result<String> {
+    let out = command.output().with_context(|| format!("cannot run {command:?}"))?;
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    if !out.status.success() {
+        bail!("{command:?} failed: {stderr}");
+    }
+    Ok(stderr)
+}
+
+/// The number between `before` and `after` on the first line that has both.
+fn parse_after(text: &str, before: &str, after: &str) -> Option<f64> {
+    text.lines().find_map(|line| {
+        let rest = &line[line.find(before)? + before.len()..];
+        rest[..rest.find(after)?].trim().parse().ok()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_kernel_cost() {
+        let stderr = "profiler: 9990 samples (0 lost) from 2 processes in 4.0 s at 999 Hz\n  kernel cost     2.45 µs per sample program run\n";
+        assert_eq!(parse_after(stderr, "kernel cost", " µs"), Some(2.45));
+        assert_eq!(parse_after(stderr, "nothing", "x"), None);
+    }
+}

@@ -1,0 +1,185 @@
+//! `cargo xtask bench`: profiler measured against perf on workloads it builds, in one run, and
+//! written to BENCHMARKS.md.
+//!
+//! - [`compare`]: each workload profiled by profiler (DWARF and frame pointers) and by perf
+//!   (`-g` and `--call-graph dwarf`, rendered with `perf script | inferno-collapse-perf |
+//!   inferno-flamegraph`) at 99 and 999 Hz, tools alternating, medians of the repetitions: the
+//!   target's slowdown, the tool's CPU time, SIGINT-to-flame-graph time, raw recording size,
+//!   complete stacks, hot-function share error, peak RSS;
+//! - [`kernel`]: the eBPF program's time per sample at several stack-copy caps;
+//! - [`stages`]: the criterion micro-benchmarks of the userspace stages.
+mod compare;
+mod folded;
+mod kernel;
+mod stages;
+mod workloads;
+
+use std::{collections::BTreeMap, fmt::Write as _, path::Path, process::Command};
+
+use anyhow::Result;
+
+use self::compare::{Results, Row, Run, Tool, Tools};
+use crate::cargo;
+
+pub struct Options {
+    /// A reduced set (two workloads, 999 Hz, one repetition) that runs in under three minutes.
+    pub quick: bool,
+}
+
+pub fn run(root: &Path, options: &Options) -> Result<()> {
+    cargo(root, &["build", "--release", "--package", "profiler"])?;
+    let dir = root.join("target/bench");
+    std::fs::create_dir_all(&dir)?;
+    let tools = Tools {
+        profiler: root.join("target/release/profiler"),
+        collapse: root.join(".tools/bin/inferno-collapse-perf"),
+        flamegraph: root.join(".tools/bin/inferno-flamegraph"),
+    };
+    let workloads = workloads::build(root, &dir, options.quick)?;
+    let (frequencies, repetitions): (&[u64], usize) =
+        if options.quick { (&[999], 1) } else { (&[99, 999], 3) };
+
+    let mut runs: BTreeMap<(usize, usize, u64), Vec<Run>> = BTreeMap::new();
+    for repetition in 0..repetitions {
+        for (w, workload) in workloads.iter().enumerate() {
+            for &hz in frequencies {
+                // Alternate which tool goes first, so that drift of the machine does not favour one.
+                let mut order: Vec<(usize, Tool)> = Tool::ALL.into_iter().enumerate().collect();
+                if repetition % 2 == 1 {
+                    order.reverse();
+                }
+                for (t, tool) in order {
+                    eprintln!(
+                        "xtask bench: {} · {} · {hz} Hz · run {}",
+                        workload.name,
+                        tool.label(),
+                        repetition + 1
+                    );
+                    let run = compare::measure(&tools, workload, tool, hz, &dir)?;
+                    runs.entry((w, t, hz)).or_default().push(run);
+                }
+            }
+        }
+    }
+    let results: Vec<Results> = workloads
+        .iter()
+        .enumerate()
+        .map(|(w, workload)| {
+            let rows = Tool::ALL
+                .into_iter()
+                .enumerate()
+                .flat_map(|(t, tool)| frequencies.iter().map(move |&hz| (t, tool, hz)))
+                .map(|(t, tool, hz)| Row { tool, hz, run: compare::summarize(&runs[&(w, t, hz)]) })
+                .collect();
+            Results { workload: workload.name, rows }
+        })
+        .collect();
+
+    let mut report = String::from("# Benchmarks\n\n");
+    let quick = if options.quick { " --quick" } else { "" };
+    writeln!(report, "Written by `sudo cargo xtask bench{quick}` on {}. {}\n", today()?, machine()?)?;
+    report.push_str(&commands(frequencies, repetitions));
+    report.push_str("## profiler / perf\n\n");
+    report.push_str(&compare::ratios(&results));
+    report.push_str(&goals(&results));
+    report.push_str("## Per workload\n\n");
+    for workload in &results {
+        report.push_str(&compare::table(workload));
+    }
+    eprintln!("xtask bench: kernel cost per sample");
+    let kernel_workloads: Vec<_> = workloads.into_iter().take(2).collect();
+    report.push_str(&kernel::table(&tools.profiler, &dir, &kernel_workloads, repetitions, options.quick)?);
+    eprintln!("xtask bench: userspace stages (criterion)");
+    report.push_str(&stages::table(root, options.quick)?);
+    std::fs::write(root.join("BENCHMARKS.md"), &report)?;
+    eprintln!("xtask bench: wrote BENCHMARKS.md");
+    Ok(())
+}
+
+fn commands(frequencies: &[u64], repetitions: usize) -> String {
+    let hz: Vec<String> = frequencies.iter().map(u64::to_string).collect();
+    format!(
+        "Each workload runs alone for 2.5 s, is profiled for 5 s, then runs alone again; the tool is stopped with SIGINT. \
+         Frequencies: {} Hz; medians of {repetitions} repetition(s), tools alternating. Commands:\n\n\
+         ```text\n\
+         profiler record -q -p PID -F HZ --call-graph auto|fp -o run.svg -o run.folded -o run.prof\n\
+         perf record -q -p PID -F HZ --call-graph dwarf|-g -o perf.data\n\
+         perf script -i perf.data | inferno-collapse-perf --all > perf.folded && inferno-flamegraph perf.folded > perf.svg\n\
+         ```\n\n\
+         *Target slowdown* compares the workload's peak speed (best one-second window of its own progress counter) while \
+         profiled with its peak alone: this machine's CPU speed swings with other tenants far more than the effect \
+         measured. *Tool CPU while recording*: from one second after the tool starts until it is stopped; *in all*: every process of the tool from start to flame graph. *Complete stacks*: samples in the hot \
+         leaves whose stack holds the whole chain from `main` (or the thread's start function). *Share error*: largest \
+         distance, in points, between a hot function's share and the one the workload is built to have.\n\n",
+        hz.join(" and ")
+    )
+}
+
+/// The goals the numbers are held against, checked on the DWARF rows at 999 Hz.
+fn goals(results: &[Results]) -> String {
+    let rows = |tool: Tool| results.iter().filter_map(move |r| r.find(tool, 999).copied());
+    let ours: Vec<Run> = rows(Tool::Profiler { dwarf: true }).collect();
+    let perf: Vec<Run> = rows(Tool::Perf { dwarf: true }).collect();
+    if ours.is_empty() {
+        return String::new();
+    }
+    let max = |runs: &[Run], f: fn(&Run) -> f64| runs.iter().map(f).fold(f64::MIN, f64::max);
+    let min = |runs: &[Run], f: fn(&Run) -> f64| runs.iter().map(f).fold(f64::MAX, f64::min);
+    let speedup =
+        ours.iter().zip(&perf).map(|(o, p)| p.stop_to_svg_ms / o.stop_to_svg_ms).fold(f64::MAX, f64::min);
+    let verdict = |ok: bool| if ok { "met" } else { "**not met**" };
+    let lines = [
+        (
+            "target slowdown ≤ 1% at 999 Hz with DWARF",
+            format!("worst {:.1}%", max(&ours, |r| r.slowdown)),
+            max(&ours, |r| r.slowdown) <= 1.0,
+        ),
+        (
+            "complete stacks ≥ 99%",
+            format!("worst {:.1}%", min(&ours, |r| r.quality.complete)),
+            min(&ours, |r| r.quality.complete) >= 99.0,
+        ),
+        (
+            "SIGINT to flame graph ≥ 10× faster than perf dwarf + inferno",
+            format!("least {speedup:.1}×"),
+            speedup >= 10.0,
+        ),
+        (
+            "hot-function share error ≤ 1 point",
+            format!("worst {:.1} pt", max(&ours, |r| r.quality.share_error)),
+            max(&ours, |r| r.quality.share_error) <= 1.0,
+        ),
+        (
+            "profiler CPU ≤ 3% of one core at 999 Hz",
+            format!("worst {:.1}%", max(&ours, |r| r.recording_cpu)),
+            max(&ours, |r| r.recording_cpu) <= 3.0,
+        ),
+    ];
+    let mut text =
+        String::from("### Goals (DWARF, 999 Hz, every workload)\n\n| goal | measured | |\n|---|---|---|\n");
+    for (goal, measured, ok) in lines {
+        let _ = writeln!(text, "| {goal} | {measured} | {} |", verdict(ok));
+    }
+    text.push('\n');
+    text
+}
+
+pub fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+fn today() -> Result<String> {
+    Ok(String::from_utf8(Command::new("date").arg("+%Y-%m-%d").output()?.stdout)?.trim().to_owned())
+}
+
+fn machine() -> Result<String> {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")?
+        .lines()
+        .find_map(|l| l.strip_prefix("model name").map(|m| m.trim_start_matches([' ', '\t', ':']).to_owned()))
+        .unwrap_or_else(|| "unknown CPU".into());
+    let kernel = String::from_utf8(Command::new("uname").arg("-r").output()?.stdout)?;
+    let perf = String::from_utf8(Command::new("perf").arg("--version").output()?.stdout)?;
+    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    Ok(format!("Machine: {cpus} CPUs ({cpu}), Linux {}, {}.", kernel.trim(), perf.trim()))
+}

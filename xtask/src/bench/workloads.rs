@@ -1,0 +1,267 @@
+//! The benchmark workloads: built from `profiler/tests/workloads`, run with `PROGRESS=1` so that
+//! their own speed can be read while they are profiled.
+use std::{
+    io::{BufRead as _, BufReader},
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    sync::{Arc, Mutex},
+    thread,
+    time::Duration,
+};
+
+use anyhow::{Context as _, Result};
+
+use crate::check;
+
+/// What a workload's flame graph must show: each hot leaf, its share of the samples in all the
+/// leaves, and the chain (root first) its samples must carry.
+pub struct Expected {
+    pub leaf: String,
+    pub share: f64,
+    pub chain: Vec<String>,
+}
+
+pub struct Workload {
+    pub name: &'static str,
+    pub binary: PathBuf,
+    /// Arguments after the run time in seconds.
+    pub args: Vec<String>,
+    pub expected: Vec<Expected>,
+    /// Turns a frame name as a tool prints it into the names of `expected` (C++ parameter lists,
+    /// Rust hashes).
+    pub normalize: fn(&str) -> String,
+}
+
+pub fn build(root: &Path, dir: &Path, quick: bool) -> Result<Vec<Workload>> {
+    let src = root.join("profiler/tests/workloads");
+    let c = |source: &str, name: &str, flags: &[&str]| -> Result<PathBuf> {
+        let out = dir.join(name);
+        check(Command::new("gcc").args(flags).arg("-o").arg(&out).arg(src.join(source)).arg("-lpthread"))?;
+        Ok(out)
+    };
+    let split = |prefix: &str, root: &str| split_expected(prefix, root);
+    let mut workloads = vec![
+        Workload {
+            name: "C, no frame pointers (split.c -O2 -fomit-frame-pointer)",
+            binary: c("split.c", "split-nofp", &["-O2", "-g", "-fomit-frame-pointer"])?,
+            args: vec![],
+            expected: split("", "main"),
+            normalize: plain,
+        },
+        Workload {
+            name: "deep stack (recurse.c, 200 frames of ~100 bytes)",
+            binary: c("recurse.c", "recurse", &["-O2", "-g", "-fomit-frame-pointer"])?,
+            args: vec!["200".into()],
+            expected: recursion_expected(),
+            normalize: plain,
+        },
+    ];
+    if quick {
+        return Ok(workloads);
+    }
+    let cpp = dir.join("split-cpp");
+    check(
+        Command::new("g++")
+            .args(["-O2", "-g", "-fomit-frame-pointer", "-o"])
+            .arg(&cpp)
+            .arg(src.join("split.cpp")),
+    )?;
+    let rust = dir.join("split-rs");
+    check(
+        Command::new("rustc")
+            .args(["-C", "opt-level=3", "-C", "strip=debuginfo", "-o"])
+            .arg(&rust)
+            .arg(src.join("split.rs")),
+    )?;
+    workloads.extend([
+        Workload {
+            name: "C, frame pointers (split.c -O2 -fno-omit-frame-pointer)",
+            binary: c("split.c", "split-fp", &["-O2", "-g", "-fno-omit-frame-pointer"])?,
+            args: vec![],
+            expected: split("", "main"),
+            normalize: plain,
+        },
+        Workload {
+            name: "C++, no frame pointers (templates, std::function)",
+            binary: cpp,
+            args: vec![],
+            expected: cpp_expected(),
+            normalize: cpp_name,
+        },
+        Workload {
+            name: "Rust release build (no frame pointers)",
+            binary: rust,
+            args: vec![],
+            expected: split("split::", "split::main"),
+            normalize: rust_name,
+        },
+        Workload {
+            name: "multithreaded (split.c, 2 threads, no frame pointers)",
+            binary: dir.join("split-nofp"),
+            args: vec!["2".into()],
+            expected: split("", "worker"),
+            normalize: plain,
+        },
+    ]);
+    Ok(workloads)
+}
+
+fn split_expected(prefix: &str, root: &str) -> Vec<Expected> {
+    [("a", 60.0), ("b", 30.0), ("c", 10.0)]
+        .into_iter()
+        .map(|(x, share)| {
+            let names = [
+                "burn".to_owned(),
+                "run_round".into(),
+                format!("{x}_outer"),
+                format!("{x}_middle"),
+                format!("{x}_inner"),
+                format!("hot_{x}"),
+            ];
+            let mut chain = vec![root.to_owned()];
+            chain.extend(names.iter().map(|n| format!("{prefix}{n}")));
+            Expected { leaf: format!("{prefix}hot_{x}"), share, chain }
+        })
+        .collect()
+}
+
+fn recursion_expected() -> Vec<Expected> {
+    let mut chain = vec!["main".to_owned()];
+    chain.extend(std::iter::repeat_n("descend".to_owned(), 200));
+    chain.push("spin".into());
+    vec![Expected { leaf: "spin".into(), share: 100.0, chain }]
+}
+
+fn cpp_expected() -> Vec<Expected> {
+    [(0, 60.0), (1, 30.0), (2, 10.0)]
+        .into_iter()
+        .map(|(n, share)| {
+            let leaf = format!("Leaf<{n}>::hot");
+            let chain = vec![
+                "main".into(),
+                "burn".into(),
+                "run_round".into(),
+                format!("outer<Leaf<{n}> >"),
+                format!("middle<Leaf<{n}> >"),
+                format!("inner<Leaf<{n}> >"),
+                leaf.clone(),
+            ];
+            Expected { leaf, share, chain }
+        })
+        .collect()
+}
+
+fn plain(name: &str) -> String {
+    name.to_owned()
+}
+
+/// `void outer<Leaf<0> >(unsigned long)` -> `outer<Leaf<0> >`.
+fn cpp_name(name: &str) -> String {
+    let name = name.split('(').next().unwrap_or(name);
+    name.strip_prefix("void ").unwrap_or(name).to_owned()
+}
+
+/// `split::hot_a::h0123456789abcdef` -> `split::hot_a`.
+fn rust_name(name: &str) -> String {
+    match name.rsplit_once("::h") {
+        Some((path, hash)) if hash.len() == 16 && hash.chars().all(|c| c.is_ascii_hexdigit()) => {
+            path.to_owned()
+        }
+        _ => name.to_owned(),
+    }
+}
+
+/// A running workload and its progress lines ("SECONDS OPERATIONS").
+pub struct Running {
+    child: Child,
+    progress: Arc<Mutex<Vec<(f64, u64)>>>,
+}
+
+impl Running {
+    pub fn start(workload: &Workload, seconds: f64) -> Result<Self> {
+        let mut child = Command::new(&workload.binary)
+            .arg(seconds.to_string())
+            .args(&workload.args)
+            .env("PROGRESS", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .spawn()
+            .with_context(|| format!("cannot run {}", workload.binary.display()))?;
+        let progress = Arc::new(Mutex::new(Vec::new()));
+        let stdout = child.stdout.take().expect("piped");
+        let sink = Arc::clone(&progress);
+        thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let mut fields = line.split_whitespace().filter_map(|f| f.parse::<f64>().ok());
+                if let (Some(t), Some(ops)) = (fields.next(), fields.next()) {
+                    sink.lock().expect("progress lock").push((t, ops as u64));
+                }
+            }
+        });
+        Ok(Self { child, progress })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The workload's own clock: the time of its latest progress line.
+    pub fn now(&self) -> f64 {
+        self.progress.lock().expect("progress lock").last().map_or(0.0, |p| p.0)
+    }
+
+    pub fn wait_until(&self, t: f64) {
+        while self.now() < t {
+            thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    pub fn finish(mut self) -> Result<Vec<(f64, u64)>> {
+        self.child.wait()?;
+        // The reader thread ends with the pipe; give it a moment for the last lines.
+        thread::sleep(Duration::from_millis(50));
+        Ok(self.progress.lock().expect("progress lock").clone())
+    }
+}
+
+/// Peak speed in `[from, to]`: the most operations per second over one-second windows taken
+/// every quarter second. This machine's CPU speed swings with what other tenants do; the peak,
+/// reached whenever the host leaves the CPU alone, is what the profiler's own cost changes.
+pub fn peak_rate(progress: &[(f64, u64)], from: f64, to: f64) -> Option<f64> {
+    let at = |t: f64| progress.iter().find(|p| p.0 >= t);
+    (0..)
+        .map(|i| from + f64::from(i) * 0.25)
+        .take_while(|start| start + 1.0 <= to)
+        .filter_map(|start| {
+            let (a, b) = (at(start)?, at(start + 1.0)?);
+            Some((b.1 - a.1) as f64 / (b.0 - a.0))
+        })
+        .reduce(f64::max)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_normalize() {
+        assert_eq!(
+            cpp_name("void middle<Leaf<1> >(std::function<void (unsigned long)> const&, unsigned long)"),
+            "middle<Leaf<1> >"
+        );
+        assert_eq!(cpp_name("Leaf<0>::hot(unsigned long)"), "Leaf<0>::hot");
+        assert_eq!(rust_name("split::hot_a::h0123456789abcdef"), "split::hot_a");
+        assert_eq!(rust_name("split::hot_a"), "split::hot_a");
+    }
+
+    #[test]
+    fn peak_over_windows() {
+        let progress: Vec<(f64, u64)> = (0u32..=40)
+            .map(|i| (f64::from(i) * 0.1, u64::from(if i < 20 { i * 10 } else { 200 + (i - 20) * 20 })))
+            .collect();
+        // 100 ops/s in the first two seconds, 200 ops/s after.
+        assert_eq!(peak_rate(&progress, 0.0, 2.0).map(|r| r.round()), Some(100.0));
+        assert_eq!(peak_rate(&progress, 0.0, 4.0).map(|r| r.round()), Some(200.0));
+        assert_eq!(peak_rate(&progress, 3.5, 4.0), None);
+    }
+}
