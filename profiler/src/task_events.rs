@@ -46,6 +46,9 @@ impl TaskEventReader {
                 builder
                     .one_cpu(cpu as usize)
                     .any_pid()
+                    // The kernel only emits mmap records while some event has `mmap` set;
+                    // `mmap2` alone just picks the record format.
+                    .mmap(true)
                     .mmap2(true)
                     .comm(true)
                     .comm_exec(true)

@@ -185,3 +185,43 @@ fn jit_code_named_from_perf_map() {
     assert!(all as f64 >= 0.9 * folded.total() as f64, "the JIT frame is named");
     assert!(complete as f64 >= 0.99 * all as f64, "and unwound through");
 }
+
+/// The task events every test above depends on: a new process's exec, the files it maps and
+/// its exit. (Without them the profiler falls back to re-reading /proc, late and less often.)
+#[test]
+fn task_events_report_exec_and_mappings_of_a_new_process() {
+    use profiler::{
+        maps::Backing,
+        task_events::{TaskEvent, TaskEventReader},
+    };
+    if !e2e_enabled() {
+        return;
+    }
+    let mut reader = TaskEventReader::open().unwrap();
+    let child = Command::new("/bin/true").status().unwrap();
+    assert!(child.success());
+    let mut events = Vec::new();
+    reader.drain(|event| events.push(event));
+    let true_pid = events
+        .iter()
+        .find_map(|e| match e {
+            TaskEvent::Exec { pid, comm, .. } if comm == "true" => Some(*pid),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no exec of /bin/true in {events:?}"));
+    let mapped: Vec<String> = events
+        .iter()
+        .filter_map(|e| match e {
+            TaskEvent::Map { pid, mapping, .. } if *pid == true_pid && mapping.executable => {
+                match &mapping.backing {
+                    Backing::File { path, .. } => Some(path.display().to_string()),
+                    other => Some(format!("{other:?}")),
+                }
+            }
+            _ => None,
+        })
+        .collect();
+    assert!(mapped.iter().any(|p| p.ends_with("/true")), "the program: {mapped:?}");
+    assert!(mapped.iter().any(|p| p.contains("libc.so")), "its libc: {mapped:?}");
+    assert!(events.iter().any(|e| matches!(e, TaskEvent::Exit { pid, .. } if *pid == true_pid)), "its exit");
+}
