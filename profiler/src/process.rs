@@ -15,6 +15,9 @@ use crate::{
 /// (the ring is drained every 20 ms).
 const KEEP_NS: u64 = 2_000_000_000;
 
+/// Least time between two reads of a process's `/proc/PID/maps`.
+const REREAD_INTERVAL_NS: u64 = 100_000_000;
+
 /// A mapping that was valid from `since_ns` to `until_ns`.
 #[derive(Clone, Debug)]
 struct PastMapping {
@@ -61,10 +64,13 @@ impl Process {
     /// The mapping that contained `addr` at `time_ns`.
     ///
     /// When no known mapping did, and the sample is newer than our last read of
-    /// `/proc/PID/maps`, the maps are read again: task events can be lost, and some mappings
-    /// make none (code made executable with mprotect).
+    /// `/proc/PID/maps` by [`REREAD_INTERVAL_NS`], the maps are read again: task events can be
+    /// lost, and some mappings make none (code made executable with mprotect). The interval
+    /// bounds the cost of addresses in no mapping at all (garbage from a frame-pointer walk
+    /// through code without frame pointers) to a read every so often, not one per sample.
     pub fn mapping(&mut self, addr: u64, time_ns: u64) -> Option<&Mapping> {
-        if self.lookup(addr, time_ns).is_none() && !self.gone && time_ns > self.read_at_ns {
+        let stale = time_ns > self.read_at_ns.saturating_add(REREAD_INTERVAL_NS);
+        if self.lookup(addr, time_ns).is_none() && !self.gone && stale {
             self.reread();
         }
         self.lookup(addr, time_ns)
@@ -333,7 +339,7 @@ mod tests {
         } as u64;
         assert_eq!(addr, hint as u64, "mmap at the hint");
         assert!(process.mapping(addr, 0).is_none(), "an older sample does not trigger a read");
-        assert!(process.mapping(addr, monotonic_ns()).is_some(), "a newer one does");
+        assert!(process.mapping(addr, monotonic_ns() + REREAD_INTERVAL_NS).is_some(), "a newer one does");
         // SAFETY: the mapping made above.
         unsafe { libc::munmap(addr as *mut libc::c_void, len) };
     }

@@ -11,6 +11,7 @@ use crate::{
     check,
     cli::{CallGraph, RecordArgs},
     collect::{Collected, Collector},
+    decode::decode,
     output,
     process::{self, Tracking},
     recording::{Meta, Recording, UnwindSummary},
@@ -87,11 +88,11 @@ pub async fn run(args: RecordArgs) -> Result<()> {
         ring_buffer_bytes: args.ring_buffer << 20,
     })?;
     let tracking = Tracking { all: system_wide, follow_forks: !args.no_inherit };
-    let mut intake = Intake {
-        ring: RingReader::new(sampler.take_ring_buffer()?).context("cannot poll the ring buffer")?,
-        task_events: TaskEventReader::open()?,
-        collector: Collector::new(args.call_graph, tracking, args.max_samples),
-    };
+    let mut intake = Intake::new(
+        RingReader::new(sampler.take_ring_buffer()?).context("cannot poll the ring buffer")?,
+        TaskEventReader::open()?,
+        Collector::new(args.call_graph, tracking, args.max_samples),
+    );
     let followed = if system_wide { process::running() } else { targets.pids() };
     for pid in followed {
         if !system_wide {
@@ -262,15 +263,30 @@ struct Intake {
     ring: RingReader,
     task_events: TaskEventReader,
     collector: Collector,
+    /// Samples taken after the task events were read: their mappings may still be on the way.
+    later: Vec<Vec<u8>>,
 }
 
 impl Intake {
-    /// Task events first: a sample must find the mappings made before it.
+    fn new(ring: RingReader, task_events: TaskEventReader, collector: Collector) -> Self {
+        Self { ring, task_events, collector, later: Vec::new() }
+    }
+
+    /// Hands the collector task events and samples in time order: a sample must find the
+    /// mappings made before it. Task events are read up to `horizon`; samples taken after it
+    /// wait for the next drain, whose task events will cover them.
     fn drain(&mut self) {
-        let Self { ring, task_events, collector } = self;
+        let Self { ring, task_events, collector, later } = self;
+        let horizon = process::monotonic_ns();
         task_events.drain(|event| collector.add_task_event(event));
-        ring.drain(|record| collector.add_record(record));
-        collector.prune(process::monotonic_ns());
+        for record in later.drain(..) {
+            collector.add_record(&record);
+        }
+        ring.drain(|record| match decode(record) {
+            Ok(sample) if sample.time_ns() > horizon => later.push(record.to_vec()),
+            _ => collector.add_record(record),
+        });
+        collector.prune(horizon);
     }
 }
 
