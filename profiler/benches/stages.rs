@@ -94,7 +94,12 @@ fn symbolize(c: &mut Criterion) {
     let base = symbolize as *const () as usize as u64;
     let addrs: Vec<u64> = (0..1000).map(|i| base + i * 16).collect();
     let mut frames = Vec::new();
-    frame::push_user(&UserStack { tgid: pid, time_ns: 0, addrs: &addrs }, process, &mut modules, &mut frames);
+    frame::push_user(
+        &UserStack { tgid: pid, time_ns: 0, addrs: &addrs, first_depth: 0 },
+        process,
+        &mut modules,
+        &mut frames,
+    );
     let symbolizer = Symbolizer::default();
     symbolizer.symbolize(&frames, &modules, &PerfMaps::default());
     let mut group = c.benchmark_group("symbolize");

@@ -1,7 +1,7 @@
 //! The streaming stage: each ring-buffer record is decoded, its user stack unwound, and its
 //! addresses pinned to (module, file offset) with the mappings of the moment, while the process
 //! still exists. Symbolization waits until the end.
-use std::{borrow::Cow, collections::HashMap, path::PathBuf};
+use std::{collections::HashMap, path::PathBuf};
 
 use crate::{
     cli::CallGraph,
@@ -127,8 +127,11 @@ impl Collector {
         };
         let (tgid, tid) = (sample.tgid(), sample.tid());
         let process = self.processes.observe(tgid, tid, &sample.comm());
-        let user: Cow<'_, [u64]> = match (self.call_graph, sample.user_regs()) {
-            (CallGraph::Fp, _) | (_, None) => Cow::Borrowed(sample.user_stack()),
+        self.frames.clear();
+        frame::push_kernel(sample.kernel_stack(), &mut self.frames);
+        // The frame-pointer chain, from this depth on, still to be located.
+        let (fp_addrs, first_depth) = match (self.call_graph, sample.user_regs()) {
+            (CallGraph::Fp, _) | (_, None) => (sample.user_stack(), 0),
             (call_graph, Some(regs)) => {
                 if let Some(stack) = process.mapping(regs.sp, sample.time_ns()) {
                     learn_stack_end(&mut self.stack_ends, &mut self.new_stack_ends, tid, stack.end);
@@ -145,17 +148,16 @@ impl Collector {
                     modules: &mut self.modules,
                 };
                 let unwound = self.unwinder.unwind(regs, &snapshot, &mut view);
-                let (frames, source) = match call_graph {
-                    CallGraph::Auto => hybrid::complete(unwound, sample.user_stack()),
-                    _ => (unwound.frames, StackSource::Dwarf(unwound.end)),
+                let (tail, source) = match call_graph {
+                    CallGraph::Auto => hybrid::complete(&unwound, sample.user_stack()),
+                    _ => (&[][..], StackSource::Dwarf(unwound.end)),
                 };
                 self.unwind_stats.record(source);
-                Cow::Owned(frames)
+                frame::push_located(tgid, &unwound.frames, &unwound.locations, &mut self.frames);
+                (tail, unwound.frames.len())
             }
         };
-        self.frames.clear();
-        frame::push_kernel(sample.kernel_stack(), &mut self.frames);
-        let stack = UserStack { tgid, time_ns: sample.time_ns(), addrs: &user };
+        let stack = UserStack { tgid, time_ns: sample.time_ns(), addrs: fp_addrs, first_depth };
         frame::push_user(&stack, process, &mut self.modules, &mut self.frames);
         for frame in &self.frames {
             if let Frame::Anonymous { tgid, addr } = *frame {

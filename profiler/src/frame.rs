@@ -2,6 +2,7 @@
 use crate::{
     module::{ModuleId, Modules},
     process::Process,
+    unwind::Location,
 };
 
 /// One frame of a stack, before symbolization. Stacks are stored innermost frame first.
@@ -34,6 +35,8 @@ pub struct UserStack<'a> {
     pub time_ns: u64,
     /// Addresses, innermost first.
     pub addrs: &'a [u64],
+    /// Depth of the first address (0 when it is the ip, else they are all return addresses).
+    pub first_depth: usize,
 }
 
 /// Appends the frames of `stack`, resolving each address to its module and file offset.
@@ -43,8 +46,19 @@ pub fn push_user(
     modules: &mut Modules,
     frames: &mut Vec<Frame>,
 ) {
-    for (depth, &addr) in stack.addrs.iter().enumerate() {
+    for (depth, &addr) in stack.addrs.iter().enumerate().map(|(i, a)| (i + stack.first_depth, a)) {
         frames.push(user_frame(stack, process, modules, lookup_address(depth, addr)));
+    }
+}
+
+/// Appends frames already located by the unwinder (no second lookup of their mappings).
+pub fn push_located(tgid: u32, addrs: &[u64], locations: &[Location], frames: &mut Vec<Frame>) {
+    for (depth, (&addr, location)) in addrs.iter().zip(locations).enumerate() {
+        let back = addr - lookup_address(depth, addr);
+        frames.push(match *location {
+            Location::Module { module, file_offset } => Frame::Module { module, offset: file_offset - back },
+            Location::Anonymous | Location::NotCode => Frame::Anonymous { tgid, addr: addr - back },
+        });
     }
 }
 
@@ -80,7 +94,7 @@ mod tests {
         let here = resolves_own_code_to_its_file_offset as *const () as usize as u64;
         let mut frames = Vec::new();
         push_user(
-            &UserStack { tgid: pid, time_ns: 0, addrs: &[here, 0x10] },
+            &UserStack { tgid: pid, time_ns: 0, addrs: &[here, 0x10], first_depth: 0 },
             process,
             &mut modules,
             &mut frames,
@@ -90,6 +104,26 @@ mod tests {
         assert_eq!(offset, here - mapping.start + mapping.offset);
         assert!(modules.get(module).readable_path().is_some());
         assert_eq!(frames[1], Frame::Anonymous { tgid: pid, addr: 0xf });
+    }
+
+    #[test]
+    fn located_frames_step_back_like_resolved_ones() {
+        let module = ModuleId::from_index(3);
+        let locations = [
+            Location::Module { module, file_offset: 0x1000 },
+            Location::Module { module, file_offset: 0x2000 },
+            Location::Anonymous,
+        ];
+        let mut frames = Vec::new();
+        push_located(7, &[0x5000, 0x6000, 0x7000], &locations, &mut frames);
+        assert_eq!(
+            frames,
+            [
+                Frame::Module { module, offset: 0x1000 },
+                Frame::Module { module, offset: 0x1fff },
+                Frame::Anonymous { tgid: 7, addr: 0x6fff },
+            ]
+        );
     }
 
     #[test]

@@ -5,11 +5,12 @@
 //! target still maps it and the handle is kept, so a module still symbolizes after the process
 //! exited, the library was dlclose'd or the file was deleted.
 use std::{
-    collections::HashMap,
     fs::File,
     os::{fd::AsRawFd, unix::fs::MetadataExt},
     path::{Path, PathBuf},
 };
+
+use rustc_hash::FxHashMap;
 
 use crate::maps::{Backing, Mapping};
 
@@ -71,7 +72,7 @@ enum ModuleKey {
 
 #[derive(Debug, Default)]
 pub struct Modules {
-    ids: HashMap<ModuleKey, ModuleId>,
+    ids: FxHashMap<ModuleKey, ModuleId>,
     modules: Vec<Module>,
 }
 

@@ -2,6 +2,7 @@
 use std::collections::{HashMap, HashSet};
 
 use indexmap::IndexSet;
+use rustc_hash::FxBuildHasher;
 
 use crate::frame::Frame;
 
@@ -26,8 +27,9 @@ pub struct ProfileSample {
 /// the number of distinct stacks, plus 24 bytes per sample.
 #[derive(Debug, Default)]
 pub struct Profile {
-    stacks: IndexSet<Box<[Frame]>>,
-    comms: IndexSet<String>,
+    /// FxHash: every sample hashes its whole stack here, up to 1024 frames.
+    stacks: IndexSet<Box<[Frame]>, FxBuildHasher>,
+    comms: IndexSet<String, FxBuildHasher>,
     samples: Vec<ProfileSample>,
     tgids: HashSet<u32>,
 }

@@ -189,7 +189,7 @@ mod tests {
         let process = processes.observe(pid, pid, "test");
         let addr = a_function_to_find as *const () as usize as u64 + 1;
         let mut frames = Vec::new();
-        let stack = crate::frame::UserStack { tgid: pid, time_ns: 0, addrs: &[addr, 0x10] };
+        let stack = crate::frame::UserStack { tgid: pid, time_ns: 0, addrs: &[addr, 0x10], first_depth: 0 };
         crate::frame::push_user(&stack, process, &mut modules, &mut frames);
         let symbols = Symbolizer::default().symbolize(&frames, &modules, &PerfMaps::default());
         let names = symbols.of(&frames[0]);

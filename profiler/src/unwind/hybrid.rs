@@ -11,14 +11,15 @@ pub enum StackSource {
     DwarfThenFramePointers,
 }
 
-/// Continues `dwarf` with the frame-pointer chain `fp` (innermost first, `fp[0]` = ip) when
-/// DWARF stopped early. The chain is only trusted from a frame both walks found: the DWARF
-/// stack's last frame must appear in `fp`. Recursion repeats addresses, so the position where
-/// the most trailing frames of both agree wins (the earliest among equals).
-pub fn complete(mut dwarf: Unwound, fp: &[u64]) -> (Vec<u64>, StackSource) {
+/// How `dwarf` continues in the frame-pointer chain `fp` (innermost first, `fp[0]` = ip) when
+/// DWARF stopped early: the frames to append, empty when it did not stop early or the walks do
+/// not agree. The chain is only trusted from a frame both walks found: the DWARF stack's last
+/// frame must appear in `fp`. Recursion repeats addresses, so the position where the most
+/// trailing frames of both agree wins (the earliest among equals).
+pub fn complete<'a>(dwarf: &Unwound, fp: &'a [u64]) -> (&'a [u64], StackSource) {
     let stopped_early = matches!(dwarf.end, UnwindEnd::SnapshotEnd | UnwindEnd::MissingCfi(_));
     let Some(&last) = dwarf.frames.last().filter(|_| stopped_early) else {
-        return (dwarf.frames, StackSource::Dwarf(dwarf.end));
+        return (&[], StackSource::Dwarf(dwarf.end));
     };
     let agreement =
         |j: usize| dwarf.frames.iter().rev().zip(fp[..=j].iter().rev()).take_while(|(d, f)| d == f).count();
@@ -26,11 +27,8 @@ pub fn complete(mut dwarf: Unwound, fp: &[u64]) -> (Vec<u64>, StackSource) {
         .filter(|&j| fp[j] == last && j + 1 < fp.len())
         .max_by_key(|&j| (agreement(j), std::cmp::Reverse(j)));
     match best {
-        Some(j) => {
-            dwarf.frames.extend_from_slice(&fp[j + 1..]);
-            (dwarf.frames, StackSource::DwarfThenFramePointers)
-        }
-        None => (dwarf.frames, StackSource::Dwarf(dwarf.end)),
+        Some(j) => (&fp[j + 1..], StackSource::DwarfThenFramePointers),
+        None => (&[], StackSource::Dwarf(dwarf.end)),
     }
 }
 
@@ -39,25 +37,31 @@ mod tests {
     use super::*;
 
     fn unwound(frames: &[u64], end: UnwindEnd) -> Unwound {
-        Unwound { frames: frames.to_vec(), end }
+        Unwound { frames: frames.to_vec(), locations: vec![], end }
+    }
+
+    /// The whole stack: the DWARF frames and their continuation.
+    fn completed(dwarf: Unwound, fp: &[u64]) -> (Vec<u64>, StackSource) {
+        let (tail, source) = complete(&dwarf, fp);
+        ([&dwarf.frames[..], tail].concat(), source)
     }
 
     #[test]
     fn complete_dwarf_stack_is_kept() {
-        let (frames, source) = complete(unwound(&[1, 2, 3], UnwindEnd::Bottom), &[1, 9, 9]);
+        let (frames, source) = completed(unwound(&[1, 2, 3], UnwindEnd::Bottom), &[1, 9, 9]);
         assert_eq!((frames, source), (vec![1, 2, 3], StackSource::Dwarf(UnwindEnd::Bottom)));
     }
 
     #[test]
     fn truncated_stack_continues_where_both_agree() {
         // The leaf has no frame: the FP chain skips its caller (2) but agrees from 3 on.
-        let (frames, source) = complete(unwound(&[1, 2, 3], UnwindEnd::SnapshotEnd), &[1, 3, 4, 5]);
+        let (frames, source) = completed(unwound(&[1, 2, 3], UnwindEnd::SnapshotEnd), &[1, 3, 4, 5]);
         assert_eq!((frames, source), (vec![1, 2, 3, 4, 5], StackSource::DwarfThenFramePointers));
     }
 
     #[test]
     fn no_agreement_means_truncated() {
-        let (frames, source) = complete(unwound(&[1, 2, 3], UnwindEnd::SnapshotEnd), &[1, 7, 8]);
+        let (frames, source) = completed(unwound(&[1, 2, 3], UnwindEnd::SnapshotEnd), &[1, 7, 8]);
         assert_eq!((frames, source), (vec![1, 2, 3], StackSource::Dwarf(UnwindEnd::SnapshotEnd)));
     }
 
@@ -66,20 +70,20 @@ mod tests {
         // DWARF got ip and three recursive frames; the chain has six, then main and _start.
         let dwarf = unwound(&[10, 20, 20, 20], UnwindEnd::SnapshotEnd);
         let fp = [10, 20, 20, 20, 20, 20, 20, 30, 40];
-        let (frames, _) = complete(dwarf, &fp);
+        let (frames, _) = completed(dwarf, &fp);
         assert_eq!(frames, [10, 20, 20, 20, 20, 20, 20, 30, 40]);
     }
 
     #[test]
     fn missing_cfi_continues_too() {
         let dwarf = unwound(&[1], UnwindEnd::MissingCfi(None));
-        let (frames, source) = complete(dwarf, &[1, 2, 3]);
+        let (frames, source) = completed(dwarf, &[1, 2, 3]);
         assert_eq!((frames, source), (vec![1, 2, 3], StackSource::DwarfThenFramePointers));
     }
 
     #[test]
     fn lost_stacks_are_not_completed() {
-        let (frames, source) = complete(unwound(&[1, 2], UnwindEnd::Lost), &[1, 2, 3]);
+        let (frames, source) = completed(unwound(&[1, 2], UnwindEnd::Lost), &[1, 2, 3]);
         assert_eq!((frames, source), (vec![1, 2], StackSource::Dwarf(UnwindEnd::Lost)));
     }
 }

@@ -11,12 +11,14 @@ pub mod cfi;
 pub mod fixture;
 pub mod hybrid;
 
-use std::{collections::HashMap, path::PathBuf};
+use std::path::PathBuf;
 
 use framehop::{
     Error as StepError, FrameAddress, Module, Unwinder as _,
     x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64},
 };
+
+use rustc_hash::FxHashMap;
 
 use self::cfi::ModuleCfi;
 use crate::{decode::UserRegs, module::ModuleId};
@@ -86,6 +88,8 @@ pub enum UnwindEnd {
 pub struct Unwound {
     /// Real addresses, innermost first: the ip, then return addresses.
     pub frames: Vec<u64>,
+    /// Where each frame is (never [`Location::NotCode`]).
+    pub locations: Vec<Location>,
     pub end: UnwindEnd,
 }
 
@@ -95,12 +99,12 @@ type LoadedModule = Option<ModuleCfi>;
 pub struct Unwinder {
     framehop: UnwinderX86_64<Vec<u8>>,
     cache: CacheX86_64,
-    modules: HashMap<ModuleId, LoadedModule>,
+    modules: FxHashMap<ModuleId, LoadedModule>,
 }
 
 impl Default for Unwinder {
     fn default() -> Self {
-        Self { framehop: UnwinderX86_64::new(), cache: CacheX86_64::new(), modules: HashMap::new() }
+        Self { framehop: UnwinderX86_64::new(), cache: CacheX86_64::new(), modules: FxHashMap::default() }
     }
 }
 
@@ -112,6 +116,7 @@ impl Unwinder {
         space: &mut impl AddressSpaceView,
     ) -> Unwound {
         let mut frames = Vec::new();
+        let mut locations = Vec::new();
         let mut unwind_regs = UnwindRegsX86_64::new(regs.ip, regs.sp, regs.bp);
         let mut addr = regs.ip;
         // Set when the last step was a guess, in code without CFI (`Some(None)`: anonymous
@@ -123,6 +128,7 @@ impl Unwinder {
                 break guessed.map_or(UnwindEnd::Lost, UnwindEnd::MissingCfi);
             }
             frames.push(addr);
+            locations.push(location);
             let (lookup, without_cfi) = match location {
                 Location::Module { module, file_offset } => {
                     match self.synthetic_address(module, file_offset, space) {
@@ -158,7 +164,7 @@ impl Unwinder {
                 Err(_) => break without_cfi.map_or(UnwindEnd::Lost, UnwindEnd::MissingCfi),
             }
         };
-        Unwound { frames, end }
+        Unwound { frames, locations, end }
     }
 
     fn step(

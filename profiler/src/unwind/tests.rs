@@ -93,7 +93,10 @@ fn ip_outside_code_is_lost() {
     let fixture = recorded();
     let stack = StackSnapshot { sp: fixture.regs.sp, bytes: &fixture.stack, truncated: false };
     let regs = UserRegs { ip: 0x1234, ..fixture.regs };
-    assert_eq!(unwind(&stack, regs, "snapshot"), Unwound { frames: vec![], end: UnwindEnd::Lost });
+    assert_eq!(
+        unwind(&stack, regs, "snapshot"),
+        Unwound { frames: vec![], locations: vec![], end: UnwindEnd::Lost }
+    );
 }
 
 #[test]
