@@ -127,10 +127,10 @@ fn measure(name: &str, workload: &mut Command) -> Measurement {
 }
 
 /// The workload keeps ≥ 95% of its peak speed under the profiler and never stalls for a second.
-/// A failed measurement is repeated, up to three times (a host busy for the whole of a phase
-/// can hide its peak); a real slowdown fails all three.
+/// A failed measurement is repeated, up to five times (a host busy for the whole of a phase
+/// can hide its peak); a real slowdown fails all five.
 fn assert_undisturbed(name: &str, mut workload: Command) {
-    for attempt in 1..=3 {
+    for attempt in 1..=5 {
         let m = measure(name, &mut workload);
         let share = 100.0 * m.profiled / m.baseline();
         eprintln!(
@@ -141,7 +141,7 @@ fn assert_undisturbed(name: &str, mut workload: Command) {
         if share >= 95.0 {
             return;
         }
-        assert!(attempt < 3, "{name} ran at {share:.1}% of its speed under the profiler");
+        assert!(attempt < 5, "{name} ran at {share:.1}% of its speed under the profiler");
     }
 }
 
