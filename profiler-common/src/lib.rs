@@ -19,6 +19,23 @@
 //! page, upwards from the user stack pointer, and stops at the first page that cannot be read (the
 //! top of the stack), at the end of the thread's stack mapping when known (`STACK_ENDS`), or at
 //! the cap, whichever comes first.
+//!
+//! # The allocation record (`profiler leaks`)
+//!
+//! Each allocation the leak tracker follows becomes one record in the `ALLOCATIONS` ring buffer:
+//! an [`AllocationHeader`] followed by a sample record as above, taken where the allocator
+//! returned to its caller (no kernel stack):
+//!
+//! ```text
+//! offset                                   size                  content
+//! 0                                        size_of AllocationHeader  AllocationHeader
+//! size_of AllocationHeader                 size_of SampleHeader      SampleHeader
+//! ... + size_of SampleHeader               stack_copy_cap            copy of user memory
+//! ```
+//!
+//! The block itself is kept in the `OUTSTANDING` map until it is freed, under the same
+//! (tgid, address) and with the same `time_ns` as the record, which is how userspace finds the
+//! stack of a block still outstanding at the end.
 #![no_std]
 
 /// Deepest kernel or frame-pointer user stack recorded, in frames. Equals the kernel's default
@@ -124,19 +141,150 @@ impl Counter {
         [Counter::Seen, Counter::Filtered, Counter::Lost, Counter::StackTruncated, Counter::StackUnreadable];
 }
 
+/// What an allocation record has in front of its sample record.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AllocationHeader {
+    /// The address the allocator returned.
+    pub addr: u64,
+    /// The bytes asked for (`nmemb * size` for calloc).
+    pub size: u64,
+}
+
+/// Key of the `OUTSTANDING` map: a block of a process.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct AllocationKey {
+    pub tgid: u32,
+    pub _pad: u32,
+    pub addr: u64,
+}
+
+/// Value of the `OUTSTANDING` map: a block not freed yet.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Allocation {
+    pub size: u64,
+    /// `bpf_ktime_get_ns()` when the allocator returned; equal to the `time_ns` of the block's
+    /// allocation record.
+    pub time_ns: u64,
+}
+
+// aya reads and writes map keys and values as plain bytes.
+// SAFETY: both are repr(C) integers without padding; every bit pattern is valid.
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for AllocationKey {}
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for Allocation {}
+
+/// The allocator functions the leak tracker probes; the attach cookie of `alloc_enter` tells
+/// which one a call is, hence where its arguments are.
+#[repr(u64)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AllocFunction {
+    /// `malloc(size)`
+    Malloc = 0,
+    /// `calloc(nmemb, size)`
+    Calloc = 1,
+    /// `realloc(ptr, size)`
+    Realloc = 2,
+    /// `reallocarray(ptr, nmemb, size)`
+    Reallocarray = 3,
+    /// `posix_memalign(&ptr, alignment, size)`: returns 0 and stores the pointer.
+    PosixMemalign = 4,
+    /// `aligned_alloc(alignment, size)`
+    AlignedAlloc = 5,
+    /// `memalign(alignment, size)`
+    Memalign = 6,
+    /// `valloc(size)`
+    Valloc = 7,
+    /// `pvalloc(size)`
+    Pvalloc = 8,
+}
+
+impl AllocFunction {
+    pub const ALL: [AllocFunction; 9] = [
+        Self::Malloc,
+        Self::Calloc,
+        Self::Realloc,
+        Self::Reallocarray,
+        Self::PosixMemalign,
+        Self::AlignedAlloc,
+        Self::Memalign,
+        Self::Valloc,
+        Self::Pvalloc,
+    ];
+
+    /// The function from an attach cookie.
+    pub const fn from_cookie(cookie: u64) -> Option<Self> {
+        if cookie < Self::ALL.len() as u64 { Some(Self::ALL[cookie as usize]) } else { None }
+    }
+
+    /// The C symbol.
+    pub const fn symbol(self) -> &'static str {
+        match self {
+            Self::Malloc => "malloc",
+            Self::Calloc => "calloc",
+            Self::Realloc => "realloc",
+            Self::Reallocarray => "reallocarray",
+            Self::PosixMemalign => "posix_memalign",
+            Self::AlignedAlloc => "aligned_alloc",
+            Self::Memalign => "memalign",
+            Self::Valloc => "valloc",
+            Self::Pvalloc => "pvalloc",
+        }
+    }
+}
+
+/// Per-CPU counters of the leak tracker, indexes into the `LEAK_COUNTERS` map.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LeakCounter {
+    /// Calls to an allocation function (nested calls inside the allocator not counted).
+    AllocCalls = 0,
+    /// Calls to free with a non-null pointer.
+    FreeCalls = 1,
+    /// Allocation calls that returned no memory.
+    Failed = 2,
+    /// Blocks followed (all of them, or one in `--sample-every`), and their bytes.
+    Tracked = 3,
+    TrackedBytes = 4,
+    /// Followed blocks given back (free, or realloc), and their bytes.
+    Released = 5,
+    ReleasedBytes = 6,
+    /// Blocks not followed because the `OUTSTANDING` map was full.
+    TableFull = 7,
+    /// Followed blocks whose stack record did not fit in the ring buffer.
+    StacksLost = 8,
+}
+
+impl LeakCounter {
+    pub const COUNT: u32 = 9;
+}
+
 /// Names of the maps in the eBPF object.
 pub mod maps {
     /// `RingBuf` of sample records.
     pub const SAMPLES: &str = "SAMPLES";
     /// `HashMap<u32 tgid, u8>`: the processes to sample when filtering is on.
     pub const TGID_FILTER: &str = "TGID_FILTER";
-    /// `Array<u32>` of one entry: nonzero stops sampling.
+    /// `Array<u32>` of one entry: nonzero stops every program (sampling and tracking).
     pub const CONTROL: &str = "CONTROL";
     /// `PerCpuArray<u64>` indexed by [`crate::Counter`].
     pub const COUNTERS: &str = "COUNTERS";
     /// `LruHashMap<u32 tid, u64>`: end address of each thread's stack mapping, filled in by
     /// userspace; the stack copy stops there.
     pub const STACK_ENDS: &str = "STACK_ENDS";
+    /// `RingBuf` of allocation records.
+    pub const ALLOCATIONS: &str = "ALLOCATIONS";
+    /// `HashMap<AllocationKey, Allocation>`: blocks followed and not freed yet.
+    pub const OUTSTANDING: &str = "OUTSTANDING";
+    /// `PerCpuArray<u64>` indexed by [`crate::LeakCounter`].
+    pub const LEAK_COUNTERS: &str = "LEAK_COUNTERS";
+    /// `Array<u64>` of one entry: bytes of followed blocks outstanding now.
+    pub const HEAP_BYTES: &str = "HEAP_BYTES";
+    /// `PerCpuArray<u64>` of one entry: the most `HEAP_BYTES` each CPU saw.
+    pub const PEAK_HEAP_BYTES: &str = "PEAK_HEAP_BYTES";
 }
 
 /// Names of the programs in the eBPF object.
@@ -145,6 +293,12 @@ pub mod programs {
     pub const SAMPLE: &str = "sample";
     /// raw tracepoint `task_newtask`: adds forked children of filtered processes to the filter.
     pub const FOLLOW_FORK: &str = "follow_fork";
+    /// uprobe on each allocation function (the attach cookie is an [`crate::AllocFunction`]).
+    pub const ALLOC_ENTER: &str = "alloc_enter";
+    /// uretprobe on each allocation function.
+    pub const ALLOC_RETURN: &str = "alloc_return";
+    /// uprobe on `free`.
+    pub const FREE_ENTER: &str = "free_enter";
 }
 
 /// Read-only globals set when the program is loaded (`.rodata`, frozen, so the verifier sees
@@ -161,6 +315,8 @@ pub mod globals {
     pub const STACK_COPY_CAP: &str = "STACK_COPY_CAP";
     /// `u32`: byte offset of `tgid` in the kernel's `struct task_struct` (from its BTF).
     pub const TASK_TGID_OFFSET: &str = "TASK_TGID_OFFSET";
+    /// `u32`: the leak tracker follows one allocation in this many, chosen at random (1: all).
+    pub const SAMPLE_EVERY: &str = "SAMPLE_EVERY";
 }
 
 /// Size of a sample record for a given stack copy cap.

@@ -51,9 +51,11 @@ impl fmt::Display for Finding {
     }
 }
 
-/// The checks `record` cannot do without; the first failure is the error.
-pub fn blocking(frequency_hz: u64) -> Result<()> {
-    for finding in [privileges(), btf(), kernel(&kernel_release()), sample_rate(frequency_hz)] {
+/// The checks `record` (sampling at `frequency_hz`) or `leaks` (no sampling) cannot do without;
+/// the first failure is the error.
+pub fn blocking(frequency_hz: Option<u64>) -> Result<()> {
+    let findings = [privileges(), btf(), kernel(&kernel_release())];
+    for finding in findings.into_iter().chain(frequency_hz.map(sample_rate)) {
         if finding.status == Status::Fail {
             bail!("{}", finding.detail);
         }

@@ -35,6 +35,8 @@ pub enum Command {
     Report(ReportArgs),
     /// Differential flame graph of two raw recordings: red grew, blue shrank.
     Diff(DiffArgs),
+    /// Allocations a process has not freed, grouped by the stack that made them.
+    Leaks(LeaksArgs),
     /// Check this machine (and the binaries of processes) for what profiling needs.
     Check(CheckArgs),
     /// Print a shell completion script.
@@ -110,6 +112,70 @@ pub struct RecordArgs {
     pub grouping: GroupingArgs,
 
     /// Command to run and profile, with its arguments (after `--`).
+    #[arg(last = true, value_name = "CMD")]
+    pub command: Vec<OsString>,
+}
+
+const LEAKS_EXAMPLES: &str = "\
+Examples:
+  sudo profiler leaks -p 1234 -d 60                  blocks PID 1234 allocates in 60 s and keeps
+  sudo profiler leaks -- ./server --port 8080        run a command; what it never freed by its exit
+  sudo profiler leaks -p 1234 --min-age 30 -o old.svg -o old.txt
+                                                     only blocks older than 30 s at the end
+
+Output formats by extension: .txt (the report), .svg, .folded, .pb.gz/.pprof, .json, .prof.
+The report's top stacks also go to standard output.";
+
+#[derive(Debug, Args)]
+#[command(
+    after_help = LEAKS_EXAMPLES,
+    group(ArgGroup::new("target").required(true).multiple(false).args(["pid", "command"]))
+)]
+pub struct LeaksArgs {
+    /// Track this process's allocations (all its threads; not its children).
+    #[arg(short = 'p', long = "pid", value_name = "PID")]
+    pub pid: Option<u32>,
+
+    /// Stop after this many seconds (otherwise at Ctrl-C, or when the target exits).
+    #[arg(short = 'd', long = "duration", value_name = "SECONDS", value_parser = parse_seconds)]
+    pub duration: Option<f64>,
+
+    /// Report only blocks allocated at least this many seconds before the end.
+    #[arg(long, value_name = "SECONDS", value_parser = parse_offset)]
+    pub min_age: Option<f64>,
+
+    /// Output file; repeat for several formats. The format follows the extension: .txt (the
+    /// report), .svg, .folded, .pb.gz/.pprof, .json (speedscope), .prof (raw).
+    #[arg(short = 'o', long = "output", value_name = "PATH", default_value = "leaks.svg")]
+    pub outputs: Vec<PathBuf>,
+
+    /// Stacks shown in the report, most bytes first.
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    pub top: usize,
+
+    /// Follow one allocation in N, chosen at random, and scale the bytes by N: less overhead
+    /// on allocation-heavy code, estimates instead of exact figures.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub sample_every: u32,
+
+    /// KiB of user stack copied per followed allocation, for DWARF unwinding (4 to 64).
+    #[arg(long, value_name = "KIB", default_value_t = 8, value_parser = parse_stack_size)]
+    pub stack_size: u32,
+
+    /// Ring buffer for allocation stacks, in MiB (a power of two). Allocations whose stack
+    /// does not fit are still counted, under `[stack lost]`.
+    #[arg(long, value_name = "MIB", default_value_t = 64, value_parser = parse_ring_buffer)]
+    pub ring_buffer: u32,
+
+    /// Most blocks followed at once; allocations beyond are counted, not followed.
+    #[arg(long, value_name = "N", default_value_t = 1 << 22, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_outstanding: u32,
+
+    /// No live status line, summary or report on standard output (errors still print).
+    #[arg(short, long)]
+    pub quiet: bool,
+
+    /// Command to run and track, with its arguments (after `--`).
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<OsString>,
 }
@@ -334,6 +400,25 @@ mod tests {
             Command::Record(args) => Ok(args),
             other => panic!("{other:?}"),
         }
+    }
+
+    fn leaks(args: &[&str]) -> Result<LeaksArgs, clap::Error> {
+        let cli = Cli::try_parse_from([&["profiler", "leaks"], args].concat())?;
+        match cli.command {
+            Command::Leaks(args) => Ok(args),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn leaks_takes_a_pid_or_a_command() {
+        assert!(leaks(&[]).is_err());
+        assert!(leaks(&["-p", "1", "--", "true"]).is_err());
+        assert!(leaks(&["-p", "1", "--sample-every", "0"]).is_err());
+        let args = leaks(&["-p", "7", "--min-age", "2.5", "--top", "3"]).unwrap();
+        assert_eq!((args.pid, args.min_age, args.top, args.sample_every), (Some(7), Some(2.5), 3, 1));
+        assert_eq!(args.outputs, [PathBuf::from("leaks.svg")]);
+        assert_eq!(leaks(&["--", "ls", "-l"]).unwrap().command, ["ls", "-l"]);
     }
 
     #[test]

@@ -1,16 +1,16 @@
-//! The streaming stage: each ring-buffer record is decoded, its user stack unwound, and its
-//! addresses pinned to (module, file offset) with the mappings of the moment, while the process
-//! still exists. Symbolization waits until the end.
+//! The streaming stage: each ring-buffer record (a CPU sample, or an allocation) is decoded, its
+//! user stack unwound, and its addresses pinned to (module, file offset) with the mappings of
+//! the moment, while the process still exists. New frames are named after each drain.
 use std::{collections::HashMap, path::PathBuf};
 
 use crate::{
     cli::CallGraph,
-    decode::decode,
+    decode::{Sample, decode, decode_allocation},
     frame::{self, Frame, UserStack},
     module::{ModuleId, Modules},
     perf_map::PerfMaps,
     process::{Process, Processes, Tracking},
-    profile::Profile,
+    profile::{CommId, Profile, ProfileSample, StackId},
     symbolize::{Symbolizer, Symbols},
     task_events::TaskEvent,
     unwind::{
@@ -75,6 +75,18 @@ impl UnwindStats {
     }
 }
 
+/// A block, and where and when it was allocated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AllocationSite {
+    pub addr: u64,
+    pub size: u64,
+    pub time_ns: u64,
+    pub tgid: u32,
+    pub tid: u32,
+    pub comm: CommId,
+    pub stack: StackId,
+}
+
 /// What the collector gathered.
 pub struct Collected {
     pub profile: Profile,
@@ -114,17 +126,60 @@ impl Collector {
         if self.max_samples.is_some_and(|max| self.profile.samples().len() as u64 >= max) {
             return;
         }
-        let added = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.add_sample(record)));
+        self.contained(|collector| {
+            let Ok(sample) = decode(record) else {
+                collector.malformed += 1;
+                return;
+            };
+            let (comm, stack) = collector.walk(&sample);
+            let (time_ns, tgid, tid) = (sample.time_ns(), sample.tgid(), sample.tid());
+            collector.profile.push(ProfileSample { time_ns, tgid, tid, comm, stack, weight: 1 });
+        });
+    }
+
+    /// Adds an allocation record: its stack is walked and kept, and the block returned with
+    /// where it was allocated. Corrupt input costs this record only, as in [`Self::add_record`].
+    pub fn add_allocation(&mut self, record: &[u8]) -> Option<AllocationSite> {
+        self.contained(|collector| {
+            let Ok((block, sample)) = decode_allocation(record) else {
+                collector.malformed += 1;
+                return None;
+            };
+            let (comm, stack) = collector.walk(&sample);
+            Some(AllocationSite {
+                addr: block.addr,
+                size: block.size,
+                time_ns: sample.time_ns(),
+                tgid: sample.tgid(),
+                tid: sample.tid(),
+                comm,
+                stack,
+            })
+        })
+        .flatten()
+    }
+
+    /// Runs `add`, counting a panic in it as a failed record.
+    fn contained<T>(&mut self, add: impl FnOnce(&mut Self) -> T) -> Option<T> {
+        let added = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| add(self)));
         if added.is_err() {
             self.failed += 1;
         }
+        added.ok()
     }
 
-    fn add_sample(&mut self, record: &[u8]) {
-        let Ok(sample) = decode(record) else {
-            self.malformed += 1;
-            return;
-        };
+    /// The command name and (empty) stack that stand for an allocation whose record was lost.
+    pub fn stack_lost(&mut self) -> (CommId, StackId) {
+        (self.profile.intern_comm("[stack lost]"), self.profile.intern_stack(&[]))
+    }
+
+    /// Adds a sample built from what [`Self::add_allocation`] returned.
+    pub fn push_sample(&mut self, sample: ProfileSample) {
+        self.profile.push(sample);
+    }
+
+    /// The stack of a sample, walked, pinned to modules and interned; and its command name.
+    fn walk(&mut self, sample: &Sample) -> (CommId, StackId) {
         let (tgid, tid) = (sample.tgid(), sample.tid());
         let process = self.processes.observe(tgid, tid, &sample.comm());
         self.frames.clear();
@@ -164,7 +219,8 @@ impl Collector {
                 self.perf_maps.observe(tgid, addr, sample.time_ns());
             }
         }
-        self.profile.add(sample.time_ns(), tgid, tid, process.comm(), &self.frames);
+        let comm = self.profile.intern_comm(process.comm());
+        (comm, self.profile.intern_stack(&self.frames))
     }
 
     /// Samples and processes so far.

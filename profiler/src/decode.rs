@@ -1,9 +1,11 @@
-//! Decoding of ring-buffer sample records (layout documented in `profiler_common`).
+//! Decoding of ring-buffer sample and allocation records (layouts documented in
+//! `profiler_common`).
 use std::{fmt, mem::size_of};
 
-use profiler_common::{MAX_STACK_DEPTH, SampleHeader, TASK_COMM_LEN, sample_flags};
+use profiler_common::{AllocationHeader, MAX_STACK_DEPTH, SampleHeader, TASK_COMM_LEN, sample_flags};
 
 const HEADER_SIZE: usize = size_of::<SampleHeader>();
+const ALLOCATION_HEADER_SIZE: usize = size_of::<AllocationHeader>();
 
 /// One decoded sample, borrowing the stack copy from the record.
 #[derive(Debug)]
@@ -56,6 +58,16 @@ pub fn decode(record: &[u8]) -> Result<Sample<'_>, DecodeError> {
         .get(..copy_len)
         .ok_or(DecodeError::BadLength { field: "stack_copy_len", value: header.stack_copy_len })?;
     Ok(Sample { header, stack_copy })
+}
+
+/// Decodes one allocation record: the block, and the sample taken where it was allocated.
+/// Never panics, whatever the bytes.
+pub fn decode_allocation(record: &[u8]) -> Result<(AllocationHeader, Sample<'_>), DecodeError> {
+    let (allocation, sample) =
+        record.split_at_checked(ALLOCATION_HEADER_SIZE).ok_or(DecodeError::Short { len: record.len() })?;
+    // SAFETY: the length was checked; AllocationHeader is two integers, any bits are valid.
+    let allocation = unsafe { allocation.as_ptr().cast::<AllocationHeader>().read_unaligned() };
+    Ok((allocation, decode(sample)?))
 }
 
 fn check_depth(field: &'static str, value: u32) -> Result<(), DecodeError> {
@@ -121,6 +133,15 @@ pub fn encode(header: &SampleHeader, stack_copy: &[u8]) -> Vec<u8> {
         unsafe { std::slice::from_raw_parts((header as *const SampleHeader).cast::<u8>(), HEADER_SIZE) };
     let mut record = bytes.to_vec();
     record.extend_from_slice(stack_copy);
+    record
+}
+
+/// Serializes an allocation record the way the eBPF program lays it out (tests).
+pub fn encode_allocation(allocation: AllocationHeader, header: &SampleHeader, stack_copy: &[u8]) -> Vec<u8> {
+    let mut record = Vec::with_capacity(ALLOCATION_HEADER_SIZE + HEADER_SIZE + stack_copy.len());
+    record.extend_from_slice(&allocation.addr.to_ne_bytes());
+    record.extend_from_slice(&allocation.size.to_ne_bytes());
+    record.extend_from_slice(&encode(header, stack_copy));
     record
 }
 
@@ -212,5 +233,19 @@ mod tests {
             decode(&encode(&header, &[])),
             Err(DecodeError::BadLength { field: "kernel_stack_len", .. })
         ));
+    }
+
+    #[test]
+    fn decodes_allocation_records() {
+        let block = AllocationHeader { addr: 0x5555_0000_8000, size: 4096 };
+        let record = encode_allocation(block, &sample_header(), &[]);
+        let (allocation, sample) = decode_allocation(&record).unwrap();
+        assert_eq!(allocation, block);
+        assert_eq!((sample.tgid(), sample.comm().as_str()), (42, "worker"));
+        assert_eq!(decode_allocation(&record[..10]).unwrap_err(), DecodeError::Short { len: 10 });
+        assert_eq!(
+            decode_allocation(&record[..100]).unwrap_err(),
+            DecodeError::Short { len: 100 - ALLOCATION_HEADER_SIZE }
+        );
     }
 }

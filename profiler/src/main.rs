@@ -5,7 +5,7 @@ use clap::{CommandFactory as _, Parser as _};
 use profiler::{
     check,
     cli::{Cli, Command},
-    record, report,
+    leaks, record, report,
 };
 
 fn main() -> ExitCode {
@@ -22,10 +22,8 @@ fn main() -> ExitCode {
     }));
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Record(args) => match tokio::runtime::Builder::new_current_thread().enable_all().build() {
-            Ok(runtime) => runtime.block_on(record::run(args)),
-            Err(err) => Err(anyhow::Error::new(err).context("cannot start the async runtime")),
-        },
+        Command::Record(args) => block_on(record::run(args)),
+        Command::Leaks(args) => block_on(leaks::run(args)),
         Command::Report(args) => report::run(&args),
         Command::Diff(args) => report::diff(&args),
         Command::Check(args) => check::run(&args.pids),
@@ -41,4 +39,13 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Runs a command that waits on the kernel, on a single-threaded runtime.
+fn block_on(command: impl std::future::Future<Output = anyhow::Result<()>>) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|err| anyhow::Error::new(err).context("cannot start the async runtime"))?;
+    runtime.block_on(command)
 }

@@ -108,16 +108,20 @@ impl Modules {
 
 /// Opens the file behind a mapping as the target sees it: `map_files` names the mapped inode
 /// itself (deleted or replaced files included); `/proc/PID/root` resolves the path in the target's
-/// mount namespace (containers).
+/// mount namespace (containers); the path itself serves once the process is gone.
 fn open_mapped_file(tgid: u32, mapping: &Mapping, path: &Path) -> Option<File> {
     let map_file = format!("/proc/{tgid}/map_files/{:x}-{:x}", mapping.start, mapping.end);
     if let Ok(file) = File::open(map_file) {
         return Some(file);
     }
+    // A process already gone (short-lived ones often are by the time their records are read)
+    // still left its files: the same path here names the same inode when we share its mounts.
     let rooted = Path::new(&format!("/proc/{tgid}/root")).join(path.strip_prefix("/").unwrap_or(path));
-    let file = File::open(rooted).ok()?;
-    // A file replaced since it was mapped would give wrong symbols.
-    (file.metadata().ok()?.ino() == mapping.inode).then_some(file)
+    [rooted.as_path(), path].into_iter().find_map(|candidate| {
+        let file = File::open(candidate).ok()?;
+        // A file replaced since it was mapped would give wrong symbols.
+        (file.metadata().ok()?.ino() == mapping.inode).then_some(file)
+    })
 }
 
 /// The vDSO image, copied from this process into an in-memory file. The kernel maps the same

@@ -4,7 +4,10 @@
 //! exit) the kernel reports. Mappings that were replaced or dropped at exec stay in a history
 //! for a while, so that a sample resolves with the mappings valid when it was taken even when it
 //! is read after a dlclose, a new dlopen at the same address, or the process's exit.
-use std::collections::HashMap;
+use std::{
+    collections::HashMap,
+    time::{Instant, SystemTime, UNIX_EPOCH},
+};
 
 use crate::{
     maps::{AddressSpace, Mapping, TimedMapping},
@@ -134,6 +137,21 @@ pub fn monotonic_ns() -> u64 {
     // SAFETY: clock_gettime writes into the timespec we own.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// When a recording started, on each clock that needs it.
+pub struct Start {
+    pub instant: Instant,
+    pub unix_ns: u64,
+    /// CLOCK_MONOTONIC, the clock of samples and allocations.
+    pub monotonic_ns: u64,
+}
+
+impl Start {
+    pub fn now() -> Self {
+        let unix_ns = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+        Self { instant: Instant::now(), unix_ns, monotonic_ns: monotonic_ns() }
+    }
 }
 
 /// Which processes to follow through task events.

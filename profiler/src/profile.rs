@@ -1,5 +1,5 @@
 //! Aggregation: the samples of a recording, with their stacks interned.
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
 use indexmap::IndexSet;
 use rustc_hash::FxBuildHasher;
@@ -12,7 +12,8 @@ pub struct StackId(u32);
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct CommId(u32);
 
-/// One sample: when, where, and which stack.
+/// One sample: when, where, which stack, and what it weighs (1 for a CPU sample; its bytes for
+/// an outstanding block).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ProfileSample {
     pub time_ns: u64,
@@ -21,10 +22,11 @@ pub struct ProfileSample {
     /// The process's command name at the time of the sample.
     pub comm: CommId,
     pub stack: StackId,
+    pub weight: u64,
 }
 
 /// Every sample of a recording. Identical stacks and names are stored once, so memory grows with
-/// the number of distinct stacks, plus 24 bytes per sample.
+/// the number of distinct stacks, plus 32 bytes per sample.
 #[derive(Debug, Default)]
 pub struct Profile {
     /// FxHash: every sample hashes its whole stack here, up to 1024 frames.
@@ -35,24 +37,32 @@ pub struct Profile {
 }
 
 impl Profile {
-    /// Adds a sample whose stack is `frames`, innermost first.
+    /// Adds a CPU sample whose stack is `frames`, innermost first.
     pub fn add(&mut self, time_ns: u64, tgid: u32, tid: u32, comm: &str, frames: &[Frame]) {
-        let stack = match self.stacks.get_index_of(frames) {
+        let (comm, stack) = (self.intern_comm(comm), self.intern_stack(frames));
+        self.push(ProfileSample { time_ns, tgid, tid, comm, stack, weight: 1 });
+    }
+
+    pub fn push(&mut self, sample: ProfileSample) {
+        self.tgids.insert(sample.tgid);
+        self.samples.push(sample);
+    }
+
+    /// The id of a stack (innermost frame first), stored once however often it recurs.
+    pub fn intern_stack(&mut self, frames: &[Frame]) -> StackId {
+        let index = match self.stacks.get_index_of(frames) {
             Some(index) => index,
             None => self.stacks.insert_full(frames.into()).0,
         };
-        let comm = match self.comms.get_index_of(comm) {
+        StackId(index as u32)
+    }
+
+    pub fn intern_comm(&mut self, comm: &str) -> CommId {
+        let index = match self.comms.get_index_of(comm) {
             Some(index) => index,
             None => self.comms.insert_full(comm.to_owned()).0,
         };
-        self.tgids.insert(tgid);
-        self.samples.push(ProfileSample {
-            time_ns,
-            tgid,
-            tid,
-            comm: CommId(comm as u32),
-            stack: StackId(stack as u32),
-        });
+        CommId(index as u32)
     }
 
     pub fn samples(&self) -> &[ProfileSample] {
@@ -86,17 +96,6 @@ impl Profile {
         frames.dedup();
         frames
     }
-
-    /// Sample counts per (command name, stack), in first-seen order.
-    pub fn stack_counts(&self) -> Vec<(CommId, StackId, u64)> {
-        let mut counts: HashMap<(CommId, StackId), u64> = HashMap::new();
-        for sample in &self.samples {
-            *counts.entry((sample.comm, sample.stack)).or_default() += 1;
-        }
-        let mut counts: Vec<_> = counts.into_iter().map(|((comm, stack), n)| (comm, stack, n)).collect();
-        counts.sort_unstable();
-        counts
-    }
 }
 
 #[cfg(test)]
@@ -113,17 +112,16 @@ mod tests {
         profile.add(30, 7, 8, "app", &b);
         profile.add(40, 9, 9, "other", &a);
         assert_eq!(profile.samples().len(), 4);
-        let counts = profile.stack_counts();
-        let described: Vec<(&str, &[Frame], u64)> =
-            counts.iter().map(|&(comm, stack, n)| (profile.comm(comm), profile.stack(stack), n)).collect();
-        assert_eq!(described, [("app", &a[..], 2), ("app", &b[..], 1), ("other", &a[..], 1)]);
+        let described: Vec<(&str, &[Frame])> =
+            profile.samples().iter().map(|s| (profile.comm(s.comm), profile.stack(s.stack))).collect();
+        assert_eq!(described, [("app", &a[..]), ("app", &a[..]), ("app", &b[..]), ("other", &a[..])]);
         assert_eq!(profile.process_count(), 2);
         assert_eq!(profile.distinct_frames_since(0).len(), 3);
         assert_eq!(profile.stack_count(), 2);
         assert_eq!(profile.distinct_frames_since(1), [Frame::Anonymous { tgid: 7, addr: 3 }]);
         assert_eq!(
             profile.samples()[2],
-            ProfileSample { time_ns: 30, tgid: 7, tid: 8, comm: CommId(0), stack: StackId(1) }
+            ProfileSample { time_ns: 30, tgid: 7, tid: 8, comm: CommId(0), stack: StackId(1), weight: 1 }
         );
     }
 
@@ -131,7 +129,20 @@ mod tests {
     fn empty_stack_is_a_stack() {
         let mut profile = Profile::default();
         profile.add(1, 1, 1, "idle", &[]);
-        assert_eq!(profile.stack_counts().len(), 1);
+        assert_eq!(profile.stack_count(), 1);
         assert!(profile.distinct_frames_since(0).is_empty());
+    }
+
+    #[test]
+    fn stacks_interned_without_samples() {
+        let mut profile = Profile::default();
+        let frames = [Frame::Kernel(1)];
+        let stack = profile.intern_stack(&frames);
+        assert_eq!(profile.intern_stack(&frames), stack);
+        assert!(profile.samples().is_empty());
+        let comm = profile.intern_comm("app");
+        profile.push(ProfileSample { time_ns: 5, tgid: 3, tid: 3, comm, stack, weight: 4096 });
+        assert_eq!(profile.samples()[0].weight, 4096);
+        assert_eq!(profile.process_count(), 1);
     }
 }

@@ -1,23 +1,20 @@
 //! `profiler record`: attach, sample until told to stop, then symbolize and write the outputs.
-use std::{
-    future::Future,
-    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
-};
+use std::future::Future;
 
 use anyhow::{Context as _, Result};
-use tokio::signal::unix::{SignalKind, signal};
 
 use crate::{
     check,
     cli::{CallGraph, RecordArgs},
     collect::{Collected, Collector},
-    decode::decode,
+    intake::{Intake, RecordKind},
     output,
-    process::{self, Tracking},
-    recording::{Meta, Recording, UnwindSummary},
+    process::{self, Start, Tracking},
+    recording::{Meta, Recording, UnwindSummary, Weight},
     render::RenderOptions,
     ring::RingReader,
     sampler::{Sampler, SamplerConfig},
+    stop::{StopReason, stop_condition},
     summary::{StatusLine, Summary},
     target::{self, PendingCommand, ProcessHandle, StartedCommand},
     task_events::TaskEventReader,
@@ -64,16 +61,8 @@ impl Targets {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum StopReason {
-    Duration,
-    Signal,
-    TargetsExited,
-    MaxSamples,
-}
-
 pub async fn run(args: RecordArgs) -> Result<()> {
-    check::blocking(args.frequency)?;
+    check::blocking(Some(args.frequency))?;
     let output_specs = args.output.resolve()?;
     let outputs = output::create_all(&output_specs)?;
     let mut targets = Targets::open(&args)?;
@@ -92,6 +81,7 @@ pub async fn run(args: RecordArgs) -> Result<()> {
         RingReader::new(sampler.take_ring_buffer()?).context("cannot poll the ring buffer")?,
         TaskEventReader::open()?,
         Collector::new(args.call_graph, tracking, args.max_samples),
+        RecordKind::Sample,
     );
     let followed = if system_wide { process::running() } else { targets.pids() };
     for pid in followed {
@@ -108,10 +98,10 @@ pub async fn run(args: RecordArgs) -> Result<()> {
     };
 
     let mut status = StatusLine::new(args.quiet);
-    let stop = stop_condition(args.duration, &targets, command.as_ref())?;
+    let stop = stop_condition(args.duration, targets_gone(&targets, command.as_ref()))?;
     let reason = sample_until(stop, &mut intake, &mut sampler, &mut status, args.max_samples).await?;
     sampler.pause()?;
-    intake.drain();
+    intake.drain_all(Collector::add_record);
     status.finish();
     let duration = start.instant.elapsed();
     let counters = sampler.counters()?;
@@ -126,6 +116,7 @@ pub async fn run(args: RecordArgs) -> Result<()> {
         call_graph: args.call_graph.name().into(),
         stack_copy_kib,
         lost_samples: counters.lost,
+        weight: Weight::Samples,
         unwind: unwind_summary(&collected),
     };
     let recording = Recording::from_live(
@@ -158,21 +149,6 @@ pub async fn run(args: RecordArgs) -> Result<()> {
         _ => {}
     }
     Ok(())
-}
-
-/// When the recording started, on each clock that needs it.
-struct Start {
-    instant: Instant,
-    unix_ns: u64,
-    /// CLOCK_MONOTONIC, the samples' clock.
-    monotonic_ns: u64,
-}
-
-impl Start {
-    fn now() -> Self {
-        let unix_ns = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
-        Self { instant: Instant::now(), unix_ns, monotonic_ns: process::monotonic_ns() }
-    }
 }
 
 fn unwind_summary(collected: &Collected) -> UnwindSummary {
@@ -220,73 +196,12 @@ fn warn(collected: &Collected) {
     }
 }
 
-/// A future that completes when the recording must stop: duration over, SIGINT/SIGTERM/SIGHUP,
-/// or every target gone.
-fn stop_condition<'a>(
-    duration: Option<f64>,
-    targets: &'a Targets,
-    command: Option<&'a StartedCommand>,
-) -> Result<impl Future<Output = StopReason> + 'a> {
-    let mut interrupt = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
-    let mut terminate = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
-    let mut hangup = signal(SignalKind::hangup()).context("cannot handle SIGHUP")?;
-    Ok(async move {
-        let deadline = async {
-            match duration {
-                Some(seconds) => tokio::time::sleep(Duration::from_secs_f64(seconds)).await,
-                None => std::future::pending().await,
-            }
-        };
-        let targets_gone = async {
-            match (targets, command) {
-                (Targets::Processes(handles), _) => target::all_exited(handles).await,
-                (_, Some(command)) => command.handle().exited().await,
-                _ => std::future::pending().await,
-            }
-        };
-        let reason = tokio::select! {
-            () = deadline => StopReason::Duration,
-            () = targets_gone => StopReason::TargetsExited,
-            _ = interrupt.recv() => StopReason::Signal,
-            _ = terminate.recv() => StopReason::Signal,
-            _ = hangup.recv() => StopReason::Signal,
-        };
-        // From now on a second Ctrl-C ends the profiler at once, without output.
-        // SAFETY: resetting a signal disposition to its default has no preconditions.
-        unsafe { libc::signal(libc::SIGINT, libc::SIG_DFL) };
-        reason
-    })
-}
-
-/// Where everything the kernel reports goes.
-struct Intake {
-    ring: RingReader,
-    task_events: TaskEventReader,
-    collector: Collector,
-    /// Samples taken after the task events were read: their mappings may still be on the way.
-    later: Vec<Vec<u8>>,
-}
-
-impl Intake {
-    fn new(ring: RingReader, task_events: TaskEventReader, collector: Collector) -> Self {
-        Self { ring, task_events, collector, later: Vec::new() }
-    }
-
-    /// Hands the collector task events and samples in time order: a sample must find the
-    /// mappings made before it. Task events are read up to `horizon`; samples taken after it
-    /// wait for the next drain, whose task events will cover them.
-    fn drain(&mut self) {
-        let Self { ring, task_events, collector, later } = self;
-        let horizon = process::monotonic_ns();
-        task_events.drain(|event| collector.add_task_event(event));
-        for record in later.drain(..) {
-            collector.add_record(&record);
-        }
-        ring.drain(|record| match decode(record) {
-            Ok(sample) if sample.time_ns() > horizon => later.push(record.to_vec()),
-            _ => collector.add_record(record),
-        });
-        collector.prune(horizon);
+/// Completes when every target is gone (never, system-wide).
+async fn targets_gone(targets: &Targets, command: Option<&StartedCommand>) {
+    match (targets, command) {
+        (Targets::Processes(handles), _) => target::all_exited(handles).await,
+        (_, Some(command)) => command.handle().exited().await,
+        _ => std::future::pending().await,
     }
 }
 
@@ -304,7 +219,7 @@ async fn sample_until(
             reason = &mut stop => return Ok(reason),
             ready = intake.ring.ready() => {
                 ready.context("cannot read the ring buffer")?;
-                intake.drain();
+                intake.drain(Collector::add_record);
                 intake.collector.symbolize_new();
                 for (tid, end) in intake.collector.take_stack_ends() {
                     sampler.set_stack_end(tid, end)?;
@@ -315,7 +230,8 @@ async fn sample_until(
                 if status.due() {
                     let (samples, processes) = intake.collector.progress();
                     let lost = sampler.counters().map_or(0, |c| c.lost);
-                    status.update(samples, lost, processes);
+                    let plural = if processes == 1 { "" } else { "es" };
+                    status.update(format!("{samples} samples · {lost} lost · {processes} process{plural}"));
                 }
             }
         }

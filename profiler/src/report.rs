@@ -1,7 +1,7 @@
 //! `profiler report` and `profiler diff`: rendering raw recordings again, without root.
 use std::{fs::File, io::BufReader, path::Path};
 
-use anyhow::{Context as _, Result};
+use anyhow::{Context as _, Result, bail};
 
 use crate::{
     cli::{DiffArgs, ReportArgs},
@@ -25,15 +25,26 @@ pub fn diff(args: &DiffArgs) -> Result<()> {
     let filter = args.filter.filter();
     let before = load(&args.before)?.filtered(&filter);
     let after = load(&args.after)?.filtered(&filter);
+    if before.meta.weight != after.meta.weight {
+        bail!(
+            "cannot compare {} with {}: one counts {}, the other {}",
+            args.before.display(),
+            args.after.display(),
+            before.meta.weight.unit(),
+            after.meta.weight.unit()
+        );
+    }
     let grouping = args.grouping.grouping();
     let labels = svg::Labels {
         title: format!("profiler: {} → {}", before.meta.target, after.meta.target),
         subtitle: Some(format!(
-            "{} → {} samples{}; red grew, blue shrank",
-            before.samples.len(),
-            after.samples.len(),
+            "{} → {} {}{}; red grew, blue shrank",
+            before.total_weight(),
+            after.total_weight(),
+            after.meta.weight.unit(),
             if args.normalize { " (normalized)" } else { "" }
         )),
+        count_name: after.meta.weight.unit(),
     };
     let (before, after) = (folded::collapse(&before, grouping), folded::collapse(&after, grouping));
     output.commit(|out| svg::write_diff(&before, &after, args.normalize, &labels, out))?;

@@ -5,16 +5,17 @@ use aya::{
     Ebpf, EbpfLoader,
     maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf},
     programs::{
-        PerfEvent, ProgramError, RawTracePoint,
+        PerfEvent, RawTracePoint,
         perf_event::{PerfEventConfig, PerfEventLinkId, PerfEventScope, SamplePolicy, SoftwareEvent},
     },
     util::online_cpus,
 };
 use profiler_common::{Counter, globals, maps, programs};
 
-use crate::kernel_types;
-
-static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profiler"));
+use crate::{
+    bpf::{self, EBPF_OBJECT, missing, program, verifier_error},
+    kernel_types,
+};
 
 #[derive(Clone, Debug)]
 pub struct SamplerConfig {
@@ -91,10 +92,7 @@ impl Sampler {
 
     /// Tells the program where a thread's stack ends, so that its copies stop there.
     pub fn set_stack_end(&mut self, tid: u32, end: u64) -> Result<()> {
-        let map = self.ebpf.map_mut(maps::STACK_ENDS).ok_or_else(|| missing(maps::STACK_ENDS))?;
-        let mut ends: BpfHashMap<_, u32, u64> = BpfHashMap::try_from(map)?;
-        ends.insert(tid, end, 0).with_context(|| format!("cannot record the stack end of thread {tid}"))?;
-        Ok(())
+        bpf::set_stack_end(&mut self.ebpf, tid, end)
     }
 
     /// The ring buffer of sample records (can be taken once).
@@ -125,10 +123,7 @@ impl Sampler {
     /// Stops sampling at once: the program still runs on each event but returns at once.
     /// (Detaching waits for the kernel; it happens when the sampler is dropped.)
     pub fn pause(&mut self) -> Result<()> {
-        let map = self.ebpf.map_mut(maps::CONTROL).ok_or_else(|| missing(maps::CONTROL))?;
-        let mut control: aya::maps::Array<_, u32> = aya::maps::Array::try_from(map)?;
-        control.set(0, 1, 0).context("cannot stop the sampling")?;
-        Ok(())
+        bpf::stop(&mut self.ebpf)
     }
 
     /// Closes the perf events: no sample is taken after this returns.
@@ -159,26 +154,5 @@ impl Sampler {
             stack_truncated: total(Counter::StackTruncated)?,
             stack_unreadable: total(Counter::StackUnreadable)?,
         })
-    }
-}
-
-fn program<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut aya::programs::Program> {
-    ebpf.program_mut(name).ok_or_else(|| anyhow!("the eBPF object has no program `{name}`"))
-}
-
-fn missing(map: &str) -> anyhow::Error {
-    anyhow!("the eBPF object has no map `{map}`")
-}
-
-/// A verifier rejection, with the last lines of its log (where it says why).
-fn verifier_error(err: ProgramError) -> anyhow::Error {
-    match err {
-        ProgramError::LoadError { io_error, verifier_log } => {
-            let log = format!("{verifier_log:?}");
-            let lines: Vec<&str> = log.lines().filter(|l| !l.trim().is_empty()).collect();
-            let tail = lines[lines.len().saturating_sub(5)..].join("\n  ");
-            anyhow!("the kernel rejected the eBPF program ({io_error}); verifier says:\n  {tail}")
-        }
-        other => anyhow::Error::new(other).context("cannot load the eBPF program"),
     }
 }

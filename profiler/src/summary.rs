@@ -11,6 +11,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use crate::{recording::Recording, render::Format};
 
 /// `recording 3.2s · 6400 samples · 0 lost · 2 processes`, redrawn in place, on a terminal only.
+/// The caller writes the part after the time.
 pub struct StatusLine {
     bar: Option<ProgressBar>,
     updated: Instant,
@@ -37,10 +38,9 @@ impl StatusLine {
         self.bar.is_some() && self.updated.elapsed() >= STATUS_INTERVAL
     }
 
-    pub fn update(&mut self, samples: usize, lost: u64, processes: usize) {
+    pub fn update(&mut self, message: String) {
         if let Some(bar) = &self.bar {
-            let plural = if processes == 1 { "" } else { "es" };
-            bar.set_message(format!("{samples} samples · {lost} lost · {processes} process{plural}"));
+            bar.set_message(message);
             self.updated = Instant::now();
         }
     }

@@ -32,6 +32,28 @@ pub struct Meta {
     /// Samples the kernel could not hand over (ring buffer full).
     pub lost_samples: u64,
     pub unwind: UnwindSummary,
+    /// What the samples' weights count.
+    pub weight: Weight,
+}
+
+/// What a sample's weight counts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Weight {
+    /// CPU samples: each weighs 1, one sampling period.
+    #[default]
+    Samples,
+    /// Bytes of allocated blocks not freed: a sample per block, weighing its size (`leaks`).
+    Bytes,
+}
+
+impl Weight {
+    /// What a weight counts, in the unit's plural.
+    pub fn unit(self) -> &'static str {
+        match self {
+            Self::Samples => "samples",
+            Self::Bytes => "bytes",
+        }
+    }
 }
 
 /// How the user stacks were obtained, in samples.
@@ -94,6 +116,8 @@ pub struct Sample {
     pub comm: u32,
     /// Index into [`Recording::stacks`].
     pub stack: u32,
+    /// 1 for a CPU sample; the bytes of an outstanding block (see [`Meta::weight`]).
+    pub weight: u64,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -150,18 +174,19 @@ impl Recording {
                 tid: sample.tid,
                 comm,
                 stack,
+                weight: sample.weight,
             });
         }
         recording.samples.sort_by_key(|s| s.time_ns);
         recording
     }
 
-    /// The innermost frame of each sample, counted: self time by function (named as in folded
-    /// stacks, `_[k]` for the kernel).
+    /// The innermost frame of each sample, weighed: self time (or bytes) by function (named as
+    /// in folded stacks, `_[k]` for the kernel).
     pub fn self_time(&self) -> Vec<(String, u64)> {
         let mut by_stack: HashMap<u32, u64> = HashMap::new();
         for sample in &self.samples {
-            *by_stack.entry(sample.stack).or_default() += 1;
+            *by_stack.entry(sample.stack).or_default() += sample.weight;
         }
         let mut by_name: HashMap<String, u64> = HashMap::new();
         for (stack, n) in by_stack {
@@ -174,6 +199,11 @@ impl Recording {
         let mut counts: Vec<(String, u64)> = by_name.into_iter().collect();
         counts.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
         counts
+    }
+
+    /// The samples' weights, summed: samples, or bytes.
+    pub fn total_weight(&self) -> u64 {
+        self.samples.iter().map(|s| s.weight).sum()
     }
 
     /// Number of distinct processes sampled.
@@ -244,10 +274,10 @@ pub mod tests {
             stacks: vec![vec![2, 0], vec![1, 0], vec![3, 2, 0]],
             comms: vec!["app".into(), "other".into()],
             samples: vec![
-                Sample { time_ns: 0, pid: 10, tid: 10, comm: 0, stack: 0 },
-                Sample { time_ns: 10, pid: 10, tid: 11, comm: 0, stack: 1 },
-                Sample { time_ns: 20, pid: 10, tid: 11, comm: 0, stack: 0 },
-                Sample { time_ns: 30, pid: 20, tid: 20, comm: 1, stack: 2 },
+                Sample { time_ns: 0, pid: 10, tid: 10, comm: 0, stack: 0, weight: 1 },
+                Sample { time_ns: 10, pid: 10, tid: 11, comm: 0, stack: 1, weight: 1 },
+                Sample { time_ns: 20, pid: 10, tid: 11, comm: 0, stack: 0, weight: 1 },
+                Sample { time_ns: 30, pid: 20, tid: 20, comm: 1, stack: 2, weight: 1 },
             ],
         }
     }
@@ -276,7 +306,7 @@ pub mod tests {
         assert_eq!(recording.samples.len(), 2);
         assert_eq!(
             recording.samples[0],
-            Sample { time_ns: 0, pid: 1, tid: 2, comm: 0, stack: 1 },
+            Sample { time_ns: 0, pid: 1, tid: 2, comm: 0, stack: 1, weight: 1 },
             "sorted by time"
         );
         assert_eq!(recording.stacks, [vec![0, 1], vec![1]]);

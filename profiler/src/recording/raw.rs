@@ -9,13 +9,13 @@
 //! ```
 //!
 //! The message is protobuf so that other tools can read it from the field list: meta (target,
-//! frequency, start time, duration, call graph, lost samples, unwind summary, stack copy size),
-//! modules (path,
-//! build id), a string table, locations (module index + 1 or 0, file offset or address, symbol
-//! names as string indexes, symbol kinds), stacks (location indexes, innermost first), command
-//! names, and the samples as packed columns (time delta from the previous sample in ns, pid, tid,
-//! command index, stack index). Every index is checked when reading: a corrupt file is an error,
-//! never a panic.
+//! frequency, start time, duration, call graph, lost samples, unwind summary, stack copy size,
+//! what weights count), modules (path, build id), a string table, locations (module index + 1 or
+//! 0, file offset or address, symbol names as string indexes, symbol kinds), stacks (location
+//! indexes, innermost first), command names, and the samples as packed columns (time delta from
+//! the previous sample in ns, pid, tid, command index, stack index, and weight, left out when
+//! every weight is 1). Every index is checked when reading: a corrupt file is an error, never a
+//! panic.
 use std::{
     collections::HashMap,
     io::{Read, Write},
@@ -25,7 +25,7 @@ use anyhow::{Context as _, Result, bail, ensure};
 use flate2::{Compression, read::GzDecoder, write::GzEncoder};
 use prost::Message;
 
-use super::{Location, Meta, ModuleInfo, Recording, Sample, UnwindSummary};
+use super::{Location, Meta, ModuleInfo, Recording, Sample, UnwindSummary, Weight};
 use crate::symbolize::{Symbol, SymbolKind};
 
 pub const MAGIC: &[u8; 8] = b"PROFILER";
@@ -57,6 +57,9 @@ struct RawRecording {
     sample_comms: Vec<u32>,
     #[prost(uint32, repeated, tag = "11")]
     sample_stacks: Vec<u32>,
+    /// Empty when every sample weighs 1.
+    #[prost(uint64, repeated, tag = "12")]
+    sample_weights: Vec<u64>,
 }
 
 #[derive(Clone, PartialEq, Message)]
@@ -78,6 +81,9 @@ struct RawMeta {
     unwind: Vec<u64>,
     #[prost(uint32, tag = "8")]
     stack_copy_kib: u32,
+    /// 0 samples, 1 bytes.
+    #[prost(uint32, tag = "9")]
+    weight: u32,
 }
 
 #[derive(Clone, PartialEq, Message)]
@@ -159,6 +165,21 @@ fn kind(code: u32) -> Result<SymbolKind> {
     })
 }
 
+fn weight_code(weight: Weight) -> u32 {
+    match weight {
+        Weight::Samples => 0,
+        Weight::Bytes => 1,
+    }
+}
+
+fn weight(code: u32) -> Result<Weight> {
+    Ok(match code {
+        0 => Weight::Samples,
+        1 => Weight::Bytes,
+        other => bail!("unknown weight unit {other}"),
+    })
+}
+
 fn encode(recording: &Recording) -> RawRecording {
     let mut strings: Vec<String> = Vec::new();
     let mut string_ids: HashMap<&str, u32> = HashMap::new();
@@ -192,6 +213,7 @@ fn encode(recording: &Recording) -> RawRecording {
             lost_samples: meta.lost_samples,
             unwind: vec![u.complete, u.completed_with_frame_pointers, u.truncated, u.missing_cfi, u.lost],
             stack_copy_kib: meta.stack_copy_kib,
+            weight: weight_code(meta.weight),
         }),
         modules: recording
             .modules
@@ -215,6 +237,11 @@ fn encode(recording: &Recording) -> RawRecording {
         sample_tids: recording.samples.iter().map(|s| s.tid).collect(),
         sample_comms: recording.samples.iter().map(|s| s.comm).collect(),
         sample_stacks: recording.samples.iter().map(|s| s.stack).collect(),
+        sample_weights: if recording.samples.iter().all(|s| s.weight == 1) {
+            Vec::new()
+        } else {
+            recording.samples.iter().map(|s| s.weight).collect()
+        },
     }
 }
 
@@ -236,6 +263,7 @@ fn decode(raw: RawRecording) -> Result<Recording> {
         lost_samples: raw_meta.lost_samples,
         stack_copy_kib: raw_meta.stack_copy_kib,
         unwind,
+        weight: weight(raw_meta.weight)?,
     };
     let modules: Vec<ModuleInfo> =
         raw.modules.into_iter().map(|m| ModuleInfo { path: m.path, build_id: m.build_id }).collect();
@@ -282,6 +310,10 @@ fn decode(raw: RawRecording) -> Result<Recording> {
             == [n; 4],
         "sample columns differ in length"
     );
+    ensure!(
+        raw.sample_weights.is_empty() || raw.sample_weights.len() == n,
+        "sample columns differ in length"
+    );
     let mut time_ns = 0u64;
     let samples = (0..n)
         .map(|i| {
@@ -292,6 +324,7 @@ fn decode(raw: RawRecording) -> Result<Recording> {
                 tid: raw.sample_tids[i],
                 comm: raw.sample_comms[i],
                 stack: raw.sample_stacks[i],
+                weight: raw.sample_weights.get(i).copied().unwrap_or(1),
             };
             ensure!((sample.comm as usize) < raw.comms.len(), "sample {i} refers to a missing command name");
             ensure!((sample.stack as usize) < stacks.len(), "sample {i} refers to a missing stack");
@@ -327,6 +360,14 @@ mod tests {
         let data = bytes(&recording);
         assert_eq!(&data[..8], MAGIC);
         assert_eq!(read(&mut &data[..]).unwrap(), recording);
+    }
+
+    #[test]
+    fn round_trips_weights() {
+        let mut recording = fixture();
+        recording.meta.weight = Weight::Bytes;
+        recording.samples[1].weight = 4096;
+        assert_eq!(read(&mut &bytes(&recording)[..]).unwrap(), recording);
     }
 
     #[test]

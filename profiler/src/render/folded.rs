@@ -1,4 +1,5 @@
-//! Folded stacks: `root;outer;...;leaf COUNT`, one line per distinct stack, sorted. Kernel
+//! Folded stacks: `root;outer;...;leaf COUNT`, one line per distinct stack, sorted; COUNT is the
+//! samples' summed weight (samples, or bytes for outstanding blocks). Kernel
 //! frames end in `_[k]`, inlined ones in `_[i]`, JIT ones in `_[j]` (the conventions of perf and
 //! FlameGraph, which inferno's palettes colour).
 use std::{collections::BTreeMap, io::Write};
@@ -34,7 +35,7 @@ pub fn collapse(recording: &Recording, grouping: Grouping) -> Folded {
             Grouping::Thread => Some(format!("{}-{}", clean(comm), sample.tid)),
             Grouping::None => None,
         };
-        *counts.entry((root, sample.stack)).or_default() += 1;
+        *counts.entry((root, sample.stack)).or_default() += sample.weight;
     }
     let mut folded = Folded::new();
     for ((root, stack), count) in counts {

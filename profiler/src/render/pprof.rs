@@ -7,7 +7,7 @@ use std::{collections::HashMap, io::Write};
 use flate2::{Compression, write::GzEncoder};
 use prost::Message as _;
 
-use crate::recording::Recording;
+use crate::recording::{Recording, Weight};
 
 /// The messages of profile.proto that profiler writes (field numbers from that schema).
 pub mod proto {
@@ -142,9 +142,27 @@ pub fn profile(recording: &Recording) -> proto::Profile {
         r#type: strings.id(kind),
         unit: strings.id(unit),
     };
-    let sample_type =
-        vec![value_type(&mut strings, "samples", "count"), value_type(&mut strings, "cpu", "nanoseconds")];
-    let period_type = Some(value_type(&mut strings, "cpu", "nanoseconds"));
+    // A CPU profile's samples and time; a heap profile's live objects and bytes, as Go's.
+    let (sample_type, period_type, period, default_type) = match recording.meta.weight {
+        Weight::Samples => (
+            vec![
+                value_type(&mut strings, "samples", "count"),
+                value_type(&mut strings, "cpu", "nanoseconds"),
+            ],
+            Some(value_type(&mut strings, "cpu", "nanoseconds")),
+            period_ns,
+            0,
+        ),
+        Weight::Bytes => (
+            vec![
+                value_type(&mut strings, "inuse_objects", "count"),
+                value_type(&mut strings, "inuse_space", "bytes"),
+            ],
+            None,
+            0,
+            strings.id("inuse_space"),
+        ),
+    };
 
     // Mapping ids: modules first (1..), then one each for the kernel and anonymous memory.
     let mut mapping: Vec<proto::Mapping> = recording
@@ -213,9 +231,11 @@ pub fn profile(recording: &Recording) -> proto::Profile {
         })
         .collect();
 
-    let mut counts: HashMap<(u32, u32, u32, u32), i64> = HashMap::new();
+    // Per (stack, pid, tid, comm): samples and their summed weight.
+    let mut counts: HashMap<(u32, u32, u32, u32), (i64, i64)> = HashMap::new();
     for s in &recording.samples {
-        *counts.entry((s.stack, s.pid, s.tid, s.comm)).or_default() += 1;
+        let entry = counts.entry((s.stack, s.pid, s.tid, s.comm)).or_default();
+        *entry = (entry.0 + 1, entry.1 + s.weight as i64);
     }
     let mut keys: Vec<_> = counts.keys().copied().collect();
     keys.sort_unstable();
@@ -223,10 +243,14 @@ pub fn profile(recording: &Recording) -> proto::Profile {
     let sample = keys
         .into_iter()
         .map(|key @ (stack, pid, tid, comm)| {
-            let count = counts[&key];
+            let (count, weight) = counts[&key];
+            let value = match recording.meta.weight {
+                Weight::Samples => vec![count, count * period_ns],
+                Weight::Bytes => vec![count, weight],
+            };
             proto::Sample {
                 location_id: recording.stacks[stack as usize].iter().map(|&l| u64::from(l) + 1).collect(),
-                value: vec![count, count * period_ns],
+                value,
                 label: vec![
                     proto::Label { key: pid_key, num: pid.into(), ..Default::default() },
                     proto::Label { key: tid_key, num: tid.into(), ..Default::default() },
@@ -250,8 +274,8 @@ pub fn profile(recording: &Recording) -> proto::Profile {
         time_nanos: recording.meta.start_unix_ns as i64,
         duration_nanos: recording.meta.duration_ns as i64,
         period_type,
-        period: period_ns,
-        default_sample_type: 0,
+        period,
+        default_sample_type: default_type,
     }
 }
 
@@ -298,5 +322,24 @@ mod tests {
         let labels: Vec<(&str, i64, &str)> =
             profile.sample[0].label.iter().map(|l| (s(l.key), l.num, s(l.str))).collect();
         assert_eq!(labels, [("pid", 10, ""), ("tid", 10, ""), ("comm", 0, "app")]);
+    }
+
+    #[test]
+    fn heap_profile_of_outstanding_bytes() {
+        let mut recording = fixture();
+        recording.meta.weight = Weight::Bytes;
+        for (sample, bytes) in recording.samples.iter_mut().zip([100, 200, 300, 400]) {
+            sample.weight = bytes;
+        }
+        let mut out = Vec::new();
+        write(&recording, &mut out).unwrap();
+        let profile = decode(&out);
+        let s = |i: i64| profile.string_table[i as usize].as_str();
+        let types: Vec<(&str, &str)> = profile.sample_type.iter().map(|t| (s(t.r#type), s(t.unit))).collect();
+        assert_eq!(types, [("inuse_objects", "count"), ("inuse_space", "bytes")]);
+        assert_eq!(s(profile.default_sample_type), "inuse_space");
+        let objects: i64 = profile.sample.iter().map(|x| x.value[0]).sum();
+        let bytes: i64 = profile.sample.iter().map(|x| x.value[1]).sum();
+        assert_eq!((objects, bytes), (4, 1000));
     }
 }

@@ -1,10 +1,11 @@
 //! speedscope JSON (https://www.speedscope.app/file-format-schema.json): one sampled profile
-//! per thread, its samples in time order, each weighing one sampling period.
+//! per thread, its samples in time order, each weighing one sampling period (or, for
+//! outstanding blocks, their bytes).
 use std::{collections::HashMap, io::Write};
 
 use serde::Serialize;
 
-use crate::recording::Recording;
+use crate::recording::{Recording, Weight};
 
 const SCHEMA: &str = "https://www.speedscope.app/file-format-schema.json";
 
@@ -53,6 +54,7 @@ pub fn write(recording: &Recording, out: &mut dyn Write) -> std::io::Result<()> 
 
 fn file(recording: &Recording) -> File {
     let period_ns = 1_000_000_000 / recording.meta.frequency_hz.max(1);
+    let bytes = recording.meta.weight == Weight::Bytes;
     let mut frames: Vec<Frame> = Vec::new();
     let mut frame_ids: HashMap<(String, Option<u32>), usize> = HashMap::new();
     // Frame indexes of each location, outermost first.
@@ -82,9 +84,9 @@ fn file(recording: &Recording) -> File {
             profiles.push(Profile {
                 kind: "sampled",
                 name: format!("{comm} (pid {}, tid {})", sample.pid, sample.tid),
-                unit: "nanoseconds",
-                start_value: sample.time_ns,
-                end_value: sample.time_ns,
+                unit: if bytes { "bytes" } else { "nanoseconds" },
+                start_value: if bytes { 0 } else { sample.time_ns },
+                end_value: if bytes { 0 } else { sample.time_ns },
                 samples: Vec::new(),
                 weights: Vec::new(),
             });
@@ -93,8 +95,13 @@ fn file(recording: &Recording) -> File {
         let profile = &mut profiles[index];
         let stack = recording.stacks[sample.stack as usize].iter().rev();
         profile.samples.push(stack.flat_map(|&l| location_frames[l as usize].iter().copied()).collect());
-        profile.weights.push(period_ns);
-        profile.end_value = sample.time_ns + period_ns;
+        if bytes {
+            profile.weights.push(sample.weight);
+            profile.end_value += sample.weight;
+        } else {
+            profile.weights.push(period_ns);
+            profile.end_value = sample.time_ns + period_ns;
+        }
     }
     File {
         schema: SCHEMA,
@@ -127,5 +134,20 @@ mod tests {
         assert_eq!(first, ["main", "work", "push_back_[i]"]);
         assert_eq!(thread["weights"].as_array().unwrap().len(), 2);
         assert_eq!(thread["startValue"], 10);
+    }
+
+    #[test]
+    fn outstanding_bytes_weigh_their_size() {
+        let mut recording = fixture();
+        recording.meta.weight = Weight::Bytes;
+        recording.samples[1].weight = 4096;
+        recording.samples[2].weight = 16;
+        let mut out = Vec::new();
+        write(&recording, &mut out).unwrap();
+        let json: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        let thread = &json["profiles"][1];
+        assert_eq!(thread["unit"], "bytes");
+        assert_eq!(thread["weights"], serde_json::json!([4096, 16]));
+        assert_eq!((&thread["startValue"], &thread["endValue"]), (&0.into(), &4112.into()));
     }
 }

@@ -7,17 +7,22 @@ use inferno::{
 };
 
 use super::folded::{self, Folded};
-use crate::recording::Recording;
+use crate::recording::{Recording, Weight};
 
 /// Labels of a flame graph.
 pub struct Labels {
     pub title: String,
     pub subtitle: Option<String>,
+    /// What a frame's width counts: `samples`, `bytes`.
+    pub count_name: &'static str,
 }
 
 /// Title and subtitle for a recording: what, how many samples, how fast, how long, how complete.
 pub fn labels(recording: &Recording) -> Labels {
     let meta = &recording.meta;
+    if meta.weight == Weight::Bytes {
+        return leak_labels(recording);
+    }
     let mut subtitle = format!(
         "{} samples at {} Hz over {:.1} s",
         recording.samples.len(),
@@ -32,14 +37,32 @@ pub fn labels(recording: &Recording) -> Labels {
             100.0 * complete as f64 / unwind.total() as f64
         ));
     }
-    Labels { title: format!("profiler: {}", meta.target), subtitle: Some(subtitle) }
+    Labels {
+        title: format!("profiler: {}", meta.target),
+        subtitle: Some(subtitle),
+        count_name: meta.weight.unit(),
+    }
+}
+
+fn leak_labels(recording: &Recording) -> Labels {
+    let subtitle = format!(
+        "{} bytes in {} blocks outstanding after {:.1} s",
+        recording.total_weight(),
+        recording.samples.len(),
+        recording.meta.duration_ns as f64 / 1e9
+    );
+    Labels {
+        title: format!("profiler leaks: {}", recording.meta.target),
+        subtitle: Some(subtitle),
+        count_name: recording.meta.weight.unit(),
+    }
 }
 
 fn options(labels: &Labels) -> flamegraph::Options<'static> {
     let mut options = flamegraph::Options::default();
     options.title = labels.title.clone();
     options.subtitle = labels.subtitle.clone();
-    options.count_name = "samples".into();
+    options.count_name = labels.count_name.into();
     // The java palette colours by the `_[k]`, `_[i]` and `_[j]` suffixes.
     options.colors = Palette::Multi(MultiPalette::Java);
     options
@@ -126,7 +149,7 @@ mod tests {
 
     #[test]
     fn empty_profile_gives_a_valid_svg() {
-        let labels = Labels { title: "profiler: a < b".into(), subtitle: None };
+        let labels = Labels { title: "profiler: a < b".into(), subtitle: None, count_name: "samples" };
         let svg = render(&Folded::new(), &labels);
         assert!(svg.contains("no samples were recorded") && svg.trim_end().ends_with("</svg>"));
         assert!(svg.contains("profiler: a &lt; b"));
@@ -136,7 +159,7 @@ mod tests {
     fn differential_graph() {
         let before: Folded = [("app;main;a".to_owned(), 60), ("app;main;b".to_owned(), 30)].into();
         let after: Folded = [("app;main;a".to_owned(), 30), ("app;main;b".to_owned(), 60)].into();
-        let labels = Labels { title: "diff".into(), subtitle: None };
+        let labels = Labels { title: "diff".into(), subtitle: None, count_name: "samples" };
         let mut out = Vec::new();
         write_diff(&before, &after, false, &labels, &mut out).unwrap();
         let svg = String::from_utf8(out).unwrap();

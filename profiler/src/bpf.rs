@@ -1,0 +1,52 @@
+//! The eBPF object embedded in the binary, and what both of its users (the sampler of
+//! `record`, the allocation tracer of `leaks`) need to load it.
+use anyhow::{Context as _, Result, anyhow};
+use aya::{
+    Ebpf,
+    maps::HashMap as BpfHashMap,
+    programs::{Program, ProgramError},
+};
+use profiler_common::maps;
+
+pub static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profiler"));
+
+/// The smallest ring buffer: a page. Rings the command does not use are shrunk to it.
+pub const UNUSED_RING_BYTES: u32 = 4096;
+
+pub fn program<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut Program> {
+    ebpf.program_mut(name).ok_or_else(|| anyhow!("the eBPF object has no program `{name}`"))
+}
+
+pub fn missing(map: &str) -> anyhow::Error {
+    anyhow!("the eBPF object has no map `{map}`")
+}
+
+/// Sets the flag that makes every program return at once: stops sampling or tracking without
+/// waiting for the kernel to detach anything.
+pub fn stop(ebpf: &mut Ebpf) -> Result<()> {
+    let map = ebpf.map_mut(maps::CONTROL).ok_or_else(|| missing(maps::CONTROL))?;
+    let mut control: aya::maps::Array<_, u32> = aya::maps::Array::try_from(map)?;
+    control.set(0, 1, 0).context("cannot set the stop flag of the eBPF programs")?;
+    Ok(())
+}
+
+/// Tells the programs where a thread's stack ends, so that stack copies stop there.
+pub fn set_stack_end(ebpf: &mut Ebpf, tid: u32, end: u64) -> Result<()> {
+    let map = ebpf.map_mut(maps::STACK_ENDS).ok_or_else(|| missing(maps::STACK_ENDS))?;
+    let mut ends: BpfHashMap<_, u32, u64> = BpfHashMap::try_from(map)?;
+    ends.insert(tid, end, 0).with_context(|| format!("cannot record the stack end of thread {tid}"))?;
+    Ok(())
+}
+
+/// A verifier rejection, with the last lines of its log (where it says why).
+pub fn verifier_error(err: ProgramError) -> anyhow::Error {
+    match err {
+        ProgramError::LoadError { io_error, verifier_log } => {
+            let log = format!("{verifier_log:?}");
+            let lines: Vec<&str> = log.lines().filter(|l| !l.trim().is_empty()).collect();
+            let tail = lines[lines.len().saturating_sub(5)..].join("\n  ");
+            anyhow!("the kernel rejected the eBPF program ({io_error}); verifier says:\n  {tail}")
+        }
+        other => anyhow::Error::new(other).context("cannot load the eBPF program"),
+    }
+}

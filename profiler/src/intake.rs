@@ -1,0 +1,69 @@
+//! Where everything the kernel reports goes: ring-buffer records (CPU samples, or allocations)
+//! and task events, handed to the collector in time order.
+use crate::{collect::Collector, process, ring::RingReader, task_events::TaskEventReader};
+
+/// The kind of ring-buffer record, which says where its timestamp is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RecordKind {
+    /// A CPU sample (`record`).
+    Sample,
+    /// An allocation (`leaks`).
+    Allocation,
+}
+
+impl RecordKind {
+    /// When the record was taken; `None` if it does not decode (the collector counts it).
+    fn time_ns(self, record: &[u8]) -> Option<u64> {
+        let sample = match self {
+            Self::Sample => crate::decode::decode(record).ok(),
+            Self::Allocation => crate::decode::decode_allocation(record).ok().map(|(_, sample)| sample),
+        };
+        sample.map(|s| s.time_ns())
+    }
+}
+
+pub struct Intake {
+    pub ring: RingReader,
+    task_events: TaskEventReader,
+    pub collector: Collector,
+    kind: RecordKind,
+    /// Records taken after the task events were read: their mappings may still be on the way.
+    later: Vec<Vec<u8>>,
+}
+
+impl Intake {
+    pub fn new(
+        ring: RingReader,
+        task_events: TaskEventReader,
+        collector: Collector,
+        kind: RecordKind,
+    ) -> Self {
+        Self { ring, task_events, collector, kind, later: Vec::new() }
+    }
+
+    /// Hands `add` the pending records, and the collector the task events, in time order: a
+    /// record must find the mappings made before it. Task events are read up to a horizon;
+    /// records taken after it wait for the next drain, whose task events will cover them.
+    pub fn drain(&mut self, mut add: impl FnMut(&mut Collector, &[u8])) {
+        let Self { ring, task_events, collector, kind, later } = self;
+        let horizon = process::monotonic_ns();
+        task_events.drain(|event| collector.add_task_event(event));
+        for record in later.drain(..) {
+            add(collector, &record);
+        }
+        ring.drain(|record| match kind.time_ns(record) {
+            Some(time_ns) if time_ns > horizon => later.push(record.to_vec()),
+            _ => add(collector, record),
+        });
+        collector.prune(horizon);
+    }
+
+    /// Drains until nothing is held back: at the end, when no record can be newer than the
+    /// task events read next.
+    pub fn drain_all(&mut self, mut add: impl FnMut(&mut Collector, &[u8])) {
+        self.drain(&mut add);
+        if !self.later.is_empty() {
+            self.drain(&mut add);
+        }
+    }
+}

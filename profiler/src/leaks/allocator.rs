@@ -1,0 +1,274 @@
+//! Which allocator a process calls, and where its entry points are.
+//!
+//! The dynamic linker binds `malloc` to the first object in load order that defines it: the
+//! program itself (static binaries, or an allocator linked in), then preloaded libraries, then
+//! the libraries it needs (jemalloc, tcmalloc, mimalloc...), libc last. The tracker probes that
+//! object only: the other allocators in the process are never called for `malloc`.
+use std::{
+    ffi::OsStr,
+    fmt,
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use anyhow::{Context as _, Result, anyhow, bail};
+use object::{Object as _, ObjectSegment as _, ObjectSymbol as _, SymbolKind};
+use profiler_common::AllocFunction;
+
+/// The allocator the target calls.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Allocator {
+    /// The file as the target names it.
+    pub path: PathBuf,
+    /// The same file as the profiler reaches it (through `/proc/PID/root` for a running target).
+    pub file: PathBuf,
+    /// File offsets of the allocation functions it defines.
+    pub functions: Vec<(AllocFunction, u64)>,
+    /// File offset of `free`.
+    pub free: u64,
+}
+
+impl fmt::Display for Allocator {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.path.display())
+    }
+}
+
+/// An object the target loads, in load order.
+struct Candidate {
+    path: PathBuf,
+    file: PathBuf,
+}
+
+/// The allocator of a running process: its program, then the other objects it maps that
+/// define `malloc`, libc last. (The maps do not give the load order; an allocator library
+/// other than libc is almost always there to replace it.)
+pub fn of_process(pid: u32) -> Result<Allocator> {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))
+        .with_context(|| format!("cannot read the mappings of PID {pid}"))?;
+    let program = std::fs::read_link(format!("/proc/{pid}/exe"))
+        .with_context(|| format!("cannot find the program of PID {pid}"))?;
+    let root = PathBuf::from(format!("/proc/{pid}/root"));
+    let mut paths = vec![program];
+    for path in maps.lines().filter_map(|line| line.split_whitespace().nth(5)).filter(|p| p.starts_with('/'))
+    {
+        let path = PathBuf::from(path);
+        if !paths.contains(&path) {
+            paths.push(path);
+        }
+    }
+    paths.retain(|p| !is_dynamic_linker(p));
+    let (libc, others): (Vec<PathBuf>, Vec<PathBuf>) = paths.into_iter().partition(|p| is_libc(p));
+    let candidates = others
+        .into_iter()
+        .chain(libc)
+        .map(|path| Candidate { file: root.join(path.strip_prefix("/").unwrap_or(&path)), path })
+        .collect();
+    choose(candidates, &format!("PID {pid}"))
+}
+
+/// The allocator a command will call once started: the program if it is static or defines
+/// `malloc`, else the first library its dynamic linker lists (in load order, with
+/// `LD_PRELOAD` and `LD_LIBRARY_PATH` applied) that does.
+pub fn of_command(program: &OsStr) -> Result<Allocator> {
+    let path = find_program(program)?;
+    let data = map_file(&path).with_context(|| format!("cannot read {}", path.display()))?;
+    let elf =
+        object::File::parse(&*data).with_context(|| format!("{} is not an ELF file", path.display()))?;
+    let mut candidates = vec![Candidate { path: path.clone(), file: path.clone() }];
+    if let Some(interpreter) = interpreter(&elf) {
+        candidates.extend(
+            libraries(&interpreter, &path)?
+                .into_iter()
+                .filter(|lib| *lib != interpreter && !is_dynamic_linker(lib))
+                .map(|lib| Candidate { path: lib.clone(), file: lib }),
+        );
+    }
+    choose(candidates, &path.display().to_string())
+}
+
+fn file_name(path: &Path) -> &str {
+    path.file_name().and_then(OsStr::to_str).unwrap_or("")
+}
+
+fn is_libc(path: &Path) -> bool {
+    file_name(path).starts_with("libc.so")
+}
+
+/// The dynamic linker has a small allocator of its own for its start-up, never the program's.
+fn is_dynamic_linker(path: &Path) -> bool {
+    file_name(path).starts_with("ld-")
+}
+
+fn choose(candidates: Vec<Candidate>, target: &str) -> Result<Allocator> {
+    for Candidate { path, file } in candidates {
+        // Unreadable or non-ELF mappings (fonts, locale archives) cannot be the allocator.
+        let Ok(data) = map_file(&file) else { continue };
+        if let Some((functions, free)) = entry_points(&data) {
+            return Ok(Allocator { path, file, functions, free });
+        }
+    }
+    bail!(
+        "cannot find the allocator of {target}: no object it loads defines malloc and free \
+         (a static binary stripped of its symbols?)"
+    )
+}
+
+fn map_file(path: &Path) -> std::io::Result<memmap2::Mmap> {
+    let file = std::fs::File::open(path)?;
+    // SAFETY: read-only; a file truncated under us could fault, as for any ELF reader mapping
+    // its input. Programs and libraries are replaced by rename, not rewritten in place.
+    unsafe { memmap2::Mmap::map(&file) }
+}
+
+/// File offsets of the allocation functions and of `free`, if the object defines `malloc` and
+/// `free`.
+pub fn entry_points(data: &[u8]) -> Option<(Vec<(AllocFunction, u64)>, u64)> {
+    let elf = object::File::parse(data).ok()?;
+    let offset_of = |name: &str| {
+        let symbol = elf
+            .dynamic_symbols()
+            .chain(elf.symbols())
+            .find(|s| s.is_definition() && s.kind() == SymbolKind::Text && s.name() == Ok(name))?;
+        file_offset(&elf, symbol.address())
+    };
+    let free = offset_of("free")?;
+    let functions: Vec<(AllocFunction, u64)> =
+        AllocFunction::ALL.iter().filter_map(|&f| Some((f, offset_of(f.symbol())?))).collect();
+    functions.iter().any(|&(f, _)| f == AllocFunction::Malloc).then_some((functions, free))
+}
+
+/// Uprobes take file offsets: the address's place in the loadable segment that holds it.
+fn file_offset(elf: &object::File, address: u64) -> Option<u64> {
+    elf.segments().find_map(|segment| {
+        let start = segment.address();
+        let (offset, size) = segment.file_range();
+        (start..start + size).contains(&address).then(|| address - start + offset)
+    })
+}
+
+fn interpreter(elf: &object::File) -> Option<PathBuf> {
+    let object::File::Elf64(elf) = elf else { return None };
+    use object::read::elf::ProgramHeader as _;
+    let endian = elf.endian();
+    elf.elf_program_headers().iter().find_map(|header| {
+        let bytes = header.interpreter(endian, elf.data()).ok()??;
+        Some(PathBuf::from(std::str::from_utf8(bytes).ok()?))
+    })
+}
+
+/// The libraries a dynamic program loads, in load order, as its own dynamic linker lists them
+/// (what `ldd` does). Only the linker runs, in list mode; the program does not.
+fn libraries(interpreter: &Path, program: &Path) -> Result<Vec<PathBuf>> {
+    let output = Command::new(interpreter)
+        .arg("--list")
+        .arg(program)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .with_context(|| format!("cannot run the dynamic linker {}", interpreter.display()))?;
+    if !output.status.success() {
+        let why = String::from_utf8_lossy(&output.stderr);
+        bail!(
+            "cannot list the libraries of {}: {}",
+            program.display(),
+            why.lines().next().unwrap_or("the dynamic linker failed")
+        );
+    }
+    Ok(parse_library_list(&String::from_utf8_lossy(&output.stdout)))
+}
+
+/// Lines of `ld.so --list`: `name => /path (0x...)`, `/path (0x...)`, or `name (0x...)` for the
+/// vDSO, which has no file.
+fn parse_library_list(list: &str) -> Vec<PathBuf> {
+    list.lines()
+        .filter_map(|line| {
+            let line = line.trim();
+            let path = line.split_once("=>").map_or(line, |(_, path)| path.trim());
+            let path = path.rsplit_once(" (").map_or(path, |(path, _)| path);
+            path.starts_with('/').then(|| PathBuf::from(path))
+        })
+        .collect()
+}
+
+/// The program `execvp` would run.
+fn find_program(program: &OsStr) -> Result<PathBuf> {
+    let program = Path::new(program);
+    if program.components().count() > 1 {
+        return Ok(program.to_owned());
+    }
+    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(program))
+        .find(|candidate| is_executable(candidate))
+        .ok_or_else(|| anyhow!("cannot run {}: not found in PATH", program.display()))
+}
+
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn library_list_in_load_order() {
+        let list = "\tlinux-vdso.so.1 (0x00007ffd)\n\
+                    \tlibjemalloc.so.2 => /usr/lib/x86_64-linux-gnu/libjemalloc.so.2 (0x00007f01)\n\
+                    \tlibc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x00007f02)\n\
+                    \t/lib64/ld-linux-x86-64.so.2 (0x00007f03)\n";
+        assert_eq!(
+            parse_library_list(list),
+            [
+                PathBuf::from("/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"),
+                PathBuf::from("/lib/x86_64-linux-gnu/libc.so.6"),
+                PathBuf::from("/lib64/ld-linux-x86-64.so.2"),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_dynamic_program_allocates_through_libc() {
+        let allocator = of_command(OsStr::new("true")).unwrap();
+        assert!(is_libc(&allocator.path), "{allocator}");
+        let names: Vec<&str> = allocator.functions.iter().map(|(f, _)| f.symbol()).collect();
+        for name in ["malloc", "calloc", "realloc", "posix_memalign", "aligned_alloc"] {
+            assert!(names.contains(&name), "{name} in {names:?}");
+        }
+    }
+
+    #[test]
+    fn offsets_point_at_the_functions() {
+        // In this very process, libc's malloc is where the mapping of its file offset says.
+        let allocator = of_process(std::process::id()).unwrap();
+        let malloc_offset = allocator.functions.iter().find(|(f, _)| *f == AllocFunction::Malloc).unwrap().1;
+        let malloc = libc::malloc as *const () as u64;
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let mapped = maps.lines().any(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let (range, offset, path) = (fields[0], fields[2], fields.get(5).copied().unwrap_or(""));
+            let (start, end) = range.split_once('-').unwrap();
+            let (start, end) =
+                (u64::from_str_radix(start, 16).unwrap(), u64::from_str_radix(end, 16).unwrap());
+            let offset = u64::from_str_radix(offset, 16).unwrap();
+            Path::new(path) == allocator.path
+                && (start..end).contains(&malloc)
+                && malloc - start + offset == malloc_offset
+        });
+        assert!(mapped, "malloc at {malloc:#x} is at offset {malloc_offset:#x} of {allocator}");
+    }
+
+    #[test]
+    fn objects_without_malloc_are_not_allocators() {
+        assert_eq!(entry_points(b"not an ELF file"), None);
+        let own = std::fs::read("/proc/self/exe").unwrap();
+        assert_eq!(entry_points(&own), None, "the test binary allocates through libc");
+    }
+
+    #[test]
+    fn missing_program() {
+        let err = of_command(OsStr::new("no-such-program-xyz")).unwrap_err();
+        assert_eq!(err.to_string(), "cannot run no-such-program-xyz: not found in PATH");
+    }
+}

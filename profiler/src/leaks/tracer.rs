@@ -1,0 +1,159 @@
+//! The kernel side of `leaks`, from userspace: loads the allocation programs, attaches them to
+//! the target's allocator, and reads the outstanding blocks and the counters.
+use std::num::NonZeroU32;
+
+use anyhow::{Context as _, Result, anyhow};
+use aya::{
+    Ebpf, EbpfLoader,
+    maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf},
+    programs::{
+        UProbe,
+        uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope},
+    },
+};
+use profiler_common::{Allocation, AllocationKey, LeakCounter, globals, maps, programs};
+
+use super::allocator::Allocator;
+use crate::bpf::{self, EBPF_OBJECT, missing, program, verifier_error};
+
+#[derive(Clone, Debug)]
+pub struct TracerConfig {
+    /// Bytes of user stack copied per allocation (a multiple of 4096, at most 64 KiB).
+    pub stack_copy_cap: u32,
+    /// Ring buffer size in bytes (a power of two, multiple of the page size).
+    pub ring_buffer_bytes: u32,
+    /// Most blocks followed at once.
+    pub max_outstanding: u32,
+    /// Follow one allocation in this many (1: all).
+    pub sample_every: u32,
+}
+
+pub struct Tracer {
+    ebpf: Ebpf,
+}
+
+/// Totals of the tracer's per-CPU counters (see [`LeakCounter`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LeakCounters {
+    pub alloc_calls: u64,
+    pub free_calls: u64,
+    pub failed: u64,
+    pub tracked: u64,
+    pub tracked_bytes: u64,
+    pub released: u64,
+    pub released_bytes: u64,
+    pub table_full: u64,
+    pub stacks_lost: u64,
+}
+
+/// Outstanding bytes now and at their peak, of the blocks followed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HeapBytes {
+    pub outstanding: u64,
+    pub peak: u64,
+}
+
+impl Tracer {
+    /// Loads and verifies the programs; nothing is traced until [`Tracer::attach`].
+    pub fn load(config: &TracerConfig) -> Result<Self> {
+        let mut ebpf = EbpfLoader::new()
+            .override_global(globals::STACK_COPY_CAP, &config.stack_copy_cap, true)
+            .override_global(globals::SAMPLE_EVERY, &config.sample_every, true)
+            .map_max_entries(maps::ALLOCATIONS, config.ring_buffer_bytes)
+            .map_max_entries(maps::SAMPLES, bpf::UNUSED_RING_BYTES)
+            .map_max_entries(maps::OUTSTANDING, config.max_outstanding)
+            .load(EBPF_OBJECT)
+            .context("cannot load the eBPF object")?;
+        for name in [programs::ALLOC_ENTER, programs::ALLOC_RETURN, programs::FREE_ENTER] {
+            let probe: &mut UProbe = program(&mut ebpf, name)?.try_into()?;
+            probe.load().map_err(verifier_error)?;
+        }
+        Ok(Self { ebpf })
+    }
+
+    /// Probes `allocator` in process `pid` (and only there: the kernel installs the breakpoints
+    /// in that process alone). Returns are probed before entries, so that no call is seen
+    /// entering without being seen returning.
+    pub fn attach(&mut self, allocator: &Allocator, pid: u32) -> Result<()> {
+        let scope = UProbeScope::OneProcess(NonZeroU32::new(pid).ok_or_else(|| anyhow!("PID 0"))?);
+        let file = &allocator.file;
+        for (name, functions) in [
+            (programs::ALLOC_RETURN, &allocator.functions[..]),
+            (programs::FREE_ENTER, &[][..]),
+            (programs::ALLOC_ENTER, &allocator.functions[..]),
+        ] {
+            let probe: &mut UProbe = program(&mut self.ebpf, name)?.try_into()?;
+            if name == programs::FREE_ENTER {
+                probe
+                    .attach(UProbeAttachLocation::AbsoluteOffset(allocator.free), file, scope)
+                    .with_context(|| format!("cannot probe free in {allocator}"))?;
+                continue;
+            }
+            for &(function, offset) in functions {
+                let point = UProbeAttachPoint {
+                    location: UProbeAttachLocation::AbsoluteOffset(offset),
+                    cookie: Some(function as u64),
+                };
+                probe
+                    .attach(point, file, scope)
+                    .with_context(|| format!("cannot probe {} in {allocator}", function.symbol()))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Stops following allocations and frees at once, so that the blocks read next are the
+    /// state at this moment. (Removing the probes waits ~0.1 s per probe: left to drop.)
+    pub fn stop(&mut self) -> Result<()> {
+        bpf::stop(&mut self.ebpf)
+    }
+
+    /// The ring buffer of allocation records (can be taken once).
+    pub fn take_ring_buffer(&mut self) -> Result<RingBuf<MapData>> {
+        let map = self.ebpf.take_map(maps::ALLOCATIONS).ok_or_else(|| missing(maps::ALLOCATIONS))?;
+        Ok(RingBuf::try_from(map)?)
+    }
+
+    pub fn set_stack_end(&mut self, tid: u32, end: u64) -> Result<()> {
+        bpf::set_stack_end(&mut self.ebpf, tid, end)
+    }
+
+    /// The blocks followed and not freed, by address: `(tgid, address) -> block`.
+    pub fn outstanding(&self) -> Result<Vec<(AllocationKey, Allocation)>> {
+        let map = self.ebpf.map(maps::OUTSTANDING).ok_or_else(|| missing(maps::OUTSTANDING))?;
+        let blocks: BpfHashMap<_, AllocationKey, Allocation> = BpfHashMap::try_from(map)?;
+        // A block freed while we iterate disappears under us: skip it.
+        Ok(blocks.iter().filter_map(Result::ok).collect())
+    }
+
+    pub fn counters(&self) -> Result<LeakCounters> {
+        let map = self.ebpf.map(maps::LEAK_COUNTERS).ok_or_else(|| missing(maps::LEAK_COUNTERS))?;
+        let counters: PerCpuArray<_, u64> = PerCpuArray::try_from(map)?;
+        // A failed realloc gives its block back on the CPU it returns on, by subtracting from a
+        // per-CPU slot: slots wrap, their sum does not.
+        let total = |counter: LeakCounter| -> Result<u64> {
+            Ok(counters.get(&(counter as u32), 0)?.iter().fold(0u64, |sum, &n| sum.wrapping_add(n)))
+        };
+        Ok(LeakCounters {
+            alloc_calls: total(LeakCounter::AllocCalls)?,
+            free_calls: total(LeakCounter::FreeCalls)?,
+            failed: total(LeakCounter::Failed)?,
+            tracked: total(LeakCounter::Tracked)?,
+            tracked_bytes: total(LeakCounter::TrackedBytes)?,
+            released: total(LeakCounter::Released)?,
+            released_bytes: total(LeakCounter::ReleasedBytes)?,
+            table_full: total(LeakCounter::TableFull)?,
+            stacks_lost: total(LeakCounter::StacksLost)?,
+        })
+    }
+
+    pub fn heap(&self) -> Result<HeapBytes> {
+        let map = self.ebpf.map(maps::HEAP_BYTES).ok_or_else(|| missing(maps::HEAP_BYTES))?;
+        let outstanding = Array::<_, u64>::try_from(map)?.get(&0, 0)?;
+        let map = self.ebpf.map(maps::PEAK_HEAP_BYTES).ok_or_else(|| missing(maps::PEAK_HEAP_BYTES))?;
+        let peaks = PerCpuArray::<_, u64>::try_from(map)?.get(&0, 0)?;
+        // A CPU's peak was read after its own add: never below what it saw outstanding.
+        let peak = peaks.iter().copied().max().unwrap_or(0).max(outstanding);
+        Ok(HeapBytes { outstanding, peak })
+    }
+}
