@@ -7,10 +7,12 @@
 //!   target's slowdown, the tool's CPU time, SIGINT-to-flame-graph time, raw recording size,
 //!   complete stacks, hot-function share error, peak RSS;
 //! - [`kernel`]: the eBPF program's time per sample at several stack-copy caps;
+//! - [`leaks`]: `profiler leaks` on a malloc-heavy program, against valgrind;
 //! - [`stages`]: the criterion micro-benchmarks of the userspace stages.
 mod compare;
 mod folded;
 mod kernel;
+mod leaks;
 mod stages;
 mod workloads;
 
@@ -89,6 +91,12 @@ pub fn run(root: &Path, options: &Options) -> Result<()> {
     eprintln!("xtask bench: kernel cost per sample");
     let kernel_workloads: Vec<_> = workloads.into_iter().take(2).collect();
     report.push_str(&kernel::table(&tools.profiler, &dir, &kernel_workloads, repetitions, options.quick)?);
+    report.push_str(&leaks::table(
+        &tools.profiler,
+        &root.join("profiler/tests/workloads"),
+        &dir,
+        repetitions,
+    )?);
     eprintln!("xtask bench: userspace stages (criterion)");
     report.push_str(&stages::table(root, options.quick)?);
     std::fs::write(root.join("BENCHMARKS.md"), &report)?;
