@@ -16,7 +16,13 @@ pub fn quality(folded: &str, workload: &Workload) -> Quality {
         .lines()
         .filter_map(|line| {
             let (stack, count) = line.rsplit_once(' ')?;
-            let frames = stack.split(';').filter(|f| !f.ends_with("_[k]")).map(workload.normalize).collect();
+            // Kernel frames sit above the leaf; inlined ones (`_[i]`, as both tools mark them) show
+            // how the compiler built a chain, not a call the workload makes.
+            let frames = stack
+                .split(';')
+                .filter(|f| !f.ends_with("_[k]") && !f.ends_with("_[i]"))
+                .map(workload.normalize)
+                .collect();
             Some((frames, count.parse().ok()?))
         })
         .collect();
@@ -67,8 +73,7 @@ mod tests {
             ],
             normalize: |s| s.to_owned(),
         };
-        let folded =
-            "app;_start;main;a 50\napp;a 10\napp;main;b 30\napp;main;b;sys_[k] 10\napp;main;other 100\n";
+        let folded = "app;_start;main;a 50\napp;a 10\napp;main;call_[i];b 30\napp;main;b;sys_[k] 10\napp;main;other 100\n";
         let q = quality(folded, &workload);
         assert_eq!(q.samples, 200);
         // 90 of the 100 leaf samples have their chain; shares 60/40 exactly.
