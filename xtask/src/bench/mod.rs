@@ -96,6 +96,7 @@ pub fn run(root: &Path, options: &Options) -> Result<()> {
         &root.join("profiler/tests/workloads"),
         &dir,
         repetitions,
+        options.quick,
     )?);
     eprintln!("xtask bench: userspace stages (criterion)");
     report.push_str(&stages::table(root, options.quick)?);
