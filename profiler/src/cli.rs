@@ -18,9 +18,10 @@ use crate::{
     long_about = "System-wide sampling profiler for Linux.\n\nSamples stacks with a perf cpu-clock \
                   event and an eBPF program, from outside the target: no signals, no ptrace stops, \
                   no preloaded library. Recording needs root (or CAP_BPF and CAP_PERFMON) and a \
-                  kernel with BTF; report, diff and completions do not.",
+                  kernel with BTF; report, diff and completions do not. `leaks` tracks the allocations \
+                  a process does not free with uprobes on its allocator, also from outside.",
     after_help = "Examples:\n  sudo profiler record -p 1234 -d 10\n  profiler report run.prof -o cpu.pb.gz\n  \
-                  profiler diff before.prof after.prof -o diff.svg"
+                  profiler diff before.prof after.prof -o diff.svg\n  sudo profiler leaks -- ./server"
 )]
 pub struct Cli {
     #[command(subcommand)]
