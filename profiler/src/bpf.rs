@@ -3,7 +3,7 @@
 use anyhow::{Context as _, Result, anyhow};
 use aya::{
     Ebpf,
-    maps::HashMap as BpfHashMap,
+    maps::{HashMap as BpfHashMap, PerCpuArray},
     programs::{Program, ProgramError},
 };
 use profiler_common::maps;
@@ -19,6 +19,16 @@ pub fn program<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut Program> {
 
 pub fn missing(map: &str) -> anyhow::Error {
     anyhow!("the eBPF object has no map `{map}`")
+}
+
+/// The totals over CPUs of each of the `count` slots of a `PerCpuArray<u64>` of counters.
+/// Wrapping: a slot may be decremented on another CPU than the one it was incremented on.
+pub fn counter_totals(ebpf: &Ebpf, name: &str, count: u32) -> Result<Vec<u64>> {
+    let map = ebpf.map(name).ok_or_else(|| missing(name))?;
+    let counters: PerCpuArray<_, u64> = PerCpuArray::try_from(map)?;
+    (0..count)
+        .map(|index| Ok(counters.get(&index, 0)?.iter().fold(0u64, |sum, &n| sum.wrapping_add(n))))
+        .collect()
 }
 
 /// Sets the flag that makes every program return at once: stops sampling or tracking without

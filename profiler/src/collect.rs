@@ -98,6 +98,28 @@ pub struct Collected {
     pub lost_task_events: u64,
 }
 
+impl Collected {
+    /// Warns, on stderr, about what was dropped on the way: task events the kernel lost, and
+    /// `records` (samples, allocation stacks) that did not decode or could not be processed.
+    pub fn warn(&self, records: &str) {
+        if self.lost_task_events > 0 {
+            eprintln!(
+                "profiler: warning: the kernel dropped {} mmap/exec/fork records; some frames may be misattributed",
+                self.lost_task_events
+            );
+        }
+        if self.malformed > 0 {
+            eprintln!("profiler: warning: {} malformed records were skipped", self.malformed);
+        }
+        if self.failed > 0 {
+            eprintln!(
+                "profiler: warning: {} {records} could not be processed (see the internal errors above)",
+                self.failed
+            );
+        }
+    }
+}
+
 impl Collector {
     pub fn new(call_graph: CallGraph, tracking: Tracking, max_samples: Option<u64>) -> Self {
         Self {

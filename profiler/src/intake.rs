@@ -1,5 +1,7 @@
 //! Where everything the kernel reports goes: ring-buffer records (CPU samples, or allocations)
 //! and task events, handed to the collector in time order.
+use anyhow::{Context as _, Result};
+
 use crate::{collect::Collector, process, ring::RingReader, task_events::TaskEventReader};
 
 /// The kind of ring-buffer record, which says where its timestamp is.
@@ -23,7 +25,7 @@ impl RecordKind {
 }
 
 pub struct Intake {
-    pub ring: RingReader,
+    ring: RingReader,
     task_events: TaskEventReader,
     pub collector: Collector,
     kind: RecordKind,
@@ -56,6 +58,15 @@ impl Intake {
             _ => add(collector, record),
         });
         collector.prune(horizon);
+    }
+
+    /// Waits for the ring (its drain tick, or a wakeup), hands over what came, and names the new
+    /// frames. Returns the stack ends learned, for the kernel's `STACK_ENDS` map.
+    pub async fn advance(&mut self, add: impl FnMut(&mut Collector, &[u8])) -> Result<Vec<(u32, u64)>> {
+        self.ring.ready().await.context("cannot read the ring buffer")?;
+        self.drain(add);
+        self.collector.symbolize_new();
+        Ok(self.collector.take_stack_ends())
     }
 
     /// Drains until nothing is held back: at the end, when no record can be newer than the

@@ -53,9 +53,7 @@ impl Targets {
                 let pids: Vec<String> = handles.iter().map(|h| h.pid().to_string()).collect();
                 format!("PID {}", pids.join(", "))
             }
-            Self::Command(_) => {
-                args.command.iter().map(|a| a.to_string_lossy()).collect::<Vec<_>>().join(" ")
-            }
+            Self::Command(_) => target::command_line(&args.command),
             Self::SystemWide => "whole system".into(),
         }
     }
@@ -139,7 +137,7 @@ pub async fn run(args: RecordArgs) -> Result<()> {
         };
         summary.print();
     }
-    warn(&collected);
+    collected.warn("samples");
     if let Some(status) = command.as_mut().and_then(StartedCommand::try_status).filter(|s| !s.success()) {
         eprintln!("profiler: note: the command exited with {status}");
     }
@@ -178,24 +176,6 @@ fn missing_cfi(collected: &Collected) -> Vec<(String, u64)> {
     modules
 }
 
-fn warn(collected: &Collected) {
-    if collected.lost_task_events > 0 {
-        eprintln!(
-            "profiler: warning: the kernel dropped {} mmap/exec/fork records; some frames may be misattributed",
-            collected.lost_task_events
-        );
-    }
-    if collected.malformed > 0 {
-        eprintln!("profiler: warning: {} malformed records were skipped", collected.malformed);
-    }
-    if collected.failed > 0 {
-        eprintln!(
-            "profiler: warning: {} samples could not be processed (see the internal errors above)",
-            collected.failed
-        );
-    }
-}
-
 /// Completes when every target is gone (never, system-wide).
 async fn targets_gone(targets: &Targets, command: Option<&StartedCommand>) {
     match (targets, command) {
@@ -217,11 +197,8 @@ async fn sample_until(
         tokio::select! {
             biased;
             reason = &mut stop => return Ok(reason),
-            ready = intake.ring.ready() => {
-                ready.context("cannot read the ring buffer")?;
-                intake.drain(Collector::add_record);
-                intake.collector.symbolize_new();
-                for (tid, end) in intake.collector.take_stack_ends() {
+            stack_ends = intake.advance(Collector::add_record) => {
+                for (tid, end) in stack_ends? {
                     sampler.set_stack_end(tid, end)?;
                 }
                 if max_samples.is_some_and(|max| intake.collector.progress().0 as u64 >= max) {

@@ -3,7 +3,7 @@
 use anyhow::{Context as _, Result, anyhow};
 use aya::{
     Ebpf, EbpfLoader,
-    maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf},
+    maps::{HashMap as BpfHashMap, MapData, RingBuf},
     programs::{
         PerfEvent, RawTracePoint,
         perf_event::{PerfEventConfig, PerfEventLinkId, PerfEventScope, SamplePolicy, SoftwareEvent},
@@ -143,16 +143,14 @@ impl Sampler {
     }
 
     pub fn counters(&self) -> Result<Counters> {
-        let map = self.ebpf.map(maps::COUNTERS).ok_or_else(|| missing(maps::COUNTERS))?;
-        let counters: PerCpuArray<_, u64> = PerCpuArray::try_from(map)?;
-        let total =
-            |counter: Counter| -> Result<u64> { Ok(counters.get(&(counter as u32), 0)?.iter().sum()) };
+        let totals = bpf::counter_totals(&self.ebpf, maps::COUNTERS, Counter::COUNT)?;
+        let total = |counter: Counter| totals[counter as usize];
         Ok(Counters {
-            seen: total(Counter::Seen)?,
-            filtered: total(Counter::Filtered)?,
-            lost: total(Counter::Lost)?,
-            stack_truncated: total(Counter::StackTruncated)?,
-            stack_unreadable: total(Counter::StackUnreadable)?,
+            seen: total(Counter::Seen),
+            filtered: total(Counter::Filtered),
+            lost: total(Counter::Lost),
+            stack_truncated: total(Counter::StackTruncated),
+            stack_unreadable: total(Counter::StackUnreadable),
         })
     }
 }

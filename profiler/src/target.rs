@@ -72,6 +72,11 @@ fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
+/// A command and its arguments as one line, for titles and messages.
+pub fn command_line(argv: &[OsString]) -> String {
+    argv.iter().map(|arg| arg.to_string_lossy()).collect::<Vec<_>>().join(" ")
+}
+
 /// A command forked and held just before `exec`, so that the profiler can add it to the filter
 /// and start sampling before its first instruction runs.
 pub struct PendingCommand {

@@ -18,6 +18,7 @@ use std::{
 use anyhow::{Context as _, Result};
 
 use self::{
+    allocator::Allocator,
     ledger::{Block, Ledger},
     report::Totals,
     tracer::{Tracer, TracerConfig},
@@ -25,17 +26,17 @@ use self::{
 use crate::{
     check,
     cli::{CallGraph, LeaksArgs},
-    collect::{Collected, Collector},
+    collect::Collector,
     intake::{Intake, RecordKind},
-    output::{self, OutputFile},
+    output::OutputFile,
     process::{self, Start, Tracking},
     profile::ProfileSample,
     recording::{Meta, Recording, Weight},
-    render::{Format, RenderOptions},
+    render::{self, Format, RenderOptions},
     ring::RingReader,
     stop::{StopReason, stop_condition},
     summary::StatusLine,
-    target::{PendingCommand, ProcessHandle, StartedCommand},
+    target::{self, PendingCommand, ProcessHandle, StartedCommand},
     task_events::TaskEventReader,
 };
 
@@ -48,11 +49,55 @@ pub enum LeaksFormat {
 
 impl LeaksFormat {
     pub fn from_path(path: &Path) -> Self {
-        match Format::from_path(path) {
-            _ if path.extension().is_some_and(|e| e == "txt") => Self::Report,
-            Some(format) => Self::Render(format),
-            None => Self::Render(Format::Svg),
+        if path.extension().is_some_and(|e| e == "txt") {
+            Self::Report
+        } else {
+            Self::Render(Format::from_path(path).unwrap_or(Format::Svg))
         }
+    }
+}
+
+/// The target before tracking starts: a running process, or a command held before `exec` so
+/// that it is probed before it runs.
+enum PendingTarget {
+    Process(ProcessHandle),
+    Command(PendingCommand),
+}
+
+impl PendingTarget {
+    fn open(args: &LeaksArgs) -> Result<Self> {
+        Ok(match args.pid {
+            Some(pid) => Self::Process(ProcessHandle::open(pid)?),
+            None => Self::Command(PendingCommand::spawn(&args.command)?),
+        })
+    }
+
+    fn pid(&self) -> u32 {
+        match self {
+            Self::Process(handle) => handle.pid(),
+            Self::Command(pending) => pending.pid(),
+        }
+    }
+
+    fn allocator(&self, args: &LeaksArgs) -> Result<Allocator> {
+        match self {
+            Self::Process(handle) => allocator::of_process(handle.pid()),
+            Self::Command(_) => allocator::of_command(&args.command[0]),
+        }
+    }
+
+    fn describe(&self, args: &LeaksArgs) -> String {
+        match self {
+            Self::Process(handle) => format!("PID {}", handle.pid()),
+            Self::Command(_) => target::command_line(&args.command),
+        }
+    }
+
+    fn start(self) -> Result<Target> {
+        Ok(match self {
+            Self::Process(handle) => Target::Process(handle),
+            Self::Command(pending) => Target::Command(pending.start()?),
+        })
     }
 }
 
@@ -79,16 +124,9 @@ pub async fn run(args: LeaksArgs) -> Result<()> {
         .map(|(path, format)| Ok((OutputFile::create(path)?, *format)))
         .collect::<Result<_>>()?;
 
-    // A running process, or a command held before exec: probed before it runs.
-    let (pending, handle) = match args.pid {
-        Some(pid) => (None, Some(ProcessHandle::open(pid)?)),
-        None => (Some(PendingCommand::spawn(&args.command)?), None),
-    };
-    let (pid, allocator) = match (&pending, &handle) {
-        (_, Some(handle)) => (handle.pid(), allocator::of_process(handle.pid())?),
-        (Some(pending), _) => (pending.pid(), allocator::of_command(&args.command[0])?),
-        (None, None) => unreachable!("clap requires a PID or a command"),
-    };
+    let pending = PendingTarget::open(&args)?;
+    let (pid, allocator) = (pending.pid(), pending.allocator(&args)?);
+    let description = pending.describe(&args);
     let config = TracerConfig {
         stack_copy_cap: args.stack_size * 1024,
         ring_buffer_bytes: args.ring_buffer << 20,
@@ -105,11 +143,7 @@ pub async fn run(args: LeaksArgs) -> Result<()> {
     );
     intake.collector.track(pid);
     let start = Start::now();
-    let target = match (pending, handle) {
-        (Some(pending), _) => Target::Command(pending.start()?),
-        (None, Some(handle)) => Target::Process(handle),
-        (None, None) => unreachable!("clap requires a PID or a command"),
-    };
+    let target = pending.start()?;
     if !args.quiet {
         eprintln!("profiler: tracking the allocations of PID {pid} in {allocator}");
     }
@@ -148,7 +182,7 @@ pub async fn run(args: LeaksArgs) -> Result<()> {
     push_blocks(&mut collector, &ledger, &blocks, pid, args.sample_every);
     let collected = collector.finish();
     let meta = Meta {
-        target: describe(&args, pid),
+        target: description,
         start_unix_ns: start.unix_ns,
         duration_ns: duration.as_nanos() as u64,
         call_graph: CallGraph::Auto.name().into(),
@@ -176,7 +210,7 @@ pub async fn run(args: LeaksArgs) -> Result<()> {
             eprintln!("profiler: stopped by signal");
         }
     }
-    warn(&collected);
+    collected.warn("allocation stacks");
     // Removing the probes takes the kernel a while: done last, once everything is written.
     drop(tracer);
     if let Target::Command(mut command) = target
@@ -185,14 +219,6 @@ pub async fn run(args: LeaksArgs) -> Result<()> {
         eprintln!("profiler: note: the command exited with {status}");
     }
     Ok(())
-}
-
-fn describe(args: &LeaksArgs, pid: u32) -> String {
-    if args.command.is_empty() {
-        format!("PID {pid}")
-    } else {
-        args.command.iter().map(|a| a.to_string_lossy()).collect::<Vec<_>>().join(" ")
-    }
 }
 
 fn add_allocation(collector: &mut Collector, ledger: &mut Ledger, record: &[u8]) {
@@ -213,11 +239,8 @@ async fn track_until(
         tokio::select! {
             biased;
             reason = &mut stop => return Ok(reason),
-            ready = intake.ring.ready() => {
-                ready.context("cannot read the ring buffer")?;
-                intake.drain(|collector, record| add_allocation(collector, ledger, record));
-                intake.collector.symbolize_new();
-                for (tid, end) in intake.collector.take_stack_ends() {
+            stack_ends = intake.advance(|collector, record| add_allocation(collector, ledger, record)) => {
+                for (tid, end) in stack_ends? {
                     tracer.set_stack_end(tid, end)?;
                 }
                 if status.due() {
@@ -264,24 +287,12 @@ fn write_outputs(
 ) -> Result<()> {
     let options = RenderOptions::default();
     for (file, format) in outputs {
-        match format {
-            LeaksFormat::Report => file.commit(|out| report::write(recording, totals, top, out))?,
-            LeaksFormat::Render(format) => output::write_all(vec![(file, format)], recording, &options)?,
-        }
+        file.commit(|out| match format {
+            LeaksFormat::Report => report::write(recording, totals, top, out),
+            LeaksFormat::Render(format) => render::render(format, recording, &options, out),
+        })?;
     }
     Ok(())
-}
-
-fn warn(collected: &Collected) {
-    if collected.malformed > 0 {
-        eprintln!("profiler: warning: {} malformed records were skipped", collected.malformed);
-    }
-    if collected.failed > 0 {
-        eprintln!(
-            "profiler: warning: {} allocation stacks could not be processed (see the internal errors above)",
-            collected.failed
-        );
-    }
 }
 
 #[cfg(test)]

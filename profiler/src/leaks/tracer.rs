@@ -11,7 +11,7 @@ use aya::{
         uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope},
     },
 };
-use profiler_common::{Allocation, AllocationKey, LeakCounter, globals, maps, programs};
+use profiler_common::{AllocFunction, Allocation, AllocationKey, LeakCounter, globals, maps, programs};
 
 use super::allocator::Allocator;
 use crate::bpf::{self, EBPF_OBJECT, missing, program, verifier_error};
@@ -76,28 +76,24 @@ impl Tracer {
     /// entering without being seen returning.
     pub fn attach(&mut self, allocator: &Allocator, pid: u32) -> Result<()> {
         let scope = UProbeScope::OneProcess(NonZeroU32::new(pid).ok_or_else(|| anyhow!("PID 0"))?);
-        let file = &allocator.file;
-        for (name, functions) in [
-            (programs::ALLOC_RETURN, &allocator.functions[..]),
-            (programs::FREE_ENTER, &[][..]),
-            (programs::ALLOC_ENTER, &allocator.functions[..]),
-        ] {
+        let mut attach = |name: &str, offset: u64, function: Option<AllocFunction>| -> Result<()> {
             let probe: &mut UProbe = program(&mut self.ebpf, name)?.try_into()?;
-            if name == programs::FREE_ENTER {
-                probe
-                    .attach(UProbeAttachLocation::AbsoluteOffset(allocator.free), file, scope)
-                    .with_context(|| format!("cannot probe free in {allocator}"))?;
-                continue;
-            }
-            for &(function, offset) in functions {
-                let point = UProbeAttachPoint {
-                    location: UProbeAttachLocation::AbsoluteOffset(offset),
-                    cookie: Some(function as u64),
-                };
-                probe
-                    .attach(point, file, scope)
-                    .with_context(|| format!("cannot probe {} in {allocator}", function.symbol()))?;
-            }
+            let point = UProbeAttachPoint {
+                location: UProbeAttachLocation::AbsoluteOffset(offset),
+                cookie: function.map(|f| f as u64),
+            };
+            let symbol = function.map_or("free", AllocFunction::symbol);
+            probe
+                .attach(point, &allocator.file, scope)
+                .with_context(|| format!("cannot probe {symbol} in {allocator}"))?;
+            Ok(())
+        };
+        for &(function, offset) in &allocator.functions {
+            attach(programs::ALLOC_RETURN, offset, Some(function))?;
+        }
+        attach(programs::FREE_ENTER, allocator.free, None)?;
+        for &(function, offset) in &allocator.functions {
+            attach(programs::ALLOC_ENTER, offset, Some(function))?;
         }
         Ok(())
     }
@@ -127,23 +123,18 @@ impl Tracer {
     }
 
     pub fn counters(&self) -> Result<LeakCounters> {
-        let map = self.ebpf.map(maps::LEAK_COUNTERS).ok_or_else(|| missing(maps::LEAK_COUNTERS))?;
-        let counters: PerCpuArray<_, u64> = PerCpuArray::try_from(map)?;
-        // A failed realloc gives its block back on the CPU it returns on, by subtracting from a
-        // per-CPU slot: slots wrap, their sum does not.
-        let total = |counter: LeakCounter| -> Result<u64> {
-            Ok(counters.get(&(counter as u32), 0)?.iter().fold(0u64, |sum, &n| sum.wrapping_add(n)))
-        };
+        let totals = bpf::counter_totals(&self.ebpf, maps::LEAK_COUNTERS, LeakCounter::COUNT)?;
+        let total = |counter: LeakCounter| totals[counter as usize];
         Ok(LeakCounters {
-            alloc_calls: total(LeakCounter::AllocCalls)?,
-            free_calls: total(LeakCounter::FreeCalls)?,
-            failed: total(LeakCounter::Failed)?,
-            tracked: total(LeakCounter::Tracked)?,
-            tracked_bytes: total(LeakCounter::TrackedBytes)?,
-            released: total(LeakCounter::Released)?,
-            released_bytes: total(LeakCounter::ReleasedBytes)?,
-            table_full: total(LeakCounter::TableFull)?,
-            stacks_lost: total(LeakCounter::StacksLost)?,
+            alloc_calls: total(LeakCounter::AllocCalls),
+            free_calls: total(LeakCounter::FreeCalls),
+            failed: total(LeakCounter::Failed),
+            tracked: total(LeakCounter::Tracked),
+            tracked_bytes: total(LeakCounter::TrackedBytes),
+            released: total(LeakCounter::Released),
+            released_bytes: total(LeakCounter::ReleasedBytes),
+            table_full: total(LeakCounter::TableFull),
+            stacks_lost: total(LeakCounter::StacksLost),
         })
     }
 
