@@ -1,9 +1,11 @@
 //! Registry of the modules (executables, libraries, vdso) seen in samples.
 //!
-//! A module is identified by its file (device, inode), so every process that maps the same
-//! library shares one entry and the symbolizer parses it once. The file is opened while the
-//! target still maps it and the handle is kept, so a module still symbolizes after the process
-//! exited, the library was dlclose'd or the file was deleted.
+//! A module is identified by its content: the GNU build id where the file has one, else the file
+//! itself (device, inode, modification time). Every process that maps the same library, even a
+//! copy of it in another container's file system, shares one entry, so the unwinder and the
+//! symbolizer parse it once. The file is opened while the target still maps it and the handle is
+//! kept, so a module still symbolizes after the process exited, the library was dlclose'd or the
+//! file was deleted.
 use std::{
     fs::File,
     os::{fd::AsRawFd, unix::fs::MetadataExt},
@@ -34,6 +36,7 @@ pub struct Module {
     path: PathBuf,
     /// Open handle on the file, when it could be opened.
     file: Option<File>,
+    build_id: Option<Vec<u8>>,
 }
 
 impl Module {
@@ -48,13 +51,8 @@ impl Module {
     }
 
     /// The file's GNU build id, if it has one.
-    pub fn build_id(&self) -> Option<Vec<u8>> {
-        use object::Object as _;
-        let file = File::open(self.readable_path()?).ok()?;
-        // SAFETY: read-only private mapping of a file we hold open.
-        let data = unsafe { memmap2::Mmap::map(&file) }.ok()?;
-        let elf = object::File::parse(&*data).ok()?;
-        Some(elf.build_id().ok()??.to_vec())
+    pub fn build_id(&self) -> Option<&[u8]> {
+        self.build_id.as_deref()
     }
 
     /// A path through which this process can read the module's file, whatever happened to it in
@@ -64,46 +62,95 @@ impl Module {
     }
 }
 
+/// What a mapping names: the fast lookup, before any file is opened.
 #[derive(Debug, PartialEq, Eq, Hash)]
-enum ModuleKey {
+enum MappedKey {
     File { dev: u64, inode: u64 },
+    Pseudo(String),
+}
+
+/// What a module's content is known by.
+#[derive(Debug, PartialEq, Eq, Hash)]
+enum Identity {
+    BuildId(Vec<u8>),
+    /// No build id: the file itself, as it was when opened (`mtime` is `None` when it could not be).
+    File {
+        dev: u64,
+        inode: u64,
+        mtime: Option<(i64, i64)>,
+    },
     Pseudo(String),
 }
 
 #[derive(Debug, Default)]
 pub struct Modules {
-    ids: FxHashMap<ModuleKey, ModuleId>,
+    by_mapping: FxHashMap<MappedKey, ModuleId>,
+    by_identity: FxHashMap<Identity, ModuleId>,
     modules: Vec<Module>,
+    /// Files found to be another copy of a known module: held open so that their (device, inode)
+    /// cannot name a different file later in the recording.
+    copies: Vec<File>,
 }
 
 impl Modules {
     /// The module behind `mapping` of process `tgid`; `None` for anonymous memory.
     pub fn intern(&mut self, tgid: u32, mapping: &Mapping) -> Option<ModuleId> {
-        let key = match &mapping.backing {
-            Backing::File { .. } => ModuleKey::File { dev: mapping.dev, inode: mapping.inode },
-            Backing::Pseudo(name) => ModuleKey::Pseudo(name.clone()),
+        let (key, path) = match &mapping.backing {
+            Backing::File { path, .. } => {
+                (MappedKey::File { dev: mapping.dev, inode: mapping.inode }, path.as_path())
+            }
+            Backing::Pseudo(name) => (MappedKey::Pseudo(name.clone()), Path::new(name.as_str())),
             Backing::Anonymous => return None,
         };
-        if let Some(&id) = self.ids.get(&key) {
+        if let Some(&id) = self.by_mapping.get(&key) {
             return Some(id);
         }
-        let module = match &mapping.backing {
-            Backing::File { path, .. } => {
-                Module { path: path.clone(), file: open_mapped_file(tgid, mapping, path) }
-            }
-            Backing::Pseudo(name) if name == "[vdso]" => Module { path: name.into(), file: own_vdso() },
-            Backing::Pseudo(name) => Module { path: name.into(), file: None },
-            Backing::Anonymous => unreachable!("returned above"),
+        let file = match &key {
+            MappedKey::File { .. } => open_mapped_file(tgid, mapping, path),
+            MappedKey::Pseudo(name) if name == "[vdso]" => own_vdso(),
+            MappedKey::Pseudo(_) => None,
         };
-        let id = ModuleId(self.modules.len() as u32);
-        self.modules.push(module);
-        self.ids.insert(key, id);
+        let build_id = file.as_ref().and_then(read_build_id);
+        let identity = match (&build_id, &key) {
+            (Some(build_id), _) => Identity::BuildId(build_id.clone()),
+            (None, &MappedKey::File { dev, inode }) => {
+                Identity::File { dev, inode, mtime: file.as_ref().and_then(mtime) }
+            }
+            (None, MappedKey::Pseudo(name)) => Identity::Pseudo(name.clone()),
+        };
+        let id = match self.by_identity.get(&identity) {
+            Some(&id) => {
+                self.copies.extend(file);
+                id
+            }
+            None => {
+                let id = ModuleId(self.modules.len() as u32);
+                self.modules.push(Module { path: path.to_owned(), file, build_id });
+                self.by_identity.insert(identity, id);
+                id
+            }
+        };
+        self.by_mapping.insert(key, id);
         Some(id)
     }
 
     pub fn get(&self, id: ModuleId) -> &Module {
         &self.modules[id.0 as usize]
     }
+}
+
+/// The GNU build id note of an ELF file.
+fn read_build_id(file: &File) -> Option<Vec<u8>> {
+    use object::Object as _;
+    // SAFETY: read-only private mapping of a file we hold open.
+    let data = unsafe { memmap2::Mmap::map(file) }.ok()?;
+    let elf = object::File::parse(&*data).ok()?;
+    Some(elf.build_id().ok()??.to_vec())
+}
+
+fn mtime(file: &File) -> Option<(i64, i64)> {
+    let metadata = file.metadata().ok()?;
+    Some((metadata.mtime(), metadata.mtime_nsec()))
 }
 
 /// Opens the file behind a mapping as the target sees it: `map_files` names the mapped inode
@@ -167,6 +214,52 @@ mod tests {
         let module = modules.get(a);
         let path = module.readable_path().expect("own executable opens");
         assert_eq!(std::fs::metadata(path).unwrap().ino(), mapping.inode);
+    }
+
+    /// A mapping of a whole file at `path`, as /proc/PID/maps would show it.
+    fn file_mapping(path: &Path) -> Mapping {
+        let metadata = std::fs::metadata(path).unwrap();
+        Mapping {
+            start: 0x1000,
+            end: 0x2000,
+            offset: 0,
+            executable: true,
+            dev: metadata.dev(),
+            inode: metadata.ino(),
+            backing: Backing::File { path: path.to_owned(), deleted: false },
+        }
+    }
+
+    #[test]
+    fn copies_of_one_build_id_are_one_module() {
+        let dir = tempfile::tempdir().unwrap();
+        let own = own_mapping();
+        let Backing::File { path: exe, .. } = &own.backing else { panic!("{own:?}") };
+        let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+        std::fs::copy(exe, &a).unwrap();
+        std::fs::copy(exe, &b).unwrap();
+        let mut modules = Modules::default();
+        let id = modules.intern(std::process::id(), &file_mapping(&a)).unwrap();
+        assert!(
+            modules.get(id).build_id().is_some_and(|id| !id.is_empty()),
+            "the test binary has a build id"
+        );
+        assert_eq!(modules.intern(std::process::id(), &file_mapping(&b)), Some(id));
+        assert_eq!(modules.get(id).path(), a);
+    }
+
+    #[test]
+    fn files_without_build_id_are_one_module_each() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+        std::fs::write(&a, b"same bytes").unwrap();
+        std::fs::write(&b, b"same bytes").unwrap();
+        let mut modules = Modules::default();
+        let first = modules.intern(std::process::id(), &file_mapping(&a)).unwrap();
+        let second = modules.intern(std::process::id(), &file_mapping(&b)).unwrap();
+        assert_ne!(first, second);
+        assert_eq!(modules.get(first).build_id(), None);
+        assert_eq!(modules.intern(std::process::id(), &file_mapping(&a)), Some(first));
     }
 
     #[test]

@@ -231,7 +231,7 @@ fn location(
                 let module = modules.get(module);
                 infos.push(ModuleInfo {
                     path: module.path().to_string_lossy().into_owned(),
-                    build_id: module.build_id().unwrap_or_default(),
+                    build_id: module.build_id().map(<[u8]>::to_vec).unwrap_or_default(),
                 });
                 infos.len() as u32 - 1
             });
