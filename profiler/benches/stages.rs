@@ -100,7 +100,7 @@ fn symbolize(c: &mut Criterion) {
         &mut modules,
         &mut frames,
     );
-    let symbolizer = Symbolizer::default();
+    let mut symbolizer = Symbolizer::default();
     symbolizer.symbolize(&frames, &modules, &PerfMaps::default());
     let mut group = c.benchmark_group("symbolize");
     group.throughput(Throughput::Elements(frames.len() as u64));

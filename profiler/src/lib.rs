@@ -16,6 +16,7 @@ pub mod maps;
 pub mod module;
 pub mod output;
 pub mod perf_map;
+pub mod plt;
 pub mod process;
 pub mod profile;
 pub mod record;

@@ -1,5 +1,6 @@
 //! Symbolization of recorded frames with blazesym: ELF symbols and DWARF (with inlined
-//! functions and demangling) for user modules, kallsyms for the kernel.
+//! functions and demangling) for user modules, kallsyms for the kernel; PLT stubs are named
+//! after the function they call ([`crate::plt`]).
 //!
 //! Modules are symbolized through the handles [`Modules`] keeps open, so a module symbolizes
 //! after its process exited or its file was deleted. blazesym caches each parsed file by its
@@ -14,10 +15,13 @@ use blazesym::{
     },
 };
 
+use rustc_hash::FxHashMap;
+
 use crate::{
     frame::Frame,
-    module::{ModuleId, Modules},
+    module::{Module, ModuleId, Modules},
     perf_map::PerfMaps,
+    plt::PltStubs,
 };
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -84,6 +88,7 @@ impl Symbols {
 
 pub struct Symbolizer {
     blaze: BlazeSymbolizer,
+    plt: FxHashMap<ModuleId, PltStubs>,
 }
 
 impl Default for Symbolizer {
@@ -93,14 +98,14 @@ impl Default for Symbolizer {
             .enable_inlined_fns(true)
             .enable_demangling(true)
             .build();
-        Self { blaze }
+        Self { blaze, plt: FxHashMap::default() }
     }
 }
 
 impl Symbolizer {
     /// Names every frame in `frames`. Frames that cannot be named get a placeholder that keeps
     /// what is known (`libfoo.so+0x1234`, `[unknown]`); errors never abort symbolization.
-    pub fn symbolize(&self, frames: &[Frame], modules: &Modules, perf_maps: &PerfMaps) -> Symbols {
+    pub fn symbolize(&mut self, frames: &[Frame], modules: &Modules, perf_maps: &PerfMaps) -> Symbols {
         let mut kernel = Vec::new();
         let mut by_module: BTreeMap<ModuleId, Vec<u64>> = BTreeMap::new();
         let mut symbols = Symbols::default();
@@ -143,8 +148,9 @@ impl Symbolizer {
             .collect()
     }
 
-    fn module(&self, modules: &Modules, id: ModuleId, offsets: &[u64]) -> Vec<Vec<Symbol>> {
+    fn module(&mut self, modules: &Modules, id: ModuleId, offsets: &[u64]) -> Vec<Vec<Symbol>> {
         let module = modules.get(id);
+        let plt = self.plt.entry(id).or_insert_with(|| plt_stubs(module));
         let resolved = module
             .readable_path()
             .map(|path| Source::Elf(Elf::new(path)))
@@ -154,6 +160,7 @@ impl Symbolizer {
             .iter()
             .enumerate()
             .map(|(i, offset)| match resolved.get(i) {
+                _ if let Some(stub) = plt.name(*offset) => vec![Symbol::new(stub, SymbolKind::Function)],
                 Some(Symbolized::Sym(sym)) => {
                     let outer = Symbol::new(&*sym.name, SymbolKind::Function);
                     let inlined = sym.inlined.iter().map(|f| Symbol::new(&*f.name, SymbolKind::Inlined));
@@ -163,6 +170,15 @@ impl Symbolizer {
             })
             .collect()
     }
+}
+
+fn plt_stubs(module: &Module) -> PltStubs {
+    let Some(file) = module.readable_path().and_then(|path| std::fs::File::open(path).ok()) else {
+        return PltStubs::default();
+    };
+    // SAFETY: read-only private mapping of a file the registry holds open.
+    let Ok(image) = (unsafe { memmap2::Mmap::map(&file) }) else { return PltStubs::default() };
+    contained(|| PltStubs::parse(&image))
 }
 
 /// Runs `f`, turning a panic (a parser tripping on a corrupt file) into the default result: the

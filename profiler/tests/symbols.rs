@@ -148,6 +148,30 @@ fn children_of_a_shell_command() {
 }
 
 #[test]
+fn plt_stubs_are_named_after_their_function() {
+    if !e2e_enabled() {
+        return;
+    }
+    for (name, flags) in [
+        ("libcalls", &["-O2", "-fno-builtin"][..]),
+        ("libcalls-ibt", &["-O2", "-fno-builtin", "-fcf-protection=full", "-Wl,-z,ibtplt"]),
+    ] {
+        let workload = build_workload("libcalls.c", name, "gcc", flags);
+        let folded = record_command(&scratch_dir(name), &[], &workload, &["2"]);
+        let (in_stub, under_main) = folded.leaf_samples("abs@plt", &["main", "abs@plt"]);
+        let in_init: u64 =
+            folded.stacks.iter().filter(|(f, _)| f.iter().any(|f| f == "_init")).map(|(_, n)| n).sum();
+        eprintln!(
+            "{name}: {in_stub} of {} samples in abs@plt, {under_main} under main, {in_init} in _init",
+            folded.total()
+        );
+        assert!(in_stub as f64 >= 0.02 * folded.total() as f64, "the loop spends time in the stub");
+        assert!(under_main as f64 >= 0.99 * in_stub as f64, "the stub unwinds to its caller");
+        assert_eq!(in_init, 0, "no stub named after the symbol before the PLT");
+    }
+}
+
+#[test]
 fn vdso_frames_are_named() {
     if !e2e_enabled() {
         return;
