@@ -17,7 +17,7 @@ use aya_ebpf::{
         bpf_get_current_pid_tgid, bpf_get_prandom_u32, bpf_ktime_get_ns, generated::bpf_get_attach_cookie,
     },
     macros::{map, uprobe, uretprobe},
-    maps::{Array, HashMap, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
     programs::{ProbeContext, RetProbeContext},
 };
 use profiler_common::{
@@ -45,6 +45,12 @@ static OUTSTANDING: HashMap<AllocationKey, Allocation> =
 /// nesting is only believed a few pages deep.)
 #[map(name = "CALLS")]
 static CALLS: HashMap<u64, Call> = HashMap::with_max_entries(65536, BPF_F_NO_PREALLOC);
+
+/// Each thread's last call to a release function, to tell an `operator delete` that hands its
+/// block on to `free` (a tail call) from two frees. Preallocated (LRU maps are), so kept small:
+/// the least recently used threads make room.
+#[map(name = "LAST_RELEASE")]
+static LAST_RELEASE: LruHashMap<u64, Release> = LruHashMap::with_max_entries(4096, 0);
 
 #[map(name = "LEAK_COUNTERS")]
 static LEAK_COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(LeakCounter::COUNT, 0);
@@ -85,6 +91,14 @@ struct Call {
     followed: u32,
 }
 
+/// A call to a release function.
+#[repr(C)]
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Release {
+    entry_sp: u64,
+    addr: u64,
+}
+
 fn count(counter: LeakCounter, n: u64) {
     if let Some(value) = LEAK_COUNTERS.get_ptr_mut(counter as u32) {
         // Atomic even on a per-CPU slot: a preempted probe may resume after another one ran.
@@ -123,10 +137,11 @@ pub fn alloc_enter(ctx: ProbeContext) -> u32 {
     let pid_tgid = bpf_get_current_pid_tgid();
     let sp = unsafe { (*ctx.regs).rsp };
     if let Some(outer) = unsafe { CALLS.get(pid_tgid) }
-        && outer.entry_sp > sp
+        && outer.entry_sp >= sp
         && outer.entry_sp - sp < NESTING_BYTES
     {
-        // The allocator calling itself (memalign -> malloc, realloc(NULL) -> malloc): the outer
+        // The allocator calling itself (memalign -> malloc, realloc(NULL) -> malloc), or jumping
+        // to itself from the same stack pointer (a tail call: operator new -> malloc): the outer
         // call is the one the program made.
         return 0;
     }
@@ -259,9 +274,18 @@ pub fn free_enter(ctx: ProbeContext) -> u32 {
     if addr == 0 {
         return 0;
     }
-    count(LeakCounter::FreeCalls, 1);
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let call = Release { entry_sp: unsafe { (*ctx.regs).rsp }, addr };
     // A block we never saw allocated (before the tracker started, or not sampled) is ignored.
-    let _ = release((bpf_get_current_pid_tgid() >> 32) as u32, addr);
+    let released = release((pid_tgid >> 32) as u32, addr).is_some();
+    // The same block from the same stack pointer, and nothing left to release: the release
+    // function tail-called another one (operator delete -> free), still one call. (A block
+    // allocated again in between would have been released.)
+    let handed_on = !released && unsafe { LAST_RELEASE.get(pid_tgid) }.is_some_and(|last| *last == call);
+    if !handed_on {
+        count(LeakCounter::FreeCalls, 1);
+        let _ = LAST_RELEASE.insert(pid_tgid, call, 0);
+    }
     0
 }
 

@@ -92,6 +92,48 @@ fn exactly_the_leaked_blocks_with_their_stack() {
     assert_eq!(bytes_at(&folded, "churn"), 0);
 }
 
+/// The outstanding blocks: `outstanding: N bytes in N blocks from N stacks`.
+fn outstanding_blocks(report: &str) -> u64 {
+    let line = report.lines().find(|l| l.starts_with("outstanding: ")).expect("outstanding line");
+    line.split_whitespace().nth(4).unwrap().replace(',', "").parse().unwrap()
+}
+
+#[test]
+fn cpp_operator_new_with_libstdcxx_tcmalloc_and_jemalloc() {
+    if !e2e_enabled() {
+        return;
+    }
+    for (name, allocator) in [
+        ("leaks_new", None),
+        ("leaks_new-tcmalloc", Some("/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4")),
+        ("leaks_new-jemalloc", Some("/usr/lib/x86_64-linux-gnu/libjemalloc.so.2")),
+    ] {
+        let mut flags = vec!["-O2", "-g", "-fno-optimize-sibling-calls"];
+        flags.extend(allocator.map(|library| ["-Wl,--no-as-needed", library]).into_iter().flatten());
+        let workload = build_workload("leaks_new.cpp", name, "g++", &flags);
+        let (folded, report, _) = leaks(&scratch_dir(name), &[], &workload);
+        let through_leak_one: u64 = folded
+            .stacks
+            .iter()
+            .filter(|(frames, _)| frames.iter().any(|f| f == "leak_one()"))
+            .map(|(_, n)| n)
+            .sum();
+        assert_eq!(through_leak_one, 4_096_000, "{name}: the leaked blocks");
+        if allocator.is_some() {
+            // Its operator new is probed itself: nothing between the program and the allocator.
+            assert_eq!(bytes_at(&folded, "leak_one()"), 4_096_000, "{name}: operator new probed");
+        }
+        // Each call counted once, even where operator new or delete jump on to malloc or free.
+        let (allocations, frees) = totals(&report);
+        assert!(allocations >= 21_000, "{name}: {allocations} allocations");
+        assert_eq!(
+            allocations - frees,
+            outstanding_blocks(&report),
+            "{name}: {allocations} allocations, {frees} frees"
+        );
+    }
+}
+
 #[test]
 fn every_allocation_function_matches_the_programs_bookkeeping() {
     if !e2e_enabled() {

@@ -13,9 +13,16 @@ use crate::{check, is_root};
 const BPF_LINKER_VERSION: &str = "0.13.0";
 /// LLVM majors bpf-linker 0.13.0 can be built against (its `llvm-NN` features).
 const BPF_LINKER_LLVM_MAJORS: [u32; 3] = [21, 22, 23];
-/// Commands the tests need, and the Debian packages that provide them.
-const PACKAGES: [(&str, &str); 4] =
-    [("gcc", "gcc"), ("g++", "g++"), ("objcopy", "binutils"), ("setpriv", "util-linux")];
+/// What the tests need, and the Debian packages that provide it: commands (found in PATH) and
+/// libraries (by path: the allocators `leaks` is tested with).
+const PACKAGES: [(&str, &str); 6] = [
+    ("gcc", "gcc"),
+    ("g++", "g++"),
+    ("objcopy", "binutils"),
+    ("setpriv", "util-linux"),
+    ("/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4", "libtcmalloc-minimal4"),
+    ("/usr/lib/x86_64-linux-gnu/libjemalloc.so.2", "libjemalloc2"),
+];
 
 pub fn ensure(root: &Path) -> Result<()> {
     ensure_rust_src()?;
@@ -168,15 +175,10 @@ fn ensure_packages() -> Result<()> {
     install_packages(&PACKAGES)
 }
 
-/// Installs the Debian packages of the commands that are missing.
+/// Installs the Debian packages of the commands and files that are missing.
 fn install_packages(packages: &[(&str, &str)]) -> Result<()> {
-    let missing: Vec<&str> = packages
-        .iter()
-        .filter(|(command, _)| {
-            Command::new("which").arg(command).output().map_or(true, |o| !o.status.success())
-        })
-        .map(|&(_, package)| package)
-        .collect();
+    let missing: Vec<&str> =
+        packages.iter().filter(|(needed, _)| !is_present(needed)).map(|&(_, package)| package).collect();
     if missing.is_empty() {
         return Ok(());
     }
@@ -188,6 +190,14 @@ fn install_packages(packages: &[(&str, &str)]) -> Result<()> {
     };
     apt(&["update", "-q"])?;
     apt(&[&["install", "-y", "-q", "--no-install-recommends"][..], &missing].concat())
+}
+
+/// An absolute path exists, or a command is in PATH.
+fn is_present(needed: &str) -> bool {
+    if needed.starts_with('/') {
+        return Path::new(needed).exists();
+    }
+    Command::new("which").arg(needed).output().is_ok_and(|o| o.status.success())
 }
 
 fn sudo(program: &str) -> Command {

@@ -4,7 +4,11 @@
 //! program itself (static binaries, or an allocator linked in), then preloaded libraries, then
 //! the libraries it needs (jemalloc, tcmalloc, mimalloc...), libc last. The tracker probes that
 //! object only: the other allocators in the process are never called for `malloc`.
+//!
+//! C++'s operator new and delete are probed where that object defines them too: tcmalloc's,
+//! jemalloc's and mimalloc's never call `malloc`. libstdc++'s do, and are left to it.
 use std::{
+    collections::HashMap,
     ffi::OsStr,
     fmt,
     path::{Path, PathBuf},
@@ -22,11 +26,56 @@ pub struct Allocator {
     pub path: PathBuf,
     /// The same file as the profiler reaches it (through `/proc/PID/root` for a running target).
     pub file: PathBuf,
-    /// File offsets of the allocation functions it defines.
-    pub functions: Vec<(AllocFunction, u64)>,
-    /// File offset of `free`.
-    pub free: u64,
+    pub entry_points: EntryPoints,
 }
+
+/// The functions of an allocator that the tracker probes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EntryPoints {
+    /// Those that hand out blocks, with the C function whose arguments each takes; one per
+    /// address (aliases are one function).
+    pub allocations: Vec<(AllocFunction, EntryPoint)>,
+    /// Those that take blocks back, `free` first; one per address.
+    pub releases: Vec<EntryPoint>,
+}
+
+/// A function of the allocator, where uprobes take it: by file offset.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EntryPoint {
+    pub symbol: &'static str,
+    pub offset: u64,
+}
+
+/// Every form of C++'s operator new (plain, array, aligned, nothrow): the size comes first and
+/// the block is returned, as with `malloc`.
+const OPERATOR_NEW: [&str; 8] = [
+    "_Znwm",
+    "_Znam",
+    "_ZnwmRKSt9nothrow_t",
+    "_ZnamRKSt9nothrow_t",
+    "_ZnwmSt11align_val_t",
+    "_ZnamSt11align_val_t",
+    "_ZnwmSt11align_val_tRKSt9nothrow_t",
+    "_ZnamSt11align_val_tRKSt9nothrow_t",
+];
+
+/// `free` and every form of C++'s operator delete (plain, array, sized, aligned, nothrow): the
+/// block comes first.
+const RELEASES: [&str; 13] = [
+    "free",
+    "_ZdlPv",
+    "_ZdaPv",
+    "_ZdlPvm",
+    "_ZdaPvm",
+    "_ZdlPvRKSt9nothrow_t",
+    "_ZdaPvRKSt9nothrow_t",
+    "_ZdlPvSt11align_val_t",
+    "_ZdaPvSt11align_val_t",
+    "_ZdlPvmSt11align_val_t",
+    "_ZdaPvmSt11align_val_t",
+    "_ZdlPvSt11align_val_tRKSt9nothrow_t",
+    "_ZdaPvSt11align_val_tRKSt9nothrow_t",
+];
 
 impl fmt::Display for Allocator {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -104,8 +153,8 @@ fn choose(candidates: Vec<Candidate>, target: &str) -> Result<Allocator> {
     for Candidate { path, file } in candidates {
         // Unreadable or non-ELF mappings (fonts, locale archives) cannot be the allocator.
         let Ok(data) = map_file(&file) else { continue };
-        if let Some((functions, free)) = entry_points(&data) {
-            return Ok(Allocator { path, file, functions, free });
+        if let Some(entry_points) = entry_points(&data) {
+            return Ok(Allocator { path, file, entry_points });
         }
     }
     bail!(
@@ -121,21 +170,56 @@ fn map_file(path: &Path) -> std::io::Result<memmap2::Mmap> {
     unsafe { memmap2::Mmap::map(&file) }
 }
 
-/// File offsets of the allocation functions and of `free`, if the object defines `malloc` and
-/// `free`.
-pub fn entry_points(data: &[u8]) -> Option<(Vec<(AllocFunction, u64)>, u64)> {
+/// The allocation and release functions of an object that defines `malloc` and `free`.
+pub fn entry_points(data: &[u8]) -> Option<EntryPoints> {
     let elf = object::File::parse(data).ok()?;
-    let offset_of = |name: &str| {
-        let symbol = elf
-            .dynamic_symbols()
-            .chain(elf.symbols())
-            .find(|s| s.is_definition() && s.kind() == SymbolKind::Text && s.name() == Ok(name))?;
-        file_offset(&elf, symbol.address())
-    };
-    let free = offset_of("free")?;
-    let functions: Vec<(AllocFunction, u64)> =
-        AllocFunction::ALL.iter().filter_map(|&f| Some((f, offset_of(f.symbol())?))).collect();
-    functions.iter().any(|&(f, _)| f == AllocFunction::Malloc).then_some((functions, free))
+    let c_functions = AllocFunction::ALL.iter().map(|&f| (f.symbol(), f));
+    let operator_new = OPERATOR_NEW.iter().map(|&name| (name, AllocFunction::Malloc));
+    let allocation_symbols: Vec<(&'static str, AllocFunction)> = c_functions.chain(operator_new).collect();
+    let wanted = allocation_symbols.iter().map(|&(name, _)| name).chain(RELEASES);
+    let offsets = function_offsets(&elf, wanted);
+    if !offsets.contains_key("malloc") || !offsets.contains_key("free") {
+        return None;
+    }
+    let entry_point = |symbol| Some(EntryPoint { symbol, offset: *offsets.get(symbol)? });
+    let mut allocations: Vec<(AllocFunction, EntryPoint)> = Vec::new();
+    for (function, entry) in
+        allocation_symbols.into_iter().filter_map(|(name, f)| Some((f, entry_point(name)?)))
+    {
+        // Two uprobes at one address would see each call twice.
+        if allocations.iter().all(|(_, known)| known.offset != entry.offset) {
+            allocations.push((function, entry));
+        }
+    }
+    let mut releases: Vec<EntryPoint> = Vec::new();
+    for entry in RELEASES.into_iter().filter_map(entry_point) {
+        if releases.iter().all(|known| known.offset != entry.offset) {
+            releases.push(entry);
+        }
+    }
+    Some(EntryPoints { allocations, releases })
+}
+
+/// File offsets of the functions named `wanted` that the object defines (its dynamic symbols
+/// first, then its symbol table).
+fn function_offsets(
+    elf: &object::File,
+    wanted: impl IntoIterator<Item = &'static str>,
+) -> HashMap<&'static str, u64> {
+    let wanted: Vec<&'static str> = wanted.into_iter().collect();
+    let mut offsets = HashMap::new();
+    for symbol in elf.dynamic_symbols().chain(elf.symbols()) {
+        if !symbol.is_definition() || symbol.kind() != SymbolKind::Text {
+            continue;
+        }
+        let Some(&name) = symbol.name().ok().and_then(|name| wanted.iter().find(|&&w| w == name)) else {
+            continue;
+        };
+        if let Some(offset) = file_offset(elf, symbol.address()) {
+            offsets.entry(name).or_insert(offset);
+        }
+    }
+    offsets
 }
 
 /// Uprobes take file offsets: the address's place in the loadable segment that holds it.
@@ -232,17 +316,23 @@ mod tests {
     fn a_dynamic_program_allocates_through_libc() {
         let allocator = of_command(OsStr::new("true")).unwrap();
         assert!(is_libc(&allocator.path), "{allocator}");
-        let names: Vec<&str> = allocator.functions.iter().map(|(f, _)| f.symbol()).collect();
+        let names: Vec<&str> =
+            allocator.entry_points.allocations.iter().map(|(_, entry)| entry.symbol).collect();
         for name in ["malloc", "calloc", "realloc", "posix_memalign", "aligned_alloc"] {
             assert!(names.contains(&name), "{name} in {names:?}");
         }
+        // glibc's memalign is aligned_alloc under another name: one probe for both.
+        assert!(!names.contains(&"memalign"), "{names:?}");
+        let releases: Vec<&str> = allocator.entry_points.releases.iter().map(|entry| entry.symbol).collect();
+        assert_eq!(releases, ["free"], "libc has no operator delete");
     }
 
     #[test]
     fn offsets_point_at_the_functions() {
         // In this very process, libc's malloc is where the mapping of its file offset says.
         let allocator = of_process(std::process::id()).unwrap();
-        let malloc_offset = allocator.functions.iter().find(|(f, _)| *f == AllocFunction::Malloc).unwrap().1;
+        let malloc_offset =
+            allocator.entry_points.allocations.iter().find(|(_, e)| e.symbol == "malloc").unwrap().1.offset;
         let malloc = libc::malloc as *const () as u64;
         let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
         let mapped = maps.lines().any(|line| {
@@ -257,6 +347,26 @@ mod tests {
                 && malloc - start + offset == malloc_offset
         });
         assert!(mapped, "malloc at {malloc:#x} is at offset {malloc_offset:#x} of {allocator}");
+    }
+
+    #[test]
+    fn an_allocator_with_operator_new_and_aliases() {
+        // Installed by `cargo xtask setup` for the leak tests.
+        let tcmalloc = std::fs::read("/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4").unwrap();
+        let entry_points = entry_points(&tcmalloc).unwrap();
+        let allocations: Vec<&str> = entry_points.allocations.iter().map(|(_, e)| e.symbol).collect();
+        // Its operator new[] is its operator new: one probe for both.
+        assert!(allocations.contains(&"_Znwm") && !allocations.contains(&"_Znam"), "{allocations:?}");
+        assert!(allocations.contains(&"_ZnwmSt11align_val_t"), "{allocations:?}");
+        // Its free is also its operator delete and operator delete[]: one probe for the three.
+        let releases: Vec<&str> = entry_points.releases.iter().map(|e| e.symbol).collect();
+        assert_eq!(releases[0], "free");
+        assert!(!releases.contains(&"_ZdlPv") && !releases.contains(&"_ZdaPv"), "{releases:?}");
+        assert!(releases.contains(&"_ZdlPvm"), "{releases:?}");
+        let mut offsets: Vec<u64> = entry_points.releases.iter().map(|e| e.offset).collect();
+        offsets.sort_unstable();
+        offsets.dedup();
+        assert_eq!(offsets.len(), releases.len());
     }
 
     #[test]

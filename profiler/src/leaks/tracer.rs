@@ -13,7 +13,7 @@ use aya::{
 };
 use profiler_common::{AllocFunction, Allocation, AllocationKey, LeakCounter, globals, maps, programs};
 
-use super::allocator::Allocator;
+use super::allocator::{Allocator, EntryPoint};
 use crate::bpf::{self, EBPF_OBJECT, missing, program, verifier_error};
 
 #[derive(Clone, Debug)]
@@ -76,24 +76,25 @@ impl Tracer {
     /// entering without being seen returning.
     pub fn attach(&mut self, allocator: &Allocator, pid: u32) -> Result<()> {
         let scope = UProbeScope::OneProcess(NonZeroU32::new(pid).ok_or_else(|| anyhow!("PID 0"))?);
-        let mut attach = |name: &str, offset: u64, function: Option<AllocFunction>| -> Result<()> {
+        let mut attach = |name: &str, entry: &EntryPoint, function: Option<AllocFunction>| -> Result<()> {
             let probe: &mut UProbe = program(&mut self.ebpf, name)?.try_into()?;
             let point = UProbeAttachPoint {
-                location: UProbeAttachLocation::AbsoluteOffset(offset),
+                location: UProbeAttachLocation::AbsoluteOffset(entry.offset),
                 cookie: function.map(|f| f as u64),
             };
-            let symbol = function.map_or("free", AllocFunction::symbol);
             probe
                 .attach(point, &allocator.file, scope)
-                .with_context(|| format!("cannot probe {symbol} in {allocator}"))?;
+                .with_context(|| format!("cannot probe {} in {allocator}", entry.symbol))?;
             Ok(())
         };
-        for &(function, offset) in &allocator.functions {
-            attach(programs::ALLOC_RETURN, offset, Some(function))?;
+        for (function, entry) in &allocator.entry_points.allocations {
+            attach(programs::ALLOC_RETURN, entry, Some(*function))?;
         }
-        attach(programs::FREE_ENTER, allocator.free, None)?;
-        for &(function, offset) in &allocator.functions {
-            attach(programs::ALLOC_ENTER, offset, Some(function))?;
+        for entry in &allocator.entry_points.releases {
+            attach(programs::FREE_ENTER, entry, None)?;
+        }
+        for (function, entry) in &allocator.entry_points.allocations {
+            attach(programs::ALLOC_ENTER, entry, Some(*function))?;
         }
         Ok(())
     }
