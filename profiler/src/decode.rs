@@ -70,6 +70,18 @@ pub fn decode_allocation(record: &[u8]) -> Result<(AllocationHeader, Sample<'_>)
     Ok((allocation, decode(sample)?))
 }
 
+/// When the sample in a record was taken, read alone (records are put in time order before
+/// they are decoded); `None` if the record is too short to say.
+pub fn sample_time_ns(record: &[u8]) -> Option<u64> {
+    let at = std::mem::offset_of!(SampleHeader, time_ns);
+    Some(u64::from_ne_bytes(record.get(at..at + size_of::<u64>())?.try_into().ok()?))
+}
+
+/// The same for an allocation record.
+pub fn allocation_time_ns(record: &[u8]) -> Option<u64> {
+    sample_time_ns(record.get(ALLOCATION_HEADER_SIZE..)?)
+}
+
 fn check_depth(field: &'static str, value: u32) -> Result<(), DecodeError> {
     if value as usize <= MAX_STACK_DEPTH { Ok(()) } else { Err(DecodeError::BadLength { field, value }) }
 }
@@ -210,6 +222,8 @@ mod tests {
     fn rejects_short_record() {
         let record = encode(&sample_header(), &[]);
         assert_eq!(decode(&record[..100]).unwrap_err(), DecodeError::Short { len: 100 });
+        assert_eq!(sample_time_ns(&record), Some(decode(&record).unwrap().time_ns()));
+        assert_eq!(sample_time_ns(&record[..10]), None);
         assert_eq!(decode(&[]).unwrap_err(), DecodeError::Short { len: 0 });
     }
 
@@ -242,7 +256,9 @@ mod tests {
         let (allocation, sample) = decode_allocation(&record).unwrap();
         assert_eq!(allocation, block);
         assert_eq!((sample.tgid(), sample.comm().as_str()), (42, "worker"));
+        assert_eq!(allocation_time_ns(&record), Some(sample.time_ns()));
         assert_eq!(decode_allocation(&record[..10]).unwrap_err(), DecodeError::Short { len: 10 });
+        assert_eq!(allocation_time_ns(&record[..10]), None);
         assert_eq!(
             decode_allocation(&record[..100]).unwrap_err(),
             DecodeError::Short { len: 100 - ALLOCATION_HEADER_SIZE }

@@ -14,13 +14,12 @@ pub enum RecordKind {
 }
 
 impl RecordKind {
-    /// When the record was taken; `None` if it does not decode (the collector counts it).
+    /// When the record was taken; `None` if it is too short to say (the collector counts it).
     fn time_ns(self, record: &[u8]) -> Option<u64> {
-        let sample = match self {
-            Self::Sample => crate::decode::decode(record).ok(),
-            Self::Allocation => crate::decode::decode_allocation(record).ok().map(|(_, sample)| sample),
-        };
-        sample.map(|s| s.time_ns())
+        match self {
+            Self::Sample => crate::decode::sample_time_ns(record),
+            Self::Allocation => crate::decode::allocation_time_ns(record),
+        }
     }
 }
 
