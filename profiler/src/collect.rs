@@ -11,6 +11,7 @@ use crate::{
     perf_map::PerfMaps,
     process::{Process, Processes, Tracking},
     profile::{CommId, Profile, ProfileSample, StackId},
+    recording::{Meta, Recording},
     symbolize::{Symbolizer, Symbols},
     task_events::TaskEvent,
     unwind::{
@@ -99,6 +100,11 @@ pub struct Collected {
 }
 
 impl Collected {
+    /// The symbolized recording, with times counted from `start_monotonic_ns`.
+    pub fn recording(&self, start_monotonic_ns: u64, meta: Meta) -> Recording {
+        Recording::from_live(&self.profile, &self.symbols, &self.modules, start_monotonic_ns, meta)
+    }
+
     /// Warns, on stderr, about what was dropped on the way: task events the kernel lost, and
     /// `records` (samples, allocation stacks) that did not decode or could not be processed.
     pub fn warn(&self, records: &str) {

@@ -55,6 +55,11 @@ impl Module {
         self.build_id.as_deref()
     }
 
+    /// The module's file, mapped read-only through the handle kept open.
+    pub fn image(&self) -> Option<memmap2::Mmap> {
+        map(self.file.as_ref()?)
+    }
+
     /// A path through which this process can read the module's file, whatever happened to it in
     /// the target since.
     pub fn readable_path(&self) -> Option<PathBuf> {
@@ -142,10 +147,15 @@ impl Modules {
 /// The GNU build id note of an ELF file.
 fn read_build_id(file: &File) -> Option<Vec<u8>> {
     use object::Object as _;
-    // SAFETY: read-only private mapping of a file we hold open.
-    let data = unsafe { memmap2::Mmap::map(file) }.ok()?;
+    let data = map(file)?;
     let elf = object::File::parse(&*data).ok()?;
     Some(elf.build_id().ok()??.to_vec())
+}
+
+fn map(file: &File) -> Option<memmap2::Mmap> {
+    // SAFETY: read-only private mapping of a file held open; a concurrent truncation would fault,
+    // the accepted risk of every ELF reader.
+    unsafe { memmap2::Mmap::map(file) }.ok()
 }
 
 fn mtime(file: &File) -> Option<(i64, i64)> {

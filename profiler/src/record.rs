@@ -10,7 +10,7 @@ use crate::{
     intake::{Intake, RecordKind},
     output,
     process::{self, Start, Tracking},
-    recording::{Meta, Recording, UnwindSummary, Weight},
+    recording::{Meta, UnwindSummary, Weight},
     render::RenderOptions,
     ring::RingReader,
     sampler::{Sampler, SamplerConfig},
@@ -117,13 +117,7 @@ pub async fn run(args: RecordArgs) -> Result<()> {
         weight: Weight::Samples,
         unwind: unwind_summary(&collected),
     };
-    let recording = Recording::from_live(
-        &collected.profile,
-        &collected.symbols,
-        &collected.modules,
-        start.monotonic_ns,
-        meta,
-    );
+    let recording = collected.recording(start.monotonic_ns, meta);
     output::write_all(outputs, &recording, &RenderOptions { grouping: args.grouping.grouping() })?;
     // Detaching the perf events waits for the kernel: after the outputs, not before.
     drop(sampler);

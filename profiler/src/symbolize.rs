@@ -173,12 +173,7 @@ impl Symbolizer {
 }
 
 fn plt_stubs(module: &Module) -> PltStubs {
-    let Some(file) = module.readable_path().and_then(|path| std::fs::File::open(path).ok()) else {
-        return PltStubs::default();
-    };
-    // SAFETY: read-only private mapping of a file the registry holds open.
-    let Ok(image) = (unsafe { memmap2::Mmap::map(&file) }) else { return PltStubs::default() };
-    contained(|| PltStubs::parse(&image))
+    module.image().map(|image| contained(|| PltStubs::parse(&image))).unwrap_or_default()
 }
 
 /// Runs `f`, turning a panic (a parser tripping on a corrupt file) into the default result: the

@@ -180,21 +180,8 @@ fn bad_targets_fail_in_one_line() {
     }
     let dir = scratch_dir("leaks-bad");
     let out = dir.join("out.txt");
-    let static_binary = dir.join("static");
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/leaks_exact.c");
-    let status = std::process::Command::new("gcc")
-        .args([
-            "-O2",
-            "-static",
-            "-s",
-            "-o",
-            static_binary.to_str().unwrap(),
-            source.to_str().unwrap(),
-            "-lpthread",
-        ])
-        .status()
-        .unwrap();
-    assert!(status.success());
+    let static_binary =
+        build_workload("leaks_exact.c", "leaks_exact-static", "gcc", &["-O2", "-static", "-s"]);
     for (argv, expected) in [
         (vec!["-p", "999999999"], "no process with PID 999999999"),
         (vec!["--", static_binary.to_str().unwrap()], "cannot find the allocator"),

@@ -191,13 +191,7 @@ pub async fn run(args: LeaksArgs) -> Result<()> {
         weight: Weight::Bytes,
         ..Meta::default()
     };
-    let recording = Recording::from_live(
-        &collected.profile,
-        &collected.symbols,
-        &collected.modules,
-        start.monotonic_ns,
-        meta,
-    );
+    let recording = collected.recording(start.monotonic_ns, meta);
     write_outputs(outputs, &recording, &totals, args.top)?;
 
     if !args.quiet {
