@@ -2,10 +2,15 @@
 //! with `report`, `diff`, and the errors on bad recordings.
 mod common;
 
-use std::{collections::BTreeMap, io::Read as _, path::Path};
+use std::{
+    collections::BTreeMap,
+    io::Read as _,
+    path::{Path, PathBuf},
+    sync::OnceLock,
+};
 
 use common::*;
-use profiler::render::pprof::proto;
+use profiler::pprof as proto;
 use prost::Message as _;
 
 /// Records the 60/30/10 workload (or another split) with every output format at once.
@@ -40,18 +45,29 @@ fn by_leaf(folded: &Folded) -> BTreeMap<String, u64> {
     leaves
 }
 
+/// One recording of the 60/30/10 workload, with every output format at once, shared by the
+/// tests of each format: its directory, and its folded stacks.
+fn recorded_in_every_format() -> &'static (PathBuf, Folded) {
+    static RECORDING: OnceLock<(PathBuf, Folded)> = OnceLock::new();
+    RECORDING.get_or_init(|| {
+        let dir = scratch_dir("formats");
+        let live = record_split(
+            &dir,
+            ["6", "3", "1"],
+            &["live.folded", "run.prof", "cpu.pb.gz", "cpu.json", "cpu.svg"],
+        );
+        assert_split(&live, "main", 3.0, 0.99);
+        (dir, live)
+    })
+}
+
 #[test]
-fn every_format_from_one_recording() {
+fn pprof_decodes_and_agrees_with_folded() {
     if !e2e_enabled() {
         return;
     }
-    let dir = scratch_dir("formats");
-    let live =
-        record_split(&dir, ["6", "3", "1"], &["live.folded", "run.prof", "cpu.pb.gz", "cpu.json", "cpu.svg"]);
-    assert_split(&live, "main", 3.0, 0.99);
-    let leaves = by_leaf(&live);
-
-    // pprof: decodes with the profile.proto schema; the hot functions have the same counts.
+    let (dir, live) = recorded_in_every_format();
+    let leaves = by_leaf(live);
     let mut raw = Vec::new();
     flate2::read::GzDecoder::new(std::fs::File::open(dir.join("cpu.pb.gz")).unwrap())
         .read_to_end(&mut raw)
@@ -71,8 +87,14 @@ fn every_format_from_one_recording() {
         assert_eq!(pprof_leaves.get(hot), leaves.get(hot), "{hot}: pprof and folded agree");
     }
     assert!(profile.mapping.iter().any(|m| profile.string_table[m.filename as usize].ends_with("split-fp")));
+}
 
-    // speedscope: valid against speedscope's own schema, and names the hot functions.
+#[test]
+fn speedscope_follows_its_schema() {
+    if !e2e_enabled() {
+        return;
+    }
+    let (dir, live) = recorded_in_every_format();
     let schema_path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../.tools/speedscope/package/dist/release/file-format-schema.json");
     let schema: serde_json::Value = serde_json::from_slice(
@@ -96,19 +118,32 @@ fn every_format_from_one_recording() {
     let samples: usize =
         json["profiles"].as_array().unwrap().iter().map(|p| p["samples"].as_array().unwrap().len()).sum();
     assert_eq!(samples as u64, live.total());
+}
 
-    // SVG
+#[test]
+fn svg_names_the_hot_functions_and_the_unwind_quality() {
+    if !e2e_enabled() {
+        return;
+    }
+    let (dir, _) = recorded_in_every_format();
     let svg = std::fs::read_to_string(dir.join("cpu.svg")).unwrap();
     assert!(svg.contains("hot_a") && svg.trim_end().ends_with("</svg>"));
     assert!(svg.contains("% of user stacks complete"), "subtitle with unwind quality");
+}
 
-    // report of the raw recording gives the live run's folded output, byte for byte.
+#[test]
+fn report_of_the_raw_recording_gives_the_live_folded_output() {
+    if !e2e_enabled() {
+        return;
+    }
+    let (dir, _) = recorded_in_every_format();
     let again = dir.join("again.folded");
     let run = report(&[dir.join("run.prof").to_str().unwrap(), "-o", again.to_str().unwrap()]);
     assert!(run.status.success());
     assert_eq!(
         std::fs::read_to_string(&again).unwrap(),
-        std::fs::read_to_string(dir.join("live.folded")).unwrap()
+        std::fs::read_to_string(dir.join("live.folded")).unwrap(),
+        "byte for byte"
     );
 }
 

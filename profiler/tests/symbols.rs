@@ -157,7 +157,7 @@ fn plt_stubs_are_named_after_their_function() {
         ("libcalls-ibt", &["-O2", "-fno-builtin", "-fcf-protection=full", "-Wl,-z,ibtplt"]),
     ] {
         let workload = build_workload("libcalls.c", name, "gcc", flags);
-        let folded = record_command(&scratch_dir(name), &[], &workload, &["2"]);
+        let folded = record_command(&scratch_dir(name), &[], &workload, &["3"]);
         let (in_stub, under_main) = folded.leaf_samples("abs@plt", &["main", "abs@plt"]);
         let in_init: u64 =
             folded.stacks.iter().filter(|(f, _)| f.iter().any(|f| f == "_init")).map(|(_, n)| n).sum();
@@ -165,7 +165,9 @@ fn plt_stubs_are_named_after_their_function() {
             "{name}: {in_stub} of {} samples in abs@plt, {under_main} under main, {in_init} in _init",
             folded.total()
         );
-        assert!(in_stub as f64 >= 0.02 * folded.total() as f64, "the loop spends time in the stub");
+        // The stub's share of the loop depends on the CPU (1% to 12% seen with IBT's two-instruction
+        // stubs): enough samples to tell, not a share.
+        assert!(in_stub >= 5, "the loop spends time in the stub");
         assert!(under_main as f64 >= 0.99 * in_stub as f64, "the stub unwinds to its caller");
         assert_eq!(in_init, 0, "no stub named after the symbol before the PLT");
     }
@@ -214,10 +216,7 @@ fn jit_code_named_from_perf_map() {
 /// its exit. (Without them the profiler falls back to re-reading /proc, late and less often.)
 #[test]
 fn task_events_report_exec_and_mappings_of_a_new_process() {
-    use profiler::{
-        maps::Backing,
-        task_events::{TaskEvent, TaskEventReader},
-    };
+    use profiler::stages::{Backing, TaskEvent, TaskEventReader};
     if !e2e_enabled() {
         return;
     }
