@@ -4,16 +4,12 @@ use std::{hint::black_box, path::Path};
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use profiler::{
-    decode::{decode, encode},
-    frame::{self, Frame, UserStack},
-    module::Modules,
-    perf_map::PerfMaps,
-    process::{Processes, Tracking},
-    profile::Profile,
-    recording::{Meta, Recording},
-    render::{Grouping, folded},
-    symbolize::Symbolizer,
-    unwind::{StackSnapshot, Unwinder, fixture::Fixture},
+    Grouping, Meta, RecordKind,
+    stages::{
+        AddressSpaces, Aggregate, Frame, Modules, Namer, PerfMaps, StackSnapshot, Symbolizer, Tracking,
+        Unwinder, Walked, Want, folded,
+    },
+    testing::{Fixture, encode_sample},
 };
 use profiler_common::SampleHeader;
 
@@ -26,16 +22,19 @@ fn decode_record(c: &mut Criterion) {
     header.kernel_stack_len = 20;
     header.user_stack_len = 30;
     header.stack_copy_len = 32 * 1024;
-    let record = encode(&header, &vec![0u8; 32 * 1024]);
+    let record = encode_sample(&header, &vec![0u8; 32 * 1024]);
     let mut group = c.benchmark_group("decode");
     group.throughput(Throughput::Elements(1));
-    group.bench_function("record_32k", |b| b.iter(|| decode(black_box(&record)).unwrap().user_stack().len()));
+    group.bench_function("record_32k", |b| {
+        b.iter(|| RecordKind::Sample.decode(black_box(&record)).unwrap().sample.user_stack().len())
+    });
     group.finish();
 }
 
 fn unwind_stack(c: &mut Criterion) {
     let fixture = Fixture::read(fixture_dir()).unwrap();
-    let mut space = fixture.space(fixture_dir().join("snapshot"));
+    let mut spaces = fixture.address_spaces(fixture_dir().join("snapshot"));
+    let mut space = Fixture::view(&mut spaces);
     let stack = StackSnapshot { sp: fixture.regs.sp, bytes: &fixture.stack, truncated: false };
     let mut unwinder = Unwinder::default();
     let frames = unwinder.unwind(fixture.regs, &stack, &mut space).frames.len();
@@ -47,15 +46,21 @@ fn unwind_stack(c: &mut Criterion) {
     group.finish();
 }
 
-/// A profile of `samples` samples over `distinct` stacks of 30 frames.
-fn synthetic_profile(samples: usize, distinct: u64) -> Profile {
-    let mut profile = Profile::default();
+/// Adds a sample of process 1 whose stack is `frames`.
+fn add(aggregate: &mut Aggregate, time_ns: u64, frames: &[Frame]) {
+    let site = aggregate.site(time_ns, 1, 1, &Walked { comm: "app", frames });
+    aggregate.push(site, 1);
+}
+
+/// An aggregate of `samples` samples over `distinct` stacks of 30 frames.
+fn synthetic_aggregate(samples: usize, distinct: u64) -> Aggregate {
+    let mut aggregate = Aggregate::default();
     for i in 0..samples as u64 {
         let frames: Vec<Frame> =
             (0..30).map(|d| Frame::Anonymous { tgid: 1, addr: (i % distinct) * 64 + d }).collect();
-        profile.add(i, 1, 1, "app", &frames);
+        add(&mut aggregate, i, &frames);
     }
-    profile
+    aggregate
 }
 
 fn aggregate(c: &mut Criterion) {
@@ -63,56 +68,49 @@ fn aggregate(c: &mut Criterion) {
     let mut group = c.benchmark_group("aggregate");
     group.throughput(Throughput::Elements(1));
     group.bench_function("add_sample_30_frames", |b| {
-        b.iter_batched_ref(
-            Profile::default,
-            |p| p.add(1, 1, 1, "app", black_box(&frames)),
-            BatchSize::SmallInput,
-        )
+        b.iter_batched_ref(Aggregate::default, |a| add(a, 1, black_box(&frames)), BatchSize::SmallInput)
     });
-    let profile = synthetic_profile(100_000, 1_000);
+    let mut aggregate = synthetic_aggregate(100_000, 1_000);
     let modules = Modules::default();
-    let symbols =
-        Symbolizer::default().symbolize(&profile.distinct_frames_since(0), &modules, &PerfMaps::default());
+    let mut namer = Namer::default();
+    namer.name(&aggregate.new_frames(), &modules, 0);
+    let symbols = namer.finish(&modules, 0);
     group.throughput(Throughput::Elements(100_000));
     group.bench_function("recording_100k_samples", |b| {
-        b.iter(|| Recording::from_live(&profile, &symbols, &modules, 0, Meta::default()).samples.len())
+        b.iter(|| aggregate.recording(&symbols, &modules, 0, Meta::default()).samples.len())
     });
-    let recording = Recording::from_live(&profile, &symbols, &modules, 0, Meta::default());
+    let recording = aggregate.recording(&symbols, &modules, 0, Meta::default());
     group.bench_function("collapse_100k_samples", |b| {
         b.iter(|| folded::collapse(&recording, Grouping::Command).len())
     });
     group.finish();
 }
 
-/// Symbolizing the addresses of this benchmark binary's own functions, warm: blazesym has
-/// parsed the file once, as it has after the first recording of a long-lived profiler.
+/// Symbolizing the addresses of this benchmark binary's own functions, warm: blazesym has parsed
+/// the file once, as it has after the first recording of a long-lived profiler.
 fn symbolize(c: &mut Criterion) {
     let pid = std::process::id();
-    let mut processes = Processes::new(Tracking { all: false, follow_forks: false });
-    let mut modules = Modules::default();
-    let process = processes.observe(pid, pid, "bench");
+    let mut spaces = AddressSpaces::new(Tracking { all: false, follow_forks: false });
+    let mut process = spaces.observe(pid, pid, "bench", 0);
     let base = symbolize as *const () as usize as u64;
-    let addrs: Vec<u64> = (0..1000).map(|i| base + i * 16).collect();
-    let mut frames = Vec::new();
-    frame::push_user(
-        &UserStack { tgid: pid, time_ns: 0, addrs: &addrs, first_depth: 0 },
-        process,
-        &mut modules,
-        &mut frames,
-    );
-    let mut symbolizer = Symbolizer::default();
-    symbolizer.symbolize(&frames, &modules, &PerfMaps::default());
+    let frames: Vec<Frame> = (0..1000)
+        .map(|i| base + i * 16)
+        .map(|addr| Frame::user(pid, 0, addr, process.resolve(addr, Want::Any)))
+        .collect();
+    let modules = spaces.modules();
     let mut group = c.benchmark_group("symbolize");
     group.throughput(Throughput::Elements(frames.len() as u64));
+    let (mut symbolizer, perf_maps) = (Symbolizer::default(), PerfMaps::default());
+    symbolizer.symbolize(&frames, modules, &perf_maps);
     group.bench_function("warm_1000_addresses", |b| {
-        b.iter(|| symbolizer.symbolize(black_box(&frames), &modules, &PerfMaps::default()))
+        b.iter(|| symbolizer.symbolize(black_box(&frames), modules, &perf_maps))
     });
     // Cold: a new symbolizer each time, so the module is opened and its symbols and DWARF
     // parsed again: the cost of the first address in a module not seen before.
     group.throughput(Throughput::Elements(1));
     group.sample_size(10);
     group.bench_function("cold_module_first_address", |b| {
-        b.iter(|| Symbolizer::default().symbolize(black_box(&frames[..1]), &modules, &PerfMaps::default()))
+        b.iter(|| Symbolizer::default().symbolize(black_box(&frames[..1]), modules, &perf_maps))
     });
     group.finish();
 }

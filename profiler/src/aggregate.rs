@@ -1,10 +1,17 @@
-//! Aggregation: the samples of a recording, with their stacks interned.
-use std::collections::HashSet;
+//! Aggregation: the samples of a recording with their stacks and command names interned, and,
+//! once the frames are named, the [`Recording`] every output renders from.
+use std::collections::HashMap;
 
 use indexmap::IndexSet;
-use rustc_hash::FxBuildHasher;
+use rustc_hash::{FxBuildHasher, FxHashSet};
 
-use crate::frame::Frame;
+use crate::{
+    address_space::{ModuleId, Modules},
+    frame::Frame,
+    model::{Location, Meta, ModuleInfo, Recording, Sample, intern},
+    symbolize::Symbols,
+    walk::Walked,
+};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct StackId(u32);
@@ -12,60 +19,61 @@ pub struct StackId(u32);
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct CommId(u32);
 
-/// One sample: when, where, which stack, and what it weighs (1 for a CPU sample; its bytes for
-/// an outstanding block).
+/// Where and when a record was taken: its process, thread, command name and stack.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ProfileSample {
+pub struct Site {
     pub time_ns: u64,
     pub tgid: u32,
     pub tid: u32,
-    /// The process's command name at the time of the sample.
+    /// The process's command name at the time.
     pub comm: CommId,
     pub stack: StackId,
+}
+
+/// A sample: a site, and what it weighs (1 for a CPU sample; its bytes for an outstanding
+/// block).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Weighted {
+    pub site: Site,
     pub weight: u64,
 }
 
 /// Every sample of a recording. Identical stacks and names are stored once, so memory grows with
 /// the number of distinct stacks, plus 32 bytes per sample.
 #[derive(Debug, Default)]
-pub struct Profile {
+pub struct Aggregate {
     /// FxHash: every sample hashes its whole stack here, up to 1024 frames.
     stacks: IndexSet<Box<[Frame]>, FxBuildHasher>,
     comms: IndexSet<String, FxBuildHasher>,
-    samples: Vec<ProfileSample>,
-    tgids: HashSet<u32>,
+    samples: Vec<Weighted>,
+    tgids: FxHashSet<u32>,
+    /// Stacks whose frames [`Self::new_frames`] has handed out (stacks are numbered in order).
+    stacks_handed_out: usize,
 }
 
-impl Profile {
-    /// Adds a CPU sample whose stack is `frames`, innermost first.
-    pub fn add(&mut self, time_ns: u64, tgid: u32, tid: u32, comm: &str, frames: &[Frame]) {
-        let (comm, stack) = (self.intern_comm(comm), self.intern_stack(frames));
-        self.push(ProfileSample { time_ns, tgid, tid, comm, stack, weight: 1 });
+impl Aggregate {
+    /// The site of a record of thread `tid` of process `tgid` at `time_ns`, its stack walked.
+    pub fn site(&mut self, time_ns: u64, tgid: u32, tid: u32, walked: &Walked<'_>) -> Site {
+        let (comm, stack) = (self.intern_comm(walked.comm), self.intern_stack(walked.frames));
+        Site { time_ns, tgid, tid, comm, stack }
     }
 
-    pub fn push(&mut self, sample: ProfileSample) {
-        self.tgids.insert(sample.tgid);
-        self.samples.push(sample);
+    /// Adds a sample.
+    pub fn push(&mut self, site: Site, weight: u64) {
+        self.tgids.insert(site.tgid);
+        self.samples.push(Weighted { site, weight });
     }
 
     /// The id of a stack (innermost frame first), stored once however often it recurs.
     pub fn intern_stack(&mut self, frames: &[Frame]) -> StackId {
-        let index = match self.stacks.get_index_of(frames) {
-            Some(index) => index,
-            None => self.stacks.insert_full(frames.into()).0,
-        };
-        StackId(index as u32)
+        StackId(intern(&mut self.stacks, frames) as u32)
     }
 
     pub fn intern_comm(&mut self, comm: &str) -> CommId {
-        let index = match self.comms.get_index_of(comm) {
-            Some(index) => index,
-            None => self.comms.insert_full(comm.to_owned()).0,
-        };
-        CommId(index as u32)
+        CommId(intern(&mut self.comms, comm) as u32)
     }
 
-    pub fn samples(&self) -> &[ProfileSample] {
+    pub fn samples(&self) -> &[Weighted] {
         &self.samples
     }
 
@@ -83,66 +91,173 @@ impl Profile {
         self.tgids.len()
     }
 
-    /// Number of distinct stacks so far. Stacks are numbered in the order they were first seen.
-    pub fn stack_count(&self) -> usize {
-        self.stacks.len()
-    }
-
-    /// Every distinct frame of the stacks first seen from the `first`-th on, each once.
-    pub fn distinct_frames_since(&self, first: usize) -> Vec<Frame> {
+    /// Every distinct frame of the stacks added since the last call, each once: the frames to
+    /// name next.
+    pub fn new_frames(&mut self) -> Vec<Frame> {
         let mut frames: Vec<Frame> =
-            self.stacks[first..].iter().flat_map(|stack| stack.iter().copied()).collect();
+            self.stacks[self.stacks_handed_out..].iter().flat_map(|stack| stack.iter().copied()).collect();
+        self.stacks_handed_out = self.stacks.len();
         frames.sort_unstable();
         frames.dedup();
         frames
+    }
+
+    /// The recording: the samples, in time order and timed from `start_monotonic_ns`, with their
+    /// frames named by `symbols`.
+    pub fn recording(
+        &self,
+        symbols: &Symbols,
+        modules: &Modules,
+        start_monotonic_ns: u64,
+        meta: Meta,
+    ) -> Recording {
+        let mut builder =
+            Builder { recording: Recording { meta, ..Default::default() }, ..Default::default() };
+        for &Weighted { site, weight } in &self.samples {
+            let stack = match builder.stack_ids.get(&site.stack) {
+                Some(&index) => index,
+                None => builder.add_stack(site.stack, self.stack(site.stack), symbols, modules),
+            };
+            let comm = *builder.comm_ids.entry(site.comm).or_insert_with(|| {
+                builder.recording.comms.push(self.comm(site.comm).to_owned());
+                builder.recording.comms.len() as u32 - 1
+            });
+            builder.recording.samples.push(Sample {
+                time_ns: site.time_ns.saturating_sub(start_monotonic_ns),
+                pid: site.tgid,
+                tid: site.tid,
+                comm,
+                stack,
+                weight,
+            });
+        }
+        builder.recording.samples.sort_by_key(|s| s.time_ns);
+        builder.recording
+    }
+}
+
+/// A recording being built: what was added to it so far, by the ids of the aggregate.
+#[derive(Default)]
+struct Builder {
+    recording: Recording,
+    location_ids: HashMap<Frame, u32>,
+    module_ids: HashMap<ModuleId, u32>,
+    stack_ids: HashMap<StackId, u32>,
+    comm_ids: HashMap<CommId, u32>,
+}
+
+impl Builder {
+    fn add_stack(&mut self, id: StackId, frames: &[Frame], symbols: &Symbols, modules: &Modules) -> u32 {
+        let locations = frames.iter().map(|frame| self.location(frame, symbols, modules)).collect();
+        self.recording.stacks.push(locations);
+        let index = self.recording.stacks.len() as u32 - 1;
+        self.stack_ids.insert(id, index);
+        index
+    }
+
+    fn location(&mut self, frame: &Frame, symbols: &Symbols, modules: &Modules) -> u32 {
+        if let Some(&index) = self.location_ids.get(frame) {
+            return index;
+        }
+        let symbols = symbols.of(frame).to_vec();
+        let location = match *frame {
+            Frame::Kernel(address) | Frame::Anonymous { addr: address, .. } => {
+                Location { module: None, address, symbols }
+            }
+            Frame::Module { module, offset } => {
+                Location { module: Some(self.module(module, modules)), address: offset, symbols }
+            }
+        };
+        self.recording.locations.push(location);
+        let index = self.recording.locations.len() as u32 - 1;
+        self.location_ids.insert(*frame, index);
+        index
+    }
+
+    fn module(&mut self, id: ModuleId, modules: &Modules) -> u32 {
+        *self.module_ids.entry(id).or_insert_with(|| {
+            let module = modules.get(id);
+            self.recording.modules.push(ModuleInfo {
+                path: module.path().to_string_lossy().into_owned(),
+                build_id: module.build_id().map(<[u8]>::to_vec).unwrap_or_default(),
+            });
+            self.recording.modules.len() as u32 - 1
+        })
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::{Symbol, SymbolKind};
+
+    fn add(aggregate: &mut Aggregate, time_ns: u64, tgid: u32, tid: u32, comm: &str, frames: &[Frame]) {
+        let site = aggregate.site(time_ns, tgid, tid, &Walked { comm, frames });
+        aggregate.push(site, 1);
+    }
 
     #[test]
     fn interns_stacks_and_comms() {
-        let mut profile = Profile::default();
+        let mut aggregate = Aggregate::default();
         let a = [Frame::Kernel(1), Frame::Anonymous { tgid: 7, addr: 2 }];
         let b = [Frame::Anonymous { tgid: 7, addr: 3 }];
-        profile.add(10, 7, 7, "app", &a);
-        profile.add(20, 7, 8, "app", &a);
-        profile.add(30, 7, 8, "app", &b);
-        profile.add(40, 9, 9, "other", &a);
-        assert_eq!(profile.samples().len(), 4);
-        let described: Vec<(&str, &[Frame])> =
-            profile.samples().iter().map(|s| (profile.comm(s.comm), profile.stack(s.stack))).collect();
+        add(&mut aggregate, 10, 7, 7, "app", &a);
+        add(&mut aggregate, 20, 7, 8, "app", &a);
+        assert_eq!(aggregate.new_frames().len(), 2);
+        add(&mut aggregate, 30, 7, 8, "app", &b);
+        add(&mut aggregate, 40, 9, 9, "other", &a);
+        assert_eq!(aggregate.samples().len(), 4);
+        let described: Vec<(&str, &[Frame])> = aggregate
+            .samples()
+            .iter()
+            .map(|s| (aggregate.comm(s.site.comm), aggregate.stack(s.site.stack)))
+            .collect();
         assert_eq!(described, [("app", &a[..]), ("app", &a[..]), ("app", &b[..]), ("other", &a[..])]);
-        assert_eq!(profile.process_count(), 2);
-        assert_eq!(profile.distinct_frames_since(0).len(), 3);
-        assert_eq!(profile.stack_count(), 2);
-        assert_eq!(profile.distinct_frames_since(1), [Frame::Anonymous { tgid: 7, addr: 3 }]);
+        assert_eq!(aggregate.process_count(), 2);
+        assert_eq!(aggregate.new_frames(), [Frame::Anonymous { tgid: 7, addr: 3 }], "only the new stack's");
+        assert!(aggregate.new_frames().is_empty());
         assert_eq!(
-            profile.samples()[2],
-            ProfileSample { time_ns: 30, tgid: 7, tid: 8, comm: CommId(0), stack: StackId(1), weight: 1 }
+            aggregate.samples()[2],
+            Weighted {
+                site: Site { time_ns: 30, tgid: 7, tid: 8, comm: CommId(0), stack: StackId(1) },
+                weight: 1
+            }
         );
     }
 
     #[test]
-    fn empty_stack_is_a_stack() {
-        let mut profile = Profile::default();
-        profile.add(1, 1, 1, "idle", &[]);
-        assert_eq!(profile.stack_count(), 1);
-        assert!(profile.distinct_frames_since(0).is_empty());
+    fn stacks_interned_without_samples() {
+        let mut aggregate = Aggregate::default();
+        let frames = [Frame::Kernel(1)];
+        let stack = aggregate.intern_stack(&frames);
+        assert_eq!(aggregate.intern_stack(&frames), stack);
+        assert_eq!(aggregate.intern_stack(&[]), StackId(1), "an empty stack is a stack");
+        assert!(aggregate.samples().is_empty());
+        let comm = aggregate.intern_comm("app");
+        aggregate.push(Site { time_ns: 5, tgid: 3, tid: 3, comm, stack }, 4096);
+        assert_eq!(aggregate.samples()[0].weight, 4096);
+        assert_eq!(aggregate.process_count(), 1);
     }
 
     #[test]
-    fn stacks_interned_without_samples() {
-        let mut profile = Profile::default();
-        let frames = [Frame::Kernel(1)];
-        let stack = profile.intern_stack(&frames);
-        assert_eq!(profile.intern_stack(&frames), stack);
-        assert!(profile.samples().is_empty());
-        let comm = profile.intern_comm("app");
-        profile.push(ProfileSample { time_ns: 5, tgid: 3, tid: 3, comm, stack, weight: 4096 });
-        assert_eq!(profile.samples()[0].weight, 4096);
-        assert_eq!(profile.process_count(), 1);
+    fn recording_names_frames_in_time_order() {
+        let main = Frame::Anonymous { tgid: 1, addr: 0x10 };
+        let leaf = Frame::Kernel(0xffff_0000);
+        let mut symbols = Symbols::default();
+        symbols.insert(main, vec![Symbol::new("main", SymbolKind::Function)]);
+        symbols.insert(leaf, vec![Symbol::new("schedule", SymbolKind::Kernel)]);
+        let mut aggregate = Aggregate::default();
+        add(&mut aggregate, 1_500, 1, 1, "app", &[leaf, main]);
+        add(&mut aggregate, 1_000, 1, 2, "app", &[main]);
+        let recording = aggregate.recording(&symbols, &Modules::default(), 1_000, Meta::default());
+        assert_eq!(recording.samples.len(), 2);
+        assert_eq!(
+            recording.samples[0],
+            Sample { time_ns: 0, pid: 1, tid: 2, comm: 0, stack: 1, weight: 1 },
+            "sorted by time"
+        );
+        assert_eq!(recording.stacks, [vec![0, 1], vec![1]]);
+        assert!(recording.locations[0].is_kernel());
+        assert_eq!(recording.locations[1].symbols[0].name, "main");
     }
 }

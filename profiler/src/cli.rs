@@ -1,13 +1,18 @@
 //! Command-line interface (perf-like names).
 use std::{ffi::OsString, path::PathBuf};
 
-use anyhow::{Result, bail};
-use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
+use anyhow::Result;
+use clap::{
+    ArgGroup, Args, Parser, Subcommand,
+    builder::{PossibleValuesParser, TypedValueParser},
+};
 use clap_complete::Shell;
 
 use crate::{
-    recording::filter::Filter,
+    model::filter::Filter,
+    output::Outputs,
     render::{Format, Grouping},
+    walk::CallGraph,
 };
 
 #[derive(Debug, Parser)]
@@ -85,7 +90,7 @@ pub struct RecordArgs {
     /// How user stacks are walked: `auto` unwinds with DWARF CFI and completes with the frame-
     /// pointer chain where CFI or the stack copy runs out; `dwarf` uses CFI only; `fp` only
     /// frame pointers (no stack copy: cheapest, but wrong for code built without them).
-    #[arg(long, value_enum, default_value_t = CallGraph::Auto)]
+    #[arg(long, default_value = "auto", value_parser = named(CallGraph::NAMES))]
     pub call_graph: CallGraph,
 
     /// KiB of user stack copied per sample for DWARF unwinding (4 to 64, a multiple of 4).
@@ -264,24 +269,24 @@ pub struct OutputArgs {
     pub outputs: Vec<PathBuf>,
 
     /// Format of the (single) output, whatever its extension.
-    #[arg(long, value_enum)]
+    #[arg(long, value_parser = named(Format::NAMES))]
     pub format: Option<Format>,
 }
 
 impl OutputArgs {
-    /// Each output with its format.
-    pub fn resolve(&self) -> Result<Vec<(PathBuf, Format)>> {
-        if self.format.is_some() && self.outputs.len() > 1 {
-            bail!("--format applies to a single output: name the formats of several by their extensions");
-        }
-        Ok(self
-            .outputs
-            .iter()
-            .map(|path| {
-                (path.clone(), self.format.or_else(|| Format::from_path(path)).unwrap_or(Format::Svg))
-            })
-            .collect())
+    /// Each output with its format (`.txt`: folded stacks).
+    pub fn resolve(&self) -> Result<Outputs> {
+        Outputs::resolve(&self.outputs, self.format, Format::Folded)
     }
+}
+
+/// A parser of the values named in `names`, which it offers for completion and `--help`.
+fn named<T: Copy + Send + Sync + 'static, const N: usize>(
+    names: [(&'static str, T); N],
+) -> impl TypedValueParser<Value = T> {
+    PossibleValuesParser::new(names.map(|(name, _)| name)).map(move |chosen| {
+        names.iter().find(|(name, _)| *name == chosen).map(|(_, value)| *value).expect("a possible value")
+    })
 }
 
 #[derive(Debug, Args)]
@@ -341,23 +346,6 @@ impl FilterArgs {
             since_ns: self.since.map(ns),
             until_ns: self.until.map(ns),
             no_kernel: self.no_kernel,
-        }
-    }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum CallGraph {
-    Auto,
-    Dwarf,
-    Fp,
-}
-
-impl CallGraph {
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Auto => "auto",
-            Self::Dwarf => "dwarf",
-            Self::Fp => "fp",
         }
     }
 }
@@ -476,12 +464,14 @@ mod tests {
     fn outputs_and_formats() {
         let outputs = |args: &[&str]| record(&[&["-a"], args].concat()).unwrap().output.resolve();
         let resolved = outputs(&[]).unwrap();
-        assert_eq!(resolved, [(PathBuf::from("flamegraph.svg"), Format::Svg)]);
-        let resolved = outputs(&["-o", "a.prof", "-o", "b.pb.gz", "-o", "c.json", "-o", "d"]).unwrap();
-        let formats: Vec<Format> = resolved.into_iter().map(|(_, f)| f).collect();
-        assert_eq!(formats, [Format::Raw, Format::Pprof, Format::Speedscope, Format::Svg]);
-        assert_eq!(outputs(&["-o", "x", "--format", "folded"]).unwrap()[0].1, Format::Folded);
+        assert_eq!(resolved.paths(), [(PathBuf::from("flamegraph.svg"), Format::Svg)]);
+        let resolved =
+            outputs(&["-o", "a.prof", "-o", "b.pb.gz", "-o", "c.json", "-o", "d", "-o", "e.txt"]).unwrap();
+        let formats: Vec<Format> = resolved.paths().iter().map(|(_, f)| *f).collect();
+        assert_eq!(formats, [Format::Raw, Format::Pprof, Format::Speedscope, Format::Svg, Format::Folded]);
+        assert_eq!(outputs(&["-o", "x", "--format", "folded"]).unwrap().paths()[0].1, Format::Folded);
         assert!(outputs(&["-o", "x", "-o", "y", "--format", "folded"]).is_err());
+        assert!(record(&["-a", "--format", "bogus"]).is_err());
     }
 
     #[test]

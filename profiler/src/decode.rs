@@ -1,5 +1,5 @@
-//! Decoding of ring-buffer sample and allocation records (layouts documented in
-//! `profiler_common`).
+//! Decoding of ring-buffer records (layouts documented in `profiler_common`): CPU samples, and
+//! allocations (a block, then the sample taken where it was allocated).
 use std::{fmt, mem::size_of};
 
 use profiler_common::{AllocationHeader, MAX_STACK_DEPTH, SampleHeader, TASK_COMM_LEN, sample_flags};
@@ -7,9 +7,58 @@ use profiler_common::{AllocationHeader, MAX_STACK_DEPTH, SampleHeader, TASK_COMM
 const HEADER_SIZE: usize = size_of::<SampleHeader>();
 const ALLOCATION_HEADER_SIZE: usize = size_of::<AllocationHeader>();
 
+/// The kind of ring-buffer record a mode's kernel side writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RecordKind {
+    /// A CPU sample (`record`).
+    Sample,
+    /// An allocation (`leaks`).
+    Allocation,
+}
+
+/// One decoded record: a sample, and what the record adds to it.
+#[derive(Debug)]
+pub struct Record<'a> {
+    pub sample: SampleRecord<'a>,
+    pub payload: Payload,
+}
+
+/// What a record carries besides its sample.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Payload {
+    /// Nothing: a CPU sample.
+    None,
+    /// The block an allocator returned, sampled where it returned.
+    Allocation(AllocationHeader),
+}
+
+impl RecordKind {
+    /// Decodes one record. Never panics, whatever the bytes.
+    pub fn decode(self, record: &[u8]) -> Result<Record<'_>, DecodeError> {
+        match self {
+            Self::Sample => Ok(Record { sample: decode_sample(record)?, payload: Payload::None }),
+            Self::Allocation => {
+                let (block, sample) = decode_allocation(record)?;
+                Ok(Record { sample, payload: Payload::Allocation(block) })
+            }
+        }
+    }
+
+    /// When a record was taken, read alone (records are put in time order before they are
+    /// decoded); `None` if the record is too short to say.
+    pub fn time_ns(self, record: &[u8]) -> Option<u64> {
+        let sample = match self {
+            Self::Sample => record,
+            Self::Allocation => record.get(ALLOCATION_HEADER_SIZE..)?,
+        };
+        let at = std::mem::offset_of!(SampleHeader, time_ns);
+        Some(u64::from_ne_bytes(sample.get(at..at + size_of::<u64>())?.try_into().ok()?))
+    }
+}
+
 /// One decoded sample, borrowing the stack copy from the record.
 #[derive(Debug)]
-pub struct Sample<'a> {
+pub struct SampleRecord<'a> {
     header: SampleHeader,
     stack_copy: &'a [u8],
 }
@@ -43,8 +92,7 @@ impl fmt::Display for DecodeError {
 
 impl std::error::Error for DecodeError {}
 
-/// Decodes one record. Never panics, whatever the bytes.
-pub fn decode(record: &[u8]) -> Result<Sample<'_>, DecodeError> {
+fn decode_sample(record: &[u8]) -> Result<SampleRecord<'_>, DecodeError> {
     if record.len() < HEADER_SIZE {
         return Err(DecodeError::Short { len: record.len() });
     }
@@ -57,36 +105,22 @@ pub fn decode(record: &[u8]) -> Result<Sample<'_>, DecodeError> {
     let stack_copy = record[HEADER_SIZE..]
         .get(..copy_len)
         .ok_or(DecodeError::BadLength { field: "stack_copy_len", value: header.stack_copy_len })?;
-    Ok(Sample { header, stack_copy })
+    Ok(SampleRecord { header, stack_copy })
 }
 
-/// Decodes one allocation record: the block, and the sample taken where it was allocated.
-/// Never panics, whatever the bytes.
-pub fn decode_allocation(record: &[u8]) -> Result<(AllocationHeader, Sample<'_>), DecodeError> {
+fn decode_allocation(record: &[u8]) -> Result<(AllocationHeader, SampleRecord<'_>), DecodeError> {
     let (allocation, sample) =
         record.split_at_checked(ALLOCATION_HEADER_SIZE).ok_or(DecodeError::Short { len: record.len() })?;
     // SAFETY: the length was checked; AllocationHeader is two integers, any bits are valid.
     let allocation = unsafe { allocation.as_ptr().cast::<AllocationHeader>().read_unaligned() };
-    Ok((allocation, decode(sample)?))
-}
-
-/// When the sample in a record was taken, read alone (records are put in time order before
-/// they are decoded); `None` if the record is too short to say.
-pub fn sample_time_ns(record: &[u8]) -> Option<u64> {
-    let at = std::mem::offset_of!(SampleHeader, time_ns);
-    Some(u64::from_ne_bytes(record.get(at..at + size_of::<u64>())?.try_into().ok()?))
-}
-
-/// The same for an allocation record.
-pub fn allocation_time_ns(record: &[u8]) -> Option<u64> {
-    sample_time_ns(record.get(ALLOCATION_HEADER_SIZE..)?)
+    Ok((allocation, decode_sample(sample)?))
 }
 
 fn check_depth(field: &'static str, value: u32) -> Result<(), DecodeError> {
     if value as usize <= MAX_STACK_DEPTH { Ok(()) } else { Err(DecodeError::BadLength { field, value }) }
 }
 
-impl<'a> Sample<'a> {
+impl<'a> SampleRecord<'a> {
     pub fn tgid(&self) -> u32 {
         self.header.tgid
     }
@@ -137,29 +171,14 @@ impl<'a> Sample<'a> {
     }
 }
 
-/// Serializes a header and stack copy the way the eBPF program lays them out (fixtures,
-/// benchmarks).
-pub fn encode(header: &SampleHeader, stack_copy: &[u8]) -> Vec<u8> {
-    // SAFETY: SampleHeader is repr(C) plain old data without padding.
-    let bytes =
-        unsafe { std::slice::from_raw_parts((header as *const SampleHeader).cast::<u8>(), HEADER_SIZE) };
-    let mut record = bytes.to_vec();
-    record.extend_from_slice(stack_copy);
-    record
-}
-
-/// Serializes an allocation record the way the eBPF program lays it out (tests).
-pub fn encode_allocation(allocation: AllocationHeader, header: &SampleHeader, stack_copy: &[u8]) -> Vec<u8> {
-    let mut record = Vec::with_capacity(ALLOCATION_HEADER_SIZE + HEADER_SIZE + stack_copy.len());
-    record.extend_from_slice(&allocation.addr.to_ne_bytes());
-    record.extend_from_slice(&allocation.size.to_ne_bytes());
-    record.extend_from_slice(&encode(header, stack_copy));
-    record
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::{encode_allocation, encode_sample as encode};
+
+    fn decode(record: &[u8]) -> Result<SampleRecord<'_>, DecodeError> {
+        RecordKind::Sample.decode(record).map(|record| record.sample)
+    }
 
     fn sample_header() -> SampleHeader {
         let mut h = SampleHeader::zeroed();
@@ -222,8 +241,8 @@ mod tests {
     fn rejects_short_record() {
         let record = encode(&sample_header(), &[]);
         assert_eq!(decode(&record[..100]).unwrap_err(), DecodeError::Short { len: 100 });
-        assert_eq!(sample_time_ns(&record), Some(decode(&record).unwrap().time_ns()));
-        assert_eq!(sample_time_ns(&record[..10]), None);
+        assert_eq!(RecordKind::Sample.time_ns(&record), Some(decode(&record).unwrap().time_ns()));
+        assert_eq!(RecordKind::Sample.time_ns(&record[..10]), None);
         assert_eq!(decode(&[]).unwrap_err(), DecodeError::Short { len: 0 });
     }
 
@@ -253,14 +272,15 @@ mod tests {
     fn decodes_allocation_records() {
         let block = AllocationHeader { addr: 0x5555_0000_8000, size: 4096 };
         let record = encode_allocation(block, &sample_header(), &[]);
-        let (allocation, sample) = decode_allocation(&record).unwrap();
-        assert_eq!(allocation, block);
+        let kind = RecordKind::Allocation;
+        let Record { sample, payload } = kind.decode(&record).unwrap();
+        assert_eq!(payload, Payload::Allocation(block));
         assert_eq!((sample.tgid(), sample.comm().as_str()), (42, "worker"));
-        assert_eq!(allocation_time_ns(&record), Some(sample.time_ns()));
-        assert_eq!(decode_allocation(&record[..10]).unwrap_err(), DecodeError::Short { len: 10 });
-        assert_eq!(allocation_time_ns(&record[..10]), None);
+        assert_eq!(kind.time_ns(&record), Some(sample.time_ns()));
+        assert_eq!(kind.decode(&record[..10]).unwrap_err(), DecodeError::Short { len: 10 });
+        assert_eq!(kind.time_ns(&record[..10]), None);
         assert_eq!(
-            decode_allocation(&record[..100]).unwrap_err(),
+            kind.decode(&record[..100]).unwrap_err(),
             DecodeError::Short { len: 100 - ALLOCATION_HEADER_SIZE }
         );
     }

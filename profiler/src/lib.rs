@@ -1,33 +1,50 @@
 //! profiler: a system-wide sampling profiler for Linux built on eBPF.
 //!
-//! Data flows one way (see ARCHITECTURE.md): sampler (kernel) → ring → decode → collect
-//! (unwind, address → module + offset) → profile → symbolize → render → output. The stages are
-//! public so that benchmarks and tests can drive them without BPF.
-pub mod bpf;
-pub mod check;
-pub mod cli;
-pub mod collect;
-pub mod decode;
-pub mod frame;
-pub mod intake;
-pub mod kernel_types;
-pub mod leaks;
-pub mod maps;
-pub mod module;
-pub mod output;
-pub mod perf_map;
-pub mod plt;
-pub mod process;
-pub mod profile;
-pub mod record;
-pub mod recording;
-pub mod render;
-pub mod report;
-pub mod ring;
-pub mod sampler;
-pub mod stop;
-pub mod summary;
-pub mod symbolize;
-pub mod target;
-pub mod task_events;
-pub mod unwind;
+//! Data flows one way (see ARCHITECTURE.md): [`kernel`] (the eBPF side and its ring) → `decode`
+//! → `walk` (unwind, with `address_space` pinning addresses to module + offset) → `aggregate`
+//! → `symbolize` → the `model` → `render` → `output`. A `session` drives the stages for each
+//! command that samples; `commands` wire modes into it.
+//!
+//! The library exists for the binary, the benchmarks, the fuzz targets and the tests: what they
+//! reach is re-exported here, everything else is private.
+mod address_space;
+mod aggregate;
+mod cli;
+mod clock;
+mod commands;
+mod decode;
+mod frame;
+mod kernel;
+mod model;
+mod output;
+mod render;
+mod session;
+mod symbolize;
+mod unwind;
+mod walk;
+
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
+
+pub use crate::{
+    cli::Cli,
+    commands::run,
+    decode::{DecodeError, Payload, Record, RecordKind, SampleRecord, UserRegs},
+    model::{Meta, Recording, Symbol, SymbolKind, filter::Filter, raw},
+    render::{Format, Grouping, RenderOptions, pprof::proto as pprof, render},
+};
+
+/// The stages, for benchmarks and fuzz targets that drive them without BPF.
+#[cfg(feature = "testing")]
+pub mod stages {
+    pub use crate::{
+        address_space::{AddressSpaces, Backing, Modules, ProcessView, Resolved, TaskEvent, Tracking, Want},
+        aggregate::Aggregate,
+        frame::Frame,
+        kernel::task_events::TaskEventReader,
+        render::folded,
+        symbolize::{Namer, PerfMaps, Symbolizer},
+        unwind::{MAX_FRAMES, StackSnapshot, Unwinder},
+        walk::{CallGraph, StackWalker, Walked},
+    };
+}

@@ -3,23 +3,44 @@
 //! starts, so an unwritable destination fails before anything is sampled, and an interrupted
 //! write never leaves a half-written output.
 use std::{
-    fs::Permissions,
+    fs::{File, Permissions},
     io::{BufWriter, Write},
     os::unix::fs::{OpenOptionsExt as _, PermissionsExt},
     path::{Path, PathBuf},
 };
 
-use anyhow::{Context as _, Result};
+use anyhow::{Context as _, Result, bail};
 use tempfile::NamedTempFile;
 
 use crate::{
-    recording::Recording,
+    model::Recording,
     render::{self, Format, RenderOptions},
 };
 
-/// Creates every output file up front (so that a bad path fails before any work).
-pub fn create_all(outputs: &[(PathBuf, Format)]) -> Result<Vec<(OutputFile, Format)>> {
-    outputs.iter().map(|(path, format)| Ok((OutputFile::create(path)?, *format))).collect()
+/// The outputs asked for, each with its format.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Outputs(Vec<(PathBuf, Format)>);
+
+impl Outputs {
+    /// The outputs at `paths`, in `format` (a single output only), else in the format their
+    /// extension names; `.txt` is `text`, anything else unknown an SVG flame graph.
+    pub fn resolve(paths: &[PathBuf], format: Option<Format>, text: Format) -> Result<Self> {
+        if format.is_some() && paths.len() > 1 {
+            bail!("--format applies to a single output: name the formats of several by their extensions");
+        }
+        let format_of =
+            |path: &PathBuf| format.or_else(|| Format::from_path(path, text)).unwrap_or(Format::Svg);
+        Ok(Self(paths.iter().map(|path| (path.clone(), format_of(path))).collect()))
+    }
+
+    pub fn paths(&self) -> &[(PathBuf, Format)] {
+        &self.0
+    }
+
+    /// Creates every output file up front, so that a bad path fails before any work.
+    pub fn create(&self) -> Result<Vec<(OutputFile, Format)>> {
+        self.0.iter().map(|(path, format)| Ok((OutputFile::create(path)?, *format))).collect()
+    }
 }
 
 /// Renders the recording into each output and moves them into place.
@@ -37,13 +58,13 @@ pub fn write_all(
 pub struct OutputFile {
     /// The path as given, for messages.
     path: PathBuf,
-    target: Target,
+    destination: Destination,
 }
 
-enum Target {
+enum Destination {
     /// A regular file, or none yet: written to a temporary file in the same directory, renamed
     /// over the destination once complete.
-    Replace { destination: PathBuf, temp: NamedTempFile },
+    Replace { path: PathBuf, temp: NamedTempFile },
     /// A device, FIFO or socket (`/dev/null`, `/dev/stdout`, a named pipe): written in place,
     /// as renaming over it would replace the node itself. Opened only when written, so that a
     /// pipe's reader can come later.
@@ -54,31 +75,31 @@ impl OutputFile {
     pub fn create(path: &Path) -> Result<Self> {
         let context = || format!("cannot write {}", path.display());
         // A symbolic link stands for its target: the link stays, the target is replaced.
-        let destination = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_owned());
-        let target = match std::fs::metadata(&destination) {
+        let resolved = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_owned());
+        let destination = match std::fs::metadata(&resolved) {
             Ok(meta) if meta.is_dir() => anyhow::bail!("cannot write {}: it is a directory", path.display()),
             Ok(meta) if !meta.is_file() => {
                 let writable =
-                    std::fs::OpenOptions::new().write(true).custom_flags(libc::O_NONBLOCK).open(&destination);
+                    std::fs::OpenOptions::new().write(true).custom_flags(libc::O_NONBLOCK).open(&resolved);
                 match writable {
                     // A FIFO without a reader yet is fine: it will have one by the end.
                     Err(err) if err.raw_os_error() != Some(libc::ENXIO) => {
                         return Err(err).with_context(context);
                     }
-                    _ => Target::Stream(destination),
+                    _ => Destination::Stream(resolved),
                 }
             }
             _ => {
-                let dir = match destination.parent() {
+                let dir = match resolved.parent() {
                     Some(dir) if !dir.as_os_str().is_empty() => dir,
                     _ => Path::new("."),
                 };
                 let temp =
                     tempfile::Builder::new().prefix(".profiler-").tempfile_in(dir).with_context(context)?;
-                Target::Replace { destination, temp }
+                Destination::Replace { path: resolved, temp }
             }
         };
-        Ok(Self { path: path.to_owned(), target })
+        Ok(Self { path: path.to_owned(), destination })
     }
 
     pub fn path(&self) -> &Path {
@@ -88,31 +109,35 @@ impl OutputFile {
     /// Writes the content with `write` and puts it in place.
     pub fn commit(self, write: impl FnOnce(&mut dyn Write) -> std::io::Result<()>) -> Result<()> {
         let context = || format!("cannot write {}", self.path.display());
-        match self.target {
-            Target::Stream(destination) => {
-                let file = std::fs::OpenOptions::new().write(true).open(destination).with_context(context)?;
-                let mut out = BufWriter::new(file);
-                write(&mut out).with_context(context)?;
-                out.flush().with_context(context)
+        match self.destination {
+            Destination::Stream(path) => {
+                let file = std::fs::OpenOptions::new().write(true).open(path).with_context(context)?;
+                write_buffered(&file, write).with_context(context)
             }
-            Target::Replace { destination, temp } => {
-                let mut out = BufWriter::new(temp.as_file());
-                write(&mut out).with_context(context)?;
-                out.flush().with_context(context)?;
-                drop(out);
+            Destination::Replace { path, temp } => {
                 let file = temp.as_file();
+                write_buffered(file, write).with_context(context)?;
                 file.set_permissions(Permissions::from_mode(0o644)).with_context(context)?;
                 hand_to_invoking_user(file);
                 file.sync_all().with_context(context)?;
-                temp.persist(&destination).map_err(|err| err.error).with_context(context)?;
+                temp.persist(&path).map_err(|err| err.error).with_context(context)?;
                 Ok(())
             }
         }
     }
 }
 
+fn write_buffered(
+    file: &File,
+    write: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
+) -> std::io::Result<()> {
+    let mut out = BufWriter::new(file);
+    write(&mut out)?;
+    out.flush()
+}
+
 /// Under sudo, give the output to the user who ran sudo, as they would expect to own it.
-fn hand_to_invoking_user(file: &std::fs::File) {
+fn hand_to_invoking_user(file: &File) {
     let id = |name| std::env::var(name).ok().and_then(|v| v.parse::<u32>().ok());
     if let (Some(uid), Some(gid)) = (id("SUDO_UID"), id("SUDO_GID")) {
         // Best effort: a filesystem without ownership (vfat, say) keeps root's.

@@ -1,398 +1,249 @@
-//! The streaming stage: each ring-buffer record (a CPU sample, or an allocation) is decoded, its
-//! user stack unwound, and its addresses pinned to (module, file offset) with the mappings of
-//! the moment, while the process still exists. New frames are named after each drain.
-use std::{collections::HashMap, path::PathBuf};
+//! The stage that turns a sample into frames: the kernel stack, then the user stack, unwound
+//! from the copied stack bytes (DWARF, completed with the frame-pointer chain) or taken from the
+//! frame-pointer chain alone, every address pinned to (module, file offset) with the mappings of
+//! the moment the sample was taken.
+use std::str::FromStr;
+
+use rustc_hash::FxHashMap;
 
 use crate::{
-    cli::CallGraph,
-    decode::{Sample, decode, decode_allocation},
-    frame::{self, Frame, UserStack},
-    module::{ModuleId, Modules},
-    perf_map::PerfMaps,
-    process::{Process, Processes, Tracking},
-    profile::{CommId, Profile, ProfileSample, StackId},
-    recording::{Meta, Recording},
-    symbolize::{Symbolizer, Symbols},
-    task_events::TaskEvent,
+    address_space::{AddressSpaces, Modules, ProcessView, TaskEvent, Tracking, Want},
+    decode::SampleRecord,
+    frame::Frame,
     unwind::{
-        AddressSpaceView, Location, StackSnapshot, UnwindEnd, Unwinder,
+        StackSnapshot, UnwindStats, Unwinder,
         hybrid::{self, StackSource},
     },
 };
 
-pub struct Collector {
+/// How user stacks are walked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CallGraph {
+    /// DWARF CFI on the stack copy, completed with the frame-pointer chain where it stops early.
+    Auto,
+    /// DWARF CFI only.
+    Dwarf,
+    /// The kernel's frame-pointer chain only (no stack copy).
+    Fp,
+}
+
+impl CallGraph {
+    pub const NAMES: [(&str, CallGraph); 3] =
+        [("auto", Self::Auto), ("dwarf", Self::Dwarf), ("fp", Self::Fp)];
+
+    pub fn name(self) -> &'static str {
+        Self::NAMES.iter().find(|(_, mode)| *mode == self).map(|(name, _)| *name).expect("every call graph")
+    }
+}
+
+impl FromStr for CallGraph {
+    type Err = String;
+
+    fn from_str(name: &str) -> Result<Self, Self::Err> {
+        Self::NAMES
+            .iter()
+            .find(|(known, _)| *known == name)
+            .map(|(_, mode)| *mode)
+            .ok_or_else(|| format!("unknown call graph `{name}`"))
+    }
+}
+
+/// A sample's stack, innermost frame first, and its process's command name.
+pub struct Walked<'a> {
+    pub comm: &'a str,
+    pub frames: &'a [Frame],
+}
+
+pub struct StackWalker {
     call_graph: CallGraph,
-    processes: Processes,
-    modules: Modules,
-    perf_maps: PerfMaps,
+    spaces: AddressSpaces,
     unwinder: Unwinder,
-    profile: Profile,
-    symbolizer: Symbolizer,
-    symbols: Symbols,
-    /// Stacks of the profile whose frames have been named (stacks are numbered in order).
-    symbolized_stacks: usize,
-    unwind_stats: UnwindStats,
-    /// Records that did not decode (counted, never fatal).
-    malformed: u64,
-    /// Samples whose processing failed (a panic in a dependency on corrupt input, contained).
-    failed: u64,
-    /// Samples beyond this are dropped (`--max-samples`).
-    max_samples: Option<u64>,
-    /// Where each thread's stack mapping ends, as last told to the kernel.
-    stack_ends: HashMap<u32, u64>,
-    /// Stack ends learned since the last [`Collector::take_stack_ends`].
-    new_stack_ends: Vec<(u32, u64)>,
+    stats: UnwindStats,
+    stack_ends: StackEnds,
     /// Scratch space for one stack, reused across samples.
     frames: Vec<Frame>,
 }
 
-/// Threads whose stack end is remembered; beyond this the memory starts over (the kernel's map
-/// is an LRU of its own).
-const MAX_STACK_ENDS: usize = 65536;
-
-/// How the user stacks of a recording were obtained (samples with user registers only).
-#[derive(Debug, Default)]
-pub struct UnwindStats {
-    pub by_source: HashMap<StackSource, u64>,
-    /// Samples whose DWARF unwinding stopped in code without CFI, by module (`None`: anonymous
-    /// memory).
-    pub missing_cfi: HashMap<Option<ModuleId>, u64>,
-}
-
-impl UnwindStats {
-    fn record(&mut self, source: StackSource) {
-        *self.by_source.entry(source).or_default() += 1;
-        if let StackSource::Dwarf(UnwindEnd::MissingCfi(module)) = source {
-            *self.missing_cfi.entry(module).or_default() += 1;
-        }
+impl StackWalker {
+    pub fn new(call_graph: CallGraph, tracking: Tracking) -> Self {
+        Self::with_address_spaces(call_graph, AddressSpaces::new(tracking))
     }
 
-    pub fn total(&self) -> u64 {
-        self.by_source.values().sum()
-    }
-
-    pub fn count(&self, source: StackSource) -> u64 {
-        self.by_source.get(&source).copied().unwrap_or(0)
-    }
-}
-
-/// A block, and where and when it was allocated.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct AllocationSite {
-    pub addr: u64,
-    pub size: u64,
-    pub time_ns: u64,
-    pub tgid: u32,
-    pub tid: u32,
-    pub comm: CommId,
-    pub stack: StackId,
-}
-
-/// What the collector gathered.
-pub struct Collected {
-    pub profile: Profile,
-    pub symbols: Symbols,
-    pub modules: Modules,
-    pub unwind_stats: UnwindStats,
-    pub malformed: u64,
-    pub failed: u64,
-    pub lost_task_events: u64,
-}
-
-impl Collected {
-    /// The symbolized recording, with times counted from `start_monotonic_ns`.
-    pub fn recording(&self, start_monotonic_ns: u64, meta: Meta) -> Recording {
-        Recording::from_live(&self.profile, &self.symbols, &self.modules, start_monotonic_ns, meta)
-    }
-
-    /// Warns, on stderr, about what was dropped on the way: task events the kernel lost, and
-    /// `records` (samples, allocation stacks) that did not decode or could not be processed.
-    pub fn warn(&self, records: &str) {
-        if self.lost_task_events > 0 {
-            eprintln!(
-                "profiler: warning: the kernel dropped {} mmap/exec/fork records; some frames may be misattributed",
-                self.lost_task_events
-            );
-        }
-        if self.malformed > 0 {
-            eprintln!("profiler: warning: {} malformed records were skipped", self.malformed);
-        }
-        if self.failed > 0 {
-            eprintln!(
-                "profiler: warning: {} {records} could not be processed (see the internal errors above)",
-                self.failed
-            );
-        }
-    }
-}
-
-impl Collector {
-    pub fn new(call_graph: CallGraph, tracking: Tracking, max_samples: Option<u64>) -> Self {
+    /// A walker over address spaces set up elsewhere (recorded fixtures).
+    pub fn with_address_spaces(call_graph: CallGraph, spaces: AddressSpaces) -> Self {
         Self {
             call_graph,
-            processes: Processes::new(tracking),
-            modules: Modules::default(),
-            perf_maps: PerfMaps::default(),
+            spaces,
             unwinder: Unwinder::default(),
-            profile: Profile::default(),
-            symbolizer: Symbolizer::default(),
-            symbols: Symbols::default(),
-            symbolized_stacks: 0,
-            unwind_stats: UnwindStats::default(),
-            malformed: 0,
-            failed: 0,
-            max_samples,
-            stack_ends: HashMap::new(),
-            new_stack_ends: Vec::new(),
+            stats: UnwindStats::default(),
+            stack_ends: StackEnds::default(),
             frames: Vec::new(),
         }
     }
 
-    /// Adds one ring-buffer record. Corrupt input anywhere (a record, a binary, its CFI) costs at
-    /// most this sample: a panic below is contained and counted.
-    pub fn add_record(&mut self, record: &[u8]) {
-        if self.max_samples.is_some_and(|max| self.profile.samples().len() as u64 >= max) {
-            return;
-        }
-        self.contained(|collector| {
-            let Ok(sample) = decode(record) else {
-                collector.malformed += 1;
-                return;
-            };
-            let (comm, stack) = collector.walk(&sample);
-            let (time_ns, tgid, tid) = (sample.time_ns(), sample.tgid(), sample.tid());
-            collector.profile.push(ProfileSample { time_ns, tgid, tid, comm, stack, weight: 1 });
-        });
+    /// Follows a process from its current state (targets, and every process under `-a`).
+    pub fn track(&mut self, tgid: u32) {
+        self.spaces.track(tgid);
     }
 
-    /// Adds an allocation record: its stack is walked and kept, and the block returned with
-    /// where it was allocated. Corrupt input costs this record only, as in [`Self::add_record`].
-    pub fn add_allocation(&mut self, record: &[u8]) -> Option<AllocationSite> {
-        self.contained(|collector| {
-            let Ok((block, sample)) = decode_allocation(record) else {
-                collector.malformed += 1;
-                return None;
-            };
-            let (comm, stack) = collector.walk(&sample);
-            Some(AllocationSite {
-                addr: block.addr,
-                size: block.size,
-                time_ns: sample.time_ns(),
-                tgid: sample.tgid(),
-                tid: sample.tid(),
-                comm,
-                stack,
-            })
-        })
-        .flatten()
+    /// Applies what a process did to its address space; events must come before the samples
+    /// taken after them.
+    pub fn apply(&mut self, event: TaskEvent) {
+        self.spaces.apply(event);
     }
 
-    /// Runs `add`, counting a panic in it as a failed record.
-    fn contained<T>(&mut self, add: impl FnOnce(&mut Self) -> T) -> Option<T> {
-        let added = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| add(self)));
-        if added.is_err() {
-            self.failed += 1;
-        }
-        added.ok()
+    /// Forgets processes and mappings no sample taken after `now_ns` can need.
+    pub fn prune(&mut self, now_ns: u64) {
+        self.spaces.prune(now_ns);
     }
 
-    /// The command name and (empty) stack that stand for an allocation whose record was lost.
-    pub fn stack_lost(&mut self) -> (CommId, StackId) {
-        (self.profile.intern_comm("[stack lost]"), self.profile.intern_stack(&[]))
+    pub fn modules(&self) -> &Modules {
+        self.spaces.modules()
     }
 
-    /// Adds a sample built from what [`Self::add_allocation`] returned.
-    pub fn push_sample(&mut self, sample: ProfileSample) {
-        self.profile.push(sample);
+    pub fn stats(&self) -> &UnwindStats {
+        &self.stats
     }
 
-    /// The stack of a sample, walked, pinned to modules and interned; and its command name.
-    fn walk(&mut self, sample: &Sample) -> (CommId, StackId) {
-        let (tgid, tid) = (sample.tgid(), sample.tid());
-        let process = self.processes.observe(tgid, tid, &sample.comm());
-        self.frames.clear();
-        frame::push_kernel(sample.kernel_stack(), &mut self.frames);
-        // The frame-pointer chain, from this depth on, still to be located.
-        let (fp_addrs, first_depth) = match (self.call_graph, sample.user_regs()) {
+    /// Task events the kernel dropped.
+    pub fn lost_task_events(&self) -> u64 {
+        self.spaces.lost_events()
+    }
+
+    /// Stack ends learned since the last call, for the kernel's `STACK_ENDS` map.
+    pub fn take_stack_ends(&mut self) -> Vec<(u32, u64)> {
+        std::mem::take(&mut self.stack_ends.new)
+    }
+
+    /// The stack of a sample, walked and pinned to modules.
+    pub fn walk(&mut self, sample: &SampleRecord<'_>) -> Walked<'_> {
+        let Self { call_graph, spaces, unwinder, stats, stack_ends, frames } = self;
+        let tid = sample.tid();
+        let mut process = spaces.observe(sample.tgid(), tid, &sample.comm(), sample.time_ns());
+        frames.clear();
+        frames.extend(
+            sample.kernel_stack().iter().enumerate().map(|(depth, &addr)| Frame::kernel(depth, addr)),
+        );
+        // The frame-pointer chain, from this depth on, still to be resolved.
+        let (fp_addrs, first_depth) = match (*call_graph, sample.user_regs()) {
             (CallGraph::Fp, _) | (_, None) => (sample.user_stack(), 0),
             (call_graph, Some(regs)) => {
-                if let Some(stack) = process.mapping(regs.sp, sample.time_ns()) {
-                    learn_stack_end(&mut self.stack_ends, &mut self.new_stack_ends, tid, stack.end);
+                if let Some(stack) = process.mapping(regs.sp) {
+                    stack_ends.learn(tid, stack.end);
                 }
                 let snapshot = StackSnapshot {
                     sp: regs.sp,
                     bytes: sample.stack_copy(),
                     truncated: sample.stack_truncated(),
                 };
-                let mut view = ProcessView {
-                    tgid,
-                    time_ns: sample.time_ns(),
-                    process: &mut *process,
-                    modules: &mut self.modules,
-                };
-                let unwound = self.unwinder.unwind(regs, &snapshot, &mut view);
+                let unwound = unwinder.unwind(regs, &snapshot, &mut process);
                 let (tail, source) = match call_graph {
                     CallGraph::Auto => hybrid::complete(&unwound, sample.user_stack()),
                     _ => (&[][..], StackSource::Dwarf(unwound.end)),
                 };
-                self.unwind_stats.record(source);
-                frame::push_located(tgid, &unwound.frames, &unwound.locations, &mut self.frames);
+                stats.record(source);
+                let tgid = process.tgid();
+                let located = unwound.frames.iter().zip(&unwound.locations).enumerate();
+                frames.extend(located.map(|(depth, (&addr, &at))| Frame::user(tgid, depth, addr, at)));
                 (tail, unwound.frames.len())
             }
         };
-        let stack = UserStack { tgid, time_ns: sample.time_ns(), addrs: fp_addrs, first_depth };
-        frame::push_user(&stack, process, &mut self.modules, &mut self.frames);
-        for frame in &self.frames {
-            if let Frame::Anonymous { tgid, addr } = *frame {
-                self.perf_maps.observe(tgid, addr, sample.time_ns());
-            }
-        }
-        let comm = self.profile.intern_comm(process.comm());
-        (comm, self.profile.intern_stack(&self.frames))
-    }
-
-    /// Samples and processes so far.
-    pub fn progress(&self) -> (usize, usize) {
-        (self.profile.samples().len(), self.profile.process_count())
-    }
-
-    /// Stack ends learned since the last call, for the kernel's `STACK_ENDS` map.
-    pub fn take_stack_ends(&mut self) -> Vec<(u32, u64)> {
-        std::mem::take(&mut self.new_stack_ends)
-    }
-
-    /// Follows a process from its current state (targets, and every process under `-a`).
-    pub fn track(&mut self, tgid: u32) {
-        self.processes.track(tgid);
-    }
-
-    /// Applies what a process did to its address space; events must come before the samples
-    /// taken after them.
-    pub fn add_task_event(&mut self, event: TaskEvent) {
-        self.processes.apply(event);
-    }
-
-    /// Forgets processes and mappings no sample taken after `now_ns` can need.
-    pub fn prune(&mut self, now_ns: u64) {
-        self.processes.prune(now_ns);
-    }
-
-    /// Names the frames of the stacks seen since the last call. Done as the recording goes, so
-    /// that little is left when it stops: the end of a recording is when its user waits.
-    pub fn symbolize_new(&mut self) {
-        let frames: Vec<Frame> = self
-            .profile
-            .distinct_frames_since(self.symbolized_stacks)
-            .into_iter()
-            .filter(|frame| !self.symbols.contains(frame))
-            .collect();
-        self.symbolized_stacks = self.profile.stack_count();
-        if !frames.is_empty() {
-            self.symbols.extend(self.symbolizer.symbolize(&frames, &self.modules, &self.perf_maps));
-        }
-    }
-
-    pub fn finish(mut self) -> Collected {
-        self.symbolize_new();
-        // A JIT may have described its code in its perf map since its first sample there.
-        let unnamed = self.symbols.unnamed_anonymous();
-        self.symbols.extend(self.symbolizer.symbolize(&unnamed, &self.modules, &self.perf_maps));
-        Collected {
-            profile: self.profile,
-            symbols: self.symbols,
-            modules: self.modules,
-            unwind_stats: self.unwind_stats,
-            malformed: self.malformed,
-            failed: self.failed,
-            lost_task_events: self.processes.lost_events(),
-        }
+        push_resolved(&mut process, fp_addrs, first_depth, frames);
+        Walked { comm: process.into_comm(), frames }
     }
 }
 
-fn learn_stack_end(known: &mut HashMap<u32, u64>, new: &mut Vec<(u32, u64)>, tid: u32, end: u64) {
-    if known.get(&tid) == Some(&end) {
-        return;
+/// Appends the frames of `addrs`, the first at depth `first_depth`, each resolved in `process`.
+fn push_resolved(process: &mut ProcessView<'_>, addrs: &[u64], first_depth: usize, frames: &mut Vec<Frame>) {
+    let tgid = process.tgid();
+    for (depth, &addr) in addrs.iter().enumerate().map(|(i, addr)| (i + first_depth, addr)) {
+        frames.push(Frame::user(tgid, depth, addr, process.resolve(addr, Want::Any)));
     }
-    if known.len() >= MAX_STACK_ENDS {
-        known.clear();
-    }
-    known.insert(tid, end);
-    new.push((tid, end));
 }
 
-/// One process's address space, as the unwinder sees it.
-struct ProcessView<'a> {
-    tgid: u32,
-    time_ns: u64,
-    process: &'a mut Process,
-    modules: &'a mut Modules,
+/// Threads whose stack end is remembered; beyond this the memory starts over (the kernel's map
+/// is an LRU of its own).
+const MAX_STACK_ENDS: usize = 65536;
+
+/// Where each thread's stack mapping ends, as last told to the kernel, and what is new since.
+#[derive(Default)]
+struct StackEnds {
+    known: FxHashMap<u32, u64>,
+    new: Vec<(u32, u64)>,
 }
 
-impl AddressSpaceView for ProcessView<'_> {
-    fn locate(&mut self, addr: u64) -> Location {
-        let Some(mapping) = self.process.mapping(addr, self.time_ns).filter(|m| m.executable) else {
-            return Location::NotCode;
-        };
-        match self.modules.intern(self.tgid, mapping) {
-            Some(module) => Location::Module { module, file_offset: mapping.file_offset(addr) },
-            None => Location::Anonymous,
+impl StackEnds {
+    fn learn(&mut self, tid: u32, end: u64) {
+        if self.known.get(&tid) == Some(&end) {
+            return;
         }
-    }
-
-    fn module_paths(&self, module: ModuleId) -> Option<(PathBuf, PathBuf)> {
-        let module = self.modules.get(module);
-        Some((module.readable_path()?, module.path().to_owned()))
+        if self.known.len() >= MAX_STACK_ENDS {
+            self.known.clear();
+        }
+        self.known.insert(tid, end);
+        self.new.push((tid, end));
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use profiler_common::{SampleHeader, sample_flags};
+
     use super::*;
-    use crate::decode::encode;
-    use profiler_common::SampleHeader;
+    use crate::{decode::RecordKind, testing::encode_sample};
 
     const TRACKING: Tracking = Tracking { all: false, follow_forks: true };
 
-    #[test]
-    fn collects_a_record_and_counts_garbage() {
+    fn own_header() -> SampleHeader {
         let pid = std::process::id();
         let mut header = SampleHeader::zeroed();
         (header.tgid, header.tid) = (pid, pid);
         header.comm[..4].copy_from_slice(b"self");
-        header.kernel_stack[0] = 0xffff_ffff_8100_0000;
-        header.kernel_stack_len = 1;
-        header.user_stack[0] = collects_a_record_and_counts_garbage as *const () as usize as u64;
-        header.user_stack_len = 1;
-        let mut collector = Collector::new(CallGraph::Fp, TRACKING, None);
-        collector.add_record(&encode(&header, &[]));
-        collector.add_record(&[1, 2, 3]);
-        let collected = collector.finish();
-        assert_eq!(collected.profile.samples().len(), 1);
-        assert_eq!(collected.malformed, 1);
-        let sample = collected.profile.samples()[0];
-        assert_eq!(collected.profile.comm(sample.comm), "self");
-        let stack = collected.profile.stack(sample.stack);
-        assert_eq!(stack[0], Frame::Kernel(0xffff_ffff_8100_0000));
-        assert!(matches!(stack[1], Frame::Module { .. }), "{stack:?}");
-        assert_eq!(collected.unwind_stats.total(), 0, "fp mode does not unwind");
+        header
+    }
+
+    #[test]
+    fn frame_pointer_mode_takes_kernel_and_chain_frames() {
+        let mut header = own_header();
+        header.kernel_stack[..2].copy_from_slice(&[0xffff_ffff_8100_0000, 0xffff_ffff_8100_0100]);
+        header.kernel_stack_len = 2;
+        header.user_stack[0] = frame_pointer_mode_takes_kernel_and_chain_frames as *const () as usize as u64;
+        header.user_stack[1] = 0x10;
+        header.user_stack_len = 2;
+        let record = encode_sample(&header, &[]);
+        let sample = RecordKind::Sample.decode(&record).unwrap().sample;
+        let mut walker = StackWalker::new(CallGraph::Fp, TRACKING);
+        let walked = walker.walk(&sample);
+        assert_eq!(walked.comm, "self", "the main thread's name is the process's");
+        let frames = walked.frames;
+        assert_eq!(frames[..2], [Frame::Kernel(0xffff_ffff_8100_0000), Frame::Kernel(0xffff_ffff_8100_00ff)]);
+        assert!(matches!(frames[2], Frame::Module { .. }), "{frames:?}");
+        assert_eq!(
+            frames[3],
+            Frame::Anonymous { tgid: std::process::id(), addr: 0xf },
+            "a caller steps back"
+        );
+        assert_eq!(walker.stats().summary().total(), 0, "fp mode does not unwind");
     }
 
     #[test]
     fn dwarf_mode_unwinds_and_counts() {
         // A sample of this very thread: its registers and the top of its stack.
-        let pid = std::process::id();
         let stack = [0u8; 64];
-        let mut header = SampleHeader::zeroed();
-        (header.tgid, header.tid) = (pid, pid);
-        header.flags = profiler_common::sample_flags::USER_REGS;
+        let mut header = own_header();
+        header.flags = sample_flags::USER_REGS;
         header.user_ip = dwarf_mode_unwinds_and_counts as *const () as usize as u64 + 4;
         header.user_sp = stack.as_ptr() as u64;
         header.stack_copy_len = stack.len() as u32;
-        let mut collector = Collector::new(CallGraph::Dwarf, TRACKING, None);
-        collector.add_record(&encode(&header, &stack));
-        let collected = collector.finish();
-        assert_eq!(collected.unwind_stats.total(), 1);
-        let stack = collected.profile.stack(collected.profile.samples()[0].stack);
-        assert!(matches!(stack[0], Frame::Module { .. }), "the ip resolves: {stack:?}");
+        let record = encode_sample(&header, &stack);
+        let sample = RecordKind::Sample.decode(&record).unwrap().sample;
+        let mut walker = StackWalker::new(CallGraph::Dwarf, TRACKING);
+        let frames = walker.walk(&sample).frames.to_vec();
+        assert_eq!(walker.stats().summary().total(), 1);
+        assert!(matches!(frames[0], Frame::Module { .. }), "the ip resolves: {frames:?}");
+        let (tid, end) = walker.take_stack_ends()[0];
+        assert_eq!(tid, std::process::id());
+        assert!(end > header.user_sp, "the stack's mapping ends above its pointer");
+        assert!(walker.take_stack_ends().is_empty(), "told once");
     }
 }

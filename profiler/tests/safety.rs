@@ -330,7 +330,7 @@ fn empty_recording_gives_valid_empty_outputs() {
         &mut raw,
     )
     .unwrap();
-    let profile = <profiler::render::pprof::proto::Profile as prost::Message>::decode(&*raw).unwrap();
+    let profile = <profiler::pprof::Profile as prost::Message>::decode(&*raw).unwrap();
     assert!(profile.sample.is_empty());
     let report = profiler()
         .args([

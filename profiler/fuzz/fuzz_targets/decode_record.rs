@@ -1,13 +1,17 @@
-//! Ring-buffer records: any bytes decode to a sample or an error, never a panic.
+//! Ring-buffer records, of every kind: any bytes decode to a record or an error, never a panic.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use profiler::decode::decode;
+use profiler::RecordKind;
 
 fuzz_target!(|data: &[u8]| {
-    if let Ok(sample) = decode(data) {
-        let _ = (sample.tgid(), sample.tid(), sample.time_ns(), sample.comm());
-        let _ = (sample.kernel_stack().len(), sample.user_stack().len(), sample.user_regs());
-        let _ = (sample.stack_copy().len(), sample.stack_truncated());
+    for kind in [RecordKind::Sample, RecordKind::Allocation] {
+        let _ = kind.time_ns(data);
+        if let Ok(record) = kind.decode(data) {
+            let sample = record.sample;
+            let _ = (sample.tgid(), sample.tid(), sample.time_ns(), sample.comm(), record.payload);
+            let _ = (sample.kernel_stack().len(), sample.user_stack().len(), sample.user_regs());
+            let _ = (sample.stack_copy().len(), sample.stack_truncated());
+        }
     }
 });

@@ -3,17 +3,14 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use profiler::{
-    recording::{filter::Filter, raw},
-    render::{Format, RenderOptions, render},
-};
+use profiler::{Filter, Format, RenderOptions, raw, render};
 
 fuzz_target!(|data: &[u8]| {
     // The whole file format, and the protobuf payload alone (past the gzip checksum).
     let recordings = [raw::read(&mut &data[..]), raw::decode_payload(data)];
     for recording in recordings.into_iter().flatten() {
         let recording = recording.filtered(&Filter { no_kernel: data.len() % 2 == 0, ..Default::default() });
-        for format in [Format::Folded, Format::Pprof, Format::Speedscope, Format::Raw, Format::Svg] {
+        for format in [Format::Folded, Format::Pprof, Format::Speedscope, Format::Raw, Format::Svg, Format::LeakReport] {
             render(format, &recording, &RenderOptions::default(), &mut std::io::sink()).unwrap();
         }
     }

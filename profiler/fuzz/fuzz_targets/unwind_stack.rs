@@ -6,8 +6,9 @@ use std::{path::Path, sync::LazyLock};
 
 use libfuzzer_sys::fuzz_target;
 use profiler::{
-    decode::UserRegs,
-    unwind::{AddressSpaceView, Location, MAX_FRAMES, StackSnapshot, Unwinder, fixture::Fixture},
+    UserRegs,
+    stages::{MAX_FRAMES, Resolved, StackSnapshot, Unwinder, Want},
+    testing::Fixture,
 };
 
 static DIR: LazyLock<&'static Path> =
@@ -27,11 +28,12 @@ fuzz_target!(|data: &[u8]| {
         (UserRegs { ip: word(0), sp: word(1), bp: word(2) }, bytes.to_vec())
     };
     let snapshot = StackSnapshot { sp: regs.sp, bytes: &stack, truncated: word(2) % 2 == 0 };
-    let mut space = fixture.space(DIR.join("snapshot"));
+    let mut spaces = fixture.address_spaces(DIR.join("snapshot"));
+    let mut space = Fixture::view(&mut spaces);
     let unwound = Unwinder::default().unwind(regs, &snapshot, &mut space);
     assert!(unwound.frames.len() <= MAX_FRAMES);
     assert!(unwound.frames.len() <= stack.len() / 8 + 1);
     for &frame in &unwound.frames {
-        assert_ne!(space.locate(frame), Location::NotCode);
+        assert_ne!(space.resolve(frame, Want::Code), Resolved::Unmapped);
     }
 });

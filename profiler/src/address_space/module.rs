@@ -14,7 +14,12 @@ use std::{
 
 use rustc_hash::FxHashMap;
 
-use crate::maps::{Backing, Mapping};
+use super::{Backing, Mapping, open, vdso};
+
+/// Opens the file behind a mapping of a process (`tgid`, the mapping, the path it names); the
+/// registry calls it once per file. Live processes are read through [`open::mapped_file`];
+/// recorded fixtures bring their own.
+pub type FileOpener = Box<dyn Fn(u32, &Mapping, &Path) -> Option<File>>;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ModuleId(u32);
@@ -24,7 +29,8 @@ impl ModuleId {
         self.0
     }
 
-    /// A module id by its index (fixtures and benchmarks; the registry hands out the real ones).
+    /// A module id by its index (tests; the registry hands out the real ones).
+    #[cfg(test)]
     pub const fn from_index(index: u32) -> Self {
         Self(index)
     }
@@ -55,9 +61,14 @@ impl Module {
         self.build_id.as_deref()
     }
 
+    /// The module's file, kept open, when it could be opened.
+    pub fn file(&self) -> Option<&File> {
+        self.file.as_ref()
+    }
+
     /// The module's file, mapped read-only through the handle kept open.
     pub fn image(&self) -> Option<memmap2::Mmap> {
-        map(self.file.as_ref()?)
+        open::map(self.file.as_ref()?).ok()
     }
 
     /// A path through which this process can read the module's file, whatever happened to it in
@@ -87,8 +98,8 @@ enum Identity {
     Pseudo(String),
 }
 
-#[derive(Debug, Default)]
 pub struct Modules {
+    open: FileOpener,
     by_mapping: FxHashMap<MappedKey, ModuleId>,
     by_identity: FxHashMap<Identity, ModuleId>,
     modules: Vec<Module>,
@@ -97,7 +108,25 @@ pub struct Modules {
     copies: Vec<File>,
 }
 
+impl Default for Modules {
+    /// The modules of live processes, their files opened through `/proc`.
+    fn default() -> Self {
+        Self::with_opener(Box::new(open::mapped_file))
+    }
+}
+
 impl Modules {
+    /// A registry that opens files with `open`.
+    pub fn with_opener(open: FileOpener) -> Self {
+        Self {
+            open,
+            by_mapping: FxHashMap::default(),
+            by_identity: FxHashMap::default(),
+            modules: Vec::new(),
+            copies: Vec::new(),
+        }
+    }
+
     /// The module behind `mapping` of process `tgid`; `None` for anonymous memory.
     pub fn intern(&mut self, tgid: u32, mapping: &Mapping) -> Option<ModuleId> {
         let (key, path) = match &mapping.backing {
@@ -111,8 +140,8 @@ impl Modules {
             return Some(id);
         }
         let file = match &key {
-            MappedKey::File { .. } => open_mapped_file(tgid, mapping, path),
-            MappedKey::Pseudo(name) if name == "[vdso]" => own_vdso(),
+            MappedKey::File { .. } => (self.open)(tgid, mapping, path),
+            MappedKey::Pseudo(name) if name == "[vdso]" => vdso::own_vdso(),
             MappedKey::Pseudo(_) => None,
         };
         let build_id = file.as_ref().and_then(read_build_id);
@@ -147,15 +176,9 @@ impl Modules {
 /// The GNU build id note of an ELF file.
 fn read_build_id(file: &File) -> Option<Vec<u8>> {
     use object::Object as _;
-    let data = map(file)?;
+    let data = open::map(file).ok()?;
     let elf = object::File::parse(&*data).ok()?;
     Some(elf.build_id().ok()??.to_vec())
-}
-
-fn map(file: &File) -> Option<memmap2::Mmap> {
-    // SAFETY: read-only private mapping of a file held open; a concurrent truncation would fault,
-    // the accepted risk of every ELF reader.
-    unsafe { memmap2::Mmap::map(file) }.ok()
 }
 
 fn mtime(file: &File) -> Option<(i64, i64)> {
@@ -163,51 +186,13 @@ fn mtime(file: &File) -> Option<(i64, i64)> {
     Some((metadata.mtime(), metadata.mtime_nsec()))
 }
 
-/// Opens the file behind a mapping as the target sees it: `map_files` names the mapped inode
-/// itself (deleted or replaced files included); `/proc/PID/root` resolves the path in the target's
-/// mount namespace (containers); the path itself serves once the process is gone.
-fn open_mapped_file(tgid: u32, mapping: &Mapping, path: &Path) -> Option<File> {
-    let map_file = format!("/proc/{tgid}/map_files/{:x}-{:x}", mapping.start, mapping.end);
-    if let Ok(file) = File::open(map_file) {
-        return Some(file);
-    }
-    // A process already gone (short-lived ones often are by the time their records are read)
-    // still left its files: the same path here names the same inode when we share its mounts.
-    let rooted = Path::new(&format!("/proc/{tgid}/root")).join(path.strip_prefix("/").unwrap_or(path));
-    [rooted.as_path(), path].into_iter().find_map(|candidate| {
-        let file = File::open(candidate).ok()?;
-        // A file replaced since it was mapped would give wrong symbols.
-        (file.metadata().ok()?.ino() == mapping.inode).then_some(file)
-    })
-}
-
-/// The vDSO image, copied from this process into an in-memory file. The kernel maps the same
-/// image into every 64-bit process, so ours stands for the target's: symbols and CFI included.
-fn own_vdso() -> Option<File> {
-    // SAFETY: getauxval has no preconditions.
-    let start = unsafe { libc::getauxval(libc::AT_SYSINFO_EHDR) };
-    let space = crate::maps::AddressSpace::read(std::process::id()).ok()?;
-    let mapping = space.find(start).filter(|m| m.backing == Backing::Pseudo("[vdso]".into()))?;
-    // SAFETY: the range is our own vDSO mapping, readable for the life of the process.
-    let image = unsafe { std::slice::from_raw_parts(start as *const u8, (mapping.end - start) as usize) };
-    // SAFETY: memfd_create with a NUL-terminated name; the descriptor is checked and owned.
-    let fd = unsafe { libc::memfd_create(c"vdso".as_ptr(), libc::MFD_CLOEXEC) };
-    if fd < 0 {
-        return None;
-    }
-    // SAFETY: fd is a fresh descriptor nobody else owns.
-    let mut file = unsafe { <File as std::os::fd::FromRawFd>::from_raw_fd(fd) };
-    std::io::Write::write_all(&mut file, image).ok()?;
-    Some(file)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::maps::AddressSpace;
+    use crate::address_space::Mappings;
 
     fn own_mapping() -> Mapping {
-        let space = AddressSpace::read(std::process::id()).unwrap();
+        let space = Mappings::read(std::process::id()).unwrap();
         space.find(own_mapping as *const () as usize as u64).unwrap().clone()
     }
 
@@ -275,7 +260,7 @@ mod tests {
     #[test]
     fn vdso_is_readable_as_an_elf_file() {
         let mut modules = Modules::default();
-        let space = AddressSpace::read(std::process::id()).unwrap();
+        let space = Mappings::read(std::process::id()).unwrap();
         let vdso = space.mappings().find(|m| m.backing == Backing::Pseudo("[vdso]".into())).unwrap();
         let id = modules.intern(std::process::id(), vdso).unwrap();
         let image = std::fs::read(modules.get(id).readable_path().unwrap()).unwrap();

@@ -46,7 +46,7 @@ pub struct TimedMapping {
 
 /// The mappings of one process, sorted by address and not overlapping, like the kernel's.
 #[derive(Clone, Debug, Default)]
-pub struct AddressSpace {
+pub struct Mappings {
     entries: Vec<TimedMapping>,
 }
 
@@ -63,7 +63,7 @@ impl fmt::Display for ParseError {
 
 impl std::error::Error for ParseError {}
 
-impl AddressSpace {
+impl Mappings {
     /// Reads `/proc/PID/maps`.
     pub fn read(pid: u32) -> io::Result<Self> {
         let text = std::fs::read_to_string(format!("/proc/{pid}/maps"))?;
@@ -158,12 +158,12 @@ fn parse_line(line: &str) -> Option<Mapping> {
         executable: perms.as_bytes().get(2) == Some(&b'x'),
         dev,
         inode,
-        backing: backing(name, inode),
+        backing: backing_named(name, inode),
     })
 }
 
 /// The backing of a mapping named `name` (the last field of a maps line).
-pub fn backing(name: &str, inode: u64) -> Backing {
+pub fn backing_named(name: &str, inode: u64) -> Backing {
     if name.is_empty() {
         Backing::Anonymous
     } else if inode == 0 && !name.starts_with('/') {
@@ -194,7 +194,7 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
 
     #[test]
     fn parses_every_kind_of_line() {
-        let space = AddressSpace::parse(MAPS).unwrap();
+        let space = Mappings::parse(MAPS).unwrap();
         assert_eq!(space.mappings().count(), 9);
         let text = space.find(0x5583c2a01234).unwrap();
         assert!(text.executable);
@@ -214,7 +214,7 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
 
     #[test]
     fn addresses_outside_any_mapping() {
-        let space = AddressSpace::parse(MAPS).unwrap();
+        let space = Mappings::parse(MAPS).unwrap();
         assert_eq!(space.find(0), None);
         assert_eq!(space.find(0x5583c2a02000), None); // end is exclusive
         assert_eq!(space.find(u64::MAX), None);
@@ -222,8 +222,8 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
 
     #[test]
     fn rejects_garbage() {
-        assert_eq!(AddressSpace::parse("hello world\n").unwrap_err(), ParseError { line: 1 });
-        assert_eq!(AddressSpace::parse("1000-2000 r-xp zz 00:00 0\n").unwrap_err(), ParseError { line: 1 });
+        assert_eq!(Mappings::parse("hello world\n").unwrap_err(), ParseError { line: 1 });
+        assert_eq!(Mappings::parse("1000-2000 r-xp zz 00:00 0\n").unwrap_err(), ParseError { line: 1 });
     }
 
     fn file(start: u64, end: u64, offset: u64) -> Mapping {
@@ -240,7 +240,7 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
 
     #[test]
     fn insert_replaces_what_it_overlaps() {
-        let mut space = AddressSpace::default();
+        let mut space = Mappings::default();
         assert!(space.insert(file(0x1000, 0x5000, 0), 10).is_empty());
         // A new mapping in the middle splits the old one; the file offset of the right part moves.
         let new = Mapping { inode: 8, ..file(0x2000, 0x3000, 0) };
@@ -255,7 +255,7 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
 
     #[test]
     fn reads_own_maps() {
-        let space = AddressSpace::read(std::process::id()).unwrap();
+        let space = Mappings::read(std::process::id()).unwrap();
         let here = reads_own_maps as *const () as usize as u64;
         let mapping = space.find(here).expect("own code is mapped");
         assert!(mapping.executable);

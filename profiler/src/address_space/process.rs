@@ -4,15 +4,10 @@
 //! exit) the kernel reports. Mappings that were replaced or dropped at exec stay in a history
 //! for a while, so that a sample resolves with the mappings valid when it was taken even when it
 //! is read after a dlclose, a new dlopen at the same address, or the process's exit.
-use std::{
-    collections::HashMap,
-    time::{Instant, SystemTime, UNIX_EPOCH},
-};
+use std::collections::HashMap;
 
-use crate::{
-    maps::{AddressSpace, Mapping, TimedMapping},
-    task_events::TaskEvent,
-};
+use super::{Mapping, Mappings, TaskEvent, TimedMapping};
+use crate::clock::monotonic_ns;
 
 /// How long replaced mappings and exited processes are kept: samples are read well within this
 /// (the ring is drained every 20 ms).
@@ -32,7 +27,7 @@ struct PastMapping {
 pub struct Process {
     tgid: u32,
     comm: String,
-    space: AddressSpace,
+    space: Mappings,
     history: Vec<PastMapping>,
     /// When `/proc/PID/maps` was last read.
     read_at_ns: u64,
@@ -47,7 +42,7 @@ impl Process {
             .map(|comm| comm.trim_end_matches('\n').to_owned())
             .unwrap_or_else(|_| fallback_comm.to_owned());
         let read_at_ns = monotonic_ns();
-        let space = AddressSpace::read(tgid);
+        let space = Mappings::read(tgid);
         Self {
             tgid,
             comm,
@@ -55,6 +50,20 @@ impl Process {
             space: space.unwrap_or_default(),
             history: Vec::new(),
             read_at_ns,
+            exited_at_ns: None,
+        }
+    }
+
+    /// A process known only from `mappings`, never read from `/proc` (recorded fixtures).
+    #[cfg(any(test, feature = "testing"))]
+    pub fn from_mappings(tgid: u32, comm: &str, mappings: Mappings) -> Self {
+        Self {
+            tgid,
+            comm: comm.to_owned(),
+            space: mappings,
+            history: Vec::new(),
+            read_at_ns: 0,
+            gone: true,
             exited_at_ns: None,
         }
     }
@@ -109,7 +118,7 @@ impl Process {
 
     fn reread(&mut self) {
         self.read_at_ns = monotonic_ns();
-        match AddressSpace::read(self.tgid) {
+        match Mappings::read(self.tgid) {
             Ok(space) => {
                 // Unknown since when: the new reading is trusted for any time, as seeding is.
                 let mut old = std::mem::replace(&mut self.space, space);
@@ -129,29 +138,6 @@ impl Process {
 pub fn running() -> Vec<u32> {
     let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
     entries.filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok()).collect()
-}
-
-/// CLOCK_MONOTONIC in nanoseconds: the clock of `bpf_ktime_get_ns`, hence of sample times.
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: clock_gettime writes into the timespec we own.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-/// When a recording started, on each clock that needs it.
-pub struct Start {
-    pub instant: Instant,
-    pub unix_ns: u64,
-    /// CLOCK_MONOTONIC, the clock of samples and allocations.
-    pub monotonic_ns: u64,
-}
-
-impl Start {
-    pub fn now() -> Self {
-        let unix_ns = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
-        Self { instant: Instant::now(), unix_ns, monotonic_ns: monotonic_ns() }
-    }
 }
 
 /// Which processes to follow through task events.
@@ -178,6 +164,12 @@ impl Processes {
     /// Starts following a process, from its current `/proc` state.
     pub fn track(&mut self, tgid: u32) {
         self.by_tgid.entry(tgid).or_insert_with(|| Process::load(tgid, ""));
+    }
+
+    /// Adds a process known from elsewhere (recorded fixtures).
+    #[cfg(any(test, feature = "testing"))]
+    pub fn insert(&mut self, process: Process) {
+        self.by_tgid.insert(process.tgid, process);
     }
 
     /// The process a sample came from, loading it from /proc on first sight.
@@ -246,7 +238,7 @@ impl Processes {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::maps::Backing;
+    use crate::address_space::Backing;
 
     const TRACK_ALL: Tracking = Tracking { all: true, follow_forks: true };
 

@@ -5,17 +5,18 @@ use anyhow::{Context as _, Result, bail};
 
 use crate::{
     cli::{DiffArgs, ReportArgs},
+    model::{Recording, raw},
     output::{self, OutputFile},
-    recording::{Recording, raw},
     render::{RenderOptions, folded, svg},
 };
 
 pub fn run(args: &ReportArgs) -> Result<()> {
-    let specs = args.output.resolve()?;
-    let outputs = output::create_all(&specs)?;
+    let outputs = args.output.resolve()?;
+    let files = outputs.create()?;
     let recording = load(&args.recording)?.filtered(&args.filter.filter());
-    output::write_all(outputs, &recording, &RenderOptions { grouping: args.grouping.grouping() })?;
-    let written: Vec<String> = specs.iter().map(|(path, _)| path.display().to_string()).collect();
+    let options = RenderOptions { grouping: args.grouping.grouping(), ..RenderOptions::default() };
+    output::write_all(files, &recording, &options)?;
+    let written: Vec<String> = outputs.paths().iter().map(|(path, _)| path.display().to_string()).collect();
     eprintln!("profiler: {} samples, wrote {}", recording.samples.len(), written.join(", "));
     Ok(())
 }
@@ -53,7 +54,7 @@ pub fn diff(args: &DiffArgs) -> Result<()> {
 }
 
 /// Reads a raw recording; every failure is one line naming the file.
-pub fn load(path: &Path) -> Result<Recording> {
+fn load(path: &Path) -> Result<Recording> {
     let file = File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
     raw::read(&mut BufReader::new(file)).with_context(|| path.display().to_string())
 }

@@ -31,9 +31,9 @@ pub fn counter_totals(ebpf: &Ebpf, name: &str, count: u32) -> Result<Vec<u64>> {
         .collect()
 }
 
-/// Sets the flag that makes every program return at once: stops sampling or tracking without
+/// Sets the flag that makes every program return at once: pauses sampling or tracking without
 /// waiting for the kernel to detach anything.
-pub fn stop(ebpf: &mut Ebpf) -> Result<()> {
+pub fn pause(ebpf: &mut Ebpf) -> Result<()> {
     let map = ebpf.map_mut(maps::CONTROL).ok_or_else(|| missing(maps::CONTROL))?;
     let mut control: aya::maps::Array<_, u32> = aya::maps::Array::try_from(map)?;
     control.set(0, 1, 0).context("cannot set the stop flag of the eBPF programs")?;

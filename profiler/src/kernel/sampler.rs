@@ -1,4 +1,4 @@
-//! The kernel side, from userspace: loads the eBPF object, configures it, attaches one cpu-clock
+//! The kernel side of CPU profiles: loads the eBPF object, configures it, attaches one cpu-clock
 //! perf event per online CPU, and exposes the pid filter, the counters and the ring buffer.
 use anyhow::{Context as _, Result, anyhow};
 use aya::{
@@ -12,9 +12,9 @@ use aya::{
 };
 use profiler_common::{Counter, globals, maps, programs};
 
-use crate::{
-    bpf::{self, EBPF_OBJECT, missing, program, verifier_error},
-    kernel_types,
+use super::{
+    KernelSource, btf,
+    object::{self, EBPF_OBJECT, missing, program, verifier_error},
 };
 
 #[derive(Clone, Debug)]
@@ -61,7 +61,7 @@ impl Sampler {
         let follow = u32::from(config.follow_forks);
         let own_tgid = std::process::id();
         let follow_forks = config.filter_processes && config.follow_forks;
-        let tgid_offset = if follow_forks { kernel_types::field_offset("task_struct", "tgid")? } else { 0 };
+        let tgid_offset = if follow_forks { btf::field_offset("task_struct", "tgid")? } else { 0 };
         let mut ebpf = EbpfLoader::new()
             .override_global(globals::FILTER_BY_TGID, &filter, true)
             .override_global(globals::FOLLOW_FORKS, &follow, true)
@@ -82,28 +82,52 @@ impl Sampler {
         Ok(Self { ebpf, links: Vec::new(), frequency_hz: config.frequency_hz })
     }
 
-    /// Adds a process to the filter.
-    pub fn add_process(&mut self, tgid: u32) -> Result<()> {
+    /// Closes the perf events: no sample is taken after this returns.
+    pub fn detach(&mut self) -> Result<()> {
+        let sample: &mut PerfEvent = program(&mut self.ebpf, programs::SAMPLE)?.try_into()?;
+        for link in self.links.drain(..) {
+            sample.detach(link)?;
+        }
+        Ok(())
+    }
+
+    /// Time the sample program spent in the kernel and how often it ran, when the kernel keeps
+    /// such statistics (`sysctl kernel.bpf_stats_enabled=1`); `None` otherwise.
+    pub fn run_stats(&self) -> Option<RunStats> {
+        let info = self.ebpf.program(programs::SAMPLE)?.info().ok()?;
+        (info.run_count() > 0).then(|| RunStats { runs: info.run_count(), time: info.run_time() })
+    }
+
+    pub fn counters(&self) -> Result<Counters> {
+        let totals = object::counter_totals(&self.ebpf, maps::COUNTERS, Counter::COUNT)?;
+        let total = |counter: Counter| totals[counter as usize];
+        Ok(Counters {
+            seen: total(Counter::Seen),
+            filtered: total(Counter::Filtered),
+            lost: total(Counter::Lost),
+            stack_truncated: total(Counter::StackTruncated),
+            stack_unreadable: total(Counter::StackUnreadable),
+        })
+    }
+}
+
+impl KernelSource for Sampler {
+    fn take_ring(&mut self) -> Result<RingBuf<MapData>> {
+        let map = self.ebpf.take_map(maps::SAMPLES).ok_or_else(|| missing(maps::SAMPLES))?;
+        Ok(RingBuf::try_from(map)?)
+    }
+
+    /// Adds the process to the filter (system-wide, everything is sampled anyway).
+    fn follow(&mut self, tgid: u32) -> Result<()> {
         let map = self.ebpf.map_mut(maps::TGID_FILTER).ok_or_else(|| missing(maps::TGID_FILTER))?;
         let mut filter: BpfHashMap<_, u32, u8> = BpfHashMap::try_from(map)?;
         filter.insert(tgid, 1, 0).with_context(|| format!("cannot add PID {tgid} to the filter"))?;
         Ok(())
     }
 
-    /// Tells the program where a thread's stack ends, so that its copies stop there.
-    pub fn set_stack_end(&mut self, tid: u32, end: u64) -> Result<()> {
-        bpf::set_stack_end(&mut self.ebpf, tid, end)
-    }
-
-    /// The ring buffer of sample records (can be taken once).
-    pub fn take_ring_buffer(&mut self) -> Result<RingBuf<MapData>> {
-        let map = self.ebpf.take_map(maps::SAMPLES).ok_or_else(|| missing(maps::SAMPLES))?;
-        Ok(RingBuf::try_from(map)?)
-    }
-
     /// Opens a cpu-clock event on every online CPU and attaches the program to it. Frequency
     /// mode, no event limits (`PERF_EVENT_IOC_REFRESH` is what froze Linux 6.16/6.17).
-    pub fn start(&mut self) -> Result<()> {
+    fn start(&mut self) -> Result<()> {
         let cpus = online_cpus().map_err(|(path, err)| anyhow!("cannot read {path}: {err}"))?;
         let sample: &mut PerfEvent = program(&mut self.ebpf, programs::SAMPLE)?.try_into()?;
         for cpu in cpus {
@@ -120,37 +144,16 @@ impl Sampler {
         Ok(())
     }
 
-    /// Stops sampling at once: the program still runs on each event but returns at once.
-    /// (Detaching waits for the kernel; it happens when the sampler is dropped.)
-    pub fn pause(&mut self) -> Result<()> {
-        bpf::stop(&mut self.ebpf)
+    fn set_stack_end(&mut self, tid: u32, end: u64) -> Result<()> {
+        object::set_stack_end(&mut self.ebpf, tid, end)
     }
 
-    /// Closes the perf events: no sample is taken after this returns.
-    pub fn stop(&mut self) -> Result<()> {
-        let sample: &mut PerfEvent = program(&mut self.ebpf, programs::SAMPLE)?.try_into()?;
-        for link in self.links.drain(..) {
-            sample.detach(link)?;
-        }
-        Ok(())
+    /// The program still runs on each event but returns at once.
+    fn pause(&mut self) -> Result<()> {
+        object::pause(&mut self.ebpf)
     }
 
-    /// Time the sample program spent in the kernel and how often it ran, when the kernel keeps
-    /// such statistics (`sysctl kernel.bpf_stats_enabled=1`); `None` otherwise.
-    pub fn run_stats(&self) -> Option<RunStats> {
-        let info = self.ebpf.program(programs::SAMPLE)?.info().ok()?;
-        (info.run_count() > 0).then(|| RunStats { runs: info.run_count(), time: info.run_time() })
-    }
-
-    pub fn counters(&self) -> Result<Counters> {
-        let totals = bpf::counter_totals(&self.ebpf, maps::COUNTERS, Counter::COUNT)?;
-        let total = |counter: Counter| totals[counter as usize];
-        Ok(Counters {
-            seen: total(Counter::Seen),
-            filtered: total(Counter::Filtered),
-            lost: total(Counter::Lost),
-            stack_truncated: total(Counter::StackTruncated),
-            stack_unreadable: total(Counter::StackUnreadable),
-        })
+    fn lost(&self) -> Result<u64> {
+        Ok(self.counters()?.lost)
     }
 }

@@ -8,28 +8,12 @@
 use anyhow::{Context as _, Result, anyhow};
 use perf_event::{Builder, Clock, SampleFlag, Sampler, data::Record, events::Software};
 
-use crate::maps::{self, Backing, Mapping};
+use crate::address_space::{Backing, Mapping, TaskEvent, backing_named};
 
 /// Bytes of ring buffer per CPU (a power of two pages, plus the header page perf-event2 adds).
 const RING_BYTES_PER_CPU: usize = 512 * 1024;
 /// `PERF_RECORD_MISC_COMM_EXEC`: the COMM record comes from an exec.
 const MISC_COMM_EXEC: u16 = 1 << 13;
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum TaskEvent {
-    /// Process `pid` mapped executable memory.
-    Map { pid: u32, time_ns: u64, mapping: Mapping },
-    /// Process `pid` ran exec: its old mappings are gone; `comm` is its new name.
-    Exec { pid: u32, time_ns: u64, comm: String },
-    /// The main thread of `pid` was renamed.
-    Rename { pid: u32, comm: String },
-    /// Process `parent` forked process `child` (threads are not reported).
-    Fork { parent: u32, child: u32, time_ns: u64 },
-    /// Process `pid` exited.
-    Exit { pid: u32, time_ns: u64 },
-    /// The kernel dropped this many records (the ring was full).
-    Lost { count: u64 },
-}
 
 pub struct TaskEventReader {
     samplers: Vec<Sampler>,
@@ -127,7 +111,7 @@ fn task_event(record: Record<'_>, time_ns: u64, exec: bool) -> Option<TaskEvent>
 fn backing(filename: &[u8], inode: u64) -> Backing {
     match &*String::from_utf8_lossy(filename) {
         "//anon" => Backing::Anonymous,
-        name => maps::backing(name, inode),
+        name => backing_named(name, inode),
     }
 }
 

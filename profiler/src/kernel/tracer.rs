@@ -1,6 +1,6 @@
 //! The kernel side of `leaks`, from userspace: loads the allocation programs, attaches them to
 //! the target's allocator, and reads the outstanding blocks and the counters.
-use std::num::NonZeroU32;
+use std::{fmt, num::NonZeroU32, path::PathBuf};
 
 use anyhow::{Context as _, Result, anyhow};
 use aya::{
@@ -13,8 +13,10 @@ use aya::{
 };
 use profiler_common::{AllocFunction, Allocation, AllocationKey, LeakCounter, globals, maps, programs};
 
-use super::allocator::{Allocator, EntryPoint};
-use crate::bpf::{self, EBPF_OBJECT, missing, program, verifier_error};
+use super::{
+    KernelSource,
+    object::{self, EBPF_OBJECT, missing, program, verifier_error},
+};
 
 #[derive(Clone, Debug)]
 pub struct TracerConfig {
@@ -30,6 +32,40 @@ pub struct TracerConfig {
 
 pub struct Tracer {
     ebpf: Ebpf,
+    allocator: Allocator,
+}
+
+/// The allocator to probe: its file and its entry points.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Allocator {
+    /// The file as the target names it, for messages.
+    pub path: PathBuf,
+    /// The same file as the profiler reaches it (through `/proc/PID/root` for a running target).
+    pub file: PathBuf,
+    pub entry_points: EntryPoints,
+}
+
+impl fmt::Display for Allocator {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.path.display())
+    }
+}
+
+/// The functions of an allocator that the tracker probes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EntryPoints {
+    /// Those that hand out blocks, with the C function whose arguments each takes; one per
+    /// address (aliases are one function).
+    pub allocations: Vec<(AllocFunction, EntryPoint)>,
+    /// Those that take blocks back, `free` first; one per address.
+    pub releases: Vec<EntryPoint>,
+}
+
+/// A function of the allocator, where uprobes take it: by file offset.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EntryPoint {
+    pub symbol: &'static str,
+    pub offset: u64,
 }
 
 /// Totals of the tracer's per-CPU counters (see [`LeakCounter`]).
@@ -54,13 +90,14 @@ pub struct HeapBytes {
 }
 
 impl Tracer {
-    /// Loads and verifies the programs; nothing is traced until [`Tracer::attach`].
-    pub fn load(config: &TracerConfig) -> Result<Self> {
+    /// Loads and verifies the programs for `allocator`; nothing is traced until a process is
+    /// followed.
+    pub fn load(config: &TracerConfig, allocator: Allocator) -> Result<Self> {
         let mut ebpf = EbpfLoader::new()
             .override_global(globals::STACK_COPY_CAP, &config.stack_copy_cap, true)
             .override_global(globals::SAMPLE_EVERY, &config.sample_every, true)
             .map_max_entries(maps::ALLOCATIONS, config.ring_buffer_bytes)
-            .map_max_entries(maps::SAMPLES, bpf::UNUSED_RING_BYTES)
+            .map_max_entries(maps::SAMPLES, object::UNUSED_RING_BYTES)
             .map_max_entries(maps::OUTSTANDING, config.max_outstanding)
             .load(EBPF_OBJECT)
             .context("cannot load the eBPF object")?;
@@ -68,51 +105,12 @@ impl Tracer {
             let probe: &mut UProbe = program(&mut ebpf, name)?.try_into()?;
             probe.load().map_err(verifier_error)?;
         }
-        Ok(Self { ebpf })
+        Ok(Self { ebpf, allocator })
     }
 
-    /// Probes `allocator` in process `pid` (and only there: the kernel installs the breakpoints
-    /// in that process alone). Returns are probed before entries, so that no call is seen
-    /// entering without being seen returning.
-    pub fn attach(&mut self, allocator: &Allocator, pid: u32) -> Result<()> {
-        let scope = UProbeScope::OneProcess(NonZeroU32::new(pid).ok_or_else(|| anyhow!("PID 0"))?);
-        let mut attach = |name: &str, entry: &EntryPoint, function: Option<AllocFunction>| -> Result<()> {
-            let probe: &mut UProbe = program(&mut self.ebpf, name)?.try_into()?;
-            let point = UProbeAttachPoint {
-                location: UProbeAttachLocation::AbsoluteOffset(entry.offset),
-                cookie: function.map(|f| f as u64),
-            };
-            probe
-                .attach(point, &allocator.file, scope)
-                .with_context(|| format!("cannot probe {} in {allocator}", entry.symbol))?;
-            Ok(())
-        };
-        for (function, entry) in &allocator.entry_points.allocations {
-            attach(programs::ALLOC_RETURN, entry, Some(*function))?;
-        }
-        for entry in &allocator.entry_points.releases {
-            attach(programs::FREE_ENTER, entry, None)?;
-        }
-        for (function, entry) in &allocator.entry_points.allocations {
-            attach(programs::ALLOC_ENTER, entry, Some(*function))?;
-        }
-        Ok(())
-    }
-
-    /// Stops following allocations and frees at once, so that the blocks read next are the
-    /// state at this moment. (Removing the probes waits ~0.1 s per probe: left to drop.)
-    pub fn stop(&mut self) -> Result<()> {
-        bpf::stop(&mut self.ebpf)
-    }
-
-    /// The ring buffer of allocation records (can be taken once).
-    pub fn take_ring_buffer(&mut self) -> Result<RingBuf<MapData>> {
-        let map = self.ebpf.take_map(maps::ALLOCATIONS).ok_or_else(|| missing(maps::ALLOCATIONS))?;
-        Ok(RingBuf::try_from(map)?)
-    }
-
-    pub fn set_stack_end(&mut self, tid: u32, end: u64) -> Result<()> {
-        bpf::set_stack_end(&mut self.ebpf, tid, end)
+    /// The allocator probed.
+    pub fn allocator(&self) -> &Allocator {
+        &self.allocator
     }
 
     /// The blocks followed and not freed, by address: `(tgid, address) -> block`.
@@ -124,7 +122,7 @@ impl Tracer {
     }
 
     pub fn counters(&self) -> Result<LeakCounters> {
-        let totals = bpf::counter_totals(&self.ebpf, maps::LEAK_COUNTERS, LeakCounter::COUNT)?;
+        let totals = object::counter_totals(&self.ebpf, maps::LEAK_COUNTERS, LeakCounter::COUNT)?;
         let total = |counter: LeakCounter| totals[counter as usize];
         Ok(LeakCounters {
             alloc_calls: total(LeakCounter::AllocCalls),
@@ -147,5 +145,60 @@ impl Tracer {
         // A CPU's peak was read after its own add: never below what it saw outstanding.
         let peak = peaks.iter().copied().max().unwrap_or(0).max(outstanding);
         Ok(HeapBytes { outstanding, peak })
+    }
+}
+
+impl KernelSource for Tracer {
+    fn take_ring(&mut self) -> Result<RingBuf<MapData>> {
+        let map = self.ebpf.take_map(maps::ALLOCATIONS).ok_or_else(|| missing(maps::ALLOCATIONS))?;
+        Ok(RingBuf::try_from(map)?)
+    }
+
+    /// Probes the allocator in process `pid`, and only there: the kernel installs the
+    /// breakpoints in that process alone. Returns are probed before entries, so that no call is
+    /// seen entering without being seen returning.
+    fn follow(&mut self, pid: u32) -> Result<()> {
+        let scope = UProbeScope::OneProcess(NonZeroU32::new(pid).ok_or_else(|| anyhow!("PID 0"))?);
+        let Self { ebpf, allocator } = self;
+        let mut attach = |name: &str, entry: &EntryPoint, function: Option<AllocFunction>| -> Result<()> {
+            let probe: &mut UProbe = program(ebpf, name)?.try_into()?;
+            let point = UProbeAttachPoint {
+                location: UProbeAttachLocation::AbsoluteOffset(entry.offset),
+                cookie: function.map(|f| f as u64),
+            };
+            probe
+                .attach(point, &allocator.file, scope)
+                .with_context(|| format!("cannot probe {} in {allocator}", entry.symbol))?;
+            Ok(())
+        };
+        for (function, entry) in &allocator.entry_points.allocations {
+            attach(programs::ALLOC_RETURN, entry, Some(*function))?;
+        }
+        for entry in &allocator.entry_points.releases {
+            attach(programs::FREE_ENTER, entry, None)?;
+        }
+        for (function, entry) in &allocator.entry_points.allocations {
+            attach(programs::ALLOC_ENTER, entry, Some(*function))?;
+        }
+        Ok(())
+    }
+
+    /// The probes run from the moment they are attached.
+    fn start(&mut self) -> Result<()> {
+        Ok(())
+    }
+
+    fn set_stack_end(&mut self, tid: u32, end: u64) -> Result<()> {
+        object::set_stack_end(&mut self.ebpf, tid, end)
+    }
+
+    /// Stops following allocations and frees at once, so that the blocks read next are the
+    /// state at this moment. (Removing the probes waits ~0.1 s per probe: left to drop.)
+    fn pause(&mut self) -> Result<()> {
+        object::pause(&mut self.ebpf)
+    }
+
+    fn lost(&self) -> Result<u64> {
+        Ok(self.counters()?.stacks_lost)
     }
 }

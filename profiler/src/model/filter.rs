@@ -63,7 +63,7 @@ impl Recording {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::recording::tests::fixture;
+    use crate::model::tests::fixture;
 
     fn times(recording: &Recording) -> Vec<u64> {
         recording.samples.iter().map(|s| s.time_ns).collect()

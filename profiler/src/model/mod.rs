@@ -1,20 +1,18 @@
-//! A recording as everything downstream of symbolization sees it: every sample with its time,
-//! process, thread and command name, and its stack of named locations.
+//! The data model: a recording as everything downstream of symbolization sees it, every sample
+//! with its time, process, thread and command name, and its stack of named locations.
 //!
-//! Built once from a live run ([`Recording::from_live`]) or read back from a raw recording file
-//! ([`raw`]); every output format renders from it, so `profiler report` of a raw recording gives
-//! what the live run gave.
+//! Built once at the end of a live run (by the aggregation stage) or read back from a raw
+//! recording file ([`raw`]); every output format renders from it, so `profiler report` of a raw
+//! recording gives what the live run gave. The model imports none of the stages around it.
 pub mod filter;
 pub mod raw;
+mod symbol;
 
-use std::collections::HashMap;
+use std::{borrow::Borrow, collections::HashMap, hash::Hash};
 
-use crate::{
-    frame::Frame,
-    module::{ModuleId, Modules},
-    profile::Profile,
-    symbolize::{Symbol, SymbolKind, Symbols},
-};
+use indexmap::IndexSet;
+
+pub use self::symbol::{Symbol, SymbolKind, without_separators};
 
 /// What the recording was, for titles and reports.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -34,6 +32,35 @@ pub struct Meta {
     pub unwind: UnwindSummary,
     /// What the samples' weights count.
     pub weight: Weight,
+    /// The allocator calls of a leak recording.
+    pub allocations: Option<AllocationTotals>,
+}
+
+impl Meta {
+    /// Nanoseconds between two samples of one CPU (the sampling period).
+    pub fn period_ns(&self) -> u64 {
+        1_000_000_000 / self.frequency_hz.max(1)
+    }
+}
+
+/// What the leak tracker counted of a process's allocator calls, beside the outstanding blocks
+/// (those are the samples).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AllocationTotals {
+    /// Calls that allocate (nested calls inside the allocator not counted).
+    pub calls: u64,
+    /// Calls that free a non-null pointer.
+    pub frees: u64,
+    /// Allocation calls that returned no memory.
+    pub failed: u64,
+    /// The most bytes outstanding at once, of the blocks followed.
+    pub peak_bytes: u64,
+    /// Allocations not followed because the kernel's table of blocks was full.
+    pub not_followed: u64,
+    /// One allocation in this many was followed (1: all); bytes and blocks are scaled by it.
+    pub sample_every: u32,
+    /// Only blocks allocated at least this long before the end were kept.
+    pub min_age_ns: Option<u64>,
 }
 
 /// What a sample's weight counts.
@@ -133,54 +160,6 @@ pub struct Recording {
 }
 
 impl Recording {
-    /// The recording of a live run: its samples (times made relative to `start_monotonic_ns`)
-    /// with their frames named by `symbols`.
-    pub fn from_live(
-        profile: &Profile,
-        symbols: &Symbols,
-        modules: &Modules,
-        start_monotonic_ns: u64,
-        meta: Meta,
-    ) -> Self {
-        let mut recording = Recording { meta, ..Default::default() };
-        let mut location_ids: HashMap<Frame, u32> = HashMap::new();
-        let mut module_ids: HashMap<ModuleId, u32> = HashMap::new();
-        let mut stack_ids: HashMap<crate::profile::StackId, u32> = HashMap::new();
-        let mut comm_ids: HashMap<crate::profile::CommId, u32> = HashMap::new();
-        for sample in profile.samples() {
-            let stack = *stack_ids.entry(sample.stack).or_insert_with(|| {
-                let locations = profile
-                    .stack(sample.stack)
-                    .iter()
-                    .map(|frame| {
-                        *location_ids.entry(*frame).or_insert_with(|| {
-                            let location =
-                                location(frame, symbols, modules, &mut module_ids, &mut recording.modules);
-                            recording.locations.push(location);
-                            recording.locations.len() as u32 - 1
-                        })
-                    })
-                    .collect();
-                recording.stacks.push(locations);
-                recording.stacks.len() as u32 - 1
-            });
-            let comm = *comm_ids.entry(sample.comm).or_insert_with(|| {
-                recording.comms.push(profile.comm(sample.comm).to_owned());
-                recording.comms.len() as u32 - 1
-            });
-            recording.samples.push(Sample {
-                time_ns: sample.time_ns.saturating_sub(start_monotonic_ns),
-                pid: sample.tgid,
-                tid: sample.tid,
-                comm,
-                stack,
-                weight: sample.weight,
-            });
-        }
-        recording.samples.sort_by_key(|s| s.time_ns);
-        recording
-    }
-
     /// The innermost frame of each sample, weighed: self time (or bytes) by function (named as
     /// in folded stacks, `_[k]` for the kernel).
     pub fn self_time(&self) -> Vec<(String, u64)> {
@@ -193,7 +172,7 @@ impl Recording {
             let leaf = self.stacks[stack as usize]
                 .first()
                 .and_then(|&l| self.locations[l as usize].symbols.last())
-                .map_or_else(|| "[no stack]".to_owned(), crate::render::folded::frame_name);
+                .map_or_else(|| "[no stack]".to_owned(), Symbol::display_name);
             *by_name.entry(leaf).or_default() += n;
         }
         let mut counts: Vec<(String, u64)> = by_name.into_iter().collect();
@@ -215,28 +194,16 @@ impl Recording {
     }
 }
 
-fn location(
-    frame: &Frame,
-    symbols: &Symbols,
-    modules: &Modules,
-    module_ids: &mut HashMap<ModuleId, u32>,
-    infos: &mut Vec<ModuleInfo>,
-) -> Location {
-    let symbols = symbols.of(frame).to_vec();
-    match *frame {
-        Frame::Kernel(addr) => Location { module: None, address: addr, symbols },
-        Frame::Anonymous { addr, .. } => Location { module: None, address: addr, symbols },
-        Frame::Module { module, offset } => {
-            let index = *module_ids.entry(module).or_insert_with(|| {
-                let module = modules.get(module);
-                infos.push(ModuleInfo {
-                    path: module.path().to_string_lossy().into_owned(),
-                    build_id: module.build_id().map(<[u8]>::to_vec).unwrap_or_default(),
-                });
-                infos.len() as u32 - 1
-            });
-            Location { module: Some(index), address: offset, symbols }
-        }
+/// The index of `value` in `set`, added at the end if it is new: how names, strings and stacks
+/// are stored once and referred to by number, in the model and in the formats written from it.
+pub fn intern<T, Q>(set: &mut IndexSet<T, impl std::hash::BuildHasher>, value: &Q) -> usize
+where
+    T: Borrow<Q> + Hash + Eq + From<Q::Owned>,
+    Q: ToOwned + Hash + Eq + ?Sized,
+{
+    match set.get_index_of(value) {
+        Some(index) => index,
+        None => set.insert_full(value.to_owned().into()).0,
     }
 }
 
@@ -244,18 +211,17 @@ fn location(
 pub mod tests {
     use super::*;
 
-    fn symbol(name: &str, kind: SymbolKind) -> Symbol {
-        Symbol { name: name.into(), kind }
-    }
-
     /// A small recording: two processes, user and kernel frames, an inlined function.
     pub fn fixture() -> Recording {
         let location =
-            |name: &str, kind| Location { module: None, address: 0, symbols: vec![symbol(name, kind)] };
+            |name: &str, kind| Location { module: None, address: 0, symbols: vec![Symbol::new(name, kind)] };
         let inlined = Location {
             module: Some(0),
             address: 0x1234,
-            symbols: vec![symbol("work", SymbolKind::Function), symbol("push_back", SymbolKind::Inlined)],
+            symbols: vec![
+                Symbol::new("work", SymbolKind::Function),
+                Symbol::new("push_back", SymbolKind::Inlined),
+            ],
         };
         Recording {
             meta: Meta {
@@ -293,24 +259,9 @@ pub mod tests {
     }
 
     #[test]
-    fn from_a_live_profile() {
-        let main = Frame::Anonymous { tgid: 1, addr: 0x10 };
-        let leaf = Frame::Kernel(0xffff_0000);
-        let mut symbols = Symbols::default();
-        symbols.insert(main, vec![symbol("main", SymbolKind::Function)]);
-        symbols.insert(leaf, vec![symbol("schedule", SymbolKind::Kernel)]);
-        let mut profile = Profile::default();
-        profile.add(1_500, 1, 1, "app", &[leaf, main]);
-        profile.add(1_000, 1, 2, "app", &[main]);
-        let recording = Recording::from_live(&profile, &symbols, &Modules::default(), 1_000, Meta::default());
-        assert_eq!(recording.samples.len(), 2);
-        assert_eq!(
-            recording.samples[0],
-            Sample { time_ns: 0, pid: 1, tid: 2, comm: 0, stack: 1, weight: 1 },
-            "sorted by time"
-        );
-        assert_eq!(recording.stacks, [vec![0, 1], vec![1]]);
-        assert!(recording.locations[0].is_kernel());
-        assert_eq!(recording.locations[1].symbols[0].name, "main");
+    fn interning_keeps_first_indexes() {
+        let mut set: IndexSet<String> = IndexSet::new();
+        assert_eq!((intern(&mut set, "a"), intern(&mut set, "b"), intern(&mut set, "a")), (0, 1, 0));
+        assert_eq!(set.len(), 2);
     }
 }

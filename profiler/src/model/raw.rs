@@ -10,23 +10,23 @@
 //!
 //! The message is protobuf so that other tools can read it from the field list: meta (target,
 //! frequency, start time, duration, call graph, lost samples, unwind summary, stack copy size,
-//! what weights count), modules (path, build id), a string table, locations (module index + 1 or
+//! what weights count, the allocator totals of a leak recording), modules (path, build id), a string table, locations (module index + 1 or
 //! 0, file offset or address, symbol names as string indexes, symbol kinds), stacks (location
 //! indexes, innermost first), command names, and the samples as packed columns (time delta from
 //! the previous sample in ns, pid, tid, command index, stack index, and weight, left out when
 //! every weight is 1). Every index is checked when reading: a corrupt file is an error, never a
 //! panic.
-use std::{
-    collections::HashMap,
-    io::{Read, Write},
-};
+use std::io::{Read, Write};
 
 use anyhow::{Context as _, Result, bail, ensure};
 use flate2::{Compression, read::GzDecoder, write::GzEncoder};
+use indexmap::IndexSet;
 use prost::Message;
 
-use super::{Location, Meta, ModuleInfo, Recording, Sample, UnwindSummary, Weight};
-use crate::symbolize::{Symbol, SymbolKind};
+use super::{
+    AllocationTotals, Location, Meta, ModuleInfo, Recording, Sample, Symbol, SymbolKind, UnwindSummary,
+    Weight, intern,
+};
 
 pub const MAGIC: &[u8; 8] = b"PROFILER";
 pub const VERSION: u32 = 1;
@@ -84,6 +84,42 @@ struct RawMeta {
     /// 0 samples, 1 bytes.
     #[prost(uint32, tag = "9")]
     weight: u32,
+    #[prost(message, optional, tag = "10")]
+    allocations: Option<RawAllocationTotals>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+struct RawAllocationTotals {
+    #[prost(uint64, tag = "1")]
+    calls: u64,
+    #[prost(uint64, tag = "2")]
+    frees: u64,
+    #[prost(uint64, tag = "3")]
+    failed: u64,
+    #[prost(uint64, tag = "4")]
+    peak_bytes: u64,
+    #[prost(uint64, tag = "5")]
+    not_followed: u64,
+    #[prost(uint32, tag = "6")]
+    sample_every: u32,
+    #[prost(uint64, optional, tag = "7")]
+    min_age_ns: Option<u64>,
+}
+
+impl From<AllocationTotals> for RawAllocationTotals {
+    fn from(totals: AllocationTotals) -> Self {
+        let AllocationTotals { calls, frees, failed, peak_bytes, not_followed, sample_every, min_age_ns } =
+            totals;
+        Self { calls, frees, failed, peak_bytes, not_followed, sample_every, min_age_ns }
+    }
+}
+
+impl From<RawAllocationTotals> for AllocationTotals {
+    fn from(raw: RawAllocationTotals) -> Self {
+        let RawAllocationTotals { calls, frees, failed, peak_bytes, not_followed, sample_every, min_age_ns } =
+            raw;
+        Self { calls, frees, failed, peak_bytes, not_followed, sample_every, min_age_ns }
+    }
 }
 
 #[derive(Clone, PartialEq, Message)]
@@ -181,25 +217,17 @@ fn weight(code: u32) -> Result<Weight> {
 }
 
 fn encode(recording: &Recording) -> RawRecording {
-    let mut strings: Vec<String> = Vec::new();
-    let mut string_ids: HashMap<&str, u32> = HashMap::new();
-    let mut locations = Vec::with_capacity(recording.locations.len());
-    for l in &recording.locations {
-        let mut symbol_names = Vec::with_capacity(l.symbols.len());
-        for symbol in &l.symbols {
-            let id = *string_ids.entry(&symbol.name).or_insert_with(|| {
-                strings.push(symbol.name.clone());
-                strings.len() as u32 - 1
-            });
-            symbol_names.push(id);
-        }
-        locations.push(RawLocation {
+    let mut strings: IndexSet<String> = IndexSet::new();
+    let locations = recording
+        .locations
+        .iter()
+        .map(|l| RawLocation {
             module: l.module.map_or(0, |m| m + 1),
             address: l.address,
-            symbol_names,
+            symbol_names: l.symbols.iter().map(|s| intern(&mut strings, s.name.as_str()) as u32).collect(),
             symbol_kinds: l.symbols.iter().map(|s| kind_code(s.kind)).collect(),
-        });
-    }
+        })
+        .collect();
     let meta = &recording.meta;
     let u = meta.unwind;
     let mut previous = 0;
@@ -214,13 +242,14 @@ fn encode(recording: &Recording) -> RawRecording {
             unwind: vec![u.complete, u.completed_with_frame_pointers, u.truncated, u.missing_cfi, u.lost],
             stack_copy_kib: meta.stack_copy_kib,
             weight: weight_code(meta.weight),
+            allocations: meta.allocations.map(RawAllocationTotals::from),
         }),
         modules: recording
             .modules
             .iter()
             .map(|m| RawModule { path: m.path.clone(), build_id: m.build_id.clone() })
             .collect(),
-        strings,
+        strings: strings.into_iter().collect(),
         locations,
         stacks: recording.stacks.iter().map(|s| RawStack { locations: s.clone() }).collect(),
         comms: recording.comms.clone(),
@@ -264,6 +293,7 @@ fn decode(raw: RawRecording) -> Result<Recording> {
         stack_copy_kib: raw_meta.stack_copy_kib,
         unwind,
         weight: weight(raw_meta.weight)?,
+        allocations: raw_meta.allocations.map(AllocationTotals::from),
     };
     let modules: Vec<ModuleInfo> =
         raw.modules.into_iter().map(|m| ModuleInfo { path: m.path, build_id: m.build_id }).collect();
@@ -337,7 +367,7 @@ fn decode(raw: RawRecording) -> Result<Recording> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::recording::tests::fixture;
+    use crate::model::tests::fixture;
 
     fn bytes(recording: &Recording) -> Vec<u8> {
         let mut out = Vec::new();
@@ -363,9 +393,18 @@ mod tests {
     }
 
     #[test]
-    fn round_trips_weights() {
+    fn round_trips_weights_and_allocation_totals() {
         let mut recording = fixture();
         recording.meta.weight = Weight::Bytes;
+        recording.meta.allocations = Some(AllocationTotals {
+            calls: 10,
+            frees: 7,
+            failed: 1,
+            peak_bytes: 8192,
+            not_followed: 2,
+            sample_every: 4,
+            min_age_ns: Some(30_000_000_000),
+        });
         recording.samples[1].weight = 4096;
         assert_eq!(read(&mut &bytes(&recording)[..]).unwrap(), recording);
     }

@@ -4,10 +4,7 @@
 //! FlameGraph, which inferno's palettes colour).
 use std::{collections::BTreeMap, io::Write};
 
-use crate::{
-    recording::Recording,
-    symbolize::{Symbol, SymbolKind},
-};
+use crate::model::{Recording, Symbol, without_separators};
 
 /// What the root frame of each stack is.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -30,9 +27,9 @@ pub fn collapse(recording: &Recording, grouping: Grouping) -> Folded {
     for sample in &recording.samples {
         let comm = &recording.comms[sample.comm as usize];
         let root = match grouping {
-            Grouping::Command => Some(clean(comm)),
-            Grouping::Process => Some(format!("{}-{}", clean(comm), sample.pid)),
-            Grouping::Thread => Some(format!("{}-{}", clean(comm), sample.tid)),
+            Grouping::Command => Some(without_separators(comm)),
+            Grouping::Process => Some(format!("{}-{}", without_separators(comm), sample.pid)),
+            Grouping::Thread => Some(format!("{}-{}", without_separators(comm), sample.tid)),
             Grouping::None => None,
         };
         *counts.entry((root, sample.stack)).or_default() += sample.weight;
@@ -41,7 +38,7 @@ pub fn collapse(recording: &Recording, grouping: Grouping) -> Folded {
     for ((root, stack), count) in counts {
         let mut frames: Vec<String> = root.into_iter().collect();
         for &location in recording.stacks[stack as usize].iter().rev() {
-            frames.extend(recording.locations[location as usize].symbols.iter().map(frame_name));
+            frames.extend(recording.locations[location as usize].symbols.iter().map(Symbol::display_name));
         }
         if frames.is_empty() {
             frames.push("[no stack]".into());
@@ -49,22 +46,6 @@ pub fn collapse(recording: &Recording, grouping: Grouping) -> Folded {
         *folded.entry(frames.join(";")).or_default() += count;
     }
     folded
-}
-
-/// A symbol as a folded frame: its name, cleaned of separators, with its kind's suffix.
-pub fn frame_name(symbol: &Symbol) -> String {
-    let suffix = match symbol.kind {
-        SymbolKind::Function => "",
-        SymbolKind::Inlined => "_[i]",
-        SymbolKind::Kernel => "_[k]",
-        SymbolKind::Jit => "_[j]",
-    };
-    format!("{}{suffix}", clean(&symbol.name))
-}
-
-/// Frame names may not contain the separators of the folded format.
-fn clean(name: &str) -> String {
-    name.replace(';', ":").replace(['\n', '\r'], " ")
 }
 
 pub fn write(folded: &Folded, out: &mut dyn Write) -> std::io::Result<()> {
@@ -77,7 +58,7 @@ pub fn write(folded: &Folded, out: &mut dyn Write) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::recording::tests::fixture;
+    use crate::model::tests::fixture;
 
     fn lines(folded: &Folded) -> Vec<(&str, u64)> {
         folded.iter().map(|(s, n)| (s.as_str(), *n)).collect()

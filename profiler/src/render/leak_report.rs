@@ -2,23 +2,7 @@
 //! frame first (as valgrind and heaptrack print them).
 use std::{collections::HashMap, io::Write};
 
-use super::tracer::{HeapBytes, LeakCounters};
-use crate::{
-    recording::{Location, Recording},
-    render::folded::frame_name,
-    symbolize::SymbolKind,
-};
-
-/// What the tracer counted, beside the blocks.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct Totals {
-    pub counters: LeakCounters,
-    pub heap: HeapBytes,
-    /// One allocation in this many was followed (1: all).
-    pub sample_every: u32,
-    /// Only blocks at least this old were reported.
-    pub min_age_s: Option<f64>,
-}
+use crate::model::{Location, Recording, SymbolKind};
 
 /// Outstanding blocks that share a stack.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -48,11 +32,12 @@ pub fn groups(recording: &Recording) -> Vec<Group> {
     groups
 }
 
-pub fn write(recording: &Recording, totals: &Totals, top: usize, out: &mut dyn Write) -> std::io::Result<()> {
+/// The report of a recording of outstanding blocks: totals, then the `top` stacks.
+pub fn write(recording: &Recording, top: usize, out: &mut dyn Write) -> std::io::Result<()> {
     let groups = groups(recording);
     let bytes = recording.total_weight();
-    let counters = &totals.counters;
-    let scale = u64::from(totals.sample_every);
+    let totals = recording.meta.allocations.unwrap_or_default();
+    let scale = u64::from(totals.sample_every.max(1));
     writeln!(
         out,
         "profiler leaks: {} over {:.1} s",
@@ -62,13 +47,15 @@ pub fn write(recording: &Recording, totals: &Totals, top: usize, out: &mut dyn W
     writeln!(
         out,
         "{} allocations, {} frees, {} failed; peak outstanding {} bytes",
-        thousands(counters.alloc_calls),
-        thousands(counters.free_calls),
-        thousands(counters.failed),
-        thousands(totals.heap.peak * scale)
+        thousands(totals.calls),
+        thousands(totals.frees),
+        thousands(totals.failed),
+        thousands(totals.peak_bytes * scale)
     )?;
-    let age =
-        totals.min_age_s.map(|s| format!(" allocated {s} s or more before the end")).unwrap_or_default();
+    let age = totals
+        .min_age_ns
+        .map(|ns| format!(" allocated {} s or more before the end", ns as f64 / 1e9))
+        .unwrap_or_default();
     writeln!(
         out,
         "outstanding{age}: {} bytes in {} blocks from {} stacks",
@@ -79,18 +66,18 @@ pub fn write(recording: &Recording, totals: &Totals, top: usize, out: &mut dyn W
     if scale > 1 {
         writeln!(out, "(one allocation in {scale} followed: bytes and blocks are estimates)")?;
     }
-    if counters.table_full > 0 {
+    if totals.not_followed > 0 {
         writeln!(
             out,
             "warning: {} allocations not followed: raise --max-outstanding",
-            thousands(counters.table_full)
+            thousands(totals.not_followed)
         )?;
     }
-    if counters.stacks_lost > 0 {
+    if recording.meta.lost_samples > 0 {
         writeln!(
             out,
             "warning: the stacks of {} allocations were lost (ring buffer full): see [stack lost]",
-            thousands(counters.stacks_lost)
+            thousands(recording.meta.lost_samples)
         )?;
     }
     for (rank, group) in groups.iter().take(top).enumerate() {
@@ -120,7 +107,7 @@ fn write_location(recording: &Recording, location: &Location, out: &mut dyn Writ
     for symbol in location.symbols.iter().rev() {
         let name = match symbol.kind {
             SymbolKind::Inlined => format!("{} (inlined)", symbol.name),
-            _ => frame_name(symbol),
+            _ => symbol.display_name(),
         };
         match module {
             Some(module) => writeln!(out, "    {name}  [{module}]")?,
@@ -146,15 +133,27 @@ pub fn thousands(n: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::recording::{Meta, Sample, Weight};
+    use crate::model::{AllocationTotals, Meta, Sample, Weight};
 
     fn block(stack: u32, weight: u64) -> Sample {
         Sample { time_ns: 0, pid: 1, tid: 1, comm: 0, stack, weight }
     }
 
     fn leaks_fixture() -> Recording {
-        let mut recording = crate::recording::tests::fixture();
-        recording.meta = Meta { target: "PID 1".into(), weight: Weight::Bytes, ..Meta::default() };
+        let mut recording = crate::model::tests::fixture();
+        let allocations = AllocationTotals {
+            calls: 1234,
+            frees: 1230,
+            peak_bytes: 10000,
+            sample_every: 1,
+            ..Default::default()
+        };
+        recording.meta = Meta {
+            target: "PID 1".into(),
+            weight: Weight::Bytes,
+            allocations: Some(allocations),
+            ..Meta::default()
+        };
         recording.samples = vec![block(0, 100), block(1, 4096), block(1, 4096), block(0, 50)];
         recording
     }
@@ -168,14 +167,8 @@ mod tests {
 
     #[test]
     fn report_lists_totals_and_top_stacks() {
-        let totals = Totals {
-            counters: LeakCounters { alloc_calls: 1234, free_calls: 1230, ..Default::default() },
-            heap: HeapBytes { outstanding: 8342, peak: 10000 },
-            sample_every: 1,
-            min_age_s: None,
-        };
         let mut out = Vec::new();
-        write(&leaks_fixture(), &totals, 1, &mut out).unwrap();
+        write(&leaks_fixture(), 1, &mut out).unwrap();
         let text = String::from_utf8(out).unwrap();
         assert!(
             text.contains("1,234 allocations, 1,230 frees, 0 failed; peak outstanding 10,000 bytes"),

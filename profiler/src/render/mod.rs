@@ -1,18 +1,18 @@
 //! Output formats, all rendered from a [`Recording`].
 pub mod folded;
+pub mod leak_report;
 pub mod pprof;
 pub mod speedscope;
+pub mod summary;
 pub mod svg;
 
-use std::{io::Write, path::Path};
+use std::{fmt, io::Write, path::Path, str::FromStr};
 
-use clap::ValueEnum;
-
-use crate::recording::{Recording, raw};
+use crate::model::{Recording, raw};
 
 pub use self::folded::Grouping;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
     /// Interactive flame graph (inferno).
     Svg,
@@ -24,22 +24,33 @@ pub enum Format {
     Speedscope,
     /// Raw recording, to render again later with `profiler report`.
     Raw,
-}
-
-impl std::fmt::Display for Format {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let value = self.to_possible_value().expect("no skipped variants");
-        f.write_str(value.get_name())
-    }
+    /// The text report of outstanding blocks by stack (`profiler leaks`).
+    LeakReport,
 }
 
 impl Format {
-    /// The format an output path names by its extension.
-    pub fn from_path(path: &Path) -> Option<Self> {
+    /// Every format, by the name `--format` takes.
+    pub const NAMES: [(&str, Format); 6] = [
+        ("svg", Self::Svg),
+        ("folded", Self::Folded),
+        ("pprof", Self::Pprof),
+        ("speedscope", Self::Speedscope),
+        ("raw", Self::Raw),
+        ("leak-report", Self::LeakReport),
+    ];
+
+    pub fn name(self) -> &'static str {
+        Self::NAMES.iter().find(|(_, format)| *format == self).map(|(name, _)| *name).expect("every format")
+    }
+
+    /// The format an output path names by its extension; `.txt` names `text`, which differs by
+    /// command (folded stacks for CPU profiles, the report for leaks).
+    pub fn from_path(path: &Path, text: Format) -> Option<Self> {
         let name = path.file_name()?.to_str()?;
         let format = match name.rsplit_once('.')?.1 {
             "svg" => Self::Svg,
-            "folded" | "txt" => Self::Folded,
+            "folded" => Self::Folded,
+            "txt" => text,
             "pprof" => Self::Pprof,
             "gz" if name.ends_with(".pb.gz") => Self::Pprof,
             "json" => Self::Speedscope,
@@ -50,10 +61,36 @@ impl Format {
     }
 }
 
-/// How to render: the root frames of folded stacks and flame graphs.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+impl fmt::Display for Format {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Format {
+    type Err = String;
+
+    fn from_str(name: &str) -> Result<Self, Self::Err> {
+        Self::NAMES
+            .iter()
+            .find(|(known, _)| *known == name)
+            .map(|(_, format)| *format)
+            .ok_or_else(|| format!("unknown format `{name}`"))
+    }
+}
+
+/// How to render: the root frames of folded stacks and flame graphs, the stacks of a report.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RenderOptions {
     pub grouping: Grouping,
+    /// Stacks listed by the leak report, most bytes first.
+    pub top: usize,
+}
+
+impl Default for RenderOptions {
+    fn default() -> Self {
+        Self { grouping: Grouping::default(), top: 10 }
+    }
 }
 
 pub fn render(
@@ -70,6 +107,7 @@ pub fn render(
         Format::Pprof => pprof::write(recording, out),
         Format::Speedscope => speedscope::write(recording, out),
         Format::Raw => raw::write(recording, out),
+        Format::LeakReport => leak_report::write(recording, options.top, out),
     }
 }
 
@@ -79,15 +117,73 @@ mod tests {
 
     #[test]
     fn format_from_extension() {
-        let format = |path: &str| Format::from_path(Path::new(path));
+        let format = |path: &str| Format::from_path(Path::new(path), Format::Folded);
         assert_eq!(format("a/b.svg"), Some(Format::Svg));
         assert_eq!(format("out.folded"), Some(Format::Folded));
         assert_eq!(format("out.txt"), Some(Format::Folded));
+        assert_eq!(Format::from_path(Path::new("out.txt"), Format::LeakReport), Some(Format::LeakReport));
         assert_eq!(format("cpu.pb.gz"), Some(Format::Pprof));
         assert_eq!(format("cpu.pprof"), Some(Format::Pprof));
         assert_eq!(format("x.speedscope.json"), Some(Format::Speedscope));
         assert_eq!(format("run.prof"), Some(Format::Raw));
         assert_eq!(format("out.gz"), None);
         assert_eq!(format("out"), None);
+    }
+
+    fn recorded(name: &str) -> Vec<u8> {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/recording").join(name);
+        std::fs::read(&path).unwrap_or_else(|err| panic!("{}: {err}", path.display()))
+    }
+
+    /// `recording` in `format`, rendered on a thread of its own: inferno draws the colours of
+    /// a flame graph from a random generator seeded once per thread.
+    fn rendered(recording: &Recording, format: Format, options: &RenderOptions) -> Vec<u8> {
+        std::thread::scope(|scope| {
+            scope
+                .spawn(|| {
+                    let mut out = Vec::new();
+                    render(format, recording, options, &mut out).unwrap();
+                    out
+                })
+                .join()
+                .unwrap()
+        })
+    }
+
+    /// Recordings kept from an earlier build, with what it rendered from them (see the fixtures'
+    /// README): every format renders them byte for byte the same.
+    #[test]
+    fn recorded_fixtures_render_as_they_did() {
+        for name in ["cpu", "leaks"] {
+            let raw = recorded(&format!("{name}.prof"));
+            let recording = raw::read(&mut &raw[..]).unwrap();
+            let options = RenderOptions::default();
+            for (extension, format) in [
+                ("folded", Format::Folded),
+                ("svg", Format::Svg),
+                ("pb.gz", Format::Pprof),
+                ("json", Format::Speedscope),
+            ] {
+                let expected = recorded(&format!("{name}.{extension}"));
+                assert!(rendered(&recording, format, &options) == expected, "{name}.{extension} differs");
+            }
+            assert!(rendered(&recording, Format::Raw, &options) == raw, "{name}.prof written again differs");
+        }
+        let recording = raw::read(&mut &recorded("cpu.prof")[..]).unwrap();
+        let filtered =
+            recording.filtered(&crate::model::filter::Filter { no_kernel: true, ..Default::default() });
+        let options = RenderOptions { grouping: Grouping::Thread, ..RenderOptions::default() };
+        assert_eq!(
+            String::from_utf8(rendered(&filtered, Format::Folded, &options)).unwrap(),
+            String::from_utf8(recorded("cpu-threads-user.folded")).unwrap()
+        );
+    }
+
+    #[test]
+    fn names_round_trip() {
+        for (name, format) in Format::NAMES {
+            assert_eq!((format.name(), name.parse()), (name, Ok(format)));
+        }
+        assert!("bogus".parse::<Format>().is_err());
     }
 }

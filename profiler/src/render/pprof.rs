@@ -5,9 +5,10 @@
 use std::{collections::HashMap, io::Write};
 
 use flate2::{Compression, write::GzEncoder};
+use indexmap::IndexSet;
 use prost::Message as _;
 
-use crate::recording::{Recording, Weight};
+use crate::model::{Recording, Weight, intern};
 
 /// The messages of profile.proto that profiler writes (field numbers from that schema).
 pub mod proto {
@@ -115,29 +116,21 @@ pub mod proto {
 }
 
 /// The string table: index 0 is the empty string, as the format requires.
-struct Strings {
-    table: Vec<String>,
-    ids: HashMap<String, i64>,
-}
+struct Strings(IndexSet<String>);
 
 impl Strings {
     fn new() -> Self {
-        Self { table: vec![String::new()], ids: HashMap::from([(String::new(), 0)]) }
+        Self(IndexSet::from([String::new()]))
     }
 
     fn id(&mut self, s: &str) -> i64 {
-        if let Some(&id) = self.ids.get(s) {
-            return id;
-        }
-        self.table.push(s.to_owned());
-        self.ids.insert(s.to_owned(), self.table.len() as i64 - 1);
-        self.table.len() as i64 - 1
+        intern(&mut self.0, s) as i64
     }
 }
 
 pub fn profile(recording: &Recording) -> proto::Profile {
     let mut strings = Strings::new();
-    let period_ns = 1_000_000_000 / recording.meta.frequency_hz.max(1) as i64;
+    let period_ns = recording.meta.period_ns() as i64;
     let value_type = |strings: &mut Strings, kind: &str, unit: &str| proto::ValueType {
         r#type: strings.id(kind),
         unit: strings.id(unit),
@@ -196,8 +189,8 @@ pub fn profile(recording: &Recording) -> proto::Profile {
         });
     }
 
-    let mut function: Vec<proto::Function> = Vec::new();
-    let mut function_ids: HashMap<String, u64> = HashMap::new();
+    // Functions by name, numbered from 1.
+    let mut functions: IndexSet<String> = IndexSet::new();
     let location = recording
         .locations
         .iter()
@@ -213,18 +206,8 @@ pub fn profile(recording: &Recording) -> proto::Profile {
                 .symbols
                 .iter()
                 .rev()
-                .map(|symbol| {
-                    let name = super::folded::frame_name(symbol);
-                    let id = *function_ids.entry(name.clone()).or_insert_with(|| {
-                        let name = strings.id(&name);
-                        function.push(proto::Function {
-                            id: function.len() as u64 + 1,
-                            name,
-                            system_name: name,
-                        });
-                        function.len() as u64
-                    });
-                    proto::Line { function_id: id }
+                .map(|symbol| proto::Line {
+                    function_id: intern(&mut functions, &symbol.display_name()) as u64 + 1,
                 })
                 .collect();
             proto::Location { id: i as u64 + 1, mapping_id, address: l.address, line }
@@ -239,6 +222,14 @@ pub fn profile(recording: &Recording) -> proto::Profile {
     }
     let mut keys: Vec<_> = counts.keys().copied().collect();
     keys.sort_unstable();
+    let function = functions
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            let name = strings.id(name);
+            proto::Function { id: i as u64 + 1, name, system_name: name }
+        })
+        .collect();
     let (pid_key, tid_key, comm_key) = (strings.id("pid"), strings.id("tid"), strings.id("comm"));
     let sample = keys
         .into_iter()
@@ -270,7 +261,7 @@ pub fn profile(recording: &Recording) -> proto::Profile {
         mapping,
         location,
         function,
-        string_table: strings.table,
+        string_table: strings.0.into_iter().collect(),
         time_nanos: recording.meta.start_unix_ns as i64,
         duration_nanos: recording.meta.duration_ns as i64,
         period_type,
@@ -291,7 +282,7 @@ mod tests {
     use std::io::Read as _;
 
     use super::*;
-    use crate::recording::tests::fixture;
+    use crate::model::tests::fixture;
 
     fn decode(bytes: &[u8]) -> proto::Profile {
         let mut raw = Vec::new();

@@ -3,9 +3,10 @@
 //! outstanding blocks, their bytes).
 use std::{collections::HashMap, io::Write};
 
+use indexmap::IndexSet;
 use serde::Serialize;
 
-use crate::recording::{Recording, Weight};
+use crate::model::{Recording, Weight, intern};
 
 const SCHEMA: &str = "https://www.speedscope.app/file-format-schema.json";
 
@@ -14,7 +15,7 @@ struct File {
     #[serde(rename = "$schema")]
     schema: &'static str,
     shared: Shared,
-    profiles: Vec<Profile>,
+    profiles: Vec<SampledProfile>,
     name: String,
     #[serde(rename = "activeProfileIndex")]
     active_profile_index: usize,
@@ -23,18 +24,18 @@ struct File {
 
 #[derive(Serialize)]
 struct Shared {
-    frames: Vec<Frame>,
+    frames: Vec<SharedFrame>,
 }
 
 #[derive(Serialize)]
-struct Frame {
+struct SharedFrame {
     name: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     file: Option<String>,
 }
 
 #[derive(Serialize)]
-struct Profile {
+struct SampledProfile {
     #[serde(rename = "type")]
     kind: &'static str,
     name: String,
@@ -53,35 +54,34 @@ pub fn write(recording: &Recording, out: &mut dyn Write) -> std::io::Result<()> 
 }
 
 fn file(recording: &Recording) -> File {
-    let period_ns = 1_000_000_000 / recording.meta.frequency_hz.max(1);
+    let period_ns = recording.meta.period_ns();
     let bytes = recording.meta.weight == Weight::Bytes;
-    let mut frames: Vec<Frame> = Vec::new();
-    let mut frame_ids: HashMap<(String, Option<u32>), usize> = HashMap::new();
-    // Frame indexes of each location, outermost first.
+    // Frames by (name, module); the frame indexes of each location, outermost first.
+    let mut frame_keys: IndexSet<(String, Option<u32>)> = IndexSet::new();
     let location_frames: Vec<Vec<usize>> = recording
         .locations
         .iter()
         .map(|l| {
             l.symbols
                 .iter()
-                .map(|symbol| {
-                    let name = super::folded::frame_name(symbol);
-                    *frame_ids.entry((name.clone(), l.module)).or_insert_with(|| {
-                        let file = l.module.map(|m| recording.modules[m as usize].path.clone());
-                        frames.push(Frame { name, file });
-                        frames.len() - 1
-                    })
-                })
+                .map(|symbol| intern(&mut frame_keys, &(symbol.display_name(), l.module)))
                 .collect()
         })
         .collect();
+    let frames = frame_keys
+        .into_iter()
+        .map(|(name, module)| SharedFrame {
+            name,
+            file: module.map(|m| recording.modules[m as usize].path.clone()),
+        })
+        .collect();
 
-    let mut profiles: Vec<Profile> = Vec::new();
+    let mut profiles: Vec<SampledProfile> = Vec::new();
     let mut by_thread: HashMap<u32, usize> = HashMap::new();
     for sample in &recording.samples {
         let index = *by_thread.entry(sample.tid).or_insert_with(|| {
             let comm = &recording.comms[sample.comm as usize];
-            profiles.push(Profile {
+            profiles.push(SampledProfile {
                 kind: "sampled",
                 name: format!("{comm} (pid {}, tid {})", sample.pid, sample.tid),
                 unit: if bytes { "bytes" } else { "nanoseconds" },
@@ -116,7 +116,7 @@ fn file(recording: &Recording) -> File {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::recording::tests::fixture;
+    use crate::model::tests::fixture;
 
     #[test]
     fn one_profile_per_thread_in_time_order() {

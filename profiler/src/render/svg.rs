@@ -7,7 +7,7 @@ use inferno::{
 };
 
 use super::folded::{self, Folded};
-use crate::recording::{Recording, Weight};
+use crate::model::{Recording, Weight};
 
 /// Labels of a flame graph.
 pub struct Labels {
@@ -125,7 +125,7 @@ fn write_empty(labels: &Labels, out: &mut dyn Write) -> std::io::Result<()> {
 mod tests {
     use super::*;
     use crate::{
-        recording::tests::fixture,
+        model::tests::fixture,
         render::folded::{Grouping, collapse},
     };
 

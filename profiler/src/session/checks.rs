@@ -1,15 +1,19 @@
-//! `profiler check`, and the checks `record` runs before anything else.
+//! What a machine (and a target's binaries) can do for profiling: the checks of `profiler
+//! check`, and the blocking ones every session runs before anything else.
 //!
 //! Each check is one finding: OK, WARN or FAIL, what was checked, and what it means or what to
-//! do. `record` refuses to start on a failing blocking check.
+//! do. A session refuses to start on a failing blocking check.
 use std::{fmt, fs, path::Path};
 
-use anyhow::{Result, bail};
+use anyhow::{Context as _, Result, bail};
 use object::{Object as _, ObjectSection as _, ObjectSymbol as _};
 
 use crate::{
-    maps::{AddressSpace, Backing},
-    sampler::{Sampler, SamplerConfig},
+    address_space::{Backing, Mappings, open},
+    kernel::{
+        KernelSource as _,
+        sampler::{Sampler, SamplerConfig},
+    },
     unwind::cfi::ModuleCfi,
 };
 
@@ -63,9 +67,8 @@ pub fn blocking(frequency_hz: Option<u64>) -> Result<()> {
     Ok(())
 }
 
-/// Runs every check (and those of the given processes' binaries), prints one line each, and
-/// fails if any check failed.
-pub fn run(pids: &[u32]) -> Result<()> {
+/// Every check, and those of the given processes' binaries.
+pub fn all(pids: &[u32]) -> Vec<Finding> {
     let privileged = privileges().status == Status::Ok;
     let mut findings = vec![
         kernel(&kernel_release()),
@@ -79,14 +82,7 @@ pub fn run(pids: &[u32]) -> Result<()> {
     for &pid in pids {
         findings.extend(target(pid));
     }
-    for finding in &findings {
-        println!("{finding}");
-    }
-    let failed = findings.iter().filter(|f| f.status == Status::Fail).count();
-    if failed > 0 {
-        bail!("{failed} check{} failed", if failed == 1 { "" } else { "s" });
-    }
-    Ok(())
+    findings
 }
 
 fn kernel_release() -> String {
@@ -220,7 +216,7 @@ fn sampling(privileged: bool) -> Finding {
     };
     let result = Sampler::load(&config).and_then(|mut sampler| {
         sampler.start()?;
-        sampler.stop()
+        sampler.detach()
     });
     match result {
         Ok(()) => Finding::new(
@@ -234,7 +230,7 @@ fn sampling(privileged: bool) -> Finding {
 
 /// For each executable file of process `pid`: can its stacks be walked?
 fn target(pid: u32) -> Vec<Finding> {
-    let space = match AddressSpace::read(pid) {
+    let space = match Mappings::read(pid) {
         Ok(space) => space,
         Err(err) => {
             return vec![Finding::new(
@@ -252,15 +248,17 @@ fn target(pid: u32) -> Vec<Finding> {
             continue;
         }
         seen.push(path.clone());
-        let readable = format!("/proc/{pid}/map_files/{:x}-{:x}", mapping.start, mapping.end);
-        findings.push(module(Path::new(&readable), path));
+        findings.push(module(&open::map_files_path(pid, mapping), path));
     }
     findings
 }
 
 fn module(readable: &Path, path: &Path) -> Finding {
     let subject = path.display().to_string();
-    let cfi = ModuleCfi::load(readable, path).map(|cfi| cfi.has_cfi());
+    let cfi = fs::File::open(readable)
+        .with_context(|| format!("cannot open {}", readable.display()))
+        .and_then(|file| ModuleCfi::load(&file, path))
+        .map(|cfi| cfi.has_cfi());
     let frame_pointers = fs::read(readable).ok().and_then(|data| frame_pointer_share(&data));
     let fp = match frame_pointers {
         Some(share) => format!("frame pointers in {:.0}% of functions", share * 100.0),

@@ -1,17 +1,10 @@
-//! What the user sees on the terminal: a live status line while recording, and the summary at
-//! the end.
-use std::{
-    io::IsTerminal as _,
-    path::PathBuf,
-    time::{Duration, Instant},
-};
+//! The live status line while recording.
+use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::{recording::Recording, render::Format};
-
-/// `recording 3.2s · 6400 samples · 0 lost · 2 processes`, redrawn in place, on a terminal only.
-/// The caller writes the part after the time.
+/// `recording 3.2s · 6400 samples · 0 lost · 2 processes`, redrawn in place. The caller writes
+/// the part after the time, and decides whether it is shown (on a terminal, unless `-q`).
 pub struct StatusLine {
     bar: Option<ProgressBar>,
     updated: Instant,
@@ -21,8 +14,8 @@ pub struct StatusLine {
 const STATUS_INTERVAL: Duration = Duration::from_millis(250);
 
 impl StatusLine {
-    pub fn new(quiet: bool) -> Self {
-        let bar = (!quiet && std::io::stderr().is_terminal()).then(|| {
+    pub fn new(visible: bool) -> Self {
+        let bar = visible.then(|| {
             let bar = ProgressBar::new_spinner();
             let style = ProgressStyle::with_template("{spinner} recording {elapsed} · {msg}")
                 .expect("valid template");
@@ -52,116 +45,26 @@ impl StatusLine {
     }
 }
 
-/// Everything the end-of-recording summary reports.
-pub struct Summary<'a> {
-    pub recording: &'a Recording,
-    /// Modules where DWARF unwinding stopped for lack of CFI, with sample counts.
-    pub missing_cfi: Vec<(String, u64)>,
-    /// Mean in-kernel time of the sample program, when the kernel measures it.
-    pub kernel_us_per_run: Option<f64>,
-    pub outputs: &'a [(PathBuf, Format)],
-}
-
-impl Summary<'_> {
-    pub fn print(&self) {
-        eprint!("{}", self.render());
-    }
-
-    fn render(&self) -> String {
-        let recording = self.recording;
-        let meta = &recording.meta;
-        let samples = recording.samples.len();
-        let processes = recording.process_count();
-        let plural = if processes == 1 { "" } else { "es" };
-        let mut text = format!(
-            "profiler: {samples} samples ({} lost) from {processes} process{plural} in {:.1} s at {} Hz\n",
-            meta.lost_samples,
-            meta.duration_ns as f64 / 1e9,
-            meta.frequency_hz
-        );
-        let mut row = |label: &str, lines: Vec<String>| {
-            for (i, line) in lines.iter().enumerate() {
-                text.push_str(&format!("  {:<15} {line}\n", if i == 0 { label } else { "" }));
-            }
-        };
-        let unwind = meta.unwind;
-        if unwind.total() > 0 {
-            let share = |n: u64| 100.0 * n as f64 / unwind.total() as f64;
-            row(
-                "user stacks",
-                vec![format!(
-                    "{:.1}% reached the bottom, {:.1}% completed with frame pointers, {:.1}% cut by the {} KiB stack copy, \
-                     {:.1}% stopped in code without CFI, {:.1}% lost",
-                    share(unwind.complete),
-                    share(unwind.completed_with_frame_pointers),
-                    share(unwind.truncated),
-                    meta.stack_copy_kib,
-                    share(unwind.missing_cfi),
-                    share(unwind.lost)
-                )],
-            );
-        }
-        if !self.missing_cfi.is_empty() {
-            let top: Vec<String> =
-                self.missing_cfi.iter().take(5).map(|(name, n)| format!("{name} ({n})")).collect();
-            row("no CFI in", vec![top.join(", ")]);
-        }
-        if let Some(us) = self.kernel_us_per_run {
-            row("kernel cost", vec![format!("{us:.2} µs per sample program run")]);
-        }
-        if samples > 0 {
-            let top = recording
-                .self_time()
-                .into_iter()
-                .take(5)
-                .map(|(name, n)| format!("{:5.1}%  {name}", 100.0 * n as f64 / samples as f64))
-                .collect();
-            row("top self time", top);
-        } else {
-            row("", vec!["no samples were recorded (was the target idle?)".into()]);
-        }
-        row(
-            "wrote",
-            self.outputs.iter().map(|(path, format)| format!("{} ({format})", path.display())).collect(),
-        );
-        text
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::recording::tests::fixture;
 
     #[test]
-    fn summary_table() {
-        let mut recording = fixture();
-        recording.meta.unwind.complete = 3;
-        recording.meta.unwind.missing_cfi = 1;
-        recording.meta.stack_copy_kib = 32;
-        let outputs = [(PathBuf::from("a.svg"), Format::Svg), (PathBuf::from("r.prof"), Format::Raw)];
-        let summary = Summary {
-            recording: &recording,
-            missing_cfi: vec![("libjit.so".into(), 1)],
-            kernel_us_per_run: Some(2.5),
-            outputs: &outputs,
-        };
-        let text = summary.render();
-        let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines[0], "profiler: 4 samples (0 lost) from 2 processes in 1.0 s at 99 Hz");
-        assert!(lines[1].starts_with("  user stacks     75.0% reached the bottom"), "{}", lines[1]);
-        assert!(lines[1].contains("cut by the 32 KiB stack copy, 25.0% stopped in code without CFI"));
-        assert_eq!(lines[2], "  no CFI in       libjit.so (1)");
-        assert_eq!(lines[3], "  kernel cost     2.50 µs per sample program run");
-        assert_eq!(lines[4], "  top self time    50.0%  hot");
-        assert_eq!(lines[7], "  wrote           a.svg (svg)");
-        assert_eq!(lines[8], "                  r.prof (raw)");
+    fn hidden_status_line_is_never_due() {
+        let mut status = StatusLine::new(false);
+        assert!(!status.due());
+        status.update("ignored".into());
+        assert!(!status.due());
     }
 
     #[test]
-    fn status_line_is_quiet_off_a_terminal() {
-        let status = StatusLine::new(false);
-        // Tests run with stderr captured, not on a terminal.
-        assert!(!status.due());
+    fn visible_status_line_refreshes_at_its_interval() {
+        let mut status = StatusLine::new(true);
+        assert!(status.due(), "the first refresh is due at once");
+        status.update("1 sample".into());
+        assert!(!status.due(), "then not before the interval");
+        std::thread::sleep(STATUS_INTERVAL);
+        assert!(status.due());
+        status.finish();
     }
 }

@@ -8,12 +8,94 @@ use std::{
         fd::{AsRawFd as _, FromRawFd as _, OwnedFd},
         unix::process::CommandExt as _,
     },
-    process::{Child, Command, ExitStatus},
+    process::{Child, Command},
     thread::JoinHandle,
 };
 
 use anyhow::{Context as _, Result, anyhow, bail};
 use tokio::io::unix::AsyncFd;
+
+/// What a session profiles, before it starts: running processes, a command forked and held
+/// before `exec`, or the whole system.
+pub enum Target {
+    Processes(Vec<ProcessHandle>),
+    Command(PendingCommand),
+    System,
+}
+
+impl Target {
+    /// `-p PID...`, else `-- CMD`, else the whole system.
+    pub fn open(pids: &[u32], command: &[OsString]) -> Result<Self> {
+        Ok(if !pids.is_empty() {
+            Self::Processes(pids.iter().map(|&pid| ProcessHandle::open(pid)).collect::<Result<_>>()?)
+        } else if !command.is_empty() {
+            Self::Command(PendingCommand::spawn(command)?)
+        } else {
+            Self::System
+        })
+    }
+
+    /// The processes to follow from the start (none: the whole system).
+    pub fn pids(&self) -> Vec<u32> {
+        match self {
+            Self::Processes(handles) => handles.iter().map(ProcessHandle::pid).collect(),
+            Self::Command(pending) => vec![pending.pid()],
+            Self::System => Vec::new(),
+        }
+    }
+
+    /// What is profiled, for titles: `PID 1234`, `./server --port 80`, `whole system`.
+    pub fn describe(&self) -> String {
+        match self {
+            Self::Processes(handles) => {
+                let pids: Vec<String> = handles.iter().map(|h| h.pid().to_string()).collect();
+                format!("PID {}", pids.join(", "))
+            }
+            Self::Command(pending) => command_line(&pending.argv),
+            Self::System => "whole system".into(),
+        }
+    }
+
+    /// Lets a held command run.
+    pub fn start(self) -> Result<Running> {
+        Ok(match self {
+            Self::Processes(handles) => Running::Processes(handles),
+            Self::Command(pending) => Running::Command(pending.start()?),
+            Self::System => Running::System,
+        })
+    }
+}
+
+/// A target once started.
+pub enum Running {
+    Processes(Vec<ProcessHandle>),
+    Command(StartedCommand),
+    System,
+}
+
+impl Running {
+    /// Completes when every target process has exited (never, system-wide).
+    pub async fn exited(&self) {
+        match self {
+            Self::Processes(handles) => {
+                for handle in handles {
+                    handle.exited().await;
+                }
+            }
+            Self::Command(command) => command.handle.exited().await,
+            Self::System => std::future::pending().await,
+        }
+    }
+
+    /// Says how a command that failed exited.
+    pub fn note_exit_status(&mut self) {
+        if let Self::Command(command) = self
+            && let Some(status) = command.child.try_wait().ok().flatten().filter(|s| !s.success())
+        {
+            eprintln!("profiler: note: the command exited with {status}");
+        }
+    }
+}
 
 /// A process, by a pidfd that becomes readable when the process exits.
 pub struct ProcessHandle {
@@ -45,13 +127,6 @@ impl ProcessHandle {
     }
 }
 
-/// Completes when every process in `handles` has exited.
-pub async fn all_exited(handles: &[ProcessHandle]) {
-    for handle in handles {
-        handle.exited().await;
-    }
-}
-
 fn thread_group(pid: u32) -> Result<u32> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
         .map_err(|_| anyhow!("no process with PID {pid}"))?;
@@ -73,7 +148,7 @@ fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
 }
 
 /// A command and its arguments as one line, for titles and messages.
-pub fn command_line(argv: &[OsString]) -> String {
+fn command_line(argv: &[OsString]) -> String {
     argv.iter().map(|arg| arg.to_string_lossy()).collect::<Vec<_>>().join(" ")
 }
 
@@ -83,7 +158,7 @@ pub struct PendingCommand {
     pid: u32,
     go: File,
     spawner: JoinHandle<io::Result<Child>>,
-    program: OsString,
+    argv: Vec<OsString>,
 }
 
 impl PendingCommand {
@@ -130,7 +205,7 @@ impl PendingCommand {
             pid: libc::pid_t::from_ne_bytes(pid) as u32,
             go: File::from(go_write),
             spawner,
-            program: program.clone(),
+            argv: argv.to_vec(),
         })
     }
 
@@ -138,9 +213,14 @@ impl PendingCommand {
         self.pid
     }
 
+    /// The program, as given.
+    pub fn program(&self) -> &OsString {
+        &self.argv[0]
+    }
+
     /// Lets the command exec.
-    pub fn start(mut self) -> Result<StartedCommand> {
-        let name = self.program.to_string_lossy().into_owned();
+    fn start(mut self) -> Result<StartedCommand> {
+        let name = self.program().to_string_lossy().into_owned();
         self.go.write_all(&[1]).with_context(|| format!("cannot start {name}"))?;
         drop(self.go);
         let child = self
@@ -156,17 +236,6 @@ impl PendingCommand {
 pub struct StartedCommand {
     child: Child,
     handle: ProcessHandle,
-}
-
-impl StartedCommand {
-    pub fn handle(&self) -> &ProcessHandle {
-        &self.handle
-    }
-
-    /// The exit status, once the command has exited (reaps it).
-    pub fn try_status(&mut self) -> Option<ExitStatus> {
-        self.child.try_wait().ok().flatten()
-    }
 }
 
 fn pipe() -> Result<(File, OwnedFd)> {
@@ -199,9 +268,9 @@ mod tests {
         assert!(!marker.exists(), "the command must not run before start()");
         let pid = pending.pid();
         let mut started = pending.start().unwrap();
-        started.handle().exited().await;
+        started.handle.exited().await;
         assert_eq!(std::fs::read_to_string(&marker).unwrap().trim(), pid.to_string());
-        assert!(started.try_status().unwrap().success());
+        assert!(started.child.try_wait().unwrap().unwrap().success());
     }
 
     #[test]
@@ -216,7 +285,8 @@ mod tests {
         let mut child = Command::new("sleep").arg("0.2").spawn().unwrap();
         let handle = ProcessHandle::open(child.id()).unwrap();
         assert_eq!(handle.pid(), child.id());
-        all_exited(std::slice::from_ref(&handle)).await;
+        let running = Target::Processes(vec![handle]).start().unwrap();
+        running.exited().await;
         child.wait().unwrap();
     }
 }

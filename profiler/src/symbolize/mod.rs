@@ -1,10 +1,14 @@
-//! Symbolization of recorded frames with blazesym: ELF symbols and DWARF (with inlined
-//! functions and demangling) for user modules, kallsyms for the kernel; PLT stubs are named
-//! after the function they call ([`crate::plt`]).
+//! Naming frames: blazesym for ELF symbols and DWARF (with inlined functions and demangling) in
+//! user modules and kallsyms for the kernel; PLT stubs named after the function they call
+//! ([`plt`]); JIT code named by its process's perf map ([`perf_map`]).
 //!
 //! Modules are symbolized through the handles [`Modules`] keeps open, so a module symbolizes
 //! after its process exited or its file was deleted. blazesym caches each parsed file by its
 //! identity (device, inode, size, mtime): a library shared by many processes is parsed once.
+//! The [`Namer`] names each distinct frame once, as it first appears.
+mod perf_map;
+mod plt;
+
 use std::collections::{BTreeMap, HashMap};
 
 use blazesym::{
@@ -17,34 +21,49 @@ use blazesym::{
 
 use rustc_hash::FxHashMap;
 
+pub use self::perf_map::PerfMaps;
+use self::plt::PltStubs;
 use crate::{
+    address_space::{Module, ModuleId, Modules},
     frame::Frame,
-    module::{Module, ModuleId, Modules},
-    perf_map::PerfMaps,
-    plt::PltStubs,
+    model::{Symbol, SymbolKind},
 };
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SymbolKind {
-    /// A user function.
-    Function,
-    /// A user function inlined into the one before it.
-    Inlined,
-    /// A kernel function.
-    Kernel,
-    /// JIT-compiled code, named by the process's perf map.
-    Jit,
+/// The stage that names frames: each distinct frame once, as the recording goes, so that little
+/// is left to do when it stops (the end of a recording is when its user waits).
+#[derive(Default)]
+pub struct Namer {
+    symbolizer: Symbolizer,
+    perf_maps: PerfMaps,
+    symbols: Symbols,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Symbol {
-    pub name: String,
-    pub kind: SymbolKind,
-}
+impl Namer {
+    /// Names `frames` (new ones: frames named already are skipped), seen by `now_ns`.
+    pub fn name(&mut self, frames: &[Frame], modules: &Modules, now_ns: u64) {
+        let frames: Vec<Frame> =
+            frames.iter().filter(|frame| !self.symbols.contains(frame)).copied().collect();
+        for frame in &frames {
+            if let Frame::Anonymous { tgid, addr } = *frame {
+                self.perf_maps.observe(tgid, addr, now_ns);
+            }
+        }
+        if !frames.is_empty() {
+            self.symbols.extend(self.symbolizer.symbolize(&frames, modules, &self.perf_maps));
+        }
+    }
 
-impl Symbol {
-    fn new(name: impl Into<String>, kind: SymbolKind) -> Self {
-        Self { name: name.into(), kind }
+    /// Every name. A JIT may have described its code in its perf map since its first sample
+    /// there: anonymous frames still unnamed are tried again.
+    pub fn finish(&mut self, modules: &Modules, now_ns: u64) -> Symbols {
+        let unnamed = self.symbols.unnamed_anonymous();
+        for frame in &unnamed {
+            if let Frame::Anonymous { tgid, addr } = *frame {
+                self.perf_maps.observe(tgid, addr, now_ns);
+            }
+        }
+        self.symbols.extend(self.symbolizer.symbolize(&unnamed, modules, &self.perf_maps));
+        std::mem::take(&mut self.symbols)
     }
 }
 
@@ -185,7 +204,7 @@ fn contained<T: Default>(f: impl FnOnce() -> T) -> T {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::process::{Processes, Tracking};
+    use crate::address_space::{AddressSpaces, Backing, Mapping, Tracking, Want};
 
     #[inline(never)]
     fn a_function_to_find() -> u64 {
@@ -195,14 +214,13 @@ mod tests {
     #[test]
     fn names_own_function_and_unknowns() {
         let pid = std::process::id();
-        let mut processes = Processes::new(Tracking { all: false, follow_forks: false });
-        let mut modules = Modules::default();
-        let process = processes.observe(pid, pid, "test");
+        let mut spaces = AddressSpaces::new(Tracking { all: false, follow_forks: false });
+        let mut view = spaces.observe(pid, pid, "test", 0);
         let addr = a_function_to_find as *const () as usize as u64 + 1;
-        let mut frames = Vec::new();
-        let stack = crate::frame::UserStack { tgid: pid, time_ns: 0, addrs: &[addr, 0x10], first_depth: 0 };
-        crate::frame::push_user(&stack, process, &mut modules, &mut frames);
-        let symbols = Symbolizer::default().symbolize(&frames, &modules, &PerfMaps::default());
+        let frames = [addr, 0x10].map(|addr| Frame::user(pid, 0, addr, view.resolve(addr, Want::Any)));
+        let mut namer = Namer::default();
+        namer.name(&frames, spaces.modules(), 0);
+        let symbols = namer.finish(spaces.modules(), 0);
         let names = symbols.of(&frames[0]);
         assert!(names[0].name.ends_with("a_function_to_find"), "{names:?}");
         assert_eq!(names[0].kind, SymbolKind::Function);
@@ -212,18 +230,19 @@ mod tests {
     #[test]
     fn unreadable_module_keeps_name_and_offset() {
         let mut modules = Modules::default();
-        let vdso = crate::maps::Mapping {
+        let heap = Mapping {
             start: 0x1000,
             end: 0x3000,
             offset: 0,
             executable: true,
             dev: 0,
             inode: 0,
-            backing: crate::maps::Backing::Pseudo("[vdso]".into()),
+            backing: Backing::Pseudo("[heap]".into()),
         };
-        let module = modules.intern(1, &vdso).unwrap();
+        let module = modules.intern(1, &heap).unwrap();
         let frame = Frame::Module { module, offset: 0x123 };
-        let symbols = Symbolizer::default().symbolize(&[frame], &modules, &PerfMaps::default());
-        assert_eq!(symbols.of(&frame), [Symbol::new("[vdso]+0x123", SymbolKind::Function)]);
+        let mut namer = Namer::default();
+        namer.name(&[frame], &modules, 0);
+        assert_eq!(namer.finish(&modules, 0).of(&frame), [Symbol::new("[heap]+0x123", SymbolKind::Function)]);
     }
 }

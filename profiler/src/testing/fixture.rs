@@ -1,24 +1,25 @@
 //! Recorded unwinding fixtures: registers, a stack copy and a memory map saved from a real
-//! process (see `tests/fixtures/unwind/snapshot.c`), replayed against the binary they came from.
-//! Used by the unit tests and the benchmarks to run the unwinder without BPF.
-use std::path::{Path, PathBuf};
+//! process (see `tests/fixtures/unwind/snapshot.c`), replayed against the binary they came from,
+//! through the same address-space lookups as a live process.
+use std::{
+    fs::File,
+    path::{Path, PathBuf},
+};
 
 use anyhow::{Context as _, Result};
 
-use super::{AddressSpaceView, Location};
 use crate::{
+    address_space::{AddressSpaces, Backing, Mappings, Modules, Process, ProcessView, Tracking},
     decode::UserRegs,
-    maps::{AddressSpace, Backing},
-    module::ModuleId,
 };
 
-/// The one module of a fixture process.
-pub const FIXTURE_MODULE: ModuleId = ModuleId::from_index(0);
+/// The process id a fixture's process is known by.
+pub const FIXTURE_TGID: u32 = 1;
 
 pub struct Fixture {
     pub regs: UserRegs,
     pub stack: Vec<u8>,
-    pub space: AddressSpace,
+    pub mappings: Mappings,
 }
 
 impl Fixture {
@@ -34,33 +35,23 @@ impl Fixture {
         Ok(Self {
             regs: UserRegs { ip, sp, bp },
             stack: read("stack.bin")?,
-            space: AddressSpace::parse(&maps)?,
+            mappings: Mappings::parse(&maps)?,
         })
     }
 
-    /// The fixture's process, with its file-backed code read from `binary`.
-    pub fn space(&self, binary: PathBuf) -> FixtureSpace<'_> {
-        FixtureSpace { space: &self.space, binary }
-    }
-}
-
-pub struct FixtureSpace<'a> {
-    space: &'a AddressSpace,
-    binary: PathBuf,
-}
-
-impl AddressSpaceView for FixtureSpace<'_> {
-    fn locate(&mut self, addr: u64) -> Location {
-        match self.space.find(addr) {
-            Some(m) if m.executable && matches!(m.backing, Backing::File { .. }) => {
-                Location::Module { module: FIXTURE_MODULE, file_offset: m.file_offset(addr) }
-            }
-            Some(m) if m.executable => Location::Anonymous,
-            _ => Location::NotCode,
-        }
+    /// The fixture's process, its file-backed mappings read from `binary`.
+    pub fn address_spaces(&self, binary: PathBuf) -> AddressSpaces {
+        let open = move |_: u32, _: &_, _: &Path| File::open(&binary).ok();
+        let modules = Modules::with_opener(Box::new(open));
+        let mut spaces = AddressSpaces::with_modules(Tracking { all: false, follow_forks: false }, modules);
+        let file_backed = self.mappings.mappings().any(|m| matches!(m.backing, Backing::File { .. }));
+        assert!(file_backed, "a fixture maps its binary");
+        spaces.insert(Process::from_mappings(FIXTURE_TGID, "fixture", self.mappings.clone()));
+        spaces
     }
 
-    fn module_paths(&self, _: ModuleId) -> Option<(PathBuf, PathBuf)> {
-        Some((self.binary.clone(), self.binary.clone()))
+    /// The fixture's process in `spaces`, at the moment of the recording.
+    pub fn view(spaces: &mut AddressSpaces) -> ProcessView<'_> {
+        spaces.observe(FIXTURE_TGID, FIXTURE_TGID, "fixture", 0)
     }
 }

@@ -10,6 +10,8 @@ use anyhow::{Context as _, Result};
 use framehop::ExplicitModuleSectionInfo;
 use object::{Object as _, ObjectSection as _, ObjectSegment as _, read::elf::ElfFile64};
 
+use crate::address_space::open;
+
 /// Directories searched for separate debug files, as gdb and blazesym do.
 const DEBUG_DIRS: [&str; 2] = ["/usr/lib/debug", "/lib/debug"];
 
@@ -34,10 +36,10 @@ pub struct ModuleCfi {
 }
 
 impl ModuleCfi {
-    /// Reads `file` (any path that opens the module's bytes); `original` is the path the target
-    /// mapped, used to find separate debug files next to it.
-    pub fn load(file: &Path, original: &Path) -> Result<Self> {
-        let data = map(file)?;
+    /// Reads the module's `file`; `original` is the path the target mapped, used to find separate
+    /// debug files next to it.
+    pub fn load(file: &File, original: &Path) -> Result<Self> {
+        let data = open::map(file).with_context(|| format!("cannot map {}", original.display()))?;
         let elf = ElfFile64::<object::Endianness>::parse(&*data)
             .with_context(|| format!("{} is not a 64-bit ELF file", original.display()))?;
         let segments: Vec<Segment> = elf
@@ -81,13 +83,6 @@ impl ModuleCfi {
     }
 }
 
-fn map(path: &Path) -> Result<memmap2::Mmap> {
-    let file = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
-    // SAFETY: read-only private mapping; a concurrent truncation of the file would fault, which
-    // is the accepted risk of every ELF reader (blazesym maps files the same way).
-    unsafe { memmap2::Mmap::map(&file) }.with_context(|| format!("cannot map {}", path.display()))
-}
-
 fn section_info(elf: &ElfFile64<'_, object::Endianness>) -> ExplicitModuleSectionInfo<Vec<u8>> {
     let range = |name: &str| elf.section_by_name(name).map(|s| s.address()..s.address() + s.size());
     let data = |name: &str| elf.section_by_name(name).and_then(section_bytes);
@@ -113,7 +108,7 @@ fn section_bytes(section: object::read::elf::ElfSection64<'_, '_, object::Endian
 /// `.gnu_debuglink` next to the file, in its `.debug/` directory and under the debug directories.
 fn separate_debug_frame(elf: &ElfFile64<'_, object::Endianness>, original: &Path) -> Option<Vec<u8>> {
     debug_file_candidates(elf, original).into_iter().find_map(|candidate| {
-        let data = map(&candidate).ok()?;
+        let data = open::map_path(&candidate).ok()?;
         let debug = ElfFile64::<object::Endianness>::parse(&*data).ok()?;
         debug.section_by_name(".debug_frame").and_then(section_bytes)
     })
@@ -151,10 +146,14 @@ mod tests {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/unwind").join(name)
     }
 
+    fn load(path: &Path) -> Result<ModuleCfi> {
+        ModuleCfi::load(&File::open(path)?, path)
+    }
+
     #[test]
     fn reads_cfi_and_segments() {
         let path = fixture("snapshot");
-        let mut cfi = ModuleCfi::load(&path, &path).unwrap();
+        let mut cfi = load(&path).unwrap();
         assert!(cfi.has_cfi());
         // Non-PIE: the text segment sits at 0x401000, file offset 0x1000.
         assert_eq!(cfi.svma(0x1010), Some(0x401010));
@@ -167,7 +166,7 @@ mod tests {
     #[test]
     fn file_without_cfi() {
         let path = fixture("snapshot-nocfi");
-        let cfi = ModuleCfi::load(&path, &path).unwrap();
+        let cfi = load(&path).unwrap();
         assert!(!cfi.has_cfi());
         assert_eq!(cfi.svma(0x1010), Some(0x401010));
     }
@@ -175,9 +174,8 @@ mod tests {
     #[test]
     fn not_an_elf_file() {
         let path = fixture("snapshot.c");
-        let err = ModuleCfi::load(&path, &path).err().unwrap();
+        let err = load(&path).err().unwrap();
         assert!(format!("{err:#}").contains("not a 64-bit ELF file"), "{err:#}");
-        assert!(ModuleCfi::load(Path::new("/nonexistent"), Path::new("/nonexistent")).is_err());
     }
 
     #[test]
@@ -208,7 +206,7 @@ mod tests {
         let link = format!("--add-gnu-debuglink={}", debug.display());
         run("objcopy", &["--strip-debug".as_ref(), link.as_ref(), built.as_os_str(), stripped.as_os_str()]);
 
-        let mut cfi = ModuleCfi::load(&stripped, &stripped).unwrap();
+        let mut cfi = load(&stripped).unwrap();
         assert!(cfi.has_cfi(), "found .debug_frame through .gnu_debuglink");
         let sections = cfi.take_sections().unwrap();
         assert!(sections.eh_frame.is_none());

@@ -6,12 +6,11 @@
 //! then to the module's own address (SVMA) with its program headers, then to that synthetic
 //! address. The unwinder is stepped one frame at a time so that every step can be checked:
 //! the stack pointer must grow, every address must be in executable memory, depth is bounded.
-//! Memory reads come from the snapshot only, through [`StackSnapshot`].
+//! Memory reads come from the snapshot only, through [`StackSnapshot`]; where addresses are comes
+//! from the process's [`ProcessView`].
 pub mod cfi;
-pub mod fixture;
 pub mod hybrid;
-
-use std::path::PathBuf;
+mod stats;
 
 use framehop::{
     Error as StepError, FrameAddress, Module, Unwinder as _,
@@ -21,7 +20,11 @@ use framehop::{
 use rustc_hash::FxHashMap;
 
 use self::cfi::ModuleCfi;
-use crate::{decode::UserRegs, module::ModuleId};
+pub use self::stats::UnwindStats;
+use crate::{
+    address_space::{ModuleId, ProcessView, Resolved, Want},
+    decode::UserRegs,
+};
 
 /// Deepest stack unwound; deeper ones end as [`UnwindEnd::Lost`].
 pub const MAX_FRAMES: usize = 1024;
@@ -52,24 +55,6 @@ impl StackSnapshot<'_> {
     }
 }
 
-/// Where a user address is, as far as unwinding cares.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Location {
-    /// In executable code of a module, at this offset of its file.
-    Module { module: ModuleId, file_offset: u64 },
-    /// In executable anonymous memory (JIT code).
-    Anonymous,
-    /// Not in executable memory: not a code address.
-    NotCode,
-}
-
-/// The process being unwound: where its addresses are, and how to read its modules.
-pub trait AddressSpaceView {
-    fn locate(&mut self, addr: u64) -> Location;
-    /// A path that opens the module's file now, and the path the process mapped it from.
-    fn module_paths(&self, module: ModuleId) -> Option<(PathBuf, PathBuf)>;
-}
-
 /// Why unwinding stopped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum UnwindEnd {
@@ -88,8 +73,8 @@ pub enum UnwindEnd {
 pub struct Unwound {
     /// Real addresses, innermost first: the ip, then return addresses.
     pub frames: Vec<u64>,
-    /// Where each frame is (never [`Location::NotCode`]).
-    pub locations: Vec<Location>,
+    /// Where each frame is (never [`Resolved::Unmapped`]).
+    pub locations: Vec<Resolved>,
     pub end: UnwindEnd,
 }
 
@@ -113,7 +98,7 @@ impl Unwinder {
         &mut self,
         regs: UserRegs,
         stack: &StackSnapshot<'_>,
-        space: &mut impl AddressSpaceView,
+        space: &mut ProcessView<'_>,
     ) -> Unwound {
         let mut frames = Vec::new();
         let mut locations = Vec::new();
@@ -123,14 +108,14 @@ impl Unwinder {
         // memory): if it leads nowhere, that code is to blame.
         let mut guessed: Option<Option<ModuleId>> = None;
         let end = loop {
-            let location = space.locate(addr);
-            if location == Location::NotCode || frames.len() == MAX_FRAMES {
+            let location = space.resolve(addr, Want::Code);
+            if location == Resolved::Unmapped || frames.len() == MAX_FRAMES {
                 break guessed.map_or(UnwindEnd::Lost, UnwindEnd::MissingCfi);
             }
             frames.push(addr);
             locations.push(location);
             let (lookup, without_cfi) = match location {
-                Location::Module { module, file_offset } => {
+                Resolved::Module { module, file_offset } => {
                     match self.synthetic_address(module, file_offset, space) {
                         Some(synthetic) => (synthetic, None),
                         None => (addr, Some(Some(module))),
@@ -186,15 +171,17 @@ impl Unwinder {
         unwind_regs: &mut UnwindRegsX86_64,
         regs: UserRegs,
         stack: &StackSnapshot<'_>,
-        space: &mut impl AddressSpaceView,
+        space: &mut ProcessView<'_>,
     ) -> Result<Option<u64>, StepError> {
+        let is_code =
+            |space: &mut ProcessView<'_>, addr| space.resolve(addr, Want::Code) != Resolved::Unmapped;
         if let Ok(Some(return_address)) = step
-            && space.locate(return_address) != Location::NotCode
+            && is_code(space, return_address)
         {
             return step;
         }
         match stack.read_u64(regs.sp) {
-            Some(return_address) if space.locate(return_address) != Location::NotCode => {
+            Some(return_address) if is_code(space, return_address) => {
                 *unwind_regs = UnwindRegsX86_64::new(return_address, regs.sp + 8, regs.bp);
                 Ok(Some(return_address))
             }
@@ -207,7 +194,7 @@ impl Unwinder {
         &mut self,
         module: ModuleId,
         file_offset: u64,
-        space: &impl AddressSpaceView,
+        space: &ProcessView<'_>,
     ) -> Option<u64> {
         let framehop = &mut self.framehop;
         let loaded = self.modules.entry(module).or_insert_with(|| load(module, space, framehop));
@@ -221,13 +208,10 @@ fn synthetic_base(module: ModuleId) -> u64 {
     SYNTHETIC_BASE + ((u64::from(module.index()) + 1) << MODULE_SPAN_BITS)
 }
 
-fn load(
-    module: ModuleId,
-    space: &impl AddressSpaceView,
-    framehop: &mut UnwinderX86_64<Vec<u8>>,
-) -> LoadedModule {
-    let (readable, original) = space.module_paths(module)?;
-    let mut cfi = ModuleCfi::load(&readable, &original).ok()?;
+fn load(module: ModuleId, space: &ProcessView<'_>, framehop: &mut UnwinderX86_64<Vec<u8>>) -> LoadedModule {
+    let file = space.module(module);
+    let original = file.path();
+    let mut cfi = ModuleCfi::load(file.file()?, original).ok()?;
     let range = cfi.svma_range();
     if range.end > 1 << MODULE_SPAN_BITS {
         return None;

@@ -5,10 +5,8 @@ use std::path::{Path, PathBuf};
 use object::{Object as _, ObjectSymbol as _};
 use proptest::prelude::*;
 
-use super::{
-    fixture::{FIXTURE_MODULE as MODULE, Fixture},
-    *,
-};
+use super::*;
+use crate::testing::Fixture;
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/unwind").join(name)
@@ -40,7 +38,18 @@ fn names(frames: &[u64]) -> Vec<String> {
 }
 
 fn unwind(stack: &StackSnapshot<'_>, regs: UserRegs, binary: &str) -> Unwound {
-    Unwinder::default().unwind(regs, stack, &mut recorded().space(fixture(binary)))
+    let mut spaces = recorded().address_spaces(fixture(binary));
+    Unwinder::default().unwind(regs, stack, &mut Fixture::view(&mut spaces))
+}
+
+/// The fixture's one module: what its code addresses resolve to.
+fn fixture_module(binary: &str) -> ModuleId {
+    let fixture = recorded();
+    let mut spaces = fixture.address_spaces(self::fixture(binary));
+    match Fixture::view(&mut spaces).resolve(fixture.regs.ip, Want::Code) {
+        Resolved::Module { module, .. } => module,
+        other => panic!("the fixture's ip is in {other:?}"),
+    }
 }
 
 #[test]
@@ -76,7 +85,7 @@ fn module_without_cfi() {
     let fixture = recorded();
     let stack = StackSnapshot { sp: fixture.regs.sp, bytes: &fixture.stack, truncated: false };
     let unwound = unwind(&stack, fixture.regs, "snapshot-nocfi");
-    assert_eq!(unwound.end, UnwindEnd::MissingCfi(Some(MODULE)));
+    assert_eq!(unwound.end, UnwindEnd::MissingCfi(Some(fixture_module("snapshot-nocfi"))));
     assert_eq!(names(&unwound.frames)[0], "snap");
 }
 
@@ -85,7 +94,7 @@ fn unreadable_module_is_missing_cfi() {
     let fixture = recorded();
     let stack = StackSnapshot { sp: fixture.regs.sp, bytes: &fixture.stack, truncated: false };
     let unwound = unwind(&stack, fixture.regs, "does-not-exist");
-    assert_eq!(unwound.end, UnwindEnd::MissingCfi(Some(MODULE)));
+    assert_eq!(unwound.end, UnwindEnd::MissingCfi(Some(fixture_module("does-not-exist"))));
 }
 
 #[test]
@@ -108,10 +117,27 @@ fn stack_of_return_addresses_pointing_at_itself() {
         fixture.regs,
         "snapshot",
     );
-    let bytes: Vec<u8> = std::iter::repeat_n(full.frames[1].to_le_bytes(), 4096).flatten().collect();
-    let stack = StackSnapshot { sp: fixture.regs.sp, bytes: &bytes, truncated: true };
-    let unwound = unwind(&stack, fixture.regs, "snapshot");
-    assert!(unwound.frames.len() <= bytes.len() / 8 + 1);
+    let looping = full.frames[1];
+    let stack_of =
+        |slots: usize| -> Vec<u8> { std::iter::repeat_n(looping.to_le_bytes(), slots).flatten().collect() };
+    // 64 KiB of it holds more level5 frames than the depth cap: unwinding stops there.
+    let bytes = stack_of(8192);
+    let unwound = unwind(
+        &StackSnapshot { sp: fixture.regs.sp, bytes: &bytes, truncated: true },
+        fixture.regs,
+        "snapshot",
+    );
+    assert_eq!((unwound.frames.len(), unwound.end), (MAX_FRAMES, UnwindEnd::Lost));
+    assert!(unwound.frames[1..].iter().all(|&frame| frame == looping));
+    // 4 KiB of it ends with the copy, every step moving up the stack.
+    let bytes = stack_of(512);
+    let unwound = unwind(
+        &StackSnapshot { sp: fixture.regs.sp, bytes: &bytes, truncated: true },
+        fixture.regs,
+        "snapshot",
+    );
+    assert_eq!(unwound.end, UnwindEnd::SnapshotEnd);
+    assert!(unwound.frames.len() > 1 && unwound.frames.len() < bytes.len() / 16, "{}", unwound.frames.len());
 }
 
 proptest! {
@@ -124,7 +150,8 @@ proptest! {
         truncated in any::<bool>(),
     ) {
         let fixture = recorded();
-        let mut space = fixture.space(self::fixture("snapshot"));
+        let mut spaces = fixture.address_spaces(self::fixture("snapshot"));
+        let mut space = Fixture::view(&mut spaces);
         // Mix the real stack in half of the cases, so that unwinding gets somewhere first.
         let bytes = if sp % 2 == 0 { [&fixture.stack[..], &bytes].concat() } else { bytes };
         let sp = if sp % 2 == 0 { fixture.regs.sp } else { sp };
@@ -134,7 +161,7 @@ proptest! {
         prop_assert!(unwound.frames.len() <= MAX_FRAMES);
         prop_assert!(unwound.frames.len() <= bytes.len() / 8 + 1);
         for &frame in &unwound.frames {
-            prop_assert_ne!(space.locate(frame), Location::NotCode);
+            prop_assert_ne!(space.resolve(frame, Want::Code), Resolved::Unmapped);
         }
     }
 }

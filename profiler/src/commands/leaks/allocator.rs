@@ -10,7 +10,6 @@
 use std::{
     collections::HashMap,
     ffi::OsStr,
-    fmt,
     path::{Path, PathBuf},
     process::Command,
 };
@@ -19,32 +18,11 @@ use anyhow::{Context as _, Result, anyhow, bail};
 use object::{Object as _, ObjectSegment as _, ObjectSymbol as _, SymbolKind};
 use profiler_common::AllocFunction;
 
-/// The allocator the target calls.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Allocator {
-    /// The file as the target names it.
-    pub path: PathBuf,
-    /// The same file as the profiler reaches it (through `/proc/PID/root` for a running target).
-    pub file: PathBuf,
-    pub entry_points: EntryPoints,
-}
-
-/// The functions of an allocator that the tracker probes.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct EntryPoints {
-    /// Those that hand out blocks, with the C function whose arguments each takes; one per
-    /// address (aliases are one function).
-    pub allocations: Vec<(AllocFunction, EntryPoint)>,
-    /// Those that take blocks back, `free` first; one per address.
-    pub releases: Vec<EntryPoint>,
-}
-
-/// A function of the allocator, where uprobes take it: by file offset.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct EntryPoint {
-    pub symbol: &'static str,
-    pub offset: u64,
-}
+use crate::{
+    address_space::open,
+    kernel::tracer::{Allocator, EntryPoint, EntryPoints},
+    session::Target,
+};
 
 /// Every form of C++'s operator new (plain, array, aligned, nothrow): the size comes first and
 /// the block is returned, as with `malloc`.
@@ -77,22 +55,24 @@ const RELEASES: [&str; 13] = [
     "_ZdaPvSt11align_val_tRKSt9nothrow_t",
 ];
 
-impl fmt::Display for Allocator {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.path.display())
-    }
-}
-
 /// An object the target loads, in load order.
 struct Candidate {
     path: PathBuf,
     file: PathBuf,
 }
 
+/// The allocator the target calls: a running process's, or a held command's once it runs.
+pub fn of_target(target: &Target) -> Result<Allocator> {
+    match target {
+        Target::Command(pending) => of_command(pending.program()),
+        _ => of_process(target.pids()[0]),
+    }
+}
+
 /// The allocator of a running process: its program, then the other objects it maps that
 /// define `malloc`, libc last. (The maps do not give the load order; an allocator library
 /// other than libc is almost always there to replace it.)
-pub fn of_process(pid: u32) -> Result<Allocator> {
+fn of_process(pid: u32) -> Result<Allocator> {
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))
         .with_context(|| format!("cannot read the mappings of PID {pid}"))?;
     let program = std::fs::read_link(format!("/proc/{pid}/exe"))
@@ -119,9 +99,9 @@ pub fn of_process(pid: u32) -> Result<Allocator> {
 /// The allocator a command will call once started: the program if it is static or defines
 /// `malloc`, else the first library its dynamic linker lists (in load order, with
 /// `LD_PRELOAD` and `LD_LIBRARY_PATH` applied) that does.
-pub fn of_command(program: &OsStr) -> Result<Allocator> {
+fn of_command(program: &OsStr) -> Result<Allocator> {
     let path = find_program(program)?;
-    let data = map_file(&path).with_context(|| format!("cannot read {}", path.display()))?;
+    let data = open::map_path(&path)?;
     let elf =
         object::File::parse(&*data).with_context(|| format!("{} is not an ELF file", path.display()))?;
     let mut candidates = vec![Candidate { path: path.clone(), file: path.clone() }];
@@ -152,7 +132,7 @@ fn is_dynamic_linker(path: &Path) -> bool {
 fn choose(candidates: Vec<Candidate>, target: &str) -> Result<Allocator> {
     for Candidate { path, file } in candidates {
         // Unreadable or non-ELF mappings (fonts, locale archives) cannot be the allocator.
-        let Ok(data) = map_file(&file) else { continue };
+        let Ok(data) = open::map_path(&file) else { continue };
         if let Some(entry_points) = entry_points(&data) {
             return Ok(Allocator { path, file, entry_points });
         }
@@ -163,15 +143,8 @@ fn choose(candidates: Vec<Candidate>, target: &str) -> Result<Allocator> {
     )
 }
 
-fn map_file(path: &Path) -> std::io::Result<memmap2::Mmap> {
-    let file = std::fs::File::open(path)?;
-    // SAFETY: read-only; a file truncated under us could fault, as for any ELF reader mapping
-    // its input. Programs and libraries are replaced by rename, not rewritten in place.
-    unsafe { memmap2::Mmap::map(&file) }
-}
-
 /// The allocation and release functions of an object that defines `malloc` and `free`.
-pub fn entry_points(data: &[u8]) -> Option<EntryPoints> {
+fn entry_points(data: &[u8]) -> Option<EntryPoints> {
     let elf = object::File::parse(data).ok()?;
     let c_functions = AllocFunction::ALL.iter().map(|&f| (f.symbol(), f));
     let operator_new = OPERATOR_NEW.iter().map(|&name| (name, AllocFunction::Malloc));
@@ -351,18 +324,15 @@ mod tests {
 
     #[test]
     fn an_allocator_with_operator_new_and_aliases() {
-        // Installed by `cargo xtask setup` for the leak tests.
-        let tcmalloc = std::fs::read("/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4").unwrap();
-        let entry_points = entry_points(&tcmalloc).unwrap();
+        // Laid out as tcmalloc is; see the fixture's source.
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/allocator/liballoc.so");
+        let entry_points = entry_points(&std::fs::read(path).unwrap()).unwrap();
         let allocations: Vec<&str> = entry_points.allocations.iter().map(|(_, e)| e.symbol).collect();
         // Its operator new[] is its operator new: one probe for both.
-        assert!(allocations.contains(&"_Znwm") && !allocations.contains(&"_Znam"), "{allocations:?}");
-        assert!(allocations.contains(&"_ZnwmSt11align_val_t"), "{allocations:?}");
+        assert_eq!(allocations, ["malloc", "calloc", "realloc", "_Znwm", "_ZnwmSt11align_val_t"]);
         // Its free is also its operator delete and operator delete[]: one probe for the three.
         let releases: Vec<&str> = entry_points.releases.iter().map(|e| e.symbol).collect();
-        assert_eq!(releases[0], "free");
-        assert!(!releases.contains(&"_ZdlPv") && !releases.contains(&"_ZdaPv"), "{releases:?}");
-        assert!(releases.contains(&"_ZdlPvm"), "{releases:?}");
+        assert_eq!(releases, ["free", "_ZdlPvm"]);
         let mut offsets: Vec<u64> = entry_points.releases.iter().map(|e| e.offset).collect();
         offsets.sort_unstable();
         offsets.dedup();

@@ -4,13 +4,13 @@
 //! newer time.
 use rustc_hash::FxHashMap;
 
-use crate::collect::AllocationSite;
+use crate::aggregate::{Aggregate, Site};
 
 #[derive(Debug, Default)]
 pub struct Ledger {
     /// The latest allocation seen at each (process, address). Memory grows with the addresses
     /// the heap ever handed out, not with the allocations: allocators reuse addresses.
-    sites: FxHashMap<(u32, u64), AllocationSite>,
+    sites: FxHashMap<(u32, u64), Site>,
 }
 
 /// A block still outstanding.
@@ -23,16 +23,33 @@ pub struct Block {
 }
 
 impl Ledger {
-    pub fn insert(&mut self, site: AllocationSite) {
-        let slot = self.sites.entry((site.tgid, site.addr)).or_insert(site);
+    /// Notes that the block at `addr` was allocated at `site`.
+    pub fn insert(&mut self, addr: u64, site: Site) {
+        let slot = self.sites.entry((site.tgid, addr)).or_insert(site);
         if site.time_ns >= slot.time_ns {
             *slot = site;
         }
     }
 
     /// Where `block` was allocated, if its stack arrived.
-    pub fn site(&self, block: &Block) -> Option<&AllocationSite> {
+    pub fn site(&self, block: &Block) -> Option<&Site> {
         self.sites.get(&(block.tgid, block.addr)).filter(|site| site.time_ns == block.time_ns)
+    }
+
+    /// One sample per block, weighing its bytes (scaled by `sample_every` when sampling), at the
+    /// site that allocated it: `[stack lost]` when its record never came.
+    pub fn push_blocks(&self, blocks: &[Block], aggregate: &mut Aggregate, sample_every: u32) {
+        let lost = (aggregate.intern_comm("[stack lost]"), aggregate.intern_stack(&[]));
+        for block in blocks {
+            let site = self.site(block).copied().unwrap_or(Site {
+                time_ns: block.time_ns,
+                tgid: block.tgid,
+                tid: block.tgid,
+                comm: lost.0,
+                stack: lost.1,
+            });
+            aggregate.push(Site { time_ns: block.time_ns, ..site }, block.size * u64::from(sample_every));
+        }
     }
 }
 
@@ -48,10 +65,10 @@ pub fn older_than(mut blocks: Vec<Block>, cutoff_ns: Option<u64>) -> Vec<Block> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::profile::{CommId, Profile, StackId};
+    use crate::aggregate::{CommId, StackId};
 
-    fn site(addr: u64, time_ns: u64, stack: StackId, comm: CommId) -> AllocationSite {
-        AllocationSite { addr, size: 16, time_ns, tgid: 7, tid: 8, comm, stack }
+    fn site(time_ns: u64, stack: StackId, comm: CommId) -> Site {
+        Site { time_ns, tgid: 7, tid: 8, comm, stack }
     }
 
     fn block(addr: u64, time_ns: u64) -> Block {
@@ -60,15 +77,16 @@ mod tests {
 
     #[test]
     fn a_block_meets_the_stack_of_its_own_allocation() {
-        let mut profile = Profile::default();
-        let (old, new) = (profile.intern_stack(&[]), profile.intern_stack(&[crate::frame::Frame::Kernel(1)]));
-        let comm = profile.intern_comm("a");
+        let mut aggregate = Aggregate::default();
+        let (old, new) =
+            (aggregate.intern_stack(&[]), aggregate.intern_stack(&[crate::frame::Frame::Kernel(1)]));
+        let comm = aggregate.intern_comm("a");
         let mut ledger = Ledger::default();
-        ledger.insert(site(0x1000, 10, old, comm));
+        ledger.insert(0x1000, site(10, old, comm));
         // The address freed and handed out again: the newer stack wins, in whatever order the
         // records come.
-        ledger.insert(site(0x1000, 20, new, comm));
-        ledger.insert(site(0x1000, 15, old, comm));
+        ledger.insert(0x1000, site(20, new, comm));
+        ledger.insert(0x1000, site(15, old, comm));
         assert_eq!(ledger.site(&block(0x1000, 20)).map(|s| s.stack), Some(new));
         // The block the kernel holds is older than any stack that came: its record was lost.
         assert_eq!(ledger.site(&block(0x1000, 10)), None);
@@ -83,5 +101,20 @@ mod tests {
         let kept: Vec<u64> = older_than(blocks.clone(), Some(20)).iter().map(|b| b.addr).collect();
         assert_eq!(kept, [2, 3]);
         assert_eq!(older_than(blocks, None).len(), 3);
+    }
+
+    #[test]
+    fn blocks_weigh_their_bytes_at_their_site_or_under_stack_lost() {
+        let mut aggregate = Aggregate::default();
+        let stack = aggregate.intern_stack(&[crate::frame::Frame::Kernel(1)]);
+        let comm = aggregate.intern_comm("app");
+        let mut ledger = Ledger::default();
+        ledger.insert(0x1000, site(10, stack, comm));
+        ledger.push_blocks(&[block(0x1000, 10), block(0x2000, 30)], &mut aggregate, 4);
+        let samples = aggregate.samples();
+        assert_eq!((samples[0].site, samples[0].weight), (site(10, stack, comm), 64));
+        let lost = samples[1].site;
+        assert_eq!((aggregate.comm(lost.comm), aggregate.stack(lost.stack)), ("[stack lost]", &[][..]));
+        assert_eq!((lost.time_ns, lost.tid, samples[1].weight), (30, 7, 64));
     }
 }

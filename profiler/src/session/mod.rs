@@ -1,0 +1,379 @@
+//! One recording session: the lifecycle every command that takes samples shares. Checks, the
+//! outputs created up front, the target, the kernel side loaded and pointed at it, records
+//! drained and walked until a stop condition, the last drain, the recording named and written,
+//! and what the terminal is told.
+//!
+//! A mode ([`Mode`]) brings what differs: its kernel side (a [`KernelSource`]), what it keeps of
+//! each record (its weight), what only the end knows, and its end-of-run report. Everything
+//! between the ring and the recording is the same pipeline for every mode.
+pub mod checks;
+mod intake;
+mod status;
+mod stop;
+mod target;
+
+use std::{io::IsTerminal as _, path::PathBuf};
+
+use anyhow::{Context as _, Result};
+
+pub use self::target::Target;
+use self::{
+    intake::{Intake, Sink},
+    status::StatusLine,
+    stop::{StopReason, stop_condition},
+};
+use crate::{
+    address_space::{TaskEvent, Tracking, running},
+    aggregate::{Aggregate, Site},
+    clock::{self, Start},
+    decode::{Payload, RecordKind},
+    kernel::{KernelSource, ring::RingReader, task_events::TaskEventReader},
+    model::{Meta, Recording},
+    output::{self, Outputs},
+    render::RenderOptions,
+    symbolize::Namer,
+    walk::{CallGraph, StackWalker},
+};
+
+/// What a mode keeps of records and says at the end; see the module's documentation.
+pub trait Mode {
+    type Kernel: KernelSource;
+    /// The layout of the kernel side's records.
+    const RECORDS: RecordKind;
+    /// What its records are, in warnings: `samples`, `allocation stacks`.
+    const RECORD_NOUN: &'static str;
+
+    /// Loads the kernel side for `target`, which has not started yet.
+    fn load(&mut self, target: &Target) -> Result<Self::Kernel>;
+    /// Keeps a record whose stack was walked and interned as `site`.
+    fn add(&mut self, site: Site, payload: Payload, aggregate: &mut Aggregate);
+    /// The live status line's figures.
+    fn status(&self, kernel: &Self::Kernel, aggregate: &Aggregate) -> String;
+    /// After the last drain, at `end_ns`: adds to `aggregate` what only the end knows, and fills
+    /// in the mode's part of `meta`.
+    fn finish(
+        &mut self,
+        kernel: &Self::Kernel,
+        aggregate: &mut Aggregate,
+        end_ns: u64,
+        meta: &mut Meta,
+    ) -> Result<()>;
+    /// What the terminal shows once the outputs are written (unless `-q`).
+    fn report(&self, end: &End<'_, Self::Kernel>);
+}
+
+/// What a session was asked to do, beside its mode.
+pub struct Settings {
+    /// Processes to profile (`-p`); with `command` empty too, the whole system.
+    pub pids: Vec<u32>,
+    /// Command to start and profile (`-- CMD`).
+    pub command: Vec<std::ffi::OsString>,
+    /// Samples per second per CPU, checked against the kernel's limit; `None` for a mode that
+    /// does not sample on a clock.
+    pub frequency_hz: Option<u64>,
+    /// Stop after this many seconds (otherwise at a signal, or when the targets exit).
+    pub duration: Option<f64>,
+    pub call_graph: CallGraph,
+    /// KiB of user stack the kernel side copies per record (0: none).
+    pub stack_copy_kib: u32,
+    /// Processes forked by the targets are followed.
+    pub follow_forks: bool,
+    /// Stop after this many records.
+    pub max_records: Option<u64>,
+    /// No status line and no report on the terminal.
+    pub quiet: bool,
+    pub outputs: Outputs,
+    pub render: RenderOptions,
+}
+
+/// The end of a session, for its mode's report.
+pub struct End<'a, K> {
+    pub recording: &'a Recording,
+    pub kernel: &'a K,
+    /// Files where unwinding stopped for lack of CFI, with sample counts.
+    pub missing_cfi: Vec<(String, u64)>,
+    pub outputs: &'a [(PathBuf, crate::render::Format)],
+}
+
+/// Runs a session of `mode` to its end.
+pub async fn run<M: Mode>(mode: M, settings: Settings) -> Result<()> {
+    checks::blocking(settings.frequency_hz)?;
+    let files = settings.outputs.create()?;
+    let target = Target::open(&settings.pids, &settings.command)?;
+    let description = target.describe();
+    let tracking = Tracking { all: matches!(target, Target::System), follow_forks: settings.follow_forks };
+    let walker = StackWalker::new(settings.call_graph, tracking);
+    let mut session = Pipeline::new(mode, walker, settings.max_records);
+    let mut kernel = session.mode.load(&target)?;
+    let ring = RingReader::new(kernel.take_ring()?).context("cannot poll the ring buffer")?;
+    let mut intake = Intake::new(ring, TaskEventReader::open()?, M::RECORDS);
+    match target.pids() {
+        pids if pids.is_empty() => running().into_iter().for_each(|pid| session.walker.track(pid)),
+        pids => {
+            for pid in pids {
+                kernel.follow(pid)?;
+                session.walker.track(pid);
+            }
+        }
+    }
+    kernel.start()?;
+    let start = Start::now();
+    let mut running = target.start()?;
+
+    let mut status = StatusLine::new(!settings.quiet && std::io::stderr().is_terminal());
+    let stop = stop_condition(settings.duration, running.exited())?;
+    let reason = session.sample_until(stop, &mut intake, &mut kernel, &mut status).await?;
+    kernel.pause()?;
+    intake.drain_all(&mut session);
+    status.finish();
+
+    let end_ns = clock::monotonic_ns();
+    let mut meta = Meta {
+        target: description,
+        frequency_hz: settings.frequency_hz.unwrap_or(0),
+        start_unix_ns: start.unix_ns,
+        duration_ns: start.instant.elapsed().as_nanos() as u64,
+        call_graph: settings.call_graph.name().into(),
+        stack_copy_kib: settings.stack_copy_kib,
+        lost_samples: kernel.lost()?,
+        unwind: session.walker.stats().summary(),
+        ..Meta::default()
+    };
+    session.mode.finish(&kernel, &mut session.aggregate, end_ns, &mut meta)?;
+    let symbols = session.namer.finish(session.walker.modules(), end_ns);
+    let recording = session.aggregate.recording(&symbols, session.walker.modules(), start.monotonic_ns, meta);
+    output::write_all(files, &recording, &settings.render)?;
+
+    if !settings.quiet {
+        let missing_cfi = session.walker.stats().missing_cfi(session.walker.modules());
+        let outputs = settings.outputs.paths();
+        session.mode.report(&End { recording: &recording, kernel: &kernel, missing_cfi, outputs });
+        match reason {
+            StopReason::Signal => eprintln!("profiler: stopped by signal"),
+            StopReason::MaxSamples => eprintln!("profiler: stopped at --max-samples"),
+            StopReason::Duration | StopReason::TargetsExited => {}
+        }
+    }
+    session.warn(M::RECORD_NOUN);
+    // Detaching from the kernel waits for it: done last, once everything is written.
+    drop(kernel);
+    running.note_exit_status();
+    Ok(())
+}
+
+/// Everything between the ring and the recording: each record decoded, its stack walked and
+/// interned, handed to the mode; new frames named after each drain.
+struct Pipeline<M> {
+    mode: M,
+    walker: StackWalker,
+    namer: Namer,
+    aggregate: Aggregate,
+    records: u64,
+    max_records: Option<u64>,
+    /// Records that did not decode (counted, never fatal).
+    malformed: u64,
+    /// Records whose processing failed (a panic in a dependency on corrupt input, contained).
+    failed: u64,
+}
+
+impl<M: Mode> Pipeline<M> {
+    fn new(mode: M, walker: StackWalker, max_records: Option<u64>) -> Self {
+        Self {
+            mode,
+            walker,
+            namer: Namer::default(),
+            aggregate: Aggregate::default(),
+            records: 0,
+            max_records,
+            malformed: 0,
+            failed: 0,
+        }
+    }
+
+    fn full(&self) -> bool {
+        self.max_records.is_some_and(|max| self.records >= max)
+    }
+
+    async fn sample_until(
+        &mut self,
+        stop: impl Future<Output = StopReason>,
+        intake: &mut Intake,
+        kernel: &mut M::Kernel,
+        status: &mut StatusLine,
+    ) -> Result<StopReason> {
+        tokio::pin!(stop);
+        loop {
+            tokio::select! {
+                biased;
+                reason = &mut stop => return Ok(reason),
+                ready = intake.ready() => {
+                    ready?;
+                    intake.drain(self);
+                    for (tid, end) in self.walker.take_stack_ends() {
+                        kernel.set_stack_end(tid, end)?;
+                    }
+                    if self.full() {
+                        return Ok(StopReason::MaxSamples);
+                    }
+                    if status.due() {
+                        status.update(self.mode.status(kernel, &self.aggregate));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Adds one record. Corrupt input anywhere (a record, a binary, its CFI) costs at most this
+    /// record: a panic below is contained and counted.
+    fn add(&mut self, bytes: &[u8]) {
+        let Self { mode, walker, aggregate, malformed, records, .. } = self;
+        let Ok(record) = M::RECORDS.decode(bytes) else {
+            *malformed += 1;
+            return;
+        };
+        let sample = &record.sample;
+        let walked = walker.walk(sample);
+        let site = aggregate.site(sample.time_ns(), sample.tgid(), sample.tid(), &walked);
+        mode.add(site, record.payload, aggregate);
+        *records += 1;
+    }
+
+    /// Warns, on stderr, about what was dropped on the way: task events the kernel lost, and
+    /// records that did not decode or could not be processed.
+    fn warn(&self, records: &str) {
+        let lost_task_events = self.walker.lost_task_events();
+        if lost_task_events > 0 {
+            eprintln!(
+                "profiler: warning: the kernel dropped {lost_task_events} mmap/exec/fork records; some frames may be misattributed"
+            );
+        }
+        if self.malformed > 0 {
+            eprintln!("profiler: warning: {} malformed records were skipped", self.malformed);
+        }
+        if self.failed > 0 {
+            eprintln!(
+                "profiler: warning: {} {records} could not be processed (see the internal errors above)",
+                self.failed
+            );
+        }
+    }
+}
+
+impl<M: Mode> Sink for Pipeline<M> {
+    fn task_event(&mut self, event: TaskEvent) {
+        self.walker.apply(event);
+    }
+
+    fn record(&mut self, record: &[u8]) {
+        if self.full() {
+            return;
+        }
+        let added = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.add(record)));
+        if added.is_err() {
+            self.failed += 1;
+        }
+    }
+
+    fn drained(&mut self, now_ns: u64) {
+        self.walker.prune(now_ns);
+        let frames = self.aggregate.new_frames();
+        self.namer.name(&frames, self.walker.modules(), now_ns);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use aya::maps::{MapData, RingBuf};
+    use profiler_common::SampleHeader;
+
+    use super::*;
+    use crate::{frame::Frame, testing::encode_sample};
+
+    /// A mode that keeps every record as a sample, and panics on a thread id of 13.
+    struct Counting;
+
+    /// A kernel side that is never loaded.
+    struct Unloaded;
+
+    impl KernelSource for Unloaded {
+        fn take_ring(&mut self) -> Result<RingBuf<MapData>> {
+            anyhow::bail!("unloaded")
+        }
+        fn follow(&mut self, _: u32) -> Result<()> {
+            Ok(())
+        }
+        fn start(&mut self) -> Result<()> {
+            Ok(())
+        }
+        fn set_stack_end(&mut self, _: u32, _: u64) -> Result<()> {
+            Ok(())
+        }
+        fn pause(&mut self) -> Result<()> {
+            Ok(())
+        }
+        fn lost(&self) -> Result<u64> {
+            Ok(0)
+        }
+    }
+
+    impl Mode for Counting {
+        type Kernel = Unloaded;
+        const RECORDS: RecordKind = RecordKind::Sample;
+        const RECORD_NOUN: &'static str = "samples";
+
+        fn load(&mut self, _: &Target) -> Result<Unloaded> {
+            Ok(Unloaded)
+        }
+        fn add(&mut self, site: Site, _: Payload, aggregate: &mut Aggregate) {
+            assert_ne!(site.tid, 13, "a dependency panicking on a corrupt input");
+            aggregate.push(site, 1);
+        }
+        fn status(&self, _: &Unloaded, _: &Aggregate) -> String {
+            String::new()
+        }
+        fn finish(&mut self, _: &Unloaded, _: &mut Aggregate, _: u64, _: &mut Meta) -> Result<()> {
+            Ok(())
+        }
+        fn report(&self, _: &End<'_, Unloaded>) {}
+    }
+
+    fn record(tid: u32) -> Vec<u8> {
+        let mut header = SampleHeader::zeroed();
+        (header.tgid, header.tid) = (std::process::id(), tid);
+        header.kernel_stack[0] = 0xffff_ffff_8100_0000;
+        header.kernel_stack_len = 1;
+        encode_sample(&header, &[])
+    }
+
+    #[test]
+    fn garbage_and_panics_cost_one_record_each() {
+        let walker = StackWalker::new(CallGraph::Fp, Tracking { all: false, follow_forks: false });
+        let mut pipeline = Pipeline::new(Counting, walker, Some(3));
+        pipeline.record(&[1, 2, 3]);
+        pipeline.record(&record(13));
+        pipeline.record(&record(1));
+        pipeline.drained(0);
+        assert_eq!((pipeline.malformed, pipeline.failed, pipeline.records), (1, 1, 1));
+        assert_eq!(pipeline.aggregate.samples().len(), 1);
+        assert!(pipeline.aggregate.new_frames().is_empty(), "the new frames were handed to the namer");
+        assert_eq!(
+            pipeline
+                .namer
+                .finish(pipeline.walker.modules(), 0)
+                .of(&Frame::Kernel(0xffff_ffff_8100_0000))
+                .len(),
+            1
+        );
+    }
+
+    #[test]
+    fn records_beyond_the_maximum_are_dropped() {
+        let walker = StackWalker::new(CallGraph::Fp, Tracking { all: false, follow_forks: false });
+        let mut pipeline = Pipeline::new(Counting, walker, Some(2));
+        for tid in 1..=5 {
+            pipeline.record(&record(tid));
+        }
+        assert!(pipeline.full());
+        assert_eq!(pipeline.aggregate.samples().len(), 2);
+    }
+}
