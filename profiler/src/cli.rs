@@ -10,6 +10,7 @@ use clap_complete::Shell;
 
 use crate::{
     model::filter::Filter,
+    named::Named,
     output::Outputs,
     render::{Format, Grouping},
     walk::CallGraph,
@@ -90,7 +91,7 @@ pub struct RecordArgs {
     /// How user stacks are walked: `auto` unwinds with DWARF CFI and completes with the frame-
     /// pointer chain where CFI or the stack copy runs out; `dwarf` uses CFI only; `fp` only
     /// frame pointers (no stack copy: cheapest, but wrong for code built without them).
-    #[arg(long, default_value = "auto", value_parser = named(CallGraph::NAMES))]
+    #[arg(long, default_value = "auto", value_parser = named::<CallGraph>())]
     pub call_graph: CallGraph,
 
     /// KiB of user stack copied per sample for DWARF unwinding (4 to 64, a multiple of 4).
@@ -269,7 +270,7 @@ pub struct OutputArgs {
     pub outputs: Vec<PathBuf>,
 
     /// Format of the (single) output, whatever its extension.
-    #[arg(long, value_parser = named(Format::NAMES))]
+    #[arg(long, value_parser = named::<Format>())]
     pub format: Option<Format>,
 }
 
@@ -280,13 +281,10 @@ impl OutputArgs {
     }
 }
 
-/// A parser of the values named in `names`, which it offers for completion and `--help`.
-fn named<T: Copy + Send + Sync + 'static, const N: usize>(
-    names: [(&'static str, T); N],
-) -> impl TypedValueParser<Value = T> {
-    PossibleValuesParser::new(names.map(|(name, _)| name)).map(move |chosen| {
-        names.iter().find(|(name, _)| *name == chosen).map(|(_, value)| *value).expect("a possible value")
-    })
+/// A parser of the names of `T`'s values, which it offers for completion and `--help`.
+fn named<T: Named + Send + Sync>() -> impl TypedValueParser<Value = T> {
+    PossibleValuesParser::new(T::NAMES.iter().map(|(name, _)| *name))
+        .map(|chosen| T::from_name(&chosen).expect("a possible value"))
 }
 
 #[derive(Debug, Args)]

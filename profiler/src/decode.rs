@@ -2,7 +2,7 @@
 //! allocations (a block, then the sample taken where it was allocated).
 use std::{fmt, mem::size_of};
 
-use profiler_common::{AllocationHeader, MAX_STACK_DEPTH, SampleHeader, TASK_COMM_LEN, sample_flags};
+use profiler_common::{AllocationHeader, MAX_STACK_DEPTH, SampleHeader, TASK_COMM_LEN, maps, sample_flags};
 
 const HEADER_SIZE: usize = size_of::<SampleHeader>();
 const ALLOCATION_HEADER_SIZE: usize = size_of::<AllocationHeader>();
@@ -33,6 +33,22 @@ pub enum Payload {
 }
 
 impl RecordKind {
+    /// The ring buffer (its map in the eBPF object) records of this kind come through.
+    pub fn ring(self) -> &'static str {
+        match self {
+            Self::Sample => maps::SAMPLES,
+            Self::Allocation => maps::ALLOCATIONS,
+        }
+    }
+
+    /// What records of this kind are, in messages.
+    pub fn noun(self) -> &'static str {
+        match self {
+            Self::Sample => "samples",
+            Self::Allocation => "allocation stacks",
+        }
+    }
+
     /// Decodes one record. Never panics, whatever the bytes.
     pub fn decode(self, record: &[u8]) -> Result<Record<'_>, DecodeError> {
         match self {

@@ -16,6 +16,7 @@ mod decode;
 mod frame;
 mod kernel;
 mod model;
+mod named;
 mod output;
 mod render;
 mod session;

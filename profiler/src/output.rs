@@ -18,7 +18,7 @@ use crate::{
 };
 
 /// The outputs asked for, each with its format.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Outputs(Vec<(PathBuf, Format)>);
 
 impl Outputs {

@@ -2,14 +2,13 @@
 //! from the copied stack bytes (DWARF, completed with the frame-pointer chain) or taken from the
 //! frame-pointer chain alone, every address pinned to (module, file offset) with the mappings of
 //! the moment the sample was taken.
-use std::str::FromStr;
-
 use rustc_hash::FxHashMap;
 
 use crate::{
-    address_space::{AddressSpaces, Modules, ProcessView, TaskEvent, Tracking, Want},
+    address_space::{AddressSpaces, ProcessView, Tracking, Want},
     decode::SampleRecord,
     frame::Frame,
+    named::Named,
     unwind::{
         StackSnapshot, UnwindStats, Unwinder,
         hybrid::{self, StackSource},
@@ -17,9 +16,10 @@ use crate::{
 };
 
 /// How user stacks are walked.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum CallGraph {
     /// DWARF CFI on the stack copy, completed with the frame-pointer chain where it stops early.
+    #[default]
     Auto,
     /// DWARF CFI only.
     Dwarf,
@@ -27,25 +27,9 @@ pub enum CallGraph {
     Fp,
 }
 
-impl CallGraph {
-    pub const NAMES: [(&str, CallGraph); 3] =
-        [("auto", Self::Auto), ("dwarf", Self::Dwarf), ("fp", Self::Fp)];
-
-    pub fn name(self) -> &'static str {
-        Self::NAMES.iter().find(|(_, mode)| *mode == self).map(|(name, _)| *name).expect("every call graph")
-    }
-}
-
-impl FromStr for CallGraph {
-    type Err = String;
-
-    fn from_str(name: &str) -> Result<Self, Self::Err> {
-        Self::NAMES
-            .iter()
-            .find(|(known, _)| *known == name)
-            .map(|(_, mode)| *mode)
-            .ok_or_else(|| format!("unknown call graph `{name}`"))
-    }
+impl Named for CallGraph {
+    const NAMES: &'static [(&'static str, Self)] =
+        &[("auto", Self::Auto), ("dwarf", Self::Dwarf), ("fp", Self::Fp)];
 }
 
 /// A sample's stack, innermost frame first, and its process's command name.
@@ -66,14 +50,9 @@ pub struct StackWalker {
 
 impl StackWalker {
     pub fn new(call_graph: CallGraph, tracking: Tracking) -> Self {
-        Self::with_address_spaces(call_graph, AddressSpaces::new(tracking))
-    }
-
-    /// A walker over address spaces set up elsewhere (recorded fixtures).
-    pub fn with_address_spaces(call_graph: CallGraph, spaces: AddressSpaces) -> Self {
         Self {
             call_graph,
-            spaces,
+            spaces: AddressSpaces::new(tracking),
             unwinder: Unwinder::default(),
             stats: UnwindStats::default(),
             stack_ends: StackEnds::default(),
@@ -81,33 +60,18 @@ impl StackWalker {
         }
     }
 
-    /// Follows a process from its current state (targets, and every process under `-a`).
-    pub fn track(&mut self, tgid: u32) {
-        self.spaces.track(tgid);
+    /// The processes followed and the modules they map.
+    pub fn address_spaces(&self) -> &AddressSpaces {
+        &self.spaces
     }
 
-    /// Applies what a process did to its address space; events must come before the samples
-    /// taken after them.
-    pub fn apply(&mut self, event: TaskEvent) {
-        self.spaces.apply(event);
-    }
-
-    /// Forgets processes and mappings no sample taken after `now_ns` can need.
-    pub fn prune(&mut self, now_ns: u64) {
-        self.spaces.prune(now_ns);
-    }
-
-    pub fn modules(&self) -> &Modules {
-        self.spaces.modules()
+    /// The same, to follow processes and apply what they do.
+    pub fn address_spaces_mut(&mut self) -> &mut AddressSpaces {
+        &mut self.spaces
     }
 
     pub fn stats(&self) -> &UnwindStats {
         &self.stats
-    }
-
-    /// Task events the kernel dropped.
-    pub fn lost_task_events(&self) -> u64 {
-        self.spaces.lost_events()
     }
 
     /// Stack ends learned since the last call, for the kernel's `STACK_ENDS` map.

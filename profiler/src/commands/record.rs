@@ -1,10 +1,11 @@
 //! `profiler record`: CPU samples from a cpu-clock event on every CPU, each weighing one period.
 use anyhow::Result;
+use profiler_common::Counter;
 
 use crate::{
     aggregate::{Aggregate, Site},
     cli::RecordArgs,
-    decode::{Payload, RecordKind},
+    decode::Payload,
     kernel::sampler::{Sampler, SamplerConfig},
     model::{Meta, Weight},
     render::{RenderOptions, summary::Summary},
@@ -43,8 +44,6 @@ struct CpuProfile {
 
 impl Mode for CpuProfile {
     type Kernel = Sampler;
-    const RECORDS: RecordKind = RecordKind::Sample;
-    const RECORD_NOUN: &'static str = "samples";
 
     fn load(&mut self, _: &Target) -> Result<Sampler> {
         Sampler::load(&self.config)
@@ -55,7 +54,7 @@ impl Mode for CpuProfile {
     }
 
     fn status(&self, sampler: &Sampler, aggregate: &Aggregate) -> String {
-        let lost = sampler.counters().map_or(0, |c| c.lost);
+        let lost = sampler.count(Counter::Lost).unwrap_or(0);
         let processes = aggregate.process_count();
         let plural = if processes == 1 { "" } else { "es" };
         format!("{} samples · {lost} lost · {processes} process{plural}", aggregate.samples().len())

@@ -10,23 +10,46 @@ pub mod task_events;
 pub mod tracer;
 
 use anyhow::Result;
-use aya::maps::{MapData, RingBuf};
+use aya::{
+    Ebpf,
+    maps::{MapData, RingBuf},
+};
+
+use crate::decode::RecordKind;
 
 /// What a recording session needs of the kernel side of its mode: where records come from, how
 /// to point it at processes, and how to stop it. Implemented by the [`sampler::Sampler`] and the
-/// [`tracer::Tracer`]; a new mode brings its own.
+/// [`tracer::Tracer`]; a new mode brings its own. What every eBPF object of ours does the same
+/// way (the ring, the stack ends, the pause flag) comes with the trait.
 pub trait KernelSource {
-    /// The ring buffer the records come through (taken once).
-    fn take_ring(&mut self) -> Result<RingBuf<MapData>>;
+    /// The kind of records it writes (which says through which ring).
+    const RECORDS: RecordKind;
+
+    /// The loaded eBPF object.
+    fn ebpf(&mut self) -> &mut Ebpf;
     /// Follows process `tgid` from now on. Called for each target before [`Self::start`].
     fn follow(&mut self, tgid: u32) -> Result<()>;
     /// Starts producing records.
     fn start(&mut self) -> Result<()>;
-    /// Tells the programs where a thread's stack ends, so that stack copies stop there.
-    fn set_stack_end(&mut self, tid: u32, end: u64) -> Result<()>;
-    /// Stops producing records at once. Detaching from the kernel waits for it: that is left to
-    /// drop, once the outputs are written.
-    fn pause(&mut self) -> Result<()>;
     /// Records the kernel could not hand over (ring full).
     fn lost(&self) -> Result<u64>;
+
+    /// The ring buffer the records come through (taken once).
+    fn take_ring(&mut self) -> Result<RingBuf<MapData>> {
+        let ring = Self::RECORDS.ring();
+        let map = self.ebpf().take_map(ring).ok_or_else(|| object::missing(ring))?;
+        Ok(RingBuf::try_from(map)?)
+    }
+
+    /// Tells the programs where a thread's stack ends, so that stack copies stop there.
+    fn set_stack_end(&mut self, tid: u32, end: u64) -> Result<()> {
+        object::set_stack_end(self.ebpf(), tid, end)
+    }
+
+    /// Stops producing records at once: every program checks a flag first and returns. Detaching
+    /// from the kernel waits for it (up to 0.1 s per probe or event): that is left to drop, once
+    /// the outputs are written.
+    fn pause(&mut self) -> Result<()> {
+        object::pause(self.ebpf())
+    }
 }

@@ -21,14 +21,12 @@ pub fn missing(map: &str) -> anyhow::Error {
     anyhow!("the eBPF object has no map `{map}`")
 }
 
-/// The totals over CPUs of each of the `count` slots of a `PerCpuArray<u64>` of counters.
-/// Wrapping: a slot may be decremented on another CPU than the one it was incremented on.
-pub fn counter_totals(ebpf: &Ebpf, name: &str, count: u32) -> Result<Vec<u64>> {
+/// The total over CPUs of slot `index` of the `PerCpuArray<u64>` of counters `name`. Wrapping: a
+/// slot may be decremented on another CPU than the one it was incremented on.
+pub fn counter_total(ebpf: &Ebpf, name: &str, index: u32) -> Result<u64> {
     let map = ebpf.map(name).ok_or_else(|| missing(name))?;
     let counters: PerCpuArray<_, u64> = PerCpuArray::try_from(map)?;
-    (0..count)
-        .map(|index| Ok(counters.get(&index, 0)?.iter().fold(0u64, |sum, &n| sum.wrapping_add(n))))
-        .collect()
+    Ok(counters.get(&index, 0)?.iter().fold(0u64, |sum, &n| sum.wrapping_add(n)))
 }
 
 /// Sets the flag that makes every program return at once: pauses sampling or tracking without

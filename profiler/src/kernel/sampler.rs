@@ -3,7 +3,7 @@
 use anyhow::{Context as _, Result, anyhow};
 use aya::{
     Ebpf, EbpfLoader,
-    maps::{HashMap as BpfHashMap, MapData, RingBuf},
+    maps::HashMap as BpfHashMap,
     programs::{
         PerfEvent, RawTracePoint,
         perf_event::{PerfEventConfig, PerfEventLinkId, PerfEventScope, SamplePolicy, SoftwareEvent},
@@ -11,6 +11,8 @@ use aya::{
     util::online_cpus,
 };
 use profiler_common::{Counter, globals, maps, programs};
+
+use crate::decode::RecordKind;
 
 use super::{
     KernelSource, btf,
@@ -35,16 +37,6 @@ pub struct Sampler {
     ebpf: Ebpf,
     links: Vec<PerfEventLinkId>,
     frequency_hz: u64,
-}
-
-/// Totals of the per-CPU counters of the eBPF program.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Counters {
-    pub seen: u64,
-    pub filtered: u64,
-    pub lost: u64,
-    pub stack_truncated: u64,
-    pub stack_unreadable: u64,
 }
 
 /// In-kernel run statistics of the sample program.
@@ -98,23 +90,17 @@ impl Sampler {
         (info.run_count() > 0).then(|| RunStats { runs: info.run_count(), time: info.run_time() })
     }
 
-    pub fn counters(&self) -> Result<Counters> {
-        let totals = object::counter_totals(&self.ebpf, maps::COUNTERS, Counter::COUNT)?;
-        let total = |counter: Counter| totals[counter as usize];
-        Ok(Counters {
-            seen: total(Counter::Seen),
-            filtered: total(Counter::Filtered),
-            lost: total(Counter::Lost),
-            stack_truncated: total(Counter::StackTruncated),
-            stack_unreadable: total(Counter::StackUnreadable),
-        })
+    /// A counter of the sample program, summed over CPUs.
+    pub fn count(&self, counter: Counter) -> Result<u64> {
+        object::counter_total(&self.ebpf, maps::COUNTERS, counter as u32)
     }
 }
 
 impl KernelSource for Sampler {
-    fn take_ring(&mut self) -> Result<RingBuf<MapData>> {
-        let map = self.ebpf.take_map(maps::SAMPLES).ok_or_else(|| missing(maps::SAMPLES))?;
-        Ok(RingBuf::try_from(map)?)
+    const RECORDS: RecordKind = RecordKind::Sample;
+
+    fn ebpf(&mut self) -> &mut Ebpf {
+        &mut self.ebpf
     }
 
     /// Adds the process to the filter (system-wide, everything is sampled anyway).
@@ -144,16 +130,7 @@ impl KernelSource for Sampler {
         Ok(())
     }
 
-    fn set_stack_end(&mut self, tid: u32, end: u64) -> Result<()> {
-        object::set_stack_end(&mut self.ebpf, tid, end)
-    }
-
-    /// The program still runs on each event but returns at once.
-    fn pause(&mut self) -> Result<()> {
-        object::pause(&mut self.ebpf)
-    }
-
     fn lost(&self) -> Result<u64> {
-        Ok(self.counters()?.lost)
+        self.count(Counter::Lost)
     }
 }

@@ -5,13 +5,15 @@ use std::{fmt, num::NonZeroU32, path::PathBuf};
 use anyhow::{Context as _, Result, anyhow};
 use aya::{
     Ebpf, EbpfLoader,
-    maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf},
+    maps::{Array, HashMap as BpfHashMap, PerCpuArray},
     programs::{
         UProbe,
         uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope},
     },
 };
 use profiler_common::{AllocFunction, Allocation, AllocationKey, LeakCounter, globals, maps, programs};
+
+use crate::{decode::RecordKind, model::AllocationTotals};
 
 use super::{
     KernelSource,
@@ -33,6 +35,17 @@ pub struct TracerConfig {
 pub struct Tracer {
     ebpf: Ebpf,
     allocator: Allocator,
+    sample_every: u32,
+}
+
+/// A block followed and not freed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Block {
+    pub tgid: u32,
+    pub addr: u64,
+    pub size: u64,
+    /// When it was allocated: the time of its allocation record.
+    pub time_ns: u64,
 }
 
 /// The allocator to probe: its file and its entry points.
@@ -68,20 +81,6 @@ pub struct EntryPoint {
     pub offset: u64,
 }
 
-/// Totals of the tracer's per-CPU counters (see [`LeakCounter`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct LeakCounters {
-    pub alloc_calls: u64,
-    pub free_calls: u64,
-    pub failed: u64,
-    pub tracked: u64,
-    pub tracked_bytes: u64,
-    pub released: u64,
-    pub released_bytes: u64,
-    pub table_full: u64,
-    pub stacks_lost: u64,
-}
-
 /// Outstanding bytes now and at their peak, of the blocks followed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct HeapBytes {
@@ -105,7 +104,7 @@ impl Tracer {
             let probe: &mut UProbe = program(&mut ebpf, name)?.try_into()?;
             probe.load().map_err(verifier_error)?;
         }
-        Ok(Self { ebpf, allocator })
+        Ok(Self { ebpf, allocator, sample_every: config.sample_every })
     }
 
     /// The allocator probed.
@@ -113,28 +112,35 @@ impl Tracer {
         &self.allocator
     }
 
-    /// The blocks followed and not freed, by address: `(tgid, address) -> block`.
-    pub fn outstanding(&self) -> Result<Vec<(AllocationKey, Allocation)>> {
+    /// The blocks of process `tgid` followed and not freed.
+    pub fn outstanding(&self, tgid: u32) -> Result<Vec<Block>> {
         let map = self.ebpf.map(maps::OUTSTANDING).ok_or_else(|| missing(maps::OUTSTANDING))?;
         let blocks: BpfHashMap<_, AllocationKey, Allocation> = BpfHashMap::try_from(map)?;
         // A block freed while we iterate disappears under us: skip it.
-        Ok(blocks.iter().filter_map(Result::ok).collect())
+        Ok(blocks
+            .iter()
+            .filter_map(Result::ok)
+            .filter(|(key, _)| key.tgid == tgid)
+            .map(|(key, block)| Block { tgid, addr: key.addr, size: block.size, time_ns: block.time_ns })
+            .collect())
     }
 
-    pub fn counters(&self) -> Result<LeakCounters> {
-        let totals = object::counter_totals(&self.ebpf, maps::LEAK_COUNTERS, LeakCounter::COUNT)?;
-        let total = |counter: LeakCounter| totals[counter as usize];
-        Ok(LeakCounters {
-            alloc_calls: total(LeakCounter::AllocCalls),
-            free_calls: total(LeakCounter::FreeCalls),
-            failed: total(LeakCounter::Failed),
-            tracked: total(LeakCounter::Tracked),
-            tracked_bytes: total(LeakCounter::TrackedBytes),
-            released: total(LeakCounter::Released),
-            released_bytes: total(LeakCounter::ReleasedBytes),
-            table_full: total(LeakCounter::TableFull),
-            stacks_lost: total(LeakCounter::StacksLost),
+    /// What the probes counted so far.
+    pub fn totals(&self) -> Result<AllocationTotals> {
+        Ok(AllocationTotals {
+            calls: self.count(LeakCounter::AllocCalls)?,
+            frees: self.count(LeakCounter::FreeCalls)?,
+            failed: self.count(LeakCounter::Failed)?,
+            peak_bytes: self.heap()?.peak,
+            not_followed: self.count(LeakCounter::TableFull)?,
+            sample_every: self.sample_every,
+            min_age_ns: None,
         })
+    }
+
+    /// A counter of the allocation probes, summed over CPUs.
+    fn count(&self, counter: LeakCounter) -> Result<u64> {
+        object::counter_total(&self.ebpf, maps::LEAK_COUNTERS, counter as u32)
     }
 
     pub fn heap(&self) -> Result<HeapBytes> {
@@ -149,9 +155,10 @@ impl Tracer {
 }
 
 impl KernelSource for Tracer {
-    fn take_ring(&mut self) -> Result<RingBuf<MapData>> {
-        let map = self.ebpf.take_map(maps::ALLOCATIONS).ok_or_else(|| missing(maps::ALLOCATIONS))?;
-        Ok(RingBuf::try_from(map)?)
+    const RECORDS: RecordKind = RecordKind::Allocation;
+
+    fn ebpf(&mut self) -> &mut Ebpf {
+        &mut self.ebpf
     }
 
     /// Probes the allocator in process `pid`, and only there: the kernel installs the
@@ -159,7 +166,7 @@ impl KernelSource for Tracer {
     /// seen entering without being seen returning.
     fn follow(&mut self, pid: u32) -> Result<()> {
         let scope = UProbeScope::OneProcess(NonZeroU32::new(pid).ok_or_else(|| anyhow!("PID 0"))?);
-        let Self { ebpf, allocator } = self;
+        let Self { ebpf, allocator, .. } = self;
         let mut attach = |name: &str, entry: &EntryPoint, function: Option<AllocFunction>| -> Result<()> {
             let probe: &mut UProbe = program(ebpf, name)?.try_into()?;
             let point = UProbeAttachPoint {
@@ -188,17 +195,7 @@ impl KernelSource for Tracer {
         Ok(())
     }
 
-    fn set_stack_end(&mut self, tid: u32, end: u64) -> Result<()> {
-        object::set_stack_end(&mut self.ebpf, tid, end)
-    }
-
-    /// Stops following allocations and frees at once, so that the blocks read next are the
-    /// state at this moment. (Removing the probes waits ~0.1 s per probe: left to drop.)
-    fn pause(&mut self) -> Result<()> {
-        object::pause(&mut self.ebpf)
-    }
-
     fn lost(&self) -> Result<u64> {
-        Ok(self.counters()?.stacks_lost)
+        self.count(LeakCounter::StacksLost)
     }
 }

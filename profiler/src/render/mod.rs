@@ -6,9 +6,12 @@ pub mod speedscope;
 pub mod summary;
 pub mod svg;
 
-use std::{fmt, io::Write, path::Path, str::FromStr};
+use std::{fmt, io::Write, path::Path};
 
-use crate::model::{Recording, raw};
+use crate::{
+    model::{Recording, raw},
+    named::Named,
+};
 
 pub use self::folded::Grouping;
 
@@ -28,9 +31,8 @@ pub enum Format {
     LeakReport,
 }
 
-impl Format {
-    /// Every format, by the name `--format` takes.
-    pub const NAMES: [(&str, Format); 6] = [
+impl Named for Format {
+    const NAMES: &'static [(&'static str, Self)] = &[
         ("svg", Self::Svg),
         ("folded", Self::Folded),
         ("pprof", Self::Pprof),
@@ -38,11 +40,9 @@ impl Format {
         ("raw", Self::Raw),
         ("leak-report", Self::LeakReport),
     ];
+}
 
-    pub fn name(self) -> &'static str {
-        Self::NAMES.iter().find(|(_, format)| *format == self).map(|(name, _)| *name).expect("every format")
-    }
-
+impl Format {
     /// The format an output path names by its extension; `.txt` names `text`, which differs by
     /// command (folded stacks for CPU profiles, the report for leaks).
     pub fn from_path(path: &Path, text: Format) -> Option<Self> {
@@ -64,18 +64,6 @@ impl Format {
 impl fmt::Display for Format {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
-    }
-}
-
-impl FromStr for Format {
-    type Err = String;
-
-    fn from_str(name: &str) -> Result<Self, Self::Err> {
-        Self::NAMES
-            .iter()
-            .find(|(known, _)| *known == name)
-            .map(|(_, format)| *format)
-            .ok_or_else(|| format!("unknown format `{name}`"))
     }
 }
 
@@ -181,9 +169,9 @@ mod tests {
 
     #[test]
     fn names_round_trip() {
-        for (name, format) in Format::NAMES {
-            assert_eq!((format.name(), name.parse()), (name, Ok(format)));
+        for &(name, format) in Format::NAMES {
+            assert_eq!((format.name(), Format::from_name(name)), (name, Some(format)));
         }
-        assert!("bogus".parse::<Format>().is_err());
+        assert_eq!(Format::from_name("bogus"), None);
     }
 }

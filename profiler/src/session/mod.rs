@@ -26,9 +26,10 @@ use crate::{
     address_space::{TaskEvent, Tracking, running},
     aggregate::{Aggregate, Site},
     clock::{self, Start},
-    decode::{Payload, RecordKind},
+    decode::Payload,
     kernel::{KernelSource, ring::RingReader, task_events::TaskEventReader},
     model::{Meta, Recording},
+    named::Named as _,
     output::{self, Outputs},
     render::RenderOptions,
     symbolize::Namer,
@@ -38,10 +39,6 @@ use crate::{
 /// What a mode keeps of records and says at the end; see the module's documentation.
 pub trait Mode {
     type Kernel: KernelSource;
-    /// The layout of the kernel side's records.
-    const RECORDS: RecordKind;
-    /// What its records are, in warnings: `samples`, `allocation stacks`.
-    const RECORD_NOUN: &'static str;
 
     /// Loads the kernel side for `target`, which has not started yet.
     fn load(&mut self, target: &Target) -> Result<Self::Kernel>;
@@ -63,6 +60,7 @@ pub trait Mode {
 }
 
 /// What a session was asked to do, beside its mode.
+#[derive(Default)]
 pub struct Settings {
     /// Processes to profile (`-p`); with `command` empty too, the whole system.
     pub pids: Vec<u32>,
@@ -93,6 +91,7 @@ pub struct End<'a, K> {
     /// Files where unwinding stopped for lack of CFI, with sample counts.
     pub missing_cfi: Vec<(String, u64)>,
     pub outputs: &'a [(PathBuf, crate::render::Format)],
+    pub options: &'a RenderOptions,
 }
 
 /// Runs a session of `mode` to its end.
@@ -106,13 +105,15 @@ pub async fn run<M: Mode>(mode: M, settings: Settings) -> Result<()> {
     let mut session = Pipeline::new(mode, walker, settings.max_records);
     let mut kernel = session.mode.load(&target)?;
     let ring = RingReader::new(kernel.take_ring()?).context("cannot poll the ring buffer")?;
-    let mut intake = Intake::new(ring, TaskEventReader::open()?, M::RECORDS);
+    let mut intake = Intake::new(ring, TaskEventReader::open()?, M::Kernel::RECORDS);
     match target.pids() {
-        pids if pids.is_empty() => running().into_iter().for_each(|pid| session.walker.track(pid)),
+        pids if pids.is_empty() => {
+            running().into_iter().for_each(|pid| session.walker.address_spaces_mut().track(pid))
+        }
         pids => {
             for pid in pids {
                 kernel.follow(pid)?;
-                session.walker.track(pid);
+                session.walker.address_spaces_mut().track(pid);
             }
         }
     }
@@ -140,21 +141,23 @@ pub async fn run<M: Mode>(mode: M, settings: Settings) -> Result<()> {
         ..Meta::default()
     };
     session.mode.finish(&kernel, &mut session.aggregate, end_ns, &mut meta)?;
-    let symbols = session.namer.finish(session.walker.modules(), end_ns);
-    let recording = session.aggregate.recording(&symbols, session.walker.modules(), start.monotonic_ns, meta);
+    let modules = session.walker.address_spaces().modules();
+    let symbols = session.namer.finish(modules, end_ns);
+    let recording = session.aggregate.recording(&symbols, modules, start.monotonic_ns, meta);
     output::write_all(files, &recording, &settings.render)?;
 
     if !settings.quiet {
-        let missing_cfi = session.walker.stats().missing_cfi(session.walker.modules());
+        let missing_cfi = session.walker.stats().missing_cfi(modules);
         let outputs = settings.outputs.paths();
-        session.mode.report(&End { recording: &recording, kernel: &kernel, missing_cfi, outputs });
+        let options = &settings.render;
+        session.mode.report(&End { recording: &recording, kernel: &kernel, missing_cfi, outputs, options });
         match reason {
             StopReason::Signal => eprintln!("profiler: stopped by signal"),
             StopReason::MaxSamples => eprintln!("profiler: stopped at --max-samples"),
             StopReason::Duration | StopReason::TargetsExited => {}
         }
     }
-    session.warn(M::RECORD_NOUN);
+    session.warn(M::Kernel::RECORDS.noun());
     // Detaching from the kernel waits for it: done last, once everything is written.
     drop(kernel);
     running.note_exit_status();
@@ -227,7 +230,7 @@ impl<M: Mode> Pipeline<M> {
     /// record: a panic below is contained and counted.
     fn add(&mut self, bytes: &[u8]) {
         let Self { mode, walker, aggregate, malformed, records, .. } = self;
-        let Ok(record) = M::RECORDS.decode(bytes) else {
+        let Ok(record) = M::Kernel::RECORDS.decode(bytes) else {
             *malformed += 1;
             return;
         };
@@ -241,7 +244,7 @@ impl<M: Mode> Pipeline<M> {
     /// Warns, on stderr, about what was dropped on the way: task events the kernel lost, and
     /// records that did not decode or could not be processed.
     fn warn(&self, records: &str) {
-        let lost_task_events = self.walker.lost_task_events();
+        let lost_task_events = self.walker.address_spaces().lost_events();
         if lost_task_events > 0 {
             eprintln!(
                 "profiler: warning: the kernel dropped {lost_task_events} mmap/exec/fork records; some frames may be misattributed"
@@ -261,7 +264,7 @@ impl<M: Mode> Pipeline<M> {
 
 impl<M: Mode> Sink for Pipeline<M> {
     fn task_event(&mut self, event: TaskEvent) {
-        self.walker.apply(event);
+        self.walker.address_spaces_mut().apply(event);
     }
 
     fn record(&mut self, record: &[u8]) {
@@ -275,40 +278,35 @@ impl<M: Mode> Sink for Pipeline<M> {
     }
 
     fn drained(&mut self, now_ns: u64) {
-        self.walker.prune(now_ns);
+        self.walker.address_spaces_mut().prune(now_ns);
         let frames = self.aggregate.new_frames();
-        self.namer.name(&frames, self.walker.modules(), now_ns);
+        self.namer.name(&frames, self.walker.address_spaces().modules(), now_ns);
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use aya::maps::{MapData, RingBuf};
     use profiler_common::SampleHeader;
 
     use super::*;
-    use crate::{frame::Frame, testing::encode_sample};
+    use crate::{decode::RecordKind, frame::Frame, testing::encode_sample};
 
     /// A mode that keeps every record as a sample, and panics on a thread id of 13.
     struct Counting;
 
-    /// A kernel side that is never loaded.
+    /// A kernel side that is never loaded: the pipeline is fed by hand.
     struct Unloaded;
 
     impl KernelSource for Unloaded {
-        fn take_ring(&mut self) -> Result<RingBuf<MapData>> {
-            anyhow::bail!("unloaded")
+        const RECORDS: RecordKind = RecordKind::Sample;
+
+        fn ebpf(&mut self) -> &mut aya::Ebpf {
+            unreachable!("the pipeline never asks the kernel side")
         }
         fn follow(&mut self, _: u32) -> Result<()> {
             Ok(())
         }
         fn start(&mut self) -> Result<()> {
-            Ok(())
-        }
-        fn set_stack_end(&mut self, _: u32, _: u64) -> Result<()> {
-            Ok(())
-        }
-        fn pause(&mut self) -> Result<()> {
             Ok(())
         }
         fn lost(&self) -> Result<u64> {
@@ -318,8 +316,6 @@ mod tests {
 
     impl Mode for Counting {
         type Kernel = Unloaded;
-        const RECORDS: RecordKind = RecordKind::Sample;
-        const RECORD_NOUN: &'static str = "samples";
 
         fn load(&mut self, _: &Target) -> Result<Unloaded> {
             Ok(Unloaded)
@@ -359,7 +355,7 @@ mod tests {
         assert_eq!(
             pipeline
                 .namer
-                .finish(pipeline.walker.modules(), 0)
+                .finish(pipeline.walker.address_spaces().modules(), 0)
                 .of(&Frame::Kernel(0xffff_ffff_8100_0000))
                 .len(),
             1

@@ -4,22 +4,16 @@
 //! newer time.
 use rustc_hash::FxHashMap;
 
-use crate::aggregate::{Aggregate, Site};
+use crate::{
+    aggregate::{Aggregate, Site},
+    kernel::tracer::Block,
+};
 
 #[derive(Debug, Default)]
 pub struct Ledger {
     /// The latest allocation seen at each (process, address). Memory grows with the addresses
     /// the heap ever handed out, not with the allocations: allocators reuse addresses.
     sites: FxHashMap<(u32, u64), Site>,
-}
-
-/// A block still outstanding.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Block {
-    pub tgid: u32,
-    pub addr: u64,
-    pub size: u64,
-    pub time_ns: u64,
 }
 
 impl Ledger {

@@ -10,17 +10,16 @@ mod ledger;
 
 use anyhow::{Context as _, Result};
 
-use self::ledger::{Block, Ledger};
+use self::ledger::Ledger;
 use crate::{
     aggregate::{Aggregate, Site},
     cli::LeaksArgs,
-    decode::{Payload, RecordKind},
+    decode::Payload,
     kernel::tracer::{Tracer, TracerConfig},
     model::{AllocationTotals, Meta, Weight},
     output::Outputs,
     render::{Format, RenderOptions, leak_report},
     session::{self, End, Mode, Settings, Target},
-    walk::CallGraph,
 };
 
 pub async fn run(args: LeaksArgs) -> Result<()> {
@@ -30,29 +29,25 @@ pub async fn run(args: LeaksArgs) -> Result<()> {
         max_outstanding: args.max_outstanding,
         sample_every: args.sample_every,
     };
+    // The target's children are not followed: the probes are installed in it alone.
     let settings = Settings {
         pids: args.pid.into_iter().collect(),
         command: args.command,
-        frequency_hz: None,
         duration: args.duration,
-        call_graph: CallGraph::Auto,
         stack_copy_kib: args.stack_size,
-        follow_forks: false,
-        max_records: None,
         quiet: args.quiet,
         outputs: Outputs::resolve(&args.outputs, None, Format::LeakReport)?,
         render: RenderOptions { top: args.top, ..RenderOptions::default() },
+        ..Settings::default()
     };
     let min_age_ns = args.min_age.map(|seconds| (seconds * 1e9) as u64);
-    let leaks =
-        Leaks { config, min_age_ns, top: args.top, quiet: args.quiet, pid: 0, ledger: Ledger::default() };
+    let leaks = Leaks { config, min_age_ns, quiet: args.quiet, pid: 0, ledger: Ledger::default() };
     session::run(leaks, settings).await
 }
 
 struct Leaks {
     config: TracerConfig,
     min_age_ns: Option<u64>,
-    top: usize,
     quiet: bool,
     /// The process tracked.
     pid: u32,
@@ -61,8 +56,6 @@ struct Leaks {
 
 impl Mode for Leaks {
     type Kernel = Tracer;
-    const RECORDS: RecordKind = RecordKind::Allocation;
-    const RECORD_NOUN: &'static str = "allocation stacks";
 
     fn load(&mut self, target: &Target) -> Result<Tracer> {
         let tracer = Tracer::load(&self.config, allocator::of_target(target)?)?;
@@ -80,18 +73,17 @@ impl Mode for Leaks {
     }
 
     fn status(&self, tracer: &Tracer, _: &Aggregate) -> String {
-        let (counters, heap) = (tracer.counters().unwrap_or_default(), tracer.heap().unwrap_or_default());
-        let n = leak_report::thousands;
+        let (totals, n) = (tracer.totals().unwrap_or_default(), leak_report::thousands);
+        let outstanding = tracer.heap().map_or(0, |heap| heap.outstanding);
         format!(
             "{} allocations · {} frees · {} bytes outstanding",
-            n(counters.alloc_calls),
-            n(counters.free_calls),
-            n(heap.outstanding)
+            n(totals.calls),
+            n(totals.frees),
+            n(outstanding)
         )
     }
 
-    /// One sample per block still outstanding (at least `--min-age` old), on the stack that
-    /// allocated it.
+    /// One sample per block still outstanding (at least `--min-age` old), on its stack.
     fn finish(
         &mut self,
         tracer: &Tracer,
@@ -99,35 +91,17 @@ impl Mode for Leaks {
         end_ns: u64,
         meta: &mut Meta,
     ) -> Result<()> {
-        let counters = tracer.counters()?;
-        let blocks = tracer.outstanding()?.into_iter().filter(|(key, _)| key.tgid == self.pid);
-        let blocks = blocks.map(|(key, block)| Block {
-            tgid: key.tgid,
-            addr: key.addr,
-            size: block.size,
-            time_ns: block.time_ns,
-        });
         let cutoff = self.min_age_ns.map(|age| end_ns.saturating_sub(age));
-        let blocks = ledger::older_than(blocks.collect(), cutoff);
+        let blocks = ledger::older_than(tracer.outstanding(self.pid)?, cutoff);
         self.ledger.push_blocks(&blocks, aggregate, self.config.sample_every);
         meta.weight = Weight::Bytes;
-        meta.allocations = Some(AllocationTotals {
-            calls: counters.alloc_calls,
-            frees: counters.free_calls,
-            failed: counters.failed,
-            peak_bytes: tracer.heap()?.peak,
-            not_followed: counters.table_full,
-            sample_every: self.config.sample_every,
-            min_age_ns: self.min_age_ns,
-        });
+        meta.allocations = Some(AllocationTotals { min_age_ns: self.min_age_ns, ..tracer.totals()? });
         Ok(())
     }
 
     fn report(&self, end: &End<'_, Tracer>) {
-        let mut stdout = std::io::stdout().lock();
-        if let Err(err) =
-            leak_report::write(end.recording, self.top, &mut stdout).context("cannot write the report")
-        {
+        let written = leak_report::write(end.recording, end.options.top, &mut std::io::stdout().lock());
+        if let Err(err) = written.context("cannot write the report") {
             eprintln!("profiler: error: {err:#}");
         }
         for (path, _) in end.outputs {
