@@ -6,8 +6,8 @@ use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_mai
 use profiler::{
     Grouping, Meta, RecordKind,
     stages::{
-        AddressSpaces, Aggregate, Frame, Modules, Namer, PerfMaps, StackSnapshot, Symbolizer, Tracking,
-        Unwinder, Walked, Want, folded,
+        AddressSpaces, Aggregate, Frame, Namer, PerfMaps, StackSnapshot, Symbolizer, Tracking, Unwinder,
+        Walked, Want, folded,
     },
     testing::{Fixture, encode_sample},
 };
@@ -71,15 +71,16 @@ fn aggregate(c: &mut Criterion) {
         b.iter_batched_ref(Aggregate::default, |a| add(a, 1, black_box(&frames)), BatchSize::SmallInput)
     });
     let mut aggregate = synthetic_aggregate(100_000, 1_000);
-    let modules = Modules::default();
+    let spaces = AddressSpaces::new(Tracking { all: false, follow_forks: false });
+    let modules = spaces.modules();
     let mut namer = Namer::default();
-    namer.name(&aggregate.new_frames(), &modules, 0);
-    let symbols = namer.finish(&modules, 0);
+    namer.name(&aggregate.new_frames(), &spaces, 0);
+    let symbols = namer.finish(&spaces, 0);
     group.throughput(Throughput::Elements(100_000));
     group.bench_function("recording_100k_samples", |b| {
-        b.iter(|| aggregate.recording(&symbols, &modules, 0, Meta::default()).samples.len())
+        b.iter(|| aggregate.recording(&symbols, modules, 0, Meta::default()).samples.len())
     });
-    let recording = aggregate.recording(&symbols, &modules, 0, Meta::default());
+    let recording = aggregate.recording(&symbols, modules, 0, Meta::default());
     group.bench_function("collapse_100k_samples", |b| {
         b.iter(|| folded::collapse(&recording, Grouping::Command).len())
     });

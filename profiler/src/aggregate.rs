@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 
 use indexmap::IndexSet;
-use rustc_hash::{FxBuildHasher, FxHashSet};
+use rustc_hash::{FxBuildHasher, FxHashMap, FxHashSet};
 
 use crate::{
     address_space::{ModuleId, Modules},
@@ -38,20 +38,43 @@ pub struct Weighted {
     pub weight: u64,
 }
 
-/// Every sample of a recording. Identical stacks and names are stored once, so memory grows with
-/// the number of distinct stacks, plus 32 bytes per sample.
+/// The samples of a recording. Identical stacks and names are stored once. When no output needs
+/// each sample's time, samples are counted by (stack, command, process, thread), so memory grows
+/// with what differs, not with the length of the recording; otherwise each is kept (32 bytes).
 #[derive(Debug, Default)]
 pub struct Aggregate {
     /// FxHash: every sample hashes its whole stack here, up to 1024 frames.
     stacks: IndexSet<Box<[Frame]>, FxBuildHasher>,
     comms: IndexSet<String, FxBuildHasher>,
-    samples: Vec<Weighted>,
+    samples: Samples,
     tgids: FxHashSet<u32>,
+    total_weight: u64,
     /// Stacks whose frames [`Self::new_frames`] has handed out (stacks are numbered in order).
     stacks_handed_out: usize,
 }
 
+#[derive(Debug)]
+enum Samples {
+    /// Each sample, in the order they came.
+    Each(Vec<Weighted>),
+    /// Summed weights by (stack, command, process, thread), with the time of the first.
+    Counted(FxHashMap<(StackId, CommId, u32, u32), (u64, u64)>),
+}
+
+impl Default for Samples {
+    fn default() -> Self {
+        Self::Each(Vec::new())
+    }
+}
+
 impl Aggregate {
+    /// An aggregate that keeps each sample (`each_sample`), or counts them.
+    pub fn new(each_sample: bool) -> Self {
+        let samples =
+            if each_sample { Samples::Each(Vec::new()) } else { Samples::Counted(FxHashMap::default()) };
+        Self { samples, ..Self::default() }
+    }
+
     /// The site of a record of thread `tid` of process `tgid` at `time_ns`, its stack walked.
     pub fn site(&mut self, time_ns: u64, tgid: u32, tid: u32, walked: &Walked<'_>) -> Site {
         let (comm, stack) = (self.intern_comm(walked.comm), self.intern_stack(walked.frames));
@@ -61,7 +84,20 @@ impl Aggregate {
     /// Adds a sample.
     pub fn push(&mut self, site: Site, weight: u64) {
         self.tgids.insert(site.tgid);
-        self.samples.push(Weighted { site, weight });
+        self.total_weight += weight;
+        match &mut self.samples {
+            Samples::Each(samples) => samples.push(Weighted { site, weight }),
+            Samples::Counted(counts) => {
+                let count =
+                    counts.entry((site.stack, site.comm, site.tgid, site.tid)).or_insert((site.time_ns, 0));
+                count.1 += weight;
+            }
+        }
+    }
+
+    /// The samples' weights, summed.
+    pub fn total_weight(&self) -> u64 {
+        self.total_weight
     }
 
     /// The id of a stack (innermost frame first), stored once however often it recurs.
@@ -73,8 +109,17 @@ impl Aggregate {
         CommId(intern(&mut self.comms, comm) as u32)
     }
 
-    pub fn samples(&self) -> &[Weighted] {
-        &self.samples
+    /// The samples: each one, or one per distinct (stack, command, process, thread) with their
+    /// weights summed.
+    pub fn samples(&self) -> impl Iterator<Item = Weighted> + '_ {
+        let (each, counted) = match &self.samples {
+            Samples::Each(samples) => (Some(samples.iter().copied()), None),
+            Samples::Counted(counts) => (None, Some(counts.iter())),
+        };
+        let counted = counted.into_iter().flatten().map(|(&(stack, comm, tgid, tid), &(time_ns, weight))| {
+            Weighted { site: Site { time_ns, tgid, tid, comm, stack }, weight }
+        });
+        each.into_iter().flatten().chain(counted)
     }
 
     /// The frames of a stack, innermost first.
@@ -113,7 +158,7 @@ impl Aggregate {
     ) -> Recording {
         let mut builder =
             Builder { recording: Recording { meta, ..Default::default() }, ..Default::default() };
-        for &Weighted { site, weight } in &self.samples {
+        for Weighted { site, weight } in self.samples() {
             let stack = match builder.stack_ids.get(&site.stack) {
                 Some(&index) => index,
                 None => builder.add_stack(site.stack, self.stack(site.stack), symbols, modules),
@@ -206,10 +251,9 @@ mod tests {
         assert_eq!(aggregate.new_frames().len(), 2);
         add(&mut aggregate, 30, 7, 8, "app", &b);
         add(&mut aggregate, 40, 9, 9, "other", &a);
-        assert_eq!(aggregate.samples().len(), 4);
+        assert_eq!(aggregate.samples().count(), 4);
         let described: Vec<(&str, &[Frame])> = aggregate
             .samples()
-            .iter()
             .map(|s| (aggregate.comm(s.site.comm), aggregate.stack(s.site.stack)))
             .collect();
         assert_eq!(described, [("app", &a[..]), ("app", &a[..]), ("app", &b[..]), ("other", &a[..])]);
@@ -217,7 +261,7 @@ mod tests {
         assert_eq!(aggregate.new_frames(), [Frame::Anonymous { tgid: 7, addr: 3 }], "only the new stack's");
         assert!(aggregate.new_frames().is_empty());
         assert_eq!(
-            aggregate.samples()[2],
+            aggregate.samples().nth(2).unwrap(),
             Weighted {
                 site: Site { time_ns: 30, tgid: 7, tid: 8, comm: CommId(0), stack: StackId(1) },
                 weight: 1
@@ -232,10 +276,10 @@ mod tests {
         let stack = aggregate.intern_stack(&frames);
         assert_eq!(aggregate.intern_stack(&frames), stack);
         assert_eq!(aggregate.intern_stack(&[]), StackId(1), "an empty stack is a stack");
-        assert!(aggregate.samples().is_empty());
+        assert_eq!(aggregate.samples().count(), 0);
         let comm = aggregate.intern_comm("app");
         aggregate.push(Site { time_ns: 5, tgid: 3, tid: 3, comm, stack }, 4096);
-        assert_eq!(aggregate.samples()[0].weight, 4096);
+        assert_eq!(aggregate.samples().next().unwrap().weight, 4096);
         assert_eq!(aggregate.process_count(), 1);
     }
 
@@ -259,5 +303,22 @@ mod tests {
         assert_eq!(recording.stacks, [vec![0, 1], vec![1]]);
         assert!(recording.locations[0].is_kernel());
         assert_eq!(recording.locations[1].symbols[0].name, "main");
+    }
+
+    #[test]
+    fn counted_samples_sum_their_weights() {
+        let mut aggregate = Aggregate::new(false);
+        let (a, b) = ([Frame::Kernel(1)], [Frame::Kernel(2)]);
+        for (time_ns, tid, frames) in [(10, 1, &a), (20, 1, &a), (30, 2, &a), (40, 1, &b), (50, 1, &a)] {
+            add(&mut aggregate, time_ns, 7, tid, "app", frames);
+        }
+        let mut samples: Vec<(u64, u32, u64)> =
+            aggregate.samples().map(|s| (s.site.time_ns, s.site.tid, s.weight)).collect();
+        samples.sort_unstable();
+        assert_eq!(samples, [(10, 1, 3), (30, 2, 1), (40, 1, 1)], "by stack and thread, from the first time");
+        assert_eq!(aggregate.total_weight(), 5);
+        let recording = aggregate.recording(&Symbols::default(), &Modules::default(), 0, Meta::default());
+        assert_eq!(recording.total_weight(), 5);
+        assert_eq!(recording.samples.len(), 3);
     }
 }

@@ -39,7 +39,7 @@ pub use crate::{
 #[cfg(feature = "testing")]
 pub mod stages {
     pub use crate::{
-        address_space::{AddressSpaces, Backing, Modules, ProcessView, Resolved, TaskEvent, Tracking, Want},
+        address_space::{AddressSpaces, Backing, ProcessView, Resolved, TaskEvent, Tracking, Want},
         aggregate::Aggregate,
         frame::Frame,
         kernel::task_events::TaskEventReader,

@@ -37,6 +37,11 @@ impl Outputs {
         &self.0
     }
 
+    /// Whether an output keeps each sample's time (a raw recording, speedscope's timelines).
+    pub fn need_times(&self) -> bool {
+        self.0.iter().any(|(_, format)| matches!(format, Format::Raw | Format::Speedscope))
+    }
+
     /// Creates every output file up front, so that a bad path fails before any work.
     pub fn create(&self) -> Result<Vec<(OutputFile, Format)>> {
         self.0.iter().map(|(path, format)| Ok((OutputFile::create(path)?, *format))).collect()

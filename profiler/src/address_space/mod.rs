@@ -2,6 +2,8 @@
 //! kernel's [`TaskEvent`]s), and the files behind them ([`module`]). [`ProcessView::resolve`]
 //! turns an address of a process at a moment into a module and file offset: the one lookup that
 //! pinning frames, the unwinder and the recorded fixtures all use.
+mod debug_file;
+mod elf;
 mod module;
 pub mod open;
 mod proc_maps;
@@ -10,8 +12,10 @@ mod task_event;
 mod vdso;
 
 pub use self::{
-    module::{Module, ModuleId, Modules},
+    elf::{ElfFacts, MAX_INFLATED_SECTION},
+    module::{Module, ModuleId, Modules, readable_path},
     proc_maps::{Backing, Mapping, Mappings, TimedMapping, backing_named},
+    process::Identity,
     process::{Process, Processes, Tracking, running},
     task_event::TaskEvent,
 };
@@ -70,9 +74,15 @@ impl AddressSpaces {
         self.processes.apply(event);
     }
 
-    /// Forgets processes and mappings no sample taken after `now_ns` can need.
-    pub fn prune(&mut self, now_ns: u64) {
-        self.processes.prune(now_ns);
+    /// Forgets processes and mappings no sample taken after `now_ns` can need. Returns the
+    /// processes forgotten.
+    pub fn prune(&mut self, now_ns: u64) -> Vec<u32> {
+        self.processes.prune(now_ns)
+    }
+
+    /// What process `tgid` is, while it is followed.
+    pub fn identity(&self, tgid: u32) -> Option<&Identity> {
+        self.processes.get(tgid).map(Process::identity)
     }
 
     /// Task events the kernel dropped (lookups then fall back to reading `/proc`).
@@ -119,11 +129,13 @@ impl<'a> ProcessView<'a> {
     /// Where `addr` was: the module and file offset of the mapping that held it, if it is of
     /// the kind wanted.
     pub fn resolve(&mut self, addr: u64, want: Want) -> Resolved {
-        let Some(mapping) = self.process.mapping(addr, self.time_ns) else { return Resolved::Unmapped };
+        self.process.refresh_for(addr, self.time_ns);
+        let process = &*self.process;
+        let Some(mapping) = process.lookup(addr, self.time_ns) else { return Resolved::Unmapped };
         if want == Want::Code && !mapping.executable {
             return Resolved::Unmapped;
         }
-        match self.modules.intern(self.tgid, mapping) {
+        match self.modules.intern(self.tgid, &process.identity().root, mapping) {
             Some(module) => Resolved::Module { module, file_offset: mapping.file_offset(addr) },
             None => Resolved::Anonymous,
         }
@@ -149,7 +161,7 @@ mod tests {
         };
         let mapping = view.mapping(here).unwrap().clone();
         assert_eq!(file_offset, here - mapping.start + mapping.offset);
-        assert!(view.module(module).readable_path().is_some());
+        assert!(view.module(module).file().is_some());
         assert_eq!(view.resolve(0x10, Want::Any), Resolved::Unmapped);
         // The stack is mapped but not code.
         let local = 0u64;

@@ -7,19 +7,29 @@
 //! kept, so a module still symbolizes after the process exited, the library was dlclose'd or the
 //! file was deleted.
 use std::{
+    collections::VecDeque,
     fs::File,
+    io,
     os::{fd::AsRawFd, unix::fs::MetadataExt},
     path::{Path, PathBuf},
 };
 
 use rustc_hash::FxHashMap;
 
-use super::{Backing, Mapping, open, vdso};
+use super::{
+    Backing, Mapping, debug_file,
+    elf::ElfFacts,
+    open::{self, Root},
+    vdso,
+};
 
-/// Opens the file behind a mapping of a process (`tgid`, the mapping, the path it names); the
-/// registry calls it once per file. Live processes are read through [`open::mapped_file`];
-/// recorded fixtures bring their own.
-pub type FileOpener = Box<dyn Fn(u32, &Mapping, &Path) -> Option<File>>;
+/// Opens the file behind a mapping of a process (`tgid`, its root, the mapping, the path it
+/// names); the registry calls it once per file. Live processes are read through
+/// [`open::mapped_file`]; recorded fixtures bring their own.
+pub type FileOpener = Box<dyn Fn(u32, &Root, &Mapping, &Path) -> io::Result<File>>;
+
+/// Copies of known modules held open at most (see [`Modules`]).
+const MAX_COPIES: usize = 1024;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ModuleId(u32);
@@ -40,9 +50,27 @@ impl ModuleId {
 pub struct Module {
     /// Path as the target saw it, or the region name (`[vdso]`).
     path: PathBuf,
-    /// Open handle on the file, when it could be opened.
+    /// Open handle on the file (made [`open::stable`]), when it could be opened.
     file: Option<File>,
-    build_id: Option<Vec<u8>>,
+    /// What the file says of itself, when it is an ELF file.
+    facts: Option<ElfFacts>,
+    /// Its separate debug file, when it needs one and one was found.
+    debug: Option<DebugFile>,
+}
+
+#[derive(Debug)]
+pub struct DebugFile {
+    pub file: File,
+    pub facts: ElfFacts,
+}
+
+/// Where a module's names come from: a file, whether its DWARF may be read (it sends the
+/// reader to no other file), and whether addresses are given to it as virtual addresses (a
+/// separate debug file: its file offsets are not the module's) rather than file offsets.
+pub struct SymbolFile<'a> {
+    pub file: &'a File,
+    pub dwarf: bool,
+    pub virtual_addresses: bool,
 }
 
 impl Module {
@@ -58,7 +86,7 @@ impl Module {
 
     /// The file's GNU build id, if it has one.
     pub fn build_id(&self) -> Option<&[u8]> {
-        self.build_id.as_deref()
+        self.facts.as_ref()?.build_id.as_deref()
     }
 
     /// The module's file, kept open, when it could be opened.
@@ -66,20 +94,41 @@ impl Module {
         self.file.as_ref()
     }
 
+    /// What the file says of itself, when it is an ELF file.
+    pub fn facts(&self) -> Option<&ElfFacts> {
+        self.facts.as_ref()
+    }
+
+    /// Its separate debug file, when it needs one and one was found.
+    pub fn debug_file(&self) -> Option<&DebugFile> {
+        self.debug.as_ref()
+    }
+
     /// The module's file, mapped read-only through the handle kept open.
     pub fn image(&self) -> Option<memmap2::Mmap> {
         open::map(self.file.as_ref()?).ok()
     }
 
-    /// A path through which this process can read the module's file, whatever happened to it in
-    /// the target since.
-    pub fn readable_path(&self) -> Option<PathBuf> {
-        self.file.as_ref().map(|file| PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd())))
+    /// Where its names come from: its own DWARF, else its debug file's, else its own symbols.
+    pub fn symbol_file(&self) -> Option<SymbolFile<'_>> {
+        let file = self.file.as_ref()?;
+        let own_dwarf = self.facts.as_ref().is_some_and(ElfFacts::dwarf_readable_alone);
+        Some(match &self.debug {
+            Some(debug) if !own_dwarf && debug.facts.dwarf_readable_alone() => {
+                SymbolFile { file: &debug.file, dwarf: true, virtual_addresses: true }
+            }
+            _ => SymbolFile { file, dwarf: own_dwarf, virtual_addresses: false },
+        })
     }
 }
 
+/// A path through which this process can read an open file, whatever happened to it since.
+pub fn readable_path(file: &File) -> PathBuf {
+    PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()))
+}
+
 /// What a mapping names: the fast lookup, before any file is opened.
-#[derive(Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 enum MappedKey {
     File { dev: u64, inode: u64 },
     Pseudo(String),
@@ -98,20 +147,30 @@ enum Identity {
     Pseudo(String),
 }
 
+/// The modules seen in samples. A module is its content: every file with one build id is one
+/// module. Mappings are looked up by (device, inode) first, so a file is opened and read once.
 pub struct Modules {
     open: FileOpener,
     by_mapping: FxHashMap<MappedKey, ModuleId>,
     by_identity: FxHashMap<Identity, ModuleId>,
     modules: Vec<Module>,
-    /// Files found to be another copy of a known module: held open so that their (device, inode)
-    /// cannot name a different file later in the recording.
-    copies: Vec<File>,
+    /// Files found to be another copy of a known module, held open so that their (device,
+    /// inode) cannot name a different file while their key is remembered; the oldest are let
+    /// go (and their key forgotten) beyond [`MAX_COPIES`].
+    copies: VecDeque<(MappedKey, File)>,
+    /// Files that could not be opened for want of file descriptors (not remembered: tried
+    /// again when next seen).
+    out_of_descriptors: u64,
 }
 
 impl Default for Modules {
     /// The modules of live processes, their files opened through `/proc`.
     fn default() -> Self {
-        Self::with_opener(Box::new(open::mapped_file))
+        Self::with_opener(Box::new(|tgid, root, mapping, path| {
+            open::mapped_file(tgid, mapping)
+                .or_else(|_| open::mapped_path(root, path, mapping))
+                .and_then(open::stable)
+        }))
     }
 }
 
@@ -123,12 +182,14 @@ impl Modules {
             by_mapping: FxHashMap::default(),
             by_identity: FxHashMap::default(),
             modules: Vec::new(),
-            copies: Vec::new(),
+            copies: VecDeque::new(),
+            out_of_descriptors: 0,
         }
     }
 
-    /// The module behind `mapping` of process `tgid`; `None` for anonymous memory.
-    pub fn intern(&mut self, tgid: u32, mapping: &Mapping) -> Option<ModuleId> {
+    /// The module behind `mapping` of process `tgid` (whose paths resolve in `root`); `None` for
+    /// anonymous memory.
+    pub fn intern(&mut self, tgid: u32, root: &Root, mapping: &Mapping) -> Option<ModuleId> {
         let (key, path) = match &mapping.backing {
             Backing::File { path, .. } => {
                 (MappedKey::File { dev: mapping.dev, inode: mapping.inode }, path.as_path())
@@ -140,13 +201,20 @@ impl Modules {
             return Some(id);
         }
         let file = match &key {
-            MappedKey::File { .. } => (self.open)(tgid, mapping, path),
+            MappedKey::File { .. } => match (self.open)(tgid, root, mapping, path) {
+                Ok(file) => Some(file),
+                Err(err) if err.raw_os_error() == Some(libc::EMFILE) => {
+                    self.out_of_descriptors += 1;
+                    return None;
+                }
+                Err(_) => None,
+            },
             MappedKey::Pseudo(name) if name == "[vdso]" => vdso::own_vdso(),
             MappedKey::Pseudo(_) => None,
         };
-        let build_id = file.as_ref().and_then(read_build_id);
-        let identity = match (&build_id, &key) {
-            (Some(build_id), _) => Identity::BuildId(build_id.clone()),
+        let facts = file.as_ref().and_then(|file| ElfFacts::read(&open::map(file).ok()?));
+        let identity = match (facts.as_ref().and_then(|f| f.build_id.clone()), &key) {
+            (Some(build_id), _) => Identity::BuildId(build_id),
             (None, &MappedKey::File { dev, inode }) => {
                 Identity::File { dev, inode, mtime: file.as_ref().and_then(mtime) }
             }
@@ -154,12 +222,20 @@ impl Modules {
         };
         let id = match self.by_identity.get(&identity) {
             Some(&id) => {
-                self.copies.extend(file);
+                self.hold_copy(&key, file);
                 id
             }
             None => {
+                let debug = match (&key, &facts) {
+                    (MappedKey::File { .. }, Some(facts)) if !facts.has_dwarf || !facts.has_cfi => {
+                        debug_file::find(root, path, facts).and_then(|file| {
+                            Some(DebugFile { facts: ElfFacts::read(&open::map(&file).ok()?)?, file })
+                        })
+                    }
+                    _ => None,
+                };
                 let id = ModuleId(self.modules.len() as u32);
-                self.modules.push(Module { path: path.to_owned(), file, build_id });
+                self.modules.push(Module { path: path.to_owned(), file, facts, debug });
                 self.by_identity.insert(identity, id);
                 id
             }
@@ -168,17 +244,24 @@ impl Modules {
         Some(id)
     }
 
+    fn hold_copy(&mut self, key: &MappedKey, file: Option<File>) {
+        let Some(file) = file else { return };
+        if self.copies.len() == MAX_COPIES
+            && let Some((oldest, _)) = self.copies.pop_front()
+        {
+            self.by_mapping.remove(&oldest);
+        }
+        self.copies.push_back((key.clone(), file));
+    }
+
     pub fn get(&self, id: ModuleId) -> &Module {
         &self.modules[id.0 as usize]
     }
-}
 
-/// The GNU build id note of an ELF file.
-fn read_build_id(file: &File) -> Option<Vec<u8>> {
-    use object::Object as _;
-    let data = open::map(file).ok()?;
-    let elf = object::File::parse(&*data).ok()?;
-    Some(elf.build_id().ok()??.to_vec())
+    /// Files that could not be opened for want of file descriptors.
+    pub fn out_of_descriptors(&self) -> u64 {
+        self.out_of_descriptors
+    }
 }
 
 fn mtime(file: &File) -> Option<(i64, i64)> {
@@ -200,14 +283,14 @@ mod tests {
     fn same_file_is_one_module() {
         let mut modules = Modules::default();
         let mapping = own_mapping();
-        let a = modules.intern(std::process::id(), &mapping).unwrap();
+        let a = modules.intern(std::process::id(), &Root::Own, &mapping).unwrap();
         let mut moved = mapping.clone();
         moved.start += 0x1000_0000;
         moved.end += 0x1000_0000;
-        let b = modules.intern(std::process::id(), &moved).unwrap();
+        let b = modules.intern(std::process::id(), &Root::Own, &moved).unwrap();
         assert_eq!(a, b);
         let module = modules.get(a);
-        let path = module.readable_path().expect("own executable opens");
+        let path = readable_path(module.file().expect("own executable opens"));
         assert_eq!(std::fs::metadata(path).unwrap().ino(), mapping.inode);
     }
 
@@ -219,7 +302,8 @@ mod tests {
             end: 0x2000,
             offset: 0,
             executable: true,
-            dev: metadata.dev(),
+            dev: (u64::from(rustix::fs::major(metadata.dev())) << 32)
+                | u64::from(rustix::fs::minor(metadata.dev())),
             inode: metadata.ino(),
             backing: Backing::File { path: path.to_owned(), deleted: false },
         }
@@ -234,12 +318,12 @@ mod tests {
         std::fs::copy(exe, &a).unwrap();
         std::fs::copy(exe, &b).unwrap();
         let mut modules = Modules::default();
-        let id = modules.intern(std::process::id(), &file_mapping(&a)).unwrap();
+        let id = modules.intern(std::process::id(), &Root::Own, &file_mapping(&a)).unwrap();
         assert!(
             modules.get(id).build_id().is_some_and(|id| !id.is_empty()),
             "the test binary has a build id"
         );
-        assert_eq!(modules.intern(std::process::id(), &file_mapping(&b)), Some(id));
+        assert_eq!(modules.intern(std::process::id(), &Root::Own, &file_mapping(&b)), Some(id));
         assert_eq!(modules.get(id).path(), a);
     }
 
@@ -250,11 +334,11 @@ mod tests {
         std::fs::write(&a, b"same bytes").unwrap();
         std::fs::write(&b, b"same bytes").unwrap();
         let mut modules = Modules::default();
-        let first = modules.intern(std::process::id(), &file_mapping(&a)).unwrap();
-        let second = modules.intern(std::process::id(), &file_mapping(&b)).unwrap();
+        let first = modules.intern(std::process::id(), &Root::Own, &file_mapping(&a)).unwrap();
+        let second = modules.intern(std::process::id(), &Root::Own, &file_mapping(&b)).unwrap();
         assert_ne!(first, second);
         assert_eq!(modules.get(first).build_id(), None);
-        assert_eq!(modules.intern(std::process::id(), &file_mapping(&a)), Some(first));
+        assert_eq!(modules.intern(std::process::id(), &Root::Own, &file_mapping(&a)), Some(first));
     }
 
     #[test]
@@ -262,8 +346,8 @@ mod tests {
         let mut modules = Modules::default();
         let space = Mappings::read(std::process::id()).unwrap();
         let vdso = space.mappings().find(|m| m.backing == Backing::Pseudo("[vdso]".into())).unwrap();
-        let id = modules.intern(std::process::id(), vdso).unwrap();
-        let image = std::fs::read(modules.get(id).readable_path().unwrap()).unwrap();
+        let id = modules.intern(std::process::id(), &Root::Own, vdso).unwrap();
+        let image = std::fs::read(readable_path(modules.get(id).file().unwrap())).unwrap();
         assert_eq!(&image[..4], b"\x7fELF");
         assert_eq!(image.len() as u64, vdso.end - vdso.start);
     }
@@ -280,10 +364,10 @@ mod tests {
             inode: 0,
             backing: Backing::Pseudo("[heap]".into()),
         };
-        let id = modules.intern(1, &heap).unwrap();
+        let id = modules.intern(1, &Root::Own, &heap).unwrap();
         assert_eq!(modules.get(id).name(), "[heap]");
-        assert!(modules.get(id).readable_path().is_none());
+        assert!(modules.get(id).file().is_none());
         let anon = Mapping { backing: Backing::Anonymous, ..heap };
-        assert_eq!(modules.intern(1, &anon), None);
+        assert_eq!(modules.intern(1, &Root::Own, &anon), None);
     }
 }

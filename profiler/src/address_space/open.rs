@@ -1,47 +1,214 @@
-//! Opening the files a target maps, and mapping files into memory: the one place that reads what
-//! a target process controls from its file system.
+//! The one way to open what a target controls: the files it maps, their debug files, its perf
+//! map. A target may be hostile, in a container, or both, and the profiler runs as root, so:
+//!
+//! - paths resolve inside the target's own root (`openat2` with `RESOLVE_IN_ROOT` from a
+//!   descriptor of `/proc/PID/root`): an absolute symlink or `..` cannot lead out of a container
+//!   or a chroot, and magic links (`/proc/*/fd/*`, `/proc/*/root`) are refused;
+//! - a file is first opened with `O_PATH`, which opens nothing, and reopened for reading only
+//!   when it is a regular file: a FIFO, a socket or a device is never opened (it could block,
+//!   or have effects), and reads never block (`O_NONBLOCK`);
+//! - a file the target could rewrite (not owned by root, or writable by group or others) is
+//!   copied into a sealed memory file before anything maps it: truncating a mapped file would
+//!   kill the profiler with SIGBUS, which no panic handler contains;
+//! - sizes are bounded.
 use std::{
     fs::File,
-    os::unix::fs::MetadataExt as _,
+    io::{self, Read as _},
+    os::fd::{AsFd, OwnedFd},
     path::{Path, PathBuf},
+    sync::Arc,
 };
 
 use anyhow::{Context as _, Result};
+use rustix::fs::{
+    FileType, MemfdFlags, Mode, OFlags, ResolveFlags, SealFlags, Stat, fcntl_add_seals, fstat, memfd_create,
+    openat2,
+};
 
 use super::Mapping;
 
-/// `/proc/PID/map_files/START-END`: the very inode a mapping was made from, even deleted or
-/// replaced since.
+/// Largest file copied into memory (a target-writable binary or debug file): beyond it the file
+/// is left unread.
+pub const MAX_COPY_BYTES: u64 = 1 << 30;
+
+/// Where a process's paths resolve.
+#[derive(Clone, Debug)]
+pub enum Root {
+    /// The same root as the profiler's: same mount namespace, no chroot.
+    Own,
+    /// Another root (a container's, a chroot's), held open so that its files can be reached
+    /// after the process that showed it to us is gone.
+    Foreign(Arc<OwnedFd>),
+    /// Not known (the process was gone when first seen): nothing is opened by path.
+    Unknown,
+}
+
+impl Root {
+    /// The root of process `tgid` as it is now: `/proc/PID/root`, compared with ours.
+    pub fn of(tgid: u32) -> io::Result<Self> {
+        let path = format!("/proc/{tgid}/root");
+        let theirs =
+            rustix::fs::open(&path, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
+        let ours = rustix::fs::stat("/")?;
+        let same = fstat(&theirs).map(|st| (st.st_dev, st.st_ino) == (ours.st_dev, ours.st_ino))?;
+        Ok(if same { Self::Own } else { Self::Foreign(Arc::new(theirs)) })
+    }
+
+    /// Opens `path`, as a process with this root names it, for reading: a regular file only,
+    /// resolved without leaving the root.
+    pub fn open(&self, path: &Path) -> io::Result<File> {
+        let how = OFlags::PATH | OFlags::CLOEXEC;
+        let resolve = ResolveFlags::IN_ROOT | ResolveFlags::NO_MAGICLINKS;
+        let handle = match self {
+            Self::Own => {
+                let slash =
+                    rustix::fs::open("/", OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
+                openat2(&slash, path, how, Mode::empty(), resolve)?
+            }
+            Self::Foreign(root) => openat2(root.as_fd(), path, how, Mode::empty(), resolve)?,
+            Self::Unknown => {
+                return Err(io::Error::new(io::ErrorKind::NotFound, "the process's root is not known"));
+            }
+        };
+        reopen(handle)
+    }
+}
+
+/// Opens the file a mapping of process `tgid` was made from, through `/proc/PID/map_files`: the
+/// mapped inode itself, even deleted or replaced since. Refused unless it is the regular file
+/// the mapping names (device and inode).
+pub fn mapped_file(tgid: u32, mapping: &Mapping) -> io::Result<File> {
+    // The map_files link is the kernel's own: following it is what we want.
+    let handle =
+        rustix::fs::open(map_files_path(tgid, mapping), OFlags::PATH | OFlags::CLOEXEC, Mode::empty())?;
+    let stat = fstat(&handle)?;
+    if !is_mapped_inode(&stat, mapping) {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, "not the mapped file"));
+    }
+    reopen(handle)
+}
+
+/// Opens the file at `path` in `root` if it is the inode a mapping was made from (a process gone
+/// before its mapping was read: its files may still be reached by path).
+pub fn mapped_path(root: &Root, path: &Path, mapping: &Mapping) -> io::Result<File> {
+    let file = root.open(path)?;
+    let stat = fstat(&file)?;
+    if !is_mapped_inode(&stat, mapping) {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, "replaced since it was mapped"));
+    }
+    Ok(file)
+}
+
+/// `/proc/PID/map_files/START-END`: the very inode a mapping was made from.
 pub fn map_files_path(tgid: u32, mapping: &Mapping) -> PathBuf {
     PathBuf::from(format!("/proc/{tgid}/map_files/{:x}-{:x}", mapping.start, mapping.end))
 }
 
-/// Opens the file behind a mapping of process `tgid` as the target sees it: `map_files` names the
-/// mapped inode itself (deleted or replaced files included); `/proc/PID/root` resolves the path
-/// in the target's mount namespace (containers); the path itself serves once the process is gone.
-pub fn mapped_file(tgid: u32, mapping: &Mapping, path: &Path) -> Option<File> {
-    if let Ok(file) = File::open(map_files_path(tgid, mapping)) {
-        return Some(file);
-    }
-    // A process already gone (short-lived ones often are by the time their records are read)
-    // still left its files: the same path here names the same inode when we share its mounts.
-    let rooted = Path::new(&format!("/proc/{tgid}/root")).join(path.strip_prefix("/").unwrap_or(path));
-    [rooted.as_path(), path].into_iter().find_map(|candidate| {
-        let file = File::open(candidate).ok()?;
-        // A file replaced since it was mapped would give wrong symbols.
-        (file.metadata().ok()?.ino() == mapping.inode).then_some(file)
-    })
+fn is_mapped_inode(stat: &Stat, mapping: &Mapping) -> bool {
+    let dev = (u64::from(rustix::fs::major(stat.st_dev)) << 32) | u64::from(rustix::fs::minor(stat.st_dev));
+    (dev, stat.st_ino) == (mapping.dev, mapping.inode)
 }
 
-/// A file's bytes, mapped read-only.
-pub fn map(file: &File) -> std::io::Result<memmap2::Mmap> {
-    // SAFETY: read-only private mapping of a file held open; a concurrent truncation would fault,
-    // the accepted risk of every ELF reader (blazesym maps files the same way).
+/// Opens for reading (never blocking) what an `O_PATH` handle names, if it is a regular file.
+fn reopen(handle: OwnedFd) -> io::Result<File> {
+    if FileType::from_raw_mode(fstat(&handle)?.st_mode) != FileType::RegularFile {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "not a regular file"));
+    }
+    let own = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&handle));
+    let file = rustix::fs::open(own, OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC, Mode::empty())?;
+    Ok(File::from(file))
+}
+
+/// The file, safe to map: as it is when root owns it and only root can write it; otherwise a
+/// sealed copy in memory, which nobody can truncate or change.
+pub fn stable(file: File) -> io::Result<File> {
+    let stat = fstat(&file)?;
+    let target_writable = stat.st_uid != 0 || stat.st_mode & 0o022 != 0;
+    if !target_writable {
+        return Ok(file);
+    }
+    let size = u64::try_from(stat.st_size).unwrap_or(u64::MAX);
+    if size > MAX_COPY_BYTES {
+        return Err(io::Error::new(io::ErrorKind::FileTooLarge, "too large to copy"));
+    }
+    let copy = File::from(memfd_create("profiler-copy", MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)?);
+    // Read at most the size seen: a file growing under us is cut there.
+    io::copy(&mut (&file).take(size), &mut &copy)?;
+    fcntl_add_seals(&copy, SealFlags::SHRINK | SealFlags::GROW | SealFlags::WRITE | SealFlags::SEAL)?;
+    Ok(copy)
+}
+
+/// A file's bytes, mapped read-only. Only files made [`stable`] (or our own) are mapped.
+pub fn map(file: &File) -> io::Result<memmap2::Mmap> {
+    // SAFETY: read-only private mapping of a file no one else can truncate (root-owned and only
+    // root-writable, or a sealed copy): the bytes stay valid while the mapping lives.
     unsafe { memmap2::Mmap::map(file) }
 }
 
-/// The bytes of the file at `path`, mapped read-only.
+/// The bytes of a file the profiler itself chose by path (a program it will start, its
+/// libraries), opened in its own root and mapped.
 pub fn map_path(path: &Path) -> Result<memmap2::Mmap> {
-    let file = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    let file =
+        Root::Own.open(path).and_then(stable).with_context(|| format!("cannot open {}", path.display()))?;
     map(&file).with_context(|| format!("cannot map {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _, symlink};
+
+    use rustix::fs::CWD;
+
+    use super::*;
+
+    #[test]
+    fn own_root_opens_regular_files_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("f");
+        std::fs::write(&file, b"x").unwrap();
+        assert!(Root::Own.open(&file).is_ok());
+        assert!(Root::Own.open(dir.path()).is_err(), "a directory");
+        assert!(Root::Own.open(Path::new("/dev/null")).is_err(), "a device");
+        let fifo = dir.path().join("fifo");
+        rustix::fs::mknodat(CWD, &fifo, FileType::Fifo, Mode::from_raw_mode(0o600), 0).unwrap();
+        assert!(Root::Own.open(&fifo).is_err(), "a FIFO is refused, and opening it did not block");
+        symlink("/proc/self/exe", dir.path().join("magic")).unwrap();
+        assert!(Root::Own.open(&dir.path().join("magic")).is_err(), "a magic link");
+    }
+
+    #[test]
+    fn foreign_root_keeps_paths_inside() {
+        // A tree with an absolute symlink and a `..` escape, as a container could hold.
+        let root = tempfile::tempdir().unwrap();
+        std::fs::create_dir(root.path().join("etc")).unwrap();
+        std::fs::write(root.path().join("etc/hostname"), b"inside").unwrap();
+        symlink("/etc/hostname", root.path().join("absolute")).unwrap();
+        symlink("../../../../etc/hostname", root.path().join("dotdot")).unwrap();
+        let handle = rustix::fs::open(root.path(), OFlags::PATH | OFlags::DIRECTORY, Mode::empty()).unwrap();
+        let root = Root::Foreign(Arc::new(handle));
+        for path in ["/absolute", "/dotdot", "/etc/hostname", "../../etc/hostname"] {
+            let mut text = String::new();
+            root.open(Path::new(path)).unwrap().read_to_string(&mut text).unwrap();
+            assert_eq!(text, "inside", "{path} resolves inside the root");
+        }
+    }
+
+    #[test]
+    fn writable_files_are_copied_and_sealed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("lib.so");
+        std::fs::write(&path, b"ELF bytes").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
+        let copy = stable(File::open(&path).unwrap()).unwrap();
+        std::fs::write(&path, b"").unwrap();
+        assert_eq!(&map(&copy).unwrap()[..], b"ELF bytes", "the copy outlives a truncation");
+        assert!(copy.set_len(0).is_err(), "sealed");
+        let system = File::open("/bin/sh").unwrap();
+        let ino = system.metadata().unwrap().ino();
+        assert_eq!(
+            stable(system).unwrap().metadata().unwrap().ino(),
+            ino,
+            "root's own files stay as they are"
+        );
+    }
 }

@@ -4,14 +4,17 @@
 //! exit) the kernel reports. Mappings that were replaced or dropped at exec stay in a history
 //! for a while, so that a sample resolves with the mappings valid when it was taken even when it
 //! is read after a dlclose, a new dlopen at the same address, or the process's exit.
-use std::collections::HashMap;
+use std::{collections::HashMap, io::Read as _};
 
-use super::{Mapping, Mappings, TaskEvent, TimedMapping};
+use super::{Mapping, Mappings, TaskEvent, TimedMapping, open::Root};
 use crate::clock::monotonic_ns;
 
 /// How long replaced mappings and exited processes are kept: samples are read well within this
 /// (the ring is drained every 20 ms).
 const KEEP_NS: u64 = 2_000_000_000;
+
+/// Bytes read at most of a `/proc/PID` file other than `maps`.
+const MAX_PROC_FILE: u64 = 64 * 1024;
 
 /// Least time between two reads of a process's `/proc/PID/maps`.
 const REREAD_INTERVAL_NS: u64 = 100_000_000;
@@ -27,6 +30,9 @@ struct PastMapping {
 pub struct Process {
     tgid: u32,
     comm: String,
+    /// Where its paths resolve, who runs it, its pid in its own pid namespace: what opening its
+    /// files and its perf map needs. Read at first sight and again at exec.
+    identity: Identity,
     space: Mappings,
     history: Vec<PastMapping>,
     /// When `/proc/PID/maps` was last read.
@@ -36,16 +42,55 @@ pub struct Process {
     exited_at_ns: Option<u64>,
 }
 
+/// What a process is, beyond its address space, for reading what it controls.
+#[derive(Clone, Debug)]
+pub struct Identity {
+    /// Where its paths resolve.
+    pub root: Root,
+    /// Its effective user id (`None`: unknown).
+    pub uid: Option<u32>,
+    /// Its pid in its own pid namespace (a container names its perf map after it).
+    pub ns_pid: u32,
+}
+
+impl Identity {
+    fn read(tgid: u32) -> Self {
+        let status = read_bounded(&format!("/proc/{tgid}/status")).unwrap_or_default();
+        let field =
+            |name: &str| status.lines().find_map(|line| line.strip_prefix(name)).map(str::split_whitespace);
+        Self {
+            root: Root::of(tgid).unwrap_or(Root::Unknown),
+            // Uid: real, effective, saved, filesystem.
+            uid: field("Uid:").and_then(|mut ids| ids.nth(1)?.parse().ok()),
+            ns_pid: field("NSpid:").and_then(|ids| ids.last()?.parse().ok()).unwrap_or(tgid),
+        }
+    }
+
+    #[cfg(any(test, feature = "testing"))]
+    fn unknown(tgid: u32) -> Self {
+        Self { root: Root::Unknown, uid: None, ns_pid: tgid }
+    }
+}
+
+/// The text of a small `/proc` file, bounded.
+fn read_bounded(path: &str) -> Option<String> {
+    let mut text = String::new();
+    std::fs::File::open(path).ok()?.take(MAX_PROC_FILE).read_to_string(&mut text).ok()?;
+    Some(text)
+}
+
 impl Process {
     fn load(tgid: u32, fallback_comm: &str) -> Self {
-        let comm = std::fs::read_to_string(format!("/proc/{tgid}/comm"))
+        let comm = read_bounded(&format!("/proc/{tgid}/comm"))
             .map(|comm| comm.trim_end_matches('\n').to_owned())
-            .unwrap_or_else(|_| fallback_comm.to_owned());
+            .unwrap_or_else(|| fallback_comm.to_owned());
+        let identity = Identity::read(tgid);
         let read_at_ns = monotonic_ns();
         let space = Mappings::read(tgid);
         Self {
             tgid,
             comm,
+            identity,
             gone: space.is_err(),
             space: space.unwrap_or_default(),
             history: Vec::new(),
@@ -60,6 +105,7 @@ impl Process {
         Self {
             tgid,
             comm: comm.to_owned(),
+            identity: Identity::unknown(tgid),
             space: mappings,
             history: Vec::new(),
             read_at_ns: 0,
@@ -73,22 +119,30 @@ impl Process {
         &self.comm
     }
 
-    /// The mapping that contained `addr` at `time_ns`.
-    ///
-    /// When no known mapping did, and the sample is newer than our last read of
-    /// `/proc/PID/maps` by [`REREAD_INTERVAL_NS`], the maps are read again: task events can be
-    /// lost, and some mappings make none (code made executable with mprotect). The interval
+    pub fn identity(&self) -> &Identity {
+        &self.identity
+    }
+
+    /// The mapping that contained `addr` at `time_ns`, read again from `/proc` if needed.
+    pub fn mapping(&mut self, addr: u64, time_ns: u64) -> Option<&Mapping> {
+        self.refresh_for(addr, time_ns);
+        self.lookup(addr, time_ns)
+    }
+
+    /// When no known mapping contained `addr` at `time_ns`, and the sample is newer than our last
+    /// read of `/proc/PID/maps` by [`REREAD_INTERVAL_NS`], reads the maps again: task events can
+    /// be lost, and some mappings make none (code made executable with mprotect). The interval
     /// bounds the cost of addresses in no mapping at all (garbage from a frame-pointer walk
     /// through code without frame pointers) to a read every so often, not one per sample.
-    pub fn mapping(&mut self, addr: u64, time_ns: u64) -> Option<&Mapping> {
+    pub fn refresh_for(&mut self, addr: u64, time_ns: u64) {
         let stale = time_ns > self.read_at_ns.saturating_add(REREAD_INTERVAL_NS);
         if self.lookup(addr, time_ns).is_none() && !self.gone && stale {
             self.reread();
         }
-        self.lookup(addr, time_ns)
     }
 
-    fn lookup(&self, addr: u64, time_ns: u64) -> Option<&Mapping> {
+    /// The mapping known to have contained `addr` at `time_ns`.
+    pub fn lookup(&self, addr: u64, time_ns: u64) -> Option<&Mapping> {
         if let Some(current) = self.space.find_timed(addr).filter(|e| e.since_ns <= time_ns) {
             return Some(&current.mapping);
         }
@@ -108,6 +162,10 @@ impl Process {
 
     fn exec(&mut self, comm: String, time_ns: u64) {
         self.comm = comm;
+        // An exec may run a set-uid program, or one a chroot or a new mount namespace holds.
+        if !self.gone {
+            self.identity = Identity::read(self.tgid);
+        }
         let old = self.space.clear();
         self.retire(old, time_ns);
     }
@@ -195,7 +253,7 @@ impl Processes {
                 None if self.tracking.all => self.track(pid),
                 None => {}
             },
-            TaskEvent::Rename { pid, comm } => {
+            TaskEvent::Rename { pid, comm, .. } => {
                 if let Some(process) = self.by_tgid.get_mut(&pid) {
                     process.comm = comm;
                 }
@@ -215,18 +273,31 @@ impl Processes {
                     process.exited_at_ns = Some(time_ns);
                 }
             }
-            TaskEvent::Lost { count } => self.lost_events += count,
+            TaskEvent::Lost { count, .. } => self.lost_events += count,
         }
     }
 
     /// Forgets what no sample can need any more: processes and mappings gone for a while before
-    /// `now_ns`.
-    pub fn prune(&mut self, now_ns: u64) {
+    /// `now_ns`. Returns the processes forgotten.
+    pub fn prune(&mut self, now_ns: u64) -> Vec<u32> {
         let horizon = now_ns.saturating_sub(KEEP_NS);
-        self.by_tgid.retain(|_, p| p.exited_at_ns.is_none_or(|exited| exited >= horizon));
+        let mut forgotten = Vec::new();
+        self.by_tgid.retain(|&tgid, p| {
+            let keep = p.exited_at_ns.is_none_or(|exited| exited >= horizon);
+            if !keep {
+                forgotten.push(tgid);
+            }
+            keep
+        });
         for process in self.by_tgid.values_mut() {
             process.forget_before(horizon);
         }
+        forgotten
+    }
+
+    /// A process followed now.
+    pub fn get(&self, tgid: u32) -> Option<&Process> {
+        self.by_tgid.get(&tgid)
     }
 
     /// Task events the kernel dropped (the profiler then falls back to reading /proc).

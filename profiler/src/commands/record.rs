@@ -32,6 +32,7 @@ pub async fn run(args: RecordArgs) -> Result<()> {
         follow_forks: !args.no_inherit,
         max_records: args.max_samples,
         quiet: args.quiet,
+        each_sample: false,
         outputs: args.output.resolve()?,
         render: RenderOptions { grouping: args.grouping.grouping(), ..RenderOptions::default() },
     };
@@ -57,7 +58,7 @@ impl Mode for CpuProfile {
         let lost = sampler.count(Counter::Lost).unwrap_or(0);
         let processes = aggregate.process_count();
         let plural = if processes == 1 { "" } else { "es" };
-        format!("{} samples · {lost} lost · {processes} process{plural}", aggregate.samples().len())
+        format!("{} samples · {lost} lost · {processes} process{plural}", aggregate.total_weight())
     }
 
     fn finish(&mut self, _: &Sampler, _: &mut Aggregate, _: u64, meta: &mut Meta) -> Result<()> {

@@ -17,7 +17,7 @@ pub fn run(args: &ReportArgs) -> Result<()> {
     let options = RenderOptions { grouping: args.grouping.grouping(), ..RenderOptions::default() };
     output::write_all(files, &recording, &options)?;
     let written: Vec<String> = outputs.paths().iter().map(|(path, _)| path.display().to_string()).collect();
-    eprintln!("profiler: {} samples, wrote {}", recording.samples.len(), written.join(", "));
+    eprintln!("profiler: {} samples, wrote {}", recording.sample_count(), written.join(", "));
     Ok(())
 }
 

@@ -3,7 +3,10 @@
 //! The eBPF program does not wake the reader for each record (that costs the kernel more than
 //! the sample itself); it wakes it only when the ring is a quarter full. The reader drains the
 //! ring every [`DRAIN_INTERVAL`] and on such wakeups.
-use std::{io, time::Duration};
+use std::{
+    io,
+    time::{Duration, Instant},
+};
 
 use aya::maps::{MapData, RingBuf};
 use tokio::{
@@ -41,17 +44,32 @@ impl RingReader {
         }
     }
 
-    /// Hands every record available now to `consume`, without waiting.
-    pub fn drain(&mut self, consume: impl FnMut(&[u8])) -> usize {
-        drain(self.fd.get_mut(), consume)
+    /// Hands the records available now to `consume`, without waiting, until `deadline`.
+    /// Returns whether records were left for lack of time.
+    pub fn drain(&mut self, deadline: Instant, mut consume: impl FnMut(&[u8])) -> bool {
+        let ring = self.fd.get_mut();
+        let mut count = 0u32;
+        while let Some(record) = ring.next() {
+            consume(&record);
+            count = count.wrapping_add(1);
+            // The clock is read every so many records: reading it costs more than a record.
+            if count.is_multiple_of(CLOCK_EVERY) && Instant::now() >= deadline {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Throws away every record available now; returns how many.
+    pub fn discard(&mut self) -> u64 {
+        let ring = self.fd.get_mut();
+        let mut count = 0;
+        while ring.next().is_some() {
+            count += 1;
+        }
+        count
     }
 }
 
-fn drain(ring: &mut RingBuf<MapData>, mut consume: impl FnMut(&[u8])) -> usize {
-    let mut count = 0;
-    while let Some(record) = ring.next() {
-        consume(&record);
-        count += 1;
-    }
-    count
-}
+/// Records handled between two looks at the clock.
+const CLOCK_EVERY: u32 = 64;

@@ -12,11 +12,36 @@ use crate::address_space::{Backing, Mapping, TaskEvent, backing_named};
 
 /// Bytes of ring buffer per CPU (a power of two pages, plus the header page perf-event2 adds).
 const RING_BYTES_PER_CPU: usize = 512 * 1024;
+/// Task events read at most per CPU and drain: a storm of forks and mmaps cannot hold a drain.
+const MAX_EVENTS_PER_DRAIN: usize = 16 * 1024;
 /// `PERF_RECORD_MISC_COMM_EXEC`: the COMM record comes from an exec.
 const MISC_COMM_EXEC: u16 = 1 << 13;
 
 pub struct TaskEventReader {
     samplers: Vec<Sampler>,
+    order: TimeOrder,
+}
+
+/// Task events of several CPUs put in one time order. Each CPU's buffer is in time order, but
+/// a process can fork on one CPU and its child exit on another: applied CPU by CPU, the exit
+/// could come first and leave a child that never exits. Events newer than the drain's horizon
+/// wait for the next drain, by when every CPU has written what happened before them.
+#[derive(Debug, Default)]
+pub struct TimeOrder {
+    pending: Vec<TaskEvent>,
+}
+
+impl TimeOrder {
+    pub fn extend(&mut self, events: impl IntoIterator<Item = TaskEvent>) {
+        self.pending.extend(events);
+    }
+
+    /// The events up to `horizon_ns`, in time order (ties in the order they came).
+    pub fn take_until(&mut self, horizon_ns: u64) -> Vec<TaskEvent> {
+        self.pending.sort_by_key(TaskEvent::time_ns);
+        let due = self.pending.partition_point(|event| event.time_ns() <= horizon_ns);
+        self.pending.drain(..due).collect()
+    }
 }
 
 impl TaskEventReader {
@@ -49,28 +74,40 @@ impl TaskEventReader {
                 Ok(sampler)
             })
             .collect::<Result<_>>()?;
-        Ok(Self { samplers })
+        Ok(Self { samplers, order: TimeOrder::default() })
     }
 
-    /// Hands every pending event to `handle`, CPU by CPU (each CPU's events in time order).
-    pub fn drain(&mut self, mut handle: impl FnMut(TaskEvent)) {
-        for sampler in &mut self.samplers {
+    /// Reads at most [`MAX_EVENTS_PER_DRAIN`] pending events of each CPU, and hands those that
+    /// happened up to `horizon_ns` to `handle`, in time order. Returns whether events may have
+    /// been left unread.
+    pub fn drain(&mut self, horizon_ns: u64, mut handle: impl FnMut(TaskEvent)) -> bool {
+        let Self { samplers, order } = self;
+        let mut left = false;
+        for sampler in samplers {
+            let mut read = 0;
             while let Some(record) = sampler.next_record() {
-                let bytes = record.to_contiguous();
-                // sample_id_all with TIME: every record ends with its u64 timestamp.
-                let time_ns = bytes
-                    .len()
-                    .checked_sub(8)
-                    .map_or(0, |at| u64::from_ne_bytes(bytes[at..].try_into().expect("8 bytes")));
-                let exec = record.misc() & MISC_COMM_EXEC != 0;
-                if let Ok(parsed) = record.parse_record()
-                    && let Some(event) = task_event(parsed, time_ns, exec)
-                {
-                    handle(event);
+                order.extend(event_of(&record));
+                read += 1;
+                if read == MAX_EVENTS_PER_DRAIN {
+                    left = true;
+                    break;
                 }
             }
         }
+        order.take_until(horizon_ns).into_iter().for_each(&mut handle);
+        left
     }
+}
+
+fn event_of(record: &perf_event::Record<'_>) -> Option<TaskEvent> {
+    let bytes = record.to_contiguous();
+    // sample_id_all with TIME: every record ends with its u64 timestamp.
+    let time_ns = bytes
+        .len()
+        .checked_sub(8)
+        .map_or(0, |at| u64::from_ne_bytes(bytes[at..].try_into().expect("8 bytes")));
+    let exec = record.misc() & MISC_COMM_EXEC != 0;
+    task_event(record.parse_record().ok()?, time_ns, exec)
 }
 
 fn task_event(record: Record<'_>, time_ns: u64, exec: bool) -> Option<TaskEvent> {
@@ -92,7 +129,7 @@ fn task_event(record: Record<'_>, time_ns: u64, exec: bool) -> Option<TaskEvent>
             Some(if exec {
                 TaskEvent::Exec { pid: comm.pid, time_ns, comm: name }
             } else {
-                TaskEvent::Rename { pid: comm.pid, comm: name }
+                TaskEvent::Rename { pid: comm.pid, time_ns, comm: name }
             })
         }
         Record::Fork(fork) if fork.pid != fork.ppid => {
@@ -101,7 +138,7 @@ fn task_event(record: Record<'_>, time_ns: u64, exec: bool) -> Option<TaskEvent>
         Record::Exit(exit) if exit.pid == exit.tid => {
             Some(TaskEvent::Exit { pid: exit.pid, time_ns: exit.time })
         }
-        Record::Lost(lost) => Some(TaskEvent::Lost { count: lost.lost }),
+        Record::Lost(lost) => Some(TaskEvent::Lost { time_ns, count: lost.lost }),
         _ => None,
     }
 }

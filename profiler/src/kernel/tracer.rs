@@ -1,6 +1,6 @@
 //! The kernel side of `leaks`, from userspace: loads the allocation programs, attaches them to
 //! the target's allocator, and reads the outstanding blocks and the counters.
-use std::{fmt, num::NonZeroU32, path::PathBuf};
+use std::{fmt, fs::File, num::NonZeroU32, path::PathBuf};
 
 use anyhow::{Context as _, Result, anyhow};
 use aya::{
@@ -13,7 +13,7 @@ use aya::{
 };
 use profiler_common::{AllocFunction, Allocation, AllocationKey, LeakCounter, globals, maps, programs};
 
-use crate::{decode::RecordKind, model::AllocationTotals};
+use crate::{address_space::readable_path, decode::RecordKind, model::AllocationTotals};
 
 use super::{
     KernelSource,
@@ -49,12 +49,12 @@ pub struct Block {
 }
 
 /// The allocator to probe: its file and its entry points.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Debug)]
 pub struct Allocator {
     /// The file as the target names it, for messages.
     pub path: PathBuf,
-    /// The same file as the profiler reaches it (through `/proc/PID/root` for a running target).
-    pub file: PathBuf,
+    /// The file itself, opened as the target maps it: probes are attached to its inode.
+    pub file: File,
     pub entry_points: EntryPoints,
 }
 
@@ -174,7 +174,7 @@ impl KernelSource for Tracer {
                 cookie: function.map(|f| f as u64),
             };
             probe
-                .attach(point, &allocator.file, scope)
+                .attach(point, readable_path(&allocator.file), scope)
                 .with_context(|| format!("cannot probe {} in {allocator}", entry.symbol))?;
             Ok(())
         };

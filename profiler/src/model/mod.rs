@@ -185,6 +185,15 @@ impl Recording {
         self.samples.iter().map(|s| s.weight).sum()
     }
 
+    /// How many samples were taken: CPU samples (a sample of the model may count several), or
+    /// outstanding blocks.
+    pub fn sample_count(&self) -> u64 {
+        match self.meta.weight {
+            Weight::Samples => self.total_weight(),
+            Weight::Bytes => self.samples.len() as u64,
+        }
+    }
+
     /// Number of distinct processes sampled.
     pub fn process_count(&self) -> usize {
         let mut pids: Vec<u32> = self.samples.iter().map(|s| s.pid).collect();

@@ -214,7 +214,7 @@ pub fn profile(recording: &Recording) -> proto::Profile {
         })
         .collect();
 
-    // Per (stack, pid, tid, comm): samples and their summed weight.
+    // Per (stack, pid, tid, comm): model samples and their summed weight.
     let mut counts: HashMap<(u32, u32, u32, u32), (i64, i64)> = HashMap::new();
     for s in &recording.samples {
         let entry = counts.entry((s.stack, s.pid, s.tid, s.comm)).or_default();
@@ -235,8 +235,9 @@ pub fn profile(recording: &Recording) -> proto::Profile {
         .into_iter()
         .map(|key @ (stack, pid, tid, comm)| {
             let (count, weight) = counts[&key];
+            // A CPU sample of the model may count several; a block is one object.
             let value = match recording.meta.weight {
-                Weight::Samples => vec![count, count * period_ns],
+                Weight::Samples => vec![weight, weight * period_ns],
                 Weight::Bytes => vec![count, weight],
             };
             proto::Sample {

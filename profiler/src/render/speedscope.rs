@@ -99,8 +99,8 @@ fn file(recording: &Recording) -> File {
             profile.weights.push(sample.weight);
             profile.end_value += sample.weight;
         } else {
-            profile.weights.push(period_ns);
-            profile.end_value = sample.time_ns + period_ns;
+            profile.weights.push(sample.weight * period_ns);
+            profile.end_value = sample.time_ns + sample.weight * period_ns;
         }
     }
     File {

@@ -22,7 +22,7 @@ impl Summary<'_> {
     fn render(&self) -> String {
         let recording = self.recording;
         let meta = &recording.meta;
-        let samples = recording.samples.len();
+        let samples = recording.sample_count();
         let processes = recording.process_count();
         let plural = if processes == 1 { "" } else { "es" };
         let mut text = format!(

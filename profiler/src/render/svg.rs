@@ -25,7 +25,7 @@ pub fn labels(recording: &Recording) -> Labels {
     }
     let mut subtitle = format!(
         "{} samples at {} Hz over {:.1} s",
-        recording.samples.len(),
+        recording.sample_count(),
         meta.frequency_hz,
         meta.duration_ns as f64 / 1e9
     );
@@ -48,7 +48,7 @@ fn leak_labels(recording: &Recording) -> Labels {
     let subtitle = format!(
         "{} bytes in {} blocks outstanding after {:.1} s",
         recording.total_weight(),
-        recording.samples.len(),
+        recording.sample_count(),
         recording.meta.duration_ns as f64 / 1e9
     );
     Labels {

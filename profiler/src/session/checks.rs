@@ -257,7 +257,7 @@ fn module(readable: &Path, path: &Path) -> Finding {
     let subject = path.display().to_string();
     let cfi = fs::File::open(readable)
         .with_context(|| format!("cannot open {}", readable.display()))
-        .and_then(|file| ModuleCfi::load(&file, path))
+        .and_then(|file| ModuleCfi::load(&file, None).with_context(|| path.display().to_string()))
         .map(|cfi| cfi.has_cfi());
     let frame_pointers = fs::read(readable).ok().and_then(|data| frame_pointer_share(&data));
     let fp = match frame_pointers {

@@ -8,6 +8,7 @@
 //! between the ring and the recording is the same pipeline for every mode.
 pub mod checks;
 mod intake;
+mod limits;
 mod status;
 mod stop;
 mod target;
@@ -80,6 +81,8 @@ pub struct Settings {
     pub max_records: Option<u64>,
     /// No status line and no report on the terminal.
     pub quiet: bool,
+    /// Keep each sample, even when no output needs its time (`leaks` counts blocks).
+    pub each_sample: bool,
     pub outputs: Outputs,
     pub render: RenderOptions,
 }
@@ -97,12 +100,16 @@ pub struct End<'a, K> {
 /// Runs a session of `mode` to its end.
 pub async fn run<M: Mode>(mode: M, settings: Settings) -> Result<()> {
     checks::blocking(settings.frequency_hz)?;
+    if let Some(warning) = limits::raise_open_files() {
+        eprintln!("profiler: warning: {warning}");
+    }
     let files = settings.outputs.create()?;
     let target = Target::open(&settings.pids, &settings.command)?;
     let description = target.describe();
     let tracking = Tracking { all: matches!(target, Target::System), follow_forks: settings.follow_forks };
     let walker = StackWalker::new(settings.call_graph, tracking);
-    let mut session = Pipeline::new(mode, walker, settings.max_records);
+    let aggregate = Aggregate::new(settings.each_sample || settings.outputs.need_times());
+    let mut session = Pipeline::new(mode, walker, aggregate, settings.max_records);
     let mut kernel = session.mode.load(&target)?;
     let ring = RingReader::new(kernel.take_ring()?).context("cannot poll the ring buffer")?;
     let mut intake = Intake::new(ring, TaskEventReader::open()?, M::Kernel::RECORDS);
@@ -136,13 +143,13 @@ pub async fn run<M: Mode>(mode: M, settings: Settings) -> Result<()> {
         duration_ns: start.instant.elapsed().as_nanos() as u64,
         call_graph: settings.call_graph.name().into(),
         stack_copy_kib: settings.stack_copy_kib,
-        lost_samples: kernel.lost()?,
+        lost_samples: kernel.lost()? + intake.discarded(),
         unwind: session.walker.stats().summary(),
         ..Meta::default()
     };
     session.mode.finish(&kernel, &mut session.aggregate, end_ns, &mut meta)?;
+    let symbols = session.namer.finish(session.walker.address_spaces(), end_ns);
     let modules = session.walker.address_spaces().modules();
-    let symbols = session.namer.finish(modules, end_ns);
     let recording = session.aggregate.recording(&symbols, modules, start.monotonic_ns, meta);
     output::write_all(files, &recording, &settings.render)?;
 
@@ -180,12 +187,12 @@ struct Pipeline<M> {
 }
 
 impl<M: Mode> Pipeline<M> {
-    fn new(mode: M, walker: StackWalker, max_records: Option<u64>) -> Self {
+    fn new(mode: M, walker: StackWalker, aggregate: Aggregate, max_records: Option<u64>) -> Self {
         Self {
             mode,
             walker,
             namer: Namer::default(),
-            aggregate: Aggregate::default(),
+            aggregate,
             records: 0,
             max_records,
             malformed: 0,
@@ -259,6 +266,17 @@ impl<M: Mode> Pipeline<M> {
                 self.failed
             );
         }
+        for refused in self.namer.refused() {
+            eprintln!("profiler: warning: {refused}");
+        }
+        let out_of_descriptors = self.walker.address_spaces().modules().out_of_descriptors();
+        if out_of_descriptors > 0 {
+            eprintln!(
+                "profiler: warning: {out_of_descriptors} times a mapped file could not be opened: too many open files \
+                 ({}); its frames are named by address",
+                limits::describe_open_files()
+            );
+        }
     }
 }
 
@@ -278,9 +296,11 @@ impl<M: Mode> Sink for Pipeline<M> {
     }
 
     fn drained(&mut self, now_ns: u64) {
-        self.walker.address_spaces_mut().prune(now_ns);
         let frames = self.aggregate.new_frames();
-        self.namer.name(&frames, self.walker.address_spaces().modules(), now_ns);
+        self.namer.name(&frames, self.walker.address_spaces(), now_ns);
+        for tgid in self.walker.address_spaces_mut().prune(now_ns) {
+            self.namer.forget(tgid);
+        }
     }
 }
 
@@ -344,18 +364,18 @@ mod tests {
     #[test]
     fn garbage_and_panics_cost_one_record_each() {
         let walker = StackWalker::new(CallGraph::Fp, Tracking { all: false, follow_forks: false });
-        let mut pipeline = Pipeline::new(Counting, walker, Some(3));
+        let mut pipeline = Pipeline::new(Counting, walker, Aggregate::new(true), Some(3));
         pipeline.record(&[1, 2, 3]);
         pipeline.record(&record(13));
         pipeline.record(&record(1));
         pipeline.drained(0);
         assert_eq!((pipeline.malformed, pipeline.failed, pipeline.records), (1, 1, 1));
-        assert_eq!(pipeline.aggregate.samples().len(), 1);
+        assert_eq!(pipeline.aggregate.samples().count(), 1);
         assert!(pipeline.aggregate.new_frames().is_empty(), "the new frames were handed to the namer");
         assert_eq!(
             pipeline
                 .namer
-                .finish(pipeline.walker.address_spaces().modules(), 0)
+                .finish(pipeline.walker.address_spaces(), 0)
                 .of(&Frame::Kernel(0xffff_ffff_8100_0000))
                 .len(),
             1
@@ -365,11 +385,11 @@ mod tests {
     #[test]
     fn records_beyond_the_maximum_are_dropped() {
         let walker = StackWalker::new(CallGraph::Fp, Tracking { all: false, follow_forks: false });
-        let mut pipeline = Pipeline::new(Counting, walker, Some(2));
+        let mut pipeline = Pipeline::new(Counting, walker, Aggregate::new(true), Some(2));
         for tid in 1..=5 {
             pipeline.record(&record(tid));
         }
         assert!(pipeline.full());
-        assert_eq!(pipeline.aggregate.samples().len(), 2);
+        assert_eq!(pipeline.aggregate.samples().count(), 2);
     }
 }

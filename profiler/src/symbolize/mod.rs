@@ -9,7 +9,10 @@
 mod perf_map;
 mod plt;
 
-use std::collections::{BTreeMap, HashMap};
+use std::{
+    collections::{BTreeMap, HashMap},
+    path::PathBuf,
+};
 
 use blazesym::{
     MaybeDefault,
@@ -19,12 +22,12 @@ use blazesym::{
     },
 };
 
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 pub use self::perf_map::PerfMaps;
 use self::plt::PltStubs;
 use crate::{
-    address_space::{Module, ModuleId, Modules},
+    address_space::{AddressSpaces, Module, ModuleId, Modules, readable_path},
     frame::Frame,
     model::{Symbol, SymbolKind},
 };
@@ -39,31 +42,44 @@ pub struct Namer {
 }
 
 impl Namer {
-    /// Names `frames` (new ones: frames named already are skipped), seen by `now_ns`.
-    pub fn name(&mut self, frames: &[Frame], modules: &Modules, now_ns: u64) {
+    /// Names `frames` (new ones: frames named already are skipped), seen by `now_ns`, in the
+    /// processes of `spaces`.
+    pub fn name(&mut self, frames: &[Frame], spaces: &AddressSpaces, now_ns: u64) {
         let frames: Vec<Frame> =
             frames.iter().filter(|frame| !self.symbols.contains(frame)).copied().collect();
-        for frame in &frames {
-            if let Frame::Anonymous { tgid, addr } = *frame {
-                self.perf_maps.observe(tgid, addr, now_ns);
-            }
-        }
+        self.read_perf_maps(&frames, spaces, now_ns);
         if !frames.is_empty() {
-            self.symbols.extend(self.symbolizer.symbolize(&frames, modules, &self.perf_maps));
+            self.symbols.extend(self.symbolizer.symbolize(&frames, spaces.modules(), &self.perf_maps));
         }
     }
 
     /// Every name. A JIT may have described its code in its perf map since its first sample
     /// there: anonymous frames still unnamed are tried again.
-    pub fn finish(&mut self, modules: &Modules, now_ns: u64) -> Symbols {
+    pub fn finish(&mut self, spaces: &AddressSpaces, now_ns: u64) -> Symbols {
         let unnamed = self.symbols.unnamed_anonymous();
-        for frame in &unnamed {
-            if let Frame::Anonymous { tgid, addr } = *frame {
-                self.perf_maps.observe(tgid, addr, now_ns);
+        self.read_perf_maps(&unnamed, spaces, now_ns);
+        self.symbols.extend(self.symbolizer.symbolize(&unnamed, spaces.modules(), &self.perf_maps));
+        std::mem::take(&mut self.symbols)
+    }
+
+    /// Forgets the perf map of a process gone.
+    pub fn forget(&mut self, tgid: u32) {
+        self.perf_maps.forget(tgid);
+    }
+
+    /// What was refused on the way (perf maps the target's user could not read), a line each.
+    pub fn refused(&self) -> &[String] {
+        self.perf_maps.refused()
+    }
+
+    fn read_perf_maps(&mut self, frames: &[Frame], spaces: &AddressSpaces, now_ns: u64) {
+        for frame in frames {
+            if let Frame::Anonymous { tgid, addr } = *frame
+                && let Some(identity) = spaces.identity(tgid)
+            {
+                self.perf_maps.observe(tgid, identity, addr, now_ns);
             }
         }
-        self.symbols.extend(self.symbolizer.symbolize(&unnamed, modules, &self.perf_maps));
-        std::mem::take(&mut self.symbols)
     }
 }
 
@@ -108,16 +124,22 @@ impl Symbols {
 pub struct Symbolizer {
     blaze: BlazeSymbolizer,
     plt: FxHashMap<ModuleId, PltStubs>,
+    /// Modules blazesym failed on (or panicked on): named by module and offset from then on.
+    failed: FxHashSet<ModuleId>,
 }
 
 impl Default for Symbolizer {
     fn default() -> Self {
+        // No debug directories: blazesym is only ever given files that send it nowhere else (see
+        // `Module::symbol_file`); finding debug files is the address-space stage's, inside each
+        // target's root.
         let blaze = BlazeSymbolizer::builder()
             .enable_code_info(true)
             .enable_inlined_fns(true)
             .enable_demangling(true)
+            .set_debug_dirs(Some(Vec::<PathBuf>::new()))
             .build();
-        Self { blaze, plt: FxHashMap::default() }
+        Self { blaze, plt: FxHashMap::default(), failed: FxHashSet::default() }
     }
 }
 
@@ -170,11 +192,13 @@ impl Symbolizer {
     fn module(&mut self, modules: &Modules, id: ModuleId, offsets: &[u64]) -> Vec<Vec<Symbol>> {
         let module = modules.get(id);
         let plt = self.plt.entry(id).or_insert_with(|| plt_stubs(module));
-        let resolved = module
-            .readable_path()
-            .map(|path| Source::Elf(Elf::new(path)))
-            .and_then(|source| contained(|| self.blaze.symbolize(&source, Input::FileOffset(offsets)).ok()))
-            .unwrap_or_default();
+        let resolved = match self.failed.contains(&id) {
+            true => Vec::new(),
+            false => resolve(&self.blaze, module, offsets).unwrap_or_else(|| {
+                self.failed.insert(id);
+                Vec::new()
+            }),
+        };
         offsets
             .iter()
             .enumerate()
@@ -191,6 +215,21 @@ impl Symbolizer {
     }
 }
 
+/// blazesym's names for `offsets` of `module`, from the file [`Module::symbol_file`] chooses;
+/// `None` when it fails or panics.
+fn resolve<'a>(blaze: &'a BlazeSymbolizer, module: &Module, offsets: &[u64]) -> Option<Vec<Symbolized<'a>>> {
+    let symbol_file = module.symbol_file()?;
+    let elf = Elf { debug_syms: symbol_file.dwarf, ..Elf::new(readable_path(symbol_file.file)) };
+    let source = Source::Elf(elf);
+    if !symbol_file.virtual_addresses {
+        return contained(|| blaze.symbolize(&source, Input::FileOffset(offsets)).ok());
+    }
+    // A separate debug file has the module's addresses, not its file offsets.
+    let facts = module.facts()?;
+    let addresses: Vec<u64> = offsets.iter().map(|&offset| facts.svma(offset).unwrap_or(0)).collect();
+    contained(|| blaze.symbolize(&source, Input::VirtOffset(&addresses)).ok())
+}
+
 fn plt_stubs(module: &Module) -> PltStubs {
     module.image().map(|image| contained(|| PltStubs::parse(&image))).unwrap_or_default()
 }
@@ -204,7 +243,7 @@ fn contained<T: Default>(f: impl FnOnce() -> T) -> T {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::address_space::{AddressSpaces, Backing, Mapping, Tracking, Want};
+    use crate::address_space::{AddressSpaces, Backing, Mapping, Tracking, Want, open::Root};
 
     #[inline(never)]
     fn a_function_to_find() -> u64 {
@@ -219,8 +258,8 @@ mod tests {
         let addr = a_function_to_find as *const () as usize as u64 + 1;
         let frames = [addr, 0x10].map(|addr| Frame::user(pid, 0, addr, view.resolve(addr, Want::Any)));
         let mut namer = Namer::default();
-        namer.name(&frames, spaces.modules(), 0);
-        let symbols = namer.finish(spaces.modules(), 0);
+        namer.name(&frames, &spaces, 0);
+        let symbols = namer.finish(&spaces, 0);
         let names = symbols.of(&frames[0]);
         assert!(names[0].name.ends_with("a_function_to_find"), "{names:?}");
         assert_eq!(names[0].kind, SymbolKind::Function);
@@ -239,10 +278,9 @@ mod tests {
             inode: 0,
             backing: Backing::Pseudo("[heap]".into()),
         };
-        let module = modules.intern(1, &heap).unwrap();
+        let module = modules.intern(1, &Root::Own, &heap).unwrap();
         let frame = Frame::Module { module, offset: 0x123 };
-        let mut namer = Namer::default();
-        namer.name(&[frame], &modules, 0);
-        assert_eq!(namer.finish(&modules, 0).of(&frame), [Symbol::new("[heap]+0x123", SymbolKind::Function)]);
+        let names = Symbolizer::default().symbolize(&[frame], &modules, &PerfMaps::default());
+        assert_eq!(names.of(&frame), [Symbol::new("[heap]+0x123", SymbolKind::Function)]);
     }
 }

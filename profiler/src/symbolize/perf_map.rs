@@ -1,13 +1,30 @@
 //! JIT symbols from perf map files (`/tmp/perf-PID.map`: `START SIZE NAME` per line, hex), the
 //! convention of V8/Node, the JVM agents, .NET, LuaJIT and others.
 //!
-//! A map is read when a sample first lands in the process's anonymous memory, and read again
-//! when a later sample lands outside every known entry (the JIT emitted more code), at most once
-//! per [`REREAD_INTERVAL_NS`]. Runtimes may delete the file at exit: what was read is kept.
-use std::collections::HashMap;
+//! A process's map is its own file, in its own root, named after its pid in its own pid
+//! namespace. It is read as the target controls it: through the opener that keeps paths inside
+//! the target's root and opens regular files only (a FIFO or a device is refused, never
+//! opened), and only when the target's user owns it (or root does) and could read it itself, as
+//! perf requires. It is read when a frame first lands in the process's anonymous memory, then
+//! only for what was appended since, when a later frame lands outside every known entry (the
+//! JIT emitted more code), at most once per [`REREAD_INTERVAL_NS`] and up to [`MAX_MAP_BYTES`].
+//! Runtimes may delete the file at exit: what was read is kept until the process is forgotten.
+use std::{
+    fs::File,
+    os::unix::fs::{FileExt as _, MetadataExt as _},
+    path::PathBuf,
+};
 
-/// How often a process's perf map may be re-read.
+use rustc_hash::FxHashMap;
+
+use crate::address_space::Identity;
+
+/// How often a process's perf map may be read again.
 const REREAD_INTERVAL_NS: u64 = 100_000_000;
+/// Bytes of one process's perf map read at most, in all.
+const MAX_MAP_BYTES: u64 = 256 << 20;
+/// Bytes read at most at once.
+const CHUNK_BYTES: u64 = 8 << 20;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Entry {
@@ -20,6 +37,11 @@ struct Entry {
 struct PerfMap {
     /// Sorted by start.
     entries: Vec<Entry>,
+    /// The file, once opened: read on from `read_bytes`.
+    file: Option<File>,
+    read_bytes: u64,
+    /// The end of the last read, up to its last line break, not parsed yet.
+    partial: Vec<u8>,
     read_at_ns: Option<u64>,
 }
 
@@ -29,51 +51,101 @@ impl PerfMap {
         let entry = self.entries.get(index.checked_sub(1)?)?;
         (addr - entry.start < entry.size).then_some(entry)
     }
+
+    /// Reads what was appended since the last read (everything, if the file shrank: it was
+    /// written anew).
+    fn read_on(&mut self) {
+        let Some(file) = &self.file else { return };
+        let Ok(size) = file.metadata().map(|m| m.len()) else { return };
+        if size < self.read_bytes {
+            (self.read_bytes, self.entries) = (0, Vec::new());
+            self.partial.clear();
+        }
+        let wanted = size.min(MAX_MAP_BYTES).saturating_sub(self.read_bytes).min(CHUNK_BYTES);
+        let mut chunk = vec![0; wanted as usize];
+        let Ok(read) = file.read_at(&mut chunk, self.read_bytes) else { return };
+        chunk.truncate(read);
+        self.read_bytes += read as u64;
+        self.partial.extend_from_slice(&chunk);
+        let complete = self.partial.iter().rposition(|&b| b == b'\n').map_or(0, |at| at + 1);
+        let lines: Vec<u8> = self.partial.drain(..complete).collect();
+        let mut entries = std::mem::take(&mut self.entries);
+        entries.extend(parse(&String::from_utf8_lossy(&lines)));
+        self.entries = sorted(entries);
+    }
 }
 
 #[derive(Debug, Default)]
 pub struct PerfMaps {
-    by_tgid: HashMap<u32, PerfMap>,
+    by_tgid: FxHashMap<u32, PerfMap>,
+    /// Why maps were refused, one line per process.
+    refused: Vec<String>,
 }
 
 impl PerfMaps {
-    /// Notes that a sample of process `tgid` ran at `addr` in anonymous memory, at `now_ns`.
-    pub fn observe(&mut self, tgid: u32, addr: u64, now_ns: u64) {
+    /// Notes that a frame of process `tgid` (known as `identity`) ran at `addr` in anonymous
+    /// memory, at `now_ns`: reads its perf map when the address is new to it.
+    pub fn observe(&mut self, tgid: u32, identity: &Identity, addr: u64, now_ns: u64) {
         let map = self.by_tgid.entry(tgid).or_default();
         let stale = map.read_at_ns.is_none_or(|at| now_ns.saturating_sub(at) >= REREAD_INTERVAL_NS);
-        if map.find(addr).is_none() && stale {
-            map.read_at_ns = Some(now_ns);
-            if let Some(entries) = read(tgid) {
-                map.entries = entries;
+        if map.find(addr).is_some() || !stale {
+            return;
+        }
+        if map.read_at_ns.is_none() {
+            match open(identity) {
+                Ok(file) => map.file = file,
+                Err(why) => self.refused.push(format!("the perf map of PID {tgid} was not read: {why}")),
             }
         }
+        map.read_at_ns = Some(now_ns);
+        map.read_on();
     }
 
     /// The JIT symbol at `addr` in process `tgid`, if its perf map names one.
     pub fn name(&self, tgid: u32, addr: u64) -> Option<&str> {
         Some(&self.by_tgid.get(&tgid)?.find(addr)?.name)
     }
+
+    /// Forgets the map of a process gone.
+    pub fn forget(&mut self, tgid: u32) {
+        self.by_tgid.remove(&tgid);
+    }
+
+    /// Why maps were refused, one line per process.
+    pub fn refused(&self) -> &[String] {
+        &self.refused
+    }
 }
 
-/// The perf map of a process: in its own mount namespace (containers write it in theirs, named
-/// after the pid there), else in ours.
-fn read(tgid: u32) -> Option<Vec<Entry>> {
-    let ns_pid = namespace_pid(tgid).unwrap_or(tgid);
-    let candidates = [format!("/proc/{tgid}/root/tmp/perf-{ns_pid}.map"), format!("/tmp/perf-{tgid}.map")];
-    let text = candidates.iter().find_map(|path| std::fs::read_to_string(path).ok())?;
-    Some(parse(&text))
-}
-
-/// The process's pid in its own pid namespace (the last `NSpid:` field).
-fn namespace_pid(tgid: u32) -> Option<u32> {
-    let status = std::fs::read_to_string(format!("/proc/{tgid}/status")).ok()?;
-    status.lines().find_map(|l| l.strip_prefix("NSpid:"))?.split_whitespace().last()?.parse().ok()
+/// The perf map of a process, if it has one it may read: `None` when there is none, an error
+/// saying why when there is one that is refused.
+fn open(identity: &Identity) -> Result<Option<File>, String> {
+    let path = PathBuf::from(format!("/tmp/perf-{}.map", identity.ns_pid));
+    let file = match identity.root.open(&path) {
+        Ok(file) => file,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(err) => return Err(format!("{}: {err}", path.display())),
+    };
+    let metadata = file.metadata().map_err(|err| err.to_string())?;
+    let owner = metadata.uid();
+    let readable = match identity.uid {
+        Some(uid) if owner == uid => metadata.mode() & 0o400 != 0,
+        _ if owner == 0 => metadata.mode() & 0o004 != 0,
+        _ => false,
+    };
+    if !readable {
+        return Err(format!(
+            "{} is owned by uid {owner} (mode {:o}), not readable by the process's own user",
+            path.display(),
+            metadata.mode() & 0o777
+        ));
+    }
+    Ok(Some(file))
 }
 
 fn parse(text: &str) -> Vec<Entry> {
     let hex = |field: &str| u64::from_str_radix(field.trim_start_matches("0x"), 16).ok();
-    let mut entries: Vec<Entry> = text
-        .lines()
+    text.lines()
         .filter_map(|line| {
             let mut fields = line.splitn(3, ' ');
             let start = hex(fields.next()?)?;
@@ -81,8 +153,11 @@ fn parse(text: &str) -> Vec<Entry> {
             let name = fields.next()?.trim();
             (size > 0 && !name.is_empty()).then(|| Entry { start, size, name: name.to_owned() })
         })
-        .collect();
-    // Later lines win for the same start (code regenerated in place).
+        .collect()
+}
+
+/// Entries by start; later lines win for the same start (code regenerated in place).
+fn sorted(mut entries: Vec<Entry>) -> Vec<Entry> {
     entries.reverse();
     entries.sort_by_key(|e| e.start);
     entries.dedup_by_key(|e| e.start);
@@ -91,30 +166,67 @@ fn parse(text: &str) -> Vec<Entry> {
 
 #[cfg(test)]
 mod tests {
+    use std::io::Write as _;
+
     use super::*;
+    use crate::address_space::open::Root;
 
     #[test]
     fn parses_perf_map_lines() {
         let text = "7f0000001000 40 LazyCompile:*foo bar.js:1\n0x7f0000002000 0x10 stub\ngarbage\n7f0000003000 0 empty\n";
-        let entries = parse(text);
-        assert_eq!(entries.len(), 2);
-        let map = PerfMap { entries, read_at_ns: Some(0) };
+        let map = PerfMap { entries: sorted(parse(text)), ..PerfMap::default() };
+        assert_eq!(map.entries.len(), 2);
         assert_eq!(map.find(0x7f0000001020).unwrap().name, "LazyCompile:*foo bar.js:1");
         assert_eq!(map.find(0x7f0000001040), None);
         assert_eq!(map.find(0x7f000000200f).unwrap().name, "stub");
         assert_eq!(map.find(0x10), None);
     }
 
+    fn own_identity(ns_pid: u32) -> Identity {
+        Identity { root: Root::Own, uid: Some(rustix::process::geteuid().as_raw()), ns_pid }
+    }
+
     #[test]
-    fn reads_the_map_of_a_process_and_keeps_it() {
-        let pid = std::process::id();
+    fn reads_what_was_appended_and_keeps_it() {
+        // A pid of our own making, so that no other test's map is there.
+        let pid = 3_000_000 + std::process::id() % 1_000_000;
         let path = format!("/tmp/perf-{pid}.map");
-        std::fs::write(&path, "1000 100 jitted\n").unwrap();
+        std::fs::write(&path, "1000 100 jitted\n2000 10 half").unwrap();
         let mut maps = PerfMaps::default();
-        maps.observe(pid, 0x1010, 1);
+        let identity = own_identity(pid);
+        maps.observe(pid, &identity, 0x1010, 1);
+        assert_eq!(maps.name(pid, 0x1010), Some("jitted"));
+        assert_eq!(maps.name(pid, 0x2000), None, "a line not finished yet");
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap()
+            .write_all(b"-line\n3000 10 more\n")
+            .unwrap();
+        maps.observe(pid, &identity, 0x3000, 2);
+        assert_eq!(maps.name(pid, 0x3000), None, "not read again before the interval");
+        maps.observe(pid, &identity, 0x3000, 1 + REREAD_INTERVAL_NS);
+        assert_eq!((maps.name(pid, 0x2000), maps.name(pid, 0x3000)), (Some("half-line"), Some("more")));
         std::fs::remove_file(&path).unwrap();
-        maps.observe(pid, 0x5000, 1 + REREAD_INTERVAL_NS);
+        maps.observe(pid, &identity, 0x5000, 1 + 2 * REREAD_INTERVAL_NS);
         assert_eq!(maps.name(pid, 0x1010), Some("jitted"), "kept after the file is gone");
-        assert_eq!(maps.name(pid, 0x5000), None);
+        maps.forget(pid);
+        assert_eq!(maps.name(pid, 0x1010), None);
+        assert!(maps.refused().is_empty());
+    }
+
+    #[test]
+    fn refuses_maps_the_process_could_not_read() {
+        let pid = 3_500_000 + std::process::id() % 1_000_000;
+        let path = format!("/tmp/perf-{pid}.map");
+        std::fs::write(&path, "1000 100 secret\n").unwrap();
+        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+        let mut maps = PerfMaps::default();
+        // A process of another user than the file's owner (us, or root), who cannot read it.
+        let identity = Identity { root: Root::Own, uid: Some(65534), ns_pid: pid };
+        maps.observe(pid, &identity, 0x1010, 1);
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(maps.name(pid, 0x1010), None);
+        assert_eq!(maps.refused().len(), 1, "{:?}", maps.refused());
     }
 }

@@ -17,6 +17,10 @@ use object::{
 /// `.plt.got`. All hold fixed-size entries.
 const PLT_SECTIONS: [&str; 3] = [".plt", ".plt.sec", ".plt.got"];
 
+/// The smallest PLT entry there is (`.plt.got`'s), and the most stubs a section may hold.
+const MIN_ENTRY_SIZE: u64 = 8;
+const MAX_STUBS: u64 = 1 << 20;
+
 /// `jmp *disp32(%rip)`: the stub's jump through its GOT slot.
 const JUMP_THROUGH_GOT: [u8; 2] = [0xff, 0x25];
 
@@ -50,6 +54,10 @@ impl PltStubs {
                 0 => 16,
                 size => size,
             };
+            // x86-64 PLT entries are 8 or 16 bytes; anything smaller would make a stub per byte.
+            if entry_size < MIN_ENTRY_SIZE || code.len() as u64 / entry_size > MAX_STUBS {
+                continue;
+            }
             for (index, entry) in code.chunks(entry_size as usize).enumerate() {
                 let at = index as u64 * entry_size;
                 let target = got_slot_read_by(entry)

@@ -41,7 +41,7 @@ impl Fixture {
 
     /// The fixture's process, its file-backed mappings read from `binary`.
     pub fn address_spaces(&self, binary: PathBuf) -> AddressSpaces {
-        let open = move |_: u32, _: &_, _: &Path| File::open(&binary).ok();
+        let open = move |_: u32, _: &_, _: &_, _: &Path| File::open(&binary);
         let modules = Modules::with_opener(Box::new(open));
         let mut spaces = AddressSpaces::with_modules(Tracking { all: false, follow_forks: false }, modules);
         let file_backed = self.mappings.mappings().any(|m| matches!(m.backing, Backing::File { .. }));

@@ -1,76 +1,48 @@
 //! A module's unwind information, read from its ELF file: the DWARF CFI sections framehop needs
 //! and the load segments that turn file offsets into the addresses the CFI speaks in.
-use std::{
-    fs::File,
-    ops::Range,
-    path::{Path, PathBuf},
-};
+use std::{fs::File, ops::Range};
 
 use anyhow::{Context as _, Result};
 use framehop::ExplicitModuleSectionInfo;
 use object::{Object as _, ObjectSection as _, ObjectSegment as _, read::elf::ElfFile64};
 
-use crate::address_space::open;
-
-/// Directories searched for separate debug files, as gdb and blazesym do.
-const DEBUG_DIRS: [&str; 2] = ["/usr/lib/debug", "/lib/debug"];
-
-/// One `PT_LOAD` segment: where a range of the file lives in the module's own address space
-/// (its "stated virtual memory addresses", SVMAs).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Segment {
-    file_offset: u64,
-    file_size: u64,
-    svma: u64,
-}
+use crate::address_space::{ElfFacts, MAX_INFLATED_SECTION, open};
 
 /// What the unwinder knows of one module file.
 pub struct ModuleCfi {
-    segments: Vec<Segment>,
+    facts: ElfFacts,
     /// Lowest and highest SVMA covered by the load segments.
     svma_range: Range<u64>,
-    /// Whether the file has `.eh_frame` or `.debug_frame` (its own or a separate debug file's).
+    /// Whether the file has `.eh_frame` or `.debug_frame` (its own or its debug file's).
     has_cfi: bool,
     /// The CFI sections, until handed to framehop.
     sections: Option<ExplicitModuleSectionInfo<Vec<u8>>>,
 }
 
 impl ModuleCfi {
-    /// Reads the module's `file`; `original` is the path the target mapped, used to find separate
-    /// debug files next to it.
-    pub fn load(file: &File, original: &Path) -> Result<Self> {
-        let data = open::map(file).with_context(|| format!("cannot map {}", original.display()))?;
-        let elf = ElfFile64::<object::Endianness>::parse(&*data)
-            .with_context(|| format!("{} is not a 64-bit ELF file", original.display()))?;
-        let segments: Vec<Segment> = elf
-            .segments()
-            .map(|segment| {
-                let (file_offset, file_size) = segment.file_range();
-                Segment { file_offset, file_size, svma: segment.address() }
-            })
-            .collect();
+    /// Reads the CFI of a module's `file`: its own `.eh_frame` (with `.eh_frame_hdr`) or
+    /// `.debug_frame`, else the `.debug_frame` of its separate `debug` file.
+    pub fn load(file: &File, debug: Option<&File>) -> Result<Self> {
+        let data = open::map(file).context("cannot map the file")?;
+        let elf = ElfFile64::<object::Endianness>::parse(&*data).context("not a 64-bit ELF file")?;
+        let facts = ElfFacts::read(&data).context("not a 64-bit ELF file")?;
         let start = elf.segments().map(|s| s.address()).min().unwrap_or(0);
-        let end = elf.segments().map(|s| s.address() + s.size()).max().unwrap_or(0);
+        let end = elf.segments().map(|s| s.address().saturating_add(s.size())).max().unwrap_or(0);
         let mut sections = section_info(&elf);
         if sections.eh_frame.is_none() && sections.debug_frame.is_none() {
-            sections.debug_frame = separate_debug_frame(&elf, original);
+            sections.debug_frame = debug.and_then(debug_frame);
         }
         let has_cfi = sections.eh_frame.is_some() || sections.debug_frame.is_some();
-        Ok(Self { segments, svma_range: start..end, has_cfi, sections: has_cfi.then_some(sections) })
+        Ok(Self { facts, svma_range: start..end, has_cfi, sections: has_cfi.then_some(sections) })
     }
 
     pub fn has_cfi(&self) -> bool {
         self.has_cfi
     }
 
-    /// The SVMA of a file offset inside one of the load segments. The module base is computed
-    /// from the program headers: `mapping start - mapping offset` only works when each
-    /// segment's address equals its file offset.
+    /// The SVMA of a file offset inside one of the load segments.
     pub fn svma(&self, file_offset: u64) -> Option<u64> {
-        self.segments
-            .iter()
-            .find(|s| (s.file_offset..s.file_offset + s.file_size).contains(&file_offset))
-            .map(|s| s.svma + (file_offset - s.file_offset))
+        self.facts.svma(file_offset)
     }
 
     pub fn svma_range(&self) -> Range<u64> {
@@ -99,43 +71,20 @@ fn section_info(elf: &ElfFile64<'_, object::Endianness>) -> ExplicitModuleSectio
     }
 }
 
+/// A section's bytes, inflated if compressed, up to [`MAX_INFLATED_SECTION`].
 fn section_bytes(section: object::read::elf::ElfSection64<'_, '_, object::Endianness>) -> Option<Vec<u8>> {
+    if section.compressed_data().ok()?.uncompressed_size > MAX_INFLATED_SECTION {
+        return None;
+    }
     let data = section.uncompressed_data().ok()?;
     (!data.is_empty()).then(|| data.into_owned())
 }
 
-/// `.debug_frame` from a separate debug file: by build id under the debug directories, then by
-/// `.gnu_debuglink` next to the file, in its `.debug/` directory and under the debug directories.
-fn separate_debug_frame(elf: &ElfFile64<'_, object::Endianness>, original: &Path) -> Option<Vec<u8>> {
-    debug_file_candidates(elf, original).into_iter().find_map(|candidate| {
-        let data = open::map_path(&candidate).ok()?;
-        let debug = ElfFile64::<object::Endianness>::parse(&*data).ok()?;
-        debug.section_by_name(".debug_frame").and_then(section_bytes)
-    })
-}
-
-fn debug_file_candidates(elf: &ElfFile64<'_, object::Endianness>, original: &Path) -> Vec<PathBuf> {
-    let mut candidates = Vec::new();
-    if let Ok(Some(id)) = elf.build_id()
-        && let Some((first, rest)) = id.split_first()
-    {
-        let rest: String = rest.iter().map(|b| format!("{b:02x}")).collect();
-        for dir in DEBUG_DIRS {
-            candidates.push(PathBuf::from(format!("{dir}/.build-id/{first:02x}/{rest}.debug")));
-        }
-    }
-    if let Ok(Some((name, _crc))) = elf.gnu_debuglink() {
-        let name = Path::new(std::str::from_utf8(name).unwrap_or_default());
-        if let Some(dir) = original.parent() {
-            candidates.push(dir.join(name));
-            candidates.push(dir.join(".debug").join(name));
-            for debug_dir in DEBUG_DIRS {
-                candidates.push(Path::new(debug_dir).join(dir.strip_prefix("/").unwrap_or(dir)).join(name));
-            }
-        }
-    }
-    candidates.retain(|c| c.as_path() != original);
-    candidates
+/// The `.debug_frame` of a separate debug file.
+fn debug_frame(debug: &File) -> Option<Vec<u8>> {
+    let data = open::map(debug).ok()?;
+    let elf = ElfFile64::<object::Endianness>::parse(&*data).ok()?;
+    elf.section_by_name(".debug_frame").and_then(section_bytes)
 }
 
 #[cfg(test)]
@@ -147,8 +96,15 @@ mod tests {
     }
 
     fn load(path: &Path) -> Result<ModuleCfi> {
-        ModuleCfi::load(&File::open(path)?, path)
+        ModuleCfi::load(&File::open(path)?, None)
     }
+
+    use std::{
+        os::unix::fs::MetadataExt as _,
+        path::{Path, PathBuf},
+    };
+
+    use crate::address_space::{Backing, Mapping, Modules, open::Root};
 
     #[test]
     fn reads_cfi_and_segments() {
@@ -178,11 +134,10 @@ mod tests {
         assert!(format!("{err:#}").contains("not a 64-bit ELF file"), "{err:#}");
     }
 
-    #[test]
-    fn debug_frame_from_a_debuglink_file() {
-        let dir = tempfile::tempdir().unwrap();
-        let (built, debug, stripped) =
-            (dir.path().join("built"), dir.path().join("app.debug"), dir.path().join("app"));
+    /// `snapshot.c` built with its CFI in `.debug_frame` (`extra` added to gcc's flags), that
+    /// section moved to `app.debug` and the binary stripped to `app` with a debug link to it.
+    fn stripped_with_debug_file(dir: &Path, extra: &[&str]) -> (PathBuf, PathBuf) {
+        let (built, debug, stripped) = (dir.join("built"), dir.join("app.debug"), dir.join("app"));
         let run = |program: &str, args: &[&std::ffi::OsStr]| {
             let status = std::process::Command::new(program).args(args).status().unwrap();
             assert!(status.success(), "{program} {args:?}");
@@ -197,21 +152,61 @@ mod tests {
             "-static",
             "-nostdlib",
             "-fno-stack-protector",
-            "-o",
         ];
-        let mut args: Vec<&std::ffi::OsStr> = flags.iter().map(|f| f.as_ref()).collect();
-        args.extend([built.as_os_str(), source.as_os_str()]);
+        let mut args: Vec<&std::ffi::OsStr> = flags.iter().chain(extra).map(|f| f.as_ref()).collect();
+        args.extend(["-o".as_ref(), built.as_os_str(), source.as_os_str()]);
         run("gcc", &args);
         run("objcopy", &["--only-keep-debug".as_ref(), built.as_os_str(), debug.as_os_str()]);
         let link = format!("--add-gnu-debuglink={}", debug.display());
         run("objcopy", &["--strip-debug".as_ref(), link.as_ref(), built.as_os_str(), stripped.as_os_str()]);
+        (stripped, debug)
+    }
 
-        let mut cfi = load(&stripped).unwrap();
-        assert!(cfi.has_cfi(), "found .debug_frame through .gnu_debuglink");
-        let sections = cfi.take_sections().unwrap();
-        assert!(sections.eh_frame.is_none());
-        let debug_frame = sections.debug_frame.unwrap();
-        // A .debug_frame CIE has id 0xffffffff (an .eh_frame CIE has 0).
-        assert_eq!(debug_frame[4..8], [0xff; 4]);
+    /// The CFI of the module the registry makes of the file at `path`.
+    fn module_cfi(path: &Path) -> ModuleCfi {
+        let mut modules =
+            Modules::with_opener(Box::new(|_, root, _, path| root.open(path).and_then(open::stable)));
+        let metadata = std::fs::metadata(path).unwrap();
+        let mapping = Mapping {
+            start: 0x400000,
+            end: 0x401000,
+            offset: 0,
+            executable: true,
+            dev: (u64::from(rustix::fs::major(metadata.dev())) << 32)
+                | u64::from(rustix::fs::minor(metadata.dev())),
+            inode: metadata.ino(),
+            backing: Backing::File { path: path.to_owned(), deleted: false },
+        };
+        let id = modules.intern(1, &Root::Own, &mapping).unwrap();
+        let module = modules.get(id);
+        ModuleCfi::load(module.file().unwrap(), module.debug_file().map(|debug| &debug.file)).unwrap()
+    }
+
+    #[test]
+    fn debug_frame_from_a_debuglink_file() {
+        for (name, extra) in [("by build id", &[][..]), ("by CRC", &["-Wl,--build-id=none"][..])] {
+            let dir = tempfile::tempdir().unwrap();
+            let (stripped, _) = stripped_with_debug_file(dir.path(), extra);
+            let mut cfi = module_cfi(&stripped);
+            assert!(cfi.has_cfi(), "{name}: found .debug_frame through .gnu_debuglink");
+            let sections = cfi.take_sections().unwrap();
+            assert!(sections.eh_frame.is_none());
+            let debug_frame = sections.debug_frame.unwrap();
+            // A .debug_frame CIE has id 0xffffffff (an .eh_frame CIE has 0).
+            assert_eq!(debug_frame[4..8], [0xff; 4]);
+        }
+    }
+
+    #[test]
+    fn a_debug_file_of_another_build_is_refused() {
+        for (name, extra) in [("by build id", &[][..]), ("by CRC", &["-Wl,--build-id=none"][..])] {
+            let dir = tempfile::tempdir().unwrap();
+            let (stripped, debug) = stripped_with_debug_file(dir.path(), extra);
+            // The same debug file's name, other content: a build with other flags.
+            let other = tempfile::tempdir().unwrap();
+            let (_, other_debug) = stripped_with_debug_file(other.path(), &[extra, &["-O1"]].concat());
+            std::fs::copy(other_debug, debug).unwrap();
+            assert!(!module_cfi(&stripped).has_cfi(), "{name}: the debug file does not match");
+        }
     }
 }

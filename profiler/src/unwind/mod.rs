@@ -197,7 +197,13 @@ impl Unwinder {
         space: &ProcessView<'_>,
     ) -> Option<u64> {
         let framehop = &mut self.framehop;
-        let loaded = self.modules.entry(module).or_insert_with(|| load(module, space, framehop));
+        // A module whose loading panics (a parser tripping on a corrupt file) is remembered as
+        // having no CFI, not parsed again on every sample.
+        let loaded = self.modules.entry(module).or_insert_with(|| {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| load(module, space, framehop)))
+                .ok()
+                .flatten()
+        });
         let cfi = loaded.as_ref().filter(|cfi| cfi.has_cfi())?;
         let svma = cfi.svma(file_offset)?;
         (svma < 1 << MODULE_SPAN_BITS).then(|| synthetic_base(module) + svma)
@@ -209,16 +215,16 @@ fn synthetic_base(module: ModuleId) -> u64 {
 }
 
 fn load(module: ModuleId, space: &ProcessView<'_>, framehop: &mut UnwinderX86_64<Vec<u8>>) -> LoadedModule {
-    let file = space.module(module);
-    let original = file.path();
-    let mut cfi = ModuleCfi::load(file.file()?, original).ok()?;
+    let module_file = space.module(module);
+    let debug = module_file.debug_file().map(|debug| &debug.file);
+    let mut cfi = ModuleCfi::load(module_file.file()?, debug).ok()?;
     let range = cfi.svma_range();
     if range.end > 1 << MODULE_SPAN_BITS {
         return None;
     }
     if let Some(sections) = cfi.take_sections() {
         let base = synthetic_base(module);
-        let name = original.to_string_lossy().into_owned();
+        let name = module_file.path().to_string_lossy().into_owned();
         framehop.add_module(Module::new(name, base + range.start..base + range.end, base, sections));
     }
     Some(cfi)

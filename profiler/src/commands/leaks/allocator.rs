@@ -10,6 +10,7 @@
 use std::{
     collections::HashMap,
     ffi::OsStr,
+    fs::File,
     path::{Path, PathBuf},
     process::Command,
 };
@@ -19,7 +20,10 @@ use object::{Object as _, ObjectSegment as _, ObjectSymbol as _, SymbolKind};
 use profiler_common::AllocFunction;
 
 use crate::{
-    address_space::open,
+    address_space::{
+        Backing, Mapping, Mappings,
+        open::{self, Root},
+    },
     kernel::tracer::{Allocator, EntryPoint, EntryPoints},
     session::Target,
 };
@@ -55,10 +59,10 @@ const RELEASES: [&str; 13] = [
     "_ZdaPvSt11align_val_tRKSt9nothrow_t",
 ];
 
-/// An object the target loads, in load order.
+/// An object the target loads, in load order: the path it names it by, and the file.
 struct Candidate {
     path: PathBuf,
-    file: PathBuf,
+    file: File,
 }
 
 /// The allocator the target calls: a running process's, or a held command's once it runs.
@@ -71,27 +75,29 @@ pub fn of_target(target: &Target) -> Result<Allocator> {
 
 /// The allocator of a running process: its program, then the other objects it maps that
 /// define `malloc`, libc last. (The maps do not give the load order; an allocator library
-/// other than libc is almost always there to replace it.)
+/// other than libc is almost always there to replace it.) Each is read through the mapping
+/// itself (`/proc/PID/map_files`): the very file the process runs, wherever its root is.
 fn of_process(pid: u32) -> Result<Allocator> {
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))
-        .with_context(|| format!("cannot read the mappings of PID {pid}"))?;
+    let mappings = Mappings::read(pid).with_context(|| format!("cannot read the mappings of PID {pid}"))?;
     let program = std::fs::read_link(format!("/proc/{pid}/exe"))
         .with_context(|| format!("cannot find the program of PID {pid}"))?;
-    let root = PathBuf::from(format!("/proc/{pid}/root"));
-    let mut paths = vec![program];
-    for path in maps.lines().filter_map(|line| line.split_whitespace().nth(5)).filter(|p| p.starts_with('/'))
-    {
-        let path = PathBuf::from(path);
-        if !paths.contains(&path) {
-            paths.push(path);
+    let mut files: Vec<(&Path, &Mapping)> = Vec::new();
+    for mapping in mappings.mappings() {
+        if let Backing::File { path, .. } = &mapping.backing
+            && !is_dynamic_linker(path)
+            && files.iter().all(|(known, _)| known != path)
+        {
+            files.push((path, mapping));
         }
     }
-    paths.retain(|p| !is_dynamic_linker(p));
-    let (libc, others): (Vec<PathBuf>, Vec<PathBuf>) = paths.into_iter().partition(|p| is_libc(p));
-    let candidates = others
+    // The program first, libc last.
+    files.sort_by_key(|(path, _)| (*path != program, is_libc(path)));
+    let candidates = files
         .into_iter()
-        .chain(libc)
-        .map(|path| Candidate { file: root.join(path.strip_prefix("/").unwrap_or(&path)), path })
+        .filter_map(|(path, mapping)| {
+            let file = open::mapped_file(pid, mapping).and_then(open::stable).ok()?;
+            Some(Candidate { path: path.to_owned(), file })
+        })
         .collect();
     choose(candidates, &format!("PID {pid}"))
 }
@@ -104,15 +110,15 @@ fn of_command(program: &OsStr) -> Result<Allocator> {
     let data = open::map_path(&path)?;
     let elf =
         object::File::parse(&*data).with_context(|| format!("{} is not an ELF file", path.display()))?;
-    let mut candidates = vec![Candidate { path: path.clone(), file: path.clone() }];
+    let mut paths = vec![path.clone()];
     if let Some(interpreter) = interpreter(&elf) {
-        candidates.extend(
-            libraries(&interpreter, &path)?
-                .into_iter()
-                .filter(|lib| *lib != interpreter && !is_dynamic_linker(lib))
-                .map(|lib| Candidate { path: lib.clone(), file: lib }),
-        );
+        let libraries = libraries(&interpreter, &path)?;
+        paths.extend(libraries.into_iter().filter(|lib| *lib != interpreter && !is_dynamic_linker(lib)));
     }
+    let candidates = paths
+        .into_iter()
+        .filter_map(|path| Some(Candidate { file: Root::Own.open(&path).and_then(open::stable).ok()?, path }))
+        .collect();
     choose(candidates, &path.display().to_string())
 }
 
@@ -131,8 +137,8 @@ fn is_dynamic_linker(path: &Path) -> bool {
 
 fn choose(candidates: Vec<Candidate>, target: &str) -> Result<Allocator> {
     for Candidate { path, file } in candidates {
-        // Unreadable or non-ELF mappings (fonts, locale archives) cannot be the allocator.
-        let Ok(data) = open::map_path(&file) else { continue };
+        // Non-ELF mappings (fonts, locale archives) cannot be the allocator.
+        let Ok(data) = open::map(&file) else { continue };
         if let Some(entry_points) = entry_points(&data) {
             return Ok(Allocator { path, file, entry_points });
         }

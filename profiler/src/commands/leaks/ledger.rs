@@ -105,7 +105,7 @@ mod tests {
         let mut ledger = Ledger::default();
         ledger.insert(0x1000, site(10, stack, comm));
         ledger.push_blocks(&[block(0x1000, 10), block(0x2000, 30)], &mut aggregate, 4);
-        let samples = aggregate.samples();
+        let samples: Vec<_> = aggregate.samples().collect();
         assert_eq!((samples[0].site, samples[0].weight), (site(10, stack, comm), 64));
         let lost = samples[1].site;
         assert_eq!((aggregate.comm(lost.comm), aggregate.stack(lost.stack)), ("[stack lost]", &[][..]));

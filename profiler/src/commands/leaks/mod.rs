@@ -36,6 +36,7 @@ pub async fn run(args: LeaksArgs) -> Result<()> {
         duration: args.duration,
         stack_copy_kib: args.stack_size,
         quiet: args.quiet,
+        each_sample: true,
         outputs: Outputs::resolve(&args.outputs, None, Format::LeakReport)?,
         render: RenderOptions { top: args.top, ..RenderOptions::default() },
         ..Settings::default()

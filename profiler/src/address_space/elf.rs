@@ -1,0 +1,99 @@
+//! What the address-space stage needs to know of an ELF file, read once per file: its identity
+//! (build id), where to find its separate debug file (`.gnu_debuglink`), what debug data it has,
+//! and its load segments (file offset <-> the addresses its symbols and CFI speak in).
+use object::{Object as _, ObjectSection as _, ObjectSegment as _, read::elf::ElfFile64};
+
+/// Largest section a reader may inflate: a compressed section declares its own size, and a
+/// crafted one could declare any.
+pub const MAX_INFLATED_SECTION: u64 = 256 << 20;
+
+/// One `PT_LOAD` segment: where a range of the file lives in the module's own address space
+/// (its "stated virtual memory addresses", SVMAs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Segment {
+    pub file_offset: u64,
+    pub file_size: u64,
+    pub svma: u64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ElfFacts {
+    pub build_id: Option<Vec<u8>>,
+    /// `.gnu_debuglink`: a debug file's name and the CRC32 of its content.
+    pub debug_link: Option<(Vec<u8>, u32)>,
+    /// DWARF debug information (`.debug_info`).
+    pub has_dwarf: bool,
+    /// Unwind information (`.eh_frame` or `.debug_frame`).
+    pub has_cfi: bool,
+    /// Sections that send a DWARF reader to another file (`.gnu_debuglink`,
+    /// `.gnu_debugaltlink`, `.debug_sup`).
+    pub links_elsewhere: bool,
+    /// A compressed section declares more than [`MAX_INFLATED_SECTION`] bytes.
+    pub inflates_too_much: bool,
+    pub segments: Vec<Segment>,
+}
+
+impl ElfFacts {
+    /// The facts of a 64-bit ELF image; `None` for anything else.
+    pub fn read(image: &[u8]) -> Option<Self> {
+        let elf = ElfFile64::<object::Endianness>::parse(image).ok()?;
+        let has = |name: &str| elf.section_by_name(name).is_some();
+        let inflates_too_much = elf.sections().any(|section| {
+            section.compressed_data().is_ok_and(|data| {
+                data.format != object::CompressionFormat::None
+                    && data.uncompressed_size > MAX_INFLATED_SECTION
+            })
+        });
+        Some(Self {
+            build_id: elf.build_id().ok().flatten().map(<[u8]>::to_vec),
+            debug_link: elf.gnu_debuglink().ok().flatten().map(|(name, crc)| (name.to_vec(), crc)),
+            has_dwarf: has(".debug_info"),
+            has_cfi: has(".eh_frame") || has(".debug_frame"),
+            links_elsewhere: has(".gnu_debuglink") || has(".gnu_debugaltlink") || has(".debug_sup"),
+            inflates_too_much,
+            segments: elf
+                .segments()
+                .map(|segment| {
+                    let (file_offset, file_size) = segment.file_range();
+                    Segment { file_offset, file_size, svma: segment.address() }
+                })
+                .collect(),
+        })
+    }
+
+    /// The SVMA of a file offset inside one of the load segments. The module base is computed
+    /// from the program headers: `mapping start - mapping offset` only works when each
+    /// segment's address equals its file offset.
+    pub fn svma(&self, file_offset: u64) -> Option<u64> {
+        self.segments
+            .iter()
+            .find(|s| (s.file_offset..s.file_offset.saturating_add(s.file_size)).contains(&file_offset))
+            .map(|s| s.svma + (file_offset - s.file_offset))
+    }
+
+    /// Whether a DWARF reader can be given this file alone: it sends the reader to no other
+    /// file, and inflates nothing beyond bounds.
+    pub fn dwarf_readable_alone(&self) -> bool {
+        self.has_dwarf && !self.links_elsewhere && !self.inflates_too_much
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fixture(name: &str) -> Vec<u8> {
+        std::fs::read(format!("{}/tests/fixtures/unwind/{name}", env!("CARGO_MANIFEST_DIR"))).unwrap()
+    }
+
+    #[test]
+    fn facts_of_the_fixture_binaries() {
+        let facts = ElfFacts::read(&fixture("snapshot")).unwrap();
+        assert!(facts.has_cfi && !facts.links_elsewhere && !facts.inflates_too_much);
+        // Non-PIE: the text segment sits at 0x401000, file offset 0x1000.
+        assert_eq!(facts.svma(0x1010), Some(0x401010));
+        assert_eq!(facts.svma(0x10_0000), None);
+        assert!(!ElfFacts::read(&fixture("snapshot-nocfi")).unwrap().has_cfi);
+        assert_eq!(ElfFacts::read(b"not an ELF file"), None);
+    }
+}
