@@ -133,12 +133,12 @@ pub enum Counter {
     StackTruncated = 3,
     /// Samples with user registers whose stack copy could not read even the first page.
     StackUnreadable = 4,
+    /// Processes forked by followed ones that could not join the filter: it was full.
+    FilterFull = 5,
 }
 
 impl Counter {
-    pub const COUNT: u32 = 5;
-    pub const ALL: [Counter; Self::COUNT as usize] =
-        [Counter::Seen, Counter::Filtered, Counter::Lost, Counter::StackTruncated, Counter::StackUnreadable];
+    pub const COUNT: u32 = 6;
 }
 
 /// What an allocation record has in front of its sample record.
@@ -293,6 +293,10 @@ pub mod programs {
     pub const SAMPLE: &str = "sample";
     /// raw tracepoint `task_newtask`: adds forked children of filtered processes to the filter.
     pub const FOLLOW_FORK: &str = "follow_fork";
+    /// raw tracepoint `sched_process_exit`: takes a process out of the filter when its last
+    /// thread exits, so that the filter never fills up with the dead and a pid used again by an
+    /// unrelated process is not sampled.
+    pub const FORGET_EXIT: &str = "forget_exit";
     /// uprobe on each allocation function (the attach cookie is an [`crate::AllocFunction`]).
     pub const ALLOC_ENTER: &str = "alloc_enter";
     /// uretprobe on each allocation function.
@@ -315,6 +319,12 @@ pub mod globals {
     pub const STACK_COPY_CAP: &str = "STACK_COPY_CAP";
     /// `u32`: byte offset of `tgid` in the kernel's `struct task_struct` (from its BTF).
     pub const TASK_TGID_OFFSET: &str = "TASK_TGID_OFFSET";
+    /// `u32`: byte offset of `signal` (the thread group's `struct signal_struct *`) in
+    /// `struct task_struct`.
+    pub const TASK_SIGNAL_OFFSET: &str = "TASK_SIGNAL_OFFSET";
+    /// `u32`: byte offset of `live` (the group's live threads, an `atomic_t`) in
+    /// `struct signal_struct`.
+    pub const SIGNAL_LIVE_OFFSET: &str = "SIGNAL_LIVE_OFFSET";
     /// `u32`: the leak tracker follows one allocation in this many, chosen at random (1: all).
     pub const SAMPLE_EVERY: &str = "SAMPLE_EVERY";
 }

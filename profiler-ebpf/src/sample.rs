@@ -43,6 +43,10 @@ static FOLLOW_FORKS: u32 = 0;
 static PROFILER_TGID: u32 = 0;
 #[unsafe(no_mangle)]
 static TASK_TGID_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static TASK_SIGNAL_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static SIGNAL_LIVE_OFFSET: u32 = 0;
 
 /// Lowest privilege level bits of the saved code segment: 3 means the CPU was in user mode.
 const USER_MODE_RPL: u64 = 3;
@@ -146,9 +150,44 @@ pub fn follow_fork(ctx: RawTracePointContext) -> i32 {
         return 0;
     }
     let task: *const u8 = ctx.arg(0);
-    let tgid = unsafe { task.add(setting(&TASK_TGID_OFFSET) as usize) }.cast::<i32>();
-    if let Ok(child) = unsafe { bpf_probe_read_kernel(tgid) } {
-        let _ = TGID_FILTER.insert(child as u32, 1, 0);
+    if let Ok(child) = unsafe { task_tgid(task) }
+        && TGID_FILTER.insert(child, 1, 0).is_err()
+    {
+        count(Counter::FilterFull);
     }
     0
+}
+
+/// Raw tracepoint `sched_process_exit(struct task_struct *task, ...)`, run by every exiting
+/// thread. When the last thread of a followed process exits (its group's count of live threads,
+/// decremented before this tracepoint, is zero), the process leaves the filter: a filter that
+/// only grew would fill up with the dead, and a pid used again by an unrelated process would be
+/// sampled. The thread group leader exiting first (`pthread_exit` in `main`) is not the end.
+#[raw_tracepoint(tracepoint = "sched_process_exit")]
+pub fn forget_exit(ctx: RawTracePointContext) -> i32 {
+    if setting(&FILTER_BY_TGID) == 0 {
+        return 0;
+    }
+    let task: *const u8 = ctx.arg(0);
+    let (Ok(tgid), Ok(live)) = (unsafe { task_tgid(task) }, unsafe { group_live_threads(task) }) else {
+        return 0;
+    };
+    if live == 0 {
+        let _ = TGID_FILTER.remove(&tgid);
+    }
+    0
+}
+
+/// The tgid of a `task_struct`.
+unsafe fn task_tgid(task: *const u8) -> Result<u32, i32> {
+    let tgid = unsafe { task.add(setting(&TASK_TGID_OFFSET) as usize) }.cast::<i32>();
+    unsafe { bpf_probe_read_kernel(tgid) }.map(|tgid| tgid as u32)
+}
+
+/// The live threads of a task's thread group (`task->signal->live`).
+unsafe fn group_live_threads(task: *const u8) -> Result<i32, i32> {
+    let signal = unsafe { task.add(setting(&TASK_SIGNAL_OFFSET) as usize) }.cast::<*const u8>();
+    let signal = unsafe { bpf_probe_read_kernel(signal) }?;
+    let live = unsafe { signal.add(setting(&SIGNAL_LIVE_OFFSET) as usize) }.cast::<i32>();
+    unsafe { bpf_probe_read_kernel(live) }
 }

@@ -5,8 +5,9 @@
 use std::{
     fs::{File, Permissions},
     io::{BufWriter, Write},
-    os::unix::fs::{OpenOptionsExt as _, PermissionsExt},
+    os::unix::fs::{MetadataExt as _, OpenOptionsExt as _, PermissionsExt},
     path::{Path, PathBuf},
+    time::{Duration, Instant},
 };
 
 use anyhow::{Context as _, Result, bail};
@@ -48,16 +49,27 @@ impl Outputs {
     }
 }
 
-/// Renders the recording into each output and moves them into place.
+/// Renders the recording into each output and moves them into place. Every output is tried,
+/// whatever happened to the ones before (a full disk for a flame graph must not cost the raw
+/// recording); each failure is said on stderr, and the first one returned.
 pub fn write_all(
     outputs: Vec<(OutputFile, Format)>,
     recording: &Recording,
     options: &RenderOptions,
 ) -> Result<()> {
+    let mut failures = Vec::new();
     for (file, format) in outputs {
-        file.commit(|out| render::render(format, recording, options, out))?;
+        if let Err(err) = file.commit(|out| render::render(format, recording, options, out)) {
+            failures.push(err);
+        }
     }
-    Ok(())
+    let count = failures.len();
+    let mut failures = failures.into_iter();
+    let Some(first) = failures.next() else { return Ok(()) };
+    for later in failures {
+        eprintln!("profiler: error: {later:#}");
+    }
+    Err(first.context(format!("{count} output{} could not be written", if count == 1 { "" } else { "s" })))
 }
 
 pub struct OutputFile {
@@ -68,8 +80,8 @@ pub struct OutputFile {
 
 enum Destination {
     /// A regular file, or none yet: written to a temporary file in the same directory, renamed
-    /// over the destination once complete.
-    Replace { path: PathBuf, temp: NamedTempFile },
+    /// over the destination once complete, and given `owner`.
+    Replace { path: PathBuf, temp: NamedTempFile, owner: Owner },
     /// A device, FIFO or socket (`/dev/null`, `/dev/stdout`, a named pipe): written in place,
     /// as renaming over it would replace the node itself. Opened only when written, so that a
     /// pipe's reader can come later.
@@ -94,21 +106,21 @@ impl OutputFile {
                     _ => Destination::Stream(resolved),
                 }
             }
-            _ => {
+            existing => {
                 let dir = match resolved.parent() {
                     Some(dir) if !dir.as_os_str().is_empty() => dir,
                     _ => Path::new("."),
                 };
                 let temp =
                     tempfile::Builder::new().prefix(".profiler-").tempfile_in(dir).with_context(context)?;
-                Destination::Replace { path: resolved, temp }
+                let owner = match existing {
+                    Ok(replaced) => Owner::of(&replaced),
+                    Err(_) => Owner::for_new_file_in(dir, invoking_user()),
+                };
+                Destination::Replace { path: resolved, temp, owner }
             }
         };
         Ok(Self { path: path.to_owned(), destination })
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.path
     }
 
     /// Writes the content with `write` and puts it in place.
@@ -116,20 +128,42 @@ impl OutputFile {
         let context = || format!("cannot write {}", self.path.display());
         match self.destination {
             Destination::Stream(path) => {
-                let file = std::fs::OpenOptions::new().write(true).open(path).with_context(context)?;
+                let file = open_stream(&path).with_context(context)?;
                 write_buffered(&file, write).with_context(context)
             }
-            Destination::Replace { path, temp } => {
+            Destination::Replace { path, temp, owner } => {
                 let file = temp.as_file();
                 write_buffered(file, write).with_context(context)?;
-                file.set_permissions(Permissions::from_mode(0o644)).with_context(context)?;
-                hand_to_invoking_user(file);
+                owner.apply(file).with_context(context)?;
                 file.sync_all().with_context(context)?;
                 temp.persist(&path).map_err(|err| err.error).with_context(context)?;
                 Ok(())
             }
         }
     }
+}
+
+/// How long a FIFO's reader may take to come, once the output is ready.
+const READER_WAIT: Duration = Duration::from_secs(5);
+
+/// Opens a device, FIFO or socket for writing. A FIFO whose reader never comes must not hold
+/// the profiler: it is opened without blocking, which fails (ENXIO) while there is no reader,
+/// tried again for [`READER_WAIT`]; once open, writes wait for the reader as usual.
+fn open_stream(path: &Path) -> std::io::Result<File> {
+    let deadline = Instant::now() + READER_WAIT;
+    let file = loop {
+        match std::fs::OpenOptions::new().write(true).custom_flags(libc::O_NONBLOCK).open(path) {
+            Err(err) if err.raw_os_error() == Some(libc::ENXIO) && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(err) if err.raw_os_error() == Some(libc::ENXIO) => {
+                return Err(std::io::Error::new(err.kind(), "no reader came to the pipe"));
+            }
+            opened => break opened?,
+        }
+    };
+    rustix::fs::fcntl_setfl(&file, rustix::fs::OFlags::empty())?;
+    Ok(file)
 }
 
 fn write_buffered(
@@ -141,12 +175,40 @@ fn write_buffered(
     out.flush()
 }
 
-/// Under sudo, give the output to the user who ran sudo, as they would expect to own it.
-fn hand_to_invoking_user(file: &File) {
+/// The user (and group) who ran sudo, if sudo ran us.
+fn invoking_user() -> Option<(u32, u32)> {
     let id = |name| std::env::var(name).ok().and_then(|v| v.parse::<u32>().ok());
-    if let (Some(uid), Some(gid)) = (id("SUDO_UID"), id("SUDO_GID")) {
-        // Best effort: a filesystem without ownership (vfat, say) keeps root's.
-        let _ = std::os::unix::fs::fchown(file, Some(uid), Some(gid));
+    id("SUDO_UID").zip(id("SUDO_GID"))
+}
+
+/// Who owns an output and what its mode is: set on the temporary file we created (through its
+/// descriptor) before it takes the output's place.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Owner {
+    ids: Option<(u32, u32)>,
+    mode: u32,
+}
+
+impl Owner {
+    /// A file replacing `replaced` keeps its owner and mode: a symbolic link planted at the
+    /// output path cannot hand whoever planted it the file it points to.
+    fn of(replaced: &std::fs::Metadata) -> Self {
+        Self { ids: Some((replaced.uid(), replaced.gid())), mode: replaced.mode() & 0o7777 }
+    }
+
+    /// A new file in `dir`. Under sudo (`invoker`) it goes to the user who ran sudo when `dir` is
+    /// theirs (as they would expect to own it); otherwise to whoever runs the profiler.
+    fn for_new_file_in(dir: &Path, invoker: Option<(u32, u32)>) -> Self {
+        let dir_owner = std::fs::metadata(dir).map(|meta| meta.uid()).ok();
+        Self { ids: invoker.filter(|(uid, _)| Some(*uid) == dir_owner), mode: 0o644 }
+    }
+
+    fn apply(self, file: &File) -> std::io::Result<()> {
+        if let Some((uid, gid)) = self.ids {
+            // Best effort: a filesystem without ownership (vfat, say) keeps root's.
+            let _ = std::os::unix::fs::fchown(file, Some(uid), Some(gid));
+        }
+        file.set_permissions(Permissions::from_mode(self.mode))
     }
 }
 
@@ -201,9 +263,14 @@ mod tests {
     fn fifo_gets_the_output() {
         let dir = tempfile::tempdir().unwrap();
         let fifo = dir.path().join("pipe");
-        let name = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
-        // SAFETY: mkfifo with a valid NUL-terminated path.
-        assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0);
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &fifo,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
         let output = OutputFile::create(&fifo).unwrap();
         let reader = std::thread::spawn({
             let fifo = fifo.clone();
@@ -232,5 +299,64 @@ mod tests {
     fn directory_as_output_fails() {
         let dir = tempfile::tempdir().unwrap();
         assert!(OutputFile::create(dir.path()).is_err());
+    }
+
+    #[test]
+    fn a_failing_output_does_not_stop_the_others() {
+        let (gone, kept) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let outputs = Outputs::resolve(
+            &[gone.path().join("first.svg"), kept.path().join("second.folded")],
+            None,
+            Format::Folded,
+        )
+        .unwrap();
+        let files = outputs.create().unwrap();
+        // The first output's directory disappears while recording: its file cannot be put there.
+        std::fs::remove_dir_all(gone.path()).unwrap();
+        let recording = crate::model::tests::fixture();
+        let err = write_all(files, &recording, &RenderOptions::default()).unwrap_err();
+        assert!(format!("{err:#}").starts_with("1 output could not be written: cannot write"), "{err:#}");
+        let written = std::fs::read_to_string(kept.path().join("second.folded")).unwrap();
+        assert!(written.contains("app;main;hot 2"), "{written}");
+    }
+
+    #[test]
+    fn a_symlink_cannot_hand_over_what_it_points_to() {
+        let dir = tempfile::tempdir().unwrap();
+        let (real, link) = (dir.path().join("protected"), dir.path().join("out.svg"));
+        std::fs::write(&real, "old").unwrap();
+        std::fs::set_permissions(&real, Permissions::from_mode(0o640)).unwrap();
+        let before = std::fs::metadata(&real).unwrap();
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        OutputFile::create(&link).unwrap().commit(|w| w.write_all(b"new")).unwrap();
+        let after = std::fs::metadata(&real).unwrap();
+        assert_eq!(std::fs::read_to_string(&real).unwrap(), "new");
+        assert_eq!((after.uid(), after.gid(), after.mode() & 0o7777), (before.uid(), before.gid(), 0o640));
+    }
+
+    #[test]
+    fn new_files_go_to_the_sudo_user_in_their_own_directory_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let owner = std::fs::metadata(dir.path()).unwrap().uid();
+        let in_theirs = Owner::for_new_file_in(dir.path(), Some((owner, 7)));
+        assert_eq!(in_theirs, Owner { ids: Some((owner, 7)), mode: 0o644 });
+        let in_someone_elses = Owner::for_new_file_in(dir.path(), Some((owner + 1, 7)));
+        assert_eq!(in_someone_elses, Owner { ids: None, mode: 0o644 });
+    }
+
+    #[test]
+    fn a_fifo_without_a_reader_is_an_error_not_a_hang() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("pipe");
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &fifo,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+        let err = OutputFile::create(&fifo).unwrap().commit(|w| w.write_all(b"lost")).unwrap_err();
+        assert!(format!("{err:#}").contains("no reader came"), "{err:#}");
     }
 }

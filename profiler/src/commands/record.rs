@@ -70,7 +70,7 @@ impl Mode for CpuProfile {
         let run_stats = end.kernel.run_stats();
         let summary = Summary {
             recording: end.recording,
-            missing_cfi: end.missing_cfi.clone(),
+            missing_cfi: &end.missing_cfi,
             kernel_us_per_run: run_stats.map(|s| s.time.as_secs_f64() * 1e6 / s.runs as f64),
             outputs: end.outputs,
         };

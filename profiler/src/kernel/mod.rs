@@ -33,6 +33,10 @@ pub trait KernelSource {
     fn start(&mut self) -> Result<()>;
     /// Records the kernel could not hand over (ring full).
     fn lost(&self) -> Result<u64>;
+    /// What the kernel side could not do, a line each (none by default).
+    fn warnings(&self) -> Vec<String> {
+        Vec::new()
+    }
 
     /// The ring buffer the records come through (taken once).
     fn take_ring(&mut self) -> Result<RingBuf<MapData>> {

@@ -39,6 +39,24 @@ pub struct Sampler {
     frequency_hz: u64,
 }
 
+/// Where the programs that follow processes read `task_struct` fields, from the kernel's BTF.
+#[derive(Default)]
+struct TaskLayout {
+    tgid: u32,
+    signal: u32,
+    live: u32,
+}
+
+impl TaskLayout {
+    fn read() -> Result<Self> {
+        Ok(Self {
+            tgid: btf::field_offset("task_struct", "tgid")?,
+            signal: btf::field_offset("task_struct", "signal")?,
+            live: btf::field_offset("signal_struct", "live")?,
+        })
+    }
+}
+
 /// In-kernel run statistics of the sample program.
 #[derive(Clone, Copy, Debug)]
 pub struct RunStats {
@@ -53,23 +71,31 @@ impl Sampler {
         let follow = u32::from(config.follow_forks);
         let own_tgid = std::process::id();
         let follow_forks = config.filter_processes && config.follow_forks;
-        let tgid_offset = if follow_forks { btf::field_offset("task_struct", "tgid")? } else { 0 };
+        let layout = if config.filter_processes { TaskLayout::read()? } else { TaskLayout::default() };
         let mut ebpf = EbpfLoader::new()
             .override_global(globals::FILTER_BY_TGID, &filter, true)
             .override_global(globals::FOLLOW_FORKS, &follow, true)
             .override_global(globals::PROFILER_TGID, &own_tgid, true)
             .override_global(globals::STACK_COPY_CAP, &config.stack_copy_cap, true)
-            .override_global(globals::TASK_TGID_OFFSET, &tgid_offset, true)
+            .override_global(globals::TASK_TGID_OFFSET, &layout.tgid, true)
+            .override_global(globals::TASK_SIGNAL_OFFSET, &layout.signal, true)
+            .override_global(globals::SIGNAL_LIVE_OFFSET, &layout.live, true)
             .map_max_entries(maps::SAMPLES, config.ring_buffer_bytes)
             .load(EBPF_OBJECT)
             .context("cannot load the eBPF object")?;
 
         let sample: &mut PerfEvent = program(&mut ebpf, programs::SAMPLE)?.try_into()?;
         sample.load().map_err(verifier_error)?;
-        if follow_forks {
-            let follow_fork: &mut RawTracePoint = program(&mut ebpf, programs::FOLLOW_FORK)?.try_into()?;
-            follow_fork.load().map_err(verifier_error)?;
-            follow_fork.attach("task_newtask").context("cannot attach to raw tracepoint task_newtask")?;
+        let tracepoints = [
+            (follow_forks, programs::FOLLOW_FORK, "task_newtask"),
+            (config.filter_processes, programs::FORGET_EXIT, "sched_process_exit"),
+        ];
+        for (_, name, tracepoint) in tracepoints.into_iter().filter(|(wanted, ..)| *wanted) {
+            let program: &mut RawTracePoint = program(&mut ebpf, name)?.try_into()?;
+            program.load().map_err(verifier_error)?;
+            program
+                .attach(tracepoint)
+                .with_context(|| format!("cannot attach to raw tracepoint {tracepoint}"))?;
         }
         Ok(Self { ebpf, links: Vec::new(), frequency_hz: config.frequency_hz })
     }
@@ -132,5 +158,14 @@ impl KernelSource for Sampler {
 
     fn lost(&self) -> Result<u64> {
         self.count(Counter::Lost)
+    }
+
+    fn warnings(&self) -> Vec<String> {
+        let not_followed = self.count(Counter::FilterFull).unwrap_or(0);
+        let warning = format!(
+            "{not_followed} processes forked by the targets were not followed: the kernel's table of followed \
+             processes was full"
+        );
+        (not_followed > 0).then_some(warning).into_iter().collect()
     }
 }

@@ -13,7 +13,11 @@ use aya::{
 };
 use profiler_common::{AllocFunction, Allocation, AllocationKey, LeakCounter, globals, maps, programs};
 
-use crate::{address_space::readable_path, decode::RecordKind, model::AllocationTotals};
+use crate::{
+    address_space::readable_path,
+    decode::RecordKind,
+    model::{AllocationTotals, printable},
+};
 
 use super::{
     KernelSource,
@@ -60,7 +64,8 @@ pub struct Allocator {
 
 impl fmt::Display for Allocator {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.path.display())
+        // A path the target chose: shown escaped.
+        write!(f, "{}", printable(&self.path.to_string_lossy()))
     }
 }
 

@@ -12,7 +12,7 @@ use std::{borrow::Borrow, collections::HashMap, hash::Hash};
 
 use indexmap::IndexSet;
 
-pub use self::symbol::{Symbol, SymbolKind, without_separators};
+pub use self::symbol::{Symbol, SymbolKind, printable, without_separators};
 
 /// What the recording was, for titles and reports.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

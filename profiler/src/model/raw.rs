@@ -31,7 +31,10 @@ use super::{
 pub const MAGIC: &[u8; 8] = b"PROFILER";
 pub const VERSION: u32 = 1;
 /// A recording of more than this many bytes uncompressed is not one of ours.
-const MAX_DECODED_BYTES: u64 = 16 << 30;
+const MAX_DECODED_BYTES: u64 = 4 << 30;
+/// The most bytes of names a recording may unfold to (a name is stored once and referred to by
+/// number: a small file could name a long string millions of times).
+const MAX_NAME_BYTES: u64 = 4 << 30;
 
 #[derive(Clone, PartialEq, Message)]
 struct RawRecording {
@@ -297,6 +300,18 @@ fn decode(raw: RawRecording) -> Result<Recording> {
     };
     let modules: Vec<ModuleInfo> =
         raw.modules.into_iter().map(|m| ModuleInfo { path: m.path, build_id: m.build_id }).collect();
+    let name_bytes: u64 = raw
+        .locations
+        .iter()
+        .flat_map(|l| &l.symbol_names)
+        .map(|&name| raw.strings.get(name as usize).map_or(0, |s| s.len() as u64))
+        .sum();
+    ensure!(
+        name_bytes <= MAX_NAME_BYTES,
+        "its names would take {} GiB of memory (at most {} GiB)",
+        name_bytes >> 30,
+        MAX_NAME_BYTES >> 30
+    );
     let locations = raw
         .locations
         .into_iter()
@@ -437,5 +452,22 @@ mod tests {
         let mut recording = fixture();
         recording.stacks[0].push(42);
         assert!(read(&mut &bytes(&recording)[..]).is_err());
+    }
+
+    #[test]
+    fn a_small_file_cannot_unfold_into_a_huge_recording() {
+        // One 64 KiB name, referred to by a hundred thousand locations: 6 GiB once unfolded.
+        let raw = RawRecording {
+            strings: vec!["x".repeat(64 << 10)],
+            locations: vec![
+                RawLocation { symbol_names: vec![0], symbol_kinds: vec![0], ..Default::default() };
+                100_000
+            ],
+            ..Default::default()
+        };
+        let payload = raw.encode_to_vec();
+        assert!(payload.len() < 2 << 20, "{} bytes", payload.len());
+        let message = format!("{:#}", decode_payload(&payload).unwrap_err());
+        assert!(message.contains("would take 6 GiB"), "{message}");
     }
 }

@@ -37,6 +37,17 @@ impl Symbol {
     }
 }
 
+/// Text a target controls (a command name, a symbol, a path), made safe for a terminal: control
+/// characters (escape sequences among them) are shown as `\u{..}` escapes instead of acted upon.
+pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(char::is_control) {
+        return text.into();
+    }
+    text.chars()
+        .map(|c| if c.is_control() { c.escape_unicode().to_string() } else { c.to_string() })
+        .collect()
+}
+
 /// A name with the separators of the folded format (`;` between frames, one stack per line)
 /// replaced, so that it stays one frame.
 pub fn without_separators(name: &str) -> String {
@@ -46,6 +57,13 @@ pub fn without_separators(name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn terminal_text_has_no_control_characters() {
+        assert_eq!(printable("plain name"), "plain name");
+        assert_eq!(printable("a\x1b[2Jb\x07"), "a\\u{1b}[2Jb\\u{7}");
+        assert_eq!(printable("line\nbreak\u{9b}"), "line\\u{a}break\\u{9b}");
+    }
 
     #[test]
     fn display_names_carry_their_kind() {

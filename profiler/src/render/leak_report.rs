@@ -2,7 +2,7 @@
 //! frame first (as valgrind and heaptrack print them).
 use std::{collections::HashMap, io::Write};
 
-use crate::model::{Location, Recording, SymbolKind};
+use crate::model::{Location, Recording, SymbolKind, printable};
 
 /// Outstanding blocks that share a stack.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -41,7 +41,7 @@ pub fn write(recording: &Recording, top: usize, out: &mut dyn Write) -> std::io:
     writeln!(
         out,
         "profiler leaks: {} over {:.1} s",
-        recording.meta.target,
+        printable(&recording.meta.target),
         recording.meta.duration_ns as f64 / 1e9
     )?;
     writeln!(
@@ -89,7 +89,7 @@ pub fn write(recording: &Recording, top: usize, out: &mut dyn Write) -> std::io:
             thousands(group.bytes),
             thousands(group.blocks * scale),
             100.0 * group.bytes as f64 / bytes.max(1) as f64,
-            recording.comms[group.comm as usize]
+            printable(&recording.comms[group.comm as usize])
         )?;
         for &location in &recording.stacks[group.stack as usize] {
             write_location(recording, &recording.locations[location as usize], out)?;
@@ -110,8 +110,8 @@ fn write_location(recording: &Recording, location: &Location, out: &mut dyn Writ
             _ => symbol.display_name(),
         };
         match module {
-            Some(module) => writeln!(out, "    {name}  [{module}]")?,
-            None => writeln!(out, "    {name}")?,
+            Some(module) => writeln!(out, "    {}  [{}]", printable(&name), printable(module))?,
+            None => writeln!(out, "    {}", printable(&name))?,
         }
     }
     Ok(())

@@ -2,13 +2,16 @@
 //! the kernel's cost, the top functions by self time, and the files written.
 use std::path::PathBuf;
 
-use crate::{model::Recording, render::Format};
+use crate::{
+    model::{Recording, printable},
+    render::Format,
+};
 
 /// Everything the end-of-recording summary reports.
 pub struct Summary<'a> {
     pub recording: &'a Recording,
     /// Modules where DWARF unwinding stopped for lack of CFI, with sample counts.
-    pub missing_cfi: Vec<(String, u64)>,
+    pub missing_cfi: &'a [(String, u64)],
     /// Mean in-kernel time of the sample program, when the kernel measures it.
     pub kernel_us_per_run: Option<f64>,
     pub outputs: &'a [(PathBuf, Format)],
@@ -33,7 +36,8 @@ impl Summary<'_> {
         );
         let mut row = |label: &str, lines: Vec<String>| {
             for (i, line) in lines.iter().enumerate() {
-                text.push_str(&format!("  {:<15} {line}\n", if i == 0 { label } else { "" }));
+                // Names come from targets: no escape sequence reaches the terminal.
+                text.push_str(&format!("  {:<15} {}\n", if i == 0 { label } else { "" }, printable(line)));
             }
         };
         let unwind = meta.unwind;
@@ -94,7 +98,7 @@ mod tests {
         let outputs = [(PathBuf::from("a.svg"), Format::Svg), (PathBuf::from("r.prof"), Format::Raw)];
         let summary = Summary {
             recording: &recording,
-            missing_cfi: vec![("libjit.so".into(), 1)],
+            missing_cfi: &[("libjit.so".into(), 1)],
             kernel_us_per_run: Some(2.5),
             outputs: &outputs,
         };
@@ -108,5 +112,15 @@ mod tests {
         assert_eq!(lines[4], "  top self time    50.0%  hot");
         assert_eq!(lines[7], "  wrote           a.svg (svg)");
         assert_eq!(lines[8], "                  r.prof (raw)");
+    }
+
+    #[test]
+    fn names_reach_the_terminal_escaped() {
+        let mut recording = fixture();
+        recording.locations[2].symbols[0].name = "hot\x1b]0;owned\x07".into();
+        let summary =
+            Summary { recording: &recording, missing_cfi: &[], kernel_us_per_run: None, outputs: &[] };
+        let text = summary.render();
+        assert!(!text.contains('\x1b') && text.contains("hot\\u{1b}]0:owned\\u{7}"), "{text}");
     }
 }

@@ -14,6 +14,7 @@ use crate::{
         KernelSource as _,
         sampler::{Sampler, SamplerConfig},
     },
+    model::printable,
     unwind::cfi::ModuleCfi,
 };
 
@@ -51,7 +52,8 @@ impl fmt::Display for Finding {
             Status::Warn => "WARN",
             Status::Fail => "FAIL",
         };
-        write!(f, "{status}  {}: {}", self.subject, self.detail)
+        // Subjects and details name files of targets: shown escaped.
+        write!(f, "{status}  {}: {}", printable(&self.subject), printable(&self.detail))
     }
 }
 

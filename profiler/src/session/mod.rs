@@ -131,11 +131,18 @@ pub async fn run<M: Mode>(mode: M, settings: Settings) -> Result<()> {
     let mut status = StatusLine::new(!settings.quiet && std::io::stderr().is_terminal());
     let stop = stop_condition(settings.duration, running.exited())?;
     let reason = session.sample_until(stop, &mut intake, &mut kernel, &mut status).await?;
-    kernel.pause()?;
+    // From here on an error costs what it touches, not the recording: the outputs are written
+    // with what was collected, and the first error is returned after.
+    let mut late = Vec::new();
+    late.extend(kernel.pause().err());
     intake.drain_all(&mut session);
     status.finish();
 
     let end_ns = clock::monotonic_ns();
+    let lost = kernel.lost().unwrap_or_else(|err| {
+        late.push(err);
+        0
+    });
     let mut meta = Meta {
         target: description,
         frequency_hz: settings.frequency_hz.unwrap_or(0),
@@ -143,15 +150,15 @@ pub async fn run<M: Mode>(mode: M, settings: Settings) -> Result<()> {
         duration_ns: start.instant.elapsed().as_nanos() as u64,
         call_graph: settings.call_graph.name().into(),
         stack_copy_kib: settings.stack_copy_kib,
-        lost_samples: kernel.lost()? + intake.discarded(),
+        lost_samples: lost + intake.discarded(),
         unwind: session.walker.stats().summary(),
         ..Meta::default()
     };
-    session.mode.finish(&kernel, &mut session.aggregate, end_ns, &mut meta)?;
+    late.extend(session.mode.finish(&kernel, &mut session.aggregate, end_ns, &mut meta).err());
     let symbols = session.namer.finish(session.walker.address_spaces(), end_ns);
     let modules = session.walker.address_spaces().modules();
     let recording = session.aggregate.recording(&symbols, modules, start.monotonic_ns, meta);
-    output::write_all(files, &recording, &settings.render)?;
+    let written = output::write_all(files, &recording, &settings.render);
 
     if !settings.quiet {
         let missing_cfi = session.walker.stats().missing_cfi(modules);
@@ -165,10 +172,22 @@ pub async fn run<M: Mode>(mode: M, settings: Settings) -> Result<()> {
         }
     }
     session.warn(M::Kernel::RECORDS.noun());
+    for warning in kernel.warnings() {
+        eprintln!("profiler: warning: {warning}");
+    }
     // Detaching from the kernel waits for it: done last, once everything is written.
     drop(kernel);
     running.note_exit_status();
-    Ok(())
+    let mut errors = written.err().into_iter().chain(late);
+    match errors.next() {
+        Some(first) => {
+            for later in errors {
+                eprintln!("profiler: error: {later:#}");
+            }
+            Err(first)
+        }
+        None => Ok(()),
+    }
 }
 
 /// Everything between the ring and the recording: each record decoded, its stack walked and
