@@ -39,13 +39,15 @@ pub use crate::{
 #[cfg(feature = "testing")]
 pub mod stages {
     pub use crate::{
-        address_space::{AddressSpaces, Backing, ProcessView, Resolved, TaskEvent, Tracking, Want},
+        address_space::{
+            AddressSpaces, Backing, ElfFacts, Mappings, ProcessView, Resolved, TaskEvent, Tracking, Want,
+        },
         aggregate::Aggregate,
         frame::Frame,
-        kernel::task_events::TaskEventReader,
+        kernel::task_events::{self, TaskEventReader},
         render::folded,
-        symbolize::{Namer, PerfMaps, Symbolizer},
-        unwind::{MAX_FRAMES, StackSnapshot, Unwinder},
+        symbolize::{Namer, PerfMap, PerfMaps, PltStubs, Symbolizer},
+        unwind::{MAX_FRAMES, StackSnapshot, Unwinder, cfi::ModuleCfi},
         walk::{CallGraph, StackWalker, Walked},
     };
 }

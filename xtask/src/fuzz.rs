@@ -9,7 +9,8 @@ use crate::check;
 
 /// Seconds per target when `cargo xtask test` runs them.
 pub const BRIEF_SECONDS: u32 = 15;
-const TARGETS: [&str; 3] = ["decode_record", "unwind_stack", "raw_recording"];
+const TARGETS: [&str; 6] =
+    ["decode_record", "unwind_stack", "raw_recording", "elf_file", "proc_text", "task_event"];
 
 pub fn run(root: &Path, seconds: u32, targets: &[String]) -> Result<()> {
     let fuzz_dir = root.join("profiler/fuzz");

@@ -399,6 +399,28 @@ mod tests {
     }
 
     #[test]
+    fn a_child_that_exits_on_another_cpu_is_forgotten() {
+        // CPU 0's buffer, read first, holds the child's exit; CPU 1's holds its fork, earlier,
+        // and a mapping made after the drain's horizon.
+        let mut order = crate::kernel::task_events::TimeOrder::default();
+        order.extend([TaskEvent::Exit { pid: GHOST - 1, time_ns: 20 }]);
+        order.extend([
+            TaskEvent::Fork { parent: GHOST, child: GHOST - 1, time_ns: 10 },
+            TaskEvent::Map { pid: GHOST, time_ns: 40, mapping: library(0x7000, 1) },
+        ]);
+        let mut processes = Processes::new(Tracking { all: false, follow_forks: true });
+        ghost(&mut processes);
+        for event in order.take_until(30) {
+            processes.apply(event);
+        }
+        assert!(processes.by_tgid[&(GHOST - 1)].exited_at_ns.is_some(), "the fork came first, then the exit");
+        assert_eq!(order.take_until(u64::MAX).len(), 1, "the later mapping waits for the next drain");
+        let forgotten = processes.prune(21 + KEEP_NS);
+        assert_eq!(forgotten, [GHOST - 1]);
+        assert!(!processes.by_tgid.contains_key(&(GHOST - 1)), "no clone left for the pid's next owner");
+    }
+
+    #[test]
     fn newer_samples_reread_proc() {
         let pid = std::process::id();
         let mut processes = Processes::new(TRACK_ALL);

@@ -6,7 +6,12 @@
 //! dlclose'd between two drains of the ring, or a process that lives 20 ms: these records are
 //! written when the mapping is made.
 use anyhow::{Context as _, Result, anyhow};
-use perf_event::{Builder, Clock, SampleFlag, Sampler, data::Record, events::Software};
+use perf_event::{
+    Builder, Clock, SampleFlag, Sampler,
+    data::{Record, endian::Native, parse::Parser},
+    events::Software,
+};
+use perf_event_open_sys::bindings::perf_event_header;
 
 use crate::address_space::{Backing, Mapping, TaskEvent, backing_named};
 
@@ -19,6 +24,7 @@ const MISC_COMM_EXEC: u16 = 1 << 13;
 
 pub struct TaskEventReader {
     samplers: Vec<Sampler>,
+    config: ParseConfig,
     order: TimeOrder,
 }
 
@@ -51,21 +57,8 @@ impl TaskEventReader {
         let samplers = cpus
             .into_iter()
             .map(|cpu| {
-                let mut builder = Builder::new(Software::DUMMY);
-                builder
-                    .one_cpu(cpu as usize)
-                    .any_pid()
-                    // The kernel only emits mmap records while some event has `mmap` set;
-                    // `mmap2` alone just picks the record format.
-                    .mmap(true)
-                    .mmap2(true)
-                    .comm(true)
-                    .comm_exec(true)
-                    .task(true)
-                    .sample_id_all(true)
-                    .sample(SampleFlag::TIME)
-                    .clockid(Clock::MONOTONIC)
-                    .exclude_kernel(false);
+                let mut builder = builder();
+                builder.one_cpu(cpu as usize).any_pid();
                 let mut sampler = builder
                     .build()
                     .and_then(|counter| counter.sampled(RING_BYTES_PER_CPU))
@@ -74,19 +67,19 @@ impl TaskEventReader {
                 Ok(sampler)
             })
             .collect::<Result<_>>()?;
-        Ok(Self { samplers, order: TimeOrder::default() })
+        Ok(Self { samplers, config: parse_config(), order: TimeOrder::default() })
     }
 
     /// Reads at most [`MAX_EVENTS_PER_DRAIN`] pending events of each CPU, and hands those that
     /// happened up to `horizon_ns` to `handle`, in time order. Returns whether events may have
     /// been left unread.
     pub fn drain(&mut self, horizon_ns: u64, mut handle: impl FnMut(TaskEvent)) -> bool {
-        let Self { samplers, order } = self;
+        let Self { samplers, config, order } = self;
         let mut left = false;
         for sampler in samplers {
             let mut read = 0;
             while let Some(record) = sampler.next_record() {
-                order.extend(event_of(&record));
+                order.extend(decode(config, record.ty(), record.misc(), &record.to_contiguous()));
                 read += 1;
                 if read == MAX_EVENTS_PER_DRAIN {
                     left = true;
@@ -99,15 +92,45 @@ impl TaskEventReader {
     }
 }
 
-fn event_of(record: &perf_event::Record<'_>) -> Option<TaskEvent> {
-    let bytes = record.to_contiguous();
+/// The event that reports what task events need: mmap2, comm (with exec) and task records,
+/// each ending with its time on CLOCK_MONOTONIC like the samples (`sample_id_all`).
+fn builder() -> Builder<'static> {
+    let mut builder = Builder::new(Software::DUMMY);
+    builder
+        // The kernel only emits mmap records while some event has `mmap` set; `mmap2` alone
+        // just picks the record format.
+        .mmap(true)
+        .mmap2(true)
+        .comm(true)
+        .comm_exec(true)
+        .task(true)
+        .sample_id_all(true)
+        .sample(SampleFlag::TIME)
+        .clockid(Clock::MONOTONIC)
+        .exclude_kernel(false);
+    builder
+}
+
+/// How task-event records are laid out.
+pub type ParseConfig = perf_event::data::parse::ParseConfig<Native>;
+
+/// How the records of [`builder`]'s events are laid out, for [`decode`].
+pub fn parse_config() -> ParseConfig {
+    ParseConfig::from(*builder().attrs())
+}
+
+/// The task event a record reports, from its type, `misc` bits and bytes (what follows its
+/// header), laid out as `config` says. Never panics, whatever the bytes.
+pub fn decode(config: &ParseConfig, ty: u32, misc: u16, bytes: &[u8]) -> Option<TaskEvent> {
     // sample_id_all with TIME: every record ends with its u64 timestamp.
     let time_ns = bytes
         .len()
         .checked_sub(8)
         .map_or(0, |at| u64::from_ne_bytes(bytes[at..].try_into().expect("8 bytes")));
-    let exec = record.misc() & MISC_COMM_EXEC != 0;
-    task_event(record.parse_record().ok()?, time_ns, exec)
+    let size = u16::try_from(bytes.len() + size_of::<perf_event_header>()).ok()?;
+    let header = perf_event_header { type_: ty, misc, size };
+    let record = Record::parse_with_header(&mut Parser::new(bytes, config.clone()), header).ok()?;
+    task_event(record, time_ns, misc & MISC_COMM_EXEC != 0)
 }
 
 fn task_event(record: Record<'_>, time_ns: u64, exec: bool) -> Option<TaskEvent> {

@@ -24,8 +24,10 @@ use blazesym::{
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-pub use self::perf_map::PerfMaps;
-use self::plt::PltStubs;
+pub use self::{
+    perf_map::{PerfMap, PerfMaps},
+    plt::PltStubs,
+};
 use crate::{
     address_space::{AddressSpaces, Module, ModuleId, Modules, readable_path},
     frame::Frame,

@@ -33,8 +33,9 @@ struct Entry {
     name: String,
 }
 
+/// One process's perf map, as read so far.
 #[derive(Debug, Default)]
-struct PerfMap {
+pub struct PerfMap {
     /// Sorted by start.
     entries: Vec<Entry>,
     /// The file, once opened: read on from `read_bytes`.
@@ -52,6 +53,22 @@ impl PerfMap {
         (addr - entry.start < entry.size).then_some(entry)
     }
 
+    /// The JIT symbol at `addr`, if the map names one.
+    pub fn name(&self, addr: u64) -> Option<&str> {
+        Some(&self.find(addr)?.name)
+    }
+
+    /// Takes the next bytes of the file: its complete lines are parsed, the rest waits for what
+    /// follows.
+    pub fn append(&mut self, bytes: &[u8]) {
+        self.partial.extend_from_slice(bytes);
+        let complete = self.partial.iter().rposition(|&b| b == b'\n').map_or(0, |at| at + 1);
+        let lines: Vec<u8> = self.partial.drain(..complete).collect();
+        let mut entries = std::mem::take(&mut self.entries);
+        entries.extend(parse(&String::from_utf8_lossy(&lines)));
+        self.entries = sorted(entries);
+    }
+
     /// Reads what was appended since the last read (everything, if the file shrank: it was
     /// written anew).
     fn read_on(&mut self) {
@@ -66,12 +83,7 @@ impl PerfMap {
         let Ok(read) = file.read_at(&mut chunk, self.read_bytes) else { return };
         chunk.truncate(read);
         self.read_bytes += read as u64;
-        self.partial.extend_from_slice(&chunk);
-        let complete = self.partial.iter().rposition(|&b| b == b'\n').map_or(0, |at| at + 1);
-        let lines: Vec<u8> = self.partial.drain(..complete).collect();
-        let mut entries = std::mem::take(&mut self.entries);
-        entries.extend(parse(&String::from_utf8_lossy(&lines)));
-        self.entries = sorted(entries);
+        self.append(&chunk);
     }
 }
 
@@ -103,7 +115,7 @@ impl PerfMaps {
 
     /// The JIT symbol at `addr` in process `tgid`, if its perf map names one.
     pub fn name(&self, tgid: u32, addr: u64) -> Option<&str> {
-        Some(&self.by_tgid.get(&tgid)?.find(addr)?.name)
+        self.by_tgid.get(&tgid)?.name(addr)
     }
 
     /// Forgets the map of a process gone.

@@ -1,7 +1,8 @@
 // A tiny "JIT": copies a busy loop into anonymous executable memory, describes it in
-// /tmp/perf-PID.map as a JIT runtime would, and runs it.
+// /tmp/perf-PID.map as a JIT runtime would, and runs it. With --no-map it writes no map but
+// prints "ADDRESS SIZE" of its code (hex) on a line, for a test to plant a map of its own.
 //
-// usage: jit [SECONDS]   (0 or absent: until killed)
+// usage: jit [SECONDS] [--no-map]   (0 or absent: until killed)
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,7 @@ static double now(void) {
 
 int main(int argc, char **argv) {
     double seconds = argc > 1 ? atof(argv[1]) : 0;
+    int no_map = argc > 2 && strcmp(argv[2], "--no-map") == 0;
     unsigned char *mem = mmap(NULL, 4096, PROT_READ | PROT_WRITE | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (mem == MAP_FAILED) return 1;
     // Somewhere inside the page, as JIT code would be.
@@ -27,12 +29,17 @@ int main(int argc, char **argv) {
     memcpy(fn, code, sizeof code);
     char path[64];
     snprintf(path, sizeof path, "/tmp/perf-%d.map", getpid());
-    FILE *map = fopen(path, "w");
-    if (!map) return 1;
-    fprintf(map, "%lx %zx jit_spin\n", (unsigned long)fn, sizeof code);
-    fclose(map);
+    if (no_map) {
+        printf("%lx %zx\n", (unsigned long)fn, sizeof code);
+        fflush(stdout);
+    } else {
+        FILE *map = fopen(path, "w");
+        if (!map) return 1;
+        fprintf(map, "%lx %zx jit_spin\n", (unsigned long)fn, sizeof code);
+        fclose(map);
+    }
     double stop = now() + seconds;
     while (seconds <= 0 || now() < stop) ((void (*)(void))fn)();
-    unlink(path);
+    if (!no_map) unlink(path);
     return 0;
 }

@@ -1,0 +1,389 @@
+//! End to end, as root: targets that try to hang, crash or fool the profiler through what they
+//! control. Perf maps that are FIFOs, devices, other users' files or links to root's secrets; a
+//! container whose paths and debug links point at the host; a library truncated under the
+//! profiler; more libraries than the soft limit on open files; and a fork storm larger than the
+//! kernel's table of followed processes. Each recording must end on time with its outputs, show
+//! none of the planted names, and say what it refused.
+mod common;
+
+use std::{
+    io::{BufRead as _, BufReader},
+    os::unix::fs::{PermissionsExt as _, symlink},
+    path::{Path, PathBuf},
+    process::{Command, Output, Stdio},
+    time::{Duration, Instant},
+};
+
+use common::*;
+
+/// An unprivileged user: nobody.
+const NOBODY: u32 = 65534;
+
+/// The longest a two-second recording may take to end, outputs written.
+const ENDS_WITHIN: Duration = Duration::from_secs(30);
+
+/// Runs the profiler, killing it (and failing) if it has not ended within [`ENDS_WITHIN`].
+fn run_bounded(args: &[&str]) -> Output {
+    let child = profiler().args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let pid = child.id();
+    let started = Instant::now();
+    let watchdog = std::thread::spawn(move || {
+        while started.elapsed() < ENDS_WITHIN {
+            std::thread::sleep(Duration::from_millis(100));
+            // The profiler is gone once its /proc entry is (it is reaped by wait_with_output).
+            if !Path::new(&format!("/proc/{pid}")).exists() {
+                return false;
+            }
+        }
+        // SAFETY: kill has no memory preconditions.
+        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+        true
+    });
+    let output = child.wait_with_output().unwrap();
+    let killed = watchdog.join().unwrap();
+    eprintln!("profiler {args:?}: {}\n{}", output.status, String::from_utf8_lossy(&output.stderr));
+    assert!(!killed, "the profiler did not end within {ENDS_WITHIN:?} and was killed");
+    output
+}
+
+/// The JIT workload run as nobody, writing no perf map of its own: its pid and the address and
+/// size of its code.
+fn unprivileged_jit() -> (KillOnDrop, String) {
+    let jit = build_workload("jit.c", "jit", "gcc", &["-O2"]);
+    let mut child = Command::new("setpriv")
+        .args(["--reuid", &NOBODY.to_string(), "--regid", &NOBODY.to_string(), "--clear-groups"])
+        .arg(&jit)
+        .args(["20", "--no-map"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    (KillOnDrop(child), line.trim().to_owned())
+}
+
+/// Records the JIT workload for two seconds with `plant` put at its perf map's path first:
+/// `forbidden` must not appear, and one warning must say the map was not read.
+fn record_with_perf_map(name: &str, plant: impl FnOnce(&Path, &str), forbidden: &str) {
+    if !e2e_enabled() {
+        return;
+    }
+    let dir = scratch_dir(name);
+    let (workload, code) = unprivileged_jit();
+    let map = PathBuf::from(format!("/tmp/perf-{}.map", workload.pid()));
+    let _ = std::fs::remove_file(&map);
+    plant(&map, &code);
+    let out = dir.join("out.folded");
+    let pid = workload.pid().to_string();
+    let run = run_bounded(&["record", "-p", &pid, "-F", "999", "-d", "2", "-o", out.to_str().unwrap()]);
+    let _ = std::fs::remove_file(&map);
+    assert!(run.status.success());
+    let folded = std::fs::read_to_string(&out).expect("the output was written");
+    assert!(folded.contains("[unknown]"), "the JIT code was sampled:\n{folded}");
+    assert!(!folded.contains(forbidden), "{forbidden} named a frame:\n{folded}");
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    let warnings = stderr.lines().filter(|line| line.contains(&format!("perf map of PID {pid}"))).count();
+    assert_eq!(warnings, 1, "one warning:\n{stderr}");
+}
+
+/// A perf map line naming the workload's code.
+fn map_line(code: &str, name: &str) -> String {
+    format!("{code} {name}\n")
+}
+
+#[test]
+fn perf_map_that_is_a_fifo() {
+    record_with_perf_map(
+        "perf-map-fifo",
+        |map, _| {
+            rustix::fs::mknodat(
+                rustix::fs::CWD,
+                map,
+                rustix::fs::FileType::Fifo,
+                rustix::fs::Mode::from_raw_mode(0o644),
+                0,
+            )
+            .unwrap();
+            std::os::unix::fs::chown(map, Some(NOBODY), Some(NOBODY)).unwrap();
+        },
+        "jit_spin",
+    );
+}
+
+#[test]
+fn perf_map_linked_to_dev_zero() {
+    record_with_perf_map("perf-map-zero", |map, _| symlink("/dev/zero", map).unwrap(), "jit_spin");
+}
+
+#[test]
+fn perf_map_linked_to_a_file_only_root_reads() {
+    let secret = PathBuf::from(format!("/tmp/profiler-secret-{}", std::process::id()));
+    record_with_perf_map(
+        "perf-map-secret",
+        |map, code| {
+            std::fs::write(&secret, map_line(code, "leaked_root_secret")).unwrap();
+            std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+            symlink(&secret, map).unwrap();
+        },
+        "leaked_root_secret",
+    );
+    let _ = std::fs::remove_file(&secret);
+}
+
+#[test]
+fn perf_map_owned_by_another_user() {
+    record_with_perf_map(
+        "perf-map-other-user",
+        |map, code| {
+            std::fs::write(map, map_line(code, "spoofed_by_daemon")).unwrap();
+            std::os::unix::fs::chown(map, Some(1), Some(1)).unwrap();
+        },
+        "spoofed_by_daemon",
+    );
+}
+
+/// Builds `libwork.so` into `dir` with `inner` as the name of its hot function.
+fn libwork(dir: &Path, inner: &str) -> PathBuf {
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/container_lib.c");
+    let out = dir.join("libwork.so");
+    let status = Command::new("gcc")
+        .args(["-O2", "-g", "-shared", "-fPIC", &format!("-DINNER={inner}"), "-o"])
+        .arg(&out)
+        .arg(source)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    out
+}
+
+fn run(program: &str, args: &[&std::ffi::OsStr]) {
+    let status = Command::new(program).args(args).status().unwrap();
+    assert!(status.success(), "{program} {args:?}");
+}
+
+/// Strips `lib` of its debug information and gives it a `.gnu_debuglink` naming `link` with
+/// `crc` as the CRC of the debug file it asks for.
+fn strip_with_link(lib: &Path, link: &str, crc: u32) {
+    run("objcopy", &["--strip-debug".as_ref(), lib.as_os_str()]);
+    let mut section = link.as_bytes().to_vec();
+    section.push(0);
+    section.resize(section.len().next_multiple_of(4), 0);
+    section.extend_from_slice(&crc.to_le_bytes());
+    let content = lib.with_extension("link");
+    std::fs::write(&content, section).unwrap();
+    run(
+        "objcopy",
+        &[format!("--add-section=.gnu_debuglink={}", content.display()).as_ref(), lib.as_os_str()],
+    );
+}
+
+fn crc32(bytes: &[u8]) -> u32 {
+    let mut crc = flate2::Crc::new();
+    crc.update(bytes);
+    crc.sum()
+}
+
+/// A container: its own mount namespace, rooted (chroot) in a tree the test builds. Its program
+/// uses `libwork.so` through an absolute symlink to `/tmp/profiler-host-N/libwork.so`; on the
+/// host that path holds a library of the same code with another name for its hot function, and
+/// its debug file sits wherever a debug link could lead a reader that resolves paths on the
+/// host. The container's library is stripped, with a debug link whose CRC is that of the host's
+/// debug file: a plain name, a `..` path, an absolute path. Only the container's own names may
+/// appear.
+#[test]
+fn a_container_cannot_point_the_profiler_at_host_files() {
+    if !e2e_enabled() {
+        return;
+    }
+    let dir = scratch_dir("container");
+    let host = tempfile::Builder::new().prefix("profiler-host-").tempdir_in("/tmp").unwrap();
+    let host_debug = host.path().join("libwork.debug");
+    let host_lib = libwork(host.path(), "inner_on_host");
+    run("objcopy", &["--only-keep-debug".as_ref(), host_lib.as_os_str(), host_debug.as_os_str()]);
+    let crc = crc32(&std::fs::read(&host_debug).unwrap());
+    // Where the tree's own files are seen from the host, under the debug directory too.
+    let tree = dir.join("root");
+    let inside = tree.join(host.path().strip_prefix("/").unwrap());
+    let under_debug_dir = Path::new("/usr/lib/debug").join(inside.strip_prefix("/").unwrap());
+    std::fs::create_dir_all(&under_debug_dir).unwrap();
+    std::fs::copy(&host_debug, under_debug_dir.join("libwork.debug")).unwrap();
+    std::fs::create_dir_all(&inside).unwrap();
+    std::fs::create_dir_all(tree.join("opt/lib")).unwrap();
+    symlink(host.path().join("libwork.so"), tree.join("opt/lib/libwork.so")).unwrap();
+    for system in ["/lib64/ld-linux-x86-64.so.2", "/lib/x86_64-linux-gnu/libc.so.6"] {
+        let copy = tree.join(system.trim_start_matches('/'));
+        std::fs::create_dir_all(copy.parent().unwrap()).unwrap();
+        std::fs::copy(Path::new(system).canonicalize().unwrap(), copy).unwrap();
+    }
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/container_app.c");
+    let status = Command::new("gcc")
+        .args(["-O2", "-o"])
+        .arg(tree.join("app"))
+        .arg(source)
+        .arg(&host_lib)
+        .arg("-Wl,-rpath,/opt/lib")
+        .status()
+        .unwrap();
+    assert!(status.success());
+
+    let escaping = format!("../..{}", host_debug.display());
+    for link in ["libwork.debug", &escaping, host_debug.to_str().unwrap()] {
+        let lib = libwork(&inside, "inner_in_container");
+        strip_with_link(&lib, link, crc);
+        let out = dir.join("out.folded");
+        let tree_arg = tree.to_str().unwrap();
+        let argv =
+            ["record", "-F", "999", "-o", out.to_str().unwrap(), "--", "unshare", "-m", "chroot", tree_arg];
+        let recorded = run_bounded(&[&argv[..], &["/app", "2"]].concat());
+        assert!(recorded.status.success());
+        let folded = std::fs::read_to_string(&out).unwrap();
+        let in_container = Folded::parse(&folded).leaf_samples("inner_in_container", &[]).0;
+        assert!(in_container > 100, "{link}: the container's own names:\n{folded}");
+        assert!(!folded.contains("inner_on_host"), "{link}: a host file named frames:\n{folded}");
+    }
+    std::fs::remove_dir_all(Path::new("/usr/lib/debug").join(dir.strip_prefix("/").unwrap())).unwrap();
+}
+
+/// A library the target can write, mapped and executed, truncated while profiled past its code:
+/// a profiler that maps it and reads its symbols dies of SIGBUS.
+#[test]
+fn a_target_truncating_its_own_library() {
+    if !e2e_enabled() {
+        return;
+    }
+    let dir = scratch_dir("truncate");
+    let source = dir.join("functions.c");
+    let functions: String = (0..64)
+        .map(|i| {
+            format!(
+                "__attribute__((noinline)) void fn_{i:02}(unsigned long n) {{ volatile unsigned long x = {i}; \
+                 for (unsigned long j = 0; j < n; j++) x = x * 3 + j; }}\n"
+            )
+        })
+        .collect();
+    std::fs::write(&source, functions).unwrap();
+    let library = dir.join("libfunctions.so");
+    let status = Command::new("gcc")
+        .args(["-O2", "-g", "-shared", "-fPIC", "-o"])
+        .arg(&library)
+        .arg(&source)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    // Anyone may write it: the target's, as far as the profiler is concerned.
+    std::fs::set_permissions(&library, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let keep = code_end(&library);
+    let workload = build_workload("truncate.c", "truncate", "gcc", &["-O2", "-ldl"]);
+    let out = dir.join("out.folded");
+    let recorded = run_bounded(&[
+        "record",
+        "-F",
+        "999",
+        "-o",
+        out.to_str().unwrap(),
+        "--",
+        workload.to_str().unwrap(),
+        library.to_str().unwrap(),
+        &keep.to_string(),
+    ]);
+    assert!(recorded.status.success(), "the profiler survived");
+    assert_eq!(std::fs::metadata(&library).unwrap().len(), keep, "the library was truncated");
+    let folded = Folded::read(&out);
+    let after: u64 = (32..64).map(|i| folded.leaf_samples(&format!("fn_{i:02}"), &[]).0).sum();
+    assert!(after > 100, "the functions run after the truncation are named: {after} samples");
+}
+
+/// The end of a library's executable segment in its file, rounded up to a page.
+fn code_end(library: &Path) -> u64 {
+    use object::{Object as _, ObjectSegment as _, SegmentFlags};
+    let data = std::fs::read(library).unwrap();
+    let elf = object::File::parse(&*data).unwrap();
+    let code = elf
+        .segments()
+        .find(|s| matches!(s.flags(), SegmentFlags::Elf { p_flags } if p_flags & object::elf::PF_X != 0))
+        .unwrap();
+    let (offset, size) = code.file_range();
+    (offset + size).next_multiple_of(4096)
+}
+
+/// 300 distinct libraries (copies of one, each with a build id of its own) in a process, the
+/// profiler started with a soft limit of 64 open files: it raises the limit, and every library's
+/// frames are named.
+#[test]
+fn more_libraries_than_the_soft_limit_on_open_files() {
+    if !e2e_enabled() {
+        return;
+    }
+    let dir = scratch_dir("many-libs");
+    let plugin = std::fs::read(build_plugin(&dir)).unwrap();
+    let libraries: Vec<PathBuf> = (0..300u32)
+        .map(|i| {
+            let copy = dir.join(format!("libplugin-{i}.so"));
+            std::fs::write(&copy, with_build_id(&plugin, i)).unwrap();
+            copy
+        })
+        .collect();
+    let workload = build_workload("many_libs.c", "many_libs", "gcc", &["-O2", "-ldl"]);
+    let out = dir.join("out.folded");
+    let mut argv = vec!["--nofile=64:20000", "--", env!("CARGO_BIN_EXE_profiler")];
+    argv.extend(["record", "-F", "999", "-o", out.to_str().unwrap(), "--", workload.to_str().unwrap(), "4"]);
+    argv.extend(libraries.iter().map(|l| l.to_str().unwrap()));
+    let recorded = Command::new("prlimit").args(&argv).output().unwrap();
+    let stderr = String::from_utf8_lossy(&recorded.stderr);
+    eprintln!("{stderr}");
+    assert!(recorded.status.success());
+    assert!(!stderr.contains("too many open files"), "{stderr}");
+    let folded = Folded::read(&out);
+    let unnamed: Vec<&String> =
+        folded.stacks.iter().flat_map(|(frames, _)| frames).filter(|f| f.starts_with("libplugin-")).collect();
+    assert!(unnamed.is_empty(), "frames named by address: {unnamed:?}");
+    assert!(folded.leaf_samples("plugin_spin", &[]).0 > 1000);
+}
+
+/// plugin.c, built into `dir`.
+fn build_plugin(dir: &Path) -> PathBuf {
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/plugin.c");
+    let out = dir.join("libplugin.so");
+    let status = Command::new("gcc")
+        .args(["-O2", "-g", "-shared", "-fPIC", "-o"])
+        .arg(&out)
+        .arg(source)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    out
+}
+
+/// An ELF image whose GNU build id is made from `seed`.
+fn with_build_id(image: &[u8], seed: u32) -> Vec<u8> {
+    use object::{Object as _, ObjectSection as _};
+    let elf = object::File::parse(image).unwrap();
+    let note = elf.section_by_name(".note.gnu.build-id").unwrap();
+    let (offset, size) = note.file_range().unwrap();
+    let mut patched = image.to_vec();
+    // The note's descriptor (the id itself) ends the section: its last 4 bytes become the seed.
+    let end = (offset + size) as usize;
+    patched[end - 4..end].copy_from_slice(&seed.to_le_bytes());
+    patched
+}
+
+/// A process forking more children than the kernel's table of followed processes holds, one
+/// after another, each exiting at once: exited ones leave the table, so the last child, which
+/// does the work, is still followed.
+#[test]
+fn a_fork_storm_larger_than_the_table_of_followed_processes() {
+    if !e2e_enabled() {
+        return;
+    }
+    let dir = scratch_dir("fork-storm");
+    let workload = build_workload("forks.c", "forks", "gcc", &["-O2"]);
+    let out = dir.join("out.folded");
+    let workload = workload.to_str().unwrap();
+    let recorded =
+        run_bounded(&["record", "-F", "999", "-o", out.to_str().unwrap(), "--", workload, "9000", "1"]);
+    assert!(recorded.status.success());
+    let stderr = String::from_utf8_lossy(&recorded.stderr);
+    assert!(!stderr.contains("were not followed"), "{stderr}");
+    let folded = Folded::read(&out);
+    assert!(folded.leaf_samples("last_child_work", &[]).0 > 300, "the last child is sampled");
+}
