@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 
 use indexmap::IndexSet;
-use rustc_hash::{FxBuildHasher, FxHashMap, FxHashSet};
+use rustc_hash::{FxBuildHasher, FxHashMap};
 
 use crate::{
     address_space::{ModuleId, Modules},
@@ -38,16 +38,31 @@ pub struct Weighted {
     pub weight: u64,
 }
 
+/// What the outputs need of each sample, beyond its stack and command name.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Detail {
+    /// Its time (and so each sample on its own).
+    pub time: bool,
+    pub process: bool,
+    pub thread: bool,
+}
+
+impl Detail {
+    pub const ALL: Self = Self { time: true, process: true, thread: true };
+}
+
 /// The samples of a recording. Identical stacks and names are stored once. When no output needs
-/// each sample's time, samples are counted by (stack, command, process, thread), so memory grows
-/// with what differs, not with the length of the recording; otherwise each is kept (32 bytes).
+/// each sample's time, samples are counted by what the outputs need (stack and command, and the
+/// process or thread when they need those), so memory grows with what differs, not with the
+/// length of the recording or the processes and threads that came and went; otherwise each is
+/// kept (32 bytes).
 #[derive(Debug, Default)]
 pub struct Aggregate {
     /// FxHash: every sample hashes its whole stack here, up to 1024 frames.
     stacks: IndexSet<Box<[Frame]>, FxBuildHasher>,
     comms: IndexSet<String, FxBuildHasher>,
     samples: Samples,
-    tgids: FxHashSet<u32>,
+    detail: Detail,
     total_weight: u64,
     /// Stacks whose frames [`Self::new_frames`] has handed out (stacks are numbered in order).
     stacks_handed_out: usize,
@@ -68,11 +83,11 @@ impl Default for Samples {
 }
 
 impl Aggregate {
-    /// An aggregate that keeps each sample (`each_sample`), or counts them.
-    pub fn new(each_sample: bool) -> Self {
+    /// An aggregate that keeps what `detail` says of each sample.
+    pub fn new(detail: Detail) -> Self {
         let samples =
-            if each_sample { Samples::Each(Vec::new()) } else { Samples::Counted(FxHashMap::default()) };
-        Self { samples, ..Self::default() }
+            if detail.time { Samples::Each(Vec::new()) } else { Samples::Counted(FxHashMap::default()) };
+        Self { samples, detail, ..Self::default() }
     }
 
     /// The site of a record of thread `tid` of process `tgid` at `time_ns`, its stack walked.
@@ -83,13 +98,13 @@ impl Aggregate {
 
     /// Adds a sample.
     pub fn push(&mut self, site: Site, weight: u64) {
-        self.tgids.insert(site.tgid);
         self.total_weight += weight;
         match &mut self.samples {
             Samples::Each(samples) => samples.push(Weighted { site, weight }),
             Samples::Counted(counts) => {
-                let count =
-                    counts.entry((site.stack, site.comm, site.tgid, site.tid)).or_insert((site.time_ns, 0));
+                let tgid = if self.detail.process { site.tgid } else { 0 };
+                let tid = if self.detail.thread { site.tid } else { 0 };
+                let count = counts.entry((site.stack, site.comm, tgid, tid)).or_insert((site.time_ns, 0));
                 count.1 += weight;
             }
         }
@@ -129,11 +144,6 @@ impl Aggregate {
 
     pub fn comm(&self, id: CommId) -> &str {
         &self.comms[id.0 as usize]
-    }
-
-    /// Number of distinct processes sampled.
-    pub fn process_count(&self) -> usize {
-        self.tgids.len()
     }
 
     /// Every distinct frame of the stacks added since the last call, each once: the frames to
@@ -257,7 +267,6 @@ mod tests {
             .map(|s| (aggregate.comm(s.site.comm), aggregate.stack(s.site.stack)))
             .collect();
         assert_eq!(described, [("app", &a[..]), ("app", &a[..]), ("app", &b[..]), ("other", &a[..])]);
-        assert_eq!(aggregate.process_count(), 2);
         assert_eq!(aggregate.new_frames(), [Frame::Anonymous { tgid: 7, addr: 3 }], "only the new stack's");
         assert!(aggregate.new_frames().is_empty());
         assert_eq!(
@@ -280,7 +289,6 @@ mod tests {
         let comm = aggregate.intern_comm("app");
         aggregate.push(Site { time_ns: 5, tgid: 3, tid: 3, comm, stack }, 4096);
         assert_eq!(aggregate.samples().next().unwrap().weight, 4096);
-        assert_eq!(aggregate.process_count(), 1);
     }
 
     #[test]
@@ -307,7 +315,7 @@ mod tests {
 
     #[test]
     fn counted_samples_sum_their_weights() {
-        let mut aggregate = Aggregate::new(false);
+        let mut aggregate = Aggregate::new(Detail { thread: true, ..Detail::default() });
         let (a, b) = ([Frame::Kernel(1)], [Frame::Kernel(2)]);
         for (time_ns, tid, frames) in [(10, 1, &a), (20, 1, &a), (30, 2, &a), (40, 1, &b), (50, 1, &a)] {
             add(&mut aggregate, time_ns, 7, tid, "app", frames);
@@ -316,6 +324,7 @@ mod tests {
             aggregate.samples().map(|s| (s.site.time_ns, s.site.tid, s.weight)).collect();
         samples.sort_unstable();
         assert_eq!(samples, [(10, 1, 3), (30, 2, 1), (40, 1, 1)], "by stack and thread, from the first time");
+        assert!(aggregate.samples().all(|s| s.site.tgid == 0), "no process: no output needs it");
         assert_eq!(aggregate.total_weight(), 5);
         let recording = aggregate.recording(&Symbols::default(), &Modules::default(), 0, Meta::default());
         assert_eq!(recording.total_weight(), 5);

@@ -14,8 +14,9 @@ use anyhow::{Context as _, Result, bail};
 use tempfile::NamedTempFile;
 
 use crate::{
+    aggregate::Detail,
     model::Recording,
-    render::{self, Format, RenderOptions},
+    render::{self, Format, Grouping, RenderOptions},
 };
 
 /// The outputs asked for, each with its format.
@@ -38,9 +39,20 @@ impl Outputs {
         &self.0
     }
 
-    /// Whether an output keeps each sample's time (a raw recording, speedscope's timelines).
-    pub fn need_times(&self) -> bool {
-        self.0.iter().any(|(_, format)| matches!(format, Format::Raw | Format::Speedscope))
+    /// What the outputs need of each sample: its time (a raw recording, speedscope's
+    /// timelines), its process and thread (pprof's labels, flame graphs rooted per process or
+    /// thread).
+    pub fn detail(&self, grouping: Grouping) -> Detail {
+        let any = |wanted: &[Format]| self.0.iter().any(|(_, format)| wanted.contains(format));
+        if any(&[Format::Raw, Format::Speedscope]) {
+            return Detail::ALL;
+        }
+        let grouped = any(&[Format::Svg, Format::Folded]);
+        Detail {
+            time: false,
+            process: any(&[Format::Pprof]) || (grouped && grouping == Grouping::Process),
+            thread: any(&[Format::Pprof]) || (grouped && grouping == Grouping::Thread),
+        }
     }
 
     /// Creates every output file up front, so that a bad path fails before any work.
@@ -358,5 +370,20 @@ mod tests {
         .unwrap();
         let err = OutputFile::create(&fifo).unwrap().commit(|w| w.write_all(b"lost")).unwrap_err();
         assert!(format!("{err:#}").contains("no reader came"), "{err:#}");
+    }
+
+    #[test]
+    fn outputs_say_what_they_need_of_each_sample() {
+        let detail = |paths: &[&str], grouping| {
+            let paths: Vec<PathBuf> = paths.iter().map(PathBuf::from).collect();
+            Outputs::resolve(&paths, None, Format::Folded).unwrap().detail(grouping)
+        };
+        let nothing = Detail::default();
+        assert_eq!(detail(&["a.svg", "a.folded"], Grouping::Command), nothing);
+        assert_eq!(detail(&["a.svg"], Grouping::Process), Detail { process: true, ..nothing });
+        assert_eq!(detail(&["a.folded"], Grouping::Thread), Detail { thread: true, ..nothing });
+        assert_eq!(detail(&["a.pb.gz"], Grouping::Command), Detail { process: true, thread: true, ..nothing });
+        assert_eq!(detail(&["a.svg", "a.prof"], Grouping::Command), Detail::ALL);
+        assert_eq!(detail(&["a.json"], Grouping::Command), Detail::ALL);
     }
 }

@@ -40,6 +40,10 @@ enum Task {
         /// One repetition, shorter runs.
         #[arg(long)]
         quick: bool,
+        /// Only these sections, rewritten in place in BENCHMARKS.md: compare, kernel, leaks,
+        /// long-run, stages (repeatable; all when absent).
+        #[arg(long, value_name = "SECTION", value_parser = clap::builder::PossibleValuesParser::new(bench::SECTIONS))]
+        only: Vec<String>,
     },
     /// Run the fuzz targets (cargo-fuzz, nightly) for a while each.
     Fuzz {
@@ -77,12 +81,12 @@ fn run(task: Task) -> Result<()> {
         }
         Task::Test { args } => test(&root, &args),
         Task::Fuzz { seconds, targets } => fuzz::run(&root, seconds, &targets),
-        Task::Bench { quick } => {
+        Task::Bench { quick, only } => {
             if !is_root() {
                 bail!("benchmarks load eBPF programs and set kernel.bpf_stats_enabled: run as root");
             }
             setup::ensure_bench_tools(&root)?;
-            bench::run(&root, &bench::Options { quick })
+            bench::run(&root, &bench::Options { quick, only })
         }
     }
 }
@@ -119,6 +123,8 @@ fn run_profiler(root: &Path, args: Vec<OsString>) -> Result<()> {
 fn test(root: &Path, args: &[OsString]) -> Result<()> {
     cargo(root, &["fmt", "--all", "--check"])?;
     cargo(root, &["clippy", "--release", "--all-targets", "--", "-D", "warnings"])?;
+    // The binary alone, without the `testing` feature the tests turn on.
+    cargo(root, &["clippy", "--release", "--package", "profiler", "--", "-D", "warnings"])?;
     setup::clippy_ebpf(root)?;
     let mut command = Command::new("cargo");
     command.current_dir(root).args(["test", "--release"]);

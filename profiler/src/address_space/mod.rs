@@ -85,6 +85,11 @@ impl AddressSpaces {
         self.processes.get(tgid).map(Process::identity)
     }
 
+    /// How many processes samples came from.
+    pub fn sampled_processes(&self) -> u64 {
+        self.processes.sampled()
+    }
+
     /// Task events the kernel dropped (lookups then fall back to reading `/proc`).
     pub fn lost_events(&self) -> u64 {
         self.processes.lost_events()

@@ -40,6 +40,8 @@ pub struct Process {
     /// `/proc/PID` is gone: no more reads.
     gone: bool,
     exited_at_ns: Option<u64>,
+    /// A sample came from it.
+    sampled: bool,
 }
 
 /// What a process is, beyond its address space, for reading what it controls.
@@ -96,6 +98,7 @@ impl Process {
             history: Vec::new(),
             read_at_ns,
             exited_at_ns: None,
+            sampled: false,
         }
     }
 
@@ -111,6 +114,7 @@ impl Process {
             read_at_ns: 0,
             gone: true,
             exited_at_ns: None,
+            sampled: false,
         }
     }
 
@@ -187,6 +191,23 @@ impl Process {
         }
     }
 
+    /// The child `tgid` forks from this process: the same mappings, but none of the history,
+    /// which only samples taken before the fork could need (a parent that maps and unmaps
+    /// libraries all day would otherwise hand its whole past to every child).
+    fn forked(&self, tgid: u32) -> Self {
+        Self {
+            tgid,
+            comm: self.comm.clone(),
+            identity: self.identity.clone(),
+            space: self.space.clone(),
+            history: Vec::new(),
+            read_at_ns: self.read_at_ns,
+            gone: self.gone,
+            exited_at_ns: None,
+            sampled: false,
+        }
+    }
+
     fn forget_before(&mut self, time_ns: u64) {
         self.history.retain(|past| past.until_ns >= time_ns);
     }
@@ -212,11 +233,13 @@ pub struct Processes {
     tracking: Tracking,
     by_tgid: HashMap<u32, Process>,
     lost_events: u64,
+    /// Processes samples came from, counted once each (a pid used again is another process).
+    sampled: u64,
 }
 
 impl Processes {
     pub fn new(tracking: Tracking) -> Self {
-        Self { tracking, by_tgid: HashMap::new(), lost_events: 0 }
+        Self { tracking, by_tgid: HashMap::new(), lost_events: 0, sampled: 0 }
     }
 
     /// Starts following a process, from its current `/proc` state.
@@ -233,6 +256,10 @@ impl Processes {
     /// The process a sample came from, loading it from /proc on first sight.
     pub fn observe(&mut self, tgid: u32, tid: u32, thread_comm: &str) -> &mut Process {
         let process = self.by_tgid.entry(tgid).or_insert_with(|| Process::load(tgid, thread_comm));
+        if !process.sampled {
+            process.sampled = true;
+            self.sampled += 1;
+        }
         // The main thread's name is the process's.
         if tid == tgid && process.comm != thread_comm {
             process.comm = thread_comm.to_owned();
@@ -264,8 +291,7 @@ impl Processes {
                     && !self.by_tgid.contains_key(&child)
                     && let Some(parent) = self.by_tgid.get(&parent)
                 {
-                    let child_process = Process { tgid: child, exited_at_ns: None, ..parent.clone() };
-                    self.by_tgid.insert(child, child_process);
+                    self.by_tgid.insert(child, parent.forked(child));
                 }
             }
             TaskEvent::Exit { pid, time_ns } => {
@@ -293,6 +319,11 @@ impl Processes {
             process.forget_before(horizon);
         }
         forgotten
+    }
+
+    /// How many processes samples came from.
+    pub fn sampled(&self) -> u64 {
+        self.sampled
     }
 
     /// A process followed now.

@@ -9,7 +9,7 @@ use crate::{
     kernel::sampler::{Sampler, SamplerConfig},
     model::{Meta, Weight},
     render::{RenderOptions, summary::Summary},
-    session::{self, End, Mode, Settings, Target},
+    session::{self, End, Mode, Progress, Settings, Target},
     walk::CallGraph,
 };
 
@@ -54,11 +54,11 @@ impl Mode for CpuProfile {
         aggregate.push(site, 1);
     }
 
-    fn status(&self, sampler: &Sampler, aggregate: &Aggregate) -> String {
+    fn status(&self, sampler: &Sampler, progress: &Progress) -> String {
         let lost = sampler.count(Counter::Lost).unwrap_or(0);
-        let processes = aggregate.process_count();
+        let processes = progress.processes;
         let plural = if processes == 1 { "" } else { "es" };
-        format!("{} samples · {lost} lost · {processes} process{plural}", aggregate.total_weight())
+        format!("{} samples · {lost} lost · {processes} process{plural}", progress.weight)
     }
 
     fn finish(&mut self, _: &Sampler, _: &mut Aggregate, _: u64, meta: &mut Meta) -> Result<()> {
@@ -71,6 +71,7 @@ impl Mode for CpuProfile {
         let summary = Summary {
             recording: end.recording,
             missing_cfi: &end.missing_cfi,
+            processes: end.progress.processes,
             kernel_us_per_run: run_stats.map(|s| s.time.as_secs_f64() * 1e6 / s.runs as f64),
             outputs: end.outputs,
         };

@@ -12,6 +12,8 @@ pub struct Summary<'a> {
     pub recording: &'a Recording,
     /// Modules where DWARF unwinding stopped for lack of CFI, with sample counts.
     pub missing_cfi: &'a [(String, u64)],
+    /// Processes samples came from (the recording may not keep each sample's process).
+    pub processes: u64,
     /// Mean in-kernel time of the sample program, when the kernel measures it.
     pub kernel_us_per_run: Option<f64>,
     pub outputs: &'a [(PathBuf, Format)],
@@ -26,7 +28,7 @@ impl Summary<'_> {
         let recording = self.recording;
         let meta = &recording.meta;
         let samples = recording.sample_count();
-        let processes = recording.process_count();
+        let processes = self.processes;
         let plural = if processes == 1 { "" } else { "es" };
         let mut text = format!(
             "profiler: {samples} samples ({} lost) from {processes} process{plural} in {:.1} s at {} Hz\n",
@@ -99,6 +101,7 @@ mod tests {
         let summary = Summary {
             recording: &recording,
             missing_cfi: &[("libjit.so".into(), 1)],
+            processes: 2,
             kernel_us_per_run: Some(2.5),
             outputs: &outputs,
         };
@@ -118,8 +121,13 @@ mod tests {
     fn names_reach_the_terminal_escaped() {
         let mut recording = fixture();
         recording.locations[2].symbols[0].name = "hot\x1b]0;owned\x07".into();
-        let summary =
-            Summary { recording: &recording, missing_cfi: &[], kernel_us_per_run: None, outputs: &[] };
+        let summary = Summary {
+            recording: &recording,
+            missing_cfi: &[],
+            processes: 1,
+            kernel_us_per_run: None,
+            outputs: &[],
+        };
         let text = summary.render();
         assert!(!text.contains('\x1b') && text.contains("hot\\u{1b}]0:owned\\u{7}"), "{text}");
     }

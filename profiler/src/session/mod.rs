@@ -25,7 +25,7 @@ use self::{
 };
 use crate::{
     address_space::{TaskEvent, Tracking, running},
-    aggregate::{Aggregate, Site},
+    aggregate::{Aggregate, Detail, Site},
     clock::{self, Start},
     decode::Payload,
     kernel::{KernelSource, ring::RingReader, task_events::TaskEventReader},
@@ -46,7 +46,7 @@ pub trait Mode {
     /// Keeps a record whose stack was walked and interned as `site`.
     fn add(&mut self, site: Site, payload: Payload, aggregate: &mut Aggregate);
     /// The live status line's figures.
-    fn status(&self, kernel: &Self::Kernel, aggregate: &Aggregate) -> String;
+    fn status(&self, kernel: &Self::Kernel, progress: &Progress) -> String;
     /// After the last drain, at `end_ns`: adds to `aggregate` what only the end knows, and fills
     /// in the mode's part of `meta`.
     fn finish(
@@ -81,10 +81,19 @@ pub struct Settings {
     pub max_records: Option<u64>,
     /// No status line and no report on the terminal.
     pub quiet: bool,
-    /// Keep each sample, even when no output needs its time (`leaks` counts blocks).
+    /// Keep each sample whatever the outputs need (`leaks` counts blocks).
     pub each_sample: bool,
     pub outputs: Outputs,
     pub render: RenderOptions,
+}
+
+/// How far a session got.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Progress {
+    /// The samples' weights, summed.
+    pub weight: u64,
+    /// Processes samples came from.
+    pub processes: u64,
 }
 
 /// The end of a session, for its mode's report.
@@ -95,6 +104,7 @@ pub struct End<'a, K> {
     pub missing_cfi: Vec<(String, u64)>,
     pub outputs: &'a [(PathBuf, crate::render::Format)],
     pub options: &'a RenderOptions,
+    pub progress: Progress,
 }
 
 /// Runs a session of `mode` to its end.
@@ -108,7 +118,9 @@ pub async fn run<M: Mode>(mode: M, settings: Settings) -> Result<()> {
     let description = target.describe();
     let tracking = Tracking { all: matches!(target, Target::System), follow_forks: settings.follow_forks };
     let walker = StackWalker::new(settings.call_graph, tracking);
-    let aggregate = Aggregate::new(settings.each_sample || settings.outputs.need_times());
+    let detail =
+        if settings.each_sample { Detail::ALL } else { settings.outputs.detail(settings.render.grouping) };
+    let aggregate = Aggregate::new(detail);
     let mut session = Pipeline::new(mode, walker, aggregate, settings.max_records);
     let mut kernel = session.mode.load(&target)?;
     let ring = RingReader::new(kernel.take_ring()?).context("cannot poll the ring buffer")?;
@@ -164,7 +176,15 @@ pub async fn run<M: Mode>(mode: M, settings: Settings) -> Result<()> {
         let missing_cfi = session.walker.stats().missing_cfi(modules);
         let outputs = settings.outputs.paths();
         let options = &settings.render;
-        session.mode.report(&End { recording: &recording, kernel: &kernel, missing_cfi, outputs, options });
+        let progress = session.progress();
+        session.mode.report(&End {
+            recording: &recording,
+            kernel: &kernel,
+            missing_cfi,
+            outputs,
+            options,
+            progress,
+        });
         match reason {
             StopReason::Signal => eprintln!("profiler: stopped by signal"),
             StopReason::MaxSamples => eprintln!("profiler: stopped at --max-samples"),
@@ -219,6 +239,13 @@ impl<M: Mode> Pipeline<M> {
         }
     }
 
+    fn progress(&self) -> Progress {
+        Progress {
+            weight: self.aggregate.total_weight(),
+            processes: self.walker.address_spaces().sampled_processes(),
+        }
+    }
+
     fn full(&self) -> bool {
         self.max_records.is_some_and(|max| self.records >= max)
     }
@@ -245,7 +272,7 @@ impl<M: Mode> Pipeline<M> {
                         return Ok(StopReason::MaxSamples);
                     }
                     if status.due() {
-                        status.update(self.mode.status(kernel, &self.aggregate));
+                        status.update(self.mode.status(kernel, &self.progress()));
                     }
                 }
             }
@@ -363,7 +390,7 @@ mod tests {
             assert_ne!(site.tid, 13, "a dependency panicking on a corrupt input");
             aggregate.push(site, 1);
         }
-        fn status(&self, _: &Unloaded, _: &Aggregate) -> String {
+        fn status(&self, _: &Unloaded, _: &Progress) -> String {
             String::new()
         }
         fn finish(&mut self, _: &Unloaded, _: &mut Aggregate, _: u64, _: &mut Meta) -> Result<()> {
@@ -383,7 +410,7 @@ mod tests {
     #[test]
     fn garbage_and_panics_cost_one_record_each() {
         let walker = StackWalker::new(CallGraph::Fp, Tracking { all: false, follow_forks: false });
-        let mut pipeline = Pipeline::new(Counting, walker, Aggregate::new(true), Some(3));
+        let mut pipeline = Pipeline::new(Counting, walker, Aggregate::new(Detail::ALL), Some(3));
         pipeline.record(&[1, 2, 3]);
         pipeline.record(&record(13));
         pipeline.record(&record(1));
@@ -404,7 +431,7 @@ mod tests {
     #[test]
     fn records_beyond_the_maximum_are_dropped() {
         let walker = StackWalker::new(CallGraph::Fp, Tracking { all: false, follow_forks: false });
-        let mut pipeline = Pipeline::new(Counting, walker, Aggregate::new(true), Some(2));
+        let mut pipeline = Pipeline::new(Counting, walker, Aggregate::new(Detail::ALL), Some(2));
         for tid in 1..=5 {
             pipeline.record(&record(tid));
         }

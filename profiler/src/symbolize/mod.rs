@@ -24,10 +24,9 @@ use blazesym::{
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-pub use self::{
-    perf_map::{PerfMap, PerfMaps},
-    plt::PltStubs,
-};
+#[cfg(any(test, feature = "testing"))]
+pub use self::perf_map::PerfMap;
+pub use self::{perf_map::PerfMaps, plt::PltStubs};
 use crate::{
     address_space::{AddressSpaces, Module, ModuleId, Modules, readable_path},
     frame::Frame,

@@ -8,11 +8,15 @@
 //!   complete stacks, hot-function share error, peak RSS;
 //! - [`kernel`]: the eBPF program's time per sample at several stack-copy caps;
 //! - [`leaks`]: `profiler leaks` on a malloc-heavy program, against valgrind;
+//! - [`long_run`]: a long `record -a` under a churn workload, the profiler's memory over time;
 //! - [`stages`]: the criterion micro-benchmarks of the userspace stages.
+//!
+//! Each section of BENCHMARKS.md is marked, so that `--only SECTION` measures and rewrites one.
 mod compare;
 mod folded;
 mod kernel;
 mod leaks;
+mod long_run;
 mod stages;
 mod workloads;
 
@@ -24,9 +28,14 @@ use self::compare::{Results, Row, Run, Tool, Tools};
 use crate::cargo;
 
 pub struct Options {
-    /// A reduced set (two workloads, 999 Hz, one repetition) that runs in under three minutes.
+    /// A reduced set (two workloads, 999 Hz, one repetition, shorter runs).
     pub quick: bool,
+    /// Only these sections, rewritten in place in BENCHMARKS.md (all when empty).
+    pub only: Vec<String>,
 }
+
+/// The sections of BENCHMARKS.md, in order.
+pub const SECTIONS: [&str; 5] = ["compare", "kernel", "leaks", "long-run", "stages"];
 
 pub fn run(root: &Path, options: &Options) -> Result<()> {
     cargo(root, &["build", "--release", "--package", "profiler"])?;
@@ -37,10 +46,93 @@ pub fn run(root: &Path, options: &Options) -> Result<()> {
         collapse: root.join(".tools/bin/inferno-collapse-perf"),
         flamegraph: root.join(".tools/bin/inferno-flamegraph"),
     };
-    let workloads = workloads::build(root, &dir, options.quick)?;
+    let wanted = |section: &str| options.only.is_empty() || options.only.iter().any(|s| s == section);
+    let mut sections: Vec<(&str, String)> = Vec::new();
+    if wanted("compare") || wanted("kernel") {
+        sections.extend(compare_and_kernel(&tools, root, &dir, options, &wanted)?);
+    }
+    let src = root.join("profiler/tests/workloads");
+    let repetitions = if options.quick { 1 } else { 3 };
+    if wanted("leaks") {
+        sections.push(("leaks", leaks::table(&tools.profiler, &src, &dir, repetitions, options.quick)?));
+    }
+    if wanted("long-run") {
+        sections.push(("long-run", long_run::table(&tools.profiler, &src, &dir, options.quick)?));
+    }
+    if wanted("stages") {
+        eprintln!("xtask bench: userspace stages (criterion)");
+        sections.push(("stages", stages::table(root, options.quick)?));
+    }
+    let path = root.join("BENCHMARKS.md");
+    let report = if options.only.is_empty() {
+        let mut report = String::from("# Benchmarks\n\n");
+        let quick = if options.quick { " --quick" } else { "" };
+        writeln!(report, "Written by `sudo cargo xtask bench{quick}` on {}. {}\n", today()?, machine()?)?;
+        for (name, text) in &sections {
+            report.push_str(&marked(name, text));
+        }
+        report
+    } else {
+        let mut report = std::fs::read_to_string(&path).unwrap_or_else(|_| "# Benchmarks\n\n".into());
+        for (name, text) in &sections {
+            report = splice(&report, name, &format!("{}_(this section: {})_\n\n", text, today()?));
+        }
+        report
+    };
+    std::fs::write(&path, report)?;
+    eprintln!("xtask bench: wrote BENCHMARKS.md");
+    Ok(())
+}
+
+/// A section between its markers.
+fn marked(name: &str, text: &str) -> String {
+    format!("<!-- bench:{name} -->\n{text}<!-- /bench:{name} -->\n")
+}
+
+/// `report` with section `name` replaced by `text` (added at the end when it had none).
+fn splice(report: &str, name: &str, text: &str) -> String {
+    let (open, close) = (format!("<!-- bench:{name} -->"), format!("<!-- /bench:{name} -->\n"));
+    match (report.find(&open), report.find(&close)) {
+        (Some(start), Some(end)) if start < end => {
+            format!("{}{}{}", &report[..start], marked(name, text), &report[end + close.len()..])
+        }
+        _ => format!("{report}{}", marked(name, text)),
+    }
+}
+
+/// profiler against perf on each workload, and the kernel's cost per sample.
+fn compare_and_kernel(
+    tools: &Tools,
+    root: &Path,
+    dir: &Path,
+    options: &Options,
+    wanted: &dyn Fn(&str) -> bool,
+) -> Result<Vec<(&'static str, String)>> {
+    let mut sections = Vec::new();
+    let workloads = workloads::build(root, dir, options.quick)?;
     let (frequencies, repetitions): (&[u64], usize) =
         if options.quick { (&[999], 1) } else { (&[99, 999], 3) };
+    if wanted("compare") {
+        sections.push(("compare", compare_table(tools, dir, &workloads, frequencies, repetitions)?));
+    }
+    if wanted("kernel") {
+        eprintln!("xtask bench: kernel cost per sample");
+        let kernel_workloads: Vec<_> = workloads.into_iter().take(2).collect();
+        sections.push((
+            "kernel",
+            kernel::table(&tools.profiler, dir, &kernel_workloads, repetitions, options.quick)?,
+        ));
+    }
+    Ok(sections)
+}
 
+fn compare_table(
+    tools: &Tools,
+    dir: &Path,
+    workloads: &[workloads::Workload],
+    frequencies: &[u64],
+    repetitions: usize,
+) -> Result<String> {
     let mut runs: BTreeMap<(usize, usize, u64), Vec<Run>> = BTreeMap::new();
     for repetition in 0..repetitions {
         for (w, workload) in workloads.iter().enumerate() {
@@ -57,7 +149,7 @@ pub fn run(root: &Path, options: &Options) -> Result<()> {
                         tool.label(),
                         repetition + 1
                     );
-                    let run = compare::measure(&tools, workload, tool, hz, &dir)?;
+                    let run = compare::measure(tools, workload, tool, hz, dir)?;
                     runs.entry((w, t, hz)).or_default().push(run);
                 }
             }
@@ -76,11 +168,7 @@ pub fn run(root: &Path, options: &Options) -> Result<()> {
             Results { workload: workload.name, rows }
         })
         .collect();
-
-    let mut report = String::from("# Benchmarks\n\n");
-    let quick = if options.quick { " --quick" } else { "" };
-    writeln!(report, "Written by `sudo cargo xtask bench{quick}` on {}. {}\n", today()?, machine()?)?;
-    report.push_str(&commands(frequencies, repetitions));
+    let mut report = commands(frequencies, repetitions);
     report.push_str("## profiler / perf\n\n");
     report.push_str(&compare::ratios(&results));
     report.push_str(&goals(&results));
@@ -88,21 +176,7 @@ pub fn run(root: &Path, options: &Options) -> Result<()> {
     for workload in &results {
         report.push_str(&compare::table(workload));
     }
-    eprintln!("xtask bench: kernel cost per sample");
-    let kernel_workloads: Vec<_> = workloads.into_iter().take(2).collect();
-    report.push_str(&kernel::table(&tools.profiler, &dir, &kernel_workloads, repetitions, options.quick)?);
-    report.push_str(&leaks::table(
-        &tools.profiler,
-        &root.join("profiler/tests/workloads"),
-        &dir,
-        repetitions,
-        options.quick,
-    )?);
-    eprintln!("xtask bench: userspace stages (criterion)");
-    report.push_str(&stages::table(root, options.quick)?);
-    std::fs::write(root.join("BENCHMARKS.md"), &report)?;
-    eprintln!("xtask bench: wrote BENCHMARKS.md");
-    Ok(())
+    Ok(report)
 }
 
 fn commands(frequencies: &[u64], repetitions: usize) -> String {

@@ -19,7 +19,7 @@ use crate::{
     model::{AllocationTotals, Meta, Weight},
     output::Outputs,
     render::{Format, RenderOptions, leak_report},
-    session::{self, End, Mode, Settings, Target},
+    session::{self, End, Mode, Progress, Settings, Target},
 };
 
 pub async fn run(args: LeaksArgs) -> Result<()> {
@@ -73,7 +73,7 @@ impl Mode for Leaks {
         }
     }
 
-    fn status(&self, tracer: &Tracer, _: &Aggregate) -> String {
+    fn status(&self, tracer: &Tracer, _: &Progress) -> String {
         let (totals, n) = (tracer.totals().unwrap_or_default(), leak_report::thousands);
         let outstanding = tracer.heap().map_or(0, |heap| heap.outstanding);
         format!(

@@ -1,0 +1,114 @@
+//! A long `profiler record -a` under a churn workload (a storm of short processes, a library
+//! loaded and unloaded in a loop, threads created and joined): the profiler's RSS every so often,
+//! and its slope once the first minute is over, with outputs that aggregate (flame graph, folded
+//! stacks).
+use std::{
+    fmt::Write as _,
+    path::Path,
+    process::{Command, Stdio},
+    thread::sleep,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result};
+
+use crate::check;
+
+pub fn table(profiler: &Path, src: &Path, dir: &Path, quick: bool) -> Result<String> {
+    let (minutes, every) =
+        if quick { (2.0, Duration::from_secs(5)) } else { (10.0, Duration::from_secs(10)) };
+    let churn = dir.join("churn");
+    check(
+        Command::new("gcc").args(["-O2", "-g", "-o"]).arg(&churn).arg(src.join("churn.c")).arg("-lpthread"),
+    )?;
+    let plugin = dir.join("libplugin.so");
+    check(
+        Command::new("gcc")
+            .args(["-O2", "-g", "-shared", "-fPIC", "-o"])
+            .arg(&plugin)
+            .arg(src.join("plugin.c")),
+    )?;
+    let seconds = minutes * 60.0;
+    eprintln!("xtask bench: record -a under churn for {minutes} min");
+    let mut workload = Command::new(&churn)
+        .arg((seconds + 10.0).to_string())
+        .arg(&plugin)
+        .stdin(Stdio::null())
+        .spawn()
+        .context("cannot start the churn workload")?;
+    let mut recorder = Command::new(profiler)
+        .args(["record", "-a", "-q", "-F", "999", "-d", &seconds.to_string()])
+        .arg("-o")
+        .arg(dir.join("churn.svg"))
+        .arg("-o")
+        .arg(dir.join("churn.folded"))
+        .stdin(Stdio::null())
+        .spawn()
+        .context("cannot start the profiler")?;
+    let started = Instant::now();
+    let mut points: Vec<(f64, f64)> = Vec::new();
+    while recorder.try_wait()?.is_none() {
+        if let Some(rss) = rss_mib(recorder.id()) {
+            points.push((started.elapsed().as_secs_f64() / 60.0, rss));
+        }
+        sleep(every);
+    }
+    let _ = workload.kill();
+    let _ = workload.wait();
+    let after_first_minute: Vec<(f64, f64)> = points.iter().copied().filter(|&(t, _)| t >= 1.0).collect();
+    let slope = slope(&after_first_minute);
+    let mut text = format!(
+        "## Long run: `record -a` under churn\n\n\
+         `profiler record -a -q -F 999 -d {seconds:.0} -o churn.svg -o churn.folded` while `churn` forks and execs \
+         `/bin/true` in a loop, loads and unloads a library in a loop and creates and joins threads in a loop. \
+         The profiler's RSS (VmRSS) every {} s.\n\n\
+         RSS slope after the first minute: **{slope:.2} MiB per minute** (goal: under 1, {}).\n\n\
+         | minute | RSS (MiB) |\n|---|---|\n",
+        every.as_secs(),
+        if slope < 1.0 { "met" } else { "**not met**" }
+    );
+    for (minute, rss) in points.iter().step_by(if quick { 2 } else { 3 }) {
+        writeln!(text, "| {minute:.1} | {rss:.1} |")?;
+    }
+    text.push('\n');
+    Ok(text)
+}
+
+/// The resident set of a process, in MiB.
+fn rss_mib(pid: u32) -> Option<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kib: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kib / 1024.0)
+}
+
+/// The least-squares slope of `points` (y per x).
+fn slope(points: &[(f64, f64)]) -> f64 {
+    let n = points.len() as f64;
+    if n < 2.0 {
+        return 0.0;
+    }
+    let (mean_x, mean_y) =
+        (points.iter().map(|p| p.0).sum::<f64>() / n, points.iter().map(|p| p.1).sum::<f64>() / n);
+    let covariance: f64 = points.iter().map(|(x, y)| (x - mean_x) * (y - mean_y)).sum();
+    let variance: f64 = points.iter().map(|(x, _)| (x - mean_x).powi(2)).sum();
+    if variance == 0.0 { 0.0 } else { covariance / variance }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn least_squares_slope() {
+        assert_eq!(slope(&[(1.0, 10.0), (2.0, 12.0), (3.0, 14.0)]), 2.0);
+        assert_eq!(slope(&[(1.0, 10.0), (2.0, 10.0)]), 0.0);
+        assert_eq!(slope(&[(1.0, 10.0)]), 0.0);
+    }
+}
