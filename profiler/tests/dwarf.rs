@@ -90,3 +90,60 @@ fn frame_pointer_build_with_frameless_leaves() {
     let (all, complete) = fp_only.leaf_samples("hot_a", &["a_inner", "hot_a"]);
     assert!(all > 0 && complete == 0, "fp call graph: {complete} of {all} hot_a samples show a_inner");
 }
+
+#[test]
+fn through_cpp_exception_unwinding() {
+    if !e2e_enabled() {
+        return;
+    }
+    // Two threads throw std::invalid_argument from std::stoll("") and catch it, in a loop: many
+    // samples land in libgcc's unwinder, some while it overwrites its own return address with
+    // the handler's (uw_install_context).
+    let workload = build_workload("stoll_throw.cpp", "stoll-throw", "g++", &["-O2", "-fomit-frame-pointer"]);
+    let folded = record_command(&scratch_dir("dwarf-throw"), &["--per-thread"], &workload, &["4", "2"]);
+    // Roots are `stoll-TID`; the main thread (the lowest TID) only starts and joins the workers.
+    let roots = folded.roots();
+    let main_thread = roots.keys().min_by_key(|root| thread_id(root)).cloned();
+    let workers: Vec<&(Vec<String>, u64)> =
+        folded.stacks.iter().filter(|(frames, _)| Some(&frames[0]) != main_thread.as_ref()).collect();
+    let total: u64 = workers.iter().map(|(_, n)| n).sum();
+    let whole = |frames: &[String]| {
+        // clone3, start_thread, libstdc++'s thread routine, then the worker (or its cold part:
+        // its catch block).
+        frames.len() > 4
+            && frames[1..3] == ["clone3", "start_thread"]
+            && frames[4].starts_with("worker_loop(double)")
+    };
+    let complete: u64 = workers.iter().filter(|(frames, _)| whole(frames)).map(|(_, n)| n).sum();
+    let share = complete as f64 / total as f64;
+    let broken: Vec<String> = workers
+        .iter()
+        .filter(|(frames, _)| !whole(frames))
+        .take(5)
+        .map(|(f, n)| format!("{} {n}", f.join(";")))
+        .collect();
+    assert!(share >= 0.995, "{complete} of {total} worker samples reach the thread start; e.g. {broken:#?}");
+    // Inside the unwinder, a whole stack has the thrower: __cxa_throw right above
+    // _Unwind_RaiseException, then the frames that threw. (A stack whose caller is unknowable,
+    // in the jump to the landing pad, ends there: lost, not made up.)
+    let in_raise: Vec<&(Vec<String>, u64)> = workers
+        .iter()
+        .copied()
+        .filter(|(frames, _)| whole(frames) && frames.iter().any(|f| f == "_Unwind_RaiseException"))
+        .collect();
+    let raise_samples: u64 = in_raise.iter().map(|(_, n)| n).sum();
+    assert!(raise_samples * 10 > total, "{raise_samples} of {total} samples in _Unwind_RaiseException");
+    let thrower = ["std::__throw_invalid_argument(char const*)", "__cxa_throw", "_Unwind_RaiseException"];
+    for (frames, n) in in_raise {
+        let at = frames.iter().position(|f| f == "_Unwind_RaiseException").unwrap();
+        assert!(
+            at >= 3 && frames[at - 2..=at] == thrower[..] && frames[at - 3].starts_with("parse_empty()"),
+            "{} ({n} samples)",
+            frames.join(";")
+        );
+    }
+}
+
+fn thread_id(root: &str) -> u32 {
+    root.rsplit_once('-').and_then(|(_, tid)| tid.parse().ok()).unwrap_or(u32::MAX)
+}

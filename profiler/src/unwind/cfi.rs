@@ -6,6 +6,7 @@ use anyhow::{Context as _, Result};
 use framehop::ExplicitModuleSectionInfo;
 use object::{Object as _, ObjectSection as _, ObjectSegment as _, read::elf::ElfFile64};
 
+use super::eh_return::{EhReturnFrame, EhReturnFunctions};
 use crate::address_space::{ElfFacts, MAX_INFLATED_SECTION, open};
 
 /// What the unwinder knows of one module file.
@@ -17,6 +18,8 @@ pub struct ModuleCfi {
     has_cfi: bool,
     /// The CFI sections, until handed to framehop.
     sections: Option<ExplicitModuleSectionInfo<Vec<u8>>>,
+    /// The functions that return through `__builtin_eh_return`.
+    eh_return: EhReturnFunctions,
 }
 
 impl ModuleCfi {
@@ -33,7 +36,8 @@ impl ModuleCfi {
             sections.debug_frame = debug.and_then(debug_frame);
         }
         let has_cfi = sections.eh_frame.is_some() || sections.debug_frame.is_some();
-        Ok(Self { facts, svma_range: start..end, has_cfi, sections: has_cfi.then_some(sections) })
+        let eh_return = EhReturnFunctions::find(&sections);
+        Ok(Self { facts, svma_range: start..end, has_cfi, sections: has_cfi.then_some(sections), eh_return })
     }
 
     pub fn has_cfi(&self) -> bool {
@@ -47,6 +51,13 @@ impl ModuleCfi {
 
     pub fn svma_range(&self) -> Range<u64> {
         self.svma_range.clone()
+    }
+
+    /// Where `svma` is in a function that returns through `__builtin_eh_return` (libgcc's
+    /// `_Unwind_RaiseException`, `_Unwind_Resume`, ...), whose CFI stops telling the truth once
+    /// it prepares the jump to a landing pad; `None` for any other code.
+    pub fn eh_return_frame(&self, svma: u64) -> Option<EhReturnFrame> {
+        self.eh_return.at(svma)
     }
 
     /// Hands the CFI sections over to framehop (once).
@@ -104,6 +115,8 @@ mod tests {
         path::{Path, PathBuf},
     };
 
+    use object::ObjectSymbol as _;
+
     use crate::address_space::{Backing, Mapping, Modules, open::Root};
 
     #[test]
@@ -117,6 +130,42 @@ mod tests {
         assert_eq!(cfi.svma_range().start, 0x400000);
         let sections = cfi.take_sections().unwrap();
         assert!(sections.eh_frame.is_some() && sections.eh_frame_hdr.is_some());
+    }
+
+    #[test]
+    fn finds_the_functions_that_return_through_eh_return() {
+        // libgcc's unwinder, linked into a static C++ program: its four entry points that hand
+        // an exception to a landing pad (and the cold parts of three), nothing else of the
+        // program, libstdc++ or libc.
+        let path = fixture("eh_return/stoll_throw");
+        let cfi = load(&path).unwrap();
+        let data = std::fs::read(&path).unwrap();
+        let elf = object::File::parse(&*data).unwrap();
+        let mut found: Vec<&str> = elf
+            .symbols()
+            .filter(|symbol| symbol.size() > 0 && cfi.eh_return_frame(symbol.address()).is_some())
+            .filter_map(|symbol| symbol.name().ok())
+            .collect();
+        found.sort_unstable();
+        found.dedup();
+        let expected = [
+            "_Unwind_ForcedUnwind",
+            "_Unwind_RaiseException",
+            "_Unwind_RaiseException.cold",
+            "_Unwind_Resume",
+            "_Unwind_Resume.cold",
+            "_Unwind_Resume_or_Rethrow",
+            "_Unwind_Resume_or_Rethrow.cold",
+        ];
+        assert_eq!(found, expected);
+        let raise = elf.symbols().find(|symbol| symbol.name() == Ok("_Unwind_RaiseException")).unwrap();
+        let frame = |offset| cfi.eh_return_frame(raise.address() + offset).unwrap();
+        assert_eq!(frame(0x10), EhReturnFrame { start: raise.address(), jumping: false });
+        // Its last instructions: `mov %rcx,%rsp; pop %rcx; jmp *%rcx` (CFA rcx+8, rsp+8, rsp+0).
+        let end = raise.address() + raise.size();
+        let jumping: Vec<bool> = (end - 6..end).map(|at| cfi.eh_return_frame(at).unwrap().jumping).collect();
+        assert_eq!(jumping, [true; 6], "{:#x}", end);
+        assert_eq!(load(&fixture("snapshot")).unwrap().eh_return_frame(0x401000), None);
     }
 
     #[test]

@@ -9,6 +9,7 @@
 //! Memory reads come from the snapshot only, through [`StackSnapshot`]; where addresses are comes
 //! from the process's [`ProcessView`].
 pub mod cfi;
+mod eh_return;
 pub mod hybrid;
 mod stats;
 
@@ -19,11 +20,15 @@ use framehop::{
 
 use rustc_hash::FxHashMap;
 
-use self::cfi::ModuleCfi;
 pub use self::stats::UnwindStats;
+use self::{
+    cfi::ModuleCfi,
+    eh_return::{Caller, EhReturnFrame},
+};
 use crate::{
     address_space::{ModuleId, ProcessView, Resolved, Want},
     decode::UserRegs,
+    frame::lookup_address,
 };
 
 /// Deepest stack unwound; deeper ones end as [`UnwindEnd::Lost`].
@@ -124,6 +129,7 @@ impl Unwinder {
                 _ => (addr, Some(None)),
             };
             guessed = without_cfi;
+            let eh_return = self.eh_return_frame(addr, location);
             let sp_before = unwind_regs.sp();
             let step = if frames.len() == 1 {
                 let frame = FrameAddress::InstructionPointer(lookup);
@@ -137,6 +143,18 @@ impl Unwinder {
                 let lookup = lookup.try_into().expect("return addresses are nonzero");
                 self.step(FrameAddress::ReturnAddress(lookup), &mut unwind_regs, stack)
             };
+            if let Some(frame) = eh_return {
+                match self.eh_return_caller(stack, sp_before, frame, space) {
+                    Some(caller) => {
+                        addr = caller.return_address;
+                        unwind_regs.set_sp(caller.cfa);
+                        continue;
+                    }
+                    // Jumping to the landing pad, the CFI describes the landing pad's frame.
+                    None if frame.jumping && frames.len() == 1 => break UnwindEnd::Lost,
+                    None => {}
+                }
+            }
             match step {
                 Ok(Some(_)) if unwind_regs.sp() <= sp_before => {
                     break without_cfi.map_or(UnwindEnd::Lost, UnwindEnd::MissingCfi);
@@ -187,6 +205,35 @@ impl Unwinder {
             }
             _ => step,
         }
+    }
+
+    /// Where the frame at `addr` (resolved as `location`) is when its function returns through
+    /// `__builtin_eh_return`, with the function's start as a real address (its module's CFI is
+    /// loaded by then).
+    fn eh_return_frame(&self, addr: u64, location: Resolved) -> Option<EhReturnFrame> {
+        let Resolved::Module { module, file_offset } = location else { return None };
+        let cfi = self.modules.get(&module)?.as_ref()?;
+        let svma = cfi.svma(file_offset)?;
+        let frame = cfi.eh_return_frame(svma)?;
+        Some(EhReturnFrame { start: addr - (svma - frame.start), ..frame })
+    }
+
+    /// The real caller of a frame of a function that returns through `__builtin_eh_return`,
+    /// from the function's own context on the stack (see [`eh_return`]). A context being
+    /// filled in may still hold a return address into the function itself: such a context,
+    /// or one whose return address is not code, is passed over.
+    fn eh_return_caller(
+        &self,
+        stack: &StackSnapshot<'_>,
+        sp: u64,
+        frame: EhReturnFrame,
+        space: &mut ProcessView<'_>,
+    ) -> Option<Caller> {
+        eh_return::own_contexts(stack, sp, frame.start).find(|caller| {
+            let call = lookup_address(1, caller.return_address);
+            let location = space.resolve(call, Want::Code);
+            location != Resolved::Unmapped && self.eh_return_frame(call, location).is_none()
+        })
     }
 
     /// The synthetic address of a module's file offset, or `None` when the module has no CFI.

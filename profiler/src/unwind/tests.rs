@@ -1,5 +1,5 @@
-//! The unwinder on recorded fixtures (tests/fixtures/unwind, see snapshot.c): a static binary
-//! without frame pointers, its registers and stack copied five calls deep, and its memory map.
+//! The unwinder on recorded fixtures (tests/fixtures/unwind, see its README): static binaries
+//! without frame pointers, their registers, stack copy and memory map at one moment.
 use std::path::{Path, PathBuf};
 
 use object::{Object as _, ObjectSymbol as _};
@@ -16,9 +16,13 @@ fn recorded() -> Fixture {
     Fixture::read(&fixture("")).unwrap()
 }
 
-/// Function names of frames, from the fixture's symbol table (non-PIE: addresses are SVMAs).
+/// Function names of frames, from the symbol table of `snapshot` (non-PIE: addresses are SVMAs).
 fn names(frames: &[u64]) -> Vec<String> {
-    let data = std::fs::read(fixture("snapshot")).unwrap();
+    names_in("snapshot", frames)
+}
+
+fn names_in(binary: &str, frames: &[u64]) -> Vec<String> {
+    let data = std::fs::read(fixture(binary)).unwrap();
     let file = object::File::parse(&*data).unwrap();
     let mut symbols: Vec<(u64, String)> = file
         .symbols()
@@ -60,6 +64,34 @@ fn recorded_stack_unwinds_to_start() {
     assert_eq!(
         names(&unwound.frames),
         ["snap", "level5", "level4", "level3", "level2", "level1", "start_main", "_start"]
+    );
+    assert_eq!(unwound.end, UnwindEnd::Bottom);
+}
+
+/// A sample inside libgcc's unwinder as it hands an exception to its handler: in the static
+/// helper that copies the handler's registers over `_Unwind_RaiseException`'s saved ones, its
+/// return address among them (tests/workloads/stoll_throw.cpp, built static with
+/// `-O2 -fomit-frame-pointer`). The CFI of `_Unwind_RaiseException` then leads to the handler's
+/// landing pad; its own context gives the thrower back.
+#[test]
+fn through_the_exception_unwinder() {
+    let fixture = Fixture::read(&self::fixture("eh_return")).unwrap();
+    let stack = StackSnapshot { sp: fixture.regs.sp, bytes: &fixture.stack, truncated: false };
+    let mut spaces = fixture.address_spaces(self::fixture("eh_return/stoll_throw"));
+    let unwound = Unwinder::default().unwind(fixture.regs, &stack, &mut Fixture::view(&mut spaces));
+    assert_eq!(
+        names_in("eh_return/stoll_throw", &unwound.frames),
+        [
+            "uw_install_context_1",
+            "_Unwind_RaiseException",
+            "__cxa_throw",
+            "_ZSt24__throw_invalid_argumentPKc",
+            "_ZL11parse_emptyv.isra.0",
+            "_ZL11worker_loopd",
+            "execute_native_thread_routine",
+            "start_thread",
+            "clone3",
+        ]
     );
     assert_eq!(unwound.end, UnwindEnd::Bottom);
 }
