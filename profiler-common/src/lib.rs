@@ -5,20 +5,27 @@
 //!
 //! # The sample record
 //!
-//! Each perf cpu-clock sample that passes the filter becomes one ring-buffer record of fixed size
-//! `size_of::<SampleHeader>() + stack_copy_cap`, where `stack_copy_cap` is chosen when the program
-//! is loaded (the global [`globals::STACK_COPY_CAP`]):
+//! Each perf cpu-clock sample that passes the filter becomes one ring-buffer record, as long as
+//! what was taken: a fixed [`SampleHeader`], then the bytes of user stack copied, then the
+//! frame-pointer user stack and the kernel stack, as many frames as each has:
 //!
 //! ```text
-//! offset                      size                 content
-//! 0                           size_of SampleHeader  SampleHeader (see its fields)
-//! size_of SampleHeader        stack_copy_cap        copy of user memory [user_sp, user_sp + stack_copy_len)
+//! offset                       size                          content
+//! 0                            size_of SampleHeader          SampleHeader (see its fields)
+//! SAMPLE_HEADER_SIZE           stack_copy_len                copy of user memory [user_sp, user_sp + stack_copy_len)
+//! + pad8(stack_copy_len)       8 * user_stack_len            frame-pointer user stack, innermost first
+//! + 8 * user_stack_len         8 * kernel_stack_len          kernel stack, innermost first
 //! ```
 //!
-//! Only the first `stack_copy_len` bytes of the copy are meaningful. The copy is taken page by
-//! page, upwards from the user stack pointer, and stops at the first page that cannot be read (the
-//! top of the stack), at the end of the thread's stack mapping when known (`STACK_ENDS`), or at
-//! the cap, whichever comes first.
+//! `pad8` rounds up to a multiple of 8, so that the frames are 8-byte aligned; [`sample_size`]
+//! gives the whole length. The copy is taken page by page, upwards from the user stack
+//! pointer, and stops at the first page that cannot be read (the top of the stack), at the end
+//! of the thread's stack mapping when known (`STACK_ENDS`), or at the cap
+//! ([`globals::STACK_COPY_CAP`]), whichever comes first.
+//!
+//! The program builds the record in a per-CPU scratch buffer and reserves exactly its length in
+//! the ring (a dynptr reservation): a shallow stack costs the ring, the copy and the reader a
+//! few hundred bytes, not the cap.
 //!
 //! # The allocation record (`profiler leaks`)
 //!
@@ -27,10 +34,9 @@
 //! returned to its caller (no kernel stack):
 //!
 //! ```text
-//! offset                                   size                  content
-//! 0                                        size_of AllocationHeader  AllocationHeader
-//! size_of AllocationHeader                 size_of SampleHeader      SampleHeader
-//! ... + size_of SampleHeader               stack_copy_cap            copy of user memory
+//! offset                       size                          content
+//! 0                            size_of AllocationHeader      AllocationHeader
+//! size_of AllocationHeader     sample_size(..)               sample record
 //! ```
 //!
 //! The block itself is kept in the `OUTSTANDING` map until it is freed, under the same
@@ -54,7 +60,7 @@ pub const MAX_STACK_COPY: usize = 64 * 1024;
 
 /// The fixed part of a sample record. Little-endian, as written by the kernel.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SampleHeader {
     /// Process id (the kernel's tgid).
     pub tgid: u32,
@@ -74,40 +80,31 @@ pub struct SampleHeader {
     pub user_ip: u64,
     pub user_sp: u64,
     pub user_bp: u64,
-    /// Number of valid entries in `kernel_stack` and `user_stack`.
-    pub kernel_stack_len: u32,
-    pub user_stack_len: u32,
     /// Bytes of user stack copied after the header.
     pub stack_copy_len: u32,
+    /// Frames of the frame-pointer user stack and of the kernel stack after the copy, each at
+    /// most [`MAX_STACK_DEPTH`].
+    pub user_stack_len: u32,
+    pub kernel_stack_len: u32,
     pub _reserved: u32,
-    /// Kernel return addresses, innermost first (`bpf_get_stack`).
-    pub kernel_stack: [u64; MAX_STACK_DEPTH],
-    /// User addresses from the frame-pointer chain, innermost first; entry 0 is the user ip.
-    pub user_stack: [u64; MAX_STACK_DEPTH],
 }
 
-impl SampleHeader {
-    /// A header with every field zero.
-    pub const fn zeroed() -> Self {
-        Self {
-            tgid: 0,
-            tid: 0,
-            cpu: 0,
-            flags: 0,
-            time_ns: 0,
-            comm: [0; TASK_COMM_LEN],
-            user_ip: 0,
-            user_sp: 0,
-            user_bp: 0,
-            kernel_stack_len: 0,
-            user_stack_len: 0,
-            stack_copy_len: 0,
-            _reserved: 0,
-            kernel_stack: [0; MAX_STACK_DEPTH],
-            user_stack: [0; MAX_STACK_DEPTH],
-        }
-    }
+/// Size of [`SampleHeader`]: where the stack copy starts.
+pub const SAMPLE_HEADER_SIZE: usize = core::mem::size_of::<SampleHeader>();
+
+/// Where the frames start after a stack copy of `stack_copy_len` bytes, from the start of the
+/// sample record.
+pub const fn frames_offset(stack_copy_len: usize) -> usize {
+    SAMPLE_HEADER_SIZE + stack_copy_len.next_multiple_of(8)
 }
+
+/// Length of a sample record.
+pub const fn sample_size(stack_copy_len: usize, user_stack_len: usize, kernel_stack_len: usize) -> usize {
+    frames_offset(stack_copy_len) + 8 * (user_stack_len + kernel_stack_len)
+}
+
+/// The longest sample record.
+pub const MAX_SAMPLE_SIZE: usize = sample_size(MAX_STACK_COPY, MAX_STACK_DEPTH, MAX_STACK_DEPTH);
 
 /// Bits of [`SampleHeader::flags`].
 pub mod sample_flags {
@@ -117,6 +114,19 @@ pub mod sample_flags {
     pub const IN_KERNEL: u32 = 1 << 1;
     /// The stack copy stopped at the cap while the stack went on.
     pub const STACK_COPY_TRUNCATED: u32 = 1 << 2;
+}
+
+/// When the kernel walks the user stack's frame-pointer chain ([`globals::FRAME_POINTERS`]).
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FramePointers {
+    /// Never: userspace unwinds the copy alone (`--call-graph dwarf`).
+    Never = 0,
+    /// When the copy does not reach the top of the stack, where DWARF unwinding would stop
+    /// early (`--call-graph auto`). A copy that does reach it holds the whole chain already.
+    WhenCopyShort = 1,
+    /// Always (`--call-graph fp`, without a copy).
+    Always = 2,
 }
 
 /// Per-CPU event counters, indexes into the `COUNTERS` map.
@@ -135,10 +145,12 @@ pub enum Counter {
     StackUnreadable = 4,
     /// Processes forked by followed ones that could not join the filter: it was full.
     FilterFull = 5,
+    /// Bytes of the samples sent through the ring.
+    RingBytes = 6,
 }
 
 impl Counter {
-    pub const COUNT: u32 = 6;
+    pub const COUNT: u32 = 7;
 }
 
 /// What an allocation record has in front of its sample record.
@@ -256,10 +268,12 @@ pub enum LeakCounter {
     TableFull = 7,
     /// Followed blocks whose stack record did not fit in the ring buffer.
     StacksLost = 8,
+    /// Bytes of the allocation records sent through the ring.
+    RingBytes = 9,
 }
 
 impl LeakCounter {
-    pub const COUNT: u32 = 9;
+    pub const COUNT: u32 = 10;
 }
 
 /// Names of the maps in the eBPF object.
@@ -285,6 +299,11 @@ pub mod maps {
     pub const HEAP_BYTES: &str = "HEAP_BYTES";
     /// `PerCpuArray<u64>` of one entry: the most `HEAP_BYTES` each CPU saw.
     pub const PEAK_HEAP_BYTES: &str = "PEAK_HEAP_BYTES";
+    /// `Array` of one scratch buffer per CPU where sample records are built; userspace sizes it
+    /// to the number of CPUs (one entry when unused).
+    pub const SAMPLE_SCRATCH: &str = "SAMPLE_SCRATCH";
+    /// The same for allocation records.
+    pub const ALLOCATION_SCRATCH: &str = "ALLOCATION_SCRATCH";
 }
 
 /// Names of the programs in the eBPF object.
@@ -325,11 +344,8 @@ pub mod globals {
     /// `u32`: byte offset of `live` (the group's live threads, an `atomic_t`) in
     /// `struct signal_struct`.
     pub const SIGNAL_LIVE_OFFSET: &str = "SIGNAL_LIVE_OFFSET";
+    /// `u32`: a [`crate::FramePointers`]: when the kernel walks the user frame-pointer chain.
+    pub const FRAME_POINTERS: &str = "FRAME_POINTERS";
     /// `u32`: the leak tracker follows one allocation in this many, chosen at random (1: all).
     pub const SAMPLE_EVERY: &str = "SAMPLE_EVERY";
-}
-
-/// Size of a sample record for a given stack copy cap.
-pub const fn record_size(stack_copy_cap: usize) -> usize {
-    core::mem::size_of::<SampleHeader>() + stack_copy_cap
 }

@@ -26,13 +26,17 @@ use profiler_common::{
 
 use crate::{
     setting,
-    stack::{self, HEADER_SIZE},
+    stack::{self, Draft, Dropped, Scratch},
     stopped,
 };
 
 /// Allocation records. `profiler leaks` sets the real size at load time; `record` leaves it a page.
 #[map(name = "ALLOCATIONS")]
 static ALLOCATIONS: RingBuf = RingBuf::with_byte_size(4096, 0);
+
+/// Where each CPU builds its allocation record. Userspace sets one entry per CPU.
+#[map(name = "ALLOCATION_SCRATCH")]
+static ALLOCATION_SCRATCH: Array<Scratch> = Array::with_max_entries(1, 0);
 
 /// Blocks followed and not freed yet. Userspace sets the capacity; entries are allocated as
 /// they come, so an idle tracker costs no memory.
@@ -244,25 +248,25 @@ fn read_pointer(user_addr: u64) -> u64 {
 
 /// The allocation record: the block, then a sample taken where the allocator returned.
 fn record_stack(ctx: &RetProbeContext, pid_tgid: u64, time_ns: u64, allocation: AllocationHeader) {
-    let cap = stack::stack_copy_cap();
-    let Some(mut record) = ALLOCATIONS.reserve_bytes(ALLOCATION_HEADER_SIZE + HEADER_SIZE + cap, 0) else {
+    let Some(draft) = Draft::claim(&ALLOCATION_SCRATCH) else {
         count(LeakCounter::StacksLost, 1);
         return;
     };
-    let bytes = record.as_mut_ptr();
-    unsafe { bytes.cast::<AllocationHeader>().write_unaligned(allocation) };
-    let header = unsafe { &mut *bytes.add(ALLOCATION_HEADER_SIZE).cast::<SampleHeader>() };
+    let record = draft.bytes();
+    unsafe { record.cast::<AllocationHeader>().write_unaligned(allocation) };
+    let sample = unsafe { record.add(ALLOCATION_HEADER_SIZE) };
+    let header = unsafe { &mut *sample.cast::<SampleHeader>() };
     stack::fill_ids(header, pid_tgid, time_ns);
-    stack::fill_user_stack(ctx, header);
     let regs = unsafe { &*ctx.regs };
     header.flags = sample_flags::USER_REGS;
     (header.user_ip, header.user_sp, header.user_bp) = (regs.rip, regs.rsp, regs.rbp);
-    if cap != 0 {
-        let copy = unsafe { bytes.add(ALLOCATION_HEADER_SIZE + HEADER_SIZE) };
-        // A short copy only shortens the stack; the sampler's counters have no leak analogue.
-        let _ = unsafe { stack::copy_user_stack(header, copy, cap) };
+    // A short copy only shortens the stack; the sampler's counters have no leak analogue.
+    let (len, _) = stack::take_stacks(ctx, sample, false);
+    let len = ALLOCATION_HEADER_SIZE + len;
+    match draft.send(&ALLOCATIONS, len) {
+        Ok(()) => count(LeakCounter::RingBytes, len as u64),
+        Err(Dropped::RingFull | Dropped::Overwritten) => count(LeakCounter::StacksLost, 1),
     }
-    record.submit(stack::wakeup_flag(&ALLOCATIONS));
 }
 
 #[uprobe]

@@ -1,30 +1,33 @@
 //! `profiler record`: the perf_event program run by a cpu-clock event on every CPU.
 //!
-//! Per sample it filters by process, then writes one fixed-size ring-buffer record: ids, comm,
-//! the kernel stack, the frame-pointer user stack, the user registers and a page-wise copy of
-//! the top of the user stack.
+//! Per sample it filters by process, then sends one ring-buffer record as long as what it
+//! took: ids, comm, the user registers, a page-wise copy of the top of the user stack, and the
+//! frame-pointer user stack and kernel stack where they are wanted.
 use aya_ebpf::{
-    EbpfContext as _,
     bindings::pt_regs,
     helpers::{
         bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel,
-        generated::{bpf_get_current_task_btf, bpf_get_stack, bpf_task_pt_regs},
+        generated::{bpf_get_current_task_btf, bpf_task_pt_regs},
     },
     macros::{map, perf_event, raw_tracepoint},
-    maps::{HashMap, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, PerCpuArray, RingBuf},
     programs::{PerfEventContext, RawTracePointContext},
 };
 use profiler_common::{Counter, SampleHeader, sample_flags};
 
 use crate::{
     setting,
-    stack::{self, CopyOutcome, HEADER_SIZE, STACK_BYTES},
+    stack::{self, CopyOutcome, Draft, Dropped, Scratch},
     stopped,
 };
 
 /// Ring buffer of sample records. Userspace sets the real size at load time.
 #[map(name = "SAMPLES")]
 static SAMPLES: RingBuf = RingBuf::with_byte_size(16 * 1024 * 1024, 0);
+
+/// Where each CPU builds its sample record. Userspace sets one entry per CPU.
+#[map(name = "SAMPLE_SCRATCH")]
+static SAMPLE_SCRATCH: Array<Scratch> = Array::with_max_entries(1, 0);
 
 #[map(name = "TGID_FILTER")]
 static TGID_FILTER: HashMap<u32, u8> = HashMap::with_max_entries(8192, 0);
@@ -33,8 +36,7 @@ static TGID_FILTER: HashMap<u32, u8> = HashMap::with_max_entries(8192, 0);
 static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(Counter::COUNT, 0);
 
 // Load-time settings (see `profiler_common::globals`). They live in `.rodata`, which the loader
-// freezes, so the verifier treats them as constants: that is what lets the record size depend on
-// STACK_COPY_CAP.
+// freezes, so the verifier treats them as constants.
 #[unsafe(no_mangle)]
 static FILTER_BY_TGID: u32 = 0;
 #[unsafe(no_mangle)]
@@ -52,10 +54,10 @@ static SIGNAL_LIVE_OFFSET: u32 = 0;
 const USER_MODE_RPL: u64 = 3;
 const CLONE_THREAD: u64 = 0x0001_0000;
 
-fn count(counter: Counter) {
+fn count(counter: Counter, n: u64) {
     if let Some(value) = COUNTERS.get_ptr_mut(counter as u32) {
         // Per-CPU slot and the program does not nest on a CPU: a plain add is enough.
-        unsafe { *value += 1 };
+        unsafe { *value += n };
     }
 }
 
@@ -64,29 +66,31 @@ pub fn sample(ctx: PerfEventContext) -> u32 {
     if stopped() {
         return 0;
     }
-    count(Counter::Seen);
+    count(Counter::Seen, 1);
     let pid_tgid = bpf_get_current_pid_tgid();
     let tgid = (pid_tgid >> 32) as u32;
     if !wanted(tgid) {
-        count(Counter::Filtered);
+        count(Counter::Filtered, 1);
         return 0;
     }
-    let cap = stack::stack_copy_cap();
-    let Some(mut record) = SAMPLES.reserve_bytes(HEADER_SIZE + cap, 0) else {
-        count(Counter::Lost);
+    let Some(draft) = Draft::claim(&SAMPLE_SCRATCH) else {
+        count(Counter::Lost, 1);
         return 0;
     };
-    let header = unsafe { &mut *record.as_mut_ptr().cast::<SampleHeader>() };
+    let record = draft.bytes();
+    let header = unsafe { &mut *record.cast::<SampleHeader>() };
     stack::fill_ids(header, pid_tgid, unsafe { bpf_ktime_get_ns() });
-    fill_stacks(&ctx, header);
-    if cap != 0 {
-        match unsafe { stack::copy_user_stack(header, record.as_mut_ptr().add(HEADER_SIZE), cap) } {
-            CopyOutcome::Complete => {}
-            CopyOutcome::Truncated => count(Counter::StackTruncated),
-            CopyOutcome::Unreadable => count(Counter::StackUnreadable),
-        }
+    let in_kernel = fill_regs(&ctx, header);
+    let (len, outcome) = stack::take_stacks(&ctx, record, in_kernel);
+    match outcome {
+        CopyOutcome::Truncated => count(Counter::StackTruncated, 1),
+        CopyOutcome::Unreadable => count(Counter::StackUnreadable, 1),
+        CopyOutcome::Complete | CopyOutcome::NotCopied => {}
     }
-    record.submit(stack::wakeup_flag(&SAMPLES));
+    match draft.send(&SAMPLES, len) {
+        Ok(()) => count(Counter::RingBytes, len as u64),
+        Err(Dropped::RingFull | Dropped::Overwritten) => count(Counter::Lost, 1),
+    }
     0
 }
 
@@ -97,39 +101,29 @@ fn wanted(tgid: u32) -> bool {
     setting(&FILTER_BY_TGID) == 0 || unsafe { TGID_FILTER.get(tgid) }.is_some()
 }
 
-/// The kernel stack when the sample hit the kernel, the frame-pointer user stack, and the user
-/// registers.
-fn fill_stacks(ctx: &PerfEventContext, h: &mut SampleHeader) {
+/// The user registers; returns whether the sample interrupted the kernel (whose stack is then
+/// wanted too).
+fn fill_regs(ctx: &PerfEventContext, h: &mut SampleHeader) -> bool {
     let regs = unsafe { &(*ctx.ctx).regs };
-    let in_user_mode = regs.cs & 3 == USER_MODE_RPL;
-    // A sample taken in user mode has no kernel stack: skip the walk.
-    if !in_user_mode {
-        let kernel =
-            unsafe { bpf_get_stack(ctx.as_ptr(), h.kernel_stack.as_mut_ptr().cast(), STACK_BYTES, 0) };
-        h.kernel_stack_len = stack::frames(kernel);
-    }
-    stack::fill_user_stack(ctx, h);
-
-    if in_user_mode {
+    if regs.cs & 3 == USER_MODE_RPL {
         h.flags = sample_flags::USER_REGS;
         (h.user_ip, h.user_sp, h.user_bp) = (regs.rip, regs.rsp, regs.rbp);
-        return;
+        return false;
     }
     // Kernel mode: the user registers are the ones saved when the thread entered the kernel.
     h.flags = sample_flags::IN_KERNEL;
-    (h.user_ip, h.user_sp, h.user_bp) = (0, 0, 0);
     let saved = unsafe { bpf_task_pt_regs(bpf_get_current_task_btf()) } as *const pt_regs;
     if saved.is_null() {
-        return;
+        return true;
     }
-    let Ok(saved) = (unsafe { bpf_probe_read_kernel(saved) }) else {
-        return;
-    };
     // Kernel threads have no user context: their saved frame is not from user mode.
-    if saved.cs & 3 == USER_MODE_RPL {
+    if let Ok(saved) = unsafe { bpf_probe_read_kernel(saved) }
+        && saved.cs & 3 == USER_MODE_RPL
+    {
         h.flags |= sample_flags::USER_REGS;
         (h.user_ip, h.user_sp, h.user_bp) = (saved.rip, saved.rsp, saved.rbp);
     }
+    true
 }
 
 /// Raw tracepoint `task_newtask(struct task_struct *task, u64 clone_flags)`, run in the parent
@@ -153,7 +147,7 @@ pub fn follow_fork(ctx: RawTracePointContext) -> i32 {
     if let Ok(child) = unsafe { task_tgid(task) }
         && TGID_FILTER.insert(child, 1, 0).is_err()
     {
-        count(Counter::FilterFull);
+        count(Counter::FilterFull, 1);
     }
     0
 }

@@ -18,15 +18,13 @@ fn fixture_dir() -> &'static Path {
 }
 
 fn decode_record(c: &mut Criterion) {
-    let mut header = SampleHeader::zeroed();
-    header.kernel_stack_len = 20;
-    header.user_stack_len = 30;
-    header.stack_copy_len = 32 * 1024;
-    let record = encode_sample(&header, &vec![0u8; 32 * 1024]);
+    let record = encode_sample(&SampleHeader::default(), &vec![0u8; 32 * 1024], &[0x1000; 30], &[0x2000; 20]);
     let mut group = c.benchmark_group("decode");
     group.throughput(Throughput::Elements(1));
     group.bench_function("record_32k", |b| {
-        b.iter(|| RecordKind::Sample.decode(black_box(&record)).unwrap().sample.user_stack().len())
+        b.iter(|| {
+            RecordKind::Sample.decode(black_box(&record)).unwrap().sample.user_stack().iter().sum::<u64>()
+        })
     });
     group.finish();
 }
@@ -35,7 +33,7 @@ fn unwind_stack(c: &mut Criterion) {
     let fixture = Fixture::read(fixture_dir()).unwrap();
     let mut spaces = fixture.address_spaces(fixture_dir().join("snapshot"));
     let mut space = Fixture::view(&mut spaces);
-    let stack = StackSnapshot { sp: fixture.regs.sp, bytes: &fixture.stack, truncated: false };
+    let stack = StackSnapshot::new(fixture.regs.sp, &fixture.stack, false);
     let mut unwinder = Unwinder::default();
     let frames = unwinder.unwind(fixture.regs, &stack, &mut space).frames.len();
     let mut group = c.benchmark_group("unwind");

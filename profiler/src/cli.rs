@@ -102,10 +102,10 @@ pub struct RecordArgs {
     #[arg(long)]
     pub no_inherit: bool,
 
-    /// Ring buffer between the kernel and the profiler, in MiB (a power of two). Samples that
-    /// do not fit are counted as lost.
-    #[arg(long, value_name = "MIB", default_value_t = 32, value_parser = parse_ring_buffer)]
-    pub ring_buffer: u32,
+    /// Ring buffer between the kernel and the profiler, in MiB (a power of two; default: 1 MiB
+    /// per CPU, at least 4). Samples that do not fit are counted as lost.
+    #[arg(long, value_name = "MIB", value_parser = parse_ring_buffer)]
+    pub ring_buffer: Option<u32>,
 
     /// Stop after this many samples.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
@@ -442,9 +442,9 @@ mod tests {
     #[test]
     fn resource_limits() {
         let args = record(&["-a"]).unwrap();
-        assert_eq!((args.ring_buffer, args.max_samples), (32, None));
+        assert_eq!((args.ring_buffer, args.max_samples), (None, None));
         let args = record(&["-a", "--ring-buffer", "64", "--max-samples", "1000"]).unwrap();
-        assert_eq!((args.ring_buffer, args.max_samples), (64, Some(1000)));
+        assert_eq!((args.ring_buffer, args.max_samples), (Some(64), Some(1000)));
         for bad in ["0", "3", "2048"] {
             assert!(record(&["-a", "--ring-buffer", bad]).is_err(), "{bad}");
         }

@@ -2,9 +2,11 @@
 //! allocations (a block, then the sample taken where it was allocated).
 use std::{fmt, mem::size_of};
 
-use profiler_common::{AllocationHeader, MAX_STACK_DEPTH, SampleHeader, TASK_COMM_LEN, maps, sample_flags};
+use profiler_common::{
+    AllocationHeader, MAX_STACK_DEPTH, SAMPLE_HEADER_SIZE, SampleHeader, TASK_COMM_LEN, frames_offset, maps,
+    sample_flags,
+};
 
-const HEADER_SIZE: usize = size_of::<SampleHeader>();
 const ALLOCATION_HEADER_SIZE: usize = size_of::<AllocationHeader>();
 
 /// The kind of ring-buffer record a mode's kernel side writes.
@@ -72,11 +74,33 @@ impl RecordKind {
     }
 }
 
-/// One decoded sample, borrowing the stack copy from the record.
+/// One decoded sample, borrowing the stack copy and the frames from the record.
 #[derive(Debug)]
 pub struct SampleRecord<'a> {
     header: SampleHeader,
     stack_copy: &'a [u8],
+    user_stack: Frames<'a>,
+    kernel_stack: Frames<'a>,
+}
+
+/// Addresses of a stack in a record, innermost first (8 little-endian bytes each).
+#[derive(Clone, Copy, Debug)]
+pub struct Frames<'a>(&'a [u8]);
+
+impl<'a> Frames<'a> {
+    pub fn len(&self) -> usize {
+        self.0.len() / size_of::<u64>()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = u64> + 'a {
+        self.0
+            .chunks_exact(size_of::<u64>())
+            .map(|frame| u64::from_le_bytes(frame.try_into().unwrap_or_default()))
+    }
 }
 
 /// User-mode registers of the sampled thread.
@@ -109,19 +133,28 @@ impl fmt::Display for DecodeError {
 impl std::error::Error for DecodeError {}
 
 fn decode_sample(record: &[u8]) -> Result<SampleRecord<'_>, DecodeError> {
-    if record.len() < HEADER_SIZE {
+    if record.len() < SAMPLE_HEADER_SIZE {
         return Err(DecodeError::Short { len: record.len() });
     }
     // SAFETY: the length was checked; SampleHeader is plain old data (integers and arrays of
     // integers) for which every bit pattern is valid; read_unaligned makes no alignment claim.
     let header = unsafe { record.as_ptr().cast::<SampleHeader>().read_unaligned() };
-    check_depth("kernel_stack_len", header.kernel_stack_len)?;
-    check_depth("user_stack_len", header.user_stack_len)?;
     let copy_len = header.stack_copy_len as usize;
-    let stack_copy = record[HEADER_SIZE..]
-        .get(..copy_len)
-        .ok_or(DecodeError::BadLength { field: "stack_copy_len", value: header.stack_copy_len })?;
-    Ok(SampleRecord { header, stack_copy })
+    let bad_copy_len = DecodeError::BadLength { field: "stack_copy_len", value: header.stack_copy_len };
+    let stack_copy = record[SAMPLE_HEADER_SIZE..].get(..copy_len).ok_or(bad_copy_len)?;
+    let mut frames = record.get(frames_offset(copy_len)..).unwrap_or_default();
+    let mut take = |field, len: u32| {
+        let bad = DecodeError::BadLength { field, value: len };
+        if len as usize > MAX_STACK_DEPTH {
+            return Err(bad);
+        }
+        let (taken, rest) = frames.split_at_checked(len as usize * size_of::<u64>()).ok_or(bad)?;
+        frames = rest;
+        Ok(Frames(taken))
+    };
+    let user_stack = take("user_stack_len", header.user_stack_len)?;
+    let kernel_stack = take("kernel_stack_len", header.kernel_stack_len)?;
+    Ok(SampleRecord { header, stack_copy, user_stack, kernel_stack })
 }
 
 fn decode_allocation(record: &[u8]) -> Result<(AllocationHeader, SampleRecord<'_>), DecodeError> {
@@ -130,10 +163,6 @@ fn decode_allocation(record: &[u8]) -> Result<(AllocationHeader, SampleRecord<'_
     // SAFETY: the length was checked; AllocationHeader is two integers, any bits are valid.
     let allocation = unsafe { allocation.as_ptr().cast::<AllocationHeader>().read_unaligned() };
     Ok((allocation, decode_sample(sample)?))
-}
-
-fn check_depth(field: &'static str, value: u32) -> Result<(), DecodeError> {
-    if value as usize <= MAX_STACK_DEPTH { Ok(()) } else { Err(DecodeError::BadLength { field, value }) }
 }
 
 impl<'a> SampleRecord<'a> {
@@ -157,14 +186,14 @@ impl<'a> SampleRecord<'a> {
     }
 
     /// Kernel addresses, innermost first: the interrupted instruction, then return addresses.
-    pub fn kernel_stack(&self) -> &[u64] {
-        &self.header.kernel_stack[..self.header.kernel_stack_len as usize]
+    pub fn kernel_stack(&self) -> Frames<'a> {
+        self.kernel_stack
     }
 
     /// User addresses from the frame-pointer chain, innermost first: the user ip, then return
-    /// addresses.
-    pub fn user_stack(&self) -> &[u64] {
-        &self.header.user_stack[..self.header.user_stack_len as usize]
+    /// addresses. Empty when the kernel did not walk it (the copy held the whole stack).
+    pub fn user_stack(&self) -> Frames<'a> {
+        self.user_stack
     }
 
     pub fn user_regs(&self) -> Option<UserRegs> {
@@ -189,74 +218,104 @@ impl<'a> SampleRecord<'a> {
 
 #[cfg(test)]
 mod tests {
+    use std::mem::offset_of;
+
     use super::*;
-    use crate::testing::{encode_allocation, encode_sample as encode};
+    use crate::testing::{encode_allocation, encode_sample};
+
+    const KERNEL: [u64; 2] = [0xffff_ffff_8100_0010, 0xffff_ffff_8100_0200];
+    const USER: [u64; 3] = [0x5555_0000_1234, 0x5555_0000_2000, 0x7f00_0000_3000];
 
     fn decode(record: &[u8]) -> Result<SampleRecord<'_>, DecodeError> {
         RecordKind::Sample.decode(record).map(|record| record.sample)
     }
 
     fn sample_header() -> SampleHeader {
-        let mut h = SampleHeader::zeroed();
-        h.tgid = 42;
-        h.tid = 43;
-        h.cpu = 1;
-        h.time_ns = 123_456_789;
+        let mut h = SampleHeader { tgid: 42, tid: 43, cpu: 1, time_ns: 123_456_789, ..Default::default() };
         h.comm[..6].copy_from_slice(b"worker");
         h.flags = sample_flags::USER_REGS | sample_flags::IN_KERNEL;
         (h.user_ip, h.user_sp, h.user_bp) = (0x5555_0000_1234, 0x7ffc_0000_1000, 0x7ffc_0000_1040);
-        h.kernel_stack[..2].copy_from_slice(&[0xffff_ffff_8100_0010, 0xffff_ffff_8100_0200]);
-        h.kernel_stack_len = 2;
-        h.user_stack[..3].copy_from_slice(&[0x5555_0000_1234, 0x5555_0000_2000, 0x7f00_0000_3000]);
-        h.user_stack_len = 3;
         h
+    }
+
+    /// A record with a stack copy of `copy` and both stacks.
+    fn record(copy: &[u8]) -> Vec<u8> {
+        encode_sample(&sample_header(), copy, &USER, &KERNEL)
+    }
+
+    /// `record` with the header's u32 field at `offset` set to `value`.
+    fn with_field(mut record: Vec<u8>, offset: usize, value: u32) -> Vec<u8> {
+        record[offset..offset + 4].copy_from_slice(&value.to_le_bytes());
+        record
     }
 
     #[test]
     fn header_has_no_padding() {
-        // encode() and the eBPF program rely on it.
-        assert_eq!(HEADER_SIZE, 4 * 4 + 8 + 16 + 3 * 8 + 4 * 4 + 2 * 8 * MAX_STACK_DEPTH);
+        // encode_sample() and the eBPF program rely on it.
+        assert_eq!(SAMPLE_HEADER_SIZE, 4 * 4 + 8 + 16 + 3 * 8 + 4 * 4);
     }
 
     #[test]
     fn decodes_all_fields() {
-        let mut header = sample_header();
-        header.stack_copy_len = 5;
-        // The record is as large as the reservation; only stack_copy_len bytes count.
-        let record = encode(&header, &[1, 2, 3, 4, 5, 0, 0, 0]);
+        let record = record(&[1, 2, 3, 4, 5, 6, 7, 8]);
+        assert_eq!(record.len(), SAMPLE_HEADER_SIZE + 8 + 8 * (USER.len() + KERNEL.len()), "no byte wasted");
         let sample = decode(&record).unwrap();
         assert_eq!((sample.tgid(), sample.tid()), (42, 43));
         assert_eq!(sample.time_ns(), 123_456_789);
         assert_eq!(sample.comm(), "worker");
-        assert_eq!(sample.kernel_stack(), [0xffff_ffff_8100_0010, 0xffff_ffff_8100_0200]);
-        assert_eq!(sample.user_stack(), [0x5555_0000_1234, 0x5555_0000_2000, 0x7f00_0000_3000]);
+        assert_eq!(sample.kernel_stack().iter().collect::<Vec<_>>(), KERNEL);
+        assert_eq!(sample.user_stack().iter().collect::<Vec<_>>(), USER);
         assert_eq!(
             sample.user_regs(),
             Some(UserRegs { ip: 0x5555_0000_1234, sp: 0x7ffc_0000_1000, bp: 0x7ffc_0000_1040 })
         );
         assert!(!sample.stack_truncated());
-        assert_eq!(sample.stack_copy(), [1, 2, 3, 4, 5]);
+        assert_eq!(sample.stack_copy(), [1, 2, 3, 4, 5, 6, 7, 8]);
+    }
+
+    #[test]
+    fn frames_follow_a_copy_that_ends_mid_word() {
+        // A copy that ended early, at an odd length: the frames start at the next multiple of 8.
+        let record = record(&[9; 13]);
+        assert_eq!(record.len(), SAMPLE_HEADER_SIZE + 16 + 8 * (USER.len() + KERNEL.len()));
+        let sample = decode(&record).unwrap();
+        assert_eq!(sample.stack_copy(), [9; 13]);
+        assert_eq!(sample.user_stack().iter().collect::<Vec<_>>(), USER);
+        assert_eq!(sample.kernel_stack().iter().collect::<Vec<_>>(), KERNEL);
+    }
+
+    #[test]
+    fn records_without_frames_or_copy() {
+        // The copy held the whole stack, so the kernel skipped the frame-pointer walk; no kernel
+        // stack in user mode.
+        let sample_bytes = encode_sample(&sample_header(), &[7; 4096], &[], &[]);
+        assert_eq!(sample_bytes.len(), SAMPLE_HEADER_SIZE + 4096);
+        let sample = decode(&sample_bytes).unwrap();
+        assert!(sample.user_stack().is_empty() && sample.kernel_stack().is_empty());
+        assert_eq!(sample.stack_copy().len(), 4096);
+        // Frame pointers only (no copy).
+        let sample_bytes = encode_sample(&sample_header(), &[], &USER, &[]);
+        let sample = decode(&sample_bytes).unwrap();
+        assert_eq!((sample.stack_copy().len(), sample.user_stack().len()), (0, 3));
     }
 
     #[test]
     fn no_user_regs_without_flag() {
-        let mut header = sample_header();
-        header.flags = 0;
-        let record = encode(&header, &[]);
+        let header = SampleHeader { flags: 0, ..sample_header() };
+        let record = encode_sample(&header, &[], &[], &[]);
         assert_eq!(decode(&record).unwrap().user_regs(), None);
     }
 
     #[test]
     fn full_comm_without_nul() {
-        let mut header = sample_header();
-        header.comm = *b"abcdefghijklmnop";
-        assert_eq!(decode(&encode(&header, &[])).unwrap().comm(), "abcdefghijklmnop");
+        let header = SampleHeader { comm: *b"abcdefghijklmnop", ..sample_header() };
+        assert_eq!(decode(&encode_sample(&header, &[], &[], &[])).unwrap().comm(), "abcdefghijklmnop");
     }
 
     #[test]
     fn rejects_short_record() {
-        let record = encode(&sample_header(), &[]);
-        assert_eq!(decode(&record[..100]).unwrap_err(), DecodeError::Short { len: 100 });
+        let record = record(&[]);
+        assert_eq!(decode(&record[..50]).unwrap_err(), DecodeError::Short { len: 50 });
         assert_eq!(RecordKind::Sample.time_ns(&record), Some(decode(&record).unwrap().time_ns()));
         assert_eq!(RecordKind::Sample.time_ns(&record[..10]), None);
         assert_eq!(decode(&[]).unwrap_err(), DecodeError::Short { len: 0 });
@@ -264,40 +323,36 @@ mod tests {
 
     #[test]
     fn rejects_lengths_past_the_record() {
-        let mut header = sample_header();
-        header.stack_copy_len = 9;
-        assert!(matches!(
-            decode(&encode(&header, &[0; 8])),
-            Err(DecodeError::BadLength { field: "stack_copy_len", .. })
-        ));
-        let mut header = sample_header();
-        header.user_stack_len = MAX_STACK_DEPTH as u32 + 1;
-        assert!(matches!(
-            decode(&encode(&header, &[])),
-            Err(DecodeError::BadLength { field: "user_stack_len", .. })
-        ));
-        let mut header = sample_header();
-        header.kernel_stack_len = u32::MAX;
-        assert!(matches!(
-            decode(&encode(&header, &[])),
-            Err(DecodeError::BadLength { field: "kernel_stack_len", .. })
-        ));
+        let field = |record: &[u8]| match decode(record) {
+            Err(DecodeError::BadLength { field, .. }) => field,
+            other => panic!("{other:?}"),
+        };
+        let copy_len = offset_of!(SampleHeader, stack_copy_len);
+        let user_len = offset_of!(SampleHeader, user_stack_len);
+        let kernel_len = offset_of!(SampleHeader, kernel_stack_len);
+        assert_eq!(field(&with_field(record(&[0; 8]), copy_len, 9000)), "stack_copy_len");
+        assert_eq!(field(&with_field(record(&[]), user_len, MAX_STACK_DEPTH as u32 + 1)), "user_stack_len");
+        assert_eq!(field(&with_field(record(&[]), user_len, 6)), "user_stack_len", "past the end");
+        assert_eq!(field(&with_field(record(&[]), kernel_len, u32::MAX)), "kernel_stack_len");
+        let full = record(&[]);
+        assert_eq!(field(&full[..full.len() - 1]), "kernel_stack_len", "a frame cut short");
     }
 
     #[test]
     fn decodes_allocation_records() {
         let block = AllocationHeader { addr: 0x5555_0000_8000, size: 4096 };
-        let record = encode_allocation(block, &sample_header(), &[]);
+        let record = encode_allocation(block, &record(&[1; 24]));
         let kind = RecordKind::Allocation;
         let Record { sample, payload } = kind.decode(&record).unwrap();
         assert_eq!(payload, Payload::Allocation(block));
         assert_eq!((sample.tgid(), sample.comm().as_str()), (42, "worker"));
+        assert_eq!(sample.user_stack().iter().collect::<Vec<_>>(), USER);
         assert_eq!(kind.time_ns(&record), Some(sample.time_ns()));
         assert_eq!(kind.decode(&record[..10]).unwrap_err(), DecodeError::Short { len: 10 });
         assert_eq!(kind.time_ns(&record[..10]), None);
         assert_eq!(
-            kind.decode(&record[..100]).unwrap_err(),
-            DecodeError::Short { len: 100 - ALLOCATION_HEADER_SIZE }
+            kind.decode(&record[..70]).unwrap_err(),
+            DecodeError::Short { len: 70 - ALLOCATION_HEADER_SIZE }
         );
     }
 }

@@ -382,7 +382,10 @@ mod tests {
         assert_eq!(detail(&["a.svg", "a.folded"], Grouping::Command), nothing);
         assert_eq!(detail(&["a.svg"], Grouping::Process), Detail { process: true, ..nothing });
         assert_eq!(detail(&["a.folded"], Grouping::Thread), Detail { thread: true, ..nothing });
-        assert_eq!(detail(&["a.pb.gz"], Grouping::Command), Detail { process: true, thread: true, ..nothing });
+        assert_eq!(
+            detail(&["a.pb.gz"], Grouping::Command),
+            Detail { process: true, thread: true, ..nothing }
+        );
         assert_eq!(detail(&["a.svg", "a.prof"], Grouping::Command), Detail::ALL);
         assert_eq!(detail(&["a.json"], Grouping::Command), Detail::ALL);
     }

@@ -2,6 +2,7 @@
 //! from the copied stack bytes (DWARF, completed with the frame-pointer chain) or taken from the
 //! frame-pointer chain alone, every address pinned to (module, file offset) with the mappings of
 //! the moment the sample was taken.
+use profiler_common::FramePointers;
 use rustc_hash::FxHashMap;
 
 use crate::{
@@ -10,7 +11,7 @@ use crate::{
     frame::Frame,
     named::Named,
     unwind::{
-        StackSnapshot, UnwindStats, Unwinder,
+        StackSnapshot, UnwindEnd, UnwindStats, Unwinder, Unwound,
         hybrid::{self, StackSource},
     },
 };
@@ -25,6 +26,17 @@ pub enum CallGraph {
     Dwarf,
     /// The kernel's frame-pointer chain only (no stack copy).
     Fp,
+}
+
+impl CallGraph {
+    /// When the kernel should walk the frame-pointer chain for this call graph.
+    pub fn frame_pointers(self) -> FramePointers {
+        match self {
+            Self::Auto => FramePointers::WhenCopyShort,
+            Self::Dwarf => FramePointers::Never,
+            Self::Fp => FramePointers::Always,
+        }
+    }
 }
 
 impl Named for CallGraph {
@@ -46,6 +58,8 @@ pub struct StackWalker {
     stack_ends: StackEnds,
     /// Scratch space for one stack, reused across samples.
     frames: Vec<Frame>,
+    /// The sample's frame-pointer chain, likewise.
+    chain: Vec<u64>,
 }
 
 impl StackWalker {
@@ -57,6 +71,7 @@ impl StackWalker {
             stats: UnwindStats::default(),
             stack_ends: StackEnds::default(),
             frames: Vec::new(),
+            chain: Vec::new(),
         }
     }
 
@@ -81,28 +96,24 @@ impl StackWalker {
 
     /// The stack of a sample, walked and pinned to modules.
     pub fn walk(&mut self, sample: &SampleRecord<'_>) -> Walked<'_> {
-        let Self { call_graph, spaces, unwinder, stats, stack_ends, frames } = self;
+        let Self { call_graph, spaces, unwinder, stats, stack_ends, frames, chain } = self;
         let tid = sample.tid();
         let mut process = spaces.observe(sample.tgid(), tid, &sample.comm(), sample.time_ns());
         frames.clear();
-        frames.extend(
-            sample.kernel_stack().iter().enumerate().map(|(depth, &addr)| Frame::kernel(depth, addr)),
-        );
+        frames
+            .extend(sample.kernel_stack().iter().enumerate().map(|(depth, addr)| Frame::kernel(depth, addr)));
+        chain.clear();
+        chain.extend(sample.user_stack().iter());
         // The frame-pointer chain, from this depth on, still to be resolved.
         let (fp_addrs, first_depth) = match (*call_graph, sample.user_regs()) {
-            (CallGraph::Fp, _) | (_, None) => (sample.user_stack(), 0),
+            (CallGraph::Fp, _) | (_, None) => (&chain[..], 0),
             (call_graph, Some(regs)) => {
-                if let Some(stack) = process.mapping(regs.sp) {
-                    stack_ends.learn(tid, stack.end);
-                }
-                let snapshot = StackSnapshot {
-                    sp: regs.sp,
-                    bytes: sample.stack_copy(),
-                    truncated: sample.stack_truncated(),
-                };
+                let snapshot = StackSnapshot::new(regs.sp, sample.stack_copy(), sample.stack_truncated());
                 let unwound = unwinder.unwind(regs, &snapshot, &mut process);
+                let mapping_end = process.mapping(regs.sp).map(|stack| stack.end);
+                stack_ends.learn(tid, mapping_end, Needed::of(&unwound, &snapshot));
                 let (tail, source) = match call_graph {
-                    CallGraph::Auto => hybrid::complete(&unwound, sample.user_stack()),
+                    CallGraph::Auto => hybrid::complete(&unwound, chain),
                     _ => (&[][..], StackSource::Dwarf(unwound.end)),
                 };
                 stats.record(source);
@@ -129,23 +140,84 @@ fn push_resolved(process: &mut ProcessView<'_>, addrs: &[u64], first_depth: usiz
 /// is an LRU of its own).
 const MAX_STACK_ENDS: usize = 65536;
 
-/// Where each thread's stack mapping ends, as last told to the kernel, and what is new since.
+/// How much of a thread's stack its samples need copied, as one unwind tells.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Needed {
+    /// The unwind reached the thread's first frame having read nothing above this address:
+    /// the rest of the stack mapping (the thread's descriptor and TLS, the main thread's
+    /// arguments and environment) never helps.
+    UpTo(u64),
+    /// The unwind wanted bytes past a copy that stopped where the kernel was told the stack
+    /// ends: copy up to the end of the mapping from now on.
+    All,
+    /// Nothing learned.
+    Unknown,
+}
+
+impl Needed {
+    fn of(unwound: &Unwound, snapshot: &StackSnapshot<'_>) -> Self {
+        match unwound.end {
+            UnwindEnd::Bottom => Self::UpTo(snapshot.reach()),
+            UnwindEnd::Lost if !snapshot.truncated && snapshot.reach() > snapshot.end() => Self::All,
+            _ => Self::Unknown,
+        }
+    }
+}
+
+/// Where each thread's stack copy should end, as last told to the kernel, and what is new since.
+/// A copy ends at the end of the thread's stack mapping until an unwind reaches the thread's
+/// first frame; from then on, at the highest address an unwind of the thread read (the first
+/// frame sits at the same place for the thread's whole life). That leaves out the thread's
+/// descriptor and TLS, the main thread's environment: most of the bytes of a shallow stack.
 #[derive(Default)]
 struct StackEnds {
-    known: FxHashMap<u32, u64>,
+    known: FxHashMap<u32, StackEnd>,
     new: Vec<(u32, u64)>,
 }
 
-impl StackEnds {
-    fn learn(&mut self, tid: u32, end: u64) {
-        if self.known.get(&tid) == Some(&end) {
-            return;
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct StackEnd {
+    /// The end of the mapping the thread's stack pointer is in, when known (a new thread's
+    /// stack is anonymous memory, which no task event reports).
+    mapping_end: Option<u64>,
+    /// How far samples need it copied, when known.
+    needed: Option<u64>,
+}
+
+impl StackEnd {
+    /// What the kernel is told: `None` for nothing (it copies up to the cap).
+    fn copy_end(self) -> Option<u64> {
+        match (self.needed, self.mapping_end) {
+            (Some(needed), Some(end)) => Some(needed.min(end)),
+            (needed, end) => needed.or(end),
         }
-        if self.known.len() >= MAX_STACK_ENDS {
+    }
+
+    /// Whether a sample whose stack pointer is in a mapping ending at `mapping_end` is on the
+    /// same stack (a thread id used again, or a thread on another stack, is not).
+    fn same_stack(self, mapping_end: Option<u64>) -> bool {
+        self.mapping_end.is_none() || mapping_end.is_none() || self.mapping_end == mapping_end
+    }
+}
+
+impl StackEnds {
+    fn learn(&mut self, tid: u32, mapping_end: Option<u64>, needed: Needed) {
+        let old = self.known.get(&tid).copied().filter(|old| old.same_stack(mapping_end));
+        let mut end = old.unwrap_or(StackEnd { mapping_end, needed: None });
+        end.mapping_end = end.mapping_end.or(mapping_end);
+        end.needed = match needed {
+            Needed::UpTo(reach) => Some(end.needed.map_or(reach, |needed| needed.max(reach))),
+            Needed::All => Some(end.mapping_end.unwrap_or(u64::MAX)),
+            Needed::Unknown => end.needed,
+        };
+        let told = self.known.get(&tid).and_then(|known| known.copy_end());
+        if self.known.len() >= MAX_STACK_ENDS && old.is_none() {
             self.known.clear();
         }
         self.known.insert(tid, end);
-        self.new.push((tid, end));
+        if let Some(copy_end) = end.copy_end().filter(|&copy_end| Some(copy_end) != told) {
+            self.new.push((tid, copy_end));
+        }
     }
 }
 
@@ -160,21 +232,16 @@ mod tests {
 
     fn own_header() -> SampleHeader {
         let pid = std::process::id();
-        let mut header = SampleHeader::zeroed();
-        (header.tgid, header.tid) = (pid, pid);
+        let mut header = SampleHeader { tgid: pid, tid: pid, ..Default::default() };
         header.comm[..4].copy_from_slice(b"self");
         header
     }
 
     #[test]
     fn frame_pointer_mode_takes_kernel_and_chain_frames() {
-        let mut header = own_header();
-        header.kernel_stack[..2].copy_from_slice(&[0xffff_ffff_8100_0000, 0xffff_ffff_8100_0100]);
-        header.kernel_stack_len = 2;
-        header.user_stack[0] = frame_pointer_mode_takes_kernel_and_chain_frames as *const () as usize as u64;
-        header.user_stack[1] = 0x10;
-        header.user_stack_len = 2;
-        let record = encode_sample(&header, &[]);
+        let ip = frame_pointer_mode_takes_kernel_and_chain_frames as *const () as usize as u64;
+        let kernel = [0xffff_ffff_8100_0000, 0xffff_ffff_8100_0100];
+        let record = encode_sample(&own_header(), &[], &[ip, 0x10], &kernel);
         let sample = RecordKind::Sample.decode(&record).unwrap().sample;
         let mut walker = StackWalker::new(CallGraph::Fp, TRACKING);
         let walked = walker.walk(&sample);
@@ -198,8 +265,7 @@ mod tests {
         header.flags = sample_flags::USER_REGS;
         header.user_ip = dwarf_mode_unwinds_and_counts as *const () as usize as u64 + 4;
         header.user_sp = stack.as_ptr() as u64;
-        header.stack_copy_len = stack.len() as u32;
-        let record = encode_sample(&header, &stack);
+        let record = encode_sample(&header, &stack, &[], &[]);
         let sample = RecordKind::Sample.decode(&record).unwrap().sample;
         let mut walker = StackWalker::new(CallGraph::Dwarf, TRACKING);
         let frames = walker.walk(&sample).frames.to_vec();
@@ -209,5 +275,46 @@ mod tests {
         assert_eq!(tid, std::process::id());
         assert!(end > header.user_sp, "the stack's mapping ends above its pointer");
         assert!(walker.take_stack_ends().is_empty(), "told once");
+    }
+
+    #[test]
+    fn stack_ends_follow_what_unwinding_needs() {
+        let mut ends = StackEnds::default();
+        let mut told = |tid, mapping_end, needed| {
+            ends.learn(tid, mapping_end, needed);
+            std::mem::take(&mut ends.new)
+        };
+        const END: u64 = 0x7000_0000;
+        // First the mapping's end; once an unwind reached the bottom, what it read.
+        assert_eq!(told(7, Some(END), Needed::Unknown), [(7, END)]);
+        assert_eq!(told(7, Some(END), Needed::UpTo(END - 0x1800)), [(7, END - 0x1800)]);
+        // A shallower read changes nothing (the first frame does not move); a deeper one grows it.
+        assert_eq!(told(7, Some(END), Needed::UpTo(END - 0x1900)), []);
+        assert_eq!(told(7, Some(END), Needed::UpTo(END - 0x1000)), [(7, END - 0x1000)]);
+        assert_eq!(told(7, None, Needed::Unknown), [], "the same stack, its mapping not known here");
+        // An unwind that wanted more than the copy: the whole mapping again, for good.
+        assert_eq!(told(7, Some(END), Needed::All), [(7, END)]);
+        assert_eq!(told(7, Some(END), Needed::UpTo(END - 0x1800)), []);
+        // The thread id on another stack (used again by a new thread): starts over.
+        assert_eq!(told(7, Some(0x5000_0000), Needed::Unknown), [(7, 0x5000_0000)]);
+        // A new thread's stack, anonymous memory that no task event reported: its unwinds alone.
+        assert_eq!(told(8, None, Needed::Unknown), []);
+        assert_eq!(told(8, None, Needed::UpTo(0x6000_1000)), [(8, 0x6000_1000)]);
+        assert_eq!(told(8, Some(0x6000_2000), Needed::Unknown), [], "the mapping known later");
+    }
+
+    #[test]
+    fn what_an_unwind_says_is_needed() {
+        let unwound = |end| Unwound { frames: vec![1], locations: vec![], end };
+        let stack = [0u8; 64];
+        let snapshot = StackSnapshot::new(0x1000, &stack, false);
+        snapshot.read_u64(0x1020);
+        assert_eq!(Needed::of(&unwound(UnwindEnd::Bottom), &snapshot), Needed::UpTo(0x1028));
+        assert_eq!(Needed::of(&unwound(UnwindEnd::Lost), &snapshot), Needed::Unknown, "read within the copy");
+        snapshot.read_u64(0x1040);
+        assert_eq!(Needed::of(&unwound(UnwindEnd::Lost), &snapshot), Needed::All, "read past the copy");
+        let truncated = StackSnapshot::new(0x1000, &stack, true);
+        truncated.read_u64(0x1040);
+        assert_eq!(Needed::of(&unwound(UnwindEnd::SnapshotEnd), &truncated), Needed::Unknown, "the cap's doing");
     }
 }

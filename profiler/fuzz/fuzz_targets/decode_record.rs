@@ -10,7 +10,8 @@ fuzz_target!(|data: &[u8]| {
         if let Ok(record) = kind.decode(data) {
             let sample = record.sample;
             let _ = (sample.tgid(), sample.tid(), sample.time_ns(), sample.comm(), record.payload);
-            let _ = (sample.kernel_stack().len(), sample.user_stack().len(), sample.user_regs());
+            let frames = sample.kernel_stack().iter().chain(sample.user_stack().iter());
+            let _ = (frames.fold(0u64, u64::wrapping_add), sample.user_regs());
             let _ = (sample.stack_copy().len(), sample.stack_truncated());
         }
     }

@@ -27,7 +27,7 @@ fuzz_target!(|data: &[u8]| {
     } else {
         (UserRegs { ip: word(0), sp: word(1), bp: word(2) }, bytes.to_vec())
     };
-    let snapshot = StackSnapshot { sp: regs.sp, bytes: &stack, truncated: word(2) % 2 == 0 };
+    let snapshot = StackSnapshot::new(regs.sp, &stack, word(2) % 2 == 0);
     let mut spaces = fixture.address_spaces(DIR.join("snapshot"));
     let mut space = Fixture::view(&mut spaces);
     let unwound = Unwinder::default().unwind(regs, &snapshot, &mut space);

@@ -6,7 +6,7 @@ use crate::{
     aggregate::{Aggregate, Site},
     cli::RecordArgs,
     decode::Payload,
-    kernel::sampler::{Sampler, SamplerConfig},
+    kernel::sampler::{self, Sampler, SamplerConfig},
     model::{Meta, Weight},
     render::{RenderOptions, summary::Summary},
     session::{self, End, Mode, Progress, Settings, Target},
@@ -20,7 +20,8 @@ pub async fn run(args: RecordArgs) -> Result<()> {
         filter_processes: !args.system_wide,
         follow_forks: !args.no_inherit,
         stack_copy_cap: stack_copy_kib * 1024,
-        ring_buffer_bytes: args.ring_buffer << 20,
+        frame_pointers: args.call_graph.frame_pointers(),
+        ring_buffer_bytes: args.ring_buffer.map_or_else(sampler::default_ring_bytes, |mib| Ok(mib << 20))?,
     };
     let settings = Settings {
         pids: args.pids,
@@ -73,6 +74,7 @@ impl Mode for CpuProfile {
             missing_cfi: &end.missing_cfi,
             processes: end.progress.processes,
             kernel_us_per_run: run_stats.map(|s| s.time.as_secs_f64() * 1e6 / s.runs as f64),
+            ring_bytes_per_sample: end.kernel.ring_bytes_per_sample(),
             outputs: end.outputs,
         };
         summary.print();

@@ -5,6 +5,7 @@ use aya::{
     Ebpf,
     maps::{HashMap as BpfHashMap, PerCpuArray},
     programs::{Program, ProgramError},
+    util::nr_cpus,
 };
 use profiler_common::maps;
 
@@ -12,6 +13,15 @@ pub static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DI
 
 /// The smallest ring buffer: a page. Rings the command does not use are shrunk to it.
 pub const UNUSED_RING_BYTES: u32 = 4096;
+
+/// Scratch arrays the command does not use keep one entry.
+pub const UNUSED_SCRATCH_ENTRIES: u32 = 1;
+
+/// Entries of a scratch array in use: one per possible CPU (their ids run from 0).
+pub fn scratch_entries() -> Result<u32> {
+    let cpus = nr_cpus().map_err(|(path, err)| anyhow!("cannot read {path}: {err}"))?;
+    Ok(cpus.max(1) as u32)
+}
 
 pub fn program<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut Program> {
     ebpf.program_mut(name).ok_or_else(|| anyhow!("the eBPF object has no program `{name}`"))

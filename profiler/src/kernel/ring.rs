@@ -14,8 +14,8 @@ use tokio::{
     time::{Interval, MissedTickBehavior, interval},
 };
 
-/// How often the ring is drained without a wakeup: a 32 MiB ring holds about half a second of
-/// the largest records at 999 Hz on two CPUs, so this leaves a wide margin.
+/// How often the ring is drained without a wakeup: the default ring (1 MiB per CPU) holds about
+/// a quarter second of 4 KiB samples at 999 Hz, so this leaves a wide margin.
 pub const DRAIN_INTERVAL: Duration = Duration::from_millis(20);
 
 pub struct RingReader {

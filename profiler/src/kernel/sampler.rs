@@ -10,7 +10,7 @@ use aya::{
     },
     util::online_cpus,
 };
-use profiler_common::{Counter, globals, maps, programs};
+use profiler_common::{Counter, FramePointers, globals, maps, programs};
 
 use crate::decode::RecordKind;
 
@@ -29,8 +29,17 @@ pub struct SamplerConfig {
     pub follow_forks: bool,
     /// Bytes of user stack copied per sample (a multiple of 4096, at most 64 KiB).
     pub stack_copy_cap: u32,
+    /// When the kernel walks the user frame-pointer chain.
+    pub frame_pointers: FramePointers,
     /// Ring buffer size in bytes (a power of two, multiple of the page size).
     pub ring_buffer_bytes: u32,
+}
+
+/// The ring's default size: 1 MiB per CPU (a quarter second of 4 KiB samples at 999 Hz: the
+/// reader drains it every 20 ms), at least 4 MiB, a power of two.
+pub fn default_ring_bytes() -> Result<u32> {
+    let cpus = online_cpus().map_err(|(path, err)| anyhow!("cannot read {path}: {err}"))?.len() as u32;
+    Ok(cpus.max(4).next_power_of_two().min(1024) << 20)
 }
 
 pub struct Sampler {
@@ -72,15 +81,19 @@ impl Sampler {
         let own_tgid = std::process::id();
         let follow_forks = config.filter_processes && config.follow_forks;
         let layout = if config.filter_processes { TaskLayout::read()? } else { TaskLayout::default() };
+        let frame_pointers = config.frame_pointers as u32;
         let mut ebpf = EbpfLoader::new()
             .override_global(globals::FILTER_BY_TGID, &filter, true)
             .override_global(globals::FOLLOW_FORKS, &follow, true)
             .override_global(globals::PROFILER_TGID, &own_tgid, true)
             .override_global(globals::STACK_COPY_CAP, &config.stack_copy_cap, true)
+            .override_global(globals::FRAME_POINTERS, &frame_pointers, true)
             .override_global(globals::TASK_TGID_OFFSET, &layout.tgid, true)
             .override_global(globals::TASK_SIGNAL_OFFSET, &layout.signal, true)
             .override_global(globals::SIGNAL_LIVE_OFFSET, &layout.live, true)
             .map_max_entries(maps::SAMPLES, config.ring_buffer_bytes)
+            .map_max_entries(maps::SAMPLE_SCRATCH, object::scratch_entries()?)
+            .map_max_entries(maps::ALLOCATION_SCRATCH, object::UNUSED_SCRATCH_ENTRIES)
             .load(EBPF_OBJECT)
             .context("cannot load the eBPF object")?;
 
@@ -114,6 +127,13 @@ impl Sampler {
     pub fn run_stats(&self) -> Option<RunStats> {
         let info = self.ebpf.program(programs::SAMPLE)?.info().ok()?;
         (info.run_count() > 0).then(|| RunStats { runs: info.run_count(), time: info.run_time() })
+    }
+
+    /// Mean size of the sample records sent through the ring; `None` before the first.
+    pub fn ring_bytes_per_sample(&self) -> Option<f64> {
+        let count = |counter| self.count(counter).ok();
+        let sent = count(Counter::Seen)?.saturating_sub(count(Counter::Filtered)? + count(Counter::Lost)?);
+        (sent > 0).then(|| count(Counter::RingBytes).map(|bytes| bytes as f64 / sent as f64)).flatten()
     }
 
     /// A counter of the sample program, summed over CPUs.

@@ -11,7 +11,9 @@ use aya::{
         uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope},
     },
 };
-use profiler_common::{AllocFunction, Allocation, AllocationKey, LeakCounter, globals, maps, programs};
+use profiler_common::{
+    AllocFunction, Allocation, AllocationKey, FramePointers, LeakCounter, globals, maps, programs,
+};
 
 use crate::{
     address_space::readable_path,
@@ -28,6 +30,8 @@ use super::{
 pub struct TracerConfig {
     /// Bytes of user stack copied per allocation (a multiple of 4096, at most 64 KiB).
     pub stack_copy_cap: u32,
+    /// When the kernel walks the user frame-pointer chain.
+    pub frame_pointers: FramePointers,
     /// Ring buffer size in bytes (a power of two, multiple of the page size).
     pub ring_buffer_bytes: u32,
     /// Most blocks followed at once.
@@ -97,11 +101,15 @@ impl Tracer {
     /// Loads and verifies the programs for `allocator`; nothing is traced until a process is
     /// followed.
     pub fn load(config: &TracerConfig, allocator: Allocator) -> Result<Self> {
+        let frame_pointers = config.frame_pointers as u32;
         let mut ebpf = EbpfLoader::new()
             .override_global(globals::STACK_COPY_CAP, &config.stack_copy_cap, true)
+            .override_global(globals::FRAME_POINTERS, &frame_pointers, true)
             .override_global(globals::SAMPLE_EVERY, &config.sample_every, true)
             .map_max_entries(maps::ALLOCATIONS, config.ring_buffer_bytes)
             .map_max_entries(maps::SAMPLES, object::UNUSED_RING_BYTES)
+            .map_max_entries(maps::ALLOCATION_SCRATCH, object::scratch_entries()?)
+            .map_max_entries(maps::SAMPLE_SCRATCH, object::UNUSED_SCRATCH_ENTRIES)
             .map_max_entries(maps::OUTSTANDING, config.max_outstanding)
             .load(EBPF_OBJECT)
             .context("cannot load the eBPF object")?;

@@ -16,6 +16,8 @@ pub struct Summary<'a> {
     pub processes: u64,
     /// Mean in-kernel time of the sample program, when the kernel measures it.
     pub kernel_us_per_run: Option<f64>,
+    /// Mean size of the records that crossed the ring buffer.
+    pub ring_bytes_per_sample: Option<f64>,
     pub outputs: &'a [(PathBuf, Format)],
 }
 
@@ -67,6 +69,9 @@ impl Summary<'_> {
         if let Some(us) = self.kernel_us_per_run {
             row("kernel cost", vec![format!("{us:.2} µs per sample program run")]);
         }
+        if let Some(bytes) = self.ring_bytes_per_sample {
+            row("ring", vec![format!("{:.1} KiB per sample", bytes / 1024.0)]);
+        }
         if samples > 0 {
             let top = recording
                 .self_time()
@@ -103,6 +108,7 @@ mod tests {
             missing_cfi: &[("libjit.so".into(), 1)],
             processes: 2,
             kernel_us_per_run: Some(2.5),
+            ring_bytes_per_sample: Some(3.0 * 1024.0),
             outputs: &outputs,
         };
         let text = summary.render();
@@ -112,9 +118,10 @@ mod tests {
         assert!(lines[1].contains("cut by the 32 KiB stack copy, 25.0% stopped in code without CFI"));
         assert_eq!(lines[2], "  no CFI in       libjit.so (1)");
         assert_eq!(lines[3], "  kernel cost     2.50 µs per sample program run");
-        assert_eq!(lines[4], "  top self time    50.0%  hot");
-        assert_eq!(lines[7], "  wrote           a.svg (svg)");
-        assert_eq!(lines[8], "                  r.prof (raw)");
+        assert_eq!(lines[4], "  ring            3.0 KiB per sample");
+        assert_eq!(lines[5], "  top self time    50.0%  hot");
+        assert_eq!(lines[8], "  wrote           a.svg (svg)");
+        assert_eq!(lines[9], "                  r.prof (raw)");
     }
 
     #[test]
@@ -126,6 +133,7 @@ mod tests {
             missing_cfi: &[],
             processes: 1,
             kernel_us_per_run: None,
+            ring_bytes_per_sample: None,
             outputs: &[],
         };
         let text = summary.render();

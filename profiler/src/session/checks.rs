@@ -7,6 +7,7 @@ use std::{fmt, fs, path::Path};
 
 use anyhow::{Context as _, Result, bail};
 use object::{Object as _, ObjectSection as _, ObjectSymbol as _};
+use profiler_common::FramePointers;
 
 use crate::{
     address_space::{Backing, Mappings, open},
@@ -214,6 +215,7 @@ fn sampling(privileged: bool) -> Finding {
         filter_processes: true,
         follow_forks: false,
         stack_copy_cap: 4096,
+        frame_pointers: FramePointers::WhenCopyShort,
         ring_buffer_bytes: 1 << 20,
     };
     let result = Sampler::load(&config).and_then(|mut sampler| {

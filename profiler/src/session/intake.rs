@@ -132,6 +132,11 @@ impl<R: Records, T: TaskEvents> Intake<R, T> {
         self.later.clear();
     }
 
+    /// The last drain left records or task events for lack of time.
+    pub fn behind(&self) -> bool {
+        self.behind
+    }
+
     /// Records thrown away at the end for lack of time.
     pub fn discarded(&self) -> u64 {
         self.discarded

@@ -13,7 +13,11 @@ mod status;
 mod stop;
 mod target;
 
-use std::{io::IsTerminal as _, path::PathBuf};
+use std::{
+    io::IsTerminal as _,
+    path::PathBuf,
+    time::{Duration, Instant},
+};
 
 use anyhow::{Context as _, Result};
 
@@ -148,6 +152,7 @@ pub async fn run<M: Mode>(mode: M, settings: Settings) -> Result<()> {
     let mut late = Vec::new();
     late.extend(kernel.pause().err());
     intake.drain_all(&mut session);
+    session.settle();
     status.finish();
 
     let end_ns = clock::monotonic_ns();
@@ -223,7 +228,14 @@ struct Pipeline<M> {
     malformed: u64,
     /// Records whose processing failed (a panic in a dependency on corrupt input, contained).
     failed: u64,
+    /// The end of the last drain: everything taken before it has been handed over.
+    drained_ns: u64,
+    /// When frames were last named and processes pruned.
+    settled_at: Instant,
 }
+
+/// The longest naming and pruning are put off while records wait.
+const MAX_UNSETTLED: Duration = Duration::from_secs(1);
 
 impl<M: Mode> Pipeline<M> {
     fn new(mode: M, walker: StackWalker, aggregate: Aggregate, max_records: Option<u64>) -> Self {
@@ -236,6 +248,8 @@ impl<M: Mode> Pipeline<M> {
             max_records,
             malformed: 0,
             failed: 0,
+            drained_ns: 0,
+            settled_at: Instant::now(),
         }
     }
 
@@ -265,8 +279,15 @@ impl<M: Mode> Pipeline<M> {
                 ready = intake.ready() => {
                     ready?;
                     intake.drain(self);
-                    for (tid, end) in self.walker.take_stack_ends() {
+                    let stack_ends = self.walker.take_stack_ends();
+                    for &(tid, end) in &stack_ends {
                         kernel.set_stack_end(tid, end)?;
+                    }
+                    // Naming waits while records wait, and while threads are still teaching the
+                    // kernel where their stacks end (until then their records are long).
+                    let busy = intake.behind() || !stack_ends.is_empty();
+                    if !busy || self.settled_at.elapsed() >= MAX_UNSETTLED {
+                        self.settle();
                     }
                     if self.full() {
                         return Ok(StopReason::MaxSamples);
@@ -277,6 +298,19 @@ impl<M: Mode> Pipeline<M> {
                 }
             }
         }
+    }
+
+    /// Names the frames seen since the last time, and forgets the processes gone by the last
+    /// drain. Done between drains, once the kernel has the stack ends they taught: the first
+    /// names from a module take long (blazesym reads its debug information), and records keep
+    /// coming meanwhile.
+    fn settle(&mut self) {
+        let frames = self.aggregate.new_frames();
+        self.namer.name(&frames, self.walker.address_spaces(), self.drained_ns);
+        for tgid in self.walker.address_spaces_mut().prune(self.drained_ns) {
+            self.namer.forget(tgid);
+        }
+        self.settled_at = Instant::now();
     }
 
     /// Adds one record. Corrupt input anywhere (a record, a binary, its CFI) costs at most this
@@ -342,11 +376,7 @@ impl<M: Mode> Sink for Pipeline<M> {
     }
 
     fn drained(&mut self, now_ns: u64) {
-        let frames = self.aggregate.new_frames();
-        self.namer.name(&frames, self.walker.address_spaces(), now_ns);
-        for tgid in self.walker.address_spaces_mut().prune(now_ns) {
-            self.namer.forget(tgid);
-        }
+        self.drained_ns = now_ns;
     }
 }
 
@@ -400,11 +430,8 @@ mod tests {
     }
 
     fn record(tid: u32) -> Vec<u8> {
-        let mut header = SampleHeader::zeroed();
-        (header.tgid, header.tid) = (std::process::id(), tid);
-        header.kernel_stack[0] = 0xffff_ffff_8100_0000;
-        header.kernel_stack_len = 1;
-        encode_sample(&header, &[])
+        let header = SampleHeader { tgid: std::process::id(), tid, ..Default::default() };
+        encode_sample(&header, &[], &[], &[0xffff_ffff_8100_0000])
     }
 
     #[test]
@@ -415,6 +442,7 @@ mod tests {
         pipeline.record(&record(13));
         pipeline.record(&record(1));
         pipeline.drained(0);
+        pipeline.settle();
         assert_eq!((pipeline.malformed, pipeline.failed, pipeline.records), (1, 1, 1));
         assert_eq!(pipeline.aggregate.samples().count(), 1);
         assert!(pipeline.aggregate.new_frames().is_empty(), "the new frames were handed to the namer");

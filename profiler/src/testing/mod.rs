@@ -5,26 +5,43 @@ mod fixture;
 
 use std::mem::size_of;
 
-use profiler_common::{AllocationHeader, SampleHeader};
+use profiler_common::{AllocationHeader, SampleHeader, frames_offset};
 
 pub use self::fixture::{FIXTURE_TGID, Fixture};
 
-/// Serializes a header and stack copy the way the eBPF program lays them out.
-pub fn encode_sample(header: &SampleHeader, stack_copy: &[u8]) -> Vec<u8> {
-    // SAFETY: SampleHeader is repr(C) plain old data without padding.
-    let bytes = unsafe {
-        std::slice::from_raw_parts((header as *const SampleHeader).cast::<u8>(), size_of::<SampleHeader>())
+/// Serializes a sample record the way the eBPF program lays it out: `header` with its lengths
+/// set from the parts, the stack copy, padding to 8 bytes, the frame-pointer user stack and the
+/// kernel stack.
+pub fn encode_sample(
+    header: &SampleHeader,
+    stack_copy: &[u8],
+    user_stack: &[u64],
+    kernel_stack: &[u64],
+) -> Vec<u8> {
+    let header = SampleHeader {
+        stack_copy_len: stack_copy.len() as u32,
+        user_stack_len: user_stack.len() as u32,
+        kernel_stack_len: kernel_stack.len() as u32,
+        ..*header
     };
+    // SAFETY: SampleHeader is repr(C) plain old data without padding.
+    let bytes =
+        unsafe { std::slice::from_raw_parts((&raw const header).cast::<u8>(), size_of::<SampleHeader>()) };
     let mut record = bytes.to_vec();
     record.extend_from_slice(stack_copy);
+    record.resize(frames_offset(stack_copy.len()), 0);
+    for frame in user_stack.iter().chain(kernel_stack) {
+        record.extend_from_slice(&frame.to_le_bytes());
+    }
     record
 }
 
-/// Serializes an allocation record the way the eBPF program lays it out.
-pub fn encode_allocation(allocation: AllocationHeader, header: &SampleHeader, stack_copy: &[u8]) -> Vec<u8> {
-    let mut record = Vec::with_capacity(size_of::<AllocationHeader>() + size_of::<SampleHeader>());
+/// Serializes an allocation record the way the eBPF program lays it out: the block, then a
+/// sample record from [`encode_sample`].
+pub fn encode_allocation(allocation: AllocationHeader, sample: &[u8]) -> Vec<u8> {
+    let mut record = Vec::with_capacity(size_of::<AllocationHeader>() + sample.len());
     record.extend_from_slice(&allocation.addr.to_ne_bytes());
     record.extend_from_slice(&allocation.size.to_ne_bytes());
-    record.extend_from_slice(&encode_sample(header, stack_copy));
+    record.extend_from_slice(sample);
     record
 }

@@ -13,6 +13,8 @@ mod eh_return;
 pub mod hybrid;
 mod stats;
 
+use std::cell::Cell;
+
 use framehop::{
     Error as StepError, FrameAddress, Module, Unwinder as _,
     x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64},
@@ -40,22 +42,34 @@ const SYNTHETIC_BASE: u64 = 0x8000_0000_0000_0000;
 const MODULE_SPAN_BITS: u32 = 36;
 
 /// The copy of user memory upwards from the stack pointer taken with a sample.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct StackSnapshot<'a> {
     pub sp: u64,
     pub bytes: &'a [u8],
     /// The stack went on past `bytes`.
     pub truncated: bool,
+    /// The end of the highest word read (or tried) so far.
+    reach: Cell<u64>,
 }
 
-impl StackSnapshot<'_> {
+impl<'a> StackSnapshot<'a> {
+    pub fn new(sp: u64, bytes: &'a [u8], truncated: bool) -> Self {
+        Self { sp, bytes, truncated, reach: Cell::new(sp) }
+    }
+
     pub fn read_u64(&self, addr: u64) -> Option<u64> {
+        self.reach.set(self.reach.get().max(addr.saturating_add(8)));
         let offset = usize::try_from(addr.checked_sub(self.sp)?).ok()?;
         let bytes = self.bytes.get(offset..offset.checked_add(8)?)?;
         Some(u64::from_le_bytes(bytes.try_into().ok()?))
     }
 
-    fn end(&self) -> u64 {
+    /// How far up the stack unwinding read (or tried to): the end of the highest word.
+    pub fn reach(&self) -> u64 {
+        self.reach.get()
+    }
+
+    pub fn end(&self) -> u64 {
         self.sp.saturating_add(self.bytes.len() as u64)
     }
 }

@@ -59,7 +59,7 @@ fn fixture_module(binary: &str) -> ModuleId {
 #[test]
 fn recorded_stack_unwinds_to_start() {
     let fixture = recorded();
-    let stack = StackSnapshot { sp: fixture.regs.sp, bytes: &fixture.stack, truncated: false };
+    let stack = StackSnapshot::new(fixture.regs.sp, &fixture.stack, false);
     let unwound = unwind(&stack, fixture.regs, "snapshot");
     assert_eq!(
         names(&unwound.frames),
@@ -76,7 +76,7 @@ fn recorded_stack_unwinds_to_start() {
 #[test]
 fn through_the_exception_unwinder() {
     let fixture = Fixture::read(&self::fixture("eh_return")).unwrap();
-    let stack = StackSnapshot { sp: fixture.regs.sp, bytes: &fixture.stack, truncated: false };
+    let stack = StackSnapshot::new(fixture.regs.sp, &fixture.stack, false);
     let mut spaces = fixture.address_spaces(self::fixture("eh_return/stoll_throw"));
     let unwound = Unwinder::default().unwind(fixture.regs, &stack, &mut Fixture::view(&mut spaces));
     assert_eq!(
@@ -99,13 +99,9 @@ fn through_the_exception_unwinder() {
 #[test]
 fn snapshot_cut_short() {
     let fixture = recorded();
-    let full = unwind(
-        &StackSnapshot { sp: fixture.regs.sp, bytes: &fixture.stack, truncated: false },
-        fixture.regs,
-        "snapshot",
-    );
+    let full = unwind(&StackSnapshot::new(fixture.regs.sp, &fixture.stack, false), fixture.regs, "snapshot");
     // The first kilobyte holds snap's and level5..level3's frames, not level2's 1000-byte one.
-    let stack = StackSnapshot { sp: fixture.regs.sp, bytes: &fixture.stack[..1024], truncated: true };
+    let stack = StackSnapshot::new(fixture.regs.sp, &fixture.stack[..1024], true);
     let cut = unwind(&stack, fixture.regs, "snapshot");
     assert_eq!(cut.end, UnwindEnd::SnapshotEnd);
     assert!(cut.frames.len() >= 3 && cut.frames.len() < full.frames.len(), "{:?}", names(&cut.frames));
@@ -115,7 +111,7 @@ fn snapshot_cut_short() {
 #[test]
 fn module_without_cfi() {
     let fixture = recorded();
-    let stack = StackSnapshot { sp: fixture.regs.sp, bytes: &fixture.stack, truncated: false };
+    let stack = StackSnapshot::new(fixture.regs.sp, &fixture.stack, false);
     let unwound = unwind(&stack, fixture.regs, "snapshot-nocfi");
     assert_eq!(unwound.end, UnwindEnd::MissingCfi(Some(fixture_module("snapshot-nocfi"))));
     assert_eq!(names(&unwound.frames)[0], "snap");
@@ -124,7 +120,7 @@ fn module_without_cfi() {
 #[test]
 fn unreadable_module_is_missing_cfi() {
     let fixture = recorded();
-    let stack = StackSnapshot { sp: fixture.regs.sp, bytes: &fixture.stack, truncated: false };
+    let stack = StackSnapshot::new(fixture.regs.sp, &fixture.stack, false);
     let unwound = unwind(&stack, fixture.regs, "does-not-exist");
     assert_eq!(unwound.end, UnwindEnd::MissingCfi(Some(fixture_module("does-not-exist"))));
 }
@@ -132,7 +128,7 @@ fn unreadable_module_is_missing_cfi() {
 #[test]
 fn ip_outside_code_is_lost() {
     let fixture = recorded();
-    let stack = StackSnapshot { sp: fixture.regs.sp, bytes: &fixture.stack, truncated: false };
+    let stack = StackSnapshot::new(fixture.regs.sp, &fixture.stack, false);
     let regs = UserRegs { ip: 0x1234, ..fixture.regs };
     assert_eq!(
         unwind(&stack, regs, "snapshot"),
@@ -144,30 +140,18 @@ fn ip_outside_code_is_lost() {
 fn stack_of_return_addresses_pointing_at_itself() {
     // Every slot holds the address of level5's return site: a stack that "loops" forever.
     let fixture = recorded();
-    let full = unwind(
-        &StackSnapshot { sp: fixture.regs.sp, bytes: &fixture.stack, truncated: false },
-        fixture.regs,
-        "snapshot",
-    );
+    let full = unwind(&StackSnapshot::new(fixture.regs.sp, &fixture.stack, false), fixture.regs, "snapshot");
     let looping = full.frames[1];
     let stack_of =
         |slots: usize| -> Vec<u8> { std::iter::repeat_n(looping.to_le_bytes(), slots).flatten().collect() };
     // 64 KiB of it holds more level5 frames than the depth cap: unwinding stops there.
     let bytes = stack_of(8192);
-    let unwound = unwind(
-        &StackSnapshot { sp: fixture.regs.sp, bytes: &bytes, truncated: true },
-        fixture.regs,
-        "snapshot",
-    );
+    let unwound = unwind(&StackSnapshot::new(fixture.regs.sp, &bytes, true), fixture.regs, "snapshot");
     assert_eq!((unwound.frames.len(), unwound.end), (MAX_FRAMES, UnwindEnd::Lost));
     assert!(unwound.frames[1..].iter().all(|&frame| frame == looping));
     // 4 KiB of it ends with the copy, every step moving up the stack.
     let bytes = stack_of(512);
-    let unwound = unwind(
-        &StackSnapshot { sp: fixture.regs.sp, bytes: &bytes, truncated: true },
-        fixture.regs,
-        "snapshot",
-    );
+    let unwound = unwind(&StackSnapshot::new(fixture.regs.sp, &bytes, true), fixture.regs, "snapshot");
     assert_eq!(unwound.end, UnwindEnd::SnapshotEnd);
     assert!(unwound.frames.len() > 1 && unwound.frames.len() < bytes.len() / 16, "{}", unwound.frames.len());
 }
@@ -187,7 +171,7 @@ proptest! {
         // Mix the real stack in half of the cases, so that unwinding gets somewhere first.
         let bytes = if sp % 2 == 0 { [&fixture.stack[..], &bytes].concat() } else { bytes };
         let sp = if sp % 2 == 0 { fixture.regs.sp } else { sp };
-        let stack = StackSnapshot { sp, bytes: &bytes, truncated };
+        let stack = StackSnapshot::new(sp, &bytes, truncated);
         let regs = UserRegs { ip: 0x401000 + ip_offset, sp, bp };
         let unwound = Unwinder::default().unwind(regs, &stack, &mut space);
         prop_assert!(unwound.frames.len() <= MAX_FRAMES);

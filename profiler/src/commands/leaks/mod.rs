@@ -20,11 +20,13 @@ use crate::{
     output::Outputs,
     render::{Format, RenderOptions, leak_report},
     session::{self, End, Mode, Progress, Settings, Target},
+    walk::CallGraph,
 };
 
 pub async fn run(args: LeaksArgs) -> Result<()> {
     let config = TracerConfig {
         stack_copy_cap: args.stack_size * 1024,
+        frame_pointers: CallGraph::default().frame_pointers(),
         ring_buffer_bytes: args.ring_buffer << 20,
         max_outstanding: args.max_outstanding,
         sample_every: args.sample_every,
