@@ -2,9 +2,13 @@
 //! against the folded output (bytes per stack) and the text report (blocks per stack, totals).
 mod common;
 
-use std::path::Path;
+use std::{path::Path, sync::RwLock};
 
 use common::*;
+
+/// Tests share the machine, except the one that measures whether the profiler keeps up under
+/// load: it runs alone.
+static MACHINE: RwLock<()> = RwLock::new(());
 
 /// The allocation workloads: sibling calls kept, so that each site function stays on the stack.
 fn build(source: &str) -> std::path::PathBuf {
@@ -64,6 +68,7 @@ fn threads_that_free_everything_leak_nothing() {
     if !e2e_enabled() {
         return;
     }
+    let _shared = MACHINE.read().unwrap_or_else(|e| e.into_inner());
     let dir = scratch_dir("leaks-threads");
     let (folded, report, _) = leaks(&dir, &[], &build("leaks_threads.c"));
     // 200 threads x 3000 blocks were all seen, allocated and freed, and none is outstanding.
@@ -80,6 +85,7 @@ fn exactly_the_leaked_blocks_with_their_stack() {
     if !e2e_enabled() {
         return;
     }
+    let _shared = MACHINE.read().unwrap_or_else(|e| e.into_inner());
     let dir = scratch_dir("leaks-exact");
     let (folded, report, _) = leaks(&dir, &[], &build("leaks_exact.c"));
     assert_eq!(report_groups(&report, "leak_page"), (4_096_000, 1000));
@@ -90,6 +96,42 @@ fn exactly_the_leaked_blocks_with_their_stack() {
     assert_eq!((bytes, complete), (4_096_000, 4_096_000), "every leaked block carries its whole stack");
     // The churn thread's blocks were all freed.
     assert_eq!(bytes_at(&folded, "churn"), 0);
+}
+
+#[test]
+fn exact_leaks_under_a_multithreaded_churn() {
+    if !e2e_enabled() {
+        return;
+    }
+    let _alone = MACHINE.write().unwrap_or_else(|e| e.into_inner());
+    // Eight threads churn every allocation function, some 100,000 traced allocations a second,
+    // while the main thread leaks exactly 1000 pages. The program waits until it is probed.
+    let workload = build("leaks_churn.c");
+    for attach in [false, true] {
+        let dir = scratch_dir(if attach { "leaks-churn-pid" } else { "leaks-churn" });
+        let (folded, report) = if attach {
+            let running = spawn(&workload, &[]);
+            let pid = running.pid().to_string();
+            let (folded, report) = (dir.join("out.folded"), dir.join("out.txt"));
+            let (folded_arg, report_arg) = (folded.to_str().unwrap(), report.to_str().unwrap());
+            let run =
+                run_profiler(&["leaks", "--top", "100", "-o", folded_arg, "-o", report_arg, "-p", &pid]);
+            assert!(run.status.success());
+            (Folded::read(&folded), std::fs::read_to_string(&report).unwrap())
+        } else {
+            let (folded, report, _) = leaks(&dir, &[], &workload);
+            (folded, report)
+        };
+        let how = if attach { "leaks -p" } else { "leaks --" };
+        let (allocations, _) = totals(&report);
+        assert!(allocations > 100_000, "{how}: {allocations} allocations: the churn did not run");
+        assert_eq!(report_groups(&report, "leaky_function"), (4_096_000, 1000), "{how}");
+        let chain = ["main", "do_work", "leaky_function"];
+        let (bytes, complete) = folded.leaf_samples("leaky_function", &chain);
+        assert_eq!((bytes, complete), (4_096_000, 4_096_000), "{how}: every page under its whole stack");
+        assert!(!report.contains("were lost"), "{how}: no allocation stack dropped\n{report}");
+        assert_eq!(folded.roots().get("[stack lost]"), None, "{how}");
+    }
 }
 
 /// The outstanding blocks: `outstanding: N bytes in N blocks from N stacks`.
@@ -103,6 +145,7 @@ fn cpp_operator_new_with_libstdcxx_tcmalloc_and_jemalloc() {
     if !e2e_enabled() {
         return;
     }
+    let _shared = MACHINE.read().unwrap_or_else(|e| e.into_inner());
     for (name, allocator) in [
         ("leaks_new", None),
         ("leaks_new-tcmalloc", Some("/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4")),
@@ -139,6 +182,7 @@ fn every_allocation_function_matches_the_programs_bookkeeping() {
     if !e2e_enabled() {
         return;
     }
+    let _shared = MACHINE.read().unwrap_or_else(|e| e.into_inner());
     let dir = scratch_dir("leaks-mix");
     let (folded, report, stdout) = leaks(&dir, &[], &build("leaks_mix.c"));
     let mut sites = 0;
@@ -160,6 +204,7 @@ fn min_age_drops_recent_blocks_and_sampling_scales() {
     if !e2e_enabled() {
         return;
     }
+    let _shared = MACHINE.read().unwrap_or_else(|e| e.into_inner());
     let dir = scratch_dir("leaks-min-age");
     let workload = build("leaks_exact.c");
     // Every block is younger than a minute when the program exits.
@@ -178,6 +223,7 @@ fn bad_targets_fail_in_one_line() {
     if !e2e_enabled() {
         return;
     }
+    let _shared = MACHINE.read().unwrap_or_else(|e| e.into_inner());
     let dir = scratch_dir("leaks-bad");
     let out = dir.join("out.txt");
     let static_binary =

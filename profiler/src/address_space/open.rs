@@ -21,8 +21,8 @@ use std::{
 
 use anyhow::{Context as _, Result};
 use rustix::fs::{
-    FileType, MemfdFlags, Mode, OFlags, ResolveFlags, SealFlags, Stat, fcntl_add_seals, fstat, memfd_create,
-    openat2,
+    CWD, FileType, MemfdFlags, Mode, OFlags, ResolveFlags, SealFlags, Stat, fcntl_add_seals, fstat,
+    memfd_create, openat2,
 };
 
 use super::Mapping;
@@ -60,11 +60,9 @@ impl Root {
         let how = OFlags::PATH | OFlags::CLOEXEC;
         let resolve = ResolveFlags::IN_ROOT | ResolveFlags::NO_MAGICLINKS;
         let handle = match self {
-            Self::Own => {
-                let slash =
-                    rustix::fs::open("/", OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
-                openat2(&slash, path, how, Mode::empty(), resolve)?
-            }
+            // Our own root is `/`: nothing to stay inside, and a relative path is the user's,
+            // from the current directory.
+            Self::Own => openat2(CWD, path, how, Mode::empty(), ResolveFlags::NO_MAGICLINKS)?,
             Self::Foreign(root) => openat2(root.as_fd(), path, how, Mode::empty(), resolve)?,
             Self::Unknown => {
                 return Err(io::Error::new(io::ErrorKind::NotFound, "the process's root is not known"));
@@ -167,6 +165,7 @@ mod tests {
         let file = dir.path().join("f");
         std::fs::write(&file, b"x").unwrap();
         assert!(Root::Own.open(&file).is_ok());
+        assert!(Root::Own.open(Path::new("Cargo.toml")).is_ok(), "relative to the current directory");
         assert!(Root::Own.open(dir.path()).is_err(), "a directory");
         assert!(Root::Own.open(Path::new("/dev/null")).is_err(), "a device");
         let fifo = dir.path().join("fifo");

@@ -76,7 +76,8 @@ pub fn write(recording: &Recording, top: usize, out: &mut dyn Write) -> std::io:
     if recording.meta.lost_samples > 0 {
         writeln!(
             out,
-            "warning: the stacks of {} allocations were lost (ring buffer full): see [stack lost]",
+            "warning: the stacks of {} allocations were lost (ring buffer full): see [stack lost]; follow one in N \
+             with --sample-every N, or raise --ring-buffer",
             thousands(recording.meta.lost_samples)
         )?;
     }
