@@ -315,6 +315,10 @@ mod tests {
         assert_eq!(Needed::of(&unwound(UnwindEnd::Lost), &snapshot), Needed::All, "read past the copy");
         let truncated = StackSnapshot::new(0x1000, &stack, true);
         truncated.read_u64(0x1040);
-        assert_eq!(Needed::of(&unwound(UnwindEnd::SnapshotEnd), &truncated), Needed::Unknown, "the cap's doing");
+        assert_eq!(
+            Needed::of(&unwound(UnwindEnd::SnapshotEnd), &truncated),
+            Needed::Unknown,
+            "the cap's doing"
+        );
     }
 }
