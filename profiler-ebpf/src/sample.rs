@@ -167,7 +167,7 @@ pub fn forget_exit(ctx: RawTracePointContext) -> i32 {
         return 0;
     };
     if live == 0 {
-        let _ = TGID_FILTER.remove(&tgid);
+        let _ = TGID_FILTER.remove(tgid);
     }
     0
 }
