@@ -163,9 +163,9 @@ pub fn own_contexts<'a>(
         .step_by(8)
         .map_while(move |at| stack.read_u64(at).map(|cfa| (at, cfa)))
         .filter_map(move |(at, cfa)| {
-            if cfa <= at || cfa - at > SEARCHED || stack.read_u64(at + FUNC)? != function {
+            if cfa <= at || cfa - at > SEARCHED || stack.read_u64(at.checked_add(FUNC)?)? != function {
                 return None;
             }
-            Some(Caller { return_address: stack.read_u64(at + RA)?, cfa })
+            Some(Caller { return_address: stack.read_u64(at.checked_add(RA)?)?, cfa })
         })
 }

@@ -229,7 +229,7 @@ impl Unwinder {
         let cfi = self.modules.get(&module)?.as_ref()?;
         let svma = cfi.svma(file_offset)?;
         let frame = cfi.eh_return_frame(svma)?;
-        Some(EhReturnFrame { start: addr - (svma - frame.start), ..frame })
+        Some(EhReturnFrame { start: addr.wrapping_sub(svma - frame.start), ..frame })
     }
 
     /// The real caller of a frame of a function that returns through `__builtin_eh_return`,
