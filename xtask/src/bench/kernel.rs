@@ -27,9 +27,10 @@ pub fn table(
         ("64 KiB", &["--stack-size", "64"]),
     ];
     let mut table = String::from(
-        "## Kernel cost per sample\n\nMean time the eBPF program spends per run (BPF run-time statistics), at 999 Hz, two copies \
-         of the workload keeping both CPUs busy, median of the repetitions. The copy stops at the top of the stack (or at \
-         the end of the thread's stack mapping), so a bigger cap costs only where the stack is deeper.\n\n| stack copy |",
+        "## Kernel cost per sample\n\nMean time the eBPF program spends per run (BPF run-time statistics), and mean bytes \
+         per sample through the ring, at 999 Hz, two copies of the workload keeping both CPUs busy, median of the \
+         repetitions. The copy stops at the top of the stack (where the thread's first frame is, once an unwind \
+         reached it), so a bigger cap costs only where the stack is deeper.\n\n| stack copy |",
     );
     for w in workloads {
         write!(table, " {} |", w.name)?;
@@ -40,7 +41,7 @@ pub fn table(
     for (label, args) in configs {
         write!(table, "| {label} |")?;
         for workload in workloads {
-            let mut runs = Vec::new();
+            let (mut runs, mut bytes) = (Vec::new(), Vec::new());
             for _ in 0..repetitions {
                 let pair = [start(workload)?, start(workload)?];
                 let pids: Vec<String> = pair.iter().map(|c| c.0.id().to_string()).collect();
@@ -52,8 +53,12 @@ pub fn table(
                     parse_after(&stderr, "kernel cost", " µs")
                         .context("no kernel cost in the profiler's summary")?,
                 );
+                bytes.push(
+                    parse_after(&stderr, "ring", " KiB per sample")
+                        .context("no ring line in the profiler's summary")?,
+                );
             }
-            write!(table, " {:.2} µs |", median(&mut runs))?;
+            write!(table, " {:.2} µs · {:.1} KiB |", median(&mut runs), median(&mut bytes))?;
         }
         table.push('\n');
     }
@@ -127,8 +132,9 @@ mod tests {
 
     #[test]
     fn parses_the_kernel_cost() {
-        let stderr = "profiler: 9990 samples (0 lost) from 2 processes in 4.0 s at 999 Hz\n  kernel cost     2.45 µs per sample program run\n";
+        let stderr = "profiler: 9990 samples (0 lost) from 2 processes in 4.0 s at 999 Hz\n  kernel cost     2.45 µs per sample program run\n  ring            1.3 KiB per sample\n";
         assert_eq!(parse_after(stderr, "kernel cost", " µs"), Some(2.45));
+        assert_eq!(parse_after(stderr, "ring", " KiB per sample"), Some(1.3));
         assert_eq!(parse_after(stderr, "nothing", "x"), None);
     }
 }

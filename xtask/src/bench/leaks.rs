@@ -66,7 +66,80 @@ pub fn table(profiler: &Path, src: &Path, dir: &Path, repetitions: usize, quick:
         )?;
     }
     text.push('\n');
+    text.push_str(&keeping_up(profiler, src, dir, repetitions, quick)?);
     Ok(text)
+}
+
+/// `leaks_churn`: eight threads churning every allocation function beside 1000 leaked pages. How
+/// many allocations a second are followed, and how many of their stacks the ring loses.
+fn keeping_up(profiler: &Path, src: &Path, dir: &Path, repetitions: usize, quick: bool) -> Result<String> {
+    let binary = dir.join("leaks_churn");
+    check(
+        Command::new("gcc")
+            .args(["-O2", "-g", "-fno-optimize-sibling-calls", "-o"])
+            .arg(&binary)
+            .arg(src.join("leaks_churn.c"))
+            .arg("-lpthread"),
+    )?;
+    let seconds = if quick { "3" } else { "10" };
+    let mut text = format!(
+        "`profiler leaks -q -o leaks.txt -- leaks_churn {seconds}`: eight threads churn malloc, calloc, realloc, \
+         posix_memalign, aligned_alloc and free while the main thread leaks 1000 pages; default options.\n\n\
+         | run | allocations followed per second | stacks lost | leaked pages found under their stack |\n|---|---|---|---|\n",
+    );
+    for repetition in 1..=repetitions {
+        eprintln!("xtask bench: leaks_churn · run {repetition}");
+        let report = dir.join("churn.txt");
+        let output = Command::new(profiler)
+            .args(["leaks", "-q", "-o"])
+            .arg(&report)
+            .arg("--")
+            .arg(&binary)
+            .arg(seconds)
+            .output()?;
+        if !output.status.success() {
+            bail!("profiler leaks on leaks_churn failed: {}", String::from_utf8_lossy(&output.stderr));
+        }
+        let churn = Churn::read(&std::fs::read_to_string(&report)?).context("an unexpected report")?;
+        writeln!(
+            text,
+            "| {repetition} | {:.0} | {} | {} of 1000 |",
+            churn.allocations as f64 / churn.seconds,
+            churn.lost,
+            churn.leaked_pages
+        )?;
+    }
+    text.push('\n');
+    Ok(text)
+}
+
+/// What a leaks report says of a `leaks_churn` run.
+#[derive(Debug, PartialEq)]
+struct Churn {
+    seconds: f64,
+    allocations: u64,
+    lost: u64,
+    leaked_pages: u64,
+}
+
+impl Churn {
+    fn read(report: &str) -> Option<Self> {
+        let number = |word: &str| word.replace(',', "").parse::<u64>().ok();
+        let seconds = report.lines().next()?.rsplit(" over ").next()?.strip_suffix(" s")?.parse().ok()?;
+        let allocations = number(report.lines().nth(1)?.split_whitespace().next()?)?;
+        let lost = report
+            .lines()
+            .find_map(|line| line.strip_prefix("warning: the stacks of "))
+            .map_or(Some(0), |rest| number(rest.split_whitespace().next()?))?;
+        // The group whose innermost frame is leaky_function: `#N: BYTES bytes in BLOCKS blocks`.
+        let lines: Vec<&str> = report.lines().collect();
+        let leaked_pages = lines
+            .windows(2)
+            .filter(|pair| pair[0].starts_with('#') && pair[1].trim_start().starts_with("leaky_function"))
+            .filter_map(|pair| number(pair[0].split_whitespace().nth(4)?))
+            .sum();
+        Some(Self { seconds, allocations, lost, leaked_pages })
+    }
 }
 
 fn label(runner: Runner) -> &'static str {
@@ -102,4 +175,20 @@ fn run(runner: Runner, profiler: &Path, binary: &Path, mode: &str, n: u64, dir: 
         .lines()
         .find_map(|line| line.trim().parse::<f64>().ok())
         .with_context(|| format!("{command:?} printed no time: {stdout}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_a_churn_report() {
+        let report = "profiler leaks: ./leaks_churn 3 over 3.3 s\n\
+                      413,724 allocations, 313,133 frees, 0 failed; peak outstanding 4,106,790 bytes\n\
+                      outstanding: 4,097,088 bytes in 1,004 blocks from 3 stacks\n\
+                      warning: the stacks of 8,573 allocations were lost (ring buffer full): see [stack lost]\n\n\
+                      #1: 3,960,832 bytes in 967 blocks (96.7%) · leaks_churn\n    leaky_function  [leaks_churn]\n";
+        let churn = Churn::read(report).unwrap();
+        assert_eq!(churn, Churn { seconds: 3.3, allocations: 413_724, lost: 8_573, leaked_pages: 967 });
+    }
 }

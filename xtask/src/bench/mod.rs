@@ -117,7 +117,11 @@ fn compare_and_kernel(
     }
     if wanted("kernel") {
         eprintln!("xtask bench: kernel cost per sample");
-        let kernel_workloads: Vec<_> = workloads.into_iter().take(2).collect();
+        // A shallow and a deep stack: the cost follows the bytes copied.
+        let kernel_workloads: Vec<_> = workloads
+            .into_iter()
+            .filter(|w| w.name.starts_with("C, no") || w.name.starts_with("deep"))
+            .collect();
         sections.push((
             "kernel",
             kernel::table(&tools.profiler, dir, &kernel_workloads, repetitions, options.quick)?,

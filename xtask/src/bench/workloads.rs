@@ -49,6 +49,13 @@ pub fn build(root: &Path, dir: &Path, quick: bool) -> Result<Vec<Workload>> {
             normalize: plain,
         },
         Workload {
+            name: "8 threads (split.c, no frame pointers)",
+            binary: dir.join("split-nofp"),
+            args: vec!["8".into()],
+            expected: split("", "worker"),
+            normalize: plain,
+        },
+        Workload {
             name: "deep stack (recurse.c, 200 frames of ~100 bytes)",
             binary: c("recurse.c", "recurse", &["-O2", "-g", "-fomit-frame-pointer"])?,
             args: vec!["200".into()],
@@ -94,13 +101,6 @@ pub fn build(root: &Path, dir: &Path, quick: bool) -> Result<Vec<Workload>> {
             args: vec![],
             expected: split("split::", "split::main"),
             normalize: rust_name,
-        },
-        Workload {
-            name: "multithreaded (split.c, 2 threads, no frame pointers)",
-            binary: dir.join("split-nofp"),
-            args: vec!["2".into()],
-            expected: split("", "worker"),
-            normalize: plain,
         },
     ]);
     Ok(workloads)
