@@ -280,7 +280,7 @@ fn bytes(n: f64) -> String {
 /// The headline: profiler over perf, for the matching call graph, per workload and frequency.
 pub fn ratios(all: &[Results]) -> String {
     let mut text = String::from(
-        "| workload | Hz | call graph | SIGINT to SVG, perf / profiler | CPU while recording, profiler / perf | raw size, profiler / perf | complete stacks, profiler vs perf |\n|---|---|---|---|---|---|---|\n",
+        "| workload | Hz | call graph | target slowdown, profiler vs perf | peak RSS, profiler vs perf | SIGINT to SVG, perf / profiler | CPU while recording, profiler / perf | raw size, profiler / perf | complete stacks, profiler vs perf |\n|---|---|---|---|---|---|---|---|---|\n",
     );
     for results in all {
         let workload = results.workload;
@@ -289,8 +289,12 @@ pub fn ratios(all: &[Results]) -> String {
             let Some(perf) = results.find(Tool::Perf { dwarf }, hz) else { continue };
             let _ = writeln!(
                 text,
-                "| {workload} | {hz} | {} | {:.1}× | {:.2} | {:.3} | {:.1}% vs {:.1}% |",
+                "| {workload} | {hz} | {} | {:.1}% vs {:.1}% | {:.0} vs {:.0} MiB | {:.1}× | {:.2} | {:.3} | {:.1}% vs {:.1}% |",
                 if dwarf { "DWARF" } else { "frame pointers" },
+                ours.slowdown,
+                perf.slowdown,
+                ours.rss_mib,
+                perf.rss_mib,
                 perf.stop_to_svg_ms / ours.stop_to_svg_ms,
                 ours.recording_cpu / perf.recording_cpu,
                 ours.raw_bytes / perf.raw_bytes,
