@@ -68,7 +68,7 @@ impl ElfFacts {
         self.segments
             .iter()
             .find(|s| (s.file_offset..s.file_offset.saturating_add(s.file_size)).contains(&file_offset))
-            .map(|s| s.svma + (file_offset - s.file_offset))
+            .and_then(|s| s.svma.checked_add(file_offset - s.file_offset))
     }
 
     /// Whether a DWARF reader can be given this file alone: it sends the reader to no other

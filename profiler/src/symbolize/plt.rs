@@ -62,7 +62,7 @@ impl PltStubs {
                 let at = index as u64 * entry_size;
                 let target = got_slot_read_by(entry)
                     .and_then(|(jump_end, disp)| {
-                        slots.get(&(section.address() + at + jump_end).wrapping_add_signed(disp))
+                        slots.get(&section.address().wrapping_add(at + jump_end).wrapping_add_signed(disp))
                     })
                     .map(|name| demangled(name));
                 stubs.push(Stub {

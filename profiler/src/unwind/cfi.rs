@@ -67,7 +67,8 @@ impl ModuleCfi {
 }
 
 fn section_info(elf: &ElfFile64<'_, object::Endianness>) -> ExplicitModuleSectionInfo<Vec<u8>> {
-    let range = |name: &str| elf.section_by_name(name).map(|s| s.address()..s.address().saturating_add(s.size()));
+    let range =
+        |name: &str| elf.section_by_name(name).map(|s| s.address()..s.address().saturating_add(s.size()));
     let data = |name: &str| elf.section_by_name(name).and_then(section_bytes);
     ExplicitModuleSectionInfo {
         base_svma: 0,
