@@ -86,7 +86,12 @@ pub struct SampleHeader {
     /// most [`MAX_STACK_DEPTH`].
     pub user_stack_len: u32,
     pub kernel_stack_len: u32,
-    pub _reserved: u32,
+    /// With [`sample_flags::OFF_CPU`]: why the thread was off the CPU, an [`OffCpuState`].
+    pub off_cpu_state: u32,
+    /// With [`sample_flags::OFF_CPU`]: how long the thread was off the CPU, from `time_ns`, in
+    /// nanoseconds. The record is taken when it comes back, in its own context, with the stack
+    /// it left at.
+    pub off_cpu_ns: u64,
 }
 
 /// Size of [`SampleHeader`]: where the stack copy starts.
@@ -114,6 +119,35 @@ pub mod sample_flags {
     pub const IN_KERNEL: u32 = 1 << 1;
     /// The stack copy stopped at the cap while the stack went on.
     pub const STACK_COPY_TRUNCATED: u32 = 1 << 2;
+    /// Not a cpu-clock sample: a span off the CPU (`off_cpu_ns`, `off_cpu_state`).
+    pub const OFF_CPU: u32 = 1 << 3;
+}
+
+/// Why a thread was off the CPU ([`SampleHeader::off_cpu_state`]).
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum OffCpuState {
+    /// Blocked, interruptibly (`S`: sleeps, waits on futexes, sockets, pipes).
+    Sleeping = 1,
+    /// Blocked, uninterruptibly (`D`: disk I/O, some locks).
+    Uninterruptible = 2,
+    /// Runnable, waiting for a CPU (preempted, or woken and not yet run).
+    Runnable = 3,
+}
+
+impl OffCpuState {
+    /// The state of a task that `sched_switch` switches out, from its `preempt` flag and its
+    /// `prev_state` (the kernel's `TASK_*` bits: 0 is running, `TASK_UNINTERRUPTIBLE` is 2).
+    pub const fn at_switch(preempt: bool, prev_state: u64) -> Self {
+        const TASK_UNINTERRUPTIBLE: u64 = 2;
+        if preempt || prev_state == 0 {
+            Self::Runnable
+        } else if prev_state & TASK_UNINTERRUPTIBLE != 0 {
+            Self::Uninterruptible
+        } else {
+            Self::Sleeping
+        }
+    }
 }
 
 /// When the kernel walks the user stack's frame-pointer chain ([`globals::FRAME_POINTERS`]).
@@ -147,10 +181,14 @@ pub enum Counter {
     FilterFull = 5,
     /// Bytes of the samples sent through the ring.
     RingBytes = 6,
+    /// Spans off the CPU shorter than the threshold: not recorded.
+    ShortOffCpu = 7,
+    /// Spans off the CPU recorded (sent or lost).
+    OffCpu = 8,
 }
 
 impl Counter {
-    pub const COUNT: u32 = 7;
+    pub const COUNT: u32 = 9;
 }
 
 /// What an allocation record has in front of its sample record.
@@ -161,6 +199,33 @@ pub struct AllocationHeader {
     pub addr: u64,
     /// The bytes asked for (`nmemb * size` for calloc).
     pub size: u64,
+}
+
+/// Value of the `OFF_CPU_THREADS` map: a followed thread that left the CPU, and the span not
+/// sent yet.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OffCpuThread {
+    /// `bpf_ktime_get_ns()` when it left.
+    pub since_ns: u64,
+    /// When it came back; 0 while it is still off the CPU.
+    pub resumed_ns: u64,
+    /// The thread's process.
+    pub tgid: u32,
+    /// An [`OffCpuState`].
+    pub state: u32,
+    /// Nonzero when it left inside a system call: its span is sent at the call's return, where
+    /// its user stack is as it left it.
+    pub in_syscall: u32,
+    /// Valid entries of `kernel_stack`.
+    pub kernel_stack_len: u32,
+    /// Leading entries of `kernel_stack` that are the tracepoint's own calls, above
+    /// `__schedule`.
+    pub kernel_stack_skip: u32,
+    pub _pad: u32,
+    /// Where it left, in the kernel (`schedule` under the function that waited), innermost
+    /// first.
+    pub kernel_stack: [u64; MAX_STACK_DEPTH],
 }
 
 /// Key of the `OUTSTANDING` map: a block of a process.
@@ -188,6 +253,8 @@ pub struct Allocation {
 unsafe impl aya::Pod for AllocationKey {}
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for Allocation {}
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for OffCpuThread {}
 
 /// The allocator functions the leak tracker probes; the attach cookie of `alloc_enter` tells
 /// which one a call is, hence where its arguments are.
@@ -304,6 +371,14 @@ pub mod maps {
     pub const SAMPLE_SCRATCH: &str = "SAMPLE_SCRATCH";
     /// The same for allocation records.
     pub const ALLOCATION_SCRATCH: &str = "ALLOCATION_SCRATCH";
+    /// The same for off-CPU records.
+    pub const OFF_CPU_SCRATCH: &str = "OFF_CPU_SCRATCH";
+    /// `HashMap<u32 tid, OffCpuThread>`: followed threads off the CPU now, or back and their
+    /// span not sent yet.
+    pub const OFF_CPU_THREADS: &str = "OFF_CPU_THREADS";
+    /// `Array<u64>` of one entry: when sampling started (`bpf_ktime_get_ns()`), set by
+    /// userspace. A thread off the CPU since before is counted from then.
+    pub const STARTED_NS: &str = "STARTED_NS";
 }
 
 /// Names of the programs in the eBPF object.
@@ -316,6 +391,12 @@ pub mod programs {
     /// thread exits, so that the filter never fills up with the dead and a pid used again by an
     /// unrelated process is not sampled.
     pub const FORGET_EXIT: &str = "forget_exit";
+    /// raw tracepoint `sched_switch`: notes when, why and where a followed thread leaves the
+    /// CPU, and when the one coming in comes back.
+    pub const SCHED_SWITCH: &str = "sched_switch";
+    /// raw tracepoint `sys_exit`: sends the span off the CPU of a thread back from a system call
+    /// it blocked in, with its user stack, in its own context.
+    pub const SYSCALL_EXIT: &str = "syscall_exit";
     /// uprobe on each allocation function (the attach cookie is an [`crate::AllocFunction`]).
     pub const ALLOC_ENTER: &str = "alloc_enter";
     /// uretprobe on each allocation function.
@@ -338,6 +419,14 @@ pub mod globals {
     pub const STACK_COPY_CAP: &str = "STACK_COPY_CAP";
     /// `u32`: byte offset of `tgid` in the kernel's `struct task_struct` (from its BTF).
     pub const TASK_TGID_OFFSET: &str = "TASK_TGID_OFFSET";
+    /// `u32`: byte offset of `comm` in `struct task_struct`.
+    pub const TASK_COMM_OFFSET: &str = "TASK_COMM_OFFSET";
+    /// `u64`, `u64`: where the kernel's `__schedule` starts and ends: the frames of a kernel
+    /// stack taken at `sched_switch` above it are the tracepoint's own.
+    pub const SCHEDULE_START: &str = "SCHEDULE_START";
+    pub const SCHEDULE_END: &str = "SCHEDULE_END";
+    /// `u32`: byte offset of `start_time` (`CLOCK_MONOTONIC` ns) in `struct task_struct`.
+    pub const TASK_START_TIME_OFFSET: &str = "TASK_START_TIME_OFFSET";
     /// `u32`: byte offset of `signal` (the thread group's `struct signal_struct *`) in
     /// `struct task_struct`.
     pub const TASK_SIGNAL_OFFSET: &str = "TASK_SIGNAL_OFFSET";
@@ -346,6 +435,12 @@ pub mod globals {
     pub const SIGNAL_LIVE_OFFSET: &str = "SIGNAL_LIVE_OFFSET";
     /// `u32`: a [`crate::FramePointers`]: when the kernel walks the user frame-pointer chain.
     pub const FRAME_POINTERS: &str = "FRAME_POINTERS";
+    /// `u32`: nonzero to record spans off the CPU (`--off-cpu`, `--wall`).
+    pub const OFF_CPU: &str = "OFF_CPU";
+    /// `u32`: nonzero to record waits for a CPU (runnable) too (`--wall`).
+    pub const RUNQUEUE: &str = "RUNQUEUE";
+    /// `u64`: spans off the CPU shorter than this are not recorded, in nanoseconds.
+    pub const MIN_OFF_CPU_NS: &str = "MIN_OFF_CPU_NS";
     /// `u32`: the leak tracker follows one allocation in this many, chosen at random (1: all).
     pub const SAMPLE_EVERY: &str = "SAMPLE_EVERY";
 }

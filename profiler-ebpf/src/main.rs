@@ -2,6 +2,8 @@
 //!
 //! - [`sample`]: one perf_event program run by a cpu-clock event on every CPU, and the
 //!   fork tracepoint that lets the pid filter follow children (`profiler record`).
+//! - [`off_cpu`]: the scheduler hooks that time followed threads off the CPU (`record
+//!   --off-cpu`, `--wall`).
 //! - [`leaks`]: uprobes on the allocator (`profiler leaks`).
 //! - [`stack`]: what both record of a user stack: registers, the frame-pointer chain and a
 //!   page-wise copy of the top of the stack.
@@ -14,6 +16,7 @@
 #![allow(internal_features)]
 
 mod leaks;
+mod off_cpu;
 mod sample;
 mod stack;
 
@@ -30,7 +33,7 @@ fn stopped() -> bool {
     CONTROL.get(0).is_some_and(|&stopped| stopped != 0)
 }
 
-fn setting(global: &'static u32) -> u32 {
+fn setting<T: Copy>(global: &'static T) -> T {
     // A volatile read keeps the compiler from folding in the build-time default.
     unsafe { read_volatile(global) }
 }

@@ -4,11 +4,8 @@
 //! took: ids, comm, the user registers, a page-wise copy of the top of the user stack, and the
 //! frame-pointer user stack and kernel stack where they are wanted.
 use aya_ebpf::{
-    bindings::pt_regs,
-    helpers::{
-        bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel,
-        generated::{bpf_get_current_task_btf, bpf_task_pt_regs},
-    },
+    EbpfContext,
+    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel},
     macros::{map, perf_event, raw_tracepoint},
     maps::{Array, HashMap, PerCpuArray, RingBuf},
     programs::{PerfEventContext, RawTracePointContext},
@@ -17,13 +14,13 @@ use profiler_common::{Counter, SampleHeader, sample_flags};
 
 use crate::{
     setting,
-    stack::{self, CopyOutcome, Draft, Dropped, Scratch},
+    stack::{self, CopyOutcome, Draft, Dropped, Scratch, USER_MODE_RPL},
     stopped,
 };
 
 /// Ring buffer of sample records. Userspace sets the real size at load time.
 #[map(name = "SAMPLES")]
-static SAMPLES: RingBuf = RingBuf::with_byte_size(16 * 1024 * 1024, 0);
+pub(crate) static SAMPLES: RingBuf = RingBuf::with_byte_size(16 * 1024 * 1024, 0);
 
 /// Where each CPU builds its sample record. Userspace sets one entry per CPU.
 #[map(name = "SAMPLE_SCRATCH")]
@@ -50,11 +47,9 @@ static TASK_SIGNAL_OFFSET: u32 = 0;
 #[unsafe(no_mangle)]
 static SIGNAL_LIVE_OFFSET: u32 = 0;
 
-/// Lowest privilege level bits of the saved code segment: 3 means the CPU was in user mode.
-const USER_MODE_RPL: u64 = 3;
 const CLONE_THREAD: u64 = 0x0001_0000;
 
-fn count(counter: Counter, n: u64) {
+pub(crate) fn count(counter: Counter, n: u64) {
     if let Some(value) = COUNTERS.get_ptr_mut(counter as u32) {
         // Per-CPU slot and the program does not nest on a CPU: a plain add is enough.
         unsafe { *value += n };
@@ -77,24 +72,35 @@ pub fn sample(ctx: PerfEventContext) -> u32 {
         count(Counter::Lost, 1);
         return 0;
     };
-    let record = draft.bytes();
-    let header = unsafe { &mut *record.cast::<SampleHeader>() };
+    let header = unsafe { &mut *draft.bytes().cast::<SampleHeader>() };
     stack::fill_ids(header, pid_tgid, unsafe { bpf_ktime_get_ns() });
     let in_kernel = fill_regs(&ctx, header);
-    let (len, outcome) = stack::take_stacks(&ctx, record, in_kernel);
+    send(&ctx, draft, in_kernel);
+    0
+}
+
+/// Takes the stacks of the sample in `draft` (its ids and registers filled in), the kernel's
+/// too when `kernel`, and sends it through `SAMPLES`.
+pub(crate) fn send(ctx: &impl EbpfContext, draft: Draft, kernel: bool) {
+    let (len, outcome) = stack::take_stacks(ctx, draft.bytes(), kernel);
     match outcome {
         CopyOutcome::Truncated => count(Counter::StackTruncated, 1),
         CopyOutcome::Unreadable => count(Counter::StackUnreadable, 1),
         CopyOutcome::Complete | CopyOutcome::NotCopied => {}
     }
+    send_draft(draft, len);
+}
+
+/// Sends the first `len` bytes of `draft` through `SAMPLES`.
+pub(crate) fn send_draft(draft: Draft, len: usize) {
     match draft.send(&SAMPLES, len) {
         Ok(()) => count(Counter::RingBytes, len as u64),
         Err(Dropped::RingFull | Dropped::Overwritten) => count(Counter::Lost, 1),
     }
-    0
 }
 
-fn wanted(tgid: u32) -> bool {
+/// Whether a process is sampled: not idle, not the profiler, in the filter when there is one.
+pub(crate) fn wanted(tgid: u32) -> bool {
     if tgid == 0 || tgid == setting(&PROFILER_TGID) {
         return false;
     }
@@ -112,17 +118,7 @@ fn fill_regs(ctx: &PerfEventContext, h: &mut SampleHeader) -> bool {
     }
     // Kernel mode: the user registers are the ones saved when the thread entered the kernel.
     h.flags = sample_flags::IN_KERNEL;
-    let saved = unsafe { bpf_task_pt_regs(bpf_get_current_task_btf()) } as *const pt_regs;
-    if saved.is_null() {
-        return true;
-    }
-    // Kernel threads have no user context: their saved frame is not from user mode.
-    if let Ok(saved) = unsafe { bpf_probe_read_kernel(saved) }
-        && saved.cs & 3 == USER_MODE_RPL
-    {
-        h.flags |= sample_flags::USER_REGS;
-        (h.user_ip, h.user_sp, h.user_bp) = (saved.rip, saved.rsp, saved.rbp);
-    }
+    stack::fill_saved_user_regs(h);
     true
 }
 
@@ -173,9 +169,15 @@ pub fn forget_exit(ctx: RawTracePointContext) -> i32 {
 }
 
 /// The tgid of a `task_struct`.
-unsafe fn task_tgid(task: *const u8) -> Result<u32, i32> {
+pub(crate) unsafe fn task_tgid(task: *const u8) -> Result<u32, i32> {
     let tgid = unsafe { task.add(setting(&TASK_TGID_OFFSET) as usize) }.cast::<i32>();
     unsafe { bpf_probe_read_kernel(tgid) }.map(|tgid| tgid as u32)
+}
+
+/// The thread id (the kernel's pid) of a `task_struct`: the `pid_t` right before `tgid`.
+pub(crate) unsafe fn task_pid(task: *const u8) -> Result<u32, i32> {
+    let pid = unsafe { task.add(setting(&TASK_TGID_OFFSET) as usize - 4) }.cast::<i32>();
+    unsafe { bpf_probe_read_kernel(pid) }.map(|pid| pid as u32)
 }
 
 /// The live threads of a task's thread group (`task->signal->live`).

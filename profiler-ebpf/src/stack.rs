@@ -10,13 +10,14 @@ use aya_ebpf::{
     EbpfContext,
     bindings::{
         BPF_F_USER_STACK, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP, BPF_RB_RING_SIZE,
-        bpf_dynptr,
+        bpf_dynptr, pt_regs,
     },
     helpers::{
-        bpf_get_current_comm, bpf_get_smp_processor_id,
+        bpf_get_current_comm, bpf_get_smp_processor_id, bpf_probe_read_kernel,
         generated::{
-            bpf_dynptr_write, bpf_get_stack, bpf_probe_read_user, bpf_ringbuf_discard_dynptr,
-            bpf_ringbuf_reserve_dynptr, bpf_ringbuf_submit_dynptr,
+            bpf_dynptr_write, bpf_get_current_task_btf, bpf_get_stack, bpf_probe_read_user,
+            bpf_ringbuf_discard_dynptr, bpf_ringbuf_reserve_dynptr, bpf_ringbuf_submit_dynptr,
+            bpf_task_pt_regs,
         },
     },
     macros::map,
@@ -39,6 +40,8 @@ static STACK_COPY_CAP: u32 = 32 * 1024;
 #[unsafe(no_mangle)]
 static FRAME_POINTERS: u32 = FramePointers::WhenCopyShort as u32;
 
+/// Lowest privilege level bits of a saved code segment: 3 means the CPU was in user mode.
+pub const USER_MODE_RPL: u64 = 3;
 const STACK_BYTES: u32 = (MAX_STACK_DEPTH * size_of::<u64>()) as u32;
 const PAGE: usize = STACK_PAGE_SIZE;
 /// Room for the longest record (an allocation header, then a sample), and a page more: the
@@ -148,7 +151,23 @@ pub fn fill_ids(h: &mut SampleHeader, pid_tgid: u64, time_ns: u64) {
     h.stack_copy_len = 0;
     h.user_stack_len = 0;
     h.kernel_stack_len = 0;
-    h._reserved = 0;
+    h.off_cpu_state = 0;
+    h.off_cpu_ns = 0;
+}
+
+/// The user registers saved when the current thread entered the kernel (none for a kernel
+/// thread: its saved frame is not from user mode).
+pub fn fill_saved_user_regs(h: &mut SampleHeader) {
+    let saved = unsafe { bpf_task_pt_regs(bpf_get_current_task_btf()) } as *const pt_regs;
+    if saved.is_null() {
+        return;
+    }
+    if let Ok(saved) = unsafe { bpf_probe_read_kernel(saved) }
+        && saved.cs & 3 == USER_MODE_RPL
+    {
+        h.flags |= sample_flags::USER_REGS;
+        (h.user_ip, h.user_sp, h.user_bp) = (saved.rip, saved.rsp, saved.rbp);
+    }
 }
 
 /// Takes the stacks of a sample whose header (ids and registers) is filled in, `sample` being
