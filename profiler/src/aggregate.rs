@@ -8,7 +8,7 @@ use rustc_hash::{FxBuildHasher, FxHashMap};
 use crate::{
     address_space::{ModuleId, Modules},
     frame::Frame,
-    model::{Location, Meta, ModuleInfo, Recording, Sample, intern},
+    model::{Location, Meta, ModuleInfo, Recording, Sample, ThreadState, intern},
     symbolize::Symbols,
     walk::Walked,
 };
@@ -19,7 +19,8 @@ pub struct StackId(u32);
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct CommId(u32);
 
-/// Where and when a record was taken: its process, thread, command name and stack.
+/// Where and when a record was taken: its process, thread, command name and stack, and whether
+/// the thread was on the CPU.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Site {
     pub time_ns: u64,
@@ -28,6 +29,7 @@ pub struct Site {
     /// The process's command name at the time.
     pub comm: CommId,
     pub stack: StackId,
+    pub state: ThreadState,
 }
 
 /// A sample: a site, and what it weighs (1 for a CPU sample; its bytes for an outstanding
@@ -68,12 +70,15 @@ pub struct Aggregate {
     stacks_handed_out: usize,
 }
 
+/// Stack, command, process, thread, state.
+type CountedKey = (StackId, CommId, u32, u32, ThreadState);
+
 #[derive(Debug)]
 enum Samples {
     /// Each sample, in the order they came.
     Each(Vec<Weighted>),
-    /// Summed weights by (stack, command, process, thread), with the time of the first.
-    Counted(FxHashMap<(StackId, CommId, u32, u32), (u64, u64)>),
+    /// Summed weights by what outputs tell apart, with the time of the first.
+    Counted(FxHashMap<CountedKey, (u64, u64)>),
 }
 
 impl Default for Samples {
@@ -90,10 +95,18 @@ impl Aggregate {
         Self { samples, detail, ..Self::default() }
     }
 
-    /// The site of a record of thread `tid` of process `tgid` at `time_ns`, its stack walked.
-    pub fn site(&mut self, time_ns: u64, tgid: u32, tid: u32, walked: &Walked<'_>) -> Site {
+    /// The site of a record of thread `tid` of process `tgid` at `time_ns`, in `state`, its
+    /// stack walked.
+    pub fn site(
+        &mut self,
+        time_ns: u64,
+        tgid: u32,
+        tid: u32,
+        state: ThreadState,
+        walked: &Walked<'_>,
+    ) -> Site {
         let (comm, stack) = (self.intern_comm(walked.comm), self.intern_stack(walked.frames));
-        Site { time_ns, tgid, tid, comm, stack }
+        Site { time_ns, tgid, tid, comm, stack, state }
     }
 
     /// Adds a sample.
@@ -104,7 +117,8 @@ impl Aggregate {
             Samples::Counted(counts) => {
                 let tgid = if self.detail.process { site.tgid } else { 0 };
                 let tid = if self.detail.thread { site.tid } else { 0 };
-                let count = counts.entry((site.stack, site.comm, tgid, tid)).or_insert((site.time_ns, 0));
+                let key = (site.stack, site.comm, tgid, tid, site.state);
+                let count = counts.entry(key).or_insert((site.time_ns, 0));
                 count.1 += weight;
             }
         }
@@ -131,9 +145,10 @@ impl Aggregate {
             Samples::Each(samples) => (Some(samples.iter().copied()), None),
             Samples::Counted(counts) => (None, Some(counts.iter())),
         };
-        let counted = counted.into_iter().flatten().map(|(&(stack, comm, tgid, tid), &(time_ns, weight))| {
-            Weighted { site: Site { time_ns, tgid, tid, comm, stack }, weight }
-        });
+        let counted =
+            counted.into_iter().flatten().map(|(&(stack, comm, tgid, tid, state), &(time_ns, weight))| {
+                Weighted { site: Site { time_ns, tgid, tid, comm, stack, state }, weight }
+            });
         each.into_iter().flatten().chain(counted)
     }
 
@@ -184,6 +199,7 @@ impl Aggregate {
                 comm,
                 stack,
                 weight,
+                state: site.state,
             });
         }
         builder.recording.samples.sort_by_key(|s| s.time_ns);
@@ -219,6 +235,7 @@ impl Builder {
             Frame::Kernel(address) | Frame::Anonymous { addr: address, .. } => {
                 Location { module: None, address, symbols }
             }
+            Frame::Marker(_) => Location { module: None, address: 0, symbols },
             Frame::Module { module, offset } => {
                 Location { module: Some(self.module(module, modules)), address: offset, symbols }
             }
@@ -247,7 +264,7 @@ mod tests {
     use crate::model::{Symbol, SymbolKind};
 
     fn add(aggregate: &mut Aggregate, time_ns: u64, tgid: u32, tid: u32, comm: &str, frames: &[Frame]) {
-        let site = aggregate.site(time_ns, tgid, tid, &Walked { comm, frames });
+        let site = aggregate.site(time_ns, tgid, tid, ThreadState::OnCpu, &Walked { comm, frames });
         aggregate.push(site, 1);
     }
 
@@ -272,7 +289,14 @@ mod tests {
         assert_eq!(
             aggregate.samples().nth(2).unwrap(),
             Weighted {
-                site: Site { time_ns: 30, tgid: 7, tid: 8, comm: CommId(0), stack: StackId(1) },
+                site: Site {
+                    time_ns: 30,
+                    tgid: 7,
+                    tid: 8,
+                    comm: CommId(0),
+                    stack: StackId(1),
+                    state: ThreadState::OnCpu
+                },
                 weight: 1
             }
         );
@@ -287,7 +311,7 @@ mod tests {
         assert_eq!(aggregate.intern_stack(&[]), StackId(1), "an empty stack is a stack");
         assert_eq!(aggregate.samples().count(), 0);
         let comm = aggregate.intern_comm("app");
-        aggregate.push(Site { time_ns: 5, tgid: 3, tid: 3, comm, stack }, 4096);
+        aggregate.push(Site { time_ns: 5, tgid: 3, tid: 3, comm, stack, state: ThreadState::OnCpu }, 4096);
         assert_eq!(aggregate.samples().next().unwrap().weight, 4096);
     }
 
@@ -305,7 +329,7 @@ mod tests {
         assert_eq!(recording.samples.len(), 2);
         assert_eq!(
             recording.samples[0],
-            Sample { time_ns: 0, pid: 1, tid: 2, comm: 0, stack: 1, weight: 1 },
+            Sample { time_ns: 0, pid: 1, tid: 2, comm: 0, stack: 1, weight: 1, state: ThreadState::OnCpu },
             "sorted by time"
         );
         assert_eq!(recording.stacks, [vec![0, 1], vec![1]]);

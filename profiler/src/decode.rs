@@ -7,6 +7,8 @@ use profiler_common::{
     sample_flags,
 };
 
+use crate::model::ThreadState;
+
 const ALLOCATION_HEADER_SIZE: usize = size_of::<AllocationHeader>();
 
 /// The kind of ring-buffer record a mode's kernel side writes.
@@ -30,6 +32,9 @@ pub struct Record<'a> {
 pub enum Payload {
     /// Nothing: a CPU sample.
     None,
+    /// A span off the CPU, of this many nanoseconds from the sample's time; the sample is its
+    /// stack.
+    OffCpu { ns: u64 },
     /// The block an allocator returned, sampled where it returned.
     Allocation(AllocationHeader),
 }
@@ -54,7 +59,14 @@ impl RecordKind {
     /// Decodes one record. Never panics, whatever the bytes.
     pub fn decode(self, record: &[u8]) -> Result<Record<'_>, DecodeError> {
         match self {
-            Self::Sample => Ok(Record { sample: decode_sample(record)?, payload: Payload::None }),
+            Self::Sample => {
+                let sample = decode_sample(record)?;
+                let payload = match sample.off_cpu() {
+                    Some((ns, _)) => Payload::OffCpu { ns },
+                    None => Payload::None,
+                };
+                Ok(Record { sample, payload })
+            }
             Self::Allocation => {
                 let (block, sample) = decode_allocation(record)?;
                 Ok(Record { sample, payload: Payload::Allocation(block) })
@@ -214,11 +226,24 @@ impl<'a> SampleRecord<'a> {
     pub fn stack_truncated(&self) -> bool {
         self.header.flags & sample_flags::STACK_COPY_TRUNCATED != 0
     }
+
+    /// For a span off the CPU: its length in nanoseconds, and why.
+    fn off_cpu(&self) -> Option<(u64, ThreadState)> {
+        (self.header.flags & sample_flags::OFF_CPU != 0)
+            .then(|| (self.header.off_cpu_ns, ThreadState::off_cpu(self.header.off_cpu_state)))
+    }
+
+    /// On the CPU (a cpu-clock sample), or off it and why.
+    pub fn state(&self) -> ThreadState {
+        self.off_cpu().map_or(ThreadState::OnCpu, |(_, state)| state)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use std::mem::offset_of;
+
+    use profiler_common::OffCpuState;
 
     use super::*;
     use crate::testing::{encode_allocation, encode_sample};
@@ -252,7 +277,7 @@ mod tests {
     #[test]
     fn header_has_no_padding() {
         // encode_sample() and the eBPF program rely on it.
-        assert_eq!(SAMPLE_HEADER_SIZE, 4 * 4 + 8 + 16 + 3 * 8 + 4 * 4);
+        assert_eq!(SAMPLE_HEADER_SIZE, 4 * 4 + 8 + 16 + 3 * 8 + 4 * 4 + 8);
     }
 
     #[test]
@@ -297,6 +322,29 @@ mod tests {
         let sample_bytes = encode_sample(&sample_header(), &[], &USER, &[]);
         let sample = decode(&sample_bytes).unwrap();
         assert_eq!((sample.stack_copy().len(), sample.user_stack().len()), (0, 3));
+    }
+
+    #[test]
+    fn spans_off_the_cpu() {
+        let header = SampleHeader {
+            flags: sample_flags::OFF_CPU | sample_flags::IN_KERNEL,
+            off_cpu_state: OffCpuState::Uninterruptible as u32,
+            off_cpu_ns: 2_500_000,
+            ..sample_header()
+        };
+        let record = encode_sample(&header, &[], &[], &KERNEL);
+        let Record { sample, payload } = RecordKind::Sample.decode(&record).unwrap();
+        assert_eq!(
+            (payload, sample.state()),
+            (Payload::OffCpu { ns: 2_500_000 }, ThreadState::Uninterruptible)
+        );
+        let on_cpu = record_of(&sample_header());
+        let Record { sample, payload } = RecordKind::Sample.decode(&on_cpu).unwrap();
+        assert_eq!((payload, sample.state()), (Payload::None, ThreadState::OnCpu));
+    }
+
+    fn record_of(header: &SampleHeader) -> Vec<u8> {
+        encode_sample(header, &[], &[], &[])
     }
 
     #[test]

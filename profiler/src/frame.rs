@@ -11,6 +11,26 @@ pub enum Frame {
     Module { module: ModuleId, offset: u64 },
     /// A user address in anonymous memory or in no mapping at all.
     Anonymous { tgid: u32, addr: u64 },
+    /// No code: what a thread did instead of running some.
+    Marker(Marker),
+}
+
+/// What a [`Frame::Marker`] stands for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Marker {
+    /// Runnable, waiting for a CPU (in place of the scheduler's kernel frames).
+    Runqueue,
+    /// Off the CPU when the recording ended, since a time the stack of which was not taken.
+    OffCpuAtEnd,
+}
+
+impl Marker {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Runqueue => "[runqueue]",
+            Self::OffCpuAtEnd => "[off the CPU at the end]",
+        }
+    }
 }
 
 impl Frame {

@@ -8,7 +8,8 @@ use rustc_hash::FxHashMap;
 use crate::{
     address_space::{AddressSpaces, ProcessView, Tracking, Want},
     decode::SampleRecord,
-    frame::Frame,
+    frame::{Frame, Marker},
+    model::ThreadState,
     named::Named,
     unwind::{
         StackSnapshot, UnwindEnd, UnwindStats, Unwinder, Unwound,
@@ -100,8 +101,13 @@ impl StackWalker {
         let tid = sample.tid();
         let mut process = spaces.observe(sample.tgid(), tid, &sample.comm(), sample.time_ns());
         frames.clear();
-        frames
-            .extend(sample.kernel_stack().iter().enumerate().map(|(depth, addr)| Frame::kernel(depth, addr)));
+        if sample.state() == ThreadState::Runnable {
+            // The scheduler's frames say nothing of a wait for a CPU: one marker instead.
+            frames.push(Frame::Marker(Marker::Runqueue));
+        } else {
+            let kernel = sample.kernel_stack().iter().enumerate();
+            frames.extend(kernel.map(|(depth, addr)| Frame::kernel(depth, addr)));
+        }
         chain.clear();
         chain.extend(sample.user_stack().iter());
         // The frame-pointer chain, from this depth on, still to be resolved.
@@ -232,7 +238,9 @@ mod tests {
 
     fn own_header() -> SampleHeader {
         let pid = std::process::id();
-        let mut header = SampleHeader { tgid: pid, tid: pid, ..Default::default() };
+        // Taken after the process's first read: its name is the one the record carries.
+        let time_ns = crate::clock::monotonic_ns() + 1_000_000_000;
+        let mut header = SampleHeader { tgid: pid, tid: pid, time_ns, ..Default::default() };
         header.comm[..4].copy_from_slice(b"self");
         header
     }

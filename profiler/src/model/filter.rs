@@ -1,8 +1,8 @@
-//! Keeping part of a recording: some processes, threads, commands, a time window, no kernel
-//! frames.
+//! Keeping part of a recording: some processes, threads, commands, thread states, a time window,
+//! no kernel frames.
 use std::collections::HashMap;
 
-use super::Recording;
+use super::{Recording, ThreadState};
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Filter {
@@ -12,6 +12,8 @@ pub struct Filter {
     pub tids: Vec<u32>,
     /// Keep these command names (all when empty).
     pub comms: Vec<String>,
+    /// Keep samples in these thread states (all when empty).
+    pub states: Vec<ThreadState>,
     /// Keep samples from this many nanoseconds after the start.
     pub since_ns: Option<u64>,
     /// Keep samples until this many nanoseconds after the start.
@@ -29,6 +31,7 @@ impl Recording {
             (filter.pids.is_empty() || filter.pids.contains(&s.pid))
                 && (filter.tids.is_empty() || filter.tids.contains(&s.tid))
                 && keep_comm.get(s.comm as usize).copied().unwrap_or(false)
+                && (filter.states.is_empty() || filter.states.contains(&s.state))
                 && filter.since_ns.is_none_or(|since| s.time_ns >= since)
                 && filter.until_ns.is_none_or(|until| s.time_ns <= until)
         });
@@ -82,6 +85,15 @@ mod tests {
         let window = Filter { since_ns: Some(10), until_ns: Some(20), ..Default::default() };
         assert_eq!(times(&recording.filtered(&window)), [10, 20]);
         assert!(recording.filtered(&Filter { pids: vec![99], ..Default::default() }).samples.is_empty());
+        let mut blocked = fixture();
+        blocked.samples[1].state = ThreadState::Sleeping;
+        blocked.samples[3].state = ThreadState::Uninterruptible;
+        let states = |states: &[ThreadState]| Filter { states: states.to_vec(), ..Default::default() };
+        assert_eq!(times(&blocked.filtered(&states(&[ThreadState::Uninterruptible]))), [30]);
+        assert_eq!(
+            times(&blocked.filtered(&states(&[ThreadState::Sleeping, ThreadState::OnCpu]))),
+            [0, 10, 20]
+        );
     }
 
     #[test]

@@ -71,6 +71,71 @@ pub enum Weight {
     Samples,
     /// Bytes of allocated blocks not freed: a sample per block, weighing its size (`leaks`).
     Bytes,
+    /// Nanoseconds threads spent off the CPU (`record --off-cpu`): a sample per span.
+    OffCpuNs,
+    /// Nanoseconds of threads' time (`record --wall`): CPU samples weigh a sampling period,
+    /// spans off the CPU their length.
+    WallNs,
+}
+
+impl Weight {
+    /// Whether weights are times, in nanoseconds.
+    pub fn is_time(self) -> bool {
+        matches!(self, Self::OffCpuNs | Self::WallNs)
+    }
+}
+
+/// What a thread was doing in a sample: on the CPU, or off it and why.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ThreadState {
+    #[default]
+    OnCpu,
+    /// Blocked, interruptibly (`S`).
+    Sleeping,
+    /// Blocked, uninterruptibly (`D`).
+    Uninterruptible,
+    /// Runnable, waiting for a CPU (`R`).
+    Runnable,
+}
+
+impl ThreadState {
+    pub const OFF_CPU: [Self; 3] = [Self::Sleeping, Self::Uninterruptible, Self::Runnable];
+
+    /// A state off the CPU from its kernel code (`profiler_common::OffCpuState`: 1 sleeping,
+    /// 2 uninterruptible, 3 runnable); anything else counts as sleeping.
+    pub fn off_cpu(code: u32) -> Self {
+        match code {
+            2 => Self::Uninterruptible,
+            3 => Self::Runnable,
+            _ => Self::Sleeping,
+        }
+    }
+
+    /// The letter `ps` shows (`-` on the CPU).
+    pub fn letter(self) -> char {
+        match self {
+            Self::OnCpu => '-',
+            Self::Sleeping => 'S',
+            Self::Uninterruptible => 'D',
+            Self::Runnable => 'R',
+        }
+    }
+
+    pub fn from_letter(letter: char) -> Option<Self> {
+        [Self::OnCpu, Self::Sleeping, Self::Uninterruptible, Self::Runnable]
+            .into_iter()
+            .find(|state| state.letter() == letter)
+    }
+
+    /// What it means, in messages.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::OnCpu => "on the CPU",
+            Self::Sleeping => "sleeping (S)",
+            Self::Uninterruptible => "uninterruptible (D)",
+            Self::Runnable => "waiting for a CPU (R)",
+        }
+    }
 }
 
 impl Weight {
@@ -79,6 +144,7 @@ impl Weight {
         match self {
             Self::Samples => "samples",
             Self::Bytes => "bytes",
+            Self::OffCpuNs | Self::WallNs => "nanoseconds",
         }
     }
 }
@@ -143,8 +209,10 @@ pub struct Sample {
     pub comm: u32,
     /// Index into [`Recording::stacks`].
     pub stack: u32,
-    /// 1 for a CPU sample; the bytes of an outstanding block (see [`Meta::weight`]).
+    /// 1 for a CPU sample; the bytes of an outstanding block; nanoseconds (see [`Meta::weight`]).
     pub weight: u64,
+    /// On the CPU, or off it (then `time_ns` is when it left, `weight` how long).
+    pub state: ThreadState,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -186,11 +254,16 @@ impl Recording {
     }
 
     /// How many samples were taken: CPU samples (a sample of the model may count several), or
-    /// outstanding blocks.
+    /// outstanding blocks, or spans off the CPU and CPU samples.
     pub fn sample_count(&self) -> u64 {
         match self.meta.weight {
             Weight::Samples => self.total_weight(),
-            Weight::Bytes => self.samples.len() as u64,
+            Weight::Bytes | Weight::OffCpuNs => self.samples.len() as u64,
+            Weight::WallNs => self
+                .samples
+                .iter()
+                .map(|s| if s.state == ThreadState::OnCpu { s.weight / self.meta.period_ns() } else { 1 })
+                .sum(),
         }
     }
 
@@ -249,10 +322,42 @@ pub mod tests {
             stacks: vec![vec![2, 0], vec![1, 0], vec![3, 2, 0]],
             comms: vec!["app".into(), "other".into()],
             samples: vec![
-                Sample { time_ns: 0, pid: 10, tid: 10, comm: 0, stack: 0, weight: 1 },
-                Sample { time_ns: 10, pid: 10, tid: 11, comm: 0, stack: 1, weight: 1 },
-                Sample { time_ns: 20, pid: 10, tid: 11, comm: 0, stack: 0, weight: 1 },
-                Sample { time_ns: 30, pid: 20, tid: 20, comm: 1, stack: 2, weight: 1 },
+                Sample {
+                    time_ns: 0,
+                    pid: 10,
+                    tid: 10,
+                    comm: 0,
+                    stack: 0,
+                    weight: 1,
+                    state: ThreadState::OnCpu,
+                },
+                Sample {
+                    time_ns: 10,
+                    pid: 10,
+                    tid: 11,
+                    comm: 0,
+                    stack: 1,
+                    weight: 1,
+                    state: ThreadState::OnCpu,
+                },
+                Sample {
+                    time_ns: 20,
+                    pid: 10,
+                    tid: 11,
+                    comm: 0,
+                    stack: 0,
+                    weight: 1,
+                    state: ThreadState::OnCpu,
+                },
+                Sample {
+                    time_ns: 30,
+                    pid: 20,
+                    tid: 20,
+                    comm: 1,
+                    stack: 2,
+                    weight: 1,
+                    state: ThreadState::OnCpu,
+                },
             ],
         }
     }

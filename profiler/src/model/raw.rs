@@ -13,8 +13,8 @@
 //! what weights count, the allocator totals of a leak recording), modules (path, build id), a string table, locations (module index + 1 or
 //! 0, file offset or address, symbol names as string indexes, symbol kinds), stacks (location
 //! indexes, innermost first), command names, and the samples as packed columns (time delta from
-//! the previous sample in ns, pid, tid, command index, stack index, and weight, left out when
-//! every weight is 1). Every index is checked when reading: a corrupt file is an error, never a
+//! the previous sample in ns, pid, tid, command index, stack index, weight (left out when every
+//! weight is 1) and thread state (left out when every sample was on the CPU)). Every index is checked when reading: a corrupt file is an error, never a
 //! panic.
 use std::io::{Read, Write};
 
@@ -24,8 +24,8 @@ use indexmap::IndexSet;
 use prost::Message;
 
 use super::{
-    AllocationTotals, Location, Meta, ModuleInfo, Recording, Sample, Symbol, SymbolKind, UnwindSummary,
-    Weight, intern,
+    AllocationTotals, Location, Meta, ModuleInfo, Recording, Sample, Symbol, SymbolKind, ThreadState,
+    UnwindSummary, Weight, intern,
 };
 
 pub const MAGIC: &[u8; 8] = b"PROFILER";
@@ -63,6 +63,10 @@ struct RawRecording {
     /// Empty when every sample weighs 1.
     #[prost(uint64, repeated, tag = "12")]
     sample_weights: Vec<u64>,
+    /// 0 on the CPU, 1 sleeping (S), 2 uninterruptible (D), 3 waiting for a CPU (R); empty when
+    /// every sample was on the CPU.
+    #[prost(uint32, repeated, tag = "13")]
+    sample_states: Vec<u32>,
 }
 
 #[derive(Clone, PartialEq, Message)]
@@ -84,7 +88,7 @@ struct RawMeta {
     unwind: Vec<u64>,
     #[prost(uint32, tag = "8")]
     stack_copy_kib: u32,
-    /// 0 samples, 1 bytes.
+    /// 0 samples, 1 bytes, 2 nanoseconds off the CPU, 3 nanoseconds of wall time.
     #[prost(uint32, tag = "9")]
     weight: u32,
     #[prost(message, optional, tag = "10")]
@@ -204,19 +208,24 @@ fn kind(code: u32) -> Result<SymbolKind> {
     })
 }
 
+const WEIGHTS: [Weight; 4] = [Weight::Samples, Weight::Bytes, Weight::OffCpuNs, Weight::WallNs];
+const STATES: [ThreadState; 4] =
+    [ThreadState::OnCpu, ThreadState::Sleeping, ThreadState::Uninterruptible, ThreadState::Runnable];
+
 fn weight_code(weight: Weight) -> u32 {
-    match weight {
-        Weight::Samples => 0,
-        Weight::Bytes => 1,
-    }
+    WEIGHTS.iter().position(|&w| w == weight).unwrap_or_default() as u32
 }
 
 fn weight(code: u32) -> Result<Weight> {
-    Ok(match code {
-        0 => Weight::Samples,
-        1 => Weight::Bytes,
-        other => bail!("unknown weight unit {other}"),
-    })
+    WEIGHTS.get(code as usize).copied().with_context(|| format!("unknown weight unit {code}"))
+}
+
+fn state_code(state: ThreadState) -> u32 {
+    STATES.iter().position(|&s| s == state).unwrap_or_default() as u32
+}
+
+fn state(code: u32) -> Result<ThreadState> {
+    STATES.get(code as usize).copied().with_context(|| format!("unknown thread state {code}"))
 }
 
 fn encode(recording: &Recording) -> RawRecording {
@@ -273,6 +282,11 @@ fn encode(recording: &Recording) -> RawRecording {
             Vec::new()
         } else {
             recording.samples.iter().map(|s| s.weight).collect()
+        },
+        sample_states: if recording.samples.iter().all(|s| s.state == ThreadState::OnCpu) {
+            Vec::new()
+        } else {
+            recording.samples.iter().map(|s| state_code(s.state)).collect()
         },
     }
 }
@@ -359,6 +373,7 @@ fn decode(raw: RawRecording) -> Result<Recording> {
         raw.sample_weights.is_empty() || raw.sample_weights.len() == n,
         "sample columns differ in length"
     );
+    ensure!(raw.sample_states.is_empty() || raw.sample_states.len() == n, "sample columns differ in length");
     let mut time_ns = 0u64;
     let samples = (0..n)
         .map(|i| {
@@ -370,6 +385,7 @@ fn decode(raw: RawRecording) -> Result<Recording> {
                 comm: raw.sample_comms[i],
                 stack: raw.sample_stacks[i],
                 weight: raw.sample_weights.get(i).copied().unwrap_or(1),
+                state: raw.sample_states.get(i).map_or(Ok(ThreadState::OnCpu), |&code| state(code))?,
             };
             ensure!((sample.comm as usize) < raw.comms.len(), "sample {i} refers to a missing command name");
             ensure!((sample.stack as usize) < stacks.len(), "sample {i} refers to a missing stack");
@@ -421,6 +437,17 @@ mod tests {
             min_age_ns: Some(30_000_000_000),
         });
         recording.samples[1].weight = 4096;
+        assert_eq!(read(&mut &bytes(&recording)[..]).unwrap(), recording);
+    }
+
+    #[test]
+    fn round_trips_spans_off_the_cpu() {
+        let mut recording = fixture();
+        recording.meta.weight = Weight::WallNs;
+        recording.samples[1].weight = 1_500_000;
+        recording.samples[1].state = ThreadState::Sleeping;
+        recording.samples[2].state = ThreadState::Uninterruptible;
+        recording.samples[3].state = ThreadState::Runnable;
         assert_eq!(read(&mut &bytes(&recording)[..]).unwrap(), recording);
     }
 

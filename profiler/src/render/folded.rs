@@ -1,5 +1,6 @@
 //! Folded stacks: `root;outer;...;leaf COUNT`, one line per distinct stack, sorted; COUNT is the
-//! samples' summed weight (samples, or bytes for outstanding blocks). Kernel
+//! samples' summed weight (samples, bytes for outstanding blocks, microseconds of thread time
+//! off or on the CPU). Kernel
 //! frames end in `_[k]`, inlined ones in `_[i]`, JIT ones in `_[j]` (the conventions of perf and
 //! FlameGraph, which inferno's palettes colour).
 use std::{collections::BTreeMap, io::Write};
@@ -34,8 +35,14 @@ pub fn collapse(recording: &Recording, grouping: Grouping) -> Folded {
         };
         *counts.entry((root, sample.stack)).or_default() += sample.weight;
     }
+    // Thread time shows in microseconds (what a nanosecond-wide frame could not).
+    let unit = if recording.meta.weight.is_time() { 1000 } else { 1 };
     let mut folded = Folded::new();
     for ((root, stack), count) in counts {
+        let count = (count + unit / 2) / unit;
+        if count == 0 {
+            continue;
+        }
         let mut frames: Vec<String> = root.into_iter().collect();
         for &location in recording.stacks[stack as usize].iter().rev() {
             frames.extend(recording.locations[location as usize].symbols.iter().map(Symbol::display_name));
@@ -58,7 +65,7 @@ pub fn write(folded: &Folded, out: &mut dyn Write) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::tests::fixture;
+    use crate::model::{Weight, tests::fixture};
 
     fn lines(folded: &Folded) -> Vec<(&str, u64)> {
         folded.iter().map(|(s, n)| (s.as_str(), *n)).collect()
@@ -94,6 +101,20 @@ mod tests {
         assert_eq!(
             String::from_utf8(out).unwrap(),
             "app;main;a:b 2\napp;main;work;push_back_[i] 1\nother;main;a:b;sys_read_[k] 1\n"
+        );
+    }
+
+    #[test]
+    fn thread_time_folds_in_microseconds() {
+        let mut recording = fixture();
+        recording.meta.weight = Weight::WallNs;
+        for (sample, ns) in recording.samples.iter_mut().zip([1_000_000, 2_499, 1_500, 400]) {
+            sample.weight = ns;
+        }
+        // main;hot: 1,000,000 + 1,500 ns; work: 2,499 ns -> 2 µs; other: 400 ns, under a µs.
+        assert_eq!(
+            lines(&collapse(&recording, Grouping::Command)),
+            [("app;main;hot", 1002), ("app;main;work;push_back_[i]", 2)]
         );
     }
 }

@@ -134,10 +134,10 @@ pub fn thousands(n: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{AllocationTotals, Meta, Sample, Weight};
+    use crate::model::{AllocationTotals, Meta, Sample, ThreadState, Weight};
 
     fn block(stack: u32, weight: u64) -> Sample {
-        Sample { time_ns: 0, pid: 1, tid: 1, comm: 0, stack, weight }
+        Sample { time_ns: 0, pid: 1, tid: 1, comm: 0, stack, weight, state: ThreadState::OnCpu }
     }
 
     fn leaks_fixture() -> Recording {

@@ -8,7 +8,7 @@ use flate2::{Compression, write::GzEncoder};
 use indexmap::IndexSet;
 use prost::Message as _;
 
-use crate::model::{Recording, Weight, intern};
+use crate::model::{Recording, ThreadState, Weight, intern};
 
 /// The messages of profile.proto that profiler writes (field numbers from that schema).
 pub mod proto {
@@ -155,6 +155,21 @@ pub fn profile(recording: &Recording) -> proto::Profile {
             0,
             strings.id("inuse_space"),
         ),
+        // Spans (and samples) counted, and their time.
+        Weight::OffCpuNs | Weight::WallNs => {
+            let kind = if recording.meta.weight == Weight::OffCpuNs { "off_cpu" } else { "wall" };
+            (
+                vec![
+                    value_type(&mut strings, "samples", "count"),
+                    value_type(&mut strings, kind, "nanoseconds"),
+                ],
+                Some(value_type(&mut strings, kind, "nanoseconds")),
+                // Spans are measured, not sampled: one nanosecond between two (CPU samples
+                // of a wall profile weigh their period already).
+                1,
+                strings.id(kind),
+            )
+        }
     };
 
     // Mapping ids: modules first (1..), then one each for the kernel and anonymous memory.
@@ -214,10 +229,11 @@ pub fn profile(recording: &Recording) -> proto::Profile {
         })
         .collect();
 
-    // Per (stack, pid, tid, comm): model samples and their summed weight.
-    let mut counts: HashMap<(u32, u32, u32, u32), (i64, i64)> = HashMap::new();
+    // Per (stack, pid, tid, comm, state): model samples and their summed weight.
+    type Key = (u32, u32, u32, u32, ThreadState);
+    let mut counts: HashMap<Key, (i64, i64)> = HashMap::new();
     for s in &recording.samples {
-        let entry = counts.entry((s.stack, s.pid, s.tid, s.comm)).or_default();
+        let entry = counts.entry((s.stack, s.pid, s.tid, s.comm, s.state)).or_default();
         *entry = (entry.0 + 1, entry.1 + s.weight as i64);
     }
     let mut keys: Vec<_> = counts.keys().copied().collect();
@@ -231,14 +247,16 @@ pub fn profile(recording: &Recording) -> proto::Profile {
         })
         .collect();
     let (pid_key, tid_key, comm_key) = (strings.id("pid"), strings.id("tid"), strings.id("comm"));
+    let off_cpu = recording.samples.iter().any(|s| s.state != ThreadState::OnCpu);
+    let state_key = if off_cpu { strings.id("thread_state") } else { 0 };
     let sample = keys
         .into_iter()
-        .map(|key @ (stack, pid, tid, comm)| {
+        .map(|key @ (stack, pid, tid, comm, state)| {
             let (count, weight) = counts[&key];
             // A CPU sample of the model may count several; a block is one object.
             let value = match recording.meta.weight {
                 Weight::Samples => vec![weight, weight * period_ns],
-                Weight::Bytes => vec![count, weight],
+                Weight::Bytes | Weight::OffCpuNs | Weight::WallNs => vec![count, weight],
             };
             proto::Sample {
                 location_id: recording.stacks[stack as usize].iter().map(|&l| u64::from(l) + 1).collect(),
@@ -251,7 +269,14 @@ pub fn profile(recording: &Recording) -> proto::Profile {
                         str: strings.id(&recording.comms[comm as usize]),
                         ..Default::default()
                     },
-                ],
+                ]
+                .into_iter()
+                .chain((state != ThreadState::OnCpu).then(|| proto::Label {
+                    key: state_key,
+                    str: strings.id(&state.letter().to_string()),
+                    ..Default::default()
+                }))
+                .collect(),
             }
         })
         .collect();
@@ -333,5 +358,41 @@ mod tests {
         let objects: i64 = profile.sample.iter().map(|x| x.value[0]).sum();
         let bytes: i64 = profile.sample.iter().map(|x| x.value[1]).sum();
         assert_eq!((objects, bytes), (4, 1000));
+    }
+
+    #[test]
+    fn off_cpu_and_wall_profiles_in_nanoseconds() {
+        for (weight, kind) in [(Weight::OffCpuNs, "off_cpu"), (Weight::WallNs, "wall")] {
+            let mut recording = fixture();
+            recording.meta.weight = weight;
+            for (sample, ns) in recording.samples.iter_mut().zip([1_000, 2_000_000, 3_000, 4_000]) {
+                sample.weight = ns;
+            }
+            recording.samples[1].state = ThreadState::Uninterruptible;
+            let mut out = Vec::new();
+            write(&recording, &mut out).unwrap();
+            let profile = decode(&out);
+            let s = |i: i64| profile.string_table[i as usize].as_str();
+            let types: Vec<(&str, &str)> =
+                profile.sample_type.iter().map(|t| (s(t.r#type), s(t.unit))).collect();
+            assert_eq!(types, [("samples", "count"), (kind, "nanoseconds")]);
+            let period_type = profile.period_type.as_ref().unwrap();
+            assert_eq!(
+                (s(period_type.r#type), s(period_type.unit), profile.period),
+                (kind, "nanoseconds", 1)
+            );
+            assert_eq!(s(profile.default_sample_type), kind);
+            let ns: i64 = profile.sample.iter().map(|x| x.value[1]).sum();
+            assert_eq!(ns, 2_008_000);
+            // The state of the blocked sample is a label.
+            let states: Vec<&str> = profile
+                .sample
+                .iter()
+                .flat_map(|x| &x.label)
+                .filter(|l| s(l.key) == "thread_state")
+                .map(|l| s(l.str))
+                .collect();
+            assert_eq!(states, ["D"]);
+        }
     }
 }

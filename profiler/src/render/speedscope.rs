@@ -55,7 +55,9 @@ pub fn write(recording: &Recording, out: &mut dyn Write) -> std::io::Result<()> 
 
 fn file(recording: &Recording) -> File {
     let period_ns = recording.meta.period_ns();
-    let bytes = recording.meta.weight == Weight::Bytes;
+    let weight = recording.meta.weight;
+    // Thread time in microseconds, as the flame graphs show it.
+    let us = |ns: u64| (ns + 500) / 1000;
     // Frames by (name, module); the frame indexes of each location, outermost first.
     let mut frame_keys: IndexSet<(String, Option<u32>)> = IndexSet::new();
     let location_frames: Vec<Vec<usize>> = recording
@@ -84,9 +86,17 @@ fn file(recording: &Recording) -> File {
             profiles.push(SampledProfile {
                 kind: "sampled",
                 name: format!("{comm} (pid {}, tid {})", sample.pid, sample.tid),
-                unit: if bytes { "bytes" } else { "nanoseconds" },
-                start_value: if bytes { 0 } else { sample.time_ns },
-                end_value: if bytes { 0 } else { sample.time_ns },
+                unit: match weight {
+                    Weight::Bytes => "bytes",
+                    Weight::Samples => "nanoseconds",
+                    Weight::OffCpuNs | Weight::WallNs => "microseconds",
+                },
+                start_value: match weight {
+                    Weight::Bytes => 0,
+                    Weight::Samples => sample.time_ns,
+                    Weight::OffCpuNs | Weight::WallNs => us(sample.time_ns),
+                },
+                end_value: 0,
                 samples: Vec::new(),
                 weights: Vec::new(),
             });
@@ -95,13 +105,13 @@ fn file(recording: &Recording) -> File {
         let profile = &mut profiles[index];
         let stack = recording.stacks[sample.stack as usize].iter().rev();
         profile.samples.push(stack.flat_map(|&l| location_frames[l as usize].iter().copied()).collect());
-        if bytes {
-            profile.weights.push(sample.weight);
-            profile.end_value += sample.weight;
-        } else {
-            profile.weights.push(sample.weight * period_ns);
-            profile.end_value = sample.time_ns + sample.weight * period_ns;
-        }
+        let (weight, end) = match weight {
+            Weight::Bytes => (sample.weight, profile.end_value + sample.weight),
+            Weight::Samples => (sample.weight * period_ns, sample.time_ns + sample.weight * period_ns),
+            Weight::OffCpuNs | Weight::WallNs => (us(sample.weight), us(sample.time_ns + sample.weight)),
+        };
+        profile.weights.push(weight);
+        profile.end_value = profile.end_value.max(end);
     }
     File {
         schema: SCHEMA,
@@ -149,5 +159,20 @@ mod tests {
         assert_eq!(thread["unit"], "bytes");
         assert_eq!(thread["weights"], serde_json::json!([4096, 16]));
         assert_eq!((&thread["startValue"], &thread["endValue"]), (&0.into(), &4112.into()));
+    }
+
+    #[test]
+    fn thread_time_in_microseconds() {
+        let mut recording = fixture();
+        recording.meta.weight = Weight::OffCpuNs;
+        // Thread 11: blocked 10 to 2,000,010 ns, then 20 to 1,500,020 ns.
+        (recording.samples[1].weight, recording.samples[2].weight) = (2_000_000, 1_500_000);
+        let mut out = Vec::new();
+        write(&recording, &mut out).unwrap();
+        let json: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        let thread = &json["profiles"][1];
+        assert_eq!(thread["unit"], "microseconds");
+        assert_eq!(thread["weights"], serde_json::json!([2000, 1500]));
+        assert_eq!((&thread["startValue"], &thread["endValue"]), (&0.into(), &2000.into()));
     }
 }

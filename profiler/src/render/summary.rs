@@ -1,9 +1,10 @@
-//! The summary printed on the terminal at the end of a CPU recording: samples, unwind quality,
-//! the kernel's cost, the top functions by self time, and the files written.
-use std::path::PathBuf;
+//! The summary printed on the terminal at the end of a recording: samples (or thread time by
+//! state, and the stacks that blocked longest), unwind quality, the kernel's cost, the top
+//! functions by self time, and the files written.
+use std::{collections::HashMap, path::PathBuf};
 
 use crate::{
-    model::{Recording, printable},
+    model::{Recording, ThreadState, Weight, printable},
     render::Format,
 };
 
@@ -32,12 +33,27 @@ impl Summary<'_> {
         let samples = recording.sample_count();
         let processes = self.processes;
         let plural = if processes == 1 { "" } else { "es" };
-        let mut text = format!(
-            "profiler: {samples} samples ({} lost) from {processes} process{plural} in {:.1} s at {} Hz\n",
-            meta.lost_samples,
-            meta.duration_ns as f64 / 1e9,
-            meta.frequency_hz
-        );
+        let mut text = match meta.weight {
+            Weight::OffCpuNs => format!(
+                "profiler: {} off the CPU ({} lost) from {processes} process{plural} in {:.1} s\n",
+                duration(recording.total_weight()),
+                meta.lost_samples,
+                meta.duration_ns as f64 / 1e9,
+            ),
+            Weight::WallNs => format!(
+                "profiler: {} of thread time ({} lost) from {processes} process{plural} in {:.1} s at {} Hz\n",
+                duration(recording.total_weight()),
+                meta.lost_samples,
+                meta.duration_ns as f64 / 1e9,
+                meta.frequency_hz
+            ),
+            _ => format!(
+                "profiler: {samples} samples ({} lost) from {processes} process{plural} in {:.1} s at {} Hz\n",
+                meta.lost_samples,
+                meta.duration_ns as f64 / 1e9,
+                meta.frequency_hz
+            ),
+        };
         let mut row = |label: &str, lines: Vec<String>| {
             for (i, line) in lines.iter().enumerate() {
                 // Names come from targets: no escape sequence reaches the terminal.
@@ -72,12 +88,20 @@ impl Summary<'_> {
         if let Some(bytes) = self.ring_bytes_per_sample {
             row("ring", vec![format!("{:.1} KiB per sample", bytes / 1024.0)]);
         }
-        if samples > 0 {
+        if meta.weight.is_time() && samples > 0 {
+            row("by state", vec![time_by_state(recording)]);
+            row("top blocking", top_blocking(recording, 5));
+        }
+        if meta.weight == Weight::OffCpuNs {
+            // Self time off the CPU is the scheduler's: the blocking stacks above say more.
+        } else if samples > 0 {
+            // Of the CPU samples, or of the thread time.
+            let of = if meta.weight.is_time() { recording.total_weight() } else { samples };
             let top = recording
                 .self_time()
                 .into_iter()
                 .take(5)
-                .map(|(name, n)| format!("{:5.1}%  {name}", 100.0 * n as f64 / samples as f64))
+                .map(|(name, n)| format!("{:5.1}%  {name}", 100.0 * n as f64 / of as f64))
                 .collect();
             row("top self time", top);
         } else {
@@ -88,6 +112,72 @@ impl Summary<'_> {
             self.outputs.iter().map(|(path, format)| format!("{} ({format})", path.display())).collect(),
         );
         text
+    }
+}
+
+/// `S 1.20 s (90.0%), D 0.00 s (0.0%), ...`: thread time by state, of the states present.
+fn time_by_state(recording: &Recording) -> String {
+    let total = recording.total_weight().max(1) as f64;
+    let states =
+        [ThreadState::OnCpu, ThreadState::Sleeping, ThreadState::Uninterruptible, ThreadState::Runnable];
+    states
+        .into_iter()
+        .filter_map(|state| {
+            let ns: u64 = recording.samples.iter().filter(|s| s.state == state).map(|s| s.weight).sum();
+            (ns > 0)
+                .then(|| format!("{} {} ({:.1}%)", state.describe(), duration(ns), 100.0 * ns as f64 / total))
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// `1.23 s`, `45.6 ms`, `789 µs`.
+fn duration(ns: u64) -> String {
+    match ns {
+        0..1_000_000 => format!("{} µs", ns / 1000),
+        1_000_000..1_000_000_000 => format!("{:.1} ms", ns as f64 / 1e6),
+        _ => format!("{:.2} s", ns as f64 / 1e9),
+    }
+}
+
+/// The stacks that held threads off the CPU longest, each as where the program waited (its
+/// innermost user function) and what it waited in (the innermost kernel function outside the
+/// scheduler).
+fn top_blocking(recording: &Recording, top: usize) -> Vec<String> {
+    let mut by_place: HashMap<String, u64> = HashMap::new();
+    let mut total = 0;
+    for sample in recording.samples.iter().filter(|s| s.state != ThreadState::OnCpu) {
+        total += sample.weight;
+        *by_place.entry(blocking_place(recording, sample.stack)).or_default() += sample.weight;
+    }
+    let mut places: Vec<(String, u64)> = by_place.into_iter().collect();
+    places.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    places
+        .into_iter()
+        .take(top)
+        .map(|(place, ns)| format!("{:5.1}%  {place}", 100.0 * ns as f64 / total.max(1) as f64))
+        .collect()
+}
+
+/// `worker_sleep ← do_nanosleep`.
+fn blocking_place(recording: &Recording, stack: u32) -> String {
+    const SCHEDULER: [&str; 4] = ["__schedule", "schedule", "preempt_schedule", "io_schedule"];
+    let names = recording.stacks[stack as usize].iter().map(|&l| &recording.locations[l as usize]);
+    let (mut user, mut kernel) = (None, None);
+    for location in names {
+        let Some(symbol) = location.symbols.last() else { continue };
+        if location.is_kernel() {
+            let scheduler = SCHEDULER.iter().any(|s| symbol.name.starts_with(s));
+            if kernel.is_none() && !scheduler {
+                kernel = Some(symbol.name.clone());
+            }
+        } else if user.is_none() {
+            user = Some(symbol.display_name());
+        }
+    }
+    match (user, kernel) {
+        (Some(user), Some(kernel)) => format!("{user} ← {kernel}"),
+        (user, kernel) => user.or(kernel).unwrap_or_else(|| "[no stack]".into()),
     }
 }
 
@@ -122,6 +212,37 @@ mod tests {
         assert_eq!(lines[5], "  top self time    50.0%  hot");
         assert_eq!(lines[8], "  wrote           a.svg (svg)");
         assert_eq!(lines[9], "                  r.prof (raw)");
+    }
+
+    #[test]
+    fn thread_time_by_state_and_blocking_stacks() {
+        let mut recording = fixture();
+        recording.meta.weight = Weight::WallNs;
+        recording.meta.frequency_hz = 1000;
+        // Stack 0 ends in `hot` under main; stack 2 in sys_read_[k] under hot.
+        recording.samples[0].weight = 1_000_000;
+        (recording.samples[1].weight, recording.samples[1].state) = (2_000_000_000, ThreadState::Sleeping);
+        (recording.samples[2].weight, recording.samples[2].state) = (500_000, ThreadState::Runnable);
+        (recording.samples[3].weight, recording.samples[3].state) =
+            (1_000_000_000, ThreadState::Uninterruptible);
+        let summary = Summary {
+            recording: &recording,
+            missing_cfi: &[],
+            processes: 2,
+            kernel_us_per_run: None,
+            ring_bytes_per_sample: None,
+            outputs: &[],
+        };
+        let text = summary.render();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], "profiler: 3.00 s of thread time (0 lost) from 2 processes in 1.0 s at 1000 Hz");
+        assert_eq!(
+            lines[1],
+            "  by state        on the CPU 1.0 ms (0.0%), sleeping (S) 2.00 s (66.6%), uninterruptible (D) 1.00 s \
+             (33.3%), waiting for a CPU (R) 500 µs (0.0%)"
+        );
+        assert!(lines[2].starts_with("  top blocking     66.7%  push_back_[i]"), "{}", lines[2]);
+        assert!(lines[3].contains("33.3%  hot ← sys_read"), "{}", lines[3]);
     }
 
     #[test]

@@ -7,21 +7,23 @@ use inferno::{
 };
 
 use super::folded::{self, Folded};
-use crate::model::{Recording, Weight};
+use crate::model::{Recording, ThreadState, Weight};
 
 /// Labels of a flame graph.
 pub struct Labels {
     pub title: String,
     pub subtitle: Option<String>,
-    /// What a frame's width counts: `samples`, `bytes`.
+    /// What a frame's width counts: `samples`, `bytes`, `µs`.
     pub count_name: &'static str,
 }
 
 /// Title and subtitle for a recording: what, how many samples, how fast, how long, how complete.
 pub fn labels(recording: &Recording) -> Labels {
     let meta = &recording.meta;
-    if meta.weight == Weight::Bytes {
-        return leak_labels(recording);
+    match meta.weight {
+        Weight::Bytes => return leak_labels(recording),
+        Weight::OffCpuNs | Weight::WallNs => return time_labels(recording),
+        Weight::Samples => {}
     }
     let mut subtitle = format!(
         "{} samples at {} Hz over {:.1} s",
@@ -41,6 +43,40 @@ pub fn labels(recording: &Recording) -> Labels {
         title: format!("profiler: {}", meta.target),
         subtitle: Some(subtitle),
         count_name: meta.weight.unit(),
+    }
+}
+
+/// Off-CPU and wall-clock profiles: thread time, in microseconds.
+fn time_labels(recording: &Recording) -> Labels {
+    let meta = &recording.meta;
+    let seconds = |ns: u64| ns as f64 / 1e9;
+    let by_state = |on_cpu: bool| {
+        recording.samples.iter().filter(|s| (s.state == ThreadState::OnCpu) == on_cpu).map(|s| s.weight).sum()
+    };
+    let (what, subtitle) = match meta.weight {
+        Weight::OffCpuNs => (
+            "off-CPU time",
+            format!(
+                "{:.2} s off the CPU over {:.1} s; widths in microseconds",
+                seconds(recording.total_weight()),
+                seconds(meta.duration_ns)
+            ),
+        ),
+        _ => (
+            "wall-clock time",
+            format!(
+                "{:.2} s of thread time over {:.1} s: {:.2} s on the CPU, {:.2} s off; widths in microseconds",
+                seconds(recording.total_weight()),
+                seconds(meta.duration_ns),
+                seconds(by_state(true)),
+                seconds(by_state(false))
+            ),
+        ),
+    };
+    Labels {
+        title: format!("profiler: {} ({what})", meta.target),
+        subtitle: Some(subtitle),
+        count_name: "µs",
     }
 }
 
