@@ -4,7 +4,7 @@ use std::{hint::black_box, path::Path};
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use profiler::{
-    Grouping, Meta, RecordKind,
+    Grouping, Meta, RecordKind, ThreadState,
     stages::{
         AddressSpaces, Aggregate, Frame, Namer, PerfMaps, StackSnapshot, Symbolizer, Tracking, Unwinder,
         Walked, Want, folded,
@@ -46,7 +46,7 @@ fn unwind_stack(c: &mut Criterion) {
 
 /// Adds a sample of process 1 whose stack is `frames`.
 fn add(aggregate: &mut Aggregate, time_ns: u64, frames: &[Frame]) {
-    let site = aggregate.site(time_ns, 1, 1, &Walked { comm: "app", frames });
+    let site = aggregate.site(time_ns, 1, 1, ThreadState::OnCpu, &Walked { comm: "app", frames });
     aggregate.push(site, 1);
 }
 

@@ -9,7 +9,7 @@ use clap::{
 use clap_complete::Shell;
 
 use crate::{
-    model::filter::Filter,
+    model::{ThreadState, filter::Filter},
     named::Named,
     output::Outputs,
     render::{Format, Grouping},
@@ -58,6 +58,8 @@ Examples:
   sudo profiler record -- ./server --port 8080       run a command and profile it and its children
   sudo profiler record -p 1234 -o run.prof -o cpu.svg -o cpu.pb.gz
                                                      a raw recording, a flame graph and a pprof at once
+  sudo profiler record --off-cpu -p 1234 -d 10       where its threads wait (blocked time, in µs)
+  sudo profiler record --wall -- ./server            on and off the CPU: every thread's whole time
 
 Output formats by extension: .svg, .folded/.txt, .pb.gz/.pprof (pprof), .json (speedscope),
 .prof (raw recording).";
@@ -102,6 +104,20 @@ pub struct RecordArgs {
     #[arg(long)]
     pub no_inherit: bool,
 
+    /// Profile the time threads spend blocked (sleeps, locks, I/O) instead of on the CPU: each
+    /// block weighs its length, under the stack the thread blocked at (kernel frames included).
+    #[arg(long, conflicts_with = "wall")]
+    pub off_cpu: bool,
+
+    /// Profile on-CPU and off-CPU time together: samples weigh one period, blocks their length,
+    /// waits for a CPU show as `[runqueue]`; each thread's total is the recording's length.
+    #[arg(long)]
+    pub wall: bool,
+
+    /// With --off-cpu or --wall: blocks shorter than this many microseconds are not recorded.
+    #[arg(long, value_name = "USEC", default_value_t = DEFAULT_MIN_BLOCK_US)]
+    pub min_block: u64,
+
     /// Ring buffer between the kernel and the profiler, in MiB (a power of two; default: 1 MiB
     /// per CPU, at least 4). Samples that do not fit are counted as lost.
     #[arg(long, value_name = "MIB", value_parser = parse_ring_buffer)]
@@ -122,6 +138,10 @@ pub struct RecordArgs {
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<OsString>,
 }
+
+/// The default `--min-block`: spans off the CPU shorter than this cost two map operations, not
+/// a record (BENCHMARKS.md measures it).
+pub const DEFAULT_MIN_BLOCK_US: u64 = 50;
 
 const LEAKS_EXAMPLES: &str = "\
 Examples:
@@ -332,6 +352,10 @@ pub struct FilterArgs {
     /// Drop kernel frames.
     #[arg(long)]
     pub no_kernel: bool,
+    /// Of an off-CPU or wall recording, keep only this thread state (repeatable): S (sleeping),
+    /// D (uninterruptible), R (waiting for a CPU), cpu (on the CPU).
+    #[arg(long = "state", value_name = "STATE", value_parser = parse_state)]
+    pub states: Vec<ThreadState>,
 }
 
 impl FilterArgs {
@@ -341,10 +365,24 @@ impl FilterArgs {
             pids: self.pids.clone(),
             tids: self.tids.clone(),
             comms: self.comms.clone(),
+            states: self.states.clone(),
             since_ns: self.since.map(ns),
             until_ns: self.until.map(ns),
             no_kernel: self.no_kernel,
         }
+    }
+}
+
+fn parse_state(text: &str) -> Result<ThreadState, String> {
+    match text {
+        "cpu" => Ok(ThreadState::OnCpu),
+        _ => text
+            .chars()
+            .next()
+            .filter(|_| text.len() == 1)
+            .and_then(ThreadState::from_letter)
+            .filter(|&state| state != ThreadState::OnCpu)
+            .ok_or_else(|| format!("`{text}` is not a thread state: S, D, R or cpu")),
     }
 }
 

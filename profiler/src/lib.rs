@@ -31,7 +31,7 @@ pub use crate::{
     cli::Cli,
     commands::run,
     decode::{DecodeError, Payload, Record, RecordKind, SampleRecord, UserRegs},
-    model::{Meta, Recording, Symbol, SymbolKind, filter::Filter, raw},
+    model::{Meta, Recording, Symbol, SymbolKind, ThreadState, filter::Filter, raw},
     render::{Format, Grouping, RenderOptions, pprof::proto as pprof, render},
 };
 

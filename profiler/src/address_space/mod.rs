@@ -102,7 +102,7 @@ impl AddressSpaces {
     /// Process `tgid` as sampled from thread `tid` (named `thread_comm`) at `time_ns`: loaded
     /// from `/proc` on first sight.
     pub fn observe(&mut self, tgid: u32, tid: u32, thread_comm: &str, time_ns: u64) -> ProcessView<'_> {
-        let process = self.processes.observe(tgid, tid, thread_comm);
+        let process = self.processes.observe(tgid, tid, thread_comm, time_ns);
         ProcessView { tgid, time_ns, process, modules: &mut self.modules }
     }
 }

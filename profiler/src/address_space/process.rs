@@ -30,6 +30,9 @@ struct PastMapping {
 pub struct Process {
     tgid: u32,
     comm: String,
+    /// When `comm` was learned: a record taken before (an off-CPU span sent late, with the name
+    /// its thread had then) does not undo a newer name.
+    comm_since_ns: u64,
     /// Where its paths resolve, who runs it, its pid in its own pid namespace: what opening its
     /// files and its perf map needs. Read at first sight and again at exec.
     identity: Identity,
@@ -92,6 +95,7 @@ impl Process {
         Self {
             tgid,
             comm,
+            comm_since_ns: read_at_ns,
             identity,
             gone: space.is_err(),
             space: space.unwrap_or_default(),
@@ -108,6 +112,7 @@ impl Process {
         Self {
             tgid,
             comm: comm.to_owned(),
+            comm_since_ns: 0,
             identity: Identity::unknown(tgid),
             space: mappings,
             history: Vec::new(),
@@ -159,13 +164,18 @@ impl Process {
             .map(|past| &past.entry.mapping)
     }
 
+    fn rename(&mut self, comm: String, time_ns: u64) {
+        self.comm = comm;
+        self.comm_since_ns = self.comm_since_ns.max(time_ns);
+    }
+
     fn map(&mut self, mapping: Mapping, time_ns: u64) {
         let displaced = self.space.insert(mapping, time_ns);
         self.retire(displaced, time_ns);
     }
 
     fn exec(&mut self, comm: String, time_ns: u64) {
-        self.comm = comm;
+        self.rename(comm, time_ns);
         // An exec may run a set-uid program, or one a chroot or a new mount namespace holds.
         if !self.gone {
             self.identity = Identity::read(self.tgid);
@@ -198,6 +208,7 @@ impl Process {
         Self {
             tgid,
             comm: self.comm.clone(),
+            comm_since_ns: self.comm_since_ns,
             identity: self.identity.clone(),
             space: self.space.clone(),
             history: Vec::new(),
@@ -254,15 +265,17 @@ impl Processes {
     }
 
     /// The process a sample came from, loading it from /proc on first sight.
-    pub fn observe(&mut self, tgid: u32, tid: u32, thread_comm: &str) -> &mut Process {
+    /// Process `tgid`, as a record of thread `tid`, named `thread_comm`, taken at `time_ns`
+    /// shows it.
+    pub fn observe(&mut self, tgid: u32, tid: u32, thread_comm: &str, time_ns: u64) -> &mut Process {
         let process = self.by_tgid.entry(tgid).or_insert_with(|| Process::load(tgid, thread_comm));
         if !process.sampled {
             process.sampled = true;
             self.sampled += 1;
         }
         // The main thread's name is the process's.
-        if tid == tgid && process.comm != thread_comm {
-            process.comm = thread_comm.to_owned();
+        if tid == tgid && process.comm != thread_comm && time_ns >= process.comm_since_ns {
+            process.rename(thread_comm.to_owned(), time_ns);
         }
         process
     }
@@ -280,9 +293,9 @@ impl Processes {
                 None if self.tracking.all => self.track(pid),
                 None => {}
             },
-            TaskEvent::Rename { pid, comm, .. } => {
+            TaskEvent::Rename { pid, time_ns, comm } => {
                 if let Some(process) = self.by_tgid.get_mut(&pid) {
-                    process.comm = comm;
+                    process.rename(comm, time_ns);
                 }
             }
             TaskEvent::Fork { parent, child, .. } => {
@@ -360,14 +373,14 @@ mod tests {
     const GHOST: u32 = 999_999_999;
 
     fn ghost(processes: &mut Processes) -> &mut Process {
-        processes.observe(GHOST, GHOST + 1, "ghost")
+        processes.observe(GHOST, GHOST + 1, "ghost", 0)
     }
 
     #[test]
     fn loads_a_live_process() {
         let pid = std::process::id();
         let mut processes = Processes::new(TRACK_ALL);
-        let process = processes.observe(pid, pid + 1, "thread-name");
+        let process = processes.observe(pid, pid + 1, "thread-name", 0);
         let expected = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap();
         assert_eq!(process.comm(), expected.trim_end());
         let here = loads_a_live_process as *const () as usize as u64;
@@ -378,8 +391,13 @@ mod tests {
     fn main_thread_comm_wins() {
         let pid = std::process::id();
         let mut processes = Processes::new(TRACK_ALL);
-        processes.observe(pid, pid, "renamed");
-        assert_eq!(processes.observe(pid, pid + 1, "other").comm(), "renamed");
+        // Records taken after the process was first read from /proc.
+        let now = monotonic_ns() + 1_000_000_000;
+        processes.observe(pid, pid, "renamed", now + 10);
+        assert_eq!(processes.observe(pid, pid + 1, "other", now + 20).comm(), "renamed");
+        // A record taken before that name was learned (sent late) does not undo it.
+        assert_eq!(processes.observe(pid, pid, "older", now + 5).comm(), "renamed");
+        assert_eq!(processes.observe(pid, pid, "newer", now + 30).comm(), "newer");
     }
 
     #[test]
@@ -413,7 +431,7 @@ mod tests {
         processes.apply(TaskEvent::Map { pid: GHOST, time_ns: 100, mapping: library(0x7000, 1) });
         processes.apply(TaskEvent::Fork { parent: GHOST, child: GHOST - 1, time_ns: 150 });
         processes.apply(TaskEvent::Map { pid: 424_242, time_ns: 100, mapping: library(0x7000, 5) });
-        let child = processes.observe(GHOST - 1, GHOST - 1, "child");
+        let child = processes.observe(GHOST - 1, GHOST - 1, "child", 0);
         assert_eq!(child.mapping(0x7010, 200).unwrap().inode, 1);
         assert!(!processes.by_tgid.contains_key(&424_242), "untracked processes are ignored");
     }
@@ -455,7 +473,7 @@ mod tests {
     fn newer_samples_reread_proc() {
         let pid = std::process::id();
         let mut processes = Processes::new(TRACK_ALL);
-        let process = processes.observe(pid, pid, "test");
+        let process = processes.observe(pid, pid, "test", 0);
         // A mapping made after the process was first read, with no event for it; at an address
         // of its own, so that no other test's mapping was ever there.
         let len = 4096;

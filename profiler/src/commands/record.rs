@@ -1,4 +1,5 @@
-//! `profiler record`: CPU samples from a cpu-clock event on every CPU, each weighing one period.
+//! `profiler record`: CPU samples from a cpu-clock event on every CPU, each weighing one period;
+//! with `--off-cpu`, spans off the CPU, each weighing its length; with `--wall`, both.
 use anyhow::Result;
 use profiler_common::Counter;
 
@@ -6,8 +7,9 @@ use crate::{
     aggregate::{Aggregate, Site},
     cli::RecordArgs,
     decode::Payload,
-    kernel::sampler::{self, Sampler, SamplerConfig},
-    model::{Meta, Weight},
+    frame::{Frame, Marker},
+    kernel::sampler::{self, OffCpuConfig, Sampler, SamplerConfig},
+    model::{Meta, ThreadState, Weight},
     render::{RenderOptions, summary::Summary},
     session::{self, End, Mode, Progress, Settings, Target},
     walk::CallGraph,
@@ -15,6 +17,12 @@ use crate::{
 
 pub async fn run(args: RecordArgs) -> Result<()> {
     let stack_copy_kib = if args.call_graph == CallGraph::Fp { 0 } else { args.stack_size };
+    let weight = match (args.off_cpu, args.wall) {
+        (true, _) => Weight::OffCpuNs,
+        (_, true) => Weight::WallNs,
+        _ => Weight::Samples,
+    };
+    let min_ns = args.min_block.saturating_mul(1000);
     let config = SamplerConfig {
         frequency_hz: args.frequency,
         filter_processes: !args.system_wide,
@@ -22,11 +30,13 @@ pub async fn run(args: RecordArgs) -> Result<()> {
         stack_copy_cap: stack_copy_kib * 1024,
         frame_pointers: args.call_graph.frame_pointers(),
         ring_buffer_bytes: args.ring_buffer.map_or_else(sampler::default_ring_bytes, |mib| Ok(mib << 20))?,
+        on_cpu: weight != Weight::OffCpuNs,
+        off_cpu: weight.is_time().then_some(OffCpuConfig { min_ns, runqueue: weight == Weight::WallNs }),
     };
     let settings = Settings {
         pids: args.pids,
         command: args.command,
-        frequency_hz: Some(args.frequency),
+        frequency_hz: config.on_cpu.then_some(args.frequency),
         duration: args.duration,
         call_graph: args.call_graph,
         stack_copy_kib,
@@ -37,11 +47,22 @@ pub async fn run(args: RecordArgs) -> Result<()> {
         outputs: args.output.resolve()?,
         render: RenderOptions { grouping: args.grouping.grouping(), ..RenderOptions::default() },
     };
-    session::run(CpuProfile { config }, settings).await
+    session::run(CpuProfile { config, weight }, settings).await
 }
 
 struct CpuProfile {
     config: SamplerConfig,
+    weight: Weight,
+}
+
+impl CpuProfile {
+    /// What a cpu-clock sample weighs: one sample, or one sampling period in nanoseconds.
+    fn sample_weight(&self) -> u64 {
+        match self.weight {
+            Weight::WallNs => 1_000_000_000 / self.config.frequency_hz.max(1),
+            _ => 1,
+        }
+    }
 }
 
 impl Mode for CpuProfile {
@@ -51,19 +72,59 @@ impl Mode for CpuProfile {
         Sampler::load(&self.config)
     }
 
-    fn add(&mut self, site: Site, _: Payload, aggregate: &mut Aggregate) {
-        aggregate.push(site, 1);
+    fn add(&mut self, site: Site, payload: Payload, aggregate: &mut Aggregate) {
+        let weight = match payload {
+            Payload::OffCpu { ns } => ns,
+            _ => self.sample_weight(),
+        };
+        aggregate.push(site, weight);
     }
 
     fn status(&self, sampler: &Sampler, progress: &Progress) -> String {
         let lost = sampler.count(Counter::Lost).unwrap_or(0);
         let processes = progress.processes;
         let plural = if processes == 1 { "" } else { "es" };
-        format!("{} samples · {lost} lost · {processes} process{plural}", progress.weight)
+        let weight = match self.weight {
+            Weight::Samples => format!("{} samples", progress.weight),
+            _ => format!("{:.1} s of thread time", progress.weight as f64 / 1e9),
+        };
+        format!("{weight} · {lost} lost · {processes} process{plural}")
     }
 
-    fn finish(&mut self, _: &Sampler, _: &mut Aggregate, _: u64, meta: &mut Meta) -> Result<()> {
-        meta.weight = Weight::Samples;
+    /// Spans not sent when sampling stopped weigh up to the end (or to when their thread came
+    /// back), under the kernel stack their thread left with: the user stack is taken only when
+    /// a thread returns from its system call.
+    fn finish(
+        &mut self,
+        sampler: &Sampler,
+        aggregate: &mut Aggregate,
+        end_ns: u64,
+        meta: &mut Meta,
+    ) -> Result<()> {
+        meta.weight = self.weight;
+        let Some(off_cpu) = self.config.off_cpu else { return Ok(()) };
+        for (tid, thread) in sampler.unsent_off_cpu()? {
+            let state = ThreadState::off_cpu(thread.state);
+            let until = if thread.resumed_ns == 0 { end_ns } else { thread.resumed_ns };
+            let ns = until.saturating_sub(thread.since_ns);
+            if (state == ThreadState::Runnable && !off_cpu.runqueue) || ns < off_cpu.min_ns {
+                continue;
+            }
+            let frames: Vec<Frame> = match state {
+                ThreadState::Runnable => vec![Frame::Marker(Marker::Runqueue)],
+                _ if thread.kernel_stack_len == 0 => vec![Frame::Marker(Marker::OffCpuAtEnd)],
+                _ => {
+                    let (len, skip) = (thread.kernel_stack_len as usize, thread.kernel_stack_skip as usize);
+                    let kernel =
+                        thread.kernel_stack.get(skip..len.min(thread.kernel_stack.len())).unwrap_or(&[]);
+                    kernel.iter().enumerate().map(|(depth, &addr)| Frame::kernel(depth, addr)).collect()
+                }
+            };
+            let (stack, comm) =
+                (aggregate.intern_stack(&frames), aggregate.intern_comm(&process_comm(thread.tgid)));
+            let site = Site { time_ns: thread.since_ns, tgid: thread.tgid, tid, comm, stack, state };
+            aggregate.push(site, ns);
+        }
         Ok(())
     }
 
@@ -79,4 +140,11 @@ impl Mode for CpuProfile {
         };
         summary.print();
     }
+}
+
+/// A process's command name, for threads seen only in the kernel's table.
+fn process_comm(tgid: u32) -> String {
+    std::fs::read_to_string(format!("/proc/{tgid}/comm"))
+        .map(|comm| comm.trim_end().to_owned())
+        .unwrap_or_else(|_| "[exited]".into())
 }

@@ -1,16 +1,17 @@
-//! The kernel side of CPU profiles: loads the eBPF object, configures it, attaches one cpu-clock
-//! perf event per online CPU, and exposes the pid filter, the counters and the ring buffer.
+//! The kernel side of CPU and off-CPU profiles: loads the eBPF object, configures it, attaches
+//! one cpu-clock perf event per online CPU and, for spans off the CPU, the scheduler hooks; and
+//! exposes the pid filter, the counters and the ring buffer.
 use anyhow::{Context as _, Result, anyhow};
 use aya::{
     Ebpf, EbpfLoader,
-    maps::HashMap as BpfHashMap,
+    maps::{Array, HashMap as BpfHashMap},
     programs::{
         PerfEvent, RawTracePoint,
         perf_event::{PerfEventConfig, PerfEventLinkId, PerfEventScope, SamplePolicy, SoftwareEvent},
     },
     util::online_cpus,
 };
-use profiler_common::{Counter, FramePointers, globals, maps, programs};
+use profiler_common::{Counter, FramePointers, OffCpuThread, globals, maps, programs};
 
 use crate::decode::RecordKind;
 
@@ -33,6 +34,19 @@ pub struct SamplerConfig {
     pub frame_pointers: FramePointers,
     /// Ring buffer size in bytes (a power of two, multiple of the page size).
     pub ring_buffer_bytes: u32,
+    /// cpu-clock samples (all but `--off-cpu`).
+    pub on_cpu: bool,
+    /// Spans off the CPU (`--off-cpu`, `--wall`).
+    pub off_cpu: Option<OffCpuConfig>,
+}
+
+/// What the scheduler hooks record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OffCpuConfig {
+    /// Spans shorter than this are not recorded, in nanoseconds.
+    pub min_ns: u64,
+    /// Waits for a CPU (runnable, preempted) are recorded too.
+    pub runqueue: bool,
 }
 
 /// The ring's default size: 1 MiB per CPU (a quarter second of 4 KiB samples at 999 Hz: the
@@ -46,12 +60,16 @@ pub struct Sampler {
     ebpf: Ebpf,
     links: Vec<PerfEventLinkId>,
     frequency_hz: u64,
+    on_cpu: bool,
+    off_cpu: bool,
 }
 
 /// Where the programs that follow processes read `task_struct` fields, from the kernel's BTF.
 #[derive(Default)]
 struct TaskLayout {
     tgid: u32,
+    comm: u32,
+    start_time: u32,
     signal: u32,
     live: u32,
 }
@@ -60,10 +78,33 @@ impl TaskLayout {
     fn read() -> Result<Self> {
         Ok(Self {
             tgid: btf::field_offset("task_struct", "tgid")?,
+            comm: btf::field_offset("task_struct", "comm")?,
+            start_time: btf::field_offset("task_struct", "start_time")?,
             signal: btf::field_offset("task_struct", "signal")?,
             live: btf::field_offset("signal_struct", "live")?,
         })
     }
+}
+
+/// Where the kernel's `__schedule` is (from `/proc/kallsyms`: its address, and the next
+/// symbol's); empty when it is not listed, and kernel stacks keep the tracepoint's own frames.
+fn schedule_range() -> Result<std::ops::Range<u64>> {
+    const KALLSYMS: &str = "/proc/kallsyms";
+    let text = std::fs::read_to_string(KALLSYMS).with_context(|| format!("cannot read {KALLSYMS}"))?;
+    let mut symbols: Vec<(u64, &str)> = text
+        .lines()
+        .filter_map(|line| {
+            let mut fields = line.split_whitespace();
+            let addr = u64::from_str_radix(fields.next()?, 16).ok()?;
+            Some((addr, fields.nth(1)?))
+        })
+        .filter(|&(addr, _)| addr != 0)
+        .collect();
+    symbols.sort_unstable();
+    let Some(at) = symbols.iter().position(|&(_, name)| name == "__schedule") else { return Ok(0..0) };
+    let start = symbols[at].0;
+    let end = symbols[at..].iter().map(|&(addr, _)| addr).find(|&addr| addr > start).unwrap_or(start);
+    Ok(start..end)
 }
 
 /// In-kernel run statistics of the sample program.
@@ -80,8 +121,15 @@ impl Sampler {
         let follow = u32::from(config.follow_forks);
         let own_tgid = std::process::id();
         let follow_forks = config.filter_processes && config.follow_forks;
-        let layout = if config.filter_processes { TaskLayout::read()? } else { TaskLayout::default() };
+        let off_cpu = config.off_cpu.unwrap_or(OffCpuConfig { min_ns: 0, runqueue: false });
+        let (off_cpu_on, runqueue) = (u32::from(config.off_cpu.is_some()), u32::from(off_cpu.runqueue));
+        let reads_tasks = config.filter_processes || config.off_cpu.is_some();
+        let layout = if reads_tasks { TaskLayout::read()? } else { TaskLayout::default() };
         let frame_pointers = config.frame_pointers as u32;
+        let scratch = |wanted: bool| {
+            if wanted { object::scratch_entries() } else { Ok(object::UNUSED_SCRATCH_ENTRIES) }
+        };
+        let schedule = if config.off_cpu.is_some() { schedule_range()? } else { 0..0 };
         let mut ebpf = EbpfLoader::new()
             .override_global(globals::FILTER_BY_TGID, &filter, true)
             .override_global(globals::FOLLOW_FORKS, &follow, true)
@@ -90,15 +138,31 @@ impl Sampler {
             .override_global(globals::FRAME_POINTERS, &frame_pointers, true)
             .override_global(globals::TASK_TGID_OFFSET, &layout.tgid, true)
             .override_global(globals::TASK_SIGNAL_OFFSET, &layout.signal, true)
+            .override_global(globals::TASK_COMM_OFFSET, &layout.comm, true)
+            .override_global(globals::TASK_START_TIME_OFFSET, &layout.start_time, true)
+            .override_global(globals::SCHEDULE_START, &schedule.start, true)
+            .override_global(globals::SCHEDULE_END, &schedule.end, true)
             .override_global(globals::SIGNAL_LIVE_OFFSET, &layout.live, true)
+            .override_global(globals::OFF_CPU, &off_cpu_on, true)
+            .override_global(globals::RUNQUEUE, &runqueue, true)
+            .override_global(globals::MIN_OFF_CPU_NS, &off_cpu.min_ns, true)
             .map_max_entries(maps::SAMPLES, config.ring_buffer_bytes)
-            .map_max_entries(maps::SAMPLE_SCRATCH, object::scratch_entries()?)
+            .map_max_entries(maps::SAMPLE_SCRATCH, scratch(config.on_cpu)?)
+            .map_max_entries(maps::OFF_CPU_SCRATCH, scratch(config.off_cpu.is_some())?)
             .map_max_entries(maps::ALLOCATION_SCRATCH, object::UNUSED_SCRATCH_ENTRIES)
             .load(EBPF_OBJECT)
             .context("cannot load the eBPF object")?;
 
-        let sample: &mut PerfEvent = program(&mut ebpf, programs::SAMPLE)?.try_into()?;
-        sample.load().map_err(verifier_error)?;
+        if config.on_cpu {
+            let sample: &mut PerfEvent = program(&mut ebpf, programs::SAMPLE)?.try_into()?;
+            sample.load().map_err(verifier_error)?;
+        }
+        if config.off_cpu.is_some() {
+            for name in [programs::SCHED_SWITCH, programs::SYSCALL_EXIT] {
+                let hook: &mut RawTracePoint = program(&mut ebpf, name)?.try_into()?;
+                hook.load().map_err(verifier_error)?;
+            }
+        }
         let tracepoints = [
             (follow_forks, programs::FOLLOW_FORK, "task_newtask"),
             (config.filter_processes, programs::FORGET_EXIT, "sched_process_exit"),
@@ -110,14 +174,49 @@ impl Sampler {
                 .attach(tracepoint)
                 .with_context(|| format!("cannot attach to raw tracepoint {tracepoint}"))?;
         }
-        Ok(Self { ebpf, links: Vec::new(), frequency_hz: config.frequency_hz })
+        Ok(Self {
+            ebpf,
+            links: Vec::new(),
+            frequency_hz: config.frequency_hz,
+            on_cpu: config.on_cpu,
+            off_cpu: config.off_cpu.is_some(),
+        })
     }
 
     /// Closes the perf events: no sample is taken after this returns.
     pub fn detach(&mut self) -> Result<()> {
-        let sample: &mut PerfEvent = program(&mut self.ebpf, programs::SAMPLE)?.try_into()?;
-        for link in self.links.drain(..) {
-            sample.detach(link)?;
+        if !self.links.is_empty() {
+            let sample: &mut PerfEvent = program(&mut self.ebpf, programs::SAMPLE)?.try_into()?;
+            for link in self.links.drain(..) {
+                sample.detach(link)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The spans off the CPU not sent when sampling stopped: of threads still off the CPU, and
+    /// of threads back whose system call had not returned. Oldest first.
+    pub fn unsent_off_cpu(&self) -> Result<Vec<(u32, OffCpuThread)>> {
+        let map = self.ebpf.map(maps::OFF_CPU_THREADS).ok_or_else(|| missing(maps::OFF_CPU_THREADS))?;
+        let threads: BpfHashMap<_, u32, OffCpuThread> = BpfHashMap::try_from(map)?;
+        // An entry removed while we iterate is skipped.
+        let mut unsent: Vec<(u32, OffCpuThread)> = threads.iter().filter_map(Result::ok).collect();
+        unsent.sort_unstable_by_key(|(tid, thread)| (thread.since_ns, *tid));
+        Ok(unsent)
+    }
+
+    /// Attaches the scheduler hooks (raw tracepoints `sched_switch` and `sys_exit`), after
+    /// telling them when sampling starts.
+    fn attach_off_cpu(&mut self) -> Result<()> {
+        let started = crate::clock::monotonic_ns();
+        let map = self.ebpf.map_mut(maps::STARTED_NS).ok_or_else(|| missing(maps::STARTED_NS))?;
+        Array::<_, u64>::try_from(map)?.set(0, started, 0).context("cannot set the start time")?;
+        for (name, tracepoint) in
+            [(programs::SCHED_SWITCH, "sched_switch"), (programs::SYSCALL_EXIT, "sys_exit")]
+        {
+            let hook: &mut RawTracePoint = program(&mut self.ebpf, name)?.try_into()?;
+            hook.attach(tracepoint)
+                .with_context(|| format!("cannot attach to raw tracepoint {tracepoint}"))?;
         }
         Ok(())
     }
@@ -157,9 +256,16 @@ impl KernelSource for Sampler {
         Ok(())
     }
 
-    /// Opens a cpu-clock event on every online CPU and attaches the program to it. Frequency
-    /// mode, no event limits (`PERF_EVENT_IOC_REFRESH` is what froze Linux 6.16/6.17).
+    /// Attaches the scheduler hooks when spans off the CPU are wanted, then opens a cpu-clock
+    /// event on every online CPU (when CPU samples are) and attaches the program to it.
+    /// Frequency mode, no event limits (`PERF_EVENT_IOC_REFRESH` is what froze Linux 6.16/6.17).
     fn start(&mut self) -> Result<()> {
+        if self.off_cpu {
+            self.attach_off_cpu()?;
+        }
+        if !self.on_cpu {
+            return Ok(());
+        }
         let cpus = online_cpus().map_err(|(path, err)| anyhow!("cannot read {path}: {err}"))?;
         let sample: &mut PerfEvent = program(&mut self.ebpf, programs::SAMPLE)?.try_into()?;
         for cpu in cpus {

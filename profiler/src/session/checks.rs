@@ -13,7 +13,7 @@ use crate::{
     address_space::{Backing, Mappings, open},
     kernel::{
         KernelSource as _,
-        sampler::{Sampler, SamplerConfig},
+        sampler::{OffCpuConfig, Sampler, SamplerConfig},
     },
     model::printable,
     unwind::cfi::ModuleCfi,
@@ -81,6 +81,7 @@ pub fn all(pids: &[u32]) -> Vec<Finding> {
         memlock(),
         sample_rate(99),
         sampling(privileged),
+        off_cpu(privileged),
     ];
     for &pid in pids {
         findings.extend(target(pid));
@@ -207,8 +208,26 @@ fn sample_rate(hz: u64) -> Finding {
 /// Loads and verifies the eBPF program, creates its ring buffer and opens a cpu-clock event on
 /// every CPU, then releases everything.
 fn sampling(privileged: bool) -> Finding {
+    let done = "eBPF program verified, ring buffer created, cpu-clock perf events opened on every CPU";
+    try_sampler("sampling", privileged, true, None, done)
+}
+
+/// Loads and attaches the scheduler hooks of `record --off-cpu` and `--wall`, then releases them.
+fn off_cpu(privileged: bool) -> Finding {
+    let hooks = OffCpuConfig { min_ns: u64::MAX, runqueue: true };
+    let done = "sched_switch and sys_exit raw tracepoints verified and attached";
+    try_sampler("off-CPU", privileged, false, Some(hooks), done)
+}
+
+fn try_sampler(
+    subject: &str,
+    privileged: bool,
+    on_cpu: bool,
+    off_cpu: Option<OffCpuConfig>,
+    done: &str,
+) -> Finding {
     if !privileged {
-        return Finding::new(Status::Fail, "sampling", "not tried: needs the privileges above");
+        return Finding::new(Status::Fail, subject, "not tried: needs the privileges above");
     }
     let config = SamplerConfig {
         frequency_hz: 99,
@@ -217,18 +236,16 @@ fn sampling(privileged: bool) -> Finding {
         stack_copy_cap: 4096,
         frame_pointers: FramePointers::WhenCopyShort,
         ring_buffer_bytes: 1 << 20,
+        on_cpu,
+        off_cpu,
     };
     let result = Sampler::load(&config).and_then(|mut sampler| {
         sampler.start()?;
         sampler.detach()
     });
     match result {
-        Ok(()) => Finding::new(
-            Status::Ok,
-            "sampling",
-            "eBPF program verified, ring buffer created, cpu-clock perf events opened on every CPU",
-        ),
-        Err(err) => Finding::new(Status::Fail, "sampling", format!("{err:#}")),
+        Ok(()) => Finding::new(Status::Ok, subject, done),
+        Err(err) => Finding::new(Status::Fail, subject, format!("{err:#}")),
     }
 }
 

@@ -152,7 +152,6 @@ pub async fn run<M: Mode>(mode: M, settings: Settings) -> Result<()> {
     let mut late = Vec::new();
     late.extend(kernel.pause().err());
     intake.drain_all(&mut session);
-    session.settle();
     status.finish();
 
     let end_ns = clock::monotonic_ns();
@@ -172,6 +171,8 @@ pub async fn run<M: Mode>(mode: M, settings: Settings) -> Result<()> {
         ..Meta::default()
     };
     late.extend(session.mode.finish(&kernel, &mut session.aggregate, end_ns, &mut meta).err());
+    // What the last drains and the mode's end brought is named now.
+    session.settle();
     let symbols = session.namer.finish(session.walker.address_spaces(), end_ns);
     let modules = session.walker.address_spaces().modules();
     let recording = session.aggregate.recording(&symbols, modules, start.monotonic_ns, meta);
@@ -323,7 +324,7 @@ impl<M: Mode> Pipeline<M> {
         };
         let sample = &record.sample;
         let walked = walker.walk(sample);
-        let site = aggregate.site(sample.time_ns(), sample.tgid(), sample.tid(), &walked);
+        let site = aggregate.site(sample.time_ns(), sample.tgid(), sample.tid(), sample.state(), &walked);
         mode.add(site, record.payload, aggregate);
         *records += 1;
     }

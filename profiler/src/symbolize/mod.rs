@@ -162,6 +162,9 @@ impl Symbolizer {
                     };
                     symbols.by_frame.insert(frame, vec![symbol]);
                 }
+                Frame::Marker(marker) => {
+                    symbols.by_frame.insert(frame, vec![Symbol::new(marker.name(), SymbolKind::Function)]);
+                }
             }
         }
         for (addr, names) in kernel.iter().zip(self.kernel(&kernel)) {

@@ -7,6 +7,7 @@ use rustc_hash::FxHashMap;
 use crate::{
     aggregate::{Aggregate, Site},
     kernel::tracer::Block,
+    model::ThreadState,
 };
 
 #[derive(Debug, Default)]
@@ -41,6 +42,7 @@ impl Ledger {
                 tid: block.tgid,
                 comm: lost.0,
                 stack: lost.1,
+                state: ThreadState::OnCpu,
             });
             aggregate.push(Site { time_ns: block.time_ns, ..site }, block.size * u64::from(sample_every));
         }
@@ -62,7 +64,7 @@ mod tests {
     use crate::aggregate::{CommId, StackId};
 
     fn site(time_ns: u64, stack: StackId, comm: CommId) -> Site {
-        Site { time_ns, tgid: 7, tid: 8, comm, stack }
+        Site { time_ns, tgid: 7, tid: 8, comm, stack, state: ThreadState::OnCpu }
     }
 
     fn block(addr: u64, time_ns: u64) -> Block {
