@@ -438,6 +438,9 @@ fn check_without_privileges_fails() {
         .unwrap();
     assert!(!output.status.success());
     let stdout = String::from_utf8(output.stdout).unwrap();
-    assert!(stdout.lines().any(|l| l.starts_with("FAIL  privileges")), "{stdout}");
-    assert_eq!(String::from_utf8(output.stderr).unwrap(), "profiler: error: 2 checks failed\n");
+    // Privileges, and the two checks that need them: sampling and the off-CPU hooks.
+    for subject in ["privileges", "sampling", "off-CPU"] {
+        assert!(stdout.lines().any(|l| l.starts_with(&format!("FAIL  {subject}"))), "{stdout}");
+    }
+    assert_eq!(String::from_utf8(output.stderr).unwrap(), "profiler: error: 3 checks failed\n");
 }
