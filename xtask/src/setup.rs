@@ -32,10 +32,14 @@ pub fn ensure(root: &Path) -> Result<()> {
     ensure_speedscope_schema(root)
 }
 
-/// What `cargo xtask bench` runs besides profiler: perf, valgrind, and inferno's collapse and
-/// flame graph tools (into `.tools/`).
+/// What `cargo xtask bench` runs besides profiler: perf, valgrind, libbpf-tools' offcputime,
+/// and inferno's collapse and flame graph tools (into `.tools/`).
 pub fn ensure_bench_tools(root: &Path) -> Result<()> {
-    install_packages(&[("perf", "linux-perf"), ("valgrind", "valgrind")])?;
+    install_packages(&[
+        ("perf", "linux-perf"),
+        ("valgrind", "valgrind"),
+        ("/usr/sbin/offcputime", "libbpf-tools"),
+    ])?;
     let tools = root.join(".tools");
     if tools.join("bin/inferno-collapse-perf").exists() && tools.join("bin/inferno-flamegraph").exists() {
         return Ok(());

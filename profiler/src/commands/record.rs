@@ -10,7 +10,10 @@ use crate::{
     frame::{Frame, Marker},
     kernel::sampler::{self, OffCpuConfig, Sampler, SamplerConfig},
     model::{Meta, ThreadState, Weight},
-    render::{RenderOptions, summary::Summary},
+    render::{
+        RenderOptions,
+        summary::{KernelFigures, Summary},
+    },
     session::{self, End, Mode, Progress, Settings, Target},
     walk::CallGraph,
 };
@@ -129,13 +132,15 @@ impl Mode for CpuProfile {
     }
 
     fn report(&self, end: &End<'_, Sampler>) {
-        let run_stats = end.kernel.run_stats();
         let summary = Summary {
             recording: end.recording,
             missing_cfi: &end.missing_cfi,
             processes: end.progress.processes,
-            kernel_us_per_run: run_stats.map(|s| s.time.as_secs_f64() * 1e6 / s.runs as f64),
-            ring_bytes_per_sample: end.kernel.ring_bytes_per_sample(),
+            kernel: KernelFigures {
+                cost_us: end.kernel.run_costs_us(),
+                ring_bytes_per_record: end.kernel.ring_bytes_per_record(),
+                blocks: end.kernel.off_cpu_blocks(),
+            },
             outputs: end.outputs,
         };
         summary.print();

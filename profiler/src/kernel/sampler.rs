@@ -107,13 +107,6 @@ fn schedule_range() -> Result<std::ops::Range<u64>> {
     Ok(start..end)
 }
 
-/// In-kernel run statistics of the sample program.
-#[derive(Clone, Copy, Debug)]
-pub struct RunStats {
-    pub runs: u64,
-    pub time: std::time::Duration,
-}
-
 impl Sampler {
     /// Loads and verifies the programs; nothing is sampled until [`Sampler::start`].
     pub fn load(config: &SamplerConfig) -> Result<Self> {
@@ -221,18 +214,38 @@ impl Sampler {
         Ok(())
     }
 
-    /// Time the sample program spent in the kernel and how often it ran, when the kernel keeps
-    /// such statistics (`sysctl kernel.bpf_stats_enabled=1`); `None` otherwise.
-    pub fn run_stats(&self) -> Option<RunStats> {
-        let info = self.ebpf.program(programs::SAMPLE)?.info().ok()?;
-        (info.run_count() > 0).then(|| RunStats { runs: info.run_count(), time: info.run_time() })
+    /// Mean time in the kernel per run of each program that ran (µs), with what a run is, when
+    /// the kernel keeps such statistics (`sysctl kernel.bpf_stats_enabled=1`).
+    pub fn run_costs_us(&self) -> Vec<(&'static str, f64)> {
+        [
+            (programs::SAMPLE, "sample program run"),
+            (programs::SCHED_SWITCH, "context switch"),
+            (programs::SYSCALL_EXIT, "system call exit"),
+        ]
+        .into_iter()
+        .filter_map(|(name, run)| {
+            let info = self.ebpf.program(name)?.info().ok()?;
+            let runs = info.run_count();
+            (runs > 0).then(|| (run, info.run_time().as_secs_f64() * 1e6 / runs as f64))
+        })
+        .collect()
     }
 
-    /// Mean size of the sample records sent through the ring; `None` before the first.
-    pub fn ring_bytes_per_sample(&self) -> Option<f64> {
+    /// Mean size of the records sent through the ring (CPU samples and off-CPU spans); `None`
+    /// before the first.
+    pub fn ring_bytes_per_record(&self) -> Option<f64> {
         let count = |counter| self.count(counter).ok();
-        let sent = count(Counter::Seen)?.saturating_sub(count(Counter::Filtered)? + count(Counter::Lost)?);
+        let taken = count(Counter::Seen)? + count(Counter::OffCpu)?;
+        let sent = taken.saturating_sub(count(Counter::Filtered)? + count(Counter::Lost)?);
         (sent > 0).then(|| count(Counter::RingBytes).map(|bytes| bytes as f64 / sent as f64)).flatten()
+    }
+
+    /// Off-CPU spans sent, and those dropped for being shorter than the threshold; `None` when
+    /// spans are not taken.
+    pub fn off_cpu_blocks(&self) -> Option<(u64, u64)> {
+        self.off_cpu
+            .then(|| Some((self.count(Counter::OffCpu).ok()?, self.count(Counter::ShortOffCpu).ok()?)))
+            .flatten()
     }
 
     /// A counter of the sample program, summed over CPUs.

@@ -15,11 +15,20 @@ pub struct Summary<'a> {
     pub missing_cfi: &'a [(String, u64)],
     /// Processes samples came from (the recording may not keep each sample's process).
     pub processes: u64,
-    /// Mean in-kernel time of the sample program, when the kernel measures it.
-    pub kernel_us_per_run: Option<f64>,
-    /// Mean size of the records that crossed the ring buffer.
-    pub ring_bytes_per_sample: Option<f64>,
+    pub kernel: KernelFigures,
     pub outputs: &'a [(PathBuf, Format)],
+}
+
+/// What the kernel side measured of itself.
+#[derive(Debug, Default)]
+pub struct KernelFigures {
+    /// Mean in-kernel time of each program that ran, in µs per run, with what a run is (when
+    /// the kernel measures it).
+    pub cost_us: Vec<(&'static str, f64)>,
+    /// Mean size of the records that crossed the ring buffer.
+    pub ring_bytes_per_record: Option<f64>,
+    /// Off-CPU spans sent, and those dropped for being shorter than `--min-block`.
+    pub blocks: Option<(u64, u64)>,
 }
 
 impl Summary<'_> {
@@ -82,11 +91,17 @@ impl Summary<'_> {
                 self.missing_cfi.iter().take(5).map(|(name, n)| format!("{name} ({n})")).collect();
             row("no CFI in", vec![top.join(", ")]);
         }
-        if let Some(us) = self.kernel_us_per_run {
-            row("kernel cost", vec![format!("{us:.2} µs per sample program run")]);
+        let kernel = &self.kernel;
+        if let Some((sent, short)) = kernel.blocks {
+            row("off CPU", vec![format!("{sent} blocks recorded, {short} shorter ones dropped")]);
         }
-        if let Some(bytes) = self.ring_bytes_per_sample {
-            row("ring", vec![format!("{:.1} KiB per sample", bytes / 1024.0)]);
+        if !kernel.cost_us.is_empty() {
+            let costs: Vec<String> =
+                kernel.cost_us.iter().map(|(run, us)| format!("{us:.3} µs per {run}")).collect();
+            row("kernel cost", vec![costs.join(", ")]);
+        }
+        if let Some(bytes) = kernel.ring_bytes_per_record {
+            row("ring", vec![format!("{:.2} KiB per record", bytes / 1024.0)]);
         }
         if meta.weight.is_time() && samples > 0 {
             row("by state", vec![time_by_state(recording)]);
@@ -197,8 +212,11 @@ mod tests {
             recording: &recording,
             missing_cfi: &[("libjit.so".into(), 1)],
             processes: 2,
-            kernel_us_per_run: Some(2.5),
-            ring_bytes_per_sample: Some(3.0 * 1024.0),
+            kernel: KernelFigures {
+                cost_us: vec![("sample program run", 2.5), ("context switch", 0.25)],
+                ring_bytes_per_record: Some(3.0 * 1024.0),
+                blocks: Some((7, 90)),
+            },
             outputs: &outputs,
         };
         let text = summary.render();
@@ -207,11 +225,15 @@ mod tests {
         assert!(lines[1].starts_with("  user stacks     75.0% reached the bottom"), "{}", lines[1]);
         assert!(lines[1].contains("cut by the 32 KiB stack copy, 25.0% stopped in code without CFI"));
         assert_eq!(lines[2], "  no CFI in       libjit.so (1)");
-        assert_eq!(lines[3], "  kernel cost     2.50 µs per sample program run");
-        assert_eq!(lines[4], "  ring            3.0 KiB per sample");
-        assert_eq!(lines[5], "  top self time    50.0%  hot");
-        assert_eq!(lines[8], "  wrote           a.svg (svg)");
-        assert_eq!(lines[9], "                  r.prof (raw)");
+        assert_eq!(lines[3], "  off CPU         7 blocks recorded, 90 shorter ones dropped");
+        assert_eq!(
+            lines[4],
+            "  kernel cost     2.500 µs per sample program run, 0.250 µs per context switch"
+        );
+        assert_eq!(lines[5], "  ring            3.00 KiB per record");
+        assert_eq!(lines[6], "  top self time    50.0%  hot");
+        assert_eq!(lines[9], "  wrote           a.svg (svg)");
+        assert_eq!(lines[10], "                  r.prof (raw)");
     }
 
     #[test]
@@ -229,8 +251,7 @@ mod tests {
             recording: &recording,
             missing_cfi: &[],
             processes: 2,
-            kernel_us_per_run: None,
-            ring_bytes_per_sample: None,
+            kernel: KernelFigures::default(),
             outputs: &[],
         };
         let text = summary.render();
@@ -253,8 +274,7 @@ mod tests {
             recording: &recording,
             missing_cfi: &[],
             processes: 1,
-            kernel_us_per_run: None,
-            ring_bytes_per_sample: None,
+            kernel: KernelFigures::default(),
             outputs: &[],
         };
         let text = summary.render();

@@ -50,11 +50,11 @@ pub fn table(
                 command.arg(dir.join("cost.folded")).args(args);
                 let stderr = stderr_of(&mut command)?;
                 runs.push(
-                    parse_after(&stderr, "kernel cost", " µs")
+                    parse_after(&stderr, "kernel cost", " µs per sample program run")
                         .context("no kernel cost in the profiler's summary")?,
                 );
                 bytes.push(
-                    parse_after(&stderr, "ring", " KiB per sample")
+                    parse_after(&stderr, "ring", " KiB per record")
                         .context("no ring line in the profiler's summary")?,
                 );
             }
@@ -88,14 +88,14 @@ impl Drop for KillOnDrop {
 
 /// Turns on the kernel's BPF run-time statistics for as long as it lives, restoring the old
 /// setting afterwards.
-struct BpfStats {
+pub(super) struct BpfStats {
     previous: String,
 }
 
 const BPF_STATS_SYSCTL: &str = "/proc/sys/kernel/bpf_stats_enabled";
 
 impl BpfStats {
-    fn enable() -> Result<Self> {
+    pub(super) fn enable() -> Result<Self> {
         let previous = std::fs::read_to_string(BPF_STATS_SYSCTL)?;
         std::fs::write(BPF_STATS_SYSCTL, "1")
             .context("cannot enable kernel.bpf_stats_enabled (run as root)")?;
@@ -119,7 +119,7 @@ fn stderr_of(command: &mut Command) -> Result<String> {
 }
 
 /// The number between `before` and `after` on the first line that has both.
-fn parse_after(text: &str, before: &str, after: &str) -> Option<f64> {
+pub(super) fn parse_after(text: &str, before: &str, after: &str) -> Option<f64> {
     text.lines().find_map(|line| {
         let rest = &line[line.find(before)? + before.len()..];
         rest[..rest.find(after)?].trim().parse().ok()
@@ -132,9 +132,9 @@ mod tests {
 
     #[test]
     fn parses_the_kernel_cost() {
-        let stderr = "profiler: 9990 samples (0 lost) from 2 processes in 4.0 s at 999 Hz\n  kernel cost     2.45 µs per sample program run\n  ring            1.3 KiB per sample\n";
-        assert_eq!(parse_after(stderr, "kernel cost", " µs"), Some(2.45));
-        assert_eq!(parse_after(stderr, "ring", " KiB per sample"), Some(1.3));
+        let stderr = "profiler: 9990 samples (0 lost) from 2 processes in 4.0 s at 999 Hz\n  kernel cost     2.450 µs per sample program run\n  ring            1.30 KiB per record\n";
+        assert_eq!(parse_after(stderr, "kernel cost", " µs per sample program run"), Some(2.45));
+        assert_eq!(parse_after(stderr, "ring", " KiB per record"), Some(1.3));
         assert_eq!(parse_after(stderr, "nothing", "x"), None);
     }
 }

@@ -8,6 +8,8 @@
 //!   complete stacks, hot-function share error, peak RSS;
 //! - [`kernel`]: the eBPF program's time per sample at several stack-copy caps;
 //! - [`leaks`]: `profiler leaks` on a malloc-heavy program, against valgrind;
+//! - [`off_cpu`]: `profiler record --off-cpu` on a program that only switches, against
+//!   offcputime;
 //! - [`long_run`]: a long `record -a` under a churn workload, the profiler's memory over time;
 //! - [`stages`]: the criterion micro-benchmarks of the userspace stages.
 //!
@@ -17,6 +19,7 @@ mod folded;
 mod kernel;
 mod leaks;
 mod long_run;
+mod off_cpu;
 mod stages;
 mod workloads;
 
@@ -35,7 +38,7 @@ pub struct Options {
 }
 
 /// The sections of BENCHMARKS.md, in order.
-pub const SECTIONS: [&str; 5] = ["compare", "kernel", "leaks", "long-run", "stages"];
+pub const SECTIONS: [&str; 6] = ["compare", "kernel", "leaks", "off-cpu", "long-run", "stages"];
 
 pub fn run(root: &Path, options: &Options) -> Result<()> {
     cargo(root, &["build", "--release", "--package", "profiler"])?;
@@ -55,6 +58,9 @@ pub fn run(root: &Path, options: &Options) -> Result<()> {
     let repetitions = if options.quick { 1 } else { 3 };
     if wanted("leaks") {
         sections.push(("leaks", leaks::table(&tools.profiler, &src, &dir, repetitions, options.quick)?));
+    }
+    if wanted("off-cpu") {
+        sections.push(("off-cpu", off_cpu::table(&tools.profiler, &src, &dir, repetitions, options.quick)?));
     }
     if wanted("long-run") {
         sections.push(("long-run", long_run::table(&tools.profiler, &src, &dir, options.quick)?));

@@ -1,0 +1,278 @@
+//! `profiler record --off-cpu` on a program that does nothing but switch: `pingpong`'s round
+//! trips per second alone, under the profiler at the default threshold and with every block
+//! recorded, and under libbpf-tools' `offcputime` (frame pointers only) at the same thresholds;
+//! perf's `--off-cpu` where the installed perf has it. The profiler's summary gives the kernel's
+//! time per context switch and per system call exit, and the ring bytes per recorded block.
+use std::{
+    fmt::Write as _,
+    path::Path,
+    process::{Command, Stdio},
+    thread,
+    time::Duration,
+};
+
+use anyhow::{Context as _, Result, bail};
+
+use super::{kernel::parse_after, median};
+use crate::check;
+
+/// libbpf-tools' offcputime, from Debian's `libbpf-tools`.
+const OFFCPUTIME: &str = "/usr/sbin/offcputime";
+/// The profiler's default `--min-block`, in microseconds.
+const DEFAULT_MIN_BLOCK_US: u64 = 50;
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Runner {
+    Alone,
+    Profiler { min_block_us: u64 },
+    OffCpuTime { min_block_us: u64 },
+}
+
+impl Runner {
+    fn label(self) -> String {
+        match self {
+            Runner::Alone => "alone".into(),
+            Runner::Profiler { min_block_us } => {
+                format!("`profiler record --off-cpu --min-block {min_block_us}`")
+            }
+            Runner::OffCpuTime { min_block_us } => format!("`offcputime -m {min_block_us}` (libbpf-tools)"),
+        }
+    }
+}
+
+/// What one run measured; `None` where the runner cannot tell.
+#[derive(Default)]
+struct Run {
+    round_trips: f64,
+    switch_us: Option<f64>,
+    syscall_exit_us: Option<f64>,
+    blocks_per_second: Option<f64>,
+    ring_kib_per_block: Option<f64>,
+    /// Of the blocked time in `pipe_read`, the share whose stack reaches `main`.
+    complete: Option<f64>,
+}
+
+pub fn table(profiler: &Path, src: &Path, dir: &Path, repetitions: usize, quick: bool) -> Result<String> {
+    let seconds = if quick { 3 } else { 5 };
+    let binary = dir.join("pingpong");
+    check(
+        Command::new("gcc")
+            .args(["-O2", "-g", "-fomit-frame-pointer", "-o"])
+            .arg(&binary)
+            .arg(src.join("pingpong.c")),
+    )?;
+    let mut runners = vec![
+        Runner::Alone,
+        Runner::Profiler { min_block_us: DEFAULT_MIN_BLOCK_US },
+        Runner::Profiler { min_block_us: 1 },
+    ];
+    if Path::new(OFFCPUTIME).exists() {
+        runners.extend([
+            Runner::OffCpuTime { min_block_us: DEFAULT_MIN_BLOCK_US },
+            Runner::OffCpuTime { min_block_us: 1 },
+        ]);
+    }
+    let _stats = super::kernel::BpfStats::enable()?;
+    let mut runs: Vec<Vec<Run>> = runners.iter().map(|_| Vec::new()).collect();
+    for repetition in 0..repetitions {
+        for (r, &runner) in runners.iter().enumerate() {
+            eprintln!("xtask bench: pingpong · {} · run {}", runner.label(), repetition + 1);
+            runs[r].push(run(runner, profiler, &binary, seconds, dir)?);
+        }
+    }
+    let alone = median(&mut runs[0].iter().map(|r| r.round_trips).collect::<Vec<_>>());
+    let mut text = format!(
+        "## Off-CPU time (`profiler record --off-cpu`)\n\n\
+         `pingpong {seconds}`: two processes bounce a byte over a pair of pipes, so every round trip is two blocking \
+         reads of a few microseconds; it counts its own round trips per second. Built without frame pointers. \
+         Medians of {repetitions} run(s). *µs per switch* and *per syscall exit*: mean run time of the `sched_switch` and \
+         `sys_exit` programs (BPF run-time statistics; `sys_exit` runs at every system call of the machine). *Complete*: \
+         of the time blocked in `pipe_read`, the share whose stack reaches `main`. {}\n\n\
+         | run | round trips/s | slowdown | blocks recorded/s | µs per switch | µs per syscall exit | ring KiB per block | complete |\n\
+         |---|---|---|---|---|---|---|---|\n",
+        perf_off_cpu_support()
+    );
+    for (runner, runs) in runners.iter().zip(&mut runs) {
+        let column = |f: fn(&Run) -> Option<f64>| {
+            let mut values: Vec<f64> = runs.iter().filter_map(f).collect();
+            (!values.is_empty()).then(|| median(&mut values))
+        };
+        let round_trips = column(|r| Some(r.round_trips)).unwrap_or(0.0);
+        let cell = |value: Option<f64>, digits: usize, unit: &str| {
+            value.map_or("–".into(), |v| format!("{v:.digits$}{unit}"))
+        };
+        writeln!(
+            text,
+            "| {} | {round_trips:.0} | {:+.1}% | {} | {} | {} | {} | {} |",
+            runner.label(),
+            100.0 * (alone / round_trips - 1.0),
+            cell(column(|r| r.blocks_per_second), 0, ""),
+            cell(column(|r| r.switch_us), 2, ""),
+            cell(column(|r| r.syscall_exit_us), 3, ""),
+            cell(column(|r| r.ring_kib_per_block), 2, ""),
+            cell(column(|r| r.complete), 1, "%"),
+        )?;
+    }
+    text.push('\n');
+    Ok(text)
+}
+
+fn run(runner: Runner, profiler: &Path, binary: &Path, seconds: u64, dir: &Path) -> Result<Run> {
+    match runner {
+        Runner::Alone => Ok(Run {
+            round_trips: round_trips(&output(Command::new(binary).arg(seconds.to_string()))?.0)?,
+            ..Run::default()
+        }),
+        Runner::Profiler { min_block_us } => {
+            let folded = dir.join("pingpong.folded");
+            let (stdout, stderr) = output(
+                Command::new(profiler)
+                    .args(["record", "--off-cpu", "--min-block", &min_block_us.to_string(), "-o"])
+                    .arg(&folded)
+                    .arg("--")
+                    .arg(binary)
+                    .arg(seconds.to_string()),
+            )?;
+            let per = |what: &str| {
+                stderr.lines().find(|l| l.contains("kernel cost")).and_then(|l| number_before(l, what))
+            };
+            let blocks = parse_after(&stderr, "off CPU", " blocks recorded");
+            Ok(Run {
+                round_trips: round_trips(&stdout)?,
+                switch_us: per(" µs per context switch"),
+                syscall_exit_us: per(" µs per system call exit"),
+                blocks_per_second: blocks.map(|b| b / seconds as f64),
+                ring_kib_per_block: parse_after(&stderr, "ring", " KiB per record"),
+                complete: complete_share(folded_stacks(&std::fs::read_to_string(&folded)?)),
+            })
+        }
+        Runner::OffCpuTime { min_block_us } => {
+            // Traces the whole machine (-p takes one process) for a little longer than pingpong
+            // runs; pingpong lingers so that offcputime can still read its maps to name frames.
+            let tracer = Command::new(OFFCPUTIME)
+                .args(["-m", &min_block_us.to_string(), &(seconds + 3).to_string()])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .context("cannot run offcputime")?;
+            thread::sleep(Duration::from_millis(1500));
+            let (stdout, _) = output(Command::new(binary).args([seconds.to_string(), "4".into()]))?;
+            let report = tracer.wait_with_output()?;
+            let stacks = offcputime_stacks(&String::from_utf8_lossy(&report.stdout), "pingpong");
+            Ok(Run { round_trips: round_trips(&stdout)?, complete: complete_share(stacks), ..Run::default() })
+        }
+    }
+}
+
+fn output(command: &mut Command) -> Result<(String, String)> {
+    let out = command.stdin(Stdio::null()).output().with_context(|| format!("cannot run {command:?}"))?;
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    if !out.status.success() {
+        bail!("{command:?} failed: {stderr}");
+    }
+    Ok((String::from_utf8_lossy(&out.stdout).into_owned(), stderr))
+}
+
+fn round_trips(stdout: &str) -> Result<f64> {
+    parse_after(&format!("> {stdout}"), ">", " round trips/s").context("pingpong printed no round trips")
+}
+
+/// The number that ends right before `suffix` in `line`.
+fn number_before(line: &str, suffix: &str) -> Option<f64> {
+    let head = &line[..line.find(suffix)?];
+    head.rsplit([' ', ',']).next()?.parse().ok()
+}
+
+/// The stacks of a folded profile, each as its frames and its weight.
+fn folded_stacks(folded: &str) -> Vec<(Vec<String>, f64)> {
+    folded
+        .lines()
+        .filter_map(|line| {
+            let (stack, weight) = line.rsplit_once(' ')?;
+            Some((stack.split(';').map(str::to_owned).collect(), weight.parse().ok()?))
+        })
+        .collect()
+}
+
+/// The stacks of `comm` in offcputime's report: blocks of frames (one per line), a
+/// `-  COMM (PID)` line, and the blocked microseconds.
+fn offcputime_stacks(report: &str, comm: &str) -> Vec<(Vec<String>, f64)> {
+    report
+        .split("\n\n")
+        .filter_map(|block| {
+            let lines: Vec<&str> = block.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+            let (weight, rest) = lines.split_last()?;
+            let (owner, frames) = rest.split_last()?;
+            let owner = owner.strip_prefix('-')?.trim();
+            (owner.split(' ').next() == Some(comm))
+                .then(|| Some((frames.iter().map(|f| (*f).to_owned()).collect(), weight.parse().ok()?)))
+                .flatten()
+        })
+        .collect()
+}
+
+/// Of the weight of the stacks that block in `pipe_read` (`anon_pipe_read` since Linux 6.16), the share (%) whose stack reaches
+/// `main`; `None` when nothing blocked there.
+fn complete_share(stacks: Vec<(Vec<String>, f64)>) -> Option<f64> {
+    let name = |frame: &str| frame.trim_end_matches("_[k]").to_owned();
+    let (mut reading, mut complete) = (0.0, 0.0);
+    for (frames, weight) in stacks {
+        if frames.iter().any(|f| name(f).ends_with("pipe_read")) {
+            reading += weight;
+            if frames.iter().any(|f| f == "main") {
+                complete += weight;
+            }
+        }
+    }
+    (reading > 0.0).then(|| 100.0 * complete / reading)
+}
+
+/// Whether the installed perf records off-CPU time (Debian's perf is built without the BPF
+/// skeletons `--off-cpu` needs, and ignores the option with a warning).
+fn perf_off_cpu_support() -> String {
+    let data = std::env::temp_dir().join("xtask-perf-off-cpu.data");
+    let out = Command::new("perf")
+        .args(["record", "--off-cpu", "-q", "-o"])
+        .arg(&data)
+        .args(["--", "true"])
+        .output();
+    let _ = std::fs::remove_file(&data);
+    match out {
+        Ok(out) if String::from_utf8_lossy(&out.stderr).contains("ignored") => {
+            "perf's `--off-cpu` is not in this run: the installed perf ignores it (built without BPF skeletons).".into()
+        }
+        Ok(out) if out.status.success() => {
+            "perf's `--off-cpu` works on this machine but is not measured here yet.".into()
+        }
+        _ => "perf's `--off-cpu` is not in this run: perf is not installed.".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_offcputime_stacks_of_one_command() {
+        let report = "Tracing off-CPU time (us) of all threads by user + kernel stack... Hit Ctrl-C to end.\n\n    \
+                      schedule\n    pipe_read\n    vfs_read\n    read\n    wait_for_peer\n    main\n    -                \
+                      pingpong (42)\n        300\n\n    schedule\n    pipe_read\n    [unknown]\n    -                \
+                      pingpong (43)\n        100\n\n    schedule\n    pipe_read\n    main\n    -                \
+                      other (7)\n        999\n";
+        let stacks = offcputime_stacks(report, "pingpong");
+        assert_eq!(stacks.len(), 2);
+        assert_eq!(stacks[0].1, 300.0);
+        assert_eq!(complete_share(stacks), Some(75.0));
+    }
+
+    #[test]
+    fn reads_folded_stacks_and_the_kernel_cost() {
+        let folded =
+            "pingpong;main;serve;wait_for_peer;read;pipe_read_[k] 30\npingpong;read;pipe_read_[k] 10\n";
+        assert_eq!(complete_share(folded_stacks(folded)), Some(75.0));
+        let line = "  kernel cost     0.41 µs per context switch, 0.052 µs per system call exit";
+        assert_eq!(number_before(line, " µs per context switch"), Some(0.41));
+        assert_eq!(number_before(line, " µs per system call exit"), Some(0.052));
+        assert_eq!(number_before(line, " µs per sample program run"), None);
+    }
+}
