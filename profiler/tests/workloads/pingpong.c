@@ -1,8 +1,12 @@
 // Two processes bouncing one byte over a pair of pipes: every round trip is two blocking reads,
-// so the run is nothing but context switches. Prints round trips per second of its own loop, so
-// that a profiler's start-up and tear-down do not count.
+// so the run is nothing but context switches. Both run on CPU 0, so that a round trip is two
+// switches there and no idle CPU has to be woken (whose latency would swamp the rest). Prints
+// round trips per second of its own loop, so that a profiler's start-up and tear-down do not
+// count; then both processes linger for LINGER seconds (a tool may read their maps then).
 //
-// usage: pingpong SECONDS
+// usage: pingpong SECONDS [LINGER]
+#define _GNU_SOURCE
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -48,6 +52,12 @@ __attribute__((noinline)) static long serve(int from, int to, double seconds) {
 
 int main(int argc, char **argv) {
     double seconds = argc > 1 ? atof(argv[1]) : 5;
+    unsigned linger = argc > 2 ? atoi(argv[2]) : 0;
+    cpu_set_t cpu0;
+    CPU_ZERO(&cpu0);
+    CPU_SET(0, &cpu0);
+    if (sched_setaffinity(0, sizeof cpu0, &cpu0))
+        return 1;
     int there[2], back[2];
     if (pipe(there) || pipe(back))
         return 1;
@@ -56,6 +66,7 @@ int main(int argc, char **argv) {
         close(there[1]);
         close(back[0]);
         answer(there[0], back[1]);
+        sleep(linger);
         return 0;
     }
     close(there[0]);
@@ -66,5 +77,7 @@ int main(int argc, char **argv) {
     close(there[1]);
     waitpid(child, NULL, 0);
     printf("%.0f round trips/s\n", trips / elapsed);
+    fflush(stdout);
+    sleep(linger);
     return 0;
 }

@@ -84,7 +84,8 @@ pub fn table(profiler: &Path, src: &Path, dir: &Path, repetitions: usize, quick:
     let mut text = format!(
         "## Off-CPU time (`profiler record --off-cpu`)\n\n\
          `pingpong {seconds}`: two processes bounce a byte over a pair of pipes, so every round trip is two blocking \
-         reads of a few microseconds; it counts its own round trips per second. Built without frame pointers. \
+         reads of a few microseconds; both run on CPU 0 (two switches per round trip there, no idle CPU to wake) and \
+         the tools on the last CPU; it counts its own round trips per second. Built without frame pointers. \
          Medians of {repetitions} run(s). *µs per switch* and *per syscall exit*: mean run time of the `sched_switch` and \
          `sys_exit` programs (BPF run-time statistics; `sys_exit` runs at every system call of the machine). *Complete*: \
          of the time blocked in `pipe_read`, the share whose stack reaches `main`. {}\n\n\
@@ -126,7 +127,7 @@ fn run(runner: Runner, profiler: &Path, binary: &Path, seconds: u64, dir: &Path)
         Runner::Profiler { min_block_us } => {
             let folded = dir.join("pingpong.folded");
             let (stdout, stderr) = output(
-                Command::new(profiler)
+                on_last_cpu(profiler)
                     .args(["record", "--off-cpu", "--min-block", &min_block_us.to_string(), "-o"])
                     .arg(&folded)
                     .arg("--")
@@ -149,7 +150,7 @@ fn run(runner: Runner, profiler: &Path, binary: &Path, seconds: u64, dir: &Path)
         Runner::OffCpuTime { min_block_us } => {
             // Traces the whole machine (-p takes one process) for a little longer than pingpong
             // runs; pingpong lingers so that offcputime can still read its maps to name frames.
-            let tracer = Command::new(OFFCPUTIME)
+            let tracer = on_last_cpu(Path::new(OFFCPUTIME))
                 .args(["-m", &min_block_us.to_string(), &(seconds + 3).to_string()])
                 .stdout(Stdio::piped())
                 .stderr(Stdio::null())
@@ -162,6 +163,14 @@ fn run(runner: Runner, profiler: &Path, binary: &Path, seconds: u64, dir: &Path)
             Ok(Run { round_trips: round_trips(&stdout)?, complete: complete_share(stacks), ..Run::default() })
         }
     }
+}
+
+/// `program` run on the last CPU (pingpong runs on the first).
+fn on_last_cpu(program: &Path) -> Command {
+    let last = std::thread::available_parallelism().map_or(1, |n| n.get()) - 1;
+    let mut command = Command::new("taskset");
+    command.args(["-c", &last.to_string()]).arg(program);
+    command
 }
 
 fn output(command: &mut Command) -> Result<(String, String)> {
