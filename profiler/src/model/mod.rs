@@ -12,7 +12,7 @@ use std::{borrow::Borrow, collections::HashMap, hash::Hash};
 
 use indexmap::IndexSet;
 
-pub use self::symbol::{Symbol, SymbolKind, printable, without_separators};
+pub use self::symbol::{SourceLine, Symbol, SymbolKind, printable, without_separators};
 
 /// What the recording was, for titles and reports.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -301,8 +301,12 @@ pub mod tests {
             module: Some(0),
             address: 0x1234,
             symbols: vec![
-                Symbol::new("work", SymbolKind::Function),
-                Symbol::new("push_back", SymbolKind::Inlined),
+                Symbol::new("work", SymbolKind::Function)
+                    .at(Some(SourceLine { file: "/src/app/work.cpp".into(), line: 42 })),
+                Symbol::new("push_back", SymbolKind::Inlined).at(Some(SourceLine {
+                    file: "/usr/include/c++/12/bits/stl_vector.h".into(),
+                    line: 1287,
+                })),
             ],
         };
         Recording {

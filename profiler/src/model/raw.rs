@@ -11,7 +11,8 @@
 //! The message is protobuf so that other tools can read it from the field list: meta (target,
 //! frequency, start time, duration, call graph, lost samples, unwind summary, stack copy size,
 //! what weights count, the allocator totals of a leak recording), modules (path, build id), a string table, locations (module index + 1 or
-//! 0, file offset or address, symbol names as string indexes, symbol kinds), stacks (location
+//! 0, file offset or address, symbol names as string indexes, symbol kinds, and source files and
+//! lines where known), stacks (location
 //! indexes, innermost first), command names, and the samples as packed columns (time delta from
 //! the previous sample in ns, pid, tid, command index, stack index, weight (left out when every
 //! weight is 1) and thread state (left out when every sample was on the CPU)). Every index is checked when reading: a corrupt file is an error, never a
@@ -24,8 +25,8 @@ use indexmap::IndexSet;
 use prost::Message;
 
 use super::{
-    AllocationTotals, Location, Meta, ModuleInfo, Recording, Sample, Symbol, SymbolKind, ThreadState,
-    UnwindSummary, Weight, intern,
+    AllocationTotals, Location, Meta, ModuleInfo, Recording, Sample, SourceLine, Symbol, SymbolKind,
+    ThreadState, UnwindSummary, Weight, intern,
 };
 
 pub const MAGIC: &[u8; 8] = b"PROFILER";
@@ -149,6 +150,12 @@ struct RawLocation {
     /// 0 function, 1 inlined, 2 kernel, 3 JIT.
     #[prost(uint32, repeated, tag = "4")]
     symbol_kinds: Vec<u32>,
+    /// Each symbol's source file, as a string index + 1 (0: unknown); empty when none is known.
+    #[prost(uint32, repeated, tag = "5")]
+    symbol_files: Vec<u32>,
+    /// Each symbol's source line (0: unknown); empty when none is known.
+    #[prost(uint32, repeated, tag = "6")]
+    symbol_lines: Vec<u32>,
 }
 
 #[derive(Clone, PartialEq, Message)]
@@ -238,6 +245,22 @@ fn encode(recording: &Recording) -> RawRecording {
             address: l.address,
             symbol_names: l.symbols.iter().map(|s| intern(&mut strings, s.name.as_str()) as u32).collect(),
             symbol_kinds: l.symbols.iter().map(|s| kind_code(s.kind)).collect(),
+            symbol_files: match l.symbols.iter().any(|s| s.source.is_some()) {
+                true => l
+                    .symbols
+                    .iter()
+                    .map(|s| {
+                        s.source
+                            .as_ref()
+                            .map_or(0, |source| intern(&mut strings, source.file.as_str()) as u32 + 1)
+                    })
+                    .collect(),
+                false => Vec::new(),
+            },
+            symbol_lines: match l.symbols.iter().any(|s| s.source.is_some()) {
+                true => l.symbols.iter().map(|s| s.source.as_ref().map_or(0, |source| source.line)).collect(),
+                false => Vec::new(),
+            },
         })
         .collect();
     let meta = &recording.meta;
@@ -331,9 +354,11 @@ fn decode(raw: RawRecording) -> Result<Recording> {
         .into_iter()
         .enumerate()
         .map(|(i, l)| {
+            let count = l.symbol_names.len();
             ensure!(
-                l.symbol_names.len() == l.symbol_kinds.len(),
-                "location {i}: names and kinds differ in number"
+                l.symbol_kinds.len() == count
+                    && [&l.symbol_files, &l.symbol_lines].iter().all(|v| v.is_empty() || v.len() == count),
+                "location {i}: names, kinds and source lines differ in number"
             );
             let module = l.module.checked_sub(1);
             ensure!(
@@ -341,16 +366,23 @@ fn decode(raw: RawRecording) -> Result<Recording> {
                 "location {i}: no module {}",
                 l.module - 1
             );
+            let string = |index: u32| {
+                raw.strings.get(index as usize).with_context(|| format!("location {i}: no string {index}"))
+            };
             let symbols = l
                 .symbol_names
                 .iter()
                 .zip(&l.symbol_kinds)
-                .map(|(&name, &code)| {
-                    let name = raw
-                        .strings
-                        .get(name as usize)
-                        .with_context(|| format!("location {i}: no string {name}"))?;
-                    Ok(Symbol { name: name.clone(), kind: kind(code)? })
+                .enumerate()
+                .map(|(s, (&name, &code))| {
+                    let source = match l.symbol_files.get(s).copied().unwrap_or(0) {
+                        0 => None,
+                        file => Some(SourceLine {
+                            file: string(file - 1)?.clone(),
+                            line: l.symbol_lines.get(s).copied().unwrap_or(0),
+                        }),
+                    };
+                    Ok(Symbol { name: string(name)?.clone(), kind: kind(code)?, source })
                 })
                 .collect::<Result<_>>()?;
             Ok(Location { module, address: l.address, symbols })

@@ -16,11 +16,24 @@ pub enum SymbolKind {
 pub struct Symbol {
     pub name: String,
     pub kind: SymbolKind,
+    /// Where in its function's source the frame is, when the debug information says.
+    pub source: Option<SourceLine>,
+}
+
+/// A line of a source file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SourceLine {
+    pub file: String,
+    pub line: u32,
 }
 
 impl Symbol {
     pub fn new(name: impl Into<String>, kind: SymbolKind) -> Self {
-        Self { name: name.into(), kind }
+        Self { name: name.into(), kind, source: None }
+    }
+
+    pub fn at(self, source: Option<SourceLine>) -> Self {
+        Self { source, ..self }
     }
 
     /// The name as flame graphs and summaries show it: without the folded format's separators,

@@ -102,6 +102,8 @@ pub mod proto {
     pub struct Line {
         #[prost(uint64, tag = "1")]
         pub function_id: u64,
+        #[prost(int64, tag = "2")]
+        pub line: i64,
     }
 
     #[derive(Clone, PartialEq, prost::Message)]
@@ -112,6 +114,8 @@ pub mod proto {
         pub name: i64,
         #[prost(int64, tag = "3")]
         pub system_name: i64,
+        #[prost(int64, tag = "4")]
+        pub filename: i64,
     }
 }
 
@@ -204,8 +208,8 @@ pub fn profile(recording: &Recording) -> proto::Profile {
         });
     }
 
-    // Functions by name, numbered from 1.
-    let mut functions: IndexSet<String> = IndexSet::new();
+    // Functions by name and source file, numbered from 1.
+    let mut functions: IndexSet<(String, String)> = IndexSet::new();
     let location = recording
         .locations
         .iter()
@@ -216,13 +220,19 @@ pub fn profile(recording: &Recording) -> proto::Profile {
                 None if l.is_kernel() => kernel_mapping,
                 None => anonymous_mapping,
             };
-            // pprof lists inlined functions innermost first; the last line is the caller.
+            // pprof lists inlined functions innermost first; the last line is the caller. Names
+            // are clean: pprof has inlining (lines) and the kernel (its mapping) of its own.
             let line = l
                 .symbols
                 .iter()
                 .rev()
-                .map(|symbol| proto::Line {
-                    function_id: intern(&mut functions, &symbol.display_name()) as u64 + 1,
+                .map(|symbol| {
+                    let file = symbol.source.as_ref().map_or("", |source| source.file.as_str());
+                    let key = (symbol.name.clone(), file.to_owned());
+                    proto::Line {
+                        function_id: functions.insert_full(key).0 as u64 + 1,
+                        line: symbol.source.as_ref().map_or(0, |source| source.line.into()),
+                    }
                 })
                 .collect();
             proto::Location { id: i as u64 + 1, mapping_id, address: l.address, line }
@@ -241,9 +251,9 @@ pub fn profile(recording: &Recording) -> proto::Profile {
     let function = functions
         .iter()
         .enumerate()
-        .map(|(i, name)| {
-            let name = strings.id(name);
-            proto::Function { id: i as u64 + 1, name, system_name: name }
+        .map(|(i, (name, file))| {
+            let (name, filename) = (strings.id(name), strings.id(file));
+            proto::Function { id: i as u64 + 1, name, system_name: name, filename }
         })
         .collect();
     let (pid_key, tid_key, comm_key) = (strings.id("pid"), strings.id("tid"), strings.id("comm"));
@@ -328,14 +338,25 @@ mod tests {
         assert_eq!(total, 4);
         // The inlined location: push_back inlined into work, innermost first.
         let inlined = &profile.location[1];
-        let names: Vec<&str> =
-            inlined.line.iter().map(|l| s(profile.function[l.function_id as usize - 1].name)).collect();
-        assert_eq!(names, ["push_back_[i]", "work"]);
+        let lines: Vec<(&str, &str, i64)> = inlined
+            .line
+            .iter()
+            .map(|l| {
+                let function = &profile.function[l.function_id as usize - 1];
+                (s(function.name), s(function.filename), l.line)
+            })
+            .collect();
+        assert_eq!(
+            lines,
+            [("push_back", "/usr/include/c++/12/bits/stl_vector.h", 1287), ("work", "/src/app/work.cpp", 42)]
+        );
         let mapping = &profile.mapping[inlined.mapping_id as usize - 1];
         assert_eq!((s(mapping.filename), s(mapping.build_id)), ("/usr/bin/app", "abcd"));
         assert_eq!(inlined.address, 0x1234);
         let kernel = &profile.location[3];
         assert_eq!(s(profile.mapping[kernel.mapping_id as usize - 1].filename), "[kernel.kallsyms]");
+        // Kernel frames are told by their mapping, not by a suffix.
+        assert_eq!(s(profile.function[kernel.line[0].function_id as usize - 1].name), "sys_read");
         let labels: Vec<(&str, i64, &str)> =
             profile.sample[0].label.iter().map(|l| (s(l.key), l.num, s(l.str))).collect();
         assert_eq!(labels, [("pid", 10, ""), ("tid", 10, ""), ("comm", 0, "app")]);

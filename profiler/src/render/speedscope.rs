@@ -6,7 +6,7 @@ use std::{collections::HashMap, io::Write};
 use indexmap::IndexSet;
 use serde::Serialize;
 
-use crate::model::{Recording, Weight, intern};
+use crate::model::{Recording, Weight};
 
 const SCHEMA: &str = "https://www.speedscope.app/file-format-schema.json";
 
@@ -27,11 +27,14 @@ struct Shared {
     frames: Vec<SharedFrame>,
 }
 
-#[derive(Serialize)]
+#[derive(Clone, PartialEq, Eq, Hash, Serialize)]
 struct SharedFrame {
     name: String,
+    /// The source file, where the debug information gives one.
     #[serde(skip_serializing_if = "Option::is_none")]
     file: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    line: Option<u32>,
 }
 
 #[derive(Serialize)]
@@ -58,25 +61,26 @@ fn file(recording: &Recording) -> File {
     let weight = recording.meta.weight;
     // Thread time in microseconds, as the flame graphs show it.
     let us = |ns: u64| (ns + 500) / 1000;
-    // Frames by (name, module); the frame indexes of each location, outermost first.
-    let mut frame_keys: IndexSet<(String, Option<u32>)> = IndexSet::new();
+    // Frames by name and source line; the frame indexes of each location, outermost first.
+    let mut frames: IndexSet<SharedFrame> = IndexSet::new();
     let location_frames: Vec<Vec<usize>> = recording
         .locations
         .iter()
         .map(|l| {
             l.symbols
                 .iter()
-                .map(|symbol| intern(&mut frame_keys, &(symbol.display_name(), l.module)))
+                .map(|symbol| {
+                    let frame = SharedFrame {
+                        name: symbol.name.clone(),
+                        file: symbol.source.as_ref().map(|source| source.file.clone()),
+                        line: symbol.source.as_ref().map(|source| source.line),
+                    };
+                    frames.insert_full(frame).0
+                })
                 .collect()
         })
         .collect();
-    let frames = frame_keys
-        .into_iter()
-        .map(|(name, module)| SharedFrame {
-            name,
-            file: module.map(|m| recording.modules[m as usize].path.clone()),
-        })
-        .collect();
+    let frames = frames.into_iter().collect();
 
     let mut profiles: Vec<SampledProfile> = Vec::new();
     let mut by_thread: HashMap<u32, usize> = HashMap::new();
@@ -141,7 +145,13 @@ mod tests {
         let frame = |i: &serde_json::Value| frames[i.as_u64().unwrap() as usize]["name"].as_str().unwrap();
         let thread = &json["profiles"][1];
         let first: Vec<&str> = thread["samples"][0].as_array().unwrap().iter().map(frame).collect();
-        assert_eq!(first, ["main", "work", "push_back_[i]"]);
+        assert_eq!(first, ["main", "work", "push_back"]);
+        let inlined = thread["samples"][0].as_array().unwrap().last().unwrap();
+        let inlined = &frames[inlined.as_u64().unwrap() as usize];
+        assert_eq!(
+            (&inlined["file"], &inlined["line"]),
+            (&"/usr/include/c++/12/bits/stl_vector.h".into(), &1287.into())
+        );
         assert_eq!(thread["weights"].as_array().unwrap().len(), 2);
         assert_eq!(thread["startValue"], 10);
     }

@@ -17,7 +17,7 @@ use std::{
 use blazesym::{
     MaybeDefault,
     symbolize::{
-        Input, Symbolized, Symbolizer as BlazeSymbolizer,
+        CodeInfo, Input, Symbolized, Symbolizer as BlazeSymbolizer,
         source::{Elf, Kernel, Source},
     },
 };
@@ -30,7 +30,7 @@ pub use self::{perf_map::PerfMaps, plt::PltStubs};
 use crate::{
     address_space::{AddressSpaces, Module, ModuleId, Modules, readable_path},
     frame::Frame,
-    model::{Symbol, SymbolKind},
+    model::{SourceLine, Symbol, SymbolKind},
 };
 
 /// The stage that names frames: each distinct frame once, as the recording goes, so that little
@@ -209,14 +209,25 @@ impl Symbolizer {
             .map(|(i, offset)| match resolved.get(i) {
                 _ if let Some(stub) = plt.name(*offset) => vec![Symbol::new(stub, SymbolKind::Function)],
                 Some(Symbolized::Sym(sym)) => {
-                    let outer = Symbol::new(&*sym.name, SymbolKind::Function);
-                    let inlined = sym.inlined.iter().map(|f| Symbol::new(&*f.name, SymbolKind::Inlined));
+                    let outer =
+                        Symbol::new(&*sym.name, SymbolKind::Function).at(source(sym.code_info.as_deref()));
+                    let inlined = sym
+                        .inlined
+                        .iter()
+                        .map(|f| Symbol::new(&*f.name, SymbolKind::Inlined).at(source(f.code_info.as_ref())));
                     std::iter::once(outer).chain(inlined).collect()
                 }
                 _ => vec![Symbol::new(format!("{}+{offset:#x}", module.name()), SymbolKind::Function)],
             })
             .collect()
     }
+}
+
+/// The file and line of blazesym's code information (with its directory when the DWARF gives
+/// one); `None` without a line.
+fn source(code_info: Option<&CodeInfo<'_>>) -> Option<SourceLine> {
+    let code_info = code_info?;
+    Some(SourceLine { file: code_info.to_path().to_string_lossy().into_owned(), line: code_info.line? })
 }
 
 /// blazesym's names for `offsets` of `module`, from the file [`Module::symbol_file`] chooses;
