@@ -38,7 +38,40 @@ impl Recording {
         if filter.no_kernel {
             recording.drop_kernel_frames();
         }
+        recording.keep_referenced();
         recording
+    }
+
+    /// Drops the stacks, locations and modules no sample refers to any more, so that a part of
+    /// a recording is no bigger than what it holds.
+    fn keep_referenced(&mut self) {
+        let stack_ids = renumber(self.stacks.len(), self.samples.iter().map(|s| s.stack));
+        let location_ids = renumber(
+            self.locations.len(),
+            self.samples.iter().flat_map(|s| self.stacks[s.stack as usize].iter().copied()),
+        );
+        let module_ids = renumber(
+            self.modules.len(),
+            location_ids
+                .iter()
+                .enumerate()
+                .filter(|(_, id)| id.is_some())
+                .filter_map(|(l, _)| self.locations[l].module),
+        );
+        retain_numbered(&mut self.modules, &module_ids);
+        retain_numbered(&mut self.locations, &location_ids);
+        for location in &mut self.locations {
+            location.module = location.module.and_then(|m| module_ids[m as usize]);
+        }
+        retain_numbered(&mut self.stacks, &stack_ids);
+        for stack in &mut self.stacks {
+            stack
+                .iter_mut()
+                .for_each(|l| *l = location_ids[*l as usize].expect("a kept stack's location is kept"));
+        }
+        for sample in &mut self.samples {
+            sample.stack = stack_ids[sample.stack as usize].expect("a sample's stack is kept");
+        }
     }
 
     fn drop_kernel_frames(&mut self) {
@@ -61,6 +94,24 @@ impl Recording {
             sample.stack = remap[sample.stack as usize];
         }
     }
+}
+
+/// New numbers, in order, for the ones of `0..count` that `used` names; `None` for the others.
+fn renumber(count: usize, used: impl Iterator<Item = u32>) -> Vec<Option<u32>> {
+    let mut ids = vec![None; count];
+    for id in used {
+        ids[id as usize] = Some(0);
+    }
+    for (next, id) in ids.iter_mut().flatten().enumerate() {
+        *id = next as u32;
+    }
+    ids
+}
+
+/// Keeps the items [`renumber`] gave a number.
+fn retain_numbered<T>(items: &mut Vec<T>, ids: &[Option<u32>]) {
+    let mut kept = ids.iter().map(Option::is_some);
+    items.retain(|_| kept.next().unwrap_or(false));
 }
 
 #[cfg(test)]
@@ -94,6 +145,25 @@ mod tests {
             times(&blocked.filtered(&states(&[ThreadState::Sleeping, ThreadState::OnCpu]))),
             [0, 10, 20]
         );
+    }
+
+    #[test]
+    fn a_part_keeps_only_what_its_samples_use() {
+        let whole = fixture();
+        let part = whole.filtered(&Filter { pids: vec![20], ..Default::default() });
+        assert_eq!(part.samples.len(), 1);
+        assert_eq!(part.stacks.len(), 1);
+        let names = |r: &Recording, stack: u32| -> Vec<String> {
+            r.stacks[stack as usize]
+                .iter()
+                .map(|&l| r.locations[l as usize].symbols[0].name.clone())
+                .collect()
+        };
+        assert_eq!(names(&part, part.samples[0].stack), names(&whole, whole.samples[3].stack));
+        assert!(part.locations.len() < whole.locations.len());
+        for location in &part.locations {
+            assert!(location.module.is_none_or(|m| (m as usize) < part.modules.len()));
+        }
     }
 
     #[test]
