@@ -124,6 +124,11 @@ impl Aggregate {
         }
     }
 
+    /// The samples so far, leaving an empty aggregate that keeps the same detail.
+    pub fn take(&mut self) -> Aggregate {
+        std::mem::replace(self, Aggregate::new(self.detail))
+    }
+
     /// The samples' weights, summed.
     pub fn total_weight(&self) -> u64 {
         self.total_weight

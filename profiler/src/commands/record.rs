@@ -46,16 +46,18 @@ pub async fn run(args: RecordArgs) -> Result<()> {
         follow_forks: !args.no_inherit,
         max_records: args.max_samples,
         quiet: args.quiet,
-        each_sample: false,
+        detail: None,
         outputs: args.output.resolve()?,
         render: RenderOptions { grouping: args.grouping.grouping(), ..RenderOptions::default() },
+        window: None,
     };
     session::run(CpuProfile { config, weight }, settings).await
 }
 
-struct CpuProfile {
-    config: SamplerConfig,
-    weight: Weight,
+/// The mode of `record`, which `agent` wraps.
+pub(super) struct CpuProfile {
+    pub(super) config: SamplerConfig,
+    pub(super) weight: Weight,
 }
 
 impl CpuProfile {

@@ -62,6 +62,9 @@ pub trait Mode {
     ) -> Result<()>;
     /// What the terminal shows once the outputs are written (unless `-q`).
     fn report(&self, end: &End<'_, Self::Kernel>);
+    /// With [`Settings::window`]: the recording of one window, named, handed over as it closes
+    /// (the last one when the session ends).
+    fn window(&mut self, _recording: Recording) {}
 }
 
 /// What a session was asked to do, beside its mode.
@@ -85,10 +88,14 @@ pub struct Settings {
     pub max_records: Option<u64>,
     /// No status line and no report on the terminal.
     pub quiet: bool,
-    /// Keep each sample whatever the outputs need (`leaks` counts blocks).
-    pub each_sample: bool,
+    /// What each sample keeps whatever the outputs need (`leaks` counts blocks, `agent` splits
+    /// windows by process); `None`: what the outputs need.
+    pub detail: Option<Detail>,
     pub outputs: Outputs,
     pub render: RenderOptions,
+    /// Cut the samples into windows this long, each handed to [`Mode::window`] and then
+    /// forgotten (continuous profiling); `None`: one recording for the whole session.
+    pub window: Option<Duration>,
 }
 
 /// How far a session got.
@@ -122,8 +129,7 @@ pub async fn run<M: Mode>(mode: M, settings: Settings) -> Result<()> {
     let description = target.describe();
     let tracking = Tracking { all: matches!(target, Target::System), follow_forks: settings.follow_forks };
     let walker = StackWalker::new(settings.call_graph, tracking);
-    let detail =
-        if settings.each_sample { Detail::ALL } else { settings.outputs.detail(settings.render.grouping) };
+    let detail = settings.detail.unwrap_or_else(|| settings.outputs.detail(settings.render.grouping));
     let aggregate = Aggregate::new(detail);
     let mut session = Pipeline::new(mode, walker, aggregate, settings.max_records);
     let mut kernel = session.mode.load(&target)?;
@@ -146,7 +152,15 @@ pub async fn run<M: Mode>(mode: M, settings: Settings) -> Result<()> {
 
     let mut status = StatusLine::new(!settings.quiet && std::io::stderr().is_terminal());
     let stop = stop_condition(settings.duration, running.exited())?;
-    let reason = session.sample_until(stop, &mut intake, &mut kernel, &mut status).await?;
+    let base = Meta {
+        target: description,
+        frequency_hz: settings.frequency_hz.unwrap_or(0),
+        call_graph: settings.call_graph.name().into(),
+        stack_copy_kib: settings.stack_copy_kib,
+        ..Meta::default()
+    };
+    let mut windows = settings.window.map(|every| Windows::new(every, base.clone()));
+    let reason = session.sample_until(stop, &mut intake, &mut kernel, &mut status, windows.as_mut()).await?;
     // From here on an error costs what it touches, not the recording: the outputs are written
     // with what was collected, and the first error is returned after.
     let mut late = Vec::new();
@@ -160,19 +174,20 @@ pub async fn run<M: Mode>(mode: M, settings: Settings) -> Result<()> {
         0
     });
     let mut meta = Meta {
-        target: description,
-        frequency_hz: settings.frequency_hz.unwrap_or(0),
         start_unix_ns: start.unix_ns,
         duration_ns: start.instant.elapsed().as_nanos() as u64,
-        call_graph: settings.call_graph.name().into(),
-        stack_copy_kib: settings.stack_copy_kib,
         lost_samples: lost + intake.discarded(),
         unwind: session.walker.stats().summary(),
-        ..Meta::default()
+        ..base
     };
     late.extend(session.mode.finish(&kernel, &mut session.aggregate, end_ns, &mut meta).err());
     // What the last drains and the mode's end brought is named now.
     session.settle();
+    if let Some(windows) = &mut windows {
+        // The last window, partial: what the outputs below get is only the session's summary.
+        windows.base.weight = meta.weight;
+        session.cut(windows);
+    }
     let symbols = session.namer.finish(session.walker.address_spaces(), end_ns);
     let modules = session.walker.address_spaces().modules();
     let recording = session.aggregate.recording(&symbols, modules, start.monotonic_ns, meta);
@@ -213,6 +228,21 @@ pub async fn run<M: Mode>(mode: M, settings: Settings) -> Result<()> {
             Err(first)
         }
         None => Ok(()),
+    }
+}
+
+/// The windows of a continuous session: when the current one opened and when it closes.
+struct Windows {
+    every: Duration,
+    opened: Start,
+    closes_at: tokio::time::Instant,
+    /// What every window's recording says of the session.
+    base: Meta,
+}
+
+impl Windows {
+    fn new(every: Duration, base: Meta) -> Self {
+        Self { every, opened: Start::now(), closes_at: tokio::time::Instant::now() + every, base }
     }
 }
 
@@ -271,12 +301,25 @@ impl<M: Mode> Pipeline<M> {
         intake: &mut Intake,
         kernel: &mut M::Kernel,
         status: &mut StatusLine,
+        mut windows: Option<&mut Windows>,
     ) -> Result<StopReason> {
         tokio::pin!(stop);
         loop {
+            let window_closes = async {
+                match windows.as_deref() {
+                    Some(windows) => tokio::time::sleep_until(windows.closes_at).await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 biased;
                 reason = &mut stop => return Ok(reason),
+                () = window_closes => {
+                    if let Some(windows) = windows.as_deref_mut() {
+                        self.settle();
+                        self.cut(windows);
+                    }
+                }
                 ready = intake.ready() => {
                     ready?;
                     intake.drain(self);
@@ -312,6 +355,25 @@ impl<M: Mode> Pipeline<M> {
             self.namer.forget(tgid);
         }
         self.settled_at = Instant::now();
+    }
+
+    /// Closes the current window: its samples, named, go to the mode as a recording, and the
+    /// aggregate and the names start afresh (so memory follows one window, not the session).
+    fn cut(&mut self, windows: &mut Windows) {
+        let end = Start::now();
+        let symbols = self.namer.finish(self.walker.address_spaces(), end.monotonic_ns);
+        let aggregate = self.aggregate.take();
+        let meta = Meta {
+            start_unix_ns: windows.opened.unix_ns,
+            duration_ns: end.monotonic_ns.saturating_sub(windows.opened.monotonic_ns),
+            unwind: self.walker.stats().summary(),
+            ..windows.base.clone()
+        };
+        let modules = self.walker.address_spaces().modules();
+        let recording = aggregate.recording(&symbols, modules, windows.opened.monotonic_ns, meta);
+        self.mode.window(recording);
+        windows.opened = end;
+        windows.closes_at += windows.every;
     }
 
     /// Adds one record. Corrupt input anywhere (a record, a binary, its CFI) costs at most this

@@ -12,7 +12,7 @@ use anyhow::{Context as _, Result};
 
 use self::ledger::Ledger;
 use crate::{
-    aggregate::{Aggregate, Site},
+    aggregate::{Aggregate, Detail, Site},
     cli::LeaksArgs,
     decode::Payload,
     kernel::tracer::{Tracer, TracerConfig},
@@ -38,7 +38,7 @@ pub async fn run(args: LeaksArgs) -> Result<()> {
         duration: args.duration,
         stack_copy_kib: args.stack_size,
         quiet: args.quiet,
-        each_sample: true,
+        detail: Some(Detail::ALL),
         outputs: Outputs::resolve(&args.outputs, None, Format::LeakReport)?,
         render: RenderOptions { top: args.top, ..RenderOptions::default() },
         ..Settings::default()
