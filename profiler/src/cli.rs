@@ -44,6 +44,9 @@ pub enum Command {
     Diff(DiffArgs),
     /// Allocations a process has not freed, grouped by the stack that made them.
     Leaks(LeaksArgs),
+    /// Profile continuously and export a profile per service every interval (Pyroscope, OTLP,
+    /// files).
+    Agent(AgentArgs),
     /// Check this machine (and the binaries of processes) for what profiling needs.
     Check(CheckArgs),
     /// Print a shell completion script.
@@ -142,6 +145,113 @@ pub struct RecordArgs {
 /// The default `--min-block`: spans off the CPU shorter than this cost two map operations, not
 /// a record (BENCHMARKS.md measures it).
 pub const DEFAULT_MIN_BLOCK_US: u64 = 50;
+
+const AGENT_EXAMPLES: &str = "\
+Examples:
+  sudo profiler agent --pyroscope http://pyroscope:4040
+                                                     the whole machine, a profile per service every 15 s
+  sudo profiler agent --otlp http://localhost:4317 --label env=prod
+                                                     to an OpenTelemetry Collector (OTLP gRPC)
+  sudo profiler agent -p 1234 --output-dir /var/lib/profiler --keep 200
+                                                     gzipped pprof files, the 200 newest kept
+
+A service is named by --service-name, else its systemd unit, else its container, else its
+command name.";
+
+/// The agent's default sampling frequency: as its peers (OpenTelemetry's eBPF profiler samples
+/// at 20 Hz, Parca at 19 Hz), enough for a fleet's aggregate at a cost too small to notice.
+pub const AGENT_DEFAULT_HZ: u64 = 19;
+
+#[derive(Debug, Args)]
+#[command(
+    after_help = AGENT_EXAMPLES,
+    group(ArgGroup::new("destination").required(true).multiple(true)
+        .args(["pyroscope", "otlp", "otlp_http", "output_dir"])),
+    group(ArgGroup::new("target").multiple(false).args(["pids", "cgroup"]))
+)]
+pub struct AgentArgs {
+    /// Profile this process (and its children) only. Repeat for several. Default: the whole system.
+    #[arg(short = 'p', long = "pid", value_name = "PID")]
+    pub pids: Vec<u32>,
+
+    /// Profile the processes of this cgroup (v2 path, e.g. /sys/fs/cgroup/system.slice/app.service)
+    /// at the start, and their children.
+    #[arg(long, value_name = "PATH")]
+    pub cgroup: Option<PathBuf>,
+
+    /// Sampling frequency per CPU, in Hz.
+    #[arg(short = 'F', long = "freq", value_name = "HZ", default_value_t = AGENT_DEFAULT_HZ,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub frequency: u64,
+
+    /// Seconds per exported profile.
+    #[arg(long, value_name = "SECONDS", default_value_t = 15.0, value_parser = parse_seconds)]
+    pub interval: f64,
+
+    /// Stop after this many seconds (otherwise at SIGTERM or Ctrl-C).
+    #[arg(short = 'd', long = "duration", value_name = "SECONDS", value_parser = parse_seconds)]
+    pub duration: Option<f64>,
+
+    /// Push to Pyroscope's ingest API at this base URL (http://HOST:PORT).
+    #[arg(long, value_name = "URL")]
+    pub pyroscope: Option<String>,
+
+    /// Push OTLP profiles over gRPC to this endpoint (http://HOST:4317).
+    #[arg(long, value_name = "URL")]
+    pub otlp: Option<String>,
+
+    /// Push OTLP profiles over HTTP to this base URL (http://HOST:4318).
+    #[arg(long, value_name = "URL")]
+    pub otlp_http: Option<String>,
+
+    /// Write a gzipped pprof per service and interval into this directory.
+    #[arg(long, value_name = "DIR")]
+    pub output_dir: Option<PathBuf>,
+
+    /// With --output-dir: keep the newest this many files.
+    #[arg(long, value_name = "N", default_value_t = 1000)]
+    pub keep: usize,
+
+    /// With --output-dir: keep at most this many MiB of files.
+    #[arg(long, value_name = "MIB", default_value_t = 1024)]
+    pub keep_size: u64,
+
+    /// The service name of every profile (default: per process, from its systemd unit, its
+    /// container or its command name).
+    #[arg(long, value_name = "NAME")]
+    pub service_name: Option<String>,
+
+    /// A label on every profile. Repeat for several.
+    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
+    pub labels: Vec<(String, String)>,
+
+    /// MiB of profiles kept for a backend that is down or slow; the oldest go first.
+    #[arg(long, value_name = "MIB", default_value_t = 32)]
+    pub spool_size: usize,
+
+    /// How user stacks are walked (as for `record`).
+    #[arg(long, default_value = "auto", value_parser = named::<CallGraph>())]
+    pub call_graph: CallGraph,
+
+    /// KiB of user stack copied per sample for DWARF unwinding (4 to 64, a multiple of 4).
+    #[arg(long, value_name = "KIB", default_value_t = 32, value_parser = parse_stack_size)]
+    pub stack_size: u32,
+
+    /// No summary at the end (problems are still said, once each).
+    #[arg(short, long)]
+    pub quiet: bool,
+}
+
+fn parse_label(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((key, value))
+            if !key.is_empty() && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.') =>
+        {
+            Ok((key.to_owned(), crate::export::service::sanitized(value)))
+        }
+        _ => Err(format!("`{text}` is not KEY=VALUE (a key of letters, digits, `_` and `.`)")),
+    }
+}
 
 const LEAKS_EXAMPLES: &str = "\
 Examples:

@@ -13,6 +13,7 @@ mod cli;
 mod clock;
 mod commands;
 mod decode;
+mod export;
 mod frame;
 mod kernel;
 mod model;

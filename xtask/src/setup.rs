@@ -15,13 +15,15 @@ const BPF_LINKER_VERSION: &str = "0.13.0";
 const BPF_LINKER_LLVM_MAJORS: [u32; 3] = [21, 22, 23];
 /// What the tests need, and the Debian packages that provide it: commands (found in PATH) and
 /// libraries (by path: the allocators `leaks` is tested with).
-const PACKAGES: [(&str, &str); 6] = [
+const PACKAGES: [(&str, &str); 7] = [
     ("gcc", "gcc"),
     ("g++", "g++"),
     ("objcopy", "binutils"),
     ("setpriv", "util-linux"),
     ("/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4", "libtcmalloc-minimal4"),
     ("/usr/lib/x86_64-linux-gnu/libjemalloc.so.2", "libjemalloc2"),
+    // `go tool pprof`, which the agent's pprof files are checked with.
+    ("go", "golang-go"),
 ];
 
 pub fn ensure(root: &Path) -> Result<()> {

@@ -1,5 +1,6 @@
 //! The commands: each turns its arguments into a session of a mode ([`record`], [`leaks`]), or
-//! renders recordings ([`report`]), or checks the machine ([`check`]).
+//! profiles continuously ([`agent`]), renders recordings ([`report`]), or checks the machine ([`check`]).
+mod agent;
 mod check;
 mod leaks;
 mod record;
@@ -16,6 +17,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Leaks(args) => block_on(leaks::run(args)),
         Command::Report(args) => report::run(&args),
         Command::Diff(args) => report::diff(&args),
+        Command::Agent(args) => block_on(agent::run(args)),
         Command::Check(args) => check::run(&args.pids),
         Command::Completions(args) => {
             clap_complete::generate(

@@ -1,0 +1,142 @@
+//! `profiler agent`: `record`'s CPU profile, cut into windows; each window split by service and
+//! handed to the exporter, which delivers it without holding sampling up.
+use std::{collections::BTreeMap, path::Path, time::Duration};
+
+use anyhow::{Context as _, Result};
+
+use super::record::CpuProfile;
+use crate::{
+    aggregate::{Aggregate, Detail, Site},
+    cli::AgentArgs,
+    decode::Payload,
+    export::{ExportConfig, Exporter, Retention, Window, service::Services},
+    kernel::sampler::{self, Sampler, SamplerConfig},
+    model::{Meta, Recording, Weight, filter::Filter},
+    render::RenderOptions,
+    session::{self, End, Mode, Progress, Settings, Target},
+    walk::CallGraph,
+};
+
+pub async fn run(args: AgentArgs) -> Result<()> {
+    let pids = match &args.cgroup {
+        Some(cgroup) => cgroup_processes(cgroup)?,
+        None => args.pids.clone(),
+    };
+    let stack_copy_kib = if args.call_graph == CallGraph::Fp { 0 } else { args.stack_size };
+    let config = SamplerConfig {
+        frequency_hz: args.frequency,
+        filter_processes: !pids.is_empty(),
+        follow_forks: true,
+        stack_copy_cap: stack_copy_kib * 1024,
+        frame_pointers: args.call_graph.frame_pointers(),
+        ring_buffer_bytes: sampler::default_ring_bytes()?,
+        on_cpu: true,
+        off_cpu: None,
+    };
+    let exporter = Exporter::start(ExportConfig {
+        pyroscope: args.pyroscope,
+        otlp_grpc: args.otlp,
+        otlp_http: args.otlp_http,
+        output_dir: args
+            .output_dir
+            .map(|dir| (dir, Retention { files: args.keep, bytes: args.keep_size.saturating_mul(1 << 20) })),
+        labels: args.labels,
+        spool_bytes: args.spool_size.saturating_mul(1 << 20),
+    })?;
+    let settings = Settings {
+        pids,
+        frequency_hz: Some(args.frequency),
+        duration: args.duration,
+        call_graph: args.call_graph,
+        stack_copy_kib,
+        follow_forks: true,
+        quiet: args.quiet,
+        // Windows are split by process (its service); threads are not told apart.
+        detail: Some(Detail { time: false, process: true, thread: false }),
+        render: RenderOptions::default(),
+        window: Some(Duration::from_secs_f64(args.interval)),
+        ..Settings::default()
+    };
+    let agent = Agent {
+        cpu: CpuProfile { config, weight: Weight::Samples },
+        exporter,
+        services: Services::new(args.service_name),
+        windows: 0,
+        profiles: 0,
+    };
+    session::run(agent, settings).await
+}
+
+/// The processes of a cgroup (v2), from its `cgroup.procs`.
+fn cgroup_processes(cgroup: &Path) -> Result<Vec<u32>> {
+    let procs = cgroup.join("cgroup.procs");
+    let text = std::fs::read_to_string(&procs).with_context(|| format!("cannot read {}", procs.display()))?;
+    let pids: Vec<u32> = text.lines().filter_map(|line| line.trim().parse().ok()).collect();
+    anyhow::ensure!(!pids.is_empty(), "no process in cgroup {}", cgroup.display());
+    Ok(pids)
+}
+
+struct Agent {
+    cpu: CpuProfile,
+    exporter: Exporter,
+    services: Services,
+    windows: u64,
+    profiles: u64,
+}
+
+impl Mode for Agent {
+    type Kernel = Sampler;
+
+    fn load(&mut self, target: &Target) -> Result<Sampler> {
+        self.cpu.load(target)
+    }
+
+    fn add(&mut self, site: Site, payload: Payload, aggregate: &mut Aggregate) {
+        self.cpu.add(site, payload, aggregate);
+    }
+
+    fn status(&self, sampler: &Sampler, progress: &Progress) -> String {
+        format!("{} · {} windows", self.cpu.status(sampler, progress), self.windows)
+    }
+
+    fn finish(
+        &mut self,
+        sampler: &Sampler,
+        aggregate: &mut Aggregate,
+        end_ns: u64,
+        meta: &mut Meta,
+    ) -> Result<()> {
+        self.cpu.finish(sampler, aggregate, end_ns, meta)
+    }
+
+    fn report(&self, end: &End<'_, Sampler>) {
+        eprintln!(
+            "profiler agent: {} windows, {} profiles handed to the exporter, in {:.1} s",
+            self.windows,
+            self.profiles,
+            end.recording.meta.duration_ns as f64 / 1e9
+        );
+    }
+
+    fn window(&mut self, recording: Recording) {
+        self.windows += 1;
+        if recording.samples.is_empty() {
+            return;
+        }
+        let mut by_service: BTreeMap<String, Vec<u32>> = BTreeMap::new();
+        for sample in &recording.samples {
+            let comm = &recording.comms[sample.comm as usize];
+            let pids = by_service.entry(self.services.of(sample.pid, comm)).or_default();
+            if !pids.contains(&sample.pid) {
+                pids.push(sample.pid);
+            }
+        }
+        self.services.forget();
+        let services: Vec<(String, Recording)> = by_service
+            .into_iter()
+            .map(|(service, pids)| (service, recording.filtered(&Filter { pids, ..Filter::default() })))
+            .collect();
+        self.profiles += services.len() as u64;
+        self.exporter.send(Window { services });
+    }
+}
