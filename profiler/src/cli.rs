@@ -225,9 +225,10 @@ pub struct AgentArgs {
     #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
     pub labels: Vec<(String, String)>,
 
-    /// MiB of profiles kept for a backend that is down or slow; the oldest go first.
-    #[arg(long, value_name = "MIB", default_value_t = 32)]
-    pub spool_size: usize,
+    /// MiB of profiles kept for a backend that is down or slow (fractions allowed); the oldest go
+    /// first.
+    #[arg(long, value_name = "MIB", default_value_t = 32.0, value_parser = parse_mib)]
+    pub spool_size: f64,
 
     /// How user stacks are walked (as for `record`).
     #[arg(long, default_value = "auto", value_parser = named::<CallGraph>())]
@@ -240,6 +241,13 @@ pub struct AgentArgs {
     /// No summary at the end (problems are still said, once each).
     #[arg(short, long)]
     pub quiet: bool,
+}
+
+fn parse_mib(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(mib) if mib >= 0.0 && mib.is_finite() => Ok(mib),
+        _ => Err(format!("`{text}` is not a number of MiB")),
+    }
 }
 
 fn parse_label(text: &str) -> Result<(String, String), String> {

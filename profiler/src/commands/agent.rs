@@ -41,7 +41,7 @@ pub async fn run(args: AgentArgs) -> Result<()> {
             .output_dir
             .map(|dir| (dir, Retention { files: args.keep, bytes: args.keep_size.saturating_mul(1 << 20) })),
         labels: args.labels,
-        spool_bytes: args.spool_size.saturating_mul(1 << 20),
+        spool_bytes: (args.spool_size * (1 << 20) as f64) as usize,
     })?;
     let settings = Settings {
         pids,

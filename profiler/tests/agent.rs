@@ -1,0 +1,434 @@
+//! End to end, as root: `profiler agent` profiling split.c (built without frame pointers,
+//! 60/30/10 between hot_a, hot_b and hot_c) and pushing to receivers built here: an OTLP
+//! profiles gRPC server from the official definitions (the `opentelemetry-proto` crate's
+//! generated server), and a server following Pyroscope's documented HTTP ingest API. Checked:
+//! the shares, the labels, the times and the period; a backend down then up, a spool too small,
+//! SIGTERM; and `go tool pprof -raw` on the files of `--output-dir`.
+mod common;
+
+use std::{
+    collections::BTreeMap,
+    io::{BufRead as _, BufReader, Read as _, Write as _},
+    net::{TcpListener, TcpStream},
+    path::PathBuf,
+    process::{Command, Stdio},
+    sync::{Arc, Mutex},
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+};
+
+use common::*;
+use opentelemetry_proto::tonic::{
+    collector::profiles::v1development::{
+        ExportProfilesServiceRequest, ExportProfilesServiceResponse,
+        profiles_service_server::{ProfilesService, ProfilesServiceServer},
+    },
+    common::v1::any_value::Value,
+};
+use prost::Message as _;
+
+const HZ: &str = "499";
+const SERVICE: &str = "split-service";
+
+fn split_without_frame_pointers() -> PathBuf {
+    build_workload("split.c", "split-agent", "gcc", &["-O2", "-g", "-fomit-frame-pointer"])
+}
+
+fn unix_now_ns() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as u64
+}
+
+/// `profiler agent -p PID -F 499 --service-name split-service --label env=test <extra>`,
+/// started; its stderr is read when it is waited for.
+fn start_agent(pid: u32, extra: &[&str]) -> std::process::Child {
+    let pid = pid.to_string();
+    let mut args = vec!["agent", "-p", &pid, "-F", HZ, "--service-name", SERVICE, "--label", "env=test"];
+    args.extend(extra);
+    eprintln!("profiler {args:?}");
+    profiler().args(&args).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("start the agent")
+}
+
+fn finish(agent: std::process::Child) -> String {
+    let output = agent.wait_with_output().unwrap();
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    eprintln!("agent: {}\n{stderr}", output.status);
+    assert!(output.status.success());
+    stderr
+}
+
+/// The windows and profiles the agent's summary says it handed over.
+fn handed_over(stderr: &str) -> (u64, u64) {
+    let line = stderr.lines().find(|l| l.contains(" profiles handed to the exporter")).expect("the summary");
+    let numbers: Vec<u64> =
+        line.split_whitespace().filter_map(|w| w.trim_end_matches(',').parse().ok()).collect();
+    (numbers[0], numbers[1])
+}
+
+/// Samples by leaf function, summed.
+fn leaf_shares(by_leaf: &BTreeMap<String, i64>) -> BTreeMap<String, f64> {
+    let hot: i64 = ["hot_a", "hot_b", "hot_c"].iter().map(|f| by_leaf.get(*f).copied().unwrap_or(0)).sum();
+    assert!(hot > 0, "no samples in the hot functions: {by_leaf:?}");
+    let total: i64 = by_leaf.values().sum();
+    assert!(hot as f64 >= 0.9 * total as f64, "most samples should be in the hot functions: {by_leaf:?}");
+    ["hot_a", "hot_b", "hot_c"]
+        .iter()
+        .map(|f| (f.to_string(), 100.0 * by_leaf.get(*f).copied().unwrap_or(0) as f64 / hot as f64))
+        .collect()
+}
+
+fn assert_split_shares(by_leaf: &BTreeMap<String, i64>) {
+    let shares = leaf_shares(by_leaf);
+    eprintln!("shares {shares:?}");
+    for (leaf, expected) in [("hot_a", 60.0), ("hot_b", 30.0), ("hot_c", 10.0)] {
+        assert!((shares[leaf] - expected).abs() <= 5.0, "{leaf}: {:.1}% vs {expected}% ± 5", shares[leaf]);
+    }
+}
+
+/// An OTLP profiles receiver: keeps every request.
+#[derive(Clone, Default)]
+struct OtlpReceiver(Arc<Mutex<Vec<ExportProfilesServiceRequest>>>);
+
+#[tonic::async_trait]
+impl ProfilesService for OtlpReceiver {
+    async fn export(
+        &self,
+        request: tonic::Request<ExportProfilesServiceRequest>,
+    ) -> Result<tonic::Response<ExportProfilesServiceResponse>, tonic::Status> {
+        self.0.lock().unwrap().push(request.into_inner());
+        Ok(tonic::Response::new(ExportProfilesServiceResponse::default()))
+    }
+}
+
+/// Serves `receiver` over gRPC on a free local port, on a thread of its own; its URL. (The
+/// agent connects lazily and retries: the server may come up a moment after.)
+fn serve_otlp(receiver: OtlpReceiver) -> String {
+    let address = std::net::SocketAddr::from(([127, 0, 0, 1], free_port()));
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        runtime.block_on(async move {
+            tonic::transport::Server::builder()
+                .add_service(ProfilesServiceServer::new(receiver))
+                .serve(address)
+                .await
+                .unwrap();
+        });
+    });
+    format!("http://{address}")
+}
+
+#[test]
+fn otlp_windows_carry_the_split_labels_times_and_period() {
+    if !e2e_enabled() {
+        return;
+    }
+    let workload = spawn(&split_without_frame_pointers(), &["0"]);
+    let receiver = OtlpReceiver::default();
+    let url = serve_otlp(receiver.clone());
+    let started = unix_now_ns();
+    let agent = start_agent(workload.pid(), &["--otlp", &url, "--interval", "2", "-d", "5"]);
+    let (windows, profiles) = handed_over(&finish(agent));
+    let ended = unix_now_ns();
+    let requests = receiver.0.lock().unwrap().clone();
+    assert!(requests.len() >= 2, "{} requests", requests.len());
+    assert_eq!(requests.len() as u64, windows.min(profiles), "every window with samples arrived");
+    let mut by_leaf: BTreeMap<String, i64> = BTreeMap::new();
+    for request in &requests {
+        let dictionary = request.dictionary.as_ref().expect("a dictionary");
+        let s = |i: i32| dictionary.string_table[i as usize].as_str();
+        assert_eq!(request.resource_profiles.len(), 1, "one service");
+        let resource = &request.resource_profiles[0];
+        let attributes: BTreeMap<&str, String> = resource
+            .resource
+            .as_ref()
+            .unwrap()
+            .attributes
+            .iter()
+            .map(|kv| {
+                let value = match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
+                    Some(Value::StringValue(s)) => s.clone(),
+                    other => format!("{other:?}"),
+                };
+                (kv.key.as_str(), value)
+            })
+            .collect();
+        assert_eq!(attributes["service.name"], SERVICE);
+        assert_eq!(attributes["env"], "test");
+        assert!(
+            !attributes["host.name"].is_empty() && !attributes["os.version"].is_empty(),
+            "{attributes:?}"
+        );
+        let profile = &resource.scope_profiles[0].profiles[0];
+        assert!(profile.time_unix_nano >= started - 1_000_000_000 && profile.time_unix_nano <= ended);
+        assert!(
+            profile.duration_nano > 0 && profile.duration_nano <= 2_500_000_000,
+            "{}",
+            profile.duration_nano
+        );
+        assert_eq!(profile.period, 1_000_000_000 / 499);
+        let period_type = profile.period_type.as_ref().unwrap();
+        assert_eq!((s(period_type.type_strindex), s(period_type.unit_strindex)), ("cpu", "nanoseconds"));
+        let sample_type = profile.sample_type.as_ref().unwrap();
+        assert_eq!((s(sample_type.type_strindex), s(sample_type.unit_strindex)), ("samples", "count"));
+        for sample in &profile.samples {
+            let pid = sample.attribute_indices.iter().find_map(|&a| {
+                let attribute = &dictionary.attribute_table[a as usize];
+                match (s(attribute.key_strindex), attribute.value.as_ref().and_then(|v| v.value.as_ref())) {
+                    ("process.pid", Some(Value::IntValue(pid))) => Some(*pid as u32),
+                    _ => None,
+                }
+            });
+            assert_eq!(pid, Some(workload.pid()));
+            let stack = &dictionary.stack_table[sample.stack_index as usize];
+            let leaf = &dictionary.location_table[stack.location_indices[0] as usize];
+            let function = &dictionary.function_table[leaf.lines[0].function_index as usize];
+            *by_leaf.entry(s(function.name_strindex).to_owned()).or_default() += sample.values[0];
+        }
+    }
+    assert_split_shares(&by_leaf);
+}
+
+/// What a Pyroscope ingest request brought: its query parameters and its pprof profile.
+struct Ingested {
+    query: BTreeMap<String, String>,
+    profile: profiler::pprof::Profile,
+}
+
+/// A server that follows Pyroscope's HTTP ingest API (`POST /ingest?...` with the pprof in a
+/// multipart form's `profile` field), on `listener`, on a thread of its own.
+fn serve_pyroscope(listener: TcpListener) -> Arc<Mutex<Vec<Ingested>>> {
+    let ingested = Arc::new(Mutex::new(Vec::new()));
+    let kept = ingested.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let kept = kept.clone();
+            std::thread::spawn(move || serve_connection(stream, &kept));
+        }
+    });
+    ingested
+}
+
+/// Requests on one keep-alive connection, until the client closes it.
+fn serve_connection(stream: TcpStream, ingested: &Mutex<Vec<Ingested>>) {
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    let mut writer = stream;
+    loop {
+        let mut request_line = String::new();
+        if reader.read_line(&mut request_line).unwrap_or(0) == 0 {
+            return;
+        }
+        let mut headers = BTreeMap::new();
+        loop {
+            let mut line = String::new();
+            reader.read_line(&mut line).unwrap();
+            let line = line.trim_end();
+            if line.is_empty() {
+                break;
+            }
+            let (key, value) = line.split_once(':').unwrap();
+            headers.insert(key.to_ascii_lowercase(), value.trim().to_owned());
+        }
+        let length: usize = headers["content-length"].parse().unwrap();
+        let mut body = vec![0; length];
+        reader.read_exact(&mut body).unwrap();
+        let target = request_line.split_whitespace().nth(1).unwrap();
+        let (path, query) = target.split_once('?').unwrap();
+        assert!(request_line.starts_with("POST ") && path == "/ingest", "{request_line}");
+        let boundary = headers["content-type"].split_once("boundary=").unwrap().1.to_owned();
+        let query = form_urlencoded::parse(query.as_bytes()).into_owned().collect();
+        let profile = decode_pprof(multipart_field(&body, &boundary, "profile"));
+        ingested.lock().unwrap().push(Ingested { query, profile });
+        writer.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n").unwrap();
+    }
+}
+
+/// The content of the form field `name` in a multipart body.
+fn multipart_field<'a>(body: &'a [u8], boundary: &str, name: &str) -> &'a [u8] {
+    let delimiter = format!("--{boundary}");
+    let find = |haystack: &[u8], needle: &[u8]| haystack.windows(needle.len()).position(|w| w == needle);
+    let mut rest = body;
+    while let Some(start) = find(rest, delimiter.as_bytes()) {
+        rest = &rest[start + delimiter.len()..];
+        let headers_end = find(rest, b"\r\n\r\n").expect("part headers");
+        let headers = String::from_utf8_lossy(&rest[..headers_end]);
+        let content = &rest[headers_end + 4..];
+        let end = find(content, format!("\r\n{delimiter}").as_bytes()).expect("part end");
+        if headers.contains(&format!("name=\"{name}\"")) {
+            return &content[..end];
+        }
+    }
+    panic!("no field {name}");
+}
+
+fn decode_pprof(gzipped: &[u8]) -> profiler::pprof::Profile {
+    let mut raw = Vec::new();
+    flate2::read::GzDecoder::new(gzipped).read_to_end(&mut raw).unwrap();
+    profiler::pprof::Profile::decode(&*raw).unwrap()
+}
+
+/// Samples by leaf function of pprof profiles, and by leaf source line (file, line).
+#[allow(clippy::type_complexity)]
+fn pprof_leaves(
+    profiles: &[&profiler::pprof::Profile],
+) -> (BTreeMap<String, i64>, BTreeMap<(String, String, i64), i64>) {
+    let mut by_leaf = BTreeMap::new();
+    let mut sources = BTreeMap::new();
+    for profile in profiles {
+        let s = |i: i64| profile.string_table[i as usize].clone();
+        for sample in &profile.sample {
+            let location = &profile.location[sample.location_id[0] as usize - 1];
+            let line = &location.line[0];
+            let function = &profile.function[line.function_id as usize - 1];
+            *by_leaf.entry(s(function.name)).or_default() += sample.value[0];
+            *sources.entry((s(function.name), s(function.filename), line.line)).or_default() +=
+                sample.value[0];
+        }
+    }
+    (by_leaf, sources)
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+#[test]
+fn pyroscope_ingest_gets_named_windows_with_clean_names_and_source_lines() {
+    if !e2e_enabled() {
+        return;
+    }
+    let workload = spawn(&split_without_frame_pointers(), &["0"]);
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let ingested = serve_pyroscope(listener);
+    let started = unix_now_ns() / 1_000_000_000;
+    let agent = start_agent(workload.pid(), &["--pyroscope", &url, "--interval", "2", "-d", "5"]);
+    let (_, profiles) = handed_over(&finish(agent));
+    let ended = unix_now_ns().div_ceil(1_000_000_000);
+    let ingested = ingested.lock().unwrap();
+    assert!(ingested.len() >= 2);
+    assert_eq!(ingested.len() as u64, profiles);
+    for request in ingested.iter() {
+        let q = &request.query;
+        assert!(q["name"].starts_with(&format!("{SERVICE}{{host_name=")), "{}", q["name"]);
+        assert!(q["name"].contains(",kernel_release=") && q["name"].ends_with(",env=test}"), "{}", q["name"]);
+        assert_eq!(
+            (q["format"].as_str(), q["sampleRate"].as_str(), q["spyName"].as_str()),
+            ("pprof", HZ, "profiler")
+        );
+        let (from, until): (u64, u64) = (q["from"].parse().unwrap(), q["until"].parse().unwrap());
+        assert!(
+            started <= from + 1 && from < until && until <= ended + 1,
+            "{from}..{until} in {started}..{ended}"
+        );
+        assert_eq!(request.profile.period, 1_000_000_000 / 499);
+    }
+    let profiles: Vec<&profiler::pprof::Profile> = ingested.iter().map(|i| &i.profile).collect();
+    let (by_leaf, sources) = pprof_leaves(&profiles);
+    assert!(by_leaf.keys().all(|name| !name.ends_with(']')), "names without suffixes: {by_leaf:?}");
+    assert_split_shares(&by_leaf);
+    // The hot functions' samples name their lines in split.c.
+    let hot = sources.iter().filter(|((name, _, _), _)| name.starts_with("hot_"));
+    let (with_line, all) = hot.fold((0, 0), |(with_line, all), ((_, file, line), n)| {
+        (with_line + if file.ends_with("/split.c") && *line > 0 { *n } else { 0 }, all + n)
+    });
+    assert!(with_line as f64 >= 0.99 * all as f64, "hot samples with source lines: {sources:?}");
+}
+
+#[test]
+fn a_backend_down_for_30_s_gets_every_window_once_up() {
+    if !e2e_enabled() {
+        return;
+    }
+    let workload = spawn(&split_without_frame_pointers(), &["0"]);
+    let port = free_port();
+    let url = format!("http://127.0.0.1:{port}");
+    let agent = start_agent(workload.pid(), &["--pyroscope", &url, "--interval", "2", "-d", "40"]);
+    std::thread::sleep(Duration::from_secs(30));
+    let ingested = serve_pyroscope(TcpListener::bind(("127.0.0.1", port)).unwrap());
+    let stderr = finish(agent);
+    let (_, profiles) = handed_over(&stderr);
+    assert!(profiles >= 18, "{profiles} windows in 40 s");
+    assert_eq!(ingested.lock().unwrap().len() as u64, profiles, "every window delivered once");
+    let said = |text: &str| stderr.lines().filter(|l| l.contains(text)).count();
+    assert_eq!(said("cannot deliver"), 1, "the outage is said once");
+    assert_eq!(said("delivering again"), 1, "and the recovery once");
+}
+
+#[test]
+fn a_tiny_spool_drops_the_oldest_and_says_so() {
+    if !e2e_enabled() {
+        return;
+    }
+    let workload = spawn(&split_without_frame_pointers(), &["0"]);
+    let port = free_port();
+    let url = format!("http://127.0.0.1:{port}");
+    // A few KiB: two or three windows of this workload.
+    let spool = "0.005";
+    let agent = start_agent(
+        workload.pid(),
+        &["--pyroscope", &url, "--interval", "1", "-d", "20", "--spool-size", spool],
+    );
+    std::thread::sleep(Duration::from_secs(12));
+    let ingested = serve_pyroscope(TcpListener::bind(("127.0.0.1", port)).unwrap());
+    let stderr = finish(agent);
+    let (_, profiles) = handed_over(&stderr);
+    let delivered = ingested.lock().unwrap().len() as u64;
+    let dropped: u64 = stderr
+        .lines()
+        .find_map(|l| {
+            l.split("; ").nth(1)?.strip_suffix(" windows were dropped for room in the spool")?.parse().ok()
+        })
+        .expect("the number dropped is said");
+    eprintln!("{profiles} windows, {delivered} delivered, {dropped} dropped");
+    assert!(dropped > 0);
+    assert_eq!(delivered + dropped, profiles, "each window delivered or counted as dropped");
+    assert_eq!(stderr.lines().filter(|l| l.contains("the spool is full")).count(), 1, "said once");
+}
+
+#[test]
+fn sigterm_flushes_the_partial_window() {
+    if !e2e_enabled() {
+        return;
+    }
+    let workload = spawn(&split_without_frame_pointers(), &["0"]);
+    let receiver = OtlpReceiver::default();
+    let url = serve_otlp(receiver.clone());
+    let agent = start_agent(workload.pid(), &["--otlp", &url, "--interval", "60"]);
+    std::thread::sleep(Duration::from_secs(4));
+    let terminated = Instant::now();
+    // SAFETY: kill has no memory-safety preconditions.
+    unsafe { libc::kill(agent.id() as i32, libc::SIGTERM) };
+    finish(agent);
+    assert!(terminated.elapsed() < Duration::from_secs(5), "exited {:?} after SIGTERM", terminated.elapsed());
+    let requests = receiver.0.lock().unwrap();
+    assert_eq!(requests.len(), 1, "the partial window");
+    let profile = &requests[0].resource_profiles[0].scope_profiles[0].profiles[0];
+    let samples: i64 = profile.samples.iter().map(|s| s.values[0]).sum();
+    assert!(samples > 499, "{samples} samples in about 4 s");
+}
+
+#[test]
+fn output_dir_files_read_by_go_tool_pprof_and_retained() {
+    if !e2e_enabled() {
+        return;
+    }
+    let workload = spawn(&split_without_frame_pointers(), &["0"]);
+    let dir = scratch_dir("agent-output-dir");
+    let out = dir.join("profiles");
+    let agent = start_agent(
+        workload.pid(),
+        &["--output-dir", out.to_str().unwrap(), "--interval", "1", "-d", "5", "--keep", "3"],
+    );
+    let (_, profiles) = handed_over(&finish(agent));
+    assert!(profiles >= 4);
+    let files: Vec<PathBuf> = std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().path()).collect();
+    assert_eq!(files.len(), 3, "--keep 3: {files:?}");
+    for file in &files {
+        let name = file.file_name().unwrap().to_string_lossy().into_owned();
+        assert!(name.starts_with(&format!("{SERVICE}-")) && name.ends_with(".pb.gz"), "{name}");
+        let raw =
+            Command::new("go").args(["tool", "pprof", "-raw"]).arg(file).output().expect("run go tool pprof");
+        let text = String::from_utf8_lossy(&raw.stdout);
+        assert!(raw.status.success(), "go tool pprof: {}", String::from_utf8_lossy(&raw.stderr));
+        assert!(text.contains("hot_a") && !text.contains("_[i]"), "{text}");
+        assert!(text.contains("split.c:"), "source lines: {text}");
+    }
+}
