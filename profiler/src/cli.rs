@@ -620,9 +620,14 @@ mod tests {
         let resolved = outputs(&[]).unwrap();
         assert_eq!(resolved.paths(), [(PathBuf::from("flamegraph.svg"), Format::Svg)]);
         let resolved =
-            outputs(&["-o", "a.prof", "-o", "b.pb.gz", "-o", "c.json", "-o", "d", "-o", "e.txt"]).unwrap();
+            outputs(&["-o", "a.prof", "-o", "b.pb.gz", "-o", "c.json", "-o", "d.svg", "-o", "e.txt"])
+                .unwrap();
         let formats: Vec<Format> = resolved.paths().iter().map(|(_, f)| *f).collect();
         assert_eq!(formats, [Format::Raw, Format::Pprof, Format::Speedscope, Format::Svg, Format::Folded]);
+        // A typo in an extension, or none, is an error that lists the formats.
+        let err = outputs(&["-o", "run.pprf"]).unwrap_err();
+        assert!(format!("{err:#}").contains("run.pprf: unknown output format; name it .svg"), "{err:#}");
+        assert!(outputs(&["-o", "d"]).is_err());
         assert_eq!(outputs(&["-o", "x", "--format", "folded"]).unwrap().paths()[0].1, Format::Folded);
         assert!(outputs(&["-o", "x", "-o", "y", "--format", "folded"]).is_err());
         assert!(record(&["-a", "--format", "bogus"]).is_err());

@@ -25,14 +25,22 @@ pub struct Outputs(Vec<(PathBuf, Format)>);
 
 impl Outputs {
     /// The outputs at `paths`, in `format` (a single output only), else in the format their
-    /// extension names; `.txt` is `text`, anything else unknown an SVG flame graph.
+    /// extension names; `.txt` is `text`. An extension that names no format is an error (a
+    /// typo must not turn into an SVG called `run.pprf`).
     pub fn resolve(paths: &[PathBuf], format: Option<Format>, text: Format) -> Result<Self> {
         if format.is_some() && paths.len() > 1 {
             bail!("--format applies to a single output: name the formats of several by their extensions");
         }
-        let format_of =
-            |path: &PathBuf| format.or_else(|| Format::from_path(path, text)).unwrap_or(Format::Svg);
-        Ok(Self(paths.iter().map(|path| (path.clone(), format_of(path))).collect()))
+        let format_of = |path: &PathBuf| {
+            format.or_else(|| Format::from_path(path, text)).with_context(|| {
+                format!(
+                    "{}: unknown output format; name it .svg, .folded or .txt, .pb.gz or .pprof, .json (speedscope) \
+                     or .prof (raw recording), or give --format",
+                    path.display()
+                )
+            })
+        };
+        Ok(Self(paths.iter().map(|path| Ok((path.clone(), format_of(path)?))).collect::<Result<_>>()?))
     }
 
     pub fn paths(&self) -> &[(PathBuf, Format)] {
