@@ -30,7 +30,8 @@ enum Task {
     /// Build the eBPF object and the profiler (release).
     Build,
     /// Build, then run the profiler (as root, through `sudo -E` when needed).
-    /// Without arguments: profile the whole system for 5 s into flamegraph.svg.
+    /// Without arguments: a demo on bundled programs built without frame pointers (CPU time,
+    /// then every thread's time on and off the CPU), written to target/demo/.
     Run {
         #[arg(last = true)]
         args: Vec<OsString>,
@@ -41,7 +42,7 @@ enum Task {
         #[arg(long)]
         quick: bool,
         /// Only these sections, rewritten in place in BENCHMARKS.md: compare, kernel, leaks,
-        /// long-run, stages (repeatable; all when absent).
+        /// off-cpu, agent, long-run, stages (repeatable; all when absent).
         #[arg(long, value_name = "SECTION", value_parser = clap::builder::PossibleValuesParser::new(bench::SECTIONS))]
         only: Vec<String>,
     },
@@ -100,23 +101,62 @@ fn build(root: &Path) -> Result<()> {
 }
 
 fn run_profiler(root: &Path, args: Vec<OsString>) -> Result<()> {
-    let default_run = args.is_empty();
-    let args = if default_run {
-        ["record", "-a", "-d", "5", "-o", "flamegraph.svg"].map(OsString::from).to_vec()
-    } else {
-        args
-    };
+    if args.is_empty() {
+        return demo(root);
+    }
+    profiler(root, &args)
+}
+
+fn profiler(root: &Path, args: &[OsString]) -> Result<()> {
     let binary = root.join("target/release/profiler");
-    let mut command = as_root(&binary);
-    command.args(&args);
-    let status = command.status().with_context(|| format!("cannot run {}", binary.display()))?;
+    let status =
+        as_root(&binary).args(args).status().with_context(|| format!("cannot run {}", binary.display()))?;
     if !status.success() {
         bail!("profiler exited with {status}");
     }
-    if default_run {
-        let svg = std::env::current_dir()?.join("flamegraph.svg");
-        println!("flame graph of the whole system (5 s): {}", svg.display());
-    }
+    Ok(())
+}
+
+/// What the profiler is for, in a minute: two bundled programs built without frame pointers
+/// (as most distribution binaries are), profiled with whole stacks.
+fn demo(root: &Path) -> Result<()> {
+    let dir = root.join("target/demo");
+    std::fs::create_dir_all(&dir)?;
+    let workloads = root.join("profiler/tests/workloads");
+    let build = |source: &str, name: &str| -> Result<PathBuf> {
+        let out = dir.join(name);
+        check(
+            Command::new("gcc")
+                .args(["-O2", "-g", "-fomit-frame-pointer", "-o"])
+                .arg(&out)
+                .arg(workloads.join(source))
+                .arg("-lpthread"),
+        )?;
+        Ok(out)
+    };
+    let (split, waits) = (build("split.c", "split")?, build("off_cpu.c", "waits")?);
+    let path = |name: &str| dir.join(name).into_os_string();
+    println!(
+        "demo 1/2: CPU time of `split` (hot_a 60%, hot_b 30%, hot_c 10%, each under main -> burn -> ...)"
+    );
+    let mut cpu: Vec<OsString> = ["record", "-F", "999", "-o"].map(OsString::from).to_vec();
+    cpu.extend([path("cpu.svg"), "-o".into(), path("cpu.pb.gz"), "--".into(), split.into(), "3".into()]);
+    profiler(root, &cpu)?;
+    println!(
+        "\ndemo 2/2: where the threads of `waits` spend their time: sleeping, reading a pipe, waiting for a lock, burning CPU"
+    );
+    let mut wall: Vec<OsString> = ["record", "--wall", "--per-thread", "-o"].map(OsString::from).to_vec();
+    wall.extend([path("wall.svg"), "-o".into(), path("wall.prof"), "--".into(), waits.into(), "3".into()]);
+    profiler(root, &wall)?;
+    println!(
+        "\nopen {} and {} in a browser (click a frame to zoom); then try\n  \
+         target/release/profiler report {} --state S -o sleeping.svg   (only the time asleep)\n  \
+         go tool pprof -top {}",
+        dir.join("cpu.svg").display(),
+        dir.join("wall.svg").display(),
+        dir.join("wall.prof").display(),
+        dir.join("cpu.pb.gz").display(),
+    );
     Ok(())
 }
 
