@@ -182,7 +182,7 @@ pub fn measure(tools: &Tools, workload: &Workload, tool: Tool, hz: u64, dir: &Pa
 }
 
 /// User and system CPU of a process so far, in clock ticks (`/proc/PID/stat`, all threads).
-fn cpu_ticks(pid: u32) -> u64 {
+pub(super) fn cpu_ticks(pid: u32) -> u64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     // Fields after the command name, which is in parentheses and may hold spaces.
     let fields: Vec<&str> =
@@ -191,7 +191,7 @@ fn cpu_ticks(pid: u32) -> u64 {
     field(11) + field(12)
 }
 
-fn ticks_to_seconds(ticks: u64) -> f64 {
+pub(super) fn ticks_to_seconds(ticks: u64) -> f64 {
     // SAFETY: sysconf has no preconditions.
     ticks as f64 / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
 }

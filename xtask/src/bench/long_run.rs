@@ -75,7 +75,7 @@ pub fn table(profiler: &Path, src: &Path, dir: &Path, quick: bool) -> Result<Str
 }
 
 /// The resident set of a process, in MiB.
-fn rss_mib(pid: u32) -> Option<f64> {
+pub(super) fn rss_mib(pid: u32) -> Option<f64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let kib: f64 = status
         .lines()
@@ -89,7 +89,7 @@ fn rss_mib(pid: u32) -> Option<f64> {
 }
 
 /// The least-squares slope of `points` (y per x).
-fn slope(points: &[(f64, f64)]) -> f64 {
+pub(super) fn slope(points: &[(f64, f64)]) -> f64 {
     let n = points.len() as f64;
     if n < 2.0 {
         return 0.0;

@@ -10,10 +10,12 @@
 //! - [`leaks`]: `profiler leaks` on a malloc-heavy program, against valgrind;
 //! - [`off_cpu`]: `profiler record --off-cpu` on a program that only switches, against
 //!   offcputime;
+//! - [`agent`]: `profiler agent -a` for ten minutes, its CPU and RSS;
 //! - [`long_run`]: a long `record -a` under a churn workload, the profiler's memory over time;
 //! - [`stages`]: the criterion micro-benchmarks of the userspace stages.
 //!
 //! Each section of BENCHMARKS.md is marked, so that `--only SECTION` measures and rewrites one.
+mod agent;
 mod compare;
 mod folded;
 mod kernel;
@@ -38,7 +40,7 @@ pub struct Options {
 }
 
 /// The sections of BENCHMARKS.md, in order.
-pub const SECTIONS: [&str; 6] = ["compare", "kernel", "leaks", "off-cpu", "long-run", "stages"];
+pub const SECTIONS: [&str; 7] = ["compare", "kernel", "leaks", "off-cpu", "agent", "long-run", "stages"];
 
 pub fn run(root: &Path, options: &Options) -> Result<()> {
     cargo(root, &["build", "--release", "--package", "profiler"])?;
@@ -61,6 +63,9 @@ pub fn run(root: &Path, options: &Options) -> Result<()> {
     }
     if wanted("off-cpu") {
         sections.push(("off-cpu", off_cpu::table(&tools.profiler, &src, &dir, repetitions, options.quick)?));
+    }
+    if wanted("agent") {
+        sections.push(("agent", agent::table(&tools.profiler, &src, &dir, options.quick)?));
     }
     if wanted("long-run") {
         sections.push(("long-run", long_run::table(&tools.profiler, &src, &dir, options.quick)?));
