@@ -180,7 +180,15 @@ fn otlp_windows_carry_the_split_labels_times_and_period() {
             let stack = &dictionary.stack_table[sample.stack_index as usize];
             let leaf = &dictionary.location_table[stack.location_indices[0] as usize];
             let function = &dictionary.function_table[leaf.lines[0].function_index as usize];
-            *by_leaf.entry(s(function.name_strindex).to_owned()).or_default() += sample.values[0];
+            let name = s(function.name_strindex);
+            *by_leaf.entry(name.to_owned()).or_default() += sample.values[0];
+            if name.starts_with("hot_") {
+                let line = leaf.lines[0].line;
+                assert!(
+                    s(function.filename_strindex).ends_with("/split.c") && line > 0,
+                    "{name} at line {line}"
+                );
+            }
         }
     }
     assert_split_shares(&by_leaf);

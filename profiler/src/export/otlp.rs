@@ -157,8 +157,10 @@ impl Dictionary {
                     .iter()
                     .rev()
                     .map(|symbol| {
-                        let key = (self.string(&symbol.name), 0);
-                        (self.functions.insert_full(key).0 as i32, 0)
+                        let (file, line) =
+                            symbol.source.as_ref().map_or(("", 0), |s| (s.file.as_str(), s.line));
+                        let key = (self.string(&symbol.name), self.string(file));
+                        (self.functions.insert_full(key).0 as i32, i64::from(line))
                     })
                     .collect();
                 self.locations.insert_full((mapping, location.address, lines)).0 as i32
@@ -261,5 +263,81 @@ impl Dictionary {
             attribute_table,
             stack_table: self.stacks.into_iter().map(|location_indices| Stack { location_indices }).collect(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{export::service::Host, model::tests::fixture};
+
+    fn labels() -> Labels {
+        Labels {
+            host: Host { name: "web-1".into(), kernel_release: "6.18.0".into() },
+            user: vec![("env".into(), "prod".into())],
+        }
+    }
+
+    #[test]
+    fn services_share_one_dictionary_whose_tables_start_empty() {
+        let mut recording = fixture();
+        recording.meta.start_unix_ns = 1_700_000_000_000_000_000;
+        recording.meta.duration_ns = 15_000_000_000;
+        let window = Window { services: vec![("api".into(), recording.clone()), ("db".into(), recording)] };
+        let request = request(&window, &labels());
+        let dictionary = request.dictionary.as_ref().unwrap();
+        assert_eq!(dictionary.string_table[0], "");
+        assert_eq!(dictionary.mapping_table[0], Mapping::default());
+        assert_eq!(dictionary.location_table[0], Location::default());
+        assert_eq!(dictionary.function_table[0], Function::default());
+        assert_eq!(dictionary.stack_table[0], Stack::default());
+        assert_eq!(dictionary.attribute_table[0], KeyValueAndUnit::default());
+        let s = |i: i32| dictionary.string_table[i as usize].as_str();
+        // The same functions are listed once for both services.
+        let names: Vec<&str> = dictionary.function_table.iter().map(|f| s(f.name_strindex)).collect();
+        assert_eq!(names.iter().filter(|n| **n == "main").count(), 1, "{names:?}");
+        let [api, db] = &request.resource_profiles[..] else { panic!("two resources") };
+        let attributes = &api.resource.as_ref().unwrap().attributes;
+        let keys: Vec<&str> = attributes.iter().map(|kv| kv.key.as_str()).collect();
+        assert_eq!(keys, ["service.name", "host.name", "os.type", "os.version", "env"]);
+        let (api, db) = (&api.scope_profiles[0].profiles[0], &db.scope_profiles[0].profiles[0]);
+        assert_eq!(api.samples, db.samples);
+        assert_eq!(
+            (api.time_unix_nano, api.duration_nano, api.period),
+            (1_700_000_000_000_000_000, 15_000_000_000, 1_000_000_000 / 99)
+        );
+        let samples: i64 = api.samples.iter().map(|s| s.values[0]).sum();
+        assert_eq!(samples, 4);
+        // The inlined location: push_back inlined into work, innermost first, with its lines.
+        let inlined =
+            dictionary.location_table.iter().find(|l| l.lines.len() == 2).expect("an inlined location");
+        let lines: Vec<(&str, &str, i64)> = inlined
+            .lines
+            .iter()
+            .map(|line| {
+                let function = &dictionary.function_table[line.function_index as usize];
+                (s(function.name_strindex), s(function.filename_strindex), line.line)
+            })
+            .collect();
+        assert_eq!(
+            lines,
+            [("push_back", "/usr/include/c++/12/bits/stl_vector.h", 1287), ("work", "/src/app/work.cpp", 42)]
+        );
+        let mapping = &dictionary.mapping_table[inlined.mapping_index as usize];
+        assert_eq!(s(mapping.filename_strindex), "/usr/bin/app");
+    }
+
+    #[test]
+    fn over_http_the_same_request_as_protobuf() {
+        let window = Window { services: vec![("api".into(), fixture())] };
+        let Request::Http { uri, content_type, body } =
+            http_request("http://collector:4318", &window, &labels())
+        else {
+            panic!("an HTTP request")
+        };
+        assert_eq!(uri.to_string(), "http://collector:4318/v1development/profiles");
+        assert_eq!(content_type, "application/x-protobuf");
+        let decoded = <ExportProfilesServiceRequest as prost::Message>::decode(body).unwrap();
+        assert_eq!(decoded, request(&window, &labels()));
     }
 }
