@@ -238,6 +238,16 @@ pub struct AgentArgs {
     #[arg(long, value_name = "KIB", default_value_t = 32, value_parser = parse_stack_size)]
     pub stack_size: u32,
 
+    /// Also export off-CPU profiles: the time threads spend blocked, by the stack they blocked
+    /// at (as `record --off-cpu`; about 2 µs of kernel time per context switch of a followed
+    /// thread, see BENCHMARKS.md).
+    #[arg(long)]
+    pub off_cpu: bool,
+
+    /// With --off-cpu: blocks shorter than this many microseconds are not recorded.
+    #[arg(long, value_name = "USEC", default_value_t = DEFAULT_MIN_BLOCK_US, requires = "off_cpu")]
+    pub min_block: u64,
+
     /// No summary at the end (problems are still said, once each).
     #[arg(short, long)]
     pub quiet: bool,

@@ -440,3 +440,74 @@ fn output_dir_files_read_by_go_tool_pprof_and_retained() {
         assert!(text.contains("split.c:"), "source lines: {text}");
     }
 }
+
+/// Every function of each location of a pprof sample's stack, innermost first.
+fn pprof_stack<'a>(profile: &'a profiler::pprof::Profile, sample: &profiler::pprof::Sample) -> Vec<&'a str> {
+    sample
+        .location_id
+        .iter()
+        .flat_map(|&id| &profile.location[id as usize - 1].line)
+        .map(|line| {
+            profile.string_table[profile.function[line.function_id as usize - 1].name as usize].as_str()
+        })
+        .collect()
+}
+
+#[test]
+fn off_cpu_profiles_beside_the_cpu_ones() {
+    if !e2e_enabled() {
+        return;
+    }
+    let workload =
+        build_workload("off_cpu.c", "off-cpu-agent", "gcc", &["-O2", "-g", "-fomit-frame-pointer"]);
+    let workload = spawn(&workload, &["60"]);
+    let out = scratch_dir("agent-off-cpu").join("profiles");
+    let seconds = 5.0;
+    let agent = start_agent(
+        workload.pid(),
+        &["--off-cpu", "--output-dir", out.to_str().unwrap(), "--interval", "2", "-d", "5"],
+    );
+    finish(agent);
+    let (mut sleeping_ns, mut with_kernel_ns, mut burning) = (0, 0, 0);
+    let (mut off_cpu_files, mut cpu_files) = (0, 0);
+    for file in std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().path()) {
+        let profile = decode_pprof(&std::fs::read(&file).unwrap());
+        let s = |i: i64| profile.string_table[i as usize].as_str();
+        let types: Vec<(&str, &str)> = profile.sample_type.iter().map(|t| (s(t.r#type), s(t.unit))).collect();
+        if file.to_string_lossy().contains(&format!("{SERVICE}-off_cpu-")) {
+            off_cpu_files += 1;
+            assert_eq!(types, [("samples", "count"), ("off_cpu", "nanoseconds")]);
+            for sample in &profile.sample {
+                let stack = pprof_stack(&profile, sample);
+                if stack.contains(&"sleep_inner") {
+                    assert!(stack.contains(&"sleeper"), "whole stack: {stack:?}");
+                    sleeping_ns += sample.value[1];
+                    if stack.contains(&"do_nanosleep") {
+                        with_kernel_ns += sample.value[1];
+                    }
+                }
+            }
+        } else {
+            cpu_files += 1;
+            assert_eq!(types, [("samples", "count"), ("cpu", "nanoseconds")]);
+            for sample in &profile.sample {
+                if pprof_stack(&profile, sample).contains(&"burn_inner") {
+                    burning += sample.value[0];
+                }
+            }
+        }
+    }
+    assert!(off_cpu_files >= 2 && cpu_files >= 2, "{off_cpu_files} off-CPU and {cpu_files} CPU files");
+    // The sleeper is off the CPU the whole time; the burner is on it. The sleep the agent found
+    // under way has no kernel frames (its thread was not seen leaving); the others do.
+    let slept = sleeping_ns as f64 / 1e9;
+    assert!(
+        with_kernel_ns as f64 >= 0.95 * sleeping_ns as f64,
+        "{with_kernel_ns} of {sleeping_ns} ns with kernel frames"
+    );
+    assert!(
+        (0.85 * seconds..=1.02 * seconds).contains(&slept),
+        "the sleeper slept {slept:.2} s in {seconds} s"
+    );
+    assert!(burning as f64 >= 0.5 * seconds * 499.0, "{burning} samples of the burner");
+}

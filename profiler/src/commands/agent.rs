@@ -10,8 +10,8 @@ use crate::{
     cli::AgentArgs,
     decode::Payload,
     export::{ExportConfig, Exporter, Retention, Window, service::Services},
-    kernel::sampler::{self, Sampler, SamplerConfig},
-    model::{Meta, Recording, Weight, filter::Filter},
+    kernel::sampler::{self, OffCpuConfig, Sampler, SamplerConfig},
+    model::{Meta, Recording, ThreadState, Weight, filter::Filter},
     render::RenderOptions,
     session::{self, End, Mode, Progress, Settings, Target},
     walk::CallGraph,
@@ -31,7 +31,9 @@ pub async fn run(args: AgentArgs) -> Result<()> {
         frame_pointers: args.call_graph.frame_pointers(),
         ring_buffer_bytes: sampler::default_ring_bytes()?,
         on_cpu: true,
-        off_cpu: None,
+        off_cpu: args
+            .off_cpu
+            .then_some(OffCpuConfig { min_ns: args.min_block.saturating_mul(1000), runqueue: false }),
     };
     let exporter = Exporter::start(ExportConfig {
         pyroscope: args.pyroscope,
@@ -57,8 +59,11 @@ pub async fn run(args: AgentArgs) -> Result<()> {
         window: Some(Duration::from_secs_f64(args.interval)),
         ..Settings::default()
     };
+    // Off the CPU as well: samples and spans in one aggregate, both weighing nanoseconds, told
+    // apart by their state when a window is cut.
+    let weight = if args.off_cpu { Weight::WallNs } else { Weight::Samples };
     let agent = Agent {
-        cpu: CpuProfile { config, weight: Weight::Samples },
+        cpu: CpuProfile { config, weight },
         exporter,
         services: Services::new(args.service_name),
         windows: 0,
@@ -120,9 +125,39 @@ impl Mode for Agent {
 
     fn window(&mut self, recording: Recording) {
         self.windows += 1;
-        if recording.samples.is_empty() {
-            return;
+        let mut services = Vec::new();
+        for profile in self.profiles_of(&recording) {
+            services.extend(self.by_service(&profile));
         }
+        self.services.forget();
+        self.profiles += services.len() as u64;
+        if !services.is_empty() {
+            self.exporter.send(Window { services });
+        }
+    }
+}
+
+impl Agent {
+    /// The window's profiles: CPU samples, and with `--off-cpu` the time off the CPU.
+    fn profiles_of(&self, window: &Recording) -> Vec<Recording> {
+        if self.cpu.weight != Weight::WallNs {
+            return vec![window.clone()];
+        }
+        let part = |states: Vec<ThreadState>, weight: Weight| {
+            let mut part = window.filtered(&Filter { states, ..Filter::default() });
+            part.meta.weight = weight;
+            part
+        };
+        let mut cpu = part(vec![ThreadState::OnCpu], Weight::Samples);
+        // Each CPU sample weighed one period: it counts one again.
+        let period_ns = cpu.meta.period_ns();
+        cpu.samples.iter_mut().for_each(|s| s.weight = s.weight.div_ceil(period_ns));
+        let off_cpu = part(vec![ThreadState::Sleeping, ThreadState::Uninterruptible], Weight::OffCpuNs);
+        vec![cpu, off_cpu]
+    }
+
+    /// A profile per service of `recording`'s processes (none when it has no samples).
+    fn by_service(&mut self, recording: &Recording) -> Vec<(String, Recording)> {
         let mut by_service: BTreeMap<String, Vec<u32>> = BTreeMap::new();
         for sample in &recording.samples {
             let comm = &recording.comms[sample.comm as usize];
@@ -131,12 +166,9 @@ impl Mode for Agent {
                 pids.push(sample.pid);
             }
         }
-        self.services.forget();
-        let services: Vec<(String, Recording)> = by_service
+        by_service
             .into_iter()
             .map(|(service, pids)| (service, recording.filtered(&Filter { pids, ..Filter::default() })))
-            .collect();
-        self.profiles += services.len() as u64;
-        self.exporter.send(Window { services });
+            .collect()
     }
 }

@@ -1,4 +1,5 @@
-//! `--output-dir`: a gzipped pprof per service and window, `SERVICE-UNIXTIME.pb.gz`, written
+//! `--output-dir`: a gzipped pprof per service and window, `SERVICE-UNIXTIME.pb.gz` (and
+//! `SERVICE-off_cpu-UNIXTIME.pb.gz` with `--off-cpu`), written
 //! atomically; the oldest removed beyond `--keep` files or `--keep-size` bytes.
 use std::{
     io::Write as _,
@@ -9,7 +10,7 @@ use std::{
 use anyhow::{Context as _, Result};
 
 use super::Window;
-use crate::render::pprof;
+use crate::{model::Weight, render::pprof};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Retention {
@@ -44,7 +45,8 @@ impl Directory {
             .iter()
             .try_for_each(|(service, recording)| {
                 let seconds = recording.meta.start_unix_ns / 1_000_000_000;
-                let name = format!("{}-{seconds}{SUFFIX}", service.replace(['/', '\0'], "_"));
+                let kind = if recording.meta.weight == Weight::OffCpuNs { "-off_cpu" } else { "" };
+                let name = format!("{}{kind}-{seconds}{SUFFIX}", service.replace(['/', '\0'], "_"));
                 let mut file = tempfile::NamedTempFile::new_in(&self.path)?;
                 pprof::write(recording, &mut file)?;
                 file.flush()?;
