@@ -19,6 +19,7 @@ use anyhow::{Context as _, Result};
 use super::{
     compare::{cpu_ticks, ticks_to_seconds},
     long_run::{rss_mib, slope},
+    workloads::KillOnDrop,
 };
 use crate::check;
 
@@ -129,14 +130,5 @@ fn answer(stream: TcpStream, requests: &AtomicU64) -> Option<()> {
         reader.by_ref().take(length).read_to_end(&mut Vec::new()).ok()?;
         requests.fetch_add(1, Ordering::Relaxed);
         writer.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n").ok()?;
-    }
-}
-
-struct KillOnDrop(std::process::Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
     }
 }

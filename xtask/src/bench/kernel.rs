@@ -3,12 +3,15 @@
 use std::{
     fmt::Write as _,
     path::Path,
-    process::{Child, Command, Stdio},
+    process::{Command, Stdio},
 };
 
 use anyhow::{Context as _, Result, bail};
 
-use super::{median, workloads::Workload};
+use super::{
+    median,
+    workloads::{KillOnDrop, Workload},
+};
 
 pub fn table(
     profiler: &Path,
@@ -75,15 +78,6 @@ fn start(workload: &Workload) -> Result<KillOnDrop> {
         .stdout(Stdio::null())
         .spawn()?;
     Ok(KillOnDrop(child))
-}
-
-struct KillOnDrop(Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 /// Turns on the kernel's BPF run-time statistics for as long as it lives, restoring the old

@@ -7,6 +7,7 @@
 //!   target's slowdown, the tool's CPU time, SIGINT-to-flame-graph time, raw recording size,
 //!   complete stacks, hot-function share error, peak RSS;
 //! - [`kernel`]: the eBPF program's time per sample at several stack-copy caps;
+//! - [`memory`]: where the profiler's resident memory goes;
 //! - [`leaks`]: `profiler leaks` on a malloc-heavy program, against valgrind;
 //! - [`off_cpu`]: `profiler record --off-cpu` on a program that only switches, against
 //!   offcputime;
@@ -21,6 +22,7 @@ mod folded;
 mod kernel;
 mod leaks;
 mod long_run;
+mod memory;
 mod off_cpu;
 mod stages;
 mod workloads;
@@ -40,7 +42,8 @@ pub struct Options {
 }
 
 /// The sections of BENCHMARKS.md, in order.
-pub const SECTIONS: [&str; 7] = ["compare", "kernel", "leaks", "off-cpu", "agent", "long-run", "stages"];
+pub const SECTIONS: [&str; 8] =
+    ["compare", "kernel", "memory", "leaks", "off-cpu", "agent", "long-run", "stages"];
 
 pub fn run(root: &Path, options: &Options) -> Result<()> {
     cargo(root, &["build", "--release", "--package", "profiler"])?;
@@ -53,7 +56,7 @@ pub fn run(root: &Path, options: &Options) -> Result<()> {
     };
     let wanted = |section: &str| options.only.is_empty() || options.only.iter().any(|s| s == section);
     let mut sections: Vec<(&str, String)> = Vec::new();
-    if wanted("compare") || wanted("kernel") {
+    if wanted("compare") || wanted("kernel") || wanted("memory") {
         sections.extend(compare_and_kernel(&tools, root, &dir, options, &wanted)?);
     }
     let src = root.join("profiler/tests/workloads");
@@ -111,7 +114,7 @@ fn splice(report: &str, name: &str, text: &str) -> String {
     }
 }
 
-/// profiler against perf on each workload, and the kernel's cost per sample.
+/// profiler against perf on each workload, its memory, and the kernel's cost per sample.
 fn compare_and_kernel(
     tools: &Tools,
     root: &Path,
@@ -125,6 +128,10 @@ fn compare_and_kernel(
         if options.quick { (&[999], 1) } else { (&[99, 999], 3) };
     if wanted("compare") {
         sections.push(("compare", compare_table(tools, dir, &workloads, frequencies, repetitions)?));
+    }
+    if wanted("memory") {
+        eprintln!("xtask bench: memory");
+        sections.push(("memory", memory::table(&tools.profiler, dir, &workloads[0])?));
     }
     if wanted("kernel") {
         eprintln!("xtask bench: kernel cost per sample");
@@ -197,7 +204,7 @@ fn compare_table(
 fn commands(frequencies: &[u64], repetitions: usize) -> String {
     let hz: Vec<String> = frequencies.iter().map(u64::to_string).collect();
     format!(
-        "Each workload runs alone for 2.5 s, is profiled for 5 s, then runs alone again; the tool is stopped with SIGINT. \
+        "## Against perf\n\nEach workload runs alone for 2.5 s, is profiled for 5 s, then runs alone again; the tool is stopped with SIGINT. \
          Frequencies: {} Hz; medians of {repetitions} repetition(s), tools alternating. Commands:\n\n\
          ```text\n\
          profiler record -q -p PID -F HZ --call-graph auto|fp -o run.svg -o run.folded -o run.prof\n\

@@ -239,6 +239,16 @@ pub fn peak_rate(progress: &[(f64, u64)], from: f64, to: f64) -> Option<f64> {
         .reduce(f64::max)
 }
 
+/// A child process killed when dropped.
+pub struct KillOnDrop(pub Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
