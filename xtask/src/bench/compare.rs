@@ -251,7 +251,7 @@ pub fn summarize(runs: &[Run]) -> Run {
 pub fn table(results: &Results) -> String {
     let workload = results.workload;
     let mut text = format!(
-        "### {workload}\n\n| tool | Hz | target slowdown | tool CPU while recording | tool CPU in all | SIGINT to SVG | raw recording | complete stacks | share error | peak RSS | samples |\n|---|---|---|---|---|---|---|---|---|---|---|\n"
+        "#### {workload}\n\n| tool | Hz | target slowdown | tool CPU while recording | tool CPU in all | SIGINT to SVG | raw recording | complete stacks | share error | peak RSS | samples |\n|---|---|---|---|---|---|---|---|---|---|---|\n"
     );
     for Row { tool, hz, run } in &results.rows {
         let _ = writeln!(

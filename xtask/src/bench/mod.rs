@@ -191,10 +191,10 @@ fn compare_table(
         })
         .collect();
     let mut report = commands(frequencies, repetitions);
-    report.push_str("## profiler / perf\n\n");
+    report.push_str("### profiler / perf\n\n");
     report.push_str(&compare::ratios(&results));
     report.push_str(&goals(&results));
-    report.push_str("## Per workload\n\n");
+    report.push_str("### Per workload\n\n");
     for workload in &results {
         report.push_str(&compare::table(workload));
     }
@@ -275,7 +275,7 @@ fn goals(results: &[Results]) -> String {
         ),
     ];
     let mut text =
-        String::from("### Goals (DWARF, 999 Hz, every workload)\n\n| goal | measured | |\n|---|---|---|\n");
+        String::from("#### Goals (DWARF, 999 Hz, every workload)\n\n| goal | measured | |\n|---|---|---|\n");
     for (goal, measured, ok) in lines {
         let _ = writeln!(text, "| {goal} | {measured} | {} |", verdict(ok));
     }
