@@ -73,16 +73,20 @@ fn pprof_decodes_and_agrees_with_folded() {
         .read_to_end(&mut raw)
         .unwrap();
     let profile = proto::Profile::decode(&*raw).unwrap();
-    let name = |location: u64| {
-        let location = &profile.location[location as usize - 1];
-        let function = location.line[0].function_id;
+    let location = |id: u64| &profile.location[id as usize - 1];
+    let is_kernel = |id: u64| {
+        let mapping = &profile.mapping[location(id).mapping_id as usize - 1];
+        profile.string_table[mapping.filename as usize] == "[kernel.kallsyms]"
+    };
+    let name = |id: u64| {
+        let function = location(id).line[0].function_id;
         profile.string_table[profile.function[function as usize - 1].name as usize].clone()
     };
     let mut pprof_leaves: BTreeMap<String, u64> = BTreeMap::new();
     for sample in &profile.sample {
         // A process caught exiting may have no user frames left.
-        if let Some(leaf) = sample.location_id.iter().map(|&l| name(l)).find(|n| !n.ends_with("_[k]")) {
-            *pprof_leaves.entry(leaf).or_default() += sample.value[0] as u64;
+        if let Some(&leaf) = sample.location_id.iter().find(|&&id| !is_kernel(id)) {
+            *pprof_leaves.entry(name(leaf)).or_default() += sample.value[0] as u64;
         }
     }
     for hot in ["hot_a", "hot_b", "hot_c"] {

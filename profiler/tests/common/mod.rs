@@ -49,15 +49,19 @@ pub fn build_workload(source: &str, name: &str, compiler: &str, flags: &[&str]) 
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads").join(source);
     let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("workloads").join(name);
     std::fs::create_dir_all(out.parent().unwrap()).unwrap();
+    // Built aside and renamed into place: another test may be running the previous build, which
+    // the linker would otherwise rewrite under it (EACCES or ETXTBSY when that test starts it).
+    let building = out.with_extension("building");
     let status = Command::new(compiler)
         .args(flags)
         .arg("-o")
-        .arg(&out)
+        .arg(&building)
         .arg(&src)
         .arg("-lpthread")
         .status()
         .unwrap_or_else(|e| panic!("cannot run {compiler}: {e}"));
     assert!(status.success(), "building {source} failed");
+    std::fs::rename(&building, &out).unwrap();
     out
 }
 
