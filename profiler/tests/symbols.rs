@@ -166,14 +166,20 @@ fn plt_stubs_are_named_after_their_function() {
             "{name}: {in_stub} of {} samples in abs@plt, {under_main} under main, {in_init} in _init",
             folded.total()
         );
-        // The stub's share of the loop depends on the CPU (1% to 12% seen with IBT's two-instruction
-        // stubs, 20 to 80 samples here): some samples to tell, not a share.
+        // The lazy-binding stub takes 10-15% of the loop: some samples to tell, not a share. IBT's
+        // stubs are two instructions (endbr64, jmp) that a timer interrupt almost never lands in
+        // on some CPUs (0.02% of 19,000 samples at 4999 Hz seen here, 1-12% elsewhere): their
+        // names are checked on the checked-in IBT fixture (symbolize/plt.rs), their samples here
+        // when there are any.
         let leaves: BTreeMap<&str, u64> =
             folded.stacks.iter().fold(BTreeMap::new(), |mut leaves, (frames, n)| {
                 *leaves.entry(frames.last().unwrap().as_str()).or_default() += n;
                 leaves
             });
-        assert!(in_stub > 0, "the loop spends time in the stub; leaves: {leaves:?}");
+        assert!(
+            in_stub > 0 || name == "libcalls-ibt",
+            "the loop spends time in the stub; leaves: {leaves:?}"
+        );
         assert!(under_main as f64 >= 0.99 * in_stub as f64, "the stub unwinds to its caller");
         assert_eq!(in_init, 0, "no stub named after the symbol before the PLT");
     }
