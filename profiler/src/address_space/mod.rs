@@ -16,7 +16,7 @@ pub use self::{
     module::{Module, ModuleId, Modules, readable_path},
     proc_maps::{Backing, Mapping, Mappings, TimedMapping, backing_named},
     process::Identity,
-    process::{Process, Processes, Tracking, running},
+    process::{Process, Processes, Tracking, read_bounded, running},
     task_event::TaskEvent,
 };
 

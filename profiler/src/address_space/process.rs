@@ -77,8 +77,9 @@ impl Identity {
     }
 }
 
-/// The text of a small `/proc` file, bounded.
-fn read_bounded(path: &str) -> Option<String> {
+/// The text of a small `/proc` file, bounded (what a process writes there, its name, or what
+/// a container's runtime names its cgroups, is its own).
+pub fn read_bounded(path: &str) -> Option<String> {
     let mut text = String::new();
     std::fs::File::open(path).ok()?.take(MAX_PROC_FILE).read_to_string(&mut text).ok()?;
     Some(text)

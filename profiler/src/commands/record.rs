@@ -4,6 +4,7 @@ use anyhow::Result;
 use profiler_common::Counter;
 
 use crate::{
+    address_space::read_bounded,
     aggregate::{Aggregate, Site},
     cli::RecordArgs,
     decode::Payload,
@@ -151,7 +152,7 @@ impl Mode for CpuProfile {
 
 /// A process's command name, for threads seen only in the kernel's table.
 fn process_comm(tgid: u32) -> String {
-    std::fs::read_to_string(format!("/proc/{tgid}/comm"))
+    read_bounded(&format!("/proc/{tgid}/comm"))
         .map(|comm| comm.trim_end().to_owned())
-        .unwrap_or_else(|_| "[exited]".into())
+        .unwrap_or_else(|| "[exited]".into())
 }

@@ -1,5 +1,7 @@
 //! Which service a process belongs to, and the labels every exported profile carries.
-use std::{collections::HashMap, io::Read as _};
+use std::collections::HashMap;
+
+use crate::address_space::read_bounded;
 
 /// Names the service of each process: `--service-name` when given, else its systemd unit, else
 /// its container, else its command name.
@@ -9,9 +11,6 @@ pub struct Services {
     /// By process, for the current window (pids are reused: forgotten at each window).
     known: HashMap<u32, String>,
 }
-
-/// The most of a /proc file read (`cgroup` is a line per hierarchy, a few hundred bytes).
-const MAX_PROC_BYTES: u64 = 64 * 1024;
 
 impl Services {
     pub fn new(fixed: Option<String>) -> Self {
@@ -43,15 +42,6 @@ impl Services {
 const KERNEL: &str = "kernel";
 /// `PF_KTHREAD` in `/proc/PID/stat`'s flags.
 const PF_KTHREAD: u64 = 0x0020_0000;
-
-/// A /proc file, bounded: cgroup paths are chosen by whoever created the cgroups, which may be
-/// a container's runtime, and a command name by the process.
-fn read_bounded(path: &str) -> Option<String> {
-    let file = std::fs::File::open(path).ok()?;
-    let mut text = String::new();
-    file.take(MAX_PROC_BYTES).read_to_string(&mut text).ok()?;
-    Some(text)
-}
 
 fn is_kernel_thread(pid: u32) -> bool {
     // The flags are the 9th field; the 2nd, the command name, may hold spaces and parentheses.
