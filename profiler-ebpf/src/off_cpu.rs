@@ -233,17 +233,10 @@ pub fn syscall_exit(ctx: RawTracePointContext) -> i32 {
 /// Sends the span of `thread`, in its own context: its user registers (those of the system
 /// call) and stack copy when `user_stack`, and the kernel stack it left with.
 fn send(ctx: &RawTracePointContext, pid_tgid: u64, thread: &OffCpuThread, user_stack: bool) {
-    count(Counter::OffCpu, 1);
-    let Some(draft) = Draft::claim(&OFF_CPU_SCRATCH) else {
-        count(Counter::Lost, 1);
-        return;
-    };
+    let Some(draft) = begin_span(pid_tgid, thread) else { return };
     let record = draft.bytes();
-    let header = unsafe { &mut *record.cast::<SampleHeader>() };
-    stack::fill_ids(header, pid_tgid, thread.since_ns);
-    fill_span(header, thread);
     if user_stack {
-        stack::fill_saved_user_regs(header);
+        stack::fill_saved_user_regs(unsafe { &mut *record.cast::<SampleHeader>() });
     }
     let (len, _) = stack::take_stacks(ctx, record, false);
     let len = unsafe { append_kernel_stack(record, len, thread) };
@@ -252,18 +245,12 @@ fn send(ctx: &RawTracePointContext, pid_tgid: u64, thread: &OffCpuThread, user_s
 
 /// Sends the span of `thread` (not the current one) with its kernel stack alone.
 fn send_without_user_stack(task: *const u8, pid_tgid: u64, thread: &OffCpuThread) {
-    count(Counter::OffCpu, 1);
-    let Some(draft) = Draft::claim(&OFF_CPU_SCRATCH) else {
-        count(Counter::Lost, 1);
-        return;
-    };
+    let Some(draft) = begin_span(pid_tgid, thread) else { return };
     let record = draft.bytes();
     let header = unsafe { &mut *record.cast::<SampleHeader>() };
-    stack::fill_ids(header, pid_tgid, thread.since_ns);
-    // fill_ids took the current thread's name: this is another one's.
+    // The ids took the current thread's name: this is another one's.
     let comm = unsafe { task.add(setting(&TASK_COMM_OFFSET) as usize) };
     let _ = unsafe { bpf_probe_read_kernel_buf(comm, &mut header.comm[..TASK_COMM_LEN]) };
-    fill_span(header, thread);
     let len = if thread.state == OffCpuState::Runnable as u32 {
         frames_offset(0)
     } else {
@@ -272,10 +259,20 @@ fn send_without_user_stack(task: *const u8, pid_tgid: u64, thread: &OffCpuThread
     sample::send_draft(draft, len);
 }
 
-fn fill_span(header: &mut SampleHeader, thread: &OffCpuThread) {
+/// The record of `thread`'s span, begun in this CPU's scratch buffer: counted, with its ids,
+/// state and length; `None`, counted as lost, without a buffer.
+fn begin_span(pid_tgid: u64, thread: &OffCpuThread) -> Option<Draft> {
+    count(Counter::OffCpu, 1);
+    let Some(draft) = Draft::claim(&OFF_CPU_SCRATCH) else {
+        count(Counter::Lost, 1);
+        return None;
+    };
+    let header = unsafe { &mut *draft.bytes().cast::<SampleHeader>() };
+    stack::fill_ids(header, pid_tgid, thread.since_ns);
     header.flags = sample_flags::OFF_CPU | sample_flags::IN_KERNEL;
     header.off_cpu_state = thread.state;
     header.off_cpu_ns = thread.resumed_ns.saturating_sub(thread.since_ns);
+    Some(draft)
 }
 
 /// Copies the kernel stack of `thread` after the first `len` bytes of the record at `sample`;
