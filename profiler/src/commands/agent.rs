@@ -126,7 +126,7 @@ impl Mode for Agent {
     fn window(&mut self, recording: Recording) {
         self.windows += 1;
         let mut services = Vec::new();
-        for profile in self.profiles_of(&recording) {
+        for profile in self.profiles_of(recording) {
             services.extend(self.by_service(&profile));
         }
         self.services.forget();
@@ -134,7 +134,6 @@ impl Mode for Agent {
         if !services.is_empty() {
             self.exporter.send(Window { services });
         }
-        drop(recording);
         // The window's samples and names are freed by now: give the pages back (glibc keeps freed
         // heap for reuse), so that the agent's RSS follows what it holds rather than its peak,
         // after processes with big binaries (whose symbols and CFI were loaded) are gone.
@@ -145,9 +144,9 @@ impl Mode for Agent {
 
 impl Agent {
     /// The window's profiles: CPU samples, and with `--off-cpu` the time off the CPU.
-    fn profiles_of(&self, window: &Recording) -> Vec<Recording> {
+    fn profiles_of(&self, window: Recording) -> Vec<Recording> {
         if self.cpu.weight != Weight::WallNs {
-            return vec![window.clone()];
+            return vec![window];
         }
         let part = |states: Vec<ThreadState>, weight: Weight| {
             let mut part = window.filtered(&Filter { states, ..Filter::default() });

@@ -116,15 +116,29 @@ impl Drop for Exporter {
 /// A request to a backend, kept until delivered.
 #[derive(Debug)]
 enum Request {
-    Http { uri: hyper::Uri, content_type: String, body: Bytes },
-    Grpc(ExportProfilesServiceRequest),
+    Http {
+        uri: hyper::Uri,
+        content_type: String,
+        body: Bytes,
+    },
+    /// The message and its encoded size (measured once: the spool counts it on the way in and
+    /// out).
+    Grpc {
+        request: ExportProfilesServiceRequest,
+        size: usize,
+    },
 }
 
 impl Request {
+    fn grpc(request: ExportProfilesServiceRequest) -> Self {
+        let size = prost::Message::encoded_len(&request);
+        Request::Grpc { request, size }
+    }
+
     fn size(&self) -> usize {
         match self {
             Request::Http { body, .. } => body.len(),
-            Request::Grpc(request) => prost::Message::encoded_len(request),
+            Request::Grpc { size, .. } => *size,
         }
     }
 }
@@ -306,7 +320,7 @@ impl Sender {
                 }
                 Ok(())
             }
-            Request::Grpc(request) => {
+            Request::Grpc { request, .. } => {
                 let Destination::OtlpGrpc(url) = destination else {
                     unreachable!("gRPC requests go to gRPC")
                 };
@@ -426,7 +440,7 @@ impl Labels {
 fn requests(destination: &Destination, window: &Window, labels: &Labels) -> Vec<Request> {
     match destination {
         Destination::Pyroscope(url) => pyroscope::requests(url, window, labels),
-        Destination::OtlpGrpc(_) => vec![Request::Grpc(otlp::request(window, labels))],
+        Destination::OtlpGrpc(_) => vec![Request::grpc(otlp::request(window, labels))],
         Destination::OtlpHttp(url) => vec![otlp::http_request(url, window, labels)],
         Destination::Directory(_) => Vec::new(),
     }
