@@ -79,6 +79,11 @@ fn under(stacks: &[(&[String], u64)], chain: &[&str]) -> u64 {
     stacks.iter().filter(|(frames, _)| frames.windows(chain.len()).any(|w| w == chain)).map(|(_, n)| n).sum()
 }
 
+/// µs of `stacks` with a frame whose name contains `name`.
+fn with_frame(stacks: &[(&[String], u64)], name: &str) -> u64 {
+    stacks.iter().filter(|(frames, _)| frames.iter().any(|f| f.contains(name))).map(|(_, n)| n).sum()
+}
+
 fn c_workload() -> std::path::PathBuf {
     build_workload("off_cpu.c", "off_cpu", "gcc", &["-O2", "-fomit-frame-pointer"])
 }
@@ -116,11 +121,7 @@ fn off_cpu_time_by_chain_with_whole_stacks() {
         let (all, complete) = (total(&stacks), under(&stacks, &whole));
         assert!(all > 0, "{name}: no blocked time");
         assert!(complete as f64 >= 0.99 * all as f64, "{name}: {complete} of {all} µs under whole stacks");
-        let in_kernel: u64 = stacks
-            .iter()
-            .filter(|(frames, _)| frames.iter().any(|f| f.contains(kernel)))
-            .map(|(_, n)| n)
-            .sum();
+        let in_kernel = with_frame(&stacks, kernel);
         assert!(in_kernel as f64 >= 0.99 * all as f64, "{name}: {in_kernel} of {all} µs under {kernel}");
     }
     // The threads that never block are not in an off-CPU profile, but for waits for a CPU,
@@ -245,11 +246,7 @@ fn rust_threads_without_frame_pointers() {
             .map(|(_, n)| n)
             .sum();
         assert!(complete as f64 >= 0.99 * all as f64, "{name}: {complete} of {all} µs under whole stacks");
-        let in_kernel: u64 = stacks
-            .iter()
-            .filter(|(frames, _)| frames.iter().any(|f| f.contains(kernel)))
-            .map(|(_, n)| n)
-            .sum();
+        let in_kernel = with_frame(&stacks, kernel);
         assert!(
             in_kernel as f64 >= 0.99 * all as f64,
             "{name}: {in_kernel} of {all} µs under {kernel}: {stacks:?}"
