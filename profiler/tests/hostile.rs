@@ -7,60 +7,12 @@
 mod common;
 
 use std::{
-    io::{BufRead as _, BufReader},
     os::unix::fs::{PermissionsExt as _, symlink},
     path::{Path, PathBuf},
-    process::{Command, Output, Stdio},
-    time::{Duration, Instant},
+    process::Command,
 };
 
 use common::*;
-
-/// An unprivileged user: nobody.
-const NOBODY: u32 = 65534;
-
-/// The longest a two-second recording may take to end, outputs written.
-const ENDS_WITHIN: Duration = Duration::from_secs(30);
-
-/// Runs the profiler, killing it (and failing) if it has not ended within [`ENDS_WITHIN`].
-fn run_bounded(args: &[&str]) -> Output {
-    let child = profiler().args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-    let pid = child.id();
-    let started = Instant::now();
-    let watchdog = std::thread::spawn(move || {
-        while started.elapsed() < ENDS_WITHIN {
-            std::thread::sleep(Duration::from_millis(100));
-            // The profiler is gone once its /proc entry is (it is reaped by wait_with_output).
-            if !Path::new(&format!("/proc/{pid}")).exists() {
-                return false;
-            }
-        }
-        // SAFETY: kill has no memory preconditions.
-        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-        true
-    });
-    let output = child.wait_with_output().unwrap();
-    let killed = watchdog.join().unwrap();
-    eprintln!("profiler {args:?}: {}\n{}", output.status, String::from_utf8_lossy(&output.stderr));
-    assert!(!killed, "the profiler did not end within {ENDS_WITHIN:?} and was killed");
-    output
-}
-
-/// The JIT workload run as nobody, writing no perf map of its own: its pid and the address and
-/// size of its code.
-fn unprivileged_jit() -> (KillOnDrop, String) {
-    let jit = build_workload("jit.c", "jit", "gcc", &["-O2"]);
-    let mut child = Command::new("setpriv")
-        .args(["--reuid", &NOBODY.to_string(), "--regid", &NOBODY.to_string(), "--clear-groups"])
-        .arg(&jit)
-        .args(["20", "--no-map"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-    (KillOnDrop(child), line.trim().to_owned())
-}
 
 /// Records the JIT workload for two seconds with `plant` put at its perf map's path first:
 /// `forbidden` must not appear, and one warning must say the map was not read.

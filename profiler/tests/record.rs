@@ -156,9 +156,7 @@ fn without_privileges_says_so() {
         return;
     }
     // Drop to nobody with no capabilities at all.
-    let run = std::process::Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all"])
-        .arg(env!("CARGO_BIN_EXE_profiler"))
+    let run = as_nobody(env!("CARGO_BIN_EXE_profiler"))
         .args(["record", "-a", "-d", "1", "-o", "/tmp/never-written.svg"])
         .output()
         .expect("run setpriv");

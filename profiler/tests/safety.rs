@@ -430,12 +430,7 @@ fn check_without_privileges_fails() {
         return;
     }
     let _one = serial();
-    let output = Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all"])
-        .arg(env!("CARGO_BIN_EXE_profiler"))
-        .arg("check")
-        .output()
-        .unwrap();
+    let output = as_nobody(env!("CARGO_BIN_EXE_profiler")).arg("check").output().unwrap();
     assert!(!output.status.success());
     let stdout = String::from_utf8(output.stdout).unwrap();
     // Privileges, and the two checks that need them: sampling and the off-CPU hooks.

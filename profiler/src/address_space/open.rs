@@ -57,7 +57,18 @@ impl Root {
     /// Opens `path`, as a process with this root names it, for reading: a regular file only,
     /// resolved without leaving the root.
     pub fn open(&self, path: &Path) -> io::Result<File> {
-        let how = OFlags::PATH | OFlags::CLOEXEC;
+        self.open_with(path, OFlags::empty())
+    }
+
+    /// Opens `path` as [`Self::open`] does, but not through a symbolic link at its last
+    /// component: for files the process itself writes (its perf map), where a link is how another
+    /// user would point the profiler at a file that is not the process's.
+    pub fn open_unlinked(&self, path: &Path) -> io::Result<File> {
+        self.open_with(path, OFlags::NOFOLLOW)
+    }
+
+    fn open_with(&self, path: &Path, extra: OFlags) -> io::Result<File> {
+        let how = OFlags::PATH | OFlags::CLOEXEC | extra;
         let resolve = ResolveFlags::IN_ROOT | ResolveFlags::NO_MAGICLINKS;
         let handle = match self {
             // Our own root is `/`: nothing to stay inside, and a relative path is the user's,
@@ -109,8 +120,16 @@ fn is_mapped_inode(stat: &Stat, mapping: &Mapping) -> bool {
 
 /// Opens for reading (never blocking) what an `O_PATH` handle names, if it is a regular file.
 fn reopen(handle: OwnedFd) -> io::Result<File> {
-    if FileType::from_raw_mode(fstat(&handle)?.st_mode) != FileType::RegularFile {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, "not a regular file"));
+    let what = match FileType::from_raw_mode(fstat(&handle)?.st_mode) {
+        FileType::RegularFile => None,
+        // `O_PATH | O_NOFOLLOW` opens a link itself.
+        FileType::Symlink => Some("a symbolic link"),
+        FileType::Directory => Some("a directory"),
+        FileType::Fifo => Some("a FIFO"),
+        _ => Some("a device or socket"),
+    };
+    if let Some(what) = what {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{what}, not a regular file")));
     }
     let own = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&handle));
     let file = rustix::fs::open(own, OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC, Mode::empty())?;

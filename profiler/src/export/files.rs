@@ -1,16 +1,17 @@
 //! `--output-dir`: a gzipped pprof per service and window, `SERVICE-UNIXTIME.pb.gz` (and
-//! `SERVICE-off_cpu-UNIXTIME.pb.gz` with `--off-cpu`), written
-//! atomically; the oldest removed beyond `--keep` files or `--keep-size` bytes.
+//! `SERVICE-off_cpu-UNIXTIME.pb.gz` with `--off-cpu`), mode 0600, written atomically in a
+//! directory opened once (see `output::OutputDir`); the oldest of the agent's own files removed
+//! beyond `--keep` files or `--keep-size` bytes. Another user's file, a link or anything not
+//! named as the agent names its files is never removed.
 use std::{
-    io::Write as _,
-    os::unix::fs::PermissionsExt as _,
-    path::{Path, PathBuf},
+    ffi::{OsStr, OsString},
+    path::Path,
 };
 
-use anyhow::{Context as _, Result};
+use anyhow::Result;
 
 use super::Window;
-use crate::{model::Weight, render::pprof};
+use crate::{model::Weight, output::OutputDir, render::pprof};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Retention {
@@ -20,7 +21,7 @@ pub struct Retention {
 
 #[derive(Debug)]
 pub struct Directory {
-    path: PathBuf,
+    dir: OutputDir,
     retention: Retention,
     /// The last failure said on stderr: a problem is said once, not once per window.
     last_error: Option<String>,
@@ -30,12 +31,11 @@ const SUFFIX: &str = ".pb.gz";
 
 impl Directory {
     pub fn open(path: &Path, retention: Retention) -> Result<Self> {
-        std::fs::create_dir_all(path).with_context(|| format!("cannot create {}", path.display()))?;
-        Ok(Self { path: path.to_owned(), retention, last_error: None })
+        Ok(Self { dir: OutputDir::create(path)?, retention, last_error: None })
     }
 
     pub fn path(&self) -> &Path {
-        &self.path
+        self.dir.path()
     }
 
     /// Writes the window's profiles, then applies the retention.
@@ -47,13 +47,9 @@ impl Directory {
                 let seconds = recording.meta.start_unix_ns / 1_000_000_000;
                 let kind = if recording.meta.weight == Weight::OffCpuNs { "-off_cpu" } else { "" };
                 let name = format!("{}{kind}-{seconds}{SUFFIX}", service.replace(['/', '\0'], "_"));
-                let mut file = tempfile::NamedTempFile::new_in(&self.path)?;
-                pprof::write(recording, &mut file)?;
-                file.flush()?;
-                // As `record`'s outputs: readable, as any profile of this host.
-                file.as_file().set_permissions(std::fs::Permissions::from_mode(0o644))?;
-                file.persist(self.path.join(name))?;
-                Ok::<_, anyhow::Error>(())
+                let pending = self.dir.create_temp()?;
+                pprof::write(recording, &mut pending.file())?;
+                pending.commit(OsStr::new(&name), None)
             })
             .and_then(|()| self.retain());
         match result {
@@ -61,31 +57,55 @@ impl Directory {
             Err(err) => {
                 let error = format!("{err:#}");
                 if self.last_error.as_ref() != Some(&error) {
-                    eprintln!("profiler agent: warning: cannot write to {}: {error}", self.path.display());
+                    eprintln!("profiler agent: warning: cannot write to {}: {error}", self.path().display());
                 }
                 self.last_error = Some(error);
             }
         }
     }
 
-    /// Removes the oldest profiles beyond the retention.
+    /// Removes the oldest profiles beyond the retention: only regular files of ours, named as
+    /// the agent names them.
     fn retain(&self) -> Result<()> {
-        let mut profiles: Vec<(std::time::SystemTime, u64, PathBuf)> = std::fs::read_dir(&self.path)?
-            .filter_map(Result::ok)
-            .filter(|entry| entry.file_name().to_string_lossy().ends_with(SUFFIX))
-            .filter_map(|entry| {
-                let metadata = entry.metadata().ok().filter(std::fs::Metadata::is_file)?;
-                Some((metadata.modified().ok()?, metadata.len(), entry.path()))
-            })
+        let mut profiles: Vec<(i64, u64, OsString)> = self
+            .dir
+            .own_files()?
+            .into_iter()
+            .filter(|(name, ..)| is_profile_name(name))
+            .map(|(name, mtime, size)| (mtime, size, name))
             .collect();
         profiles.sort_unstable_by(|a, b| b.cmp(a));
         let mut bytes = 0;
-        for (index, (_, len, path)) in profiles.into_iter().enumerate() {
+        for (index, (_, len, name)) in profiles.into_iter().enumerate() {
             bytes += len;
             if index >= self.retention.files || bytes > self.retention.bytes {
-                std::fs::remove_file(&path).with_context(|| format!("cannot remove {}", path.display()))?;
+                self.dir.remove_own(&name)?;
             }
         }
         Ok(())
+    }
+}
+
+/// Whether `name` is one the agent gives its profiles: `SERVICE[-off_cpu]-UNIXTIME.pb.gz`.
+fn is_profile_name(name: &OsStr) -> bool {
+    let Some(stem) = name.to_str().and_then(|name| name.strip_suffix(SUFFIX)) else { return false };
+    stem.rsplit_once('-').is_some_and(|(service, seconds)| {
+        !service.is_empty() && !seconds.is_empty() && seconds.bytes().all(|b| b.is_ascii_digit())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_profile_names_are_the_agents() {
+        for ours in ["nginx-1700000000.pb.gz", "my-app-off_cpu-1700000000.pb.gz"] {
+            assert!(is_profile_name(OsStr::new(ours)), "{ours}");
+        }
+        for theirs in ["notes.txt", "-1700000000.pb.gz", "nginx-.pb.gz", "nginx-17x.pb.gz", ".profiler-0123"]
+        {
+            assert!(!is_profile_name(OsStr::new(theirs)), "{theirs}");
+        }
     }
 }

@@ -33,7 +33,7 @@ use crate::{
     clock::{self, Start},
     decode::Payload,
     kernel::{KernelSource, ring::RingReader, task_events::TaskEventReader},
-    model::{Meta, Recording},
+    model::{Meta, Recording, printable},
     named::Named as _,
     output::{self, Outputs},
     render::RenderOptions,
@@ -409,8 +409,15 @@ impl<M: Mode> Pipeline<M> {
                 self.failed
             );
         }
-        for refused in self.namer.refused() {
-            eprintln!("profiler: warning: {refused}");
+        let (refused, refused_count) = self.namer.refused();
+        for refused in refused {
+            eprintln!("profiler: warning: {}", printable(refused));
+        }
+        if refused_count > refused.len() {
+            eprintln!(
+                "profiler: warning: and {} more perf maps were not read",
+                refused_count - refused.len()
+            );
         }
         let out_of_descriptors = self.walker.address_spaces().modules().out_of_descriptors();
         if out_of_descriptors > 0 {

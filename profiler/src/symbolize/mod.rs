@@ -68,8 +68,9 @@ impl Namer {
         self.perf_maps.forget(tgid);
     }
 
-    /// What was refused on the way (perf maps the target's user could not read), a line each.
-    pub fn refused(&self) -> &[String] {
+    /// What was refused on the way (perf maps that are not their process's own), a line each
+    /// for the first ones, and how many in all.
+    pub fn refused(&self) -> (&[String], usize) {
         self.perf_maps.refused()
     }
 

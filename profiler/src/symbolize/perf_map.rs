@@ -90,9 +90,14 @@ impl PerfMap {
 #[derive(Debug, Default)]
 pub struct PerfMaps {
     by_tgid: FxHashMap<u32, PerfMap>,
-    /// Why maps were refused, one line per process.
+    /// Why maps were refused, one line per process, for the first [`REFUSALS_KEPT`] processes.
     refused: Vec<String>,
+    /// Processes whose map was refused, in all.
+    refused_count: usize,
 }
+
+/// Refusals said in full; beyond, they are only counted.
+const REFUSALS_KEPT: usize = 16;
 
 impl PerfMaps {
     /// Notes that a frame of process `tgid` (known as `identity`) ran at `addr` in anonymous
@@ -106,7 +111,12 @@ impl PerfMaps {
         if map.read_at_ns.is_none() {
             match open(identity) {
                 Ok(file) => map.file = file,
-                Err(why) => self.refused.push(format!("the perf map of PID {tgid} was not read: {why}")),
+                Err(why) => {
+                    self.refused_count += 1;
+                    if self.refused.len() < REFUSALS_KEPT {
+                        self.refused.push(format!("the perf map of PID {tgid} was not read: {why}"));
+                    }
+                }
             }
         }
         map.read_at_ns = Some(now_ns);
@@ -123,34 +133,34 @@ impl PerfMaps {
         self.by_tgid.remove(&tgid);
     }
 
-    /// Why maps were refused, one line per process.
-    pub fn refused(&self) -> &[String] {
-        &self.refused
+    /// Why maps were refused, one line per process (the first ones), and how many were in all.
+    pub fn refused(&self) -> (&[String], usize) {
+        (&self.refused, self.refused_count)
     }
 }
 
-/// The perf map of a process, if it has one it may read: `None` when there is none, an error
-/// saying why when there is one that is refused.
+/// The perf map of a process, if it has one that is its own: `None` when there is none, an error
+/// saying why when there is one that is refused. The process's own map is a regular file (not a
+/// link: another user could plant one at the predictable path before the process starts, and
+/// point it anywhere) owned by the process's effective user and writable by nobody else.
 fn open(identity: &Identity) -> Result<Option<File>, String> {
     let path = PathBuf::from(format!("/tmp/perf-{}.map", identity.ns_pid));
-    let file = match identity.root.open(&path) {
+    let file = match identity.root.open_unlinked(&path) {
         Ok(file) => file,
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(err) => return Err(format!("{}: {err}", path.display())),
     };
     let metadata = file.metadata().map_err(|err| err.to_string())?;
-    let owner = metadata.uid();
-    let readable = match identity.uid {
-        Some(uid) if owner == uid => metadata.mode() & 0o400 != 0,
-        _ if owner == 0 => metadata.mode() & 0o004 != 0,
-        _ => false,
-    };
-    if !readable {
+    let (owner, mode) = (metadata.uid(), metadata.mode() & 0o7777);
+    if identity.uid != Some(owner) {
+        let user = identity.uid.map_or("unknown".to_owned(), |uid| format!("uid {uid}"));
         return Err(format!(
-            "{} is owned by uid {owner} (mode {:o}), not readable by the process's own user",
-            path.display(),
-            metadata.mode() & 0o777
+            "{} is owned by uid {owner}, not by the process's user ({user})",
+            path.display()
         ));
+    }
+    if mode & 0o022 != 0 {
+        return Err(format!("{} is writable by other users (mode {mode:o})", path.display()));
     }
     Ok(Some(file))
 }
@@ -224,7 +234,7 @@ mod tests {
         assert_eq!(maps.name(pid, 0x1010), Some("jitted"), "kept after the file is gone");
         maps.forget(pid);
         assert_eq!(maps.name(pid, 0x1010), None);
-        assert!(maps.refused().is_empty());
+        assert_eq!(maps.refused().1, 0);
     }
 
     #[test]
@@ -239,6 +249,6 @@ mod tests {
         maps.observe(pid, &identity, 0x1010, 1);
         std::fs::remove_file(&path).unwrap();
         assert_eq!(maps.name(pid, 0x1010), None);
-        assert_eq!(maps.refused().len(), 1, "{:?}", maps.refused());
+        assert_eq!(maps.refused().1, 1, "{:?}", maps.refused());
     }
 }

@@ -4,10 +4,12 @@
 
 use std::{
     collections::BTreeMap,
+    ffi::OsStr,
+    io::{BufRead as _, BufReader},
     path::{Path, PathBuf},
     process::{Child, Command, Output, Stdio},
     sync::Mutex,
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 /// Set to 1 to skip the end-to-end tests (they need root); they fail otherwise.
@@ -268,4 +270,66 @@ pub fn frame_fill(svg: &str, name: &str) -> (u8, u8, u8) {
     let rgb = &svg[at..][svg[at..].find("fill=\"rgb(").expect("a fill") + 10..];
     let rgb: Vec<u8> = rgb[..rgb.find(')').unwrap()].split(',').map(|c| c.parse().unwrap()).collect();
     (rgb[0], rgb[1], rgb[2])
+}
+
+/// An unprivileged user: nobody.
+pub const NOBODY: u32 = 65534;
+
+/// `program`, to be run as nobody (user and group, no supplementary groups, no capabilities).
+pub fn as_nobody(program: impl AsRef<OsStr>) -> Command {
+    let mut command = Command::new("setpriv");
+    command.args([
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+        "--inh-caps=-all",
+        "--bounding-set=-all",
+    ]);
+    command.arg(program);
+    command
+}
+
+/// The longest a two-second recording may take to end, outputs written.
+const ENDS_WITHIN: Duration = Duration::from_secs(30);
+
+/// Runs the profiler, killing it (and failing) if it has not ended within [`ENDS_WITHIN`].
+pub fn run_bounded(args: &[&str]) -> Output {
+    let child = profiler().args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let pid = child.id();
+    let started = Instant::now();
+    let watchdog = std::thread::spawn(move || {
+        while started.elapsed() < ENDS_WITHIN {
+            std::thread::sleep(Duration::from_millis(100));
+            // The profiler is gone once its /proc entry is (it is reaped by wait_with_output).
+            if !Path::new(&format!("/proc/{pid}")).exists() {
+                return false;
+            }
+        }
+        // SAFETY: kill has no memory preconditions.
+        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+        true
+    });
+    let output = child.wait_with_output().unwrap();
+    let killed = watchdog.join().unwrap();
+    eprintln!("profiler {args:?}: {}\n{}", output.status, String::from_utf8_lossy(&output.stderr));
+    assert!(!killed, "the profiler did not end within {ENDS_WITHIN:?} and was killed");
+    output
+}
+
+/// The JIT workload run as nobody, writing no perf map of its own: its process and the address
+/// and size of its code.
+pub fn unprivileged_jit() -> (KillOnDrop, String) {
+    silent_jit(as_nobody(build_workload("jit.c", "jit", "gcc", &["-O2"])))
+}
+
+/// The JIT workload run as root, writing no perf map of its own, as [`unprivileged_jit`].
+pub fn root_jit() -> (KillOnDrop, String) {
+    silent_jit(Command::new(build_workload("jit.c", "jit", "gcc", &["-O2"])))
+}
+
+fn silent_jit(mut jit: Command) -> (KillOnDrop, String) {
+    let mut child = jit.args(["20", "--no-map"]).stdout(Stdio::piped()).spawn().unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    (KillOnDrop(child), line.trim().to_owned())
 }
