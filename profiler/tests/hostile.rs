@@ -1,9 +1,10 @@
 //! End to end, as root: targets that try to hang, crash or fool the profiler through what they
 //! control. Perf maps that are FIFOs, devices, other users' files or links to root's secrets; a
 //! container whose paths and debug links point at the host; a library truncated under the
-//! profiler; more libraries than the soft limit on open files; and a fork storm larger than the
-//! kernel's table of followed processes. Each recording must end on time with its outputs, show
-//! none of the planted names, and say what it refused.
+//! profiler; more libraries than the soft limit on open files; a fork storm larger than the
+//! kernel's table of followed processes; debug information nested deeper than a recursive
+//! reader's stack. Each recording must end on time with its outputs, show none of the planted
+//! names, and say what it refused.
 mod common;
 
 use std::{
@@ -338,4 +339,86 @@ fn a_fork_storm_larger_than_the_table_of_followed_processes() {
     assert!(!stderr.contains("were not followed"), "{stderr}");
     let folded = Folded::read(&out);
     assert!(folded.leaf_samples("last_child_work", &[]).0 > 300, "the last child is sampled");
+}
+
+/// A program spinning in `spin`, whose debug information nests `depth` inlined subroutines
+/// inside it (nested_dwarf.S), run by nobody for `seconds`.
+fn nested_dwarf_program(depth: u32, seconds: &str) -> (KillOnDrop, PathBuf) {
+    let nested = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/nested_dwarf.S");
+    let define = format!("-DDEPTH={depth}");
+    let flags = ["-O2", "-g0", &define, nested.to_str().unwrap()];
+    let program = build_workload("nested_dwarf_main.c", &format!("nested-dwarf-{depth}"), "gcc", &flags);
+    let target = as_nobody(&program).arg(seconds).spawn().expect("start the program as nobody");
+    (KillOnDrop(target), program)
+}
+
+/// How many times `spin` is named in the heaviest stack ending in it (as a function or inlined).
+fn spin_frames(folded: &Folded) -> usize {
+    let (frames, _) = folded
+        .stacks
+        .iter()
+        .filter(|(frames, _)| frames.last().is_some_and(|leaf| leaf.starts_with("spin")))
+        .max_by_key(|(_, count)| *count)
+        .expect("samples in spin");
+    frames.iter().filter(|frame| frame.starts_with("spin")).count()
+}
+
+/// 20,000 nested levels overflow a reader that recurses per level (blazesym's inlined-function
+/// parsing): the module is named from its ELF symbols with a warning, and the recording is
+/// written. Control: at 100 levels the same debug information is read, each level a frame.
+#[test]
+fn debug_info_nested_deeper_than_a_recursive_reader_goes() {
+    if !e2e_enabled() {
+        return;
+    }
+    let dir = scratch_dir("nested-dwarf");
+    for (depth, named) in [(100, 101), (20_000, 1)] {
+        let (target, program) = nested_dwarf_program(depth, "3");
+        let out = dir.join(format!("{depth}.folded"));
+        let pid = target.pid().to_string();
+        let run = run_bounded(&["record", "-F", "999", "-d", "1.5", "-p", &pid, "-o", out.to_str().unwrap()]);
+        assert!(run.status.success(), "depth {depth}");
+        let folded = Folded::read(&out);
+        assert_eq!(spin_frames(&folded), named, "depth {depth}: spin and its inlined levels");
+        let stderr = String::from_utf8_lossy(&run.stderr);
+        let warning = format!("{}: debug info nests more than 1000 levels deep", program.display());
+        assert_eq!(stderr.contains(&warning), depth > 1000, "depth {depth}: {stderr}");
+    }
+}
+
+/// The agent meets the same program: it keeps running and writes its profiles.
+#[test]
+fn the_agent_outlives_debug_info_nested_too_deep() {
+    if !e2e_enabled() {
+        return;
+    }
+    let (target, _) = nested_dwarf_program(20_000, "5");
+    let out = scratch_dir("nested-dwarf-agent").join("profiles");
+    let pid = target.pid().to_string();
+    let run = run_bounded(&[
+        "agent",
+        "-p",
+        &pid,
+        "--service-name",
+        "nested",
+        "--output-dir",
+        out.to_str().unwrap(),
+        "--interval",
+        "1",
+        "-d",
+        "3",
+    ]);
+    assert!(run.status.success());
+    let files: Vec<PathBuf> = std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().path()).collect();
+    assert!(files.len() >= 2, "a profile a second: {files:?}");
+    let raw = Command::new("go")
+        .args(["tool", "pprof", "-raw"])
+        .arg(&files[0])
+        .output()
+        .expect("run go tool pprof");
+    assert!(
+        String::from_utf8_lossy(&raw.stdout).contains("spin"),
+        "{}",
+        String::from_utf8_lossy(&raw.stdout)
+    );
 }

@@ -409,15 +409,16 @@ impl<M: Mode> Pipeline<M> {
                 self.failed
             );
         }
-        let (refused, refused_count) = self.namer.refused();
-        for refused in refused {
-            eprintln!("profiler: warning: {}", printable(refused));
-        }
-        if refused_count > refused.len() {
-            eprintln!(
-                "profiler: warning: and {} more perf maps were not read",
-                refused_count - refused.len()
-            );
+        for refused in self.namer.refused() {
+            for line in refused.kept() {
+                eprintln!("profiler: warning: {}", printable(line));
+            }
+            if refused.count() > refused.kept().len() {
+                eprintln!(
+                    "profiler: warning: and {} more like these",
+                    refused.count() - refused.kept().len()
+                );
+            }
         }
         let out_of_descriptors = self.walker.address_spaces().modules().out_of_descriptors();
         if out_of_descriptors > 0 {

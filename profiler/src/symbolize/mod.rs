@@ -6,6 +6,7 @@
 //! after its process exited or its file was deleted. blazesym caches each parsed file by its
 //! identity (device, inode, size, mtime): a library shared by many processes is parsed once.
 //! The [`Namer`] names each distinct frame once, as it first appears.
+mod dwarf_nesting;
 mod perf_map;
 mod plt;
 
@@ -28,7 +29,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 pub use self::perf_map::PerfMap;
 pub use self::{perf_map::PerfMaps, plt::PltStubs};
 use crate::{
-    address_space::{AddressSpaces, Module, ModuleId, Modules, readable_path},
+    address_space::{AddressSpaces, Module, ModuleId, Modules, open, readable_path},
     frame::Frame,
     model::{SourceLine, Symbol, SymbolKind},
 };
@@ -68,10 +69,10 @@ impl Namer {
         self.perf_maps.forget(tgid);
     }
 
-    /// What was refused on the way (perf maps that are not their process's own), a line each
-    /// for the first ones, and how many in all.
-    pub fn refused(&self) -> (&[String], usize) {
-        self.perf_maps.refused()
+    /// What was refused on the way: perf maps that are not their process's own, debug
+    /// information nested too deep or malformed.
+    pub fn refused(&self) -> [&Warnings; 2] {
+        [self.perf_maps.refused(), &self.symbolizer.refused]
     }
 
     fn read_perf_maps(&mut self, frames: &[Frame], spaces: &AddressSpaces, now_ns: u64) {
@@ -123,9 +124,40 @@ impl Symbols {
     }
 }
 
+/// Warnings said once each: the first [`Warnings::KEPT`] in full, the rest counted.
+#[derive(Debug, Default)]
+pub struct Warnings {
+    kept: Vec<String>,
+    count: usize,
+}
+
+impl Warnings {
+    const KEPT: usize = 16;
+
+    /// Counts a warning, keeping its text (made by `say`) while few are kept.
+    pub fn push(&mut self, say: impl FnOnce() -> String) {
+        self.count += 1;
+        if self.kept.len() < Self::KEPT {
+            self.kept.push(say());
+        }
+    }
+
+    pub fn kept(&self) -> &[String] {
+        &self.kept
+    }
+
+    pub fn count(&self) -> usize {
+        self.count
+    }
+}
+
 pub struct Symbolizer {
     blaze: BlazeSymbolizer,
     plt: FxHashMap<ModuleId, PltStubs>,
+    /// Whether blazesym may read each module's DWARF, decided at its first frame.
+    dwarf: FxHashMap<ModuleId, bool>,
+    /// Debug information not given to blazesym, a line per module.
+    refused: Warnings,
     /// Modules blazesym failed on (or panicked on): named by module and offset from then on.
     failed: FxHashSet<ModuleId>,
 }
@@ -141,7 +173,13 @@ impl Default for Symbolizer {
             .enable_demangling(true)
             .set_debug_dirs(Some(Vec::<PathBuf>::new()))
             .build();
-        Self { blaze, plt: FxHashMap::default(), failed: FxHashSet::default() }
+        Self {
+            blaze,
+            plt: FxHashMap::default(),
+            dwarf: FxHashMap::default(),
+            refused: Warnings::default(),
+            failed: FxHashSet::default(),
+        }
     }
 }
 
@@ -197,9 +235,10 @@ impl Symbolizer {
     fn module(&mut self, modules: &Modules, id: ModuleId, offsets: &[u64]) -> Vec<Vec<Symbol>> {
         let module = modules.get(id);
         let plt = self.plt.entry(id).or_insert_with(|| plt_stubs(module));
+        let dwarf = *self.dwarf.entry(id).or_insert_with(|| dwarf_readable(module, &mut self.refused));
         let resolved = match self.failed.contains(&id) {
             true => Vec::new(),
-            false => resolve(&self.blaze, module, offsets).unwrap_or_else(|| {
+            false => resolve(&self.blaze, module, offsets, dwarf).unwrap_or_else(|| {
                 self.failed.insert(id);
                 Vec::new()
             }),
@@ -231,11 +270,37 @@ fn source(code_info: Option<&CodeInfo<'_>>) -> Option<SourceLine> {
     Some(SourceLine { file: code_info.to_path().to_string_lossy().into_owned(), line: code_info.line? })
 }
 
-/// blazesym's names for `offsets` of `module`, from the file [`Module::symbol_file`] chooses;
-/// `None` when it fails or panics.
-fn resolve<'a>(blaze: &'a BlazeSymbolizer, module: &Module, offsets: &[u64]) -> Option<Vec<Symbolized<'a>>> {
+/// Whether blazesym may read the DWARF of `module`'s symbol file: it has some, and it nests
+/// within what blazesym's recursion takes. A refusal is warned about, naming the file.
+fn dwarf_readable(module: &Module, refused: &mut Warnings) -> bool {
+    let Some(symbol_file) = module.symbol_file().filter(|symbol_file| symbol_file.dwarf) else {
+        return false;
+    };
+    let checked = match open::map(symbol_file.file) {
+        Ok(image) => dwarf_nesting::check(&image),
+        Err(_) => Err(dwarf_nesting::Refusal::Malformed),
+    };
+    let Err(refusal) = checked else { return true };
+    let file = if symbol_file.virtual_addresses { "'s debug file" } else { "" };
+    refused.push(|| {
+        format!(
+            "{}{file}: {refusal}: its frames are named from its ELF symbols only",
+            module.path().display()
+        )
+    });
+    false
+}
+
+/// blazesym's names for `offsets` of `module`, from the file [`Module::symbol_file`] chooses,
+/// with its DWARF when `dwarf`; `None` when it fails or panics.
+fn resolve<'a>(
+    blaze: &'a BlazeSymbolizer,
+    module: &Module,
+    offsets: &[u64],
+    dwarf: bool,
+) -> Option<Vec<Symbolized<'a>>> {
     let symbol_file = module.symbol_file()?;
-    let elf = Elf { debug_syms: symbol_file.dwarf, ..Elf::new(readable_path(symbol_file.file)) };
+    let elf = Elf { debug_syms: dwarf, ..Elf::new(readable_path(symbol_file.file)) };
     let source = Source::Elf(elf);
     if !symbol_file.virtual_addresses {
         return contained(|| blaze.symbolize(&source, Input::FileOffset(offsets)).ok());

@@ -17,6 +17,7 @@ use std::{
 
 use rustc_hash::FxHashMap;
 
+use super::Warnings;
 use crate::address_space::Identity;
 
 /// How often a process's perf map may be read again.
@@ -90,14 +91,9 @@ impl PerfMap {
 #[derive(Debug, Default)]
 pub struct PerfMaps {
     by_tgid: FxHashMap<u32, PerfMap>,
-    /// Why maps were refused, one line per process, for the first [`REFUSALS_KEPT`] processes.
-    refused: Vec<String>,
-    /// Processes whose map was refused, in all.
-    refused_count: usize,
+    /// Why maps were refused, one line per process.
+    refused: Warnings,
 }
-
-/// Refusals said in full; beyond, they are only counted.
-const REFUSALS_KEPT: usize = 16;
 
 impl PerfMaps {
     /// Notes that a frame of process `tgid` (known as `identity`) ran at `addr` in anonymous
@@ -111,12 +107,7 @@ impl PerfMaps {
         if map.read_at_ns.is_none() {
             match open(identity) {
                 Ok(file) => map.file = file,
-                Err(why) => {
-                    self.refused_count += 1;
-                    if self.refused.len() < REFUSALS_KEPT {
-                        self.refused.push(format!("the perf map of PID {tgid} was not read: {why}"));
-                    }
-                }
+                Err(why) => self.refused.push(|| format!("the perf map of PID {tgid} was not read: {why}")),
             }
         }
         map.read_at_ns = Some(now_ns);
@@ -133,9 +124,9 @@ impl PerfMaps {
         self.by_tgid.remove(&tgid);
     }
 
-    /// Why maps were refused, one line per process (the first ones), and how many were in all.
-    pub fn refused(&self) -> (&[String], usize) {
-        (&self.refused, self.refused_count)
+    /// Why maps were refused, one line per process.
+    pub fn refused(&self) -> &Warnings {
+        &self.refused
     }
 }
 
@@ -234,7 +225,7 @@ mod tests {
         assert_eq!(maps.name(pid, 0x1010), Some("jitted"), "kept after the file is gone");
         maps.forget(pid);
         assert_eq!(maps.name(pid, 0x1010), None);
-        assert_eq!(maps.refused().1, 0);
+        assert_eq!(maps.refused().count(), 0);
     }
 
     #[test]
@@ -249,6 +240,6 @@ mod tests {
         maps.observe(pid, &identity, 0x1010, 1);
         std::fs::remove_file(&path).unwrap();
         assert_eq!(maps.name(pid, 0x1010), None);
-        assert_eq!(maps.refused().1, 1, "{:?}", maps.refused());
+        assert_eq!(maps.refused().count(), 1, "{:?}", maps.refused());
     }
 }
