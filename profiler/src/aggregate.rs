@@ -8,7 +8,7 @@ use rustc_hash::{FxBuildHasher, FxHashMap};
 use crate::{
     address_space::{ModuleId, Modules},
     frame::Frame,
-    model::{Location, Meta, ModuleInfo, Recording, Sample, ThreadState, intern},
+    model::{Location, Meta, ModuleInfo, Recording, Sample, ThreadState, intern, printable, printable_owned},
     symbolize::Symbols,
     walk::Walked,
 };
@@ -140,7 +140,7 @@ impl Aggregate {
     }
 
     pub fn intern_comm(&mut self, comm: &str) -> CommId {
-        CommId(intern(&mut self.comms, comm) as u32)
+        CommId(intern(&mut self.comms, &*printable(comm)) as u32)
     }
 
     /// The samples: each one, or one per distinct (stack, command, process, thread) with their
@@ -255,7 +255,7 @@ impl Builder {
         *self.module_ids.entry(id).or_insert_with(|| {
             let module = modules.get(id);
             self.recording.modules.push(ModuleInfo {
-                path: module.path().to_string_lossy().into_owned(),
+                path: printable_owned(module.path().to_string_lossy().into_owned()),
                 build_id: module.build_id().map(<[u8]>::to_vec).unwrap_or_default(),
             });
             self.recording.modules.len() as u32 - 1

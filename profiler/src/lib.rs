@@ -32,7 +32,10 @@ pub use crate::{
     cli::Cli,
     commands::run,
     decode::{DecodeError, Payload, Record, RecordKind, SampleRecord, UserRegs},
-    model::{Meta, Recording, Symbol, SymbolKind, ThreadState, filter::Filter, raw},
+    model::{
+        Location, Meta, ModuleInfo, Recording, Sample, SourceLine, Symbol, SymbolKind, ThreadState,
+        filter::Filter, printable, raw,
+    },
     render::{Format, Grouping, RenderOptions, pprof::proto as pprof, render},
 };
 

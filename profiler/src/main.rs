@@ -2,7 +2,7 @@
 use std::process::ExitCode;
 
 use clap::Parser as _;
-use profiler::Cli;
+use profiler::{Cli, printable};
 
 fn main() -> ExitCode {
     // A panic is a bug, reported in one line; the stages contain the ones they can survive.
@@ -14,12 +14,13 @@ fn main() -> ExitCode {
             .map(|s| s.to_string())
             .or_else(|| info.payload().downcast_ref::<String>().cloned())
             .unwrap_or_default();
-        eprintln!("profiler: internal error: {message}{location}");
+        eprintln!("profiler: internal error: {}{location}", printable(&message));
     }));
     match profiler::run(Cli::parse()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("profiler: error: {err:#}");
+            // Errors may quote what a target named (a path, a process's name).
+            eprintln!("profiler: error: {}", printable(&format!("{err:#}")));
             ExitCode::FAILURE
         }
     }

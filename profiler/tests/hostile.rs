@@ -3,7 +3,8 @@
 //! container whose paths and debug links point at the host; a library truncated under the
 //! profiler; more libraries than the soft limit on open files; a fork storm larger than the
 //! kernel's table of followed processes; debug information nested deeper than a recursive
-//! reader's stack. Each recording must end on time with its outputs, show none of the planted
+//! reader's stack; names made of terminal escapes, XML-breaking characters and folded-format
+//! separators. Each recording must end on time with valid outputs, show none of the planted
 //! names, and say what it refused.
 mod common;
 
@@ -421,4 +422,76 @@ fn the_agent_outlives_debug_info_nested_too_deep() {
         "{}",
         String::from_utf8_lossy(&raw.stdout)
     );
+}
+
+/// A JIT function's name (from its perf map) and a command name (the name of the link the
+/// process was started through) full of what breaks outputs: terminal escapes and control
+/// characters, characters XML forbids, markup, a bidirectional override, the folded format's
+/// separator and a trailing number that would read as a second count. Every output stays
+/// valid and shows the names escaped (the control: they were read).
+#[test]
+fn hostile_names_leave_every_output_valid() {
+    if !e2e_enabled() {
+        return;
+    }
+    let dir = scratch_dir("hostile-names");
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let link = dir.join("\x1b[2Jj;t\x07");
+    symlink(build_workload("jit.c", "jit", "gcc", &["-O2"]), &link).unwrap();
+    let (workload, code) = unprivileged_jit_as(&link);
+    let map = PathBuf::from(format!("/tmp/perf-{}.map", workload.pid()));
+    let name = "jit\x1b]0;pwned\x07\x01 <b>&amp;</b> \u{202e}evil\u{ffff};next 42";
+    std::fs::write(&map, map_line(&code, name)).unwrap();
+    std::os::unix::fs::chown(&map, Some(NOBODY), Some(NOBODY)).unwrap();
+    let outputs = ["out.folded", "out.svg", "out.json", "out.pb.gz", "out.prof"].map(|file| dir.join(file));
+    let pid = workload.pid().to_string();
+    let mut args = vec!["record", "-p", &pid, "-F", "999", "-d", "2"];
+    for output in &outputs {
+        args.extend(["-o", output.to_str().unwrap()]);
+    }
+    let run = run_bounded(&args);
+    let _ = std::fs::remove_file(&map);
+    assert!(run.status.success());
+    assert!(!run.stderr.iter().any(|&byte| byte == 0x1b || byte == 0x07), "raw escapes on the terminal");
+
+    // As pprof and speedscope name it, and as a frame of folded stacks and flame graphs.
+    let escaped = "jit\\u{1b}]0;pwned\\u{7}\\u{1} <b>&amp;</b> \\u{202e}evil\\u{ffff};next 42";
+    let folded_frame = "jit\\u{1b}]0:pwned\\u{7}\\u{1} <b>&amp:</b> \\u{202e}evil\\u{ffff}:next_42";
+    let command = "\\u{1b}[2Jj:t\\u{7}";
+    let folded = Folded::read(&outputs[0]);
+    let in_jit: u64 = folded
+        .stacks
+        .iter()
+        .filter(|(frames, _)| frames.last().is_some_and(|leaf| leaf.contains("pwned")))
+        .map(|(frames, count)| {
+            assert_eq!(
+                (&frames[0], &frames[frames.len() - 1]),
+                (&command.to_owned(), &format!("{folded_frame}_[j]"))
+            );
+            count
+        })
+        .sum();
+    assert!(in_jit as f64 > 0.9 * folded.total() as f64, "the JIT code named: {:?}", folded.stacks);
+
+    let svg = std::fs::read_to_string(&outputs[1]).unwrap();
+    let options = roxmltree::ParsingOptions { allow_dtd: true, ..Default::default() };
+    let svg = roxmltree::Document::parse_with_options(&svg, options).expect("the SVG is valid XML");
+    let titles: Vec<&str> =
+        svg.descendants().filter(|n| n.has_tag_name("title")).filter_map(|n| n.text()).collect();
+    assert!(titles.iter().any(|title| title.starts_with(folded_frame)), "{titles:?}");
+    assert!(titles.iter().any(|title| title.starts_with(command)), "{titles:?}");
+
+    let speedscope: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&outputs[2]).unwrap()).expect("speedscope JSON parses");
+    let frames = speedscope["shared"]["frames"].as_array().unwrap();
+    assert!(frames.iter().any(|frame| frame["name"].as_str().unwrap().starts_with(escaped)), "{frames:?}");
+
+    let raw = Command::new("go").args(["tool", "pprof", "-raw"]).arg(&outputs[3]).output().unwrap();
+    assert!(raw.status.success(), "go tool pprof: {}", String::from_utf8_lossy(&raw.stderr));
+    assert!(String::from_utf8(raw.stdout).unwrap().contains(escaped));
+
+    let report = dir.join("report.folded");
+    let reported = run_bounded(&["report", outputs[4].to_str().unwrap(), "-o", report.to_str().unwrap()]);
+    assert!(reported.status.success());
+    assert_eq!(std::fs::read_to_string(&report).unwrap(), std::fs::read_to_string(&outputs[0]).unwrap());
 }

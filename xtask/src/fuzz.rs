@@ -9,8 +9,15 @@ use crate::check;
 
 /// Seconds per target when `cargo xtask test` runs them.
 pub const BRIEF_SECONDS: u32 = 15;
-const TARGETS: [&str; 6] =
-    ["decode_record", "unwind_stack", "raw_recording", "elf_file", "proc_text", "task_event"];
+const TARGETS: [&str; 7] = [
+    "decode_record",
+    "unwind_stack",
+    "raw_recording",
+    "elf_file",
+    "proc_text",
+    "task_event",
+    "hostile_names",
+];
 
 pub fn run(root: &Path, seconds: u32, targets: &[String]) -> Result<()> {
     let fuzz_dir = root.join("profiler/fuzz");

@@ -10,7 +10,9 @@ fuzz_target!(|data: &[u8]| {
     let recordings = [raw::read(&mut &data[..]), raw::decode_payload(data)];
     for recording in recordings.into_iter().flatten() {
         let recording = recording.filtered(&Filter { no_kernel: data.len() % 2 == 0, ..Default::default() });
-        for format in [Format::Folded, Format::Pprof, Format::Speedscope, Format::Raw, Format::Svg, Format::LeakReport] {
+        for format in
+            [Format::Folded, Format::Pprof, Format::Speedscope, Format::Raw, Format::Svg, Format::LeakReport]
+        {
             render(format, &recording, &RenderOptions::default(), &mut std::io::sink()).unwrap();
         }
     }

@@ -12,7 +12,7 @@ use std::{borrow::Borrow, collections::HashMap, hash::Hash};
 
 use indexmap::IndexSet;
 
-pub use self::symbol::{SourceLine, Symbol, SymbolKind, printable, without_separators};
+pub use self::symbol::{SourceLine, Symbol, SymbolKind, folded_frame, printable, printable_owned};
 
 /// What the recording was, for titles and reports.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -26,7 +26,7 @@ use prost::Message;
 
 use super::{
     AllocationTotals, Location, Meta, ModuleInfo, Recording, Sample, SourceLine, Symbol, SymbolKind,
-    ThreadState, UnwindSummary, Weight, intern,
+    ThreadState, UnwindSummary, Weight, intern, printable_owned,
 };
 
 pub const MAGIC: &[u8; 8] = b"PROFILER";
@@ -324,7 +324,7 @@ fn decode(raw: RawRecording) -> Result<Recording> {
         _ => bail!("unwind summary has {} fields", raw_meta.unwind.len()),
     };
     let meta = Meta {
-        target: raw_meta.target,
+        target: printable_owned(raw_meta.target),
         frequency_hz: raw_meta.frequency_hz,
         start_unix_ns: raw_meta.start_unix_ns,
         duration_ns: raw_meta.duration_ns,
@@ -335,8 +335,11 @@ fn decode(raw: RawRecording) -> Result<Recording> {
         weight: weight(raw_meta.weight)?,
         allocations: raw_meta.allocations.map(AllocationTotals::from),
     };
-    let modules: Vec<ModuleInfo> =
-        raw.modules.into_iter().map(|m| ModuleInfo { path: m.path, build_id: m.build_id }).collect();
+    let modules: Vec<ModuleInfo> = raw
+        .modules
+        .into_iter()
+        .map(|m| ModuleInfo { path: printable_owned(m.path), build_id: m.build_id })
+        .collect();
     let name_bytes: u64 = raw
         .locations
         .iter()
@@ -382,7 +385,7 @@ fn decode(raw: RawRecording) -> Result<Recording> {
                             line: l.symbol_lines.get(s).copied().unwrap_or(0),
                         }),
                     };
-                    Ok(Symbol { name: string(name)?.clone(), kind: kind(code)?, source })
+                    Ok(Symbol::new(string(name)?.clone(), kind(code)?).at(source))
                 })
                 .collect::<Result<_>>()?;
             Ok(Location { module, address: l.address, symbols })
@@ -424,7 +427,8 @@ fn decode(raw: RawRecording) -> Result<Recording> {
             Ok(sample)
         })
         .collect::<Result<_>>()?;
-    Ok(Recording { meta, modules, locations, stacks, comms: raw.comms, samples })
+    let comms = raw.comms.into_iter().map(printable_owned).collect();
+    Ok(Recording { meta, modules, locations, stacks, comms, samples })
 }
 
 #[cfg(test)]

@@ -1,4 +1,5 @@
 //! Names of code, as the model keeps them: a name and what kind of code it names.
+use std::borrow::Cow;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SymbolKind {
@@ -28,15 +29,19 @@ pub struct SourceLine {
 }
 
 impl Symbol {
+    /// A symbol named `name`, made [`printable`]: names come from targets (symbol tables, perf
+    /// maps, recordings) and every output must stay valid whatever their bytes.
     pub fn new(name: impl Into<String>, kind: SymbolKind) -> Self {
-        Self { name: name.into(), kind, source: None }
+        Self { name: printable_owned(name.into()), kind, source: None }
     }
 
+    /// The symbol at `source`, its file name made [`printable`].
     pub fn at(self, source: Option<SourceLine>) -> Self {
+        let source = source.map(|SourceLine { file, line }| SourceLine { file: printable_owned(file), line });
         Self { source, ..self }
     }
 
-    /// The name as flame graphs and summaries show it: without the folded format's separators,
+    /// The name as flame graphs and summaries show it: a [`folded_frame`],
     /// and with the suffix of its kind (`_[k]` kernel, `_[i]` inlined, `_[j]` JIT), the
     /// convention of perf and FlameGraph that inferno's palettes colour by.
     pub fn display_name(&self) -> String {
@@ -46,25 +51,66 @@ impl Symbol {
             SymbolKind::Kernel => "_[k]",
             SymbolKind::Jit => "_[j]",
         };
-        format!("{}{suffix}", without_separators(&self.name))
+        format!("{}{suffix}", folded_frame(&self.name))
     }
 }
 
-/// Text a target controls (a command name, a symbol, a path), made safe for a terminal: control
-/// characters (escape sequences among them) are shown as `\u{..}` escapes instead of acted upon.
-pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
-    if !text.chars().any(char::is_control) {
+/// Text a target controls (a command name, a symbol, a path), made safe to show anywhere: the
+/// characters that would act instead of being read are shown as `\u{..}` escapes. Those are
+/// control characters (terminal escape sequences, line breaks that would split a line-based
+/// format), the characters XML 1.0 forbids beyond them (U+FFFE, U+FFFF: an SVG holding one does
+/// not open), line and paragraph separators, and the bidirectional formatting characters that
+/// make text read in another order than it is stored.
+pub fn printable(text: &str) -> Cow<'_, str> {
+    if !text.chars().any(acts) {
         return text.into();
     }
-    text.chars()
-        .map(|c| if c.is_control() { c.escape_unicode().to_string() } else { c.to_string() })
-        .collect()
+    text.chars().map(|c| if acts(c) { c.escape_unicode().to_string() } else { c.to_string() }).collect()
 }
 
-/// A name with the separators of the folded format (`;` between frames, one stack per line)
-/// replaced, so that it stays one frame.
-pub fn without_separators(name: &str) -> String {
-    name.replace(';', ":").replace(['\n', '\r'], " ")
+/// [`printable`] for owned text, reusing it when nothing needs escaping.
+pub fn printable_owned(text: String) -> String {
+    match printable(&text) {
+        Cow::Borrowed(_) => text,
+        Cow::Owned(escaped) => escaped,
+    }
+}
+
+fn acts(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{fffe}'
+                | '\u{ffff}'
+                | '\u{2028}'
+                | '\u{2029}'
+                | '\u{061c}'
+                | '\u{200e}'
+                | '\u{200f}'
+                | '\u{202a}'..='\u{202e}'
+                | '\u{2066}'..='\u{2069}'
+        )
+}
+
+/// A name (made [`printable`] already) as one frame of a folded stack, whose readers split
+/// frames at `;`, take a line's last one or two space-separated numbers as its counts (two make
+/// a differential profile), and skip empty frames: `;` becomes `:`, a space before a trailing
+/// number `_`, and an empty name `[no name]`.
+pub fn folded_frame(name: &str) -> Cow<'_, str> {
+    if name.is_empty() {
+        return "[no name]".into();
+    }
+    let trailing_number = name
+        .rsplit_once(' ')
+        .is_some_and(|(_, last)| !last.is_empty() && last.chars().all(|c| c.is_ascii_digit() || c == '.'));
+    if !name.contains(';') && !trailing_number {
+        return name.into();
+    }
+    let mut frame = name.replace(';', ":");
+    if trailing_number && let Some(space) = frame.rfind(' ') {
+        frame.replace_range(space..=space, "_");
+    }
+    frame.into()
 }
 
 #[cfg(test)]
@@ -76,14 +122,35 @@ mod tests {
         assert_eq!(printable("plain name"), "plain name");
         assert_eq!(printable("a\x1b[2Jb\x07"), "a\\u{1b}[2Jb\\u{7}");
         assert_eq!(printable("line\nbreak\u{9b}"), "line\\u{a}break\\u{9b}");
+        assert_eq!(printable("not\u{ffff}xml\u{fffe}"), "not\\u{ffff}xml\\u{fffe}");
+        assert_eq!(printable("abc\u{202e}fed\u{2029}"), "abc\\u{202e}fed\\u{2029}");
+        assert_eq!(printable("na\u{ef}ve \u{4e2d}"), "na\u{ef}ve \u{4e2d}");
+    }
+
+    #[test]
+    fn symbols_and_their_files_are_printable() {
+        let symbol = Symbol::new("a\x1bb", SymbolKind::Function)
+            .at(Some(SourceLine { file: "/src/\x07.c".into(), line: 3 }));
+        assert_eq!(symbol.name, "a\\u{1b}b");
+        assert_eq!(symbol.source.unwrap().file, "/src/\\u{7}.c");
     }
 
     #[test]
     fn display_names_carry_their_kind() {
         let name = |kind| Symbol::new("a;b\nc", kind).display_name();
-        assert_eq!(name(SymbolKind::Function), "a:b c");
-        assert_eq!(name(SymbolKind::Inlined), "a:b c_[i]");
-        assert_eq!(name(SymbolKind::Kernel), "a:b c_[k]");
-        assert_eq!(name(SymbolKind::Jit), "a:b c_[j]");
+        assert_eq!(name(SymbolKind::Function), "a:b\\u{a}c");
+        assert_eq!(name(SymbolKind::Inlined), "a:b\\u{a}c_[i]");
+        assert_eq!(name(SymbolKind::Kernel), "a:b\\u{a}c_[k]");
+        assert_eq!(name(SymbolKind::Jit), "a:b\\u{a}c_[j]");
+    }
+
+    #[test]
+    fn folded_frames_stay_one_frame_without_counts() {
+        assert_eq!(folded_frame("std::vector<int>::push_back"), "std::vector<int>::push_back");
+        assert_eq!(folded_frame("a;b"), "a:b");
+        assert_eq!(folded_frame("operator new 42"), "operator new_42");
+        assert_eq!(folded_frame("differential 1 2.5"), "differential 1_2.5");
+        assert_eq!(folded_frame("trailing "), "trailing ");
+        assert_eq!(folded_frame(""), "[no name]");
     }
 }

@@ -5,7 +5,7 @@
 //! FlameGraph, which inferno's palettes colour).
 use std::{collections::BTreeMap, io::Write};
 
-use crate::model::{Recording, Symbol, without_separators};
+use crate::model::{Recording, Symbol, folded_frame};
 
 /// What the root frame of each stack is.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -28,9 +28,9 @@ pub fn collapse(recording: &Recording, grouping: Grouping) -> Folded {
     for sample in &recording.samples {
         let comm = &recording.comms[sample.comm as usize];
         let root = match grouping {
-            Grouping::Command => Some(without_separators(comm)),
-            Grouping::Process => Some(format!("{}-{}", without_separators(comm), sample.pid)),
-            Grouping::Thread => Some(format!("{}-{}", without_separators(comm), sample.tid)),
+            Grouping::Command => Some(folded_frame(comm).into_owned()),
+            Grouping::Process => Some(format!("{}-{}", folded_frame(comm), sample.pid)),
+            Grouping::Thread => Some(format!("{}-{}", folded_frame(comm), sample.tid)),
             Grouping::None => None,
         };
         *counts.entry((root, sample.stack)).or_default() += sample.weight;

@@ -33,7 +33,7 @@ use crate::{
     clock::{self, Start},
     decode::Payload,
     kernel::{KernelSource, ring::RingReader, task_events::TaskEventReader},
-    model::{Meta, Recording, printable},
+    model::{Meta, Recording, printable, printable_owned},
     named::Named as _,
     output::{self, Outputs},
     render::RenderOptions,
@@ -153,7 +153,7 @@ pub async fn run<M: Mode>(mode: M, settings: Settings) -> Result<()> {
     let mut status = StatusLine::new(!settings.quiet && std::io::stderr().is_terminal());
     let stop = stop_condition(settings.duration, running.exited())?;
     let base = Meta {
-        target: description,
+        target: printable_owned(description),
         frequency_hz: settings.frequency_hz.unwrap_or(0),
         call_graph: settings.call_graph.name().into(),
         stack_copy_kib: settings.stack_copy_kib,

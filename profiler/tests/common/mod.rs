@@ -319,7 +319,13 @@ pub fn run_bounded(args: &[&str]) -> Output {
 /// The JIT workload run as nobody, writing no perf map of its own: its process and the address
 /// and size of its code.
 pub fn unprivileged_jit() -> (KillOnDrop, String) {
-    silent_jit(as_nobody(build_workload("jit.c", "jit", "gcc", &["-O2"])))
+    unprivileged_jit_as(&build_workload("jit.c", "jit", "gcc", &["-O2"]))
+}
+
+/// [`unprivileged_jit`] started through `program`, the JIT workload or a link to it (whose name
+/// becomes the process's command name).
+pub fn unprivileged_jit_as(program: &Path) -> (KillOnDrop, String) {
+    silent_jit(as_nobody(program))
 }
 
 /// The JIT workload run as root, writing no perf map of its own, as [`unprivileged_jit`].
