@@ -2,6 +2,7 @@
 pub mod folded;
 pub mod leak_report;
 pub mod pprof;
+pub mod profile_tables;
 pub mod speedscope;
 pub mod summary;
 pub mod svg;

@@ -1,13 +1,15 @@
 //! pprof: a gzipped `perftools.profiles.Profile` protobuf, as read by `go tool pprof`,
 //! Pyroscope and Parca. Symbolized already: locations carry their functions (inlined ones as
 //! extra lines), mappings their file name and build id; location addresses are file offsets.
-//! Samples are counted per (stack, pid, tid) with `pid`, `tid` and `comm` labels.
-use std::{collections::HashMap, io::Write};
+//! Samples are counted per (stack, pid, tid, command, state) with `pid`, `tid`, `comm` and, off
+//! the CPU, `thread_state` labels. The tables are [`ProfileTables`], shared with OTLP.
+use std::io::Write;
 
 use flate2::{Compression, write::GzEncoder};
 use indexmap::IndexSet;
 use prost::Message as _;
 
+use super::profile_tables::{ProfileTables, ValueType};
 use crate::model::{Recording, ThreadState, Weight, intern};
 
 /// The messages of profile.proto that profiler writes (field numbers from that schema).
@@ -130,125 +132,55 @@ impl Strings {
     fn id(&mut self, s: &str) -> i64 {
         intern(&mut self.0, s) as i64
     }
+
+    fn value_type(&mut self, value_type: ValueType) -> proto::ValueType {
+        proto::ValueType { r#type: self.id(value_type.kind), unit: self.id(value_type.unit) }
+    }
 }
 
+/// The profile of a recording: its [`ProfileTables`], ids numbered from 1.
 pub fn profile(recording: &Recording) -> proto::Profile {
+    let tables = ProfileTables::of(recording);
     let mut strings = Strings::new();
-    let period_ns = recording.meta.period_ns() as i64;
-    let value_type = |strings: &mut Strings, kind: &str, unit: &str| proto::ValueType {
-        r#type: strings.id(kind),
-        unit: strings.id(unit),
+    let types = tables.types;
+    let sample_type = types.values.iter().map(|&value_type| strings.value_type(value_type)).collect();
+    let period_type = types.period_type.map(|value_type| strings.value_type(value_type));
+    // Unset for CPU profiles: readers then show the last value, the CPU time.
+    let default_sample_type = match recording.meta.weight {
+        Weight::Samples => 0,
+        _ => strings.id(types.values[types.primary].kind),
     };
-    // A CPU profile's samples and time; a heap profile's live objects and bytes, as Go's.
-    let (sample_type, period_type, period, default_type) = match recording.meta.weight {
-        Weight::Samples => (
-            vec![
-                value_type(&mut strings, "samples", "count"),
-                value_type(&mut strings, "cpu", "nanoseconds"),
-            ],
-            Some(value_type(&mut strings, "cpu", "nanoseconds")),
-            period_ns,
-            0,
-        ),
-        Weight::Bytes => (
-            vec![
-                value_type(&mut strings, "inuse_objects", "count"),
-                value_type(&mut strings, "inuse_space", "bytes"),
-            ],
-            None,
-            0,
-            strings.id("inuse_space"),
-        ),
-        // Spans (and samples) counted, and their time.
-        Weight::OffCpuNs | Weight::WallNs => {
-            let kind = if recording.meta.weight == Weight::OffCpuNs { "off_cpu" } else { "wall" };
-            (
-                vec![
-                    value_type(&mut strings, "samples", "count"),
-                    value_type(&mut strings, kind, "nanoseconds"),
-                ],
-                Some(value_type(&mut strings, kind, "nanoseconds")),
-                // Spans are measured, not sampled: one nanosecond between two (CPU samples
-                // of a wall profile weigh their period already).
-                1,
-                strings.id(kind),
-            )
-        }
-    };
-
-    // Mapping ids: modules first (1..), then one each for the kernel and anonymous memory.
-    let mut mapping: Vec<proto::Mapping> = recording
-        .modules
+    let mapping = tables
+        .mappings
         .iter()
         .enumerate()
-        .map(|(i, m)| {
-            let build_id: String = m.build_id.iter().map(|b| format!("{b:02x}")).collect();
-            proto::Mapping {
-                id: i as u64 + 1,
-                memory_start: 0,
-                memory_limit: u64::MAX,
-                file_offset: 0,
-                filename: strings.id(&m.path),
-                build_id: strings.id(&build_id),
-                has_functions: true,
-                has_inline_frames: true,
-            }
+        .map(|(i, m)| proto::Mapping {
+            id: i as u64 + 1,
+            memory_limit: u64::MAX,
+            filename: strings.id(m.file),
+            build_id: strings.id(&m.build_id),
+            has_functions: true,
+            has_inline_frames: i < recording.modules.len(),
+            ..Default::default()
         })
         .collect();
-    let kernel_mapping = mapping.len() as u64 + 1;
-    let anonymous_mapping = kernel_mapping + 1;
-    for (id, name) in [(kernel_mapping, "[kernel.kallsyms]"), (anonymous_mapping, "[anon]")] {
-        let filename = strings.id(name);
-        mapping.push(proto::Mapping {
-            id,
-            memory_limit: u64::MAX,
-            filename,
-            has_functions: true,
-            ..Default::default()
-        });
-    }
-
-    // Functions by name and source file, numbered from 1.
-    let mut functions: IndexSet<(String, String)> = IndexSet::new();
-    let location = recording
+    let location = tables
         .locations
         .iter()
         .enumerate()
-        .map(|(i, l)| {
-            let mapping_id = match l.module {
-                Some(m) => u64::from(m) + 1,
-                None if l.is_kernel() => kernel_mapping,
-                None => anonymous_mapping,
-            };
-            // pprof lists inlined functions innermost first; the last line is the caller. Names
-            // are clean: pprof has inlining (lines) and the kernel (its mapping) of its own.
-            let line = l
-                .symbols
+        .map(|(i, l)| proto::Location {
+            id: i as u64 + 1,
+            mapping_id: l.mapping as u64 + 1,
+            address: l.address,
+            line: l
+                .lines
                 .iter()
-                .rev()
-                .map(|symbol| {
-                    let file = symbol.source.as_ref().map_or("", |source| source.file.as_str());
-                    let key = (symbol.name.clone(), file.to_owned());
-                    proto::Line {
-                        function_id: functions.insert_full(key).0 as u64 + 1,
-                        line: symbol.source.as_ref().map_or(0, |source| source.line.into()),
-                    }
-                })
-                .collect();
-            proto::Location { id: i as u64 + 1, mapping_id, address: l.address, line }
+                .map(|line| proto::Line { function_id: line.function as u64 + 1, line: line.line })
+                .collect(),
         })
         .collect();
-
-    // Per (stack, pid, tid, comm, state): model samples and their summed weight.
-    type Key = (u32, u32, u32, u32, ThreadState);
-    let mut counts: HashMap<Key, (i64, i64)> = HashMap::new();
-    for s in &recording.samples {
-        let entry = counts.entry((s.stack, s.pid, s.tid, s.comm, s.state)).or_default();
-        *entry = (entry.0 + 1, entry.1 + s.weight as i64);
-    }
-    let mut keys: Vec<_> = counts.keys().copied().collect();
-    keys.sort_unstable();
-    let function = functions
+    let function = tables
+        .functions
         .iter()
         .enumerate()
         .map(|(i, (name, file))| {
@@ -257,37 +189,29 @@ pub fn profile(recording: &Recording) -> proto::Profile {
         })
         .collect();
     let (pid_key, tid_key, comm_key) = (strings.id("pid"), strings.id("tid"), strings.id("comm"));
-    let off_cpu = recording.samples.iter().any(|s| s.state != ThreadState::OnCpu);
-    let state_key = if off_cpu { strings.id("thread_state") } else { 0 };
-    let sample = keys
-        .into_iter()
-        .map(|key @ (stack, pid, tid, comm, state)| {
-            let (count, weight) = counts[&key];
-            // A CPU sample of the model may count several; a block is one object.
-            let value = match recording.meta.weight {
-                Weight::Samples => vec![weight, weight * period_ns],
-                Weight::Bytes | Weight::OffCpuNs | Weight::WallNs => vec![count, weight],
-            };
-            proto::Sample {
-                location_id: recording.stacks[stack as usize].iter().map(|&l| u64::from(l) + 1).collect(),
-                value,
-                label: vec![
-                    proto::Label { key: pid_key, num: pid.into(), ..Default::default() },
-                    proto::Label { key: tid_key, num: tid.into(), ..Default::default() },
-                    proto::Label {
-                        key: comm_key,
-                        str: strings.id(&recording.comms[comm as usize]),
-                        ..Default::default()
-                    },
-                ]
-                .into_iter()
-                .chain((state != ThreadState::OnCpu).then(|| proto::Label {
-                    key: state_key,
-                    str: strings.id(&state.letter().to_string()),
+    let state_key = if tables.off_cpu { strings.id("thread_state") } else { 0 };
+    let sample = tables
+        .samples
+        .iter()
+        .map(|row| proto::Sample {
+            location_id: recording.stacks[row.stack as usize].iter().map(|&l| u64::from(l) + 1).collect(),
+            value: row.values.to_vec(),
+            label: [
+                proto::Label { key: pid_key, num: row.pid.into(), ..Default::default() },
+                proto::Label { key: tid_key, num: row.tid.into(), ..Default::default() },
+                proto::Label {
+                    key: comm_key,
+                    str: strings.id(&recording.comms[row.comm as usize]),
                     ..Default::default()
-                }))
-                .collect(),
-            }
+                },
+            ]
+            .into_iter()
+            .chain((row.state != ThreadState::OnCpu).then(|| proto::Label {
+                key: state_key,
+                str: strings.id(&row.state.letter().to_string()),
+                ..Default::default()
+            }))
+            .collect(),
         })
         .collect();
 
@@ -301,8 +225,8 @@ pub fn profile(recording: &Recording) -> proto::Profile {
         time_nanos: recording.meta.start_unix_ns as i64,
         duration_nanos: recording.meta.duration_ns as i64,
         period_type,
-        period,
-        default_sample_type: default_type,
+        period: types.period,
+        default_sample_type,
     }
 }
 
