@@ -81,27 +81,11 @@ pub struct RecordArgs {
     #[arg(short = 'a', long = "all-cpus")]
     pub system_wide: bool,
 
-    /// Sampling frequency per CPU, in Hz.
-    #[arg(short = 'F', long = "freq", value_name = "HZ", default_value_t = 99,
-          value_parser = clap::value_parser!(u64).range(1..))]
-    pub frequency: u64,
-
-    /// Stop after this many seconds (otherwise at Ctrl-C, or when the targets exit).
-    #[arg(short = 'd', long = "duration", value_name = "SECONDS", value_parser = parse_seconds)]
-    pub duration: Option<f64>,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
 
     #[command(flatten)]
     pub output: OutputArgs,
-
-    /// How user stacks are walked: `auto` unwinds with DWARF CFI and completes with the frame-
-    /// pointer chain where CFI or the stack copy runs out; `dwarf` uses CFI only; `fp` only
-    /// frame pointers (no stack copy: cheapest, but wrong for code built without them).
-    #[arg(long, default_value = "auto", value_parser = named::<CallGraph>())]
-    pub call_graph: CallGraph,
-
-    /// KiB of user stack copied per sample for DWARF unwinding (4 to 64, a multiple of 4).
-    #[arg(long, value_name = "KIB", default_value_t = 32, value_parser = parse_stack_size)]
-    pub stack_size: u32,
 
     /// Do not follow processes forked by the targets.
     #[arg(long)]
@@ -117,10 +101,6 @@ pub struct RecordArgs {
     #[arg(long)]
     pub wall: bool,
 
-    /// With --off-cpu or --wall: blocks shorter than this many microseconds are not recorded.
-    #[arg(long, value_name = "USEC", default_value_t = DEFAULT_MIN_BLOCK_US)]
-    pub min_block: u64,
-
     /// Ring buffer between the kernel and the profiler, in MiB (a power of two; default: 1 MiB
     /// per CPU, at least 4). Samples that do not fit are counted as lost.
     #[arg(long, value_name = "MIB", value_parser = parse_ring_buffer)]
@@ -129,10 +109,6 @@ pub struct RecordArgs {
     /// Stop after this many samples.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub max_samples: Option<u64>,
-
-    /// No live status line and no summary (errors and warnings still print).
-    #[arg(short, long)]
-    pub quiet: bool,
 
     #[command(flatten)]
     pub grouping: GroupingArgs,
@@ -145,6 +121,58 @@ pub struct RecordArgs {
 /// The default `--min-block`: spans off the CPU shorter than this cost two map operations, not
 /// a record (BENCHMARKS.md measures it).
 pub const DEFAULT_MIN_BLOCK_US: u64 = 50;
+
+/// `record`'s default sampling frequency.
+pub const RECORD_DEFAULT_HZ: u64 = 99;
+
+/// How long a session runs, how much stack each record copies, how much it says: the options
+/// of every command that records.
+#[derive(Debug, Args)]
+pub struct SessionArgs {
+    /// Stop after this many seconds (otherwise at Ctrl-C or SIGTERM, or when the targets exit).
+    #[arg(short = 'd', long = "duration", value_name = "SECONDS", value_parser = parse_seconds)]
+    pub duration: Option<f64>,
+
+    /// KiB of user stack copied per record for DWARF unwinding (4 to 64, a multiple of 4;
+    /// default 32, and 8 per allocation for `leaks`).
+    #[arg(long, value_name = "KIB", value_parser = parse_stack_size)]
+    pub stack_size: Option<u32>,
+
+    /// No live status line, summary or report on the terminal (errors and warnings still print).
+    #[arg(short, long)]
+    pub quiet: bool,
+}
+
+/// The options of the commands that sample on a clock (`record`, `agent`).
+#[derive(Debug, Args)]
+pub struct SamplingArgs {
+    /// Sampling frequency per CPU, in Hz (default 99, and 19 for `agent`).
+    #[arg(short = 'F', long = "freq", value_name = "HZ", value_parser = clap::value_parser!(u64).range(1..))]
+    pub frequency: Option<u64>,
+
+    /// How user stacks are walked: `auto` unwinds with DWARF CFI and completes with the frame-
+    /// pointer chain where CFI or the stack copy runs out; `dwarf` uses CFI only; `fp` only
+    /// frame pointers (no stack copy: cheapest, but wrong for code built without them).
+    #[arg(long, default_value = "auto", value_parser = named::<CallGraph>())]
+    pub call_graph: CallGraph,
+
+    /// With --off-cpu or --wall: blocks shorter than this many microseconds are not recorded.
+    #[arg(long, value_name = "USEC", default_value_t = DEFAULT_MIN_BLOCK_US)]
+    pub min_block: u64,
+
+    #[command(flatten)]
+    pub session: SessionArgs,
+}
+
+impl SamplingArgs {
+    /// KiB of user stack copied per sample: none when only frame pointers are walked.
+    pub fn stack_copy_kib(&self) -> u32 {
+        match self.call_graph {
+            CallGraph::Fp => 0,
+            _ => self.session.stack_size.unwrap_or(32),
+        }
+    }
+}
 
 const AGENT_EXAMPLES: &str = "\
 Examples:
@@ -179,18 +207,12 @@ pub struct AgentArgs {
     #[arg(long, value_name = "PATH")]
     pub cgroup: Option<PathBuf>,
 
-    /// Sampling frequency per CPU, in Hz.
-    #[arg(short = 'F', long = "freq", value_name = "HZ", default_value_t = AGENT_DEFAULT_HZ,
-          value_parser = clap::value_parser!(u64).range(1..))]
-    pub frequency: u64,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
 
     /// Seconds per exported profile.
     #[arg(long, value_name = "SECONDS", default_value_t = 15.0, value_parser = parse_seconds)]
     pub interval: f64,
-
-    /// Stop after this many seconds (otherwise at SIGTERM or Ctrl-C).
-    #[arg(short = 'd', long = "duration", value_name = "SECONDS", value_parser = parse_seconds)]
-    pub duration: Option<f64>,
 
     /// Push to Pyroscope's ingest API at this base URL (http://HOST:PORT).
     #[arg(long, value_name = "URL")]
@@ -230,27 +252,11 @@ pub struct AgentArgs {
     #[arg(long, value_name = "MIB", default_value_t = 32.0, value_parser = parse_mib)]
     pub spool_size: f64,
 
-    /// How user stacks are walked (as for `record`).
-    #[arg(long, default_value = "auto", value_parser = named::<CallGraph>())]
-    pub call_graph: CallGraph,
-
-    /// KiB of user stack copied per sample for DWARF unwinding (4 to 64, a multiple of 4).
-    #[arg(long, value_name = "KIB", default_value_t = 32, value_parser = parse_stack_size)]
-    pub stack_size: u32,
-
     /// Also export off-CPU profiles: the time threads spend blocked, by the stack they blocked
     /// at (as `record --off-cpu`; about 2 µs of kernel time per context switch of a followed
     /// thread, see BENCHMARKS.md).
     #[arg(long)]
     pub off_cpu: bool,
-
-    /// With --off-cpu: blocks shorter than this many microseconds are not recorded.
-    #[arg(long, value_name = "USEC", default_value_t = DEFAULT_MIN_BLOCK_US, requires = "off_cpu")]
-    pub min_block: u64,
-
-    /// No summary at the end (problems are still said, once each).
-    #[arg(short, long)]
-    pub quiet: bool,
 }
 
 fn parse_mib(text: &str) -> Result<f64, String> {
@@ -291,9 +297,8 @@ pub struct LeaksArgs {
     #[arg(short = 'p', long = "pid", value_name = "PID")]
     pub pid: Option<u32>,
 
-    /// Stop after this many seconds (otherwise at Ctrl-C, or when the target exits).
-    #[arg(short = 'd', long = "duration", value_name = "SECONDS", value_parser = parse_seconds)]
-    pub duration: Option<f64>,
+    #[command(flatten)]
+    pub session: SessionArgs,
 
     /// Report only blocks allocated at least this many seconds before the end.
     #[arg(long, value_name = "SECONDS", value_parser = parse_offset)]
@@ -313,10 +318,6 @@ pub struct LeaksArgs {
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub sample_every: u32,
 
-    /// KiB of user stack copied per followed allocation, for DWARF unwinding (4 to 64).
-    #[arg(long, value_name = "KIB", default_value_t = 8, value_parser = parse_stack_size)]
-    pub stack_size: u32,
-
     /// Ring buffer for allocation stacks, in MiB (a power of two). Allocations whose stack
     /// does not fit are still counted, under `[stack lost]`.
     #[arg(long, value_name = "MIB", default_value_t = 64, value_parser = parse_ring_buffer)]
@@ -325,10 +326,6 @@ pub struct LeaksArgs {
     /// Most blocks followed at once; allocations beyond are counted, not followed.
     #[arg(long, value_name = "N", default_value_t = 1 << 22, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_outstanding: u32,
-
-    /// No live status line, summary or report on standard output (errors still print).
-    #[arg(short, long)]
-    pub quiet: bool,
 
     /// Command to run and track, with its arguments (after `--`).
     #[arg(last = true, value_name = "CMD")]
@@ -591,15 +588,19 @@ mod tests {
     fn command_after_double_dash() {
         let args = record(&["-F", "999", "--", "ls", "-l"]).unwrap();
         assert_eq!(args.command, ["ls", "-l"]);
-        assert_eq!(args.frequency, 999);
+        assert_eq!(args.sampling.frequency, Some(999));
     }
 
     #[test]
     fn stack_size_and_call_graph() {
-        let args = record(&["-a"]).unwrap();
-        assert_eq!((args.call_graph, args.stack_size), (CallGraph::Auto, 32));
-        let args = record(&["-a", "--call-graph", "fp", "--stack-size", "64"]).unwrap();
-        assert_eq!((args.call_graph, args.stack_size), (CallGraph::Fp, 64));
+        let sampling = |args: &[&str]| {
+            let sampling = record(args).unwrap().sampling;
+            (sampling.call_graph, sampling.stack_copy_kib())
+        };
+        assert_eq!(sampling(&["-a"]), (CallGraph::Auto, 32));
+        assert_eq!(sampling(&["-a", "--call-graph", "dwarf", "--stack-size", "64"]), (CallGraph::Dwarf, 64));
+        // Frame pointers alone copy no stack.
+        assert_eq!(sampling(&["-a", "--call-graph", "fp", "--stack-size", "64"]), (CallGraph::Fp, 0));
         for bad in ["0", "6", "68", "x"] {
             assert!(record(&["-a", "--stack-size", bad]).is_err(), "{bad}");
         }

@@ -4,17 +4,15 @@ use std::{collections::BTreeMap, path::Path, time::Duration};
 
 use anyhow::{Context as _, Result};
 
-use super::record::CpuProfile;
+use super::record::{CpuProfile, SamplingPlan, sampling};
 use crate::{
     aggregate::{Aggregate, Detail, Site},
-    cli::AgentArgs,
+    cli::{AGENT_DEFAULT_HZ, AgentArgs},
     decode::Payload,
     export::{ExportConfig, Exporter, Retention, Window, service::Services},
-    kernel::sampler::{self, OffCpuConfig, Sampler, SamplerConfig},
+    kernel::sampler::{self, Sampler},
     model::{Meta, Recording, ThreadState, Weight, filter::Filter},
-    render::RenderOptions,
     session::{self, End, Mode, Progress, Settings, Target},
-    walk::CallGraph,
 };
 
 pub async fn run(args: AgentArgs) -> Result<()> {
@@ -22,19 +20,20 @@ pub async fn run(args: AgentArgs) -> Result<()> {
         Some(cgroup) => cgroup_processes(cgroup)?,
         None => args.pids.clone(),
     };
-    let stack_copy_kib = if args.call_graph == CallGraph::Fp { 0 } else { args.stack_size };
-    let config = SamplerConfig {
-        frequency_hz: args.frequency,
+    // Off the CPU as well: samples and spans in one aggregate, both weighing nanoseconds, told
+    // apart by their state when a window is cut.
+    let plan = SamplingPlan {
+        default_hz: AGENT_DEFAULT_HZ,
+        weight: if args.off_cpu { Weight::WallNs } else { Weight::Samples },
         filter_processes: !pids.is_empty(),
         follow_forks: true,
-        stack_copy_cap: stack_copy_kib * 1024,
-        frame_pointers: args.call_graph.frame_pointers(),
         ring_buffer_bytes: sampler::default_ring_bytes()?,
-        on_cpu: true,
-        off_cpu: args
-            .off_cpu
-            .then_some(OffCpuConfig { min_ns: args.min_block.saturating_mul(1000), runqueue: false }),
     };
+    let (mut cpu, settings) = sampling(&args.sampling, plan);
+    // Waits for a CPU are CPU time's business here: only blocks are spans.
+    if let Some(off_cpu) = &mut cpu.config.off_cpu {
+        off_cpu.runqueue = false;
+    }
     let exporter = Exporter::start(ExportConfig {
         pyroscope: args.pyroscope,
         otlp_grpc: args.otlp,
@@ -47,28 +46,12 @@ pub async fn run(args: AgentArgs) -> Result<()> {
     })?;
     let settings = Settings {
         pids,
-        frequency_hz: Some(args.frequency),
-        duration: args.duration,
-        call_graph: args.call_graph,
-        stack_copy_kib,
-        follow_forks: true,
-        quiet: args.quiet,
         // Windows are split by process (its service); threads are not told apart.
         detail: Some(Detail { time: false, process: true, thread: false }),
-        render: RenderOptions::default(),
         window: Some(Duration::from_secs_f64(args.interval)),
-        ..Settings::default()
+        ..settings
     };
-    // Off the CPU as well: samples and spans in one aggregate, both weighing nanoseconds, told
-    // apart by their state when a window is cut.
-    let weight = if args.off_cpu { Weight::WallNs } else { Weight::Samples };
-    let agent = Agent {
-        cpu: CpuProfile { config, weight },
-        exporter,
-        services: Services::new(args.service_name),
-        windows: 0,
-        profiles: 0,
-    };
+    let agent = Agent { cpu, exporter, services: Services::new(args.service_name), windows: 0, profiles: 0 };
     session::run(agent, settings).await
 }
 

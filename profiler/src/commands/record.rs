@@ -6,7 +6,7 @@ use profiler_common::Counter;
 use crate::{
     address_space::read_bounded,
     aggregate::{Aggregate, Site},
-    cli::RecordArgs,
+    cli::{RECORD_DEFAULT_HZ, RecordArgs, SamplingArgs},
     decode::Payload,
     frame::{Frame, Marker},
     kernel::sampler::{self, OffCpuConfig, Sampler, SamplerConfig},
@@ -16,43 +16,73 @@ use crate::{
         summary::{KernelFigures, Summary},
     },
     session::{self, End, Mode, Progress, Settings, Target},
-    walk::CallGraph,
 };
 
 pub async fn run(args: RecordArgs) -> Result<()> {
-    let stack_copy_kib = if args.call_graph == CallGraph::Fp { 0 } else { args.stack_size };
     let weight = match (args.off_cpu, args.wall) {
         (true, _) => Weight::OffCpuNs,
         (_, true) => Weight::WallNs,
         _ => Weight::Samples,
     };
-    let min_ns = args.min_block.saturating_mul(1000);
-    let config = SamplerConfig {
-        frequency_hz: args.frequency,
+    let plan = SamplingPlan {
+        default_hz: RECORD_DEFAULT_HZ,
+        weight,
         filter_processes: !args.system_wide,
         follow_forks: !args.no_inherit,
-        stack_copy_cap: stack_copy_kib * 1024,
-        frame_pointers: args.call_graph.frame_pointers(),
         ring_buffer_bytes: args.ring_buffer.map_or_else(sampler::default_ring_bytes, |mib| Ok(mib << 20))?,
-        on_cpu: weight != Weight::OffCpuNs,
-        off_cpu: weight.is_time().then_some(OffCpuConfig { min_ns, runqueue: weight == Weight::WallNs }),
     };
+    let (profile, settings) = sampling(&args.sampling, plan);
     let settings = Settings {
         pids: args.pids,
         command: args.command,
-        frequency_hz: config.on_cpu.then_some(args.frequency),
-        duration: args.duration,
-        call_graph: args.call_graph,
-        stack_copy_kib,
-        follow_forks: !args.no_inherit,
         max_records: args.max_samples,
-        quiet: args.quiet,
-        detail: None,
         outputs: args.output.resolve()?,
         render: RenderOptions { grouping: args.grouping.grouping(), ..RenderOptions::default() },
-        window: None,
+        ..settings
     };
-    session::run(CpuProfile { config, weight }, settings).await
+    session::run(profile, settings).await
+}
+
+/// What `record` and `agent` decide themselves about sampling; the rest comes from their
+/// shared [`SamplingArgs`].
+pub(super) struct SamplingPlan {
+    pub(super) default_hz: u64,
+    pub(super) weight: Weight,
+    /// Only the processes given (and those they fork, with `follow_forks`); else all.
+    pub(super) filter_processes: bool,
+    pub(super) follow_forks: bool,
+    pub(super) ring_buffer_bytes: u32,
+}
+
+/// The CPU profile to run and the session settings that follow from the sampling options: the
+/// one place they become the sampler's configuration.
+pub(super) fn sampling(args: &SamplingArgs, plan: SamplingPlan) -> (CpuProfile, Settings) {
+    let frequency_hz = args.frequency.unwrap_or(plan.default_hz);
+    let stack_copy_kib = args.stack_copy_kib();
+    let weight = plan.weight;
+    let config = SamplerConfig {
+        frequency_hz,
+        filter_processes: plan.filter_processes,
+        follow_forks: plan.follow_forks,
+        stack_copy_cap: stack_copy_kib * 1024,
+        frame_pointers: args.call_graph.frame_pointers(),
+        ring_buffer_bytes: plan.ring_buffer_bytes,
+        on_cpu: weight != Weight::OffCpuNs,
+        off_cpu: weight.is_time().then_some(OffCpuConfig {
+            min_ns: args.min_block.saturating_mul(1000),
+            runqueue: weight == Weight::WallNs,
+        }),
+    };
+    let settings = Settings {
+        frequency_hz: config.on_cpu.then_some(frequency_hz),
+        duration: args.session.duration,
+        call_graph: args.call_graph,
+        stack_copy_kib,
+        follow_forks: plan.follow_forks,
+        quiet: args.session.quiet,
+        ..Settings::default()
+    };
+    (CpuProfile { config, weight }, settings)
 }
 
 /// The mode of `record`, which `agent` wraps.

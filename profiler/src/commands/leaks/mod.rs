@@ -24,8 +24,10 @@ use crate::{
 };
 
 pub async fn run(args: LeaksArgs) -> Result<()> {
+    // Allocations are many: a smaller copy than a CPU sample's by default.
+    let stack_copy_kib = args.session.stack_size.unwrap_or(8);
     let config = TracerConfig {
-        stack_copy_cap: args.stack_size * 1024,
+        stack_copy_cap: stack_copy_kib * 1024,
         frame_pointers: CallGraph::default().frame_pointers(),
         ring_buffer_bytes: args.ring_buffer << 20,
         max_outstanding: args.max_outstanding,
@@ -35,16 +37,16 @@ pub async fn run(args: LeaksArgs) -> Result<()> {
     let settings = Settings {
         pids: args.pid.into_iter().collect(),
         command: args.command,
-        duration: args.duration,
-        stack_copy_kib: args.stack_size,
-        quiet: args.quiet,
+        duration: args.session.duration,
+        stack_copy_kib,
+        quiet: args.session.quiet,
         detail: Some(Detail::ALL),
         outputs: Outputs::resolve(&args.outputs, None, Format::LeakReport)?,
         render: RenderOptions { top: args.top, ..RenderOptions::default() },
         ..Settings::default()
     };
     let min_age_ns = args.min_age.map(|seconds| (seconds * 1e9) as u64);
-    let leaks = Leaks { config, min_age_ns, quiet: args.quiet, pid: 0, ledger: Ledger::default() };
+    let leaks = Leaks { config, min_age_ns, quiet: args.session.quiet, pid: 0, ledger: Ledger::default() };
     session::run(leaks, settings).await
 }
 
