@@ -136,7 +136,7 @@ enum MappedKey {
 
 /// What a module's content is known by.
 #[derive(Debug, PartialEq, Eq, Hash)]
-enum Identity {
+enum ContentKey {
     BuildId(Vec<u8>),
     /// No build id: the file itself, as it was when opened (`mtime` is `None` when it could not be).
     File {
@@ -152,7 +152,7 @@ enum Identity {
 pub struct Modules {
     open: FileOpener,
     by_mapping: FxHashMap<MappedKey, ModuleId>,
-    by_identity: FxHashMap<Identity, ModuleId>,
+    by_content: FxHashMap<ContentKey, ModuleId>,
     modules: Vec<Module>,
     /// Files found to be another copy of a known module, held open so that their (device,
     /// inode) cannot name a different file while their key is remembered; the oldest are let
@@ -180,7 +180,7 @@ impl Modules {
         Self {
             open,
             by_mapping: FxHashMap::default(),
-            by_identity: FxHashMap::default(),
+            by_content: FxHashMap::default(),
             modules: Vec::new(),
             copies: VecDeque::new(),
             out_of_descriptors: 0,
@@ -213,14 +213,14 @@ impl Modules {
             MappedKey::Pseudo(_) => None,
         };
         let facts = file.as_ref().and_then(|file| ElfFacts::read(&open::map(file).ok()?));
-        let identity = match (facts.as_ref().and_then(|f| f.build_id.clone()), &key) {
-            (Some(build_id), _) => Identity::BuildId(build_id),
+        let content = match (facts.as_ref().and_then(|f| f.build_id.clone()), &key) {
+            (Some(build_id), _) => ContentKey::BuildId(build_id),
             (None, &MappedKey::File { dev, inode }) => {
-                Identity::File { dev, inode, mtime: file.as_ref().and_then(mtime) }
+                ContentKey::File { dev, inode, mtime: file.as_ref().and_then(mtime) }
             }
-            (None, MappedKey::Pseudo(name)) => Identity::Pseudo(name.clone()),
+            (None, MappedKey::Pseudo(name)) => ContentKey::Pseudo(name.clone()),
         };
-        let id = match self.by_identity.get(&identity) {
+        let id = match self.by_content.get(&content) {
             Some(&id) => {
                 self.hold_copy(&key, file);
                 id
@@ -236,7 +236,7 @@ impl Modules {
                 };
                 let id = ModuleId(self.modules.len() as u32);
                 self.modules.push(Module { path: path.to_owned(), file, facts, debug });
-                self.by_identity.insert(identity, id);
+                self.by_content.insert(content, id);
                 id
             }
         };

@@ -10,8 +10,7 @@ use opentelemetry_proto::tonic::{
     collector::profiles::v1development::ExportProfilesServiceRequest,
     common::v1::{AnyValue, InstrumentationScope, KeyValue, any_value::Value},
     profiles::v1development::{
-        Function, KeyValueAndUnit, Line, Location, Mapping, Profile, ProfilesDictionary, ResourceProfiles,
-        Sample, ScopeProfiles, Stack, ValueType as ProfileValueType,
+        self as otel, KeyValueAndUnit, Profile, ProfilesDictionary, ResourceProfiles, ScopeProfiles,
     },
     resource::v1::Resource,
 };
@@ -178,7 +177,7 @@ impl Dictionary {
                     let state = AttributeValue::Text(row.state.letter().to_string());
                     attribute_indices.push(self.attribute("thread_state", state));
                 }
-                Sample {
+                otel::Sample {
                     stack_index: self.stacks.insert_full(stack).0 as i32,
                     attribute_indices,
                     values: vec![row.values[types.primary]],
@@ -186,7 +185,7 @@ impl Dictionary {
                 }
             })
             .collect();
-        let mut value_type = |value_type: ValueType| ProfileValueType {
+        let mut value_type = |value_type: ValueType| otel::ValueType {
             type_strindex: self.string(value_type.kind),
             unit_strindex: self.string(value_type.unit),
         };
@@ -222,7 +221,7 @@ impl Dictionary {
                 .mappings
                 .into_iter()
                 .enumerate()
-                .map(|(i, (filename_strindex, build_id))| Mapping {
+                .map(|(i, (filename_strindex, build_id))| otel::Mapping {
                     memory_limit: if i == 0 { 0 } else { u64::MAX },
                     filename_strindex,
                     attribute_indices: if build_id == 0 { Vec::new() } else { vec![build_id] },
@@ -232,12 +231,12 @@ impl Dictionary {
             location_table: self
                 .locations
                 .into_iter()
-                .map(|(mapping_index, address, lines)| Location {
+                .map(|(mapping_index, address, lines)| otel::Location {
                     mapping_index,
                     address,
                     lines: lines
                         .into_iter()
-                        .map(|(function_index, line)| Line { function_index, line, column: 0 })
+                        .map(|(function_index, line)| otel::Line { function_index, line, column: 0 })
                         .collect(),
                     attribute_indices: Vec::new(),
                 })
@@ -245,7 +244,7 @@ impl Dictionary {
             function_table: self
                 .functions
                 .into_iter()
-                .map(|(name_strindex, filename_strindex)| Function {
+                .map(|(name_strindex, filename_strindex)| otel::Function {
                     name_strindex,
                     system_name_strindex: name_strindex,
                     filename_strindex,
@@ -255,7 +254,11 @@ impl Dictionary {
             link_table: vec![Default::default()],
             string_table: self.strings.into_iter().collect(),
             attribute_table,
-            stack_table: self.stacks.into_iter().map(|location_indices| Stack { location_indices }).collect(),
+            stack_table: self
+                .stacks
+                .into_iter()
+                .map(|location_indices| otel::Stack { location_indices })
+                .collect(),
         }
     }
 }
@@ -281,10 +284,10 @@ mod tests {
         let request = request(&window, &labels());
         let dictionary = request.dictionary.as_ref().unwrap();
         assert_eq!(dictionary.string_table[0], "");
-        assert_eq!(dictionary.mapping_table[0], Mapping::default());
-        assert_eq!(dictionary.location_table[0], Location::default());
-        assert_eq!(dictionary.function_table[0], Function::default());
-        assert_eq!(dictionary.stack_table[0], Stack::default());
+        assert_eq!(dictionary.mapping_table[0], otel::Mapping::default());
+        assert_eq!(dictionary.location_table[0], otel::Location::default());
+        assert_eq!(dictionary.function_table[0], otel::Function::default());
+        assert_eq!(dictionary.stack_table[0], otel::Stack::default());
         assert_eq!(dictionary.attribute_table[0], KeyValueAndUnit::default());
         let s = |i: i32| dictionary.string_table[i as usize].as_str();
         // The same functions are listed once for both services.

@@ -7,7 +7,7 @@
 //! written when the mapping is made.
 use anyhow::{Context as _, Result, anyhow};
 use perf_event::{
-    Builder, Clock, SampleFlag, Sampler,
+    Builder, Clock, SampleFlag, Sampler as PerfRing,
     data::{Record, endian::Native, parse::Parser},
     events::Software,
 };
@@ -23,7 +23,7 @@ const MAX_EVENTS_PER_DRAIN: usize = 16 * 1024;
 const MISC_COMM_EXEC: u16 = 1 << 13;
 
 pub struct TaskEventReader {
-    samplers: Vec<Sampler>,
+    rings: Vec<PerfRing>,
     config: ParseConfig,
     order: TimeOrder,
 }
@@ -54,31 +54,31 @@ impl TaskEventReader {
     /// Opens a dummy event on every online CPU, for all processes.
     pub fn open() -> Result<Self> {
         let cpus = aya::util::online_cpus().map_err(|(path, err)| anyhow!("cannot read {path}: {err}"))?;
-        let samplers = cpus
+        let rings = cpus
             .into_iter()
             .map(|cpu| {
                 let mut builder = builder();
                 builder.one_cpu(cpu as usize).any_pid();
-                let mut sampler = builder
+                let mut ring = builder
                     .build()
                     .and_then(|counter| counter.sampled(RING_BYTES_PER_CPU))
                     .with_context(|| format!("cannot open a perf event for task events on CPU {cpu}"))?;
-                sampler.enable().context("cannot enable the task events")?;
-                Ok(sampler)
+                ring.enable().context("cannot enable the task events")?;
+                Ok(ring)
             })
             .collect::<Result<_>>()?;
-        Ok(Self { samplers, config: parse_config(), order: TimeOrder::default() })
+        Ok(Self { rings, config: parse_config(), order: TimeOrder::default() })
     }
 
     /// Reads at most [`MAX_EVENTS_PER_DRAIN`] pending events of each CPU, and hands those that
     /// happened up to `horizon_ns` to `handle`, in time order. Returns whether events may have
     /// been left unread.
     pub fn drain(&mut self, horizon_ns: u64, mut handle: impl FnMut(TaskEvent)) -> bool {
-        let Self { samplers, config, order } = self;
+        let Self { rings, config, order } = self;
         let mut left = false;
-        for sampler in samplers {
+        for ring in rings {
             let mut read = 0;
-            while let Some(record) = sampler.next_record() {
+            while let Some(record) = ring.next_record() {
                 order.extend(decode(config, record.ty(), record.misc(), &record.to_contiguous()));
                 read += 1;
                 if read == MAX_EVENTS_PER_DRAIN {

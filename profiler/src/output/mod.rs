@@ -100,10 +100,11 @@ const STDOUT: &str = "-";
 pub struct OutputFile {
     /// The path as given, for messages.
     path: PathBuf,
-    destination: Destination,
+    place: Place,
 }
 
-enum Destination {
+/// Where an output goes.
+enum Place {
     /// A file, new or replaced, written in place by a rename, given `owner`.
     File {
         pending: PendingFile,
@@ -116,7 +117,7 @@ enum Destination {
 impl OutputFile {
     pub fn create(path: &Path) -> Result<Self> {
         if path.as_os_str() == STDOUT {
-            return Ok(Self { path: path.to_owned(), destination: Destination::Stdout });
+            return Ok(Self { path: path.to_owned(), place: Place::Stdout });
         }
         let Some(name) = path.file_name().filter(|_| !path.as_os_str().as_encoded_bytes().ends_with(b"/"))
         else {
@@ -131,18 +132,15 @@ impl OutputFile {
         dir.check_replaceable(name).with_context(context)?;
         let pending = dir.create_temp().with_context(context)?;
         let owner = invoking_user().filter(|(uid, _)| dir.stat().is_ok_and(|stat| stat.st_uid == *uid));
-        Ok(Self {
-            path: path.to_owned(),
-            destination: Destination::File { pending, name: name.to_owned(), owner },
-        })
+        Ok(Self { path: path.to_owned(), place: Place::File { pending, name: name.to_owned(), owner } })
     }
 
     /// Writes the content with `write` and puts it in place.
     pub fn commit(self, write: impl FnOnce(&mut dyn Write) -> std::io::Result<()>) -> Result<()> {
         let context = || format!("cannot write {}", self.path.display());
-        match self.destination {
-            Destination::Stdout => write_buffered(&mut std::io::stdout().lock(), write).with_context(context),
-            Destination::File { pending, name, owner } => {
+        match self.place {
+            Place::Stdout => write_buffered(&mut std::io::stdout().lock(), write).with_context(context),
+            Place::File { pending, name, owner } => {
                 write_buffered(&mut pending.file(), write).with_context(context)?;
                 pending.commit(&name, owner).with_context(context)
             }

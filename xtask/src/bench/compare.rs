@@ -13,7 +13,7 @@ use anyhow::{Context as _, Result, bail};
 use super::{
     folded::{Quality, quality},
     median,
-    workloads::{Running, Workload, peak_rate},
+    workloads::{RunningWorkload, Workload, peak_rate},
 };
 
 /// Seconds of the workload alone before the tool starts, of profiling, and alone after.
@@ -92,7 +92,7 @@ pub struct Tools {
 }
 
 pub fn measure(tools: &Tools, workload: &Workload, tool: Tool, hz: u64, dir: &Path) -> Result<Run> {
-    let running = Running::start(workload, BEFORE + PROFILED + AFTER + 1.0)?;
+    let running = RunningWorkload::start(workload, BEFORE + PROFILED + AFTER + 1.0)?;
     running.wait_until(BEFORE);
     let start_t = running.now();
     let pid = running.pid().to_string();

@@ -172,12 +172,12 @@ fn rust_name(name: &str) -> String {
 }
 
 /// A running workload and its progress lines ("SECONDS OPERATIONS").
-pub struct Running {
+pub struct RunningWorkload {
     child: Child,
     progress: Arc<Mutex<Vec<(f64, u64)>>>,
 }
 
-impl Running {
+impl RunningWorkload {
     pub fn start(workload: &Workload, seconds: f64) -> Result<Self> {
         let mut child = Command::new(&workload.binary)
             .arg(seconds.to_string())
