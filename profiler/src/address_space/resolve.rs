@@ -1,0 +1,99 @@
+//! Address to (module, file offset): the stage between decoding a sample and unwinding it.
+//! [`ProcessView::resolve`] is the one lookup that pinning frames, the unwinder and the recorded
+//! fixtures all use: an address of a process at a moment, to the module and file offset of the
+//! mapping that held it.
+use super::{Mapping, Module, ModuleId, Modules, Process};
+
+/// What a lookup accepts as found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Want {
+    /// Any mapping: a frame-pointer chain may hold any address; a mapped one still names a file.
+    Any,
+    /// Executable mappings only: an unwinder's return addresses must be code.
+    Code,
+}
+
+/// Where an address was.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Resolved {
+    /// In a module, at this offset of its file.
+    Module { module: ModuleId, file_offset: u64 },
+    /// In anonymous memory (JIT code).
+    Anonymous,
+    /// In no mapping that was wanted.
+    Unmapped,
+}
+
+/// One process at one moment.
+pub struct ProcessView<'a> {
+    tgid: u32,
+    time_ns: u64,
+    process: &'a mut Process,
+    modules: &'a mut Modules,
+}
+
+impl<'a> ProcessView<'a> {
+    pub(super) fn new(tgid: u32, time_ns: u64, process: &'a mut Process, modules: &'a mut Modules) -> Self {
+        Self { tgid, time_ns, process, modules }
+    }
+
+    pub fn tgid(&self) -> u32 {
+        self.tgid
+    }
+
+    /// The process's command name, for as long as the view's borrow lasts.
+    pub fn into_comm(self) -> &'a str {
+        let process: &'a Process = self.process;
+        process.comm()
+    }
+
+    /// The mapping that held `addr`.
+    pub fn mapping(&mut self, addr: u64) -> Option<&Mapping> {
+        self.process.mapping(addr, self.time_ns)
+    }
+
+    /// Where `addr` was: the module and file offset of the mapping that held it, if it is of
+    /// the kind wanted.
+    pub fn resolve(&mut self, addr: u64, want: Want) -> Resolved {
+        self.process.refresh_for(addr, self.time_ns);
+        let process = &*self.process;
+        let Some(mapping) = process.lookup(addr, self.time_ns) else { return Resolved::Unmapped };
+        if want == Want::Code && !mapping.executable {
+            return Resolved::Unmapped;
+        }
+        match self.modules.intern(self.tgid, &process.identity().root, mapping) {
+            Some(module) => Resolved::Module { module, file_offset: mapping.file_offset(addr) },
+            None => Resolved::Anonymous,
+        }
+    }
+
+    pub fn module(&self, id: ModuleId) -> &Module {
+        self.modules.get(id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::address_space::{AddressSpaces, Tracking};
+
+    #[test]
+    fn resolves_own_code_to_its_file_offset() {
+        let pid = std::process::id();
+        let mut spaces = AddressSpaces::new(Tracking { all: false, follow_forks: false });
+        let mut view = spaces.observe(pid, pid, "test", 0);
+        let here = resolves_own_code_to_its_file_offset as *const () as usize as u64;
+        let Resolved::Module { module, file_offset } = view.resolve(here, Want::Code) else {
+            panic!("own code is in a module")
+        };
+        let mapping = view.mapping(here).unwrap().clone();
+        assert_eq!(file_offset, here - mapping.start + mapping.offset);
+        assert!(view.module(module).file().is_some());
+        assert_eq!(view.resolve(0x10, Want::Any), Resolved::Unmapped);
+        // The stack is mapped but not code.
+        let local = 0u64;
+        let stack = std::ptr::addr_of!(local) as u64;
+        assert_ne!(view.resolve(stack, Want::Any), Resolved::Unmapped);
+        assert_eq!(view.resolve(stack, Want::Code), Resolved::Unmapped);
+    }
+}
