@@ -296,17 +296,7 @@ mod tests {
 
     /// A mapping of a whole file at `path`, as /proc/PID/maps would show it.
     fn file_mapping(path: &Path) -> Mapping {
-        let metadata = std::fs::metadata(path).unwrap();
-        Mapping {
-            start: 0x1000,
-            end: 0x2000,
-            offset: 0,
-            executable: true,
-            dev: (u64::from(rustix::fs::major(metadata.dev())) << 32)
-                | u64::from(rustix::fs::minor(metadata.dev())),
-            inode: metadata.ino(),
-            backing: Backing::File { path: path.to_owned(), deleted: false },
-        }
+        Mapping::of_file(path, 0x1000, 0x2000)
     }
 
     #[test]
@@ -355,15 +345,7 @@ mod tests {
     #[test]
     fn pseudo_and_anonymous_mappings() {
         let mut modules = Modules::default();
-        let heap = Mapping {
-            start: 0x1000,
-            end: 0x3000,
-            offset: 0,
-            executable: true,
-            dev: 0,
-            inode: 0,
-            backing: Backing::Pseudo("[heap]".into()),
-        };
+        let heap = Mapping::pseudo("[heap]", 0x1000, 0x3000);
         let id = modules.intern(1, &Root::Own, &heap).unwrap();
         assert_eq!(modules.get(id).name(), "[heap]");
         assert!(modules.get(id).file().is_none());

@@ -37,6 +37,33 @@ impl Mapping {
     }
 }
 
+#[cfg(test)]
+impl Mapping {
+    /// `start..end` mapped executable from the start of the file at `path`, with the file's
+    /// device and inode, as the kernel would list it.
+    pub fn of_file(path: &std::path::Path, start: u64, end: u64) -> Self {
+        use std::os::unix::fs::MetadataExt as _;
+        let metadata = std::fs::metadata(path).unwrap();
+        let dev = (u64::from(rustix::fs::major(metadata.dev())) << 32)
+            | u64::from(rustix::fs::minor(metadata.dev()));
+        let backing = Backing::File { path: path.to_owned(), deleted: false };
+        Self { start, end, offset: 0, executable: true, dev, inode: metadata.ino(), backing }
+    }
+
+    /// `start..end` mapped executable from a region named like `[heap]`.
+    pub fn pseudo(name: &str, start: u64, end: u64) -> Self {
+        Self {
+            start,
+            end,
+            offset: 0,
+            executable: true,
+            dev: 0,
+            inode: 0,
+            backing: Backing::Pseudo(name.into()),
+        }
+    }
+}
+
 /// A mapping and when it was made (CLOCK_MONOTONIC ns; 0: before the recording began).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TimedMapping {

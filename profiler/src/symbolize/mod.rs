@@ -324,7 +324,7 @@ fn contained<T: Default>(f: impl FnOnce() -> T) -> T {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::address_space::{AddressSpaces, Backing, Mapping, Tracking, Want, open::Root};
+    use crate::address_space::{AddressSpaces, Mapping, Tracking, Want, open::Root};
 
     #[inline(never)]
     fn a_function_to_find() -> u64 {
@@ -350,15 +350,7 @@ mod tests {
     #[test]
     fn unreadable_module_keeps_name_and_offset() {
         let mut modules = Modules::default();
-        let heap = Mapping {
-            start: 0x1000,
-            end: 0x3000,
-            offset: 0,
-            executable: true,
-            dev: 0,
-            inode: 0,
-            backing: Backing::Pseudo("[heap]".into()),
-        };
+        let heap = Mapping::pseudo("[heap]", 0x1000, 0x3000);
         let module = modules.intern(1, &Root::Own, &heap).unwrap();
         let frame = Frame::Module { module, offset: 0x123 };
         let names = Symbolizer::default().symbolize(&[frame], &modules, &PerfMaps::default());

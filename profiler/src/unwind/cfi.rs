@@ -111,14 +111,11 @@ mod tests {
         ModuleCfi::load(&File::open(path)?, None)
     }
 
-    use std::{
-        os::unix::fs::MetadataExt as _,
-        path::{Path, PathBuf},
-    };
+    use std::path::{Path, PathBuf};
 
     use object::ObjectSymbol as _;
 
-    use crate::address_space::{Backing, Mapping, Modules, open::Root};
+    use crate::address_space::{Mapping, Modules, open::Root};
 
     #[test]
     fn reads_cfi_and_segments() {
@@ -216,17 +213,7 @@ mod tests {
     fn module_cfi(path: &Path) -> ModuleCfi {
         let mut modules =
             Modules::with_opener(Box::new(|_, root, _, path| root.open(path).and_then(open::stable)));
-        let metadata = std::fs::metadata(path).unwrap();
-        let mapping = Mapping {
-            start: 0x400000,
-            end: 0x401000,
-            offset: 0,
-            executable: true,
-            dev: (u64::from(rustix::fs::major(metadata.dev())) << 32)
-                | u64::from(rustix::fs::minor(metadata.dev())),
-            inode: metadata.ino(),
-            backing: Backing::File { path: path.to_owned(), deleted: false },
-        };
+        let mapping = Mapping::of_file(path, 0x400000, 0x401000);
         let id = modules.intern(1, &Root::Own, &mapping).unwrap();
         let module = modules.get(id);
         ModuleCfi::load(module.file().unwrap(), module.debug_file().map(|debug| &debug.file)).unwrap()
