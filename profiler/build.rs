@@ -1,5 +1,5 @@
 //! Builds the eBPF object (`profiler-ebpf`, for bpfel-unknown-none with the `nightly`
-//! toolchain and bpf-linker) into OUT_DIR, where `src/bpf.rs` embeds it.
+//! toolchain and bpf-linker) into OUT_DIR, where `src/kernel/object.rs` embeds it.
 use anyhow::{Context as _, anyhow};
 
 fn main() -> anyhow::Result<()> {

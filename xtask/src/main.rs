@@ -10,7 +10,7 @@ mod setup;
 use std::{
     ffi::OsString,
     path::{Path, PathBuf},
-    process::Command,
+    process::{Command, Stdio},
 };
 
 use anyhow::{Context as _, Result, bail};
@@ -104,13 +104,17 @@ fn run_profiler(root: &Path, args: Vec<OsString>) -> Result<()> {
     if args.is_empty() {
         return demo(root);
     }
-    profiler(root, &args)
+    profiler(root, &args, Stdio::inherit())
 }
 
-fn profiler(root: &Path, args: &[OsString]) -> Result<()> {
+/// Runs the profiler with `stdout` as its standard output, which a command it starts inherits.
+fn profiler(root: &Path, args: &[OsString], stdout: Stdio) -> Result<()> {
     let binary = root.join("target/release/profiler");
-    let status =
-        as_root(&binary).args(args).status().with_context(|| format!("cannot run {}", binary.display()))?;
+    let status = as_root(&binary)
+        .args(args)
+        .stdout(stdout)
+        .status()
+        .with_context(|| format!("cannot run {}", binary.display()))?;
     if !status.success() {
         bail!("profiler exited with {status}");
     }
@@ -136,27 +140,39 @@ fn demo(root: &Path) -> Result<()> {
     };
     let (split, waits) = (build("split.c", "split")?, build("off_cpu.c", "waits")?);
     let path = |name: &str| dir.join(name).into_os_string();
+    // The workloads print measurements for the tests, nothing a reader of the demo needs; the
+    // profiler writes to standard output only with `-o -`, which the demo does not use.
+    let record = |args: Vec<OsString>| profiler(root, &args, Stdio::null());
     println!(
         "demo 1/2: CPU time of `split` (hot_a 60%, hot_b 30%, hot_c 10%, each under main -> burn -> ...)"
     );
-    let mut cpu: Vec<OsString> = ["record", "-F", "999", "-o"].map(OsString::from).to_vec();
-    cpu.extend([path("cpu.svg"), "-o".into(), path("cpu.pb.gz"), "--".into(), split.into(), "3".into()]);
-    profiler(root, &cpu)?;
+    let mut cpu: Vec<OsString> = ["record", "-F", "999"].map(OsString::from).to_vec();
+    for output in ["cpu.svg", "cpu.json", "cpu.pb.gz"] {
+        cpu.extend(["-o".into(), path(output)]);
+    }
+    cpu.extend(["--".into(), split.into(), "3".into()]);
+    record(cpu)?;
     println!(
         "\ndemo 2/2: where the threads of `waits` spend their time: sleeping, reading a pipe, waiting for a lock, burning CPU"
     );
     let mut wall: Vec<OsString> = ["record", "--wall", "--per-thread", "-o"].map(OsString::from).to_vec();
     wall.extend([path("wall.svg"), "-o".into(), path("wall.prof"), "--".into(), waits.into(), "3".into()]);
-    profiler(root, &wall)?;
+    record(wall)?;
+    let shown = |name: &str| dir.join(name).display().to_string();
     println!(
-        "\nopen {} and {} in a browser (click a frame to zoom); then try\n  \
+        "\nopen {} and {} in a browser (click a frame to zoom), and {} at https://www.speedscope.app \
+         (a timeline per thread); then try\n  \
          target/release/profiler report {} --state S -o sleeping.svg   (only the time asleep)\n  \
-         go tool pprof -top {}",
-        dir.join("cpu.svg").display(),
-        dir.join("wall.svg").display(),
-        dir.join("wall.prof").display(),
-        dir.join("cpu.pb.gz").display(),
+         target/release/profiler report {} -o -   (folded stacks on the terminal, the weight last)",
+        shown("cpu.svg"),
+        shown("wall.svg"),
+        shown("cpu.json"),
+        shown("wall.prof"),
+        shown("wall.prof"),
     );
+    if setup::is_present("go") {
+        println!("  go tool pprof -top {}", shown("cpu.pb.gz"));
+    }
     Ok(())
 }
 

@@ -199,7 +199,7 @@ fn install_packages(packages: &[(&str, &str)]) -> Result<()> {
 }
 
 /// An absolute path exists, or a command is in PATH.
-fn is_present(needed: &str) -> bool {
+pub fn is_present(needed: &str) -> bool {
     if needed.starts_with('/') {
         return Path::new(needed).exists();
     }
