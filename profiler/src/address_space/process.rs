@@ -13,7 +13,8 @@ use crate::clock::monotonic_ns;
 /// (the ring is drained every 20 ms).
 const KEEP_NS: u64 = 2_000_000_000;
 
-/// Bytes read at most of a `/proc/PID` file other than `maps`.
+/// Bytes read at most of a `/proc` file other than a process's `maps` (as long as its list of
+/// mappings) and `/proc/kallsyms` (the kernel's).
 const MAX_PROC_FILE: u64 = 64 * 1024;
 
 /// Least time between two reads of a process's `/proc/PID/maps`.

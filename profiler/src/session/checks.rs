@@ -14,7 +14,7 @@ use rustix::{
 };
 
 use crate::{
-    address_space::{Backing, Mappings, open},
+    address_space::{Backing, Mappings, open, read_bounded},
     kernel::{
         KernelSource as _,
         sampler::{OffCpuConfig, Sampler, SamplerConfig},
@@ -155,7 +155,7 @@ fn privileges() -> Finding {
 }
 
 fn paranoid(privileged: bool) -> Finding {
-    let value = fs::read_to_string("/proc/sys/kernel/perf_event_paranoid").unwrap_or_default();
+    let value = read_bounded("/proc/sys/kernel/perf_event_paranoid").unwrap_or_default();
     let subject = format!("kernel.perf_event_paranoid = {}", value.trim());
     if privileged {
         Finding::new(Status::Ok, subject, "does not apply with CAP_PERFMON")
@@ -178,8 +178,7 @@ fn memlock() -> Finding {
 
 /// The kernel refuses frequencies above `kernel.perf_event_max_sample_rate`.
 fn sample_rate(hz: u64) -> Finding {
-    let max = fs::read_to_string("/proc/sys/kernel/perf_event_max_sample_rate")
-        .ok()
+    let max = read_bounded("/proc/sys/kernel/perf_event_max_sample_rate")
         .and_then(|text| text.trim().parse::<u64>().ok());
     match max {
         Some(max) if hz > max => Finding::new(

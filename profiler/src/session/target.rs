@@ -20,6 +20,8 @@ use rustix::{
 };
 use tokio::io::unix::AsyncFd;
 
+use crate::address_space::read_bounded;
+
 /// What a session profiles, before it starts: running processes, a command forked and held
 /// before `exec`, or the whole system.
 pub enum Target {
@@ -134,8 +136,8 @@ impl ProcessHandle {
 }
 
 fn thread_group(pid: u32) -> Result<u32> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .map_err(|_| anyhow!("no process with PID {pid}"))?;
+    let status =
+        read_bounded(&format!("/proc/{pid}/status")).ok_or_else(|| anyhow!("no process with PID {pid}"))?;
     status
         .lines()
         .find_map(|line| line.strip_prefix("Tgid:"))
