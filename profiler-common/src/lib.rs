@@ -1,7 +1,9 @@
 //! Types shared by the eBPF programs (`profiler-ebpf`) and userspace (`profiler`).
 //!
 //! Everything here is `#[repr(C)]` and `no_std`: the kernel side writes these layouts into the
-//! ring buffer and maps, and userspace reads them back byte for byte.
+//! ring buffer and maps, and userspace reads them back byte for byte. With the `user` feature
+//! the records and map values derive `bytemuck::Pod`, whose derive refuses a layout with padding:
+//! padding is spelled out as `_pad` fields.
 //!
 //! # The sample record
 //!
@@ -60,6 +62,7 @@ pub const MAX_STACK_COPY: usize = 64 * 1024;
 
 /// The fixed part of a sample record. Little-endian, as written by the kernel.
 #[repr(C)]
+#[cfg_attr(feature = "user", derive(bytemuck::Pod, bytemuck::Zeroable))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SampleHeader {
     /// Process id (the kernel's tgid).
@@ -193,6 +196,7 @@ impl Counter {
 
 /// What an allocation record has in front of its sample record.
 #[repr(C)]
+#[cfg_attr(feature = "user", derive(bytemuck::Pod, bytemuck::Zeroable))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct AllocationHeader {
     /// The address the allocator returned.
@@ -204,6 +208,7 @@ pub struct AllocationHeader {
 /// Value of the `OFF_CPU_THREADS` map: a followed thread that left the CPU, and the span not
 /// sent yet.
 #[repr(C)]
+#[cfg_attr(feature = "user", derive(bytemuck::Pod, bytemuck::Zeroable))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct OffCpuThread {
     /// `bpf_ktime_get_ns()` when it left.
@@ -230,6 +235,7 @@ pub struct OffCpuThread {
 
 /// Key of the `OUTSTANDING` map: a block of a process.
 #[repr(C)]
+#[cfg_attr(feature = "user", derive(bytemuck::Pod, bytemuck::Zeroable))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct AllocationKey {
     pub tgid: u32,
@@ -239,6 +245,7 @@ pub struct AllocationKey {
 
 /// Value of the `OUTSTANDING` map: a block not freed yet.
 #[repr(C)]
+#[cfg_attr(feature = "user", derive(bytemuck::Pod, bytemuck::Zeroable))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Allocation {
     pub size: u64,
@@ -248,7 +255,8 @@ pub struct Allocation {
 }
 
 // aya reads and writes map keys and values as plain bytes.
-// SAFETY: both are repr(C) integers without padding; every bit pattern is valid.
+// SAFETY: what aya::Pod asks is what the bytemuck::Pod derive checks: no padding, and every bit
+// pattern valid.
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for AllocationKey {}
 #[cfg(feature = "user")]

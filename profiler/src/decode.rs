@@ -2,6 +2,7 @@
 //! allocations (a block, then the sample taken where it was allocated).
 use std::{fmt, mem::size_of};
 
+use bytemuck::pod_read_unaligned;
 use profiler_common::{
     AllocationHeader, MAX_STACK_DEPTH, SAMPLE_HEADER_SIZE, SampleHeader, TASK_COMM_LEN, frames_offset, maps,
     sample_flags,
@@ -145,15 +146,12 @@ impl fmt::Display for DecodeError {
 impl std::error::Error for DecodeError {}
 
 fn decode_sample(record: &[u8]) -> Result<SampleRecord<'_>, DecodeError> {
-    if record.len() < SAMPLE_HEADER_SIZE {
-        return Err(DecodeError::Short { len: record.len() });
-    }
-    // SAFETY: the length was checked; SampleHeader is plain old data (integers and arrays of
-    // integers) for which every bit pattern is valid; read_unaligned makes no alignment claim.
-    let header = unsafe { record.as_ptr().cast::<SampleHeader>().read_unaligned() };
+    let (header, after_header) =
+        record.split_at_checked(SAMPLE_HEADER_SIZE).ok_or(DecodeError::Short { len: record.len() })?;
+    let header: SampleHeader = pod_read_unaligned(header);
     let copy_len = header.stack_copy_len as usize;
     let bad_copy_len = DecodeError::BadLength { field: "stack_copy_len", value: header.stack_copy_len };
-    let stack_copy = record[SAMPLE_HEADER_SIZE..].get(..copy_len).ok_or(bad_copy_len)?;
+    let stack_copy = after_header.get(..copy_len).ok_or(bad_copy_len)?;
     let mut frames = record.get(frames_offset(copy_len)..).unwrap_or_default();
     let mut take = |field, len: u32| {
         let bad = DecodeError::BadLength { field, value: len };
@@ -172,9 +170,7 @@ fn decode_sample(record: &[u8]) -> Result<SampleRecord<'_>, DecodeError> {
 fn decode_allocation(record: &[u8]) -> Result<(AllocationHeader, SampleRecord<'_>), DecodeError> {
     let (allocation, sample) =
         record.split_at_checked(ALLOCATION_HEADER_SIZE).ok_or(DecodeError::Short { len: record.len() })?;
-    // SAFETY: the length was checked; AllocationHeader is two integers, any bits are valid.
-    let allocation = unsafe { allocation.as_ptr().cast::<AllocationHeader>().read_unaligned() };
-    Ok((allocation, decode_sample(sample)?))
+    Ok((pod_read_unaligned(allocation), decode_sample(sample)?))
 }
 
 impl<'a> SampleRecord<'a> {

@@ -8,8 +8,8 @@ mod common;
 
 use std::{
     collections::BTreeMap,
-    io::{BufRead as _, BufReader, Read as _, Write as _},
-    net::{TcpListener, TcpStream},
+    io::Read as _,
+    net::TcpListener,
     path::PathBuf,
     process::{Command, Stdio},
     sync::{Arc, Mutex},
@@ -17,6 +17,15 @@ use std::{
 };
 
 use common::*;
+use http_body_util::{BodyExt as _, Empty};
+use hyper::{
+    Method, Request, Response,
+    body::{Bytes, Incoming},
+    header::CONTENT_TYPE,
+    server::conn::http1,
+    service::service_fn,
+};
+use hyper_util::rt::TokioIo;
 use opentelemetry_proto::tonic::{
     collector::profiles::v1development::{
         ExportProfilesServiceRequest, ExportProfilesServiceResponse,
@@ -205,47 +214,36 @@ struct Ingested {
 fn serve_pyroscope(listener: TcpListener) -> Arc<Mutex<Vec<Ingested>>> {
     let ingested = Arc::new(Mutex::new(Vec::new()));
     let kept = ingested.clone();
+    listener.set_nonblocking(true).unwrap();
     std::thread::spawn(move || {
-        for stream in listener.incoming().flatten() {
-            let kept = kept.clone();
-            std::thread::spawn(move || serve_connection(stream, &kept));
-        }
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_io().build().unwrap();
+        runtime.block_on(async move {
+            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+            loop {
+                let (stream, _) = listener.accept().await.unwrap();
+                let kept = kept.clone();
+                let service = service_fn(move |request| ingest(request, kept.clone()));
+                tokio::spawn(http1::Builder::new().serve_connection(TokioIo::new(stream), service));
+            }
+        });
     });
     ingested
 }
 
-/// Requests on one keep-alive connection, until the client closes it.
-fn serve_connection(stream: TcpStream, ingested: &Mutex<Vec<Ingested>>) {
-    let mut reader = BufReader::new(stream.try_clone().unwrap());
-    let mut writer = stream;
-    loop {
-        let mut request_line = String::new();
-        if reader.read_line(&mut request_line).unwrap_or(0) == 0 {
-            return;
-        }
-        let mut headers = BTreeMap::new();
-        loop {
-            let mut line = String::new();
-            reader.read_line(&mut line).unwrap();
-            let line = line.trim_end();
-            if line.is_empty() {
-                break;
-            }
-            let (key, value) = line.split_once(':').unwrap();
-            headers.insert(key.to_ascii_lowercase(), value.trim().to_owned());
-        }
-        let length: usize = headers["content-length"].parse().unwrap();
-        let mut body = vec![0; length];
-        reader.read_exact(&mut body).unwrap();
-        let target = request_line.split_whitespace().nth(1).unwrap();
-        let (path, query) = target.split_once('?').unwrap();
-        assert!(request_line.starts_with("POST ") && path == "/ingest", "{request_line}");
-        let boundary = headers["content-type"].split_once("boundary=").unwrap().1.to_owned();
-        let query = form_urlencoded::parse(query.as_bytes()).into_owned().collect();
-        let profile = decode_pprof(multipart_field(&body, &boundary, "profile"));
-        ingested.lock().unwrap().push(Ingested { query, profile });
-        writer.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n").unwrap();
-    }
+/// Keeps what one ingest request brought.
+async fn ingest(
+    request: Request<Incoming>,
+    ingested: Arc<Mutex<Vec<Ingested>>>,
+) -> Result<Response<Empty<Bytes>>, hyper::Error> {
+    let (method, uri) = (request.method(), request.uri());
+    assert!(method == Method::POST && uri.path() == "/ingest", "{method} {uri}");
+    let query = form_urlencoded::parse(uri.query().unwrap_or_default().as_bytes()).into_owned().collect();
+    let content_type = request.headers()[CONTENT_TYPE].to_str().unwrap();
+    let boundary = content_type.split_once("boundary=").unwrap().1.to_owned();
+    let body = request.into_body().collect().await?.to_bytes();
+    let profile = decode_pprof(multipart_field(&body, &boundary, "profile"));
+    ingested.lock().unwrap().push(Ingested { query, profile });
+    Ok(Response::new(Empty::new()))
 }
 
 /// The content of the form field `name` in a multipart body.

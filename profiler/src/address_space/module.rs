@@ -203,7 +203,7 @@ impl Modules {
         let file = match &key {
             MappedKey::File { .. } => match (self.open)(tgid, root, mapping, path) {
                 Ok(file) => Some(file),
-                Err(err) if err.raw_os_error() == Some(libc::EMFILE) => {
+                Err(err) if rustix::io::Errno::from_io_error(&err) == Some(rustix::io::Errno::MFILE) => {
                     self.out_of_descriptors += 1;
                     return None;
                 }

@@ -93,6 +93,7 @@ impl std::error::Error for ParseError {}
 impl Mappings {
     /// Reads `/proc/PID/maps`.
     pub fn read(pid: u32) -> io::Result<Self> {
+        // Not read_bounded: the file is as long as the process's list of mappings.
         let text = std::fs::read_to_string(format!("/proc/{pid}/maps"))?;
         Self::parse(&text).map_err(|err| io::Error::new(io::ErrorKind::InvalidData, err))
     }

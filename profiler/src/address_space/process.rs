@@ -13,7 +13,8 @@ use crate::clock::monotonic_ns;
 /// (the ring is drained every 20 ms).
 const KEEP_NS: u64 = 2_000_000_000;
 
-/// Bytes read at most of a `/proc/PID` file other than `maps`.
+/// Bytes read at most of a `/proc` file other than a process's `maps` (as long as its list of
+/// mappings) and `/proc/kallsyms` (the kernel's).
 const MAX_PROC_FILE: u64 = 64 * 1024;
 
 /// Least time between two reads of a process's `/proc/PID/maps`.
@@ -353,6 +354,10 @@ impl Processes {
 
 #[cfg(test)]
 mod tests {
+    use std::ffi::c_void;
+
+    use rustix::mm::{MapFlags, ProtFlags, mmap_anonymous, munmap};
+
     use super::*;
     use crate::address_space::Backing;
 
@@ -481,19 +486,18 @@ mod tests {
         let hint = 0x5f00_0000_0000usize + (std::process::id() as usize % 1024) * 0x10_0000;
         // SAFETY: a fresh anonymous mapping at an address nothing else uses, unmapped below.
         let addr = unsafe {
-            libc::mmap(
-                hint as *mut libc::c_void,
+            mmap_anonymous(
+                hint as *mut c_void,
                 len,
-                libc::PROT_READ | libc::PROT_EXEC,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
-                -1,
-                0,
+                ProtFlags::READ | ProtFlags::EXEC,
+                MapFlags::PRIVATE | MapFlags::FIXED_NOREPLACE,
             )
-        } as u64;
+        }
+        .unwrap() as u64;
         assert_eq!(addr, hint as u64, "mmap at the hint");
         assert!(process.mapping(addr, 0).is_none(), "an older sample does not trigger a read");
         assert!(process.mapping(addr, monotonic_ns() + REREAD_INTERVAL_NS).is_some(), "a newer one does");
         // SAFETY: the mapping made above.
-        unsafe { libc::munmap(addr as *mut libc::c_void, len) };
+        unsafe { munmap(addr as *mut c_void, len) }.unwrap();
     }
 }

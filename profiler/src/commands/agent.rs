@@ -120,6 +120,7 @@ impl Mode for Agent {
         // The window's samples and names are freed by now: give the pages back (glibc keeps freed
         // heap for reuse), so that the agent's RSS follows what it holds rather than its peak,
         // after processes with big binaries (whose symbols and CFI were loaded) are gone.
+        // glibc's own call, not a system call: from libc, not rustix.
         // SAFETY: malloc_trim has no preconditions.
         unsafe { libc::malloc_trim(0) };
     }

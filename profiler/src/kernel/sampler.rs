@@ -90,6 +90,7 @@ impl TaskLayout {
 /// symbol's); empty when it is not listed, and kernel stacks keep the tracepoint's own frames.
 fn schedule_range() -> Result<std::ops::Range<u64>> {
     const KALLSYMS: &str = "/proc/kallsyms";
+    // Not read_bounded: megabytes, all the kernel's own.
     let text = std::fs::read_to_string(KALLSYMS).with_context(|| format!("cannot read {KALLSYMS}"))?;
     let mut symbols: Vec<(u64, &str)> = text
         .lines()

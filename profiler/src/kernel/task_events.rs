@@ -140,7 +140,7 @@ fn task_event(record: Record<'_>, time_ns: u64, exec: bool) -> Option<TaskEvent>
                 start: mmap.addr,
                 end: mmap.addr.checked_add(mmap.len)?,
                 offset: mmap.pgoff,
-                executable: mmap.prot & libc::PROT_EXEC as u32 != 0,
+                executable: mmap.prot & rustix::mm::ProtFlags::EXEC.bits() != 0,
                 dev: (u64::from(mmap.maj()?) << 32) | u64::from(mmap.min()?),
                 inode: mmap.ino()?,
                 backing: backing(&mmap.filename, mmap.ino()?),

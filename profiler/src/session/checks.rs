@@ -8,9 +8,13 @@ use std::{fmt, fs, path::Path};
 use anyhow::{Context as _, Result, bail};
 use object::{Object as _, ObjectSection as _, ObjectSymbol as _};
 use profiler_common::FramePointers;
+use rustix::{
+    process::{Resource, getrlimit},
+    thread::{CapabilitySet, capabilities},
+};
 
 use crate::{
-    address_space::{Backing, Mappings, open},
+    address_space::{Backing, Mappings, open, read_bounded},
     kernel::{
         KernelSource as _,
         sampler::{OffCpuConfig, Sampler, SamplerConfig},
@@ -19,9 +23,6 @@ use crate::{
     unwind::cfi::ModuleCfi,
 };
 
-const CAP_SYS_ADMIN: u32 = 21;
-const CAP_PERFMON: u32 = 38;
-const CAP_BPF: u32 = 39;
 const BTF_PATH: &str = "/sys/kernel/btf/vmlinux";
 /// `bpf_task_pt_regs` (the user registers of a sample taken in kernel mode) came in 5.15.
 const MIN_KERNEL: (u32, u32) = (5, 15);
@@ -90,7 +91,7 @@ pub fn all(pids: &[u32]) -> Vec<Finding> {
 }
 
 fn kernel_release() -> String {
-    fs::read_to_string("/proc/sys/kernel/osrelease").map(|r| r.trim().to_owned()).unwrap_or_default()
+    rustix::system::uname().release().to_string_lossy().into_owned()
 }
 
 fn kernel(release: &str) -> Finding {
@@ -136,20 +137,13 @@ fn btf() -> Finding {
     }
 }
 
-fn effective_capabilities() -> u64 {
-    let status = fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let hex = status.lines().find_map(|line| line.strip_prefix("CapEff:")).unwrap_or("0");
-    u64::from_str_radix(hex.trim(), 16).unwrap_or(0)
-}
-
 /// Loading BPF programs and opening system-wide perf events needs CAP_BPF and CAP_PERFMON (or
 /// CAP_SYS_ADMIN, which implies both).
 fn privileges() -> Finding {
-    let caps = effective_capabilities();
-    let has = |cap: u32| caps & (1 << cap) != 0;
-    if has(CAP_SYS_ADMIN) {
+    let caps = capabilities(None).map_or(CapabilitySet::empty(), |sets| sets.effective);
+    if caps.contains(CapabilitySet::SYS_ADMIN) {
         Finding::new(Status::Ok, "privileges", "CAP_SYS_ADMIN (root)")
-    } else if has(CAP_BPF) && has(CAP_PERFMON) {
+    } else if caps.contains(CapabilitySet::BPF | CapabilitySet::PERFMON) {
         Finding::new(Status::Ok, "privileges", "CAP_BPF and CAP_PERFMON")
     } else {
         Finding::new(
@@ -161,7 +155,7 @@ fn privileges() -> Finding {
 }
 
 fn paranoid(privileged: bool) -> Finding {
-    let value = fs::read_to_string("/proc/sys/kernel/perf_event_paranoid").unwrap_or_default();
+    let value = read_bounded("/proc/sys/kernel/perf_event_paranoid").unwrap_or_default();
     let subject = format!("kernel.perf_event_paranoid = {}", value.trim());
     if privileged {
         Finding::new(Status::Ok, subject, "does not apply with CAP_PERFMON")
@@ -171,12 +165,9 @@ fn paranoid(privileged: bool) -> Finding {
 }
 
 fn memlock() -> Finding {
-    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    // SAFETY: getrlimit writes into the struct we own.
-    unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut limit) };
-    let value = match limit.rlim_cur {
-        libc::RLIM_INFINITY => "unlimited".to_owned(),
-        bytes => format!("{} KiB", bytes / 1024),
+    let value = match getrlimit(Resource::Memlock).current {
+        None => "unlimited".to_owned(),
+        Some(bytes) => format!("{} KiB", bytes / 1024),
     };
     Finding::new(
         Status::Ok,
@@ -187,8 +178,7 @@ fn memlock() -> Finding {
 
 /// The kernel refuses frequencies above `kernel.perf_event_max_sample_rate`.
 fn sample_rate(hz: u64) -> Finding {
-    let max = fs::read_to_string("/proc/sys/kernel/perf_event_max_sample_rate")
-        .ok()
+    let max = read_bounded("/proc/sys/kernel/perf_event_max_sample_rate")
         .and_then(|text| text.trim().parse::<u64>().ok());
     match max {
         Some(max) if hz > max => Finding::new(

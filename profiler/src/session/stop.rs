@@ -37,6 +37,7 @@ pub fn stop_condition(
             _ = hangup.recv() => StopReason::Signal,
         };
         // From now on a second Ctrl-C ends the profiler at once, without output.
+        // rustix offers sigaction only to runtimes that replace libc's: libc's signal.
         // SAFETY: resetting a signal disposition to its default has no preconditions.
         unsafe { libc::signal(libc::SIGINT, libc::SIG_DFL) };
         reason

@@ -5,7 +5,7 @@ use std::{
     fs::File,
     io::{self, Read as _, Write as _},
     os::{
-        fd::{AsRawFd as _, FromRawFd as _, OwnedFd},
+        fd::{AsRawFd as _, BorrowedFd, OwnedFd},
         unix::process::CommandExt as _,
     },
     process::{Child, Command},
@@ -13,7 +13,14 @@ use std::{
 };
 
 use anyhow::{Context as _, Result, anyhow, bail};
+use rustix::{
+    io::Errno,
+    pipe::{PipeFlags, pipe_with},
+    process::{Pid, PidfdFlags, getpid, pidfd_open},
+};
 use tokio::io::unix::AsyncFd;
+
+use crate::address_space::read_bounded;
 
 /// What a session profiles, before it starts: running processes, a command forked and held
 /// before `exec`, or the whole system.
@@ -107,8 +114,9 @@ impl ProcessHandle {
     /// Opens a handle on an existing process; a thread id stands for its process.
     pub fn open(pid: u32) -> Result<Self> {
         let tgid = thread_group(pid)?;
-        let pidfd = pidfd_open(tgid).map_err(|err| match err.raw_os_error() {
-            Some(libc::ESRCH) => anyhow!("no process with PID {pid}"),
+        let tgid_id = Pid::from_raw(tgid as i32).ok_or_else(|| anyhow!("no process with PID {pid}"))?;
+        let pidfd = pidfd_open(tgid_id, PidfdFlags::empty()).map_err(|err| match err {
+            Errno::SRCH => anyhow!("no process with PID {pid}"),
             _ => anyhow!("cannot watch PID {pid}: {err}"),
         })?;
         // SAFETY: the OwnedFd stays open for as long as it is registered.
@@ -128,23 +136,13 @@ impl ProcessHandle {
 }
 
 fn thread_group(pid: u32) -> Result<u32> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .map_err(|_| anyhow!("no process with PID {pid}"))?;
+    let status =
+        read_bounded(&format!("/proc/{pid}/status")).ok_or_else(|| anyhow!("no process with PID {pid}"))?;
     status
         .lines()
         .find_map(|line| line.strip_prefix("Tgid:"))
         .and_then(|tgid| tgid.trim().parse().ok())
         .ok_or_else(|| anyhow!("cannot read the thread group of PID {pid}"))
-}
-
-fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
-    // SAFETY: plain syscall; on success it returns a new file descriptor that we own.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: fd is a fresh, valid descriptor.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
 /// A command and its arguments as one line, for titles and messages.
@@ -170,17 +168,18 @@ impl PendingCommand {
             (report_write.as_raw_fd(), go_read.as_raw_fd(), go_write.as_raw_fd());
         let mut command = Command::new(program);
         command.args(args);
-        // SAFETY: between fork and exec the closure only makes async-signal-safe calls
-        // (getpid, close, write, read) on descriptors it does not own.
+        // SAFETY: between fork and exec the closure only makes async-signal-safe calls (rustix's
+        // are bare system calls: getpid, close, write, read) on descriptors it does not own, which
+        // stay open in the child until exec.
         unsafe {
             command.pre_exec(move || {
                 // Our copy of the write end would keep read() from seeing the profiler exit.
-                libc::close(go_write_fd);
-                let pid = libc::getpid();
-                libc::write(report_fd, (&pid as *const libc::pid_t).cast(), size_of::<libc::pid_t>());
-                let mut go = 0u8;
-                match libc::read(go_read_fd, (&mut go as *mut u8).cast(), 1) {
-                    1 => Ok(()),
+                rustix::io::close(go_write_fd);
+                let pid = getpid().as_raw_nonzero().get();
+                let _ = rustix::io::write(BorrowedFd::borrow_raw(report_fd), &pid.to_ne_bytes());
+                let mut go = [0u8];
+                match rustix::io::read(BorrowedFd::borrow_raw(go_read_fd), &mut go[..]) {
+                    Ok(1) => Ok(()),
                     _ => Err(io::Error::other("the profiler did not start the command")),
                 }
             });
@@ -192,7 +191,7 @@ impl PendingCommand {
             drop((report_write, go_read));
             child
         });
-        let mut pid = [0u8; size_of::<libc::pid_t>()];
+        let mut pid = [0u8; size_of::<i32>()];
         if report_read.read_exact(&mut pid).is_err() {
             let err = spawner.join().map_err(|_| anyhow!("the command spawner panicked"))?.err();
             bail!(
@@ -202,7 +201,7 @@ impl PendingCommand {
             );
         }
         Ok(Self {
-            pid: libc::pid_t::from_ne_bytes(pid) as u32,
+            pid: i32::from_ne_bytes(pid) as u32,
             go: File::from(go_write),
             spawner,
             argv: argv.to_vec(),
@@ -239,13 +238,8 @@ pub struct StartedCommand {
 }
 
 fn pipe() -> Result<(File, OwnedFd)> {
-    let mut fds = [0; 2];
-    // SAFETY: pipe2 fills fds with two new descriptors on success.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(io::Error::last_os_error()).context("cannot create a pipe");
-    }
-    // SAFETY: both descriptors are fresh and owned by nobody else.
-    unsafe { Ok((File::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1]))) }
+    let (read, write) = pipe_with(PipeFlags::CLOEXEC).context("cannot create a pipe")?;
+    Ok((File::from(read), write))
 }
 
 #[cfg(test)]

@@ -24,10 +24,7 @@ pub fn encode_sample(
         kernel_stack_len: kernel_stack.len() as u32,
         ..*header
     };
-    // SAFETY: SampleHeader is repr(C) plain old data without padding.
-    let bytes =
-        unsafe { std::slice::from_raw_parts((&raw const header).cast::<u8>(), size_of::<SampleHeader>()) };
-    let mut record = bytes.to_vec();
+    let mut record = bytemuck::bytes_of(&header).to_vec();
     record.extend_from_slice(stack_copy);
     record.resize(frames_offset(stack_copy.len()), 0);
     for frame in user_stack.iter().chain(kernel_stack) {
@@ -40,8 +37,7 @@ pub fn encode_sample(
 /// sample record from [`encode_sample`].
 pub fn encode_allocation(allocation: AllocationHeader, sample: &[u8]) -> Vec<u8> {
     let mut record = Vec::with_capacity(size_of::<AllocationHeader>() + sample.len());
-    record.extend_from_slice(&allocation.addr.to_ne_bytes());
-    record.extend_from_slice(&allocation.size.to_ne_bytes());
+    record.extend_from_slice(bytemuck::bytes_of(&allocation));
     record.extend_from_slice(sample);
     record
 }

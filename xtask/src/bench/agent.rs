@@ -2,8 +2,6 @@
 //! that answers like Pyroscope's ingest API: the agent's CPU (% of one core) and RSS over time.
 use std::{
     fmt::Write as _,
-    io::{BufRead as _, BufReader, Read as _, Write as _},
-    net::{TcpListener, TcpStream},
     path::Path,
     process::{Command, Stdio},
     sync::{
@@ -15,6 +13,15 @@ use std::{
 };
 
 use anyhow::{Context as _, Result};
+use http_body_util::{BodyExt as _, Empty};
+use hyper::{
+    Request, Response,
+    body::{Bytes, Incoming},
+    server::conn::http1,
+    service::service_fn,
+};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
 
 use super::{
     compare::{cpu_ticks, ticks_to_seconds},
@@ -92,43 +99,33 @@ pub fn table(profiler: &Path, src: &Path, dir: &Path, quick: bool) -> Result<Str
     Ok(text)
 }
 
-/// A local HTTP server that takes any request and answers 200, counting them; its URL.
+/// A local HTTP server, on a thread of its own, that takes any request and answers 200,
+/// counting them; its URL.
 fn receiver() -> Result<(String, Arc<AtomicU64>)> {
-    let listener = TcpListener::bind("127.0.0.1:0")?;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    listener.set_nonblocking(true)?;
     let url = format!("http://{}", listener.local_addr()?);
     let requests = Arc::new(AtomicU64::new(0));
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_io().build()?;
     let counted = requests.clone();
-    std::thread::spawn(move || {
-        for stream in listener.incoming().flatten() {
-            let counted = counted.clone();
-            std::thread::spawn(move || answer(stream, &counted));
-        }
-    });
+    std::thread::spawn(move || runtime.block_on(accept(listener, counted)));
     Ok((url, requests))
 }
 
-/// Answers the requests of one keep-alive connection until it closes.
-fn answer(stream: TcpStream, requests: &AtomicU64) -> Option<()> {
-    let mut reader = BufReader::new(stream.try_clone().ok()?);
-    let mut writer = stream;
+/// Serves every connection to `listener`, each request read whole and counted.
+async fn accept(listener: std::net::TcpListener, requests: Arc<AtomicU64>) -> std::io::Result<()> {
+    let listener = TcpListener::from_std(listener)?;
     loop {
-        let mut length = 0;
-        let mut line = String::new();
-        reader.read_line(&mut line).ok().filter(|&n| n > 0)?;
-        loop {
-            line.clear();
-            reader.read_line(&mut line).ok()?;
-            if line.trim_end().is_empty() {
-                break;
+        let (stream, _) = listener.accept().await?;
+        let requests = requests.clone();
+        let answer = service_fn(move |request: Request<Incoming>| {
+            let requests = requests.clone();
+            async move {
+                request.into_body().collect().await?;
+                requests.fetch_add(1, Ordering::Relaxed);
+                Ok::<_, hyper::Error>(Response::new(Empty::<Bytes>::new()))
             }
-            if let Some((key, value)) = line.split_once(':')
-                && key.eq_ignore_ascii_case("content-length")
-            {
-                length = value.trim().parse().ok()?;
-            }
-        }
-        reader.by_ref().take(length).read_to_end(&mut Vec::new()).ok()?;
-        requests.fetch_add(1, Ordering::Relaxed);
-        writer.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n").ok()?;
+        });
+        tokio::spawn(http1::Builder::new().serve_connection(TokioIo::new(stream), answer));
     }
 }
