@@ -21,9 +21,10 @@ pub enum RecordKind {
     Allocation,
 }
 
-/// One decoded record: a sample, and what the record adds to it.
+/// One decoded ring-buffer record (not a `.prof` recording, nor the `record` command): a
+/// sample, and what the record adds to it.
 #[derive(Debug)]
-pub struct Record<'a> {
+pub struct RingRecord<'a> {
     pub sample: SampleRecord<'a>,
     pub payload: Payload,
 }
@@ -58,7 +59,7 @@ impl RecordKind {
     }
 
     /// Decodes one record. Never panics, whatever the bytes.
-    pub fn decode(self, record: &[u8]) -> Result<Record<'_>, DecodeError> {
+    pub fn decode(self, record: &[u8]) -> Result<RingRecord<'_>, DecodeError> {
         match self {
             Self::Sample => {
                 let sample = decode_sample(record)?;
@@ -66,11 +67,11 @@ impl RecordKind {
                     Some((ns, _)) => Payload::OffCpu { ns },
                     None => Payload::None,
                 };
-                Ok(Record { sample, payload })
+                Ok(RingRecord { sample, payload })
             }
             Self::Allocation => {
                 let (block, sample) = decode_allocation(record)?;
-                Ok(Record { sample, payload: Payload::Allocation(block) })
+                Ok(RingRecord { sample, payload: Payload::Allocation(block) })
             }
         }
     }
@@ -329,13 +330,13 @@ mod tests {
             ..sample_header()
         };
         let record = encode_sample(&header, &[], &[], &KERNEL);
-        let Record { sample, payload } = RecordKind::Sample.decode(&record).unwrap();
+        let RingRecord { sample, payload } = RecordKind::Sample.decode(&record).unwrap();
         assert_eq!(
             (payload, sample.state()),
             (Payload::OffCpu { ns: 2_500_000 }, ThreadState::Uninterruptible)
         );
         let on_cpu = record_of(&sample_header());
-        let Record { sample, payload } = RecordKind::Sample.decode(&on_cpu).unwrap();
+        let RingRecord { sample, payload } = RecordKind::Sample.decode(&on_cpu).unwrap();
         assert_eq!((payload, sample.state()), (Payload::None, ThreadState::OnCpu));
     }
 
@@ -387,7 +388,7 @@ mod tests {
         let block = AllocationHeader { addr: 0x5555_0000_8000, size: 4096 };
         let record = encode_allocation(block, &record(&[1; 24]));
         let kind = RecordKind::Allocation;
-        let Record { sample, payload } = kind.decode(&record).unwrap();
+        let RingRecord { sample, payload } = kind.decode(&record).unwrap();
         assert_eq!(payload, Payload::Allocation(block));
         assert_eq!((sample.tgid(), sample.comm().as_str()), (42, "worker"));
         assert_eq!(sample.user_stack().iter().collect::<Vec<_>>(), USER);

@@ -31,7 +31,7 @@ pub mod testing;
 pub use crate::{
     cli::Cli,
     commands::run,
-    decode::{DecodeError, Payload, Record, RecordKind, SampleRecord, UserRegs},
+    decode::{DecodeError, Payload, RecordKind, RingRecord, SampleRecord, UserRegs},
     model::{
         Location, Meta, ModuleInfo, Recording, Sample, SourceLine, Symbol, SymbolKind, ThreadState,
         filter::Filter, printable, raw,

@@ -8,7 +8,7 @@
 use anyhow::{Context as _, Result, anyhow};
 use perf_event::{
     Builder, Clock, SampleFlag, Sampler as PerfRing,
-    data::{Record, endian::Native, parse::Parser},
+    data::{Record as PerfRecord, endian::Native, parse::Parser},
     events::Software,
 };
 use perf_event_open_sys::bindings::perf_event_header;
@@ -129,13 +129,13 @@ pub fn decode(config: &ParseConfig, ty: u32, misc: u16, bytes: &[u8]) -> Option<
         .map_or(0, |at| u64::from_ne_bytes(bytes[at..].try_into().expect("8 bytes")));
     let size = u16::try_from(bytes.len() + size_of::<perf_event_header>()).ok()?;
     let header = perf_event_header { type_: ty, misc, size };
-    let record = Record::parse_with_header(&mut Parser::new(bytes, config.clone()), header).ok()?;
+    let record = PerfRecord::parse_with_header(&mut Parser::new(bytes, config.clone()), header).ok()?;
     task_event(record, time_ns, misc & MISC_COMM_EXEC != 0)
 }
 
-fn task_event(record: Record<'_>, time_ns: u64, exec: bool) -> Option<TaskEvent> {
+fn task_event(record: PerfRecord<'_>, time_ns: u64, exec: bool) -> Option<TaskEvent> {
     match record {
-        Record::Mmap2(mmap) => {
+        PerfRecord::Mmap2(mmap) => {
             let mapping = Mapping {
                 start: mmap.addr,
                 end: mmap.addr.checked_add(mmap.len)?,
@@ -147,7 +147,7 @@ fn task_event(record: Record<'_>, time_ns: u64, exec: bool) -> Option<TaskEvent>
             };
             Some(TaskEvent::Map { pid: mmap.pid, time_ns, mapping })
         }
-        Record::Comm(comm) if comm.pid == comm.tid => {
+        PerfRecord::Comm(comm) if comm.pid == comm.tid => {
             let name = String::from_utf8_lossy(&comm.comm).into_owned();
             Some(if exec {
                 TaskEvent::Exec { pid: comm.pid, time_ns, comm: name }
@@ -155,13 +155,13 @@ fn task_event(record: Record<'_>, time_ns: u64, exec: bool) -> Option<TaskEvent>
                 TaskEvent::Rename { pid: comm.pid, time_ns, comm: name }
             })
         }
-        Record::Fork(fork) if fork.pid != fork.ppid => {
+        PerfRecord::Fork(fork) if fork.pid != fork.ppid => {
             Some(TaskEvent::Fork { parent: fork.ppid, child: fork.pid, time_ns: fork.time })
         }
-        Record::Exit(exit) if exit.pid == exit.tid => {
+        PerfRecord::Exit(exit) if exit.pid == exit.tid => {
             Some(TaskEvent::Exit { pid: exit.pid, time_ns: exit.time })
         }
-        Record::Lost(lost) => Some(TaskEvent::Lost { time_ns, count: lost.lost }),
+        PerfRecord::Lost(lost) => Some(TaskEvent::Lost { time_ns, count: lost.lost }),
         _ => None,
     }
 }
