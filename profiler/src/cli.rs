@@ -130,7 +130,7 @@ pub struct RecordArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub max_samples: Option<u64>,
 
-    /// No live status line and no summary (errors and warnings still print).
+    /// No readiness line, live status line or summary (errors and warnings still print).
     #[arg(short, long)]
     pub quiet: bool,
 
@@ -248,7 +248,7 @@ pub struct AgentArgs {
     #[arg(long, value_name = "USEC", default_value_t = DEFAULT_MIN_BLOCK_US, requires = "off_cpu")]
     pub min_block: u64,
 
-    /// No summary at the end (problems are still said, once each).
+    /// No readiness line and no summary at the end (problems are still said, once each).
     #[arg(short, long)]
     pub quiet: bool,
 }
@@ -326,7 +326,8 @@ pub struct LeaksArgs {
     #[arg(long, value_name = "N", default_value_t = 1 << 22, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_outstanding: u32,
 
-    /// No live status line, summary or report on standard output (errors still print).
+    /// No readiness line, live status line, summary or report on standard output (errors still
+    /// print).
     #[arg(short, long)]
     pub quiet: bool,
 

@@ -11,9 +11,9 @@ use std::{
     io::{BufRead as _, BufReader, Read as _, Write as _},
     net::{TcpListener, TcpStream},
     path::PathBuf,
-    process::{Command, Stdio},
+    process::Command,
     sync::{Arc, Mutex},
-    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+    time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
 use common::*;
@@ -38,20 +38,18 @@ fn unix_now_ns() -> u64 {
 }
 
 /// `profiler agent -p PID -F 499 --service-name split-service --label env=test <extra>`,
-/// started; its stderr is read when it is waited for.
-fn start_agent(pid: u32, extra: &[&str]) -> std::process::Child {
+/// started and sampling.
+fn start_agent(pid: u32, extra: &[&str]) -> Started {
     let pid = pid.to_string();
     let mut args = vec!["agent", "-p", &pid, "-F", HZ, "--service-name", SERVICE, "--label", "env=test"];
     args.extend(extra);
-    eprintln!("profiler {args:?}");
-    profiler().args(&args).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("start the agent")
+    start_profiler(&args)
 }
 
-fn finish(agent: std::process::Child) -> String {
-    let output = agent.wait_with_output().unwrap();
-    let stderr = String::from_utf8(output.stderr).unwrap();
-    eprintln!("agent: {}\n{stderr}", output.status);
-    assert!(output.status.success());
+/// Waits for the agent to end, successfully: its stderr.
+fn finish(agent: Started) -> String {
+    let (status, stderr) = agent.wait();
+    assert!(status.success());
     stderr
 }
 
@@ -401,11 +399,8 @@ fn sigterm_flushes_the_partial_window() {
     let url = serve_otlp(receiver.clone());
     let agent = start_agent(workload.pid(), &["--otlp", &url, "--interval", "60"]);
     std::thread::sleep(Duration::from_secs(4));
-    let terminated = Instant::now();
-    // SAFETY: kill has no memory-safety preconditions.
-    unsafe { libc::kill(agent.id() as i32, libc::SIGTERM) };
+    agent.signal(libc::SIGTERM);
     finish(agent);
-    assert!(terminated.elapsed() < Duration::from_secs(5), "exited {:?} after SIGTERM", terminated.elapsed());
     let requests = receiver.0.lock().unwrap();
     assert_eq!(requests.len(), 1, "the partial window");
     let profile = &requests[0].resource_profiles[0].scope_profiles[0].profiles[0];

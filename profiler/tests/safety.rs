@@ -213,19 +213,19 @@ fn signals_stop_with_complete_outputs_and_release_everything() {
         let dir = scratch_dir(name);
         let workload = spawn(&split_with_frame_pointers(), &[]);
         let (svg, prof) = (dir.join("out.svg"), dir.join("run.prof"));
-        let child = profiler()
-            .args(["record", "-p", &workload.pid().to_string(), "-F", "499", "-q"])
-            .args(["-o", svg.to_str().unwrap(), "-o", prof.to_str().unwrap()])
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        thread::sleep(Duration::from_secs(2));
-        assert!(perf_event_fds(child.id()) >= 2, "{name}: the profiler holds perf events while recording");
+        let pid = workload.pid().to_string();
+        let (svg_path, prof_path) = (svg.to_str().unwrap(), prof.to_str().unwrap());
+        let recording = start_profiler(&["record", "-p", &pid, "-F", "499", "-o", svg_path, "-o", prof_path]);
+        // Half a second of the workload's CPU time: about 250 samples.
+        wait_for_cpu(workload.pid(), Duration::from_millis(500));
+        assert!(
+            perf_event_fds(recording.pid()) >= 2,
+            "{name}: the profiler holds perf events while recording"
+        );
         assert!(!profiler_bpf_objects().is_empty(), "{name}: its BPF objects are visible while recording");
-        // SAFETY: kill(2) on our own child.
-        assert_eq!(unsafe { libc::kill(child.id() as i32, signal) }, 0);
-        let output = child.wait_with_output().unwrap();
-        assert!(output.status.success(), "{name}: {}", String::from_utf8_lossy(&output.stderr));
+        recording.signal(signal);
+        let (status, stderr) = recording.wait();
+        assert!(status.success(), "{name}: {stderr}");
         let text = std::fs::read_to_string(&svg).unwrap();
         assert!(text.trim_end().ends_with("</svg>") && text.contains("hot_a"), "{name}: complete SVG");
         let report = profiler()

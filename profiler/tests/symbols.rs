@@ -2,12 +2,7 @@
 //! separate debug files, deleted binaries, exec'd children, the vDSO and JIT code.
 mod common;
 
-use std::{
-    collections::BTreeMap,
-    path::Path,
-    process::{Command, Stdio},
-    time::Duration,
-};
+use std::{collections::BTreeMap, path::Path, process::Command};
 
 use common::*;
 
@@ -55,20 +50,12 @@ fn short_lived_processes_system_wide() {
     let dir = scratch_dir("short-lived");
     let workload = split_with_frame_pointers();
     let out = dir.join("out.folded");
-    let profiler = profiler()
-        .args(["record", "-a", "-F", "999", "-o", out.to_str().unwrap()])
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(1500));
+    let recording = start_profiler(&["record", "-a", "-F", "999", "-o", out.to_str().unwrap()]);
     // 100 processes of 20 ms of CPU each.
     let script = format!("for i in $(seq 100); do {} 0.02; done", workload.display());
     run("sh", &["-c", &script]);
-    // SAFETY: kill(2) on our own child.
-    unsafe { libc::kill(profiler.id() as i32, libc::SIGINT) };
-    let output = profiler.wait_with_output().unwrap();
-    eprintln!("{}", String::from_utf8_lossy(&output.stderr));
-    assert!(output.status.success());
+    recording.signal(libc::SIGINT);
+    assert!(recording.wait().0.success());
     let folded = Folded::read(&out);
     let mine =
         Folded { stacks: folded.stacks.into_iter().filter(|(frames, _)| frames[0] == "split-fp").collect() };
@@ -106,8 +93,8 @@ fn binary_deleted_after_it_started() {
     let dir = scratch_dir("deleted");
     let doomed = dir.join("doomed");
     std::fs::copy(split_with_frame_pointers(), &doomed).unwrap();
+    // Started: spawn returns once the binary is executing, mapped from the file removed next.
     let workload = spawn(&doomed, &[]);
-    std::thread::sleep(Duration::from_millis(200));
     std::fs::remove_file(&doomed).unwrap();
     let out = dir.join("out.folded");
     let run = run_profiler(&[

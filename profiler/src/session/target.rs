@@ -44,7 +44,7 @@ impl Target {
         }
     }
 
-    /// What is profiled, for titles: `PID 1234`, `./server --port 80`, `whole system`.
+    /// What is profiled, for titles: `PID 1234`, `./server --port 80`, `the whole system`.
     pub fn describe(&self) -> String {
         match self {
             Self::Processes(handles) => {
@@ -52,7 +52,7 @@ impl Target {
                 format!("PID {}", pids.join(", "))
             }
             Self::Command(pending) => command_line(&pending.argv),
-            Self::System => "whole system".into(),
+            Self::System => "the whole system".into(),
         }
     }
 
