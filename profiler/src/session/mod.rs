@@ -23,7 +23,7 @@ use anyhow::{Context as _, Result};
 
 pub use self::target::Target;
 use self::{
-    intake::{Intake, Sink},
+    intake::{Intake, Monotonic, Sink},
     status::StatusLine,
     stop::{StopReason, stop_condition},
 };
@@ -137,7 +137,7 @@ pub async fn run<M: Mode>(mode: M, settings: Settings) -> Result<()> {
     let mut session = Pipeline::new(mode, walker, aggregate, settings.max_records);
     let mut kernel = session.mode.load(&target)?;
     let ring = RingReader::new(kernel.take_ring()?).context("cannot poll the ring buffer")?;
-    let mut intake = Intake::new(ring, TaskEventReader::open()?, M::Kernel::RECORDS);
+    let mut intake = Intake::new(ring, TaskEventReader::open()?, Monotonic, M::Kernel::RECORDS);
     match target.pids() {
         pids if pids.is_empty() => {
             running().into_iter().for_each(|pid| session.walker.address_spaces_mut().track(pid))
