@@ -406,12 +406,23 @@ impl Started {
 pub fn cpu_time(pid: u32) -> Duration {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .unwrap_or_else(|err| panic!("process {pid} is gone: {err}"));
+    stat_cpu_time(&stat, 14)
+}
+
+/// CPU time of the children a process waited for, from the text of its `/proc/PID/stat`.
+pub fn waited_children_cpu_time(stat: &str) -> Duration {
+    stat_cpu_time(stat, 16)
+}
+
+/// The user time in field `user` of a `/proc/PID/stat` text, as proc(5) numbers them, plus the
+/// system time in the next.
+fn stat_cpu_time(stat: &str, user: usize) -> Duration {
     // Fields 3 on come after the command name, in parentheses, which may hold spaces.
     let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split_whitespace().collect();
-    let (utime, stime): (u64, u64) = (fields[11].parse().unwrap(), fields[12].parse().unwrap());
+    let ticks: u64 = fields[user - 3].parse::<u64>().unwrap() + fields[user - 2].parse::<u64>().unwrap();
     // SAFETY: sysconf has no preconditions.
     let ticks_per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
-    Duration::from_nanos((utime + stime) * 1_000_000_000 / ticks_per_second)
+    Duration::from_nanos(ticks * 1_000_000_000 / ticks_per_second)
 }
 
 /// Waits until process `pid` has used `more` CPU time from now: a workload's progress, whatever
