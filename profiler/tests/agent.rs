@@ -11,9 +11,9 @@ use std::{
     io::Read as _,
     net::TcpListener,
     path::PathBuf,
-    process::{Command, Stdio},
+    process::Command,
     sync::{Arc, Mutex},
-    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+    time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
 use common::*;
@@ -47,21 +47,27 @@ fn unix_now_ns() -> u64 {
 }
 
 /// `profiler agent -p PID -F 499 --service-name split-service --label env=test <extra>`,
-/// started; its stderr is read when it is waited for.
-fn start_agent(pid: u32, extra: &[&str]) -> std::process::Child {
+/// started and sampling.
+fn start_agent(pid: u32, extra: &[&str]) -> Started {
     let pid = pid.to_string();
     let mut args = vec!["agent", "-p", &pid, "-F", HZ, "--service-name", SERVICE, "--label", "env=test"];
     args.extend(extra);
-    eprintln!("profiler {args:?}");
-    profiler().args(&args).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("start the agent")
+    start_profiler(&args)
 }
 
-fn finish(agent: std::process::Child) -> String {
-    let output = agent.wait_with_output().unwrap();
-    let stderr = String::from_utf8(output.stderr).unwrap();
-    eprintln!("agent: {}\n{stderr}", output.status);
-    assert!(output.status.success());
+/// Waits for the agent to end, successfully: its stderr.
+fn finish(agent: Started) -> String {
+    let (status, stderr) = agent.wait();
+    assert!(status.success());
     stderr
+}
+
+/// Asserts that `samples` are what `cpu` of a busy thread gives at 499 Hz, within ±30%: every
+/// moment the workload ran while sampled was sampled, and no more.
+fn assert_samples_for(samples: i64, cpu: Duration) {
+    let expected = cpu.as_secs_f64() * 499.0;
+    eprintln!("{samples} samples for {cpu:?} of CPU time: {expected:.0} expected");
+    assert!((samples as f64 - expected).abs() <= 0.3 * expected, "{samples} samples, {expected:.0} expected");
 }
 
 /// The windows and profiles the agent's summary says it handed over.
@@ -134,11 +140,25 @@ fn otlp_windows_carry_the_split_labels_times_and_period() {
     let url = serve_otlp(receiver.clone());
     let started = unix_now_ns();
     let agent = start_agent(workload.pid(), &["--otlp", &url, "--interval", "2", "-d", "5"]);
+    // From when it samples to when it has ended: a little more than it sampled.
+    let cpu_before = cpu_time(workload.pid());
     let (windows, profiles) = handed_over(&finish(agent));
+    let cpu = cpu_time(workload.pid()) - cpu_before;
     let ended = unix_now_ns();
     let requests = receiver.0.lock().unwrap().clone();
     assert!(requests.len() >= 2, "{} requests", requests.len());
     assert_eq!(requests.len() as u64, windows.min(profiles), "every window with samples arrived");
+    // The windows follow one another, without gap or overlap (their starts are on the wall
+    // clock, their lengths on the monotonic one, which it may be slewed against).
+    let spans: Vec<(u64, u64)> = requests
+        .iter()
+        .map(|r| &r.resource_profiles[0].scope_profiles[0].profiles[0])
+        .map(|p| (p.time_unix_nano, p.duration_nano))
+        .collect();
+    for pair in spans.windows(2) {
+        let ((start, length), (next, _)) = (pair[0], pair[1]);
+        assert!((start + length).abs_diff(next) <= length / 10, "windows {pair:?} do not meet");
+    }
     let mut by_leaf: BTreeMap<String, i64> = BTreeMap::new();
     for request in &requests {
         let dictionary = request.dictionary.as_ref().expect("a dictionary");
@@ -201,6 +221,7 @@ fn otlp_windows_carry_the_split_labels_times_and_period() {
         }
     }
     assert_split_shares(&by_leaf);
+    assert_samples_for(by_leaf.values().sum(), cpu);
 }
 
 /// What a Pyroscope ingest request brought: its query parameters and its pprof profile.
@@ -398,18 +419,15 @@ fn sigterm_flushes_the_partial_window() {
     let receiver = OtlpReceiver::default();
     let url = serve_otlp(receiver.clone());
     let agent = start_agent(workload.pid(), &["--otlp", &url, "--interval", "60"]);
-    std::thread::sleep(Duration::from_secs(4));
-    let terminated = Instant::now();
-    // SAFETY: kill has no memory-safety preconditions.
-    unsafe { libc::kill(agent.id() as i32, libc::SIGTERM) };
+    let cpu_before = cpu_time(workload.pid());
+    wait_for_cpu(workload.pid(), Duration::from_secs(2));
+    let cpu = cpu_time(workload.pid()) - cpu_before;
+    agent.signal(libc::SIGTERM);
     finish(agent);
-    assert!(terminated.elapsed() < Duration::from_secs(5), "exited {:?} after SIGTERM", terminated.elapsed());
     let requests = receiver.0.lock().unwrap();
     assert_eq!(requests.len(), 1, "the partial window");
     let profile = &requests[0].resource_profiles[0].scope_profiles[0].profiles[0];
-    let samples: i64 = profile.samples.iter().map(|s| s.values[0]).sum();
-    // Four seconds of a busy thread, at 499 Hz, sharing two CPUs with the other tests.
-    assert!(samples > 100, "{samples} samples in about 4 s");
+    assert_samples_for(profile.samples.iter().map(|s| s.values[0]).sum(), cpu);
 }
 
 #[test]

@@ -2,15 +2,14 @@
 //! still give a complete output and leave nothing behind, bad input never panics.
 //!
 //! The tests of this file run one at a time, from their first line (building a workload
-//! included): they measure the targets' speed, and check that no BPF object of a profiler is
-//! left.
+//! included): they check that no BPF object of a profiler is left. How fast the targets run
+//! under the profiler is measured by `cargo xtask bench` (section `undisturbed`), not here.
 mod common;
 
 use std::{
-    io::{BufRead as _, BufReader},
     path::Path,
-    process::{Command, Stdio},
-    sync::{Arc, Mutex},
+    process::Command,
+    sync::Mutex,
     thread,
     time::{Duration, Instant},
 };
@@ -23,126 +22,43 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
     ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// A workload's progress lines, "SECONDS OPERATIONS", with when each arrived.
-#[derive(Default)]
-struct Progress {
-    points: Vec<(f64, u64, Instant)>,
-}
+/// Seconds each workload runs, profiled from its first instruction to its end.
+const SECONDS: &str = "5";
 
-impl Progress {
-    /// The workload's peak speed in `[from, to]` (its own clock): the most operations per second
-    /// over one-second windows, every quarter second.
-    ///
-    /// On this shared machine a CPU's speed swings by a third from one second to the next with
-    /// what other tenants do, far more than the few percent under test; the peak, reached
-    /// whenever the host leaves the CPU alone, is stable to a percent or two.
-    fn rate(&self, from: f64, to: f64) -> f64 {
-        let at =
-            |t: f64| self.points.iter().find(|p| p.0 >= t).unwrap_or_else(|| panic!("no progress at {t} s"));
-        let rates: Vec<f64> = (0..)
-            .map(|i| from + i as f64 * 0.25)
-            .take_while(|start| start + 1.0 <= to)
-            .map(|start| {
-                let (a, b) = (at(start), at(start + 1.0));
-                (b.1 - a.1) as f64 / (b.0 - a.0)
-            })
-            .collect();
-        rates.into_iter().reduce(f64::max).unwrap_or_else(|| panic!("no whole second in [{from}, {to}]"))
-    }
-
-    fn latest_time(&self) -> f64 {
-        self.points.last().map_or(0.0, |p| p.0)
-    }
-
-    /// The longest wait between two progress lines in `[from, to]`.
-    fn longest_gap(&self, from: Instant, to: Instant) -> Duration {
-        let arrivals: Vec<Instant> =
-            self.points.iter().map(|p| p.2).filter(|&t| t >= from && t <= to).collect();
-        arrivals.windows(2).map(|w| w[1] - w[0]).max().unwrap_or_default()
-    }
-}
-
-/// One measurement: the workload's speed alone (before and after) and under the profiler.
-struct Measurement {
-    before: f64,
-    profiled: f64,
-    after: f64,
-    longest_gap: Duration,
-}
-
-impl Measurement {
-    fn baseline(&self) -> f64 {
-        self.before.max(self.after)
-    }
-}
-
-/// Runs `workload` (printing progress for 18 s), profiles it at 999 Hz from second 4 to second
-/// 14, and returns its speeds.
-fn measure(name: &str, workload: &mut Command) -> Measurement {
-    let dir = scratch_dir(name);
-    let mut child = workload.stdout(Stdio::piped()).spawn().expect("spawn workload");
-    let pid = child.id();
-    let progress = Arc::new(Mutex::new(Progress::default()));
-    let reader = {
-        let progress = Arc::clone(&progress);
-        let stdout = child.stdout.take().unwrap();
-        thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                let mut fields = line.split_whitespace().map(|f| f.parse::<f64>().unwrap());
-                let (t, ops) = (fields.next().unwrap(), fields.next().unwrap());
-                progress.lock().unwrap().points.push((t, ops as u64, Instant::now()));
-            }
-        })
-    };
-    while progress.lock().unwrap().latest_time() < 4.0 {
-        thread::sleep(Duration::from_millis(20));
-    }
-    let started = Instant::now();
-    let start_t = progress.lock().unwrap().latest_time();
-    let out = dir.join("out.folded");
-    let run = run_profiler(&[
-        "record",
-        "-p",
-        &pid.to_string(),
-        "-F",
-        "999",
-        "-d",
-        "10",
-        "-o",
-        out.to_str().unwrap(),
-    ]);
-    let stopped = Instant::now();
-    let stop_t = progress.lock().unwrap().latest_time();
+/// Runs `workload SECONDS ARGS` to its end under `profiler record -F 999`, and asserts that it
+/// was not disturbed: it ended by itself, successfully; its operations rose between every two
+/// of its progress lines ("SECONDS OPERATIONS", every 100 ms), where a thread stuck in a
+/// deadlock would have stopped them; and most samples are under `function`, named.
+fn assert_undisturbed(name: &str, workload: &Path, args: &[&str], function: &str) {
+    let out = scratch_dir(name).join("out.folded");
+    let mut argv = vec!["record", "-F", "999", "-o", out.to_str().unwrap(), "--", workload.to_str().unwrap()];
+    argv.extend(args);
+    let run = run_bounded(&argv);
     assert!(run.status.success());
-    assert!(child.wait().unwrap().success());
-    reader.join().unwrap();
-    assert!(Folded::read(&out).total() > 5000, "{name} was sampled");
-    let progress = progress.lock().unwrap();
-    Measurement {
-        before: progress.rate(0.5, start_t),
-        profiled: progress.rate(start_t + 0.5, stop_t - 0.3),
-        after: progress.rate(stop_t + 0.3, progress.latest_time()),
-        longest_gap: progress.longest_gap(started, stopped),
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(!stderr.contains("the command exited with"), "{name} failed: {stderr}");
+    let progress: Vec<(f64, u64)> = String::from_utf8(run.stdout)
+        .unwrap()
+        .lines()
+        .map(|line| {
+            let (t, ops) = line.split_once(' ').unwrap_or_else(|| panic!("bad progress line {line:?}"));
+            (t.parse().unwrap(), ops.parse().unwrap())
+        })
+        .collect();
+    let seconds: f64 = SECONDS.parse().unwrap();
+    assert!(progress.len() >= 10 * seconds as usize - 1, "{name}: {} progress lines", progress.len());
+    for pair in progress.windows(2) {
+        assert!(pair[1].1 > pair[0].1, "{name} made no progress from {:?} to {:?}", pair[0], pair[1]);
     }
-}
-
-/// The workload keeps ≥ 95% of its peak speed under the profiler and never stalls for a second.
-/// A failed measurement is repeated, up to five times (a host busy for the whole of a phase
-/// can hide its peak); a real slowdown fails all five.
-fn assert_undisturbed(name: &str, mut workload: Command) {
-    for attempt in 1..=5 {
-        let m = measure(name, &mut workload);
-        let share = 100.0 * m.profiled / m.baseline();
-        eprintln!(
-            "{name} attempt {attempt}: {:.0} ops/s before, {:.0} profiled ({share:.1}%), {:.0} after, longest gap {:?}",
-            m.before, m.profiled, m.after, m.longest_gap
-        );
-        assert!(m.longest_gap < Duration::from_secs(1), "{name} stalled for {:?}", m.longest_gap);
-        if share >= 95.0 {
-            return;
-        }
-        assert!(attempt < 5, "{name} ran at {share:.1}% of its speed under the profiler");
-    }
+    let folded = Folded::read(&out);
+    let under: u64 = folded
+        .stacks
+        .iter()
+        .filter(|(frames, _)| frames.iter().any(|f| f.split('(').next() == Some(function)))
+        .map(|(_, n)| n)
+        .sum();
+    eprintln!("{name}: {under} of {} samples under {function}", folded.total());
+    assert!(under as f64 >= 0.8 * folded.total() as f64, "{name}: most samples under {function}");
 }
 
 #[test]
@@ -152,9 +68,7 @@ fn cpp_exceptions_are_not_disturbed() {
     }
     let _one = serial();
     let workload = build_workload("exceptions.cpp", "exceptions", "g++", &["-O2", "-g"]);
-    let mut command = Command::new(workload);
-    command.args(["18", "2"]);
-    assert_undisturbed("exceptions", command);
+    assert_undisturbed("exceptions", &workload, &[SECONDS, "2"], "worker");
 }
 
 #[test]
@@ -174,9 +88,8 @@ fn dlopen_loops_are_not_disturbed() {
         .unwrap();
     assert!(status.success());
     let workload = build_workload("dlopen.c", "dlopen", "gcc", &["-O2", "-g", "-ldl"]);
-    let mut command = Command::new(workload);
-    command.arg(&plugin).args(["18", "2", "1", "100000"]);
-    assert_undisturbed("dlopen", command);
+    let args = [plugin.to_str().unwrap(), SECONDS, "2", "1", "100000"];
+    assert_undisturbed("dlopen", &workload, &args, "plugin_work");
 }
 
 /// Names of the BPF programs and maps of any profiler loaded on the system now.
@@ -213,19 +126,19 @@ fn signals_stop_with_complete_outputs_and_release_everything() {
         let dir = scratch_dir(name);
         let workload = spawn(&split_with_frame_pointers(), &[]);
         let (svg, prof) = (dir.join("out.svg"), dir.join("run.prof"));
-        let child = profiler()
-            .args(["record", "-p", &workload.pid().to_string(), "-F", "499", "-q"])
-            .args(["-o", svg.to_str().unwrap(), "-o", prof.to_str().unwrap()])
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        thread::sleep(Duration::from_secs(2));
-        assert!(perf_event_fds(child.id()) >= 2, "{name}: the profiler holds perf events while recording");
+        let pid = workload.pid().to_string();
+        let (svg_path, prof_path) = (svg.to_str().unwrap(), prof.to_str().unwrap());
+        let recording = start_profiler(&["record", "-p", &pid, "-F", "499", "-o", svg_path, "-o", prof_path]);
+        // Half a second of the workload's CPU time: about 250 samples.
+        wait_for_cpu(workload.pid(), Duration::from_millis(500));
+        assert!(
+            perf_event_fds(recording.pid()) >= 2,
+            "{name}: the profiler holds perf events while recording"
+        );
         assert!(!profiler_bpf_objects().is_empty(), "{name}: its BPF objects are visible while recording");
-        // SAFETY: kill(2) on our own child.
-        assert_eq!(unsafe { libc::kill(child.id() as i32, signal) }, 0);
-        let output = child.wait_with_output().unwrap();
-        assert!(output.status.success(), "{name}: {}", String::from_utf8_lossy(&output.stderr));
+        recording.signal(signal);
+        let (status, stderr) = recording.wait();
+        assert!(status.success(), "{name}: {stderr}");
         let text = std::fs::read_to_string(&svg).unwrap();
         assert!(text.trim_end().ends_with("</svg>") && text.contains("hot_a"), "{name}: complete SVG");
         let report = profiler()
@@ -353,9 +266,9 @@ fn max_samples_caps_the_recording() {
     let dir = scratch_dir("max-samples");
     let out = dir.join("out.folded");
     let workload = spawn(&split_with_frame_pointers(), &[]);
-    let started = Instant::now();
     let pid = workload.pid().to_string();
-    let run = run_profiler(&[
+    // Neither -d nor a signal: a profiler that did not stop by itself would be killed, failing.
+    let run = run_bounded(&[
         "record",
         "-F",
         "999",
@@ -367,7 +280,6 @@ fn max_samples_caps_the_recording() {
         out.to_str().unwrap(),
     ]);
     assert!(run.status.success());
-    assert!(started.elapsed() < Duration::from_secs(10), "it stopped by itself, without -d or a signal");
     assert!(String::from_utf8_lossy(&run.stderr).contains("stopped at --max-samples"));
     assert_eq!(Folded::read(&out).total(), 500);
 }

@@ -2,12 +2,7 @@
 //! separate debug files, deleted binaries, exec'd children, the vDSO and JIT code.
 mod common;
 
-use std::{
-    collections::BTreeMap,
-    path::Path,
-    process::{Command, Stdio},
-    time::Duration,
-};
+use std::{collections::BTreeMap, path::Path, process::Command};
 
 use common::*;
 
@@ -55,28 +50,28 @@ fn short_lived_processes_system_wide() {
     let dir = scratch_dir("short-lived");
     let workload = split_with_frame_pointers();
     let out = dir.join("out.folded");
-    let profiler = profiler()
-        .args(["record", "-a", "-F", "999", "-o", out.to_str().unwrap()])
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(1500));
-    // 100 processes of 20 ms of CPU each.
-    let script = format!("for i in $(seq 100); do {} 0.02; done", workload.display());
-    run("sh", &["-c", &script]);
-    // SAFETY: kill(2) on our own child.
-    unsafe { libc::kill(profiler.id() as i32, libc::SIGINT) };
-    let output = profiler.wait_with_output().unwrap();
-    eprintln!("{}", String::from_utf8_lossy(&output.stderr));
-    assert!(output.status.success());
+    let recording = start_profiler(&["record", "-a", "-F", "999", "-o", out.to_str().unwrap()]);
+    // 100 processes of 20 ms each; then the shell's stat, which counts the CPU time they used.
+    let script = format!("for i in $(seq 100); do {} 0.02; done; cat /proc/$$/stat", workload.display());
+    let shell = Command::new("sh").args(["-c", &script]).output().unwrap();
+    assert!(shell.status.success());
+    let used = waited_children_cpu_time(&String::from_utf8(shell.stdout).unwrap());
+    recording.signal(libc::SIGINT);
+    assert!(recording.wait().0.success());
     let folded = Folded::read(&out);
     let mine =
         Folded { stacks: folded.stacks.into_iter().filter(|(frames, _)| frames[0] == "split-fp").collect() };
     let in_split_code =
         innermost(&mine, |f| ["hot_a", "hot_b", "hot_c", "run_round", "burn", "main"].contains(&f));
-    eprintln!("{} samples under split-fp, {in_split_code} in its named functions", mine.total());
-    // 100 x 20 ms at 999 Hz is about 2000 samples.
-    assert!(mine.total() >= 1000, "the short processes are attributed to their own command");
+    let expected = used.as_secs_f64() * 999.0;
+    eprintln!(
+        "{} samples under split-fp ({expected:.0} expected for {used:?}), {in_split_code} in its named functions",
+        mine.total()
+    );
+    assert!(
+        mine.total() as f64 >= 0.7 * expected && mine.total() as f64 <= 1.3 * expected,
+        "the short processes are attributed to their own command"
+    );
     assert!(in_split_code as f64 >= 0.9 * mine.total() as f64, "and their functions are named");
 }
 
@@ -106,8 +101,8 @@ fn binary_deleted_after_it_started() {
     let dir = scratch_dir("deleted");
     let doomed = dir.join("doomed");
     std::fs::copy(split_with_frame_pointers(), &doomed).unwrap();
+    // Started: spawn returns once the binary is executing, mapped from the file removed next.
     let workload = spawn(&doomed, &[]);
-    std::thread::sleep(Duration::from_millis(200));
     std::fs::remove_file(&doomed).unwrap();
     let out = dir.join("out.folded");
     let run = run_profiler(&[

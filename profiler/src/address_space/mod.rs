@@ -58,7 +58,9 @@ impl AddressSpaces {
     /// Forgets processes and mappings no sample taken after `now_ns` can need. Returns the
     /// processes forgotten.
     pub fn prune(&mut self, now_ns: u64) -> Vec<u32> {
-        self.processes.prune(now_ns)
+        let gone = self.processes.prune(now_ns);
+        self.modules.forget(&gone);
+        gone
     }
 
     /// What process `tgid` is, while it is followed.

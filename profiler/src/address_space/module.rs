@@ -152,6 +152,10 @@ enum ContentKey {
 pub struct Modules {
     open: FileOpener,
     by_mapping: FxHashMap<MappedKey, ModuleId>,
+    /// Files that could not be opened through a process (gone before it was seen, say), by
+    /// process: that says nothing of the file, which is tried again through the next process
+    /// that maps it. Forgotten with the process.
+    unopened: FxHashMap<(u32, MappedKey), ModuleId>,
     by_content: FxHashMap<ContentKey, ModuleId>,
     modules: Vec<Module>,
     /// Files found to be another copy of a known module, held open so that their (device,
@@ -180,6 +184,7 @@ impl Modules {
         Self {
             open,
             by_mapping: FxHashMap::default(),
+            unopened: FxHashMap::default(),
             by_content: FxHashMap::default(),
             modules: Vec::new(),
             copies: VecDeque::new(),
@@ -200,6 +205,9 @@ impl Modules {
         if let Some(&id) = self.by_mapping.get(&key) {
             return Some(id);
         }
+        if let Some(&id) = self.unopened.get(&(tgid, key.clone())) {
+            return Some(id);
+        }
         let file = match &key {
             MappedKey::File { .. } => match (self.open)(tgid, root, mapping, path) {
                 Ok(file) => Some(file),
@@ -212,6 +220,7 @@ impl Modules {
             MappedKey::Pseudo(name) if name == "[vdso]" => vdso::own_vdso(),
             MappedKey::Pseudo(_) => None,
         };
+        let unopened = matches!(key, MappedKey::File { .. }) && file.is_none();
         let facts = file.as_ref().and_then(|file| ElfFacts::read(&open::map(file).ok()?));
         let content = match (facts.as_ref().and_then(|f| f.build_id.clone()), &key) {
             (Some(build_id), _) => ContentKey::BuildId(build_id),
@@ -240,8 +249,19 @@ impl Modules {
                 id
             }
         };
-        self.by_mapping.insert(key, id);
+        if unopened {
+            self.unopened.insert((tgid, key), id);
+        } else {
+            self.by_mapping.insert(key, id);
+        }
         Some(id)
+    }
+
+    /// Forgets what could not be opened through processes `gone`.
+    pub fn forget(&mut self, gone: &[u32]) {
+        if !gone.is_empty() {
+            self.unopened.retain(|(tgid, _), _| !gone.contains(tgid));
+        }
     }
 
     fn hold_copy(&mut self, key: &MappedKey, file: Option<File>) {
@@ -329,6 +349,31 @@ mod tests {
         assert_ne!(first, second);
         assert_eq!(modules.get(first).build_id(), None);
         assert_eq!(modules.intern(std::process::id(), &Root::Own, &file_mapping(&a)), Some(first));
+    }
+
+    #[test]
+    fn a_file_unopened_through_one_process_is_opened_through_the_next() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("library");
+        std::fs::write(&path, b"bytes").unwrap();
+        let (gone, alive) = (1, 2);
+        let tries = std::rc::Rc::new(std::cell::Cell::new(0));
+        let counted = tries.clone();
+        let mut modules = Modules::with_opener(Box::new(move |tgid, _, _, path| {
+            counted.set(counted.get() + 1);
+            if tgid == gone { Err(io::Error::from_raw_os_error(libc::ENOENT)) } else { File::open(path) }
+        }));
+        let mapping = file_mapping(&path);
+        let unopened = modules.intern(gone, &Root::Own, &mapping).unwrap();
+        assert!(modules.get(unopened).file().is_none());
+        assert_eq!(modules.intern(gone, &Root::Own, &mapping), Some(unopened));
+        assert_eq!(tries.get(), 1, "not tried again through the same process");
+        modules.forget(&[gone]);
+        modules.intern(gone, &Root::Own, &mapping);
+        assert_eq!(tries.get(), 2, "tried again once the process is forgotten");
+        let opened = modules.intern(alive, &Root::Own, &mapping).unwrap();
+        assert!(modules.get(opened).file().is_some(), "opened through another process");
+        assert_eq!(modules.intern(gone, &Root::Own, &mapping), Some(opened), "then known to every process");
     }
 
     #[test]

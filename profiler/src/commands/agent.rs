@@ -83,6 +83,10 @@ impl Mode for Agent {
         self.cpu.add(site, payload, aggregate);
     }
 
+    fn activity(&self, sampler: &Sampler, target: &str) -> String {
+        format!("agent {}", self.cpu.activity(sampler, target))
+    }
+
     fn status(&self, sampler: &Sampler, progress: &Progress) -> String {
         format!("{} · {} windows", self.cpu.status(sampler, progress), self.windows)
     }

@@ -116,6 +116,15 @@ impl Mode for CpuProfile {
         aggregate.push(site, weight);
     }
 
+    fn activity(&self, _: &Sampler, target: &str) -> String {
+        let hz = self.config.frequency_hz;
+        match self.weight {
+            Weight::OffCpuNs => format!("recording {target} off the CPU"),
+            Weight::WallNs => format!("recording {target} on and off the CPU at {hz} Hz"),
+            _ => format!("recording {target} at {hz} Hz"),
+        }
+    }
+
     fn status(&self, sampler: &Sampler, progress: &Progress) -> String {
         let lost = sampler.count(Counter::Lost).unwrap_or(0);
         let processes = progress.processes;

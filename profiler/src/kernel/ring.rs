@@ -3,10 +3,7 @@
 //! The eBPF program does not wake the reader for each record (that costs the kernel more than
 //! the sample itself); it wakes it only when the ring is a quarter full. The reader drains the
 //! ring every [`DRAIN_INTERVAL`] and on such wakeups.
-use std::{
-    io,
-    time::{Duration, Instant},
-};
+use std::{io, time::Duration};
 
 use aya::maps::{MapData, RingBuf};
 use tokio::{
@@ -44,16 +41,16 @@ impl RingReader {
         }
     }
 
-    /// Hands the records available now to `consume`, without waiting, until `deadline`.
-    /// Returns whether records were left for lack of time.
-    pub fn drain(&mut self, deadline: Instant, mut consume: impl FnMut(&[u8])) -> bool {
+    /// Hands the records available now to `consume`, without waiting, until `out_of_time`
+    /// says so. Returns whether records were left for lack of time.
+    pub fn drain(&mut self, mut out_of_time: impl FnMut() -> bool, mut consume: impl FnMut(&[u8])) -> bool {
         let ring = self.fd.get_mut();
         let mut count = 0u32;
         while let Some(record) = ring.next() {
             consume(&record);
             count = count.wrapping_add(1);
             // The clock is read every so many records: reading it costs more than a record.
-            if count.is_multiple_of(CLOCK_EVERY) && Instant::now() >= deadline {
+            if count.is_multiple_of(CLOCK_EVERY) && out_of_time() {
                 return true;
             }
         }

@@ -33,11 +33,25 @@ pub trait Sink {
 pub trait Records {
     /// Waits until records may be there.
     async fn ready(&mut self) -> Result<()>;
-    /// Hands the records there now to `consume` until `deadline`; returns whether some were
-    /// left for lack of time.
-    fn drain(&mut self, deadline: Instant, consume: impl FnMut(&[u8])) -> bool;
+    /// Hands the records there now to `consume` until `out_of_time` says so (asked every so
+    /// many records); returns whether some were left for lack of time.
+    fn drain(&mut self, out_of_time: impl FnMut() -> bool, consume: impl FnMut(&[u8])) -> bool;
     /// Throws away the records there now; returns how many.
     fn discard(&mut self) -> u64;
+}
+
+/// Where the intake reads the time its budgets are counted in (tests bring their own).
+pub trait Clock {
+    fn now(&self) -> Instant;
+}
+
+/// The monotonic clock.
+pub struct Monotonic;
+
+impl Clock for Monotonic {
+    fn now(&self) -> Instant {
+        Instant::now()
+    }
 }
 
 /// Where task events come from: the kernel's perf events (tests bring their own).
@@ -52,8 +66,8 @@ impl Records for RingReader {
         RingReader::ready(self).await.context("cannot read the ring buffer")
     }
 
-    fn drain(&mut self, deadline: Instant, consume: impl FnMut(&[u8])) -> bool {
-        RingReader::drain(self, deadline, consume)
+    fn drain(&mut self, out_of_time: impl FnMut() -> bool, consume: impl FnMut(&[u8])) -> bool {
+        RingReader::drain(self, out_of_time, consume)
     }
 
     fn discard(&mut self) -> u64 {
@@ -67,9 +81,10 @@ impl TaskEvents for TaskEventReader {
     }
 }
 
-pub struct Intake<R = RingReader, T = TaskEventReader> {
+pub struct Intake<R = RingReader, T = TaskEventReader, C = Monotonic> {
     ring: R,
     task_events: T,
+    clock: C,
     kind: RecordKind,
     /// Records taken after the task events were read: their mappings may still be on the way.
     later: Vec<Vec<u8>>,
@@ -79,9 +94,9 @@ pub struct Intake<R = RingReader, T = TaskEventReader> {
     discarded: u64,
 }
 
-impl<R: Records, T: TaskEvents> Intake<R, T> {
-    pub fn new(ring: R, task_events: T, kind: RecordKind) -> Self {
-        Self { ring, task_events, kind, later: Vec::new(), behind: false, discarded: 0 }
+impl<R: Records, T: TaskEvents, C: Clock> Intake<R, T, C> {
+    pub fn new(ring: R, task_events: T, clock: C, kind: RecordKind) -> Self {
+        Self { ring, task_events, clock, kind, later: Vec::new(), behind: false, discarded: 0 }
     }
 
     /// Waits for the ring (its drain tick, or a wakeup), unless the last drain left work.
@@ -96,20 +111,21 @@ impl<R: Records, T: TaskEvents> Intake<R, T> {
 
     /// One drain, of at most [`DRAIN_BUDGET`].
     pub fn drain(&mut self, sink: &mut impl Sink) {
-        self.drain_until(Instant::now() + DRAIN_BUDGET, sink);
+        self.drain_until(self.clock.now() + DRAIN_BUDGET, sink);
     }
 
     /// Hands `sink` the pending task events and records, in time order, until `deadline`: a
     /// record must find the mappings made before it. Task events are read up to a horizon;
     /// records taken after it wait for the next drain, whose task events will cover them.
     fn drain_until(&mut self, deadline: Instant, sink: &mut impl Sink) {
-        let Self { ring, task_events, kind, later, behind, .. } = self;
+        let Self { ring, task_events, clock, kind, later, behind, .. } = self;
         let horizon = clock::monotonic_ns();
         let events_left = task_events.drain(horizon, |event| sink.task_event(event));
         for record in later.drain(..) {
             sink.record(&record);
         }
-        let records_left = ring.drain(deadline, |record| match kind.time_ns(record) {
+        let out_of_time = || clock.now() >= deadline;
+        let records_left = ring.drain(out_of_time, |record| match kind.time_ns(record) {
             Some(time_ns) if time_ns > horizon => later.push(record.to_vec()),
             _ => sink.record(record),
         });
@@ -120,11 +136,11 @@ impl<R: Records, T: TaskEvents> Intake<R, T> {
     /// The last drain, once nothing new comes: until nothing is held back, within
     /// [`END_BUDGET`]; what is left then is thrown away and counted.
     pub fn drain_all(&mut self, sink: &mut impl Sink) {
-        let deadline = Instant::now() + END_BUDGET;
+        let deadline = self.clock.now() + END_BUDGET;
         loop {
             self.drain_until(deadline, sink);
             let done = !self.behind && self.later.is_empty();
-            if done || Instant::now() >= deadline {
+            if done || self.clock.now() >= deadline {
                 break;
             }
         }
@@ -145,9 +161,39 @@ impl<R: Records, T: TaskEvents> Intake<R, T> {
 
 #[cfg(test)]
 mod tests {
+    use std::{
+        cell::Cell,
+        pin::pin,
+        rc::Rc,
+        task::{Context, Waker},
+    };
+
     use super::*;
 
-    /// A ring that refills faster than anything reads it.
+    /// A clock that moves only when told.
+    #[derive(Clone)]
+    struct Manual(Rc<Cell<Instant>>);
+
+    impl Manual {
+        fn new() -> Self {
+            Self(Rc::new(Cell::new(Instant::now())))
+        }
+
+        fn advance(&self, by: Duration) {
+            self.0.set(self.0.get() + by);
+        }
+    }
+
+    impl Clock for Manual {
+        fn now(&self) -> Instant {
+            self.0.get()
+        }
+    }
+
+    /// Records looked at between two questions to the clock, as the kernel's ring does.
+    const ASKS_EVERY: u64 = 64;
+
+    /// A ring that refills faster than anything reads it, and never wakes its reader.
     struct Endless {
         record: Vec<u8>,
         handed: u64,
@@ -155,14 +201,15 @@ mod tests {
 
     impl Records for Endless {
         async fn ready(&mut self) -> Result<()> {
-            Ok(())
+            std::future::pending().await
         }
 
-        fn drain(&mut self, deadline: Instant, mut consume: impl FnMut(&[u8])) -> bool {
+        fn drain(&mut self, mut out_of_time: impl FnMut() -> bool, mut consume: impl FnMut(&[u8])) -> bool {
             loop {
+                assert!(self.handed < 1_000_000, "the drain does not end");
                 consume(&self.record);
                 self.handed += 1;
-                if self.handed.is_multiple_of(64) && Instant::now() >= deadline {
+                if self.handed.is_multiple_of(ASKS_EVERY) && out_of_time() {
                     return true;
                 }
             }
@@ -181,9 +228,12 @@ mod tests {
         }
     }
 
-    /// Counts what it is handed, slowly.
-    #[derive(Default)]
+    /// What each record costs, on the manual clock.
+    const RECORD_COST: Duration = Duration::from_micros(50);
+
+    /// Counts what it is handed, each record costing [`RECORD_COST`].
     struct Slow {
+        clock: Manual,
         records: u64,
         drains: u64,
     }
@@ -192,45 +242,58 @@ mod tests {
         fn task_event(&mut self, _: TaskEvent) {}
         fn record(&mut self, _: &[u8]) {
             self.records += 1;
-            std::thread::sleep(Duration::from_micros(50));
+            self.clock.advance(RECORD_COST);
         }
         fn drained(&mut self, _: u64) {
             self.drains += 1;
         }
     }
 
-    fn endless() -> Intake<Endless, NoEvents> {
+    fn endless() -> (Intake<Endless, NoEvents, Manual>, Slow) {
+        let clock = Manual::new();
         // A record of the distant past: never held back for its task events.
-        let record = vec![0; 64];
-        Intake::new(Endless { record, handed: 0 }, NoEvents, RecordKind::Sample)
+        let ring = Endless { record: vec![0; 64], handed: 0 };
+        let intake = Intake::new(ring, NoEvents, clock.clone(), RecordKind::Sample);
+        (intake, Slow { clock, records: 0, drains: 0 })
+    }
+
+    /// The time the records handed to `sink` cost: at least `budget`, and at most one more
+    /// look at the clock's worth of records beyond it.
+    fn assert_within(sink: &Slow, budget: Duration) {
+        let spent = RECORD_COST * sink.records as u32;
+        assert!(spent >= budget, "stopped after {spent:?}, before its budget of {budget:?}");
+        assert!(spent < budget + RECORD_COST * ASKS_EVERY as u32, "went on to {spent:?}, past {budget:?}");
     }
 
     #[test]
-    fn a_drain_of_a_ring_that_never_empties_ends_within_its_budget() {
-        let mut intake = endless();
-        let mut sink = Slow::default();
-        let started = Instant::now();
+    fn a_drain_of_a_ring_that_never_empties_ends_at_its_budget() {
+        let (mut intake, mut sink) = endless();
         intake.drain(&mut sink);
-        let took = started.elapsed();
-        assert!(took < DRAIN_BUDGET * 3, "took {took:?}");
-        assert!(sink.records > 0 && intake.behind, "the drain says it left work behind");
+        assert_within(&sink, DRAIN_BUDGET);
+        assert!(intake.behind, "the drain says it left work behind");
         assert_eq!(sink.drains, 1);
     }
 
     #[test]
-    fn the_last_drain_ends_too_and_counts_what_it_threw_away() {
-        let mut intake = endless();
-        let mut sink = Slow::default();
-        let started = Instant::now();
+    fn the_last_drain_ends_at_its_budget_too_and_counts_what_it_threw_away() {
+        let (mut intake, mut sink) = endless();
         intake.drain_all(&mut sink);
-        assert!(started.elapsed() < END_BUDGET * 2, "took {:?}", started.elapsed());
+        assert_within(&sink, END_BUDGET);
         assert_eq!(intake.discarded(), 1000);
     }
 
-    #[tokio::test]
-    async fn behind_means_ready_at_once() {
-        let mut intake = endless();
-        intake.drain(&mut Slow::default());
-        tokio::time::timeout(Duration::from_millis(100), intake.ready()).await.unwrap().unwrap();
+    /// Whether `intake` is ready within two polls (a yield takes one), its ring never waking it.
+    fn ready_at_once(intake: &mut Intake<Endless, NoEvents, Manual>) -> bool {
+        let mut ready = pin!(intake.ready());
+        let mut context = Context::from_waker(Waker::noop());
+        (0..2).any(|_| ready.as_mut().poll(&mut context).is_ready())
+    }
+
+    #[test]
+    fn behind_means_ready_at_once() {
+        let (mut intake, mut sink) = endless();
+        assert!(!ready_at_once(&mut intake), "nothing left behind: it waits for the ring");
+        intake.drain(&mut sink);
+        assert!(ready_at_once(&mut intake), "work left behind: at once");
     }
 }

@@ -23,7 +23,7 @@ use anyhow::{Context as _, Result};
 
 pub use self::target::Target;
 use self::{
-    intake::{Intake, Sink},
+    intake::{Intake, Monotonic, Sink},
     status::StatusLine,
     stop::{StopReason, stop_condition},
 };
@@ -49,6 +49,9 @@ pub trait Mode {
     fn load(&mut self, target: &Target) -> Result<Self::Kernel>;
     /// Keeps a record whose stack was walked and interned as `site`.
     fn add(&mut self, site: Site, payload: Payload, aggregate: &mut Aggregate);
+    /// What the readiness line says is under way, once records flow: `recording PID 1234 at
+    /// 999 Hz`, of `target` as [`Target::describe`] puts it.
+    fn activity(&self, kernel: &Self::Kernel, target: &str) -> String;
     /// The live status line's figures.
     fn status(&self, kernel: &Self::Kernel, progress: &Progress) -> String;
     /// After the last drain, at `end_ns`: adds to `aggregate` what only the end knows, and fills
@@ -126,7 +129,7 @@ pub async fn run<M: Mode>(mode: M, settings: Settings) -> Result<()> {
     }
     let files = settings.outputs.create()?;
     let target = Target::open(&settings.pids, &settings.command)?;
-    let description = target.describe();
+    let description = printable_owned(target.describe());
     let tracking = Tracking { all: matches!(target, Target::System), follow_forks: settings.follow_forks };
     let walker = StackWalker::new(settings.call_graph, tracking);
     let detail = settings.detail.unwrap_or_else(|| settings.outputs.detail(settings.render.grouping));
@@ -134,7 +137,7 @@ pub async fn run<M: Mode>(mode: M, settings: Settings) -> Result<()> {
     let mut session = Pipeline::new(mode, walker, aggregate, settings.max_records);
     let mut kernel = session.mode.load(&target)?;
     let ring = RingReader::new(kernel.take_ring()?).context("cannot poll the ring buffer")?;
-    let mut intake = Intake::new(ring, TaskEventReader::open()?, M::Kernel::RECORDS);
+    let mut intake = Intake::new(ring, TaskEventReader::open()?, Monotonic, M::Kernel::RECORDS);
     match target.pids() {
         pids if pids.is_empty() => {
             running().into_iter().for_each(|pid| session.walker.address_spaces_mut().track(pid))
@@ -149,11 +152,14 @@ pub async fn run<M: Mode>(mode: M, settings: Settings) -> Result<()> {
     kernel.start()?;
     let start = Start::now();
     let mut running = target.start()?;
+    if !settings.quiet {
+        ready(&session.mode.activity(&kernel, &description), settings.duration);
+    }
 
     let mut status = StatusLine::new(!settings.quiet && std::io::stderr().is_terminal());
     let stop = stop_condition(settings.duration, running.exited())?;
     let base = Meta {
-        target: printable_owned(description),
+        target: description,
         frequency_hz: settings.frequency_hz.unwrap_or(0),
         call_graph: settings.call_graph.name().into(),
         stack_copy_kib: settings.stack_copy_kib,
@@ -229,6 +235,13 @@ pub async fn run<M: Mode>(mode: M, settings: Settings) -> Result<()> {
         }
         None => Ok(()),
     }
+}
+
+/// The readiness line: one line on stderr once the kernel side samples and the targets run,
+/// which scripts and tests wait for.
+fn ready(activity: &str, duration: Option<f64>) {
+    let until = duration.map(|seconds| format!(" for {seconds} s")).unwrap_or_default();
+    eprintln!("profiler: {activity}{until} (Ctrl-C to stop)");
 }
 
 /// The windows of a continuous session: when the current one opened and when it closes.
@@ -490,6 +503,9 @@ mod tests {
         fn add(&mut self, site: Site, _: Payload, aggregate: &mut Aggregate) {
             assert_ne!(site.tid, 13, "a dependency panicking on a corrupt input");
             aggregate.push(site, 1);
+        }
+        fn activity(&self, _: &Unloaded, _: &str) -> String {
+            String::new()
         }
         fn status(&self, _: &Unloaded, _: &Progress) -> String {
             String::new()

@@ -28,7 +28,11 @@ impl StatusLine {
 
     /// Whether a refresh is due (so that callers only gather figures when they are shown).
     pub fn due(&self) -> bool {
-        self.bar.is_some() && self.updated.elapsed() >= STATUS_INTERVAL
+        self.due_at(Instant::now())
+    }
+
+    fn due_at(&self, now: Instant) -> bool {
+        self.bar.is_some() && now.duration_since(self.updated) >= STATUS_INTERVAL
     }
 
     pub fn update(&mut self, message: String) {
@@ -62,9 +66,12 @@ mod tests {
         let mut status = StatusLine::new(true);
         assert!(status.due(), "the first refresh is due at once");
         status.update("1 sample".into());
-        assert!(!status.due(), "then not before the interval");
-        std::thread::sleep(STATUS_INTERVAL);
-        assert!(status.due());
+        let updated = status.updated;
+        assert!(
+            !status.due_at(updated + STATUS_INTERVAL - Duration::from_millis(1)),
+            "then not before the interval"
+        );
+        assert!(status.due_at(updated + STATUS_INTERVAL));
         status.finish();
     }
 }

@@ -51,7 +51,7 @@ impl Target {
         }
     }
 
-    /// What is profiled, for titles: `PID 1234`, `./server --port 80`, `whole system`.
+    /// What is profiled, for titles: `PID 1234`, `./server --port 80`, `the whole system`.
     pub fn describe(&self) -> String {
         match self {
             Self::Processes(handles) => {
@@ -59,7 +59,7 @@ impl Target {
                 format!("PID {}", pids.join(", "))
             }
             Self::Command(pending) => command_line(&pending.argv),
-            Self::System => "whole system".into(),
+            Self::System => "the whole system".into(),
         }
     }
 
@@ -252,15 +252,33 @@ mod tests {
         assert_eq!(err.to_string(), "no process with PID 999999999");
     }
 
+    /// Waits until process `pid` sleeps (`S`) or is gone (`Z`, `X`): that state.
+    fn asleep_or_gone(pid: u32) -> char {
+        loop {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+            // The state follows the command name, in parentheses, which may hold anything.
+            let state = stat[stat.rfind(')').unwrap() + 2..].chars().next().unwrap();
+            if matches!(state, 'S' | 'Z' | 'X') {
+                return state;
+            }
+            std::thread::yield_now();
+        }
+    }
+
     #[tokio::test]
     async fn command_waits_for_go_then_runs() {
         let dir = tempfile::tempdir().unwrap();
         let marker = dir.path().join("ran");
         let script = format!("echo $$ > {}", marker.display());
         let pending = PendingCommand::spawn(&["sh".into(), "-c".into(), script.into()]).unwrap();
-        std::thread::sleep(std::time::Duration::from_millis(100));
-        assert!(!marker.exists(), "the command must not run before start()");
         let pid = pending.pid();
+        let program = std::fs::read_link(format!("/proc/{pid}/exe")).ok();
+        assert_eq!(
+            (asleep_or_gone(pid), program),
+            ('S', Some(std::env::current_exe().unwrap())),
+            "the command waits for start(), before exec"
+        );
+        assert!(!marker.exists(), "the command must not run before start()");
         let mut started = pending.start().unwrap();
         started.handle.exited().await;
         assert_eq!(std::fs::read_to_string(&marker).unwrap().trim(), pid.to_string());

@@ -7,8 +7,8 @@ use std::{
     ffi::OsStr,
     io::{BufRead as _, BufReader},
     path::{Path, PathBuf},
-    process::{Child, Command, Output, Stdio},
-    sync::Mutex,
+    process::{Child, Command, ExitStatus, Output, Stdio},
+    sync::{Mutex, mpsc},
     time::{Duration, Instant},
 };
 
@@ -289,31 +289,149 @@ pub fn as_nobody(program: impl AsRef<OsStr>) -> Command {
     command
 }
 
-/// The longest a two-second recording may take to end, outputs written.
+/// The longest a profiler may take to end once it is waited for (its `-d` run out, or stopped
+/// by a signal), outputs written: beyond it, it is killed and the test fails.
 const ENDS_WITHIN: Duration = Duration::from_secs(30);
+
+/// The longest a profiler may take to say it is recording (loading and attaching its eBPF
+/// programs): beyond it, the test fails.
+const READY_WITHIN: Duration = Duration::from_secs(60);
 
 /// Runs the profiler, killing it (and failing) if it has not ended within [`ENDS_WITHIN`].
 pub fn run_bounded(args: &[&str]) -> Output {
     let child = profiler().args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     let pid = child.id();
-    let started = Instant::now();
-    let watchdog = std::thread::spawn(move || {
-        while started.elapsed() < ENDS_WITHIN {
-            std::thread::sleep(Duration::from_millis(100));
-            // The profiler is gone once its /proc entry is (it is reaped by wait_with_output).
-            if !Path::new(&format!("/proc/{pid}")).exists() {
-                return false;
-            }
-        }
-        // SAFETY: kill has no memory preconditions.
-        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-        true
-    });
+    let watchdog = std::thread::spawn(move || outlived(pid));
     let output = child.wait_with_output().unwrap();
     let killed = watchdog.join().unwrap();
     eprintln!("profiler {args:?}: {}\n{}", output.status, String::from_utf8_lossy(&output.stderr));
     assert!(!killed, "the profiler did not end within {ENDS_WITHIN:?} and was killed");
     output
+}
+
+/// Waits for process `pid` to be gone (reaped); kills it and returns true if it is still there
+/// after [`ENDS_WITHIN`].
+fn outlived(pid: u32) -> bool {
+    let started = Instant::now();
+    while started.elapsed() < ENDS_WITHIN {
+        std::thread::sleep(Duration::from_millis(100));
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            return false;
+        }
+    }
+    // SAFETY: kill has no memory preconditions.
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    true
+}
+
+/// A profiler started in the background, which has said that it is recording: its stderr is
+/// read as it comes, so that it never blocks on a full pipe.
+pub struct Started {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+    /// What it wrote to stderr so far, readiness line included.
+    stderr: String,
+}
+
+/// Whether `line` is the profiler's readiness line (`profiler: recording PID 1234 at 999 Hz
+/// (Ctrl-C to stop)`), printed once sampling runs.
+pub fn is_readiness(line: &str) -> bool {
+    line.starts_with("profiler: ") && line.ends_with(" (Ctrl-C to stop)")
+}
+
+/// Starts `profiler ARGS` (standard output discarded) and returns once it says it is recording;
+/// fails if it exits first, or has not said so within [`READY_WITHIN`].
+pub fn start_profiler(args: &[&str]) -> Started {
+    eprintln!("profiler {args:?}");
+    let mut child = profiler()
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the profiler");
+    let (sender, lines) = mpsc::channel();
+    let stderr = BufReader::new(child.stderr.take().unwrap());
+    std::thread::spawn(move || stderr.lines().map_while(Result::ok).try_for_each(|line| sender.send(line)));
+    let mut started = Started { child, lines, stderr: String::new() };
+    let waiting = Instant::now();
+    loop {
+        let left = READY_WITHIN.saturating_sub(waiting.elapsed());
+        match started.lines.recv_timeout(left) {
+            Ok(line) => {
+                started.stderr.push_str(&line);
+                started.stderr.push('\n');
+                if is_readiness(&line) {
+                    return started;
+                }
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                let status = started.child.wait().unwrap();
+                panic!("the profiler exited ({status}) before it was recording:\n{}", started.stderr);
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                let _ = started.child.kill();
+                panic!("the profiler was not recording after {READY_WITHIN:?}:\n{}", started.stderr);
+            }
+        }
+    }
+}
+
+impl Started {
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends `signal` to the profiler.
+    pub fn signal(&self, signal: i32) {
+        // SAFETY: kill(2) on our own child, not reaped yet.
+        assert_eq!(unsafe { libc::kill(self.pid() as i32, signal) }, 0);
+    }
+
+    /// Waits for the profiler to end, killing it (and failing) if it has not within
+    /// [`ENDS_WITHIN`]: its exit status and all it wrote to stderr.
+    pub fn wait(mut self) -> (ExitStatus, String) {
+        let pid = self.pid();
+        let watchdog = std::thread::spawn(move || outlived(pid));
+        let status = self.child.wait().unwrap();
+        let killed = watchdog.join().unwrap();
+        // The sender ends with the pipe, once the profiler is gone.
+        self.stderr.extend(self.lines.iter().map(|line| line + "\n"));
+        eprintln!("profiler: {status}\n{}", self.stderr);
+        assert!(!killed, "the profiler did not end within {ENDS_WITHIN:?} and was killed");
+        (status, self.stderr)
+    }
+}
+
+/// CPU time process `pid` has used so far (user and system, all its threads).
+pub fn cpu_time(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .unwrap_or_else(|err| panic!("process {pid} is gone: {err}"));
+    stat_cpu_time(&stat, 14)
+}
+
+/// CPU time of the children a process waited for, from the text of its `/proc/PID/stat`.
+pub fn waited_children_cpu_time(stat: &str) -> Duration {
+    stat_cpu_time(stat, 16)
+}
+
+/// The user time in field `user` of a `/proc/PID/stat` text, as proc(5) numbers them, plus the
+/// system time in the next.
+fn stat_cpu_time(stat: &str, user: usize) -> Duration {
+    // Fields 3 on come after the command name, in parentheses, which may hold spaces.
+    let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split_whitespace().collect();
+    let ticks: u64 = fields[user - 3].parse::<u64>().unwrap() + fields[user - 2].parse::<u64>().unwrap();
+    // SAFETY: sysconf has no preconditions.
+    let ticks_per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
+    Duration::from_nanos(ticks * 1_000_000_000 / ticks_per_second)
+}
+
+/// Waits until process `pid` has used `more` CPU time from now: a workload's progress, whatever
+/// the machine's load.
+pub fn wait_for_cpu(pid: u32, more: Duration) {
+    let until = cpu_time(pid) + more;
+    while cpu_time(pid) < until {
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 /// The JIT workload run as nobody, writing no perf map of its own: its process and the address

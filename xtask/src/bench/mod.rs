@@ -8,6 +8,7 @@
 //!   complete stacks, hot-function share error, peak RSS;
 //! - [`kernel`]: the eBPF program's time per sample at several stack-copy caps;
 //! - [`memory`]: where the profiler's resident memory goes;
+//! - [`undisturbed`]: the speed programs that deadlock in-process profilers keep under it;
 //! - [`leaks`]: `profiler leaks` on a malloc-heavy program, against valgrind;
 //! - [`off_cpu`]: `profiler record --off-cpu` on a program that only switches, against
 //!   offcputime;
@@ -25,6 +26,7 @@ mod long_run;
 mod memory;
 mod off_cpu;
 mod stages;
+mod undisturbed;
 mod workloads;
 
 use std::{collections::BTreeMap, fmt::Write as _, path::Path, process::Command};
@@ -42,8 +44,8 @@ pub struct Options {
 }
 
 /// The sections of BENCHMARKS.md, in order.
-pub const SECTIONS: [&str; 8] =
-    ["compare", "kernel", "memory", "leaks", "off-cpu", "agent", "long-run", "stages"];
+pub const SECTIONS: [&str; 9] =
+    ["compare", "kernel", "memory", "undisturbed", "leaks", "off-cpu", "agent", "long-run", "stages"];
 
 pub fn run(root: &Path, options: &Options) -> Result<()> {
     cargo(root, &["build", "--release", "--package", "profiler"])?;
@@ -61,6 +63,9 @@ pub fn run(root: &Path, options: &Options) -> Result<()> {
     }
     let src = root.join("profiler/tests/workloads");
     let repetitions = if options.quick { 1 } else { 3 };
+    if wanted("undisturbed") {
+        sections.push(("undisturbed", undisturbed::table(&tools.profiler, &src, &dir, repetitions)?));
+    }
     if wanted("leaks") {
         sections.push(("leaks", leaks::table(&tools.profiler, &src, &dir, repetitions, options.quick)?));
     }

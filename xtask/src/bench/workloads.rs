@@ -179,14 +179,18 @@ pub struct RunningWorkload {
 
 impl RunningWorkload {
     pub fn start(workload: &Workload, seconds: f64) -> Result<Self> {
-        let mut child = Command::new(&workload.binary)
-            .arg(seconds.to_string())
-            .args(&workload.args)
-            .env("PROGRESS", "1")
+        let mut command = Command::new(&workload.binary);
+        command.arg(seconds.to_string()).args(&workload.args).env("PROGRESS", "1");
+        Self::spawn(command)
+    }
+
+    /// Runs `command`, a program that prints progress lines.
+    pub fn spawn(mut command: Command) -> Result<Self> {
+        let mut child = command
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .spawn()
-            .with_context(|| format!("cannot run {}", workload.binary.display()))?;
+            .with_context(|| format!("cannot run {command:?}"))?;
         let progress = Arc::new(Mutex::new(Vec::new()));
         let stdout = child.stdout.take().expect("piped");
         let sink = Arc::clone(&progress);

@@ -46,14 +46,13 @@ pub async fn run(args: LeaksArgs) -> Result<()> {
         ..Settings::default()
     };
     let min_age_ns = args.min_age.map(|seconds| (seconds * 1e9) as u64);
-    let leaks = Leaks { config, min_age_ns, quiet: args.session.quiet, pid: 0, ledger: Ledger::default() };
+    let leaks = Leaks { config, min_age_ns, pid: 0, ledger: Ledger::default() };
     session::run(leaks, settings).await
 }
 
 struct Leaks {
     config: TracerConfig,
     min_age_ns: Option<u64>,
-    quiet: bool,
     /// The process tracked.
     pid: u32,
     ledger: Ledger,
@@ -65,10 +64,11 @@ impl Mode for Leaks {
     fn load(&mut self, target: &Target) -> Result<Tracer> {
         let tracer = Tracer::load(&self.config, allocator::of_target(target)?)?;
         self.pid = target.pids()[0];
-        if !self.quiet {
-            eprintln!("profiler: tracking the allocations of PID {} in {}", self.pid, tracer.allocator());
-        }
         Ok(tracer)
+    }
+
+    fn activity(&self, tracer: &Tracer, target: &str) -> String {
+        format!("tracking the allocations of {target} in {}", tracer.allocator())
     }
 
     fn add(&mut self, site: Site, payload: Payload, _: &mut Aggregate) {
