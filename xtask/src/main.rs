@@ -183,7 +183,8 @@ fn test(root: &Path, args: &[OsString]) -> Result<()> {
     cargo(root, &["clippy", "--release", "--package", "profiler", "--", "-D", "warnings"])?;
     setup::clippy_ebpf(root)?;
     let mut command = Command::new("cargo");
-    command.current_dir(root).args(["test", "--release"]);
+    // Release code with overflow checks and debug assertions (the workspace's `ci` profile).
+    command.current_dir(root).args(["test", "--profile", "ci"]);
     if !is_root() {
         // Build as the user, run the test binaries as root.
         command.args(["--config", r#"target."cfg(all())".runner="sudo -E""#]);
