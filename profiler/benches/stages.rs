@@ -4,7 +4,7 @@ use std::{hint::black_box, path::Path};
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use profiler::{
-    Grouping, Meta, RecordKind, ThreadState,
+    Grouping, Meta, RecordKind, Tgid, ThreadState, Tid,
     stages::{
         AddressSpaces, Aggregate, Frame, Namer, PerfMaps, StackSnapshot, Symbolizer, Tracking, Unwinder,
         Walked, Want, folded,
@@ -46,7 +46,7 @@ fn unwind_stack(c: &mut Criterion) {
 
 /// Adds a sample of process 1 whose stack is `frames`.
 fn add(aggregate: &mut Aggregate, time_ns: u64, frames: &[Frame]) {
-    let site = aggregate.site(time_ns, 1, 1, ThreadState::OnCpu, &Walked { comm: "app", frames });
+    let site = aggregate.site(time_ns, Tgid(1), Tid(1), ThreadState::OnCpu, &Walked { comm: "app", frames });
     aggregate.push(site, 1);
 }
 
@@ -55,14 +55,14 @@ fn synthetic_aggregate(samples: usize, distinct: u64) -> Aggregate {
     let mut aggregate = Aggregate::default();
     for i in 0..samples as u64 {
         let frames: Vec<Frame> =
-            (0..30).map(|d| Frame::Anonymous { tgid: 1, addr: (i % distinct) * 64 + d }).collect();
+            (0..30).map(|d| Frame::Anonymous { tgid: Tgid(1), addr: (i % distinct) * 64 + d }).collect();
         add(&mut aggregate, i, &frames);
     }
     aggregate
 }
 
 fn aggregate(c: &mut Criterion) {
-    let frames: Vec<Frame> = (0..30).map(|d| Frame::Anonymous { tgid: 1, addr: d }).collect();
+    let frames: Vec<Frame> = (0..30).map(|d| Frame::Anonymous { tgid: Tgid(1), addr: d }).collect();
     let mut group = c.benchmark_group("aggregate");
     group.throughput(Throughput::Elements(1));
     group.bench_function("add_sample_30_frames", |b| {
@@ -88,9 +88,9 @@ fn aggregate(c: &mut Criterion) {
 /// Symbolizing the addresses of this benchmark binary's own functions, warm: blazesym has parsed
 /// the file once, as it has after the first recording of a long-lived profiler.
 fn symbolize(c: &mut Criterion) {
-    let pid = std::process::id();
+    let pid = Tgid::own();
     let mut spaces = AddressSpaces::new(Tracking { all: false, follow_forks: false });
-    let mut process = spaces.observe(pid, pid, "bench", 0);
+    let mut process = spaces.observe(pid, Tid(pid.0), "bench", 0);
     let base = symbolize as *const () as usize as u64;
     let frames: Vec<Frame> = (0..1000)
         .map(|i| base + i * 16)

@@ -8,7 +8,10 @@ use rustc_hash::{FxBuildHasher, FxHashMap};
 use crate::{
     address_space::{ModuleId, Modules},
     frame::Frame,
-    model::{Location, Meta, ModuleInfo, Recording, Sample, ThreadState, intern, printable, printable_owned},
+    model::{
+        Location, Meta, ModuleInfo, Recording, Sample, Tgid, ThreadState, Tid, intern, printable,
+        printable_owned,
+    },
     symbolize::Symbols,
     walk::Walked,
 };
@@ -24,8 +27,8 @@ pub struct CommId(u32);
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Site {
     pub time_ns: u64,
-    pub tgid: u32,
-    pub tid: u32,
+    pub tgid: Tgid,
+    pub tid: Tid,
     /// The process's command name at the time.
     pub comm: CommId,
     pub stack: StackId,
@@ -71,7 +74,7 @@ pub struct Aggregate {
 }
 
 /// Stack, command, process, thread, state.
-type CountedKey = (StackId, CommId, u32, u32, ThreadState);
+type CountedKey = (StackId, CommId, Tgid, Tid, ThreadState);
 
 #[derive(Debug)]
 enum Samples {
@@ -100,8 +103,8 @@ impl Aggregate {
     pub fn site(
         &mut self,
         time_ns: u64,
-        tgid: u32,
-        tid: u32,
+        tgid: Tgid,
+        tid: Tid,
         state: ThreadState,
         walked: &Walked<'_>,
     ) -> Site {
@@ -115,8 +118,8 @@ impl Aggregate {
         match &mut self.samples {
             Samples::Each(samples) => samples.push(Weighted { site, weight }),
             Samples::Counted(counts) => {
-                let tgid = if self.detail.process { site.tgid } else { 0 };
-                let tid = if self.detail.thread { site.tid } else { 0 };
+                let tgid = if self.detail.process { site.tgid } else { Tgid(0) };
+                let tid = if self.detail.thread { site.tid } else { Tid(0) };
                 let key = (site.stack, site.comm, tgid, tid, site.state);
                 let count = counts.entry(key).or_insert((site.time_ns, 0));
                 count.1 += weight;
@@ -269,15 +272,16 @@ mod tests {
     use crate::model::{Symbol, SymbolKind};
 
     fn add(aggregate: &mut Aggregate, time_ns: u64, tgid: u32, tid: u32, comm: &str, frames: &[Frame]) {
-        let site = aggregate.site(time_ns, tgid, tid, ThreadState::OnCpu, &Walked { comm, frames });
+        let site =
+            aggregate.site(time_ns, Tgid(tgid), Tid(tid), ThreadState::OnCpu, &Walked { comm, frames });
         aggregate.push(site, 1);
     }
 
     #[test]
     fn interns_stacks_and_comms() {
         let mut aggregate = Aggregate::default();
-        let a = [Frame::Kernel(1), Frame::Anonymous { tgid: 7, addr: 2 }];
-        let b = [Frame::Anonymous { tgid: 7, addr: 3 }];
+        let a = [Frame::Kernel(1), Frame::Anonymous { tgid: Tgid(7), addr: 2 }];
+        let b = [Frame::Anonymous { tgid: Tgid(7), addr: 3 }];
         add(&mut aggregate, 10, 7, 7, "app", &a);
         add(&mut aggregate, 20, 7, 8, "app", &a);
         assert_eq!(aggregate.new_frames().len(), 2);
@@ -289,15 +293,19 @@ mod tests {
             .map(|s| (aggregate.comm(s.site.comm), aggregate.stack(s.site.stack)))
             .collect();
         assert_eq!(described, [("app", &a[..]), ("app", &a[..]), ("app", &b[..]), ("other", &a[..])]);
-        assert_eq!(aggregate.new_frames(), [Frame::Anonymous { tgid: 7, addr: 3 }], "only the new stack's");
+        assert_eq!(
+            aggregate.new_frames(),
+            [Frame::Anonymous { tgid: Tgid(7), addr: 3 }],
+            "only the new stack's"
+        );
         assert!(aggregate.new_frames().is_empty());
         assert_eq!(
             aggregate.samples().nth(2).unwrap(),
             Weighted {
                 site: Site {
                     time_ns: 30,
-                    tgid: 7,
-                    tid: 8,
+                    tgid: Tgid(7),
+                    tid: Tid(8),
                     comm: CommId(0),
                     stack: StackId(1),
                     state: ThreadState::OnCpu
@@ -316,13 +324,16 @@ mod tests {
         assert_eq!(aggregate.intern_stack(&[]), StackId(1), "an empty stack is a stack");
         assert_eq!(aggregate.samples().count(), 0);
         let comm = aggregate.intern_comm("app");
-        aggregate.push(Site { time_ns: 5, tgid: 3, tid: 3, comm, stack, state: ThreadState::OnCpu }, 4096);
+        aggregate.push(
+            Site { time_ns: 5, tgid: Tgid(3), tid: Tid(3), comm, stack, state: ThreadState::OnCpu },
+            4096,
+        );
         assert_eq!(aggregate.samples().next().unwrap().weight, 4096);
     }
 
     #[test]
     fn recording_names_frames_in_time_order() {
-        let main = Frame::Anonymous { tgid: 1, addr: 0x10 };
+        let main = Frame::Anonymous { tgid: Tgid(1), addr: 0x10 };
         let leaf = Frame::Kernel(0xffff_0000);
         let mut symbols = Symbols::default();
         symbols.insert(main, vec![Symbol::new("main", SymbolKind::Function)]);
@@ -334,7 +345,15 @@ mod tests {
         assert_eq!(recording.samples.len(), 2);
         assert_eq!(
             recording.samples[0],
-            Sample { time_ns: 0, pid: 1, tid: 2, comm: 0, stack: 1, weight: 1, state: ThreadState::OnCpu },
+            Sample {
+                time_ns: 0,
+                pid: Tgid(1),
+                tid: Tid(2),
+                comm: 0,
+                stack: 1,
+                weight: 1,
+                state: ThreadState::OnCpu
+            },
             "sorted by time"
         );
         assert_eq!(recording.stacks, [vec![0, 1], vec![1]]);
@@ -350,10 +369,10 @@ mod tests {
             add(&mut aggregate, time_ns, 7, tid, "app", frames);
         }
         let mut samples: Vec<(u64, u32, u64)> =
-            aggregate.samples().map(|s| (s.site.time_ns, s.site.tid, s.weight)).collect();
+            aggregate.samples().map(|s| (s.site.time_ns, s.site.tid.0, s.weight)).collect();
         samples.sort_unstable();
         assert_eq!(samples, [(10, 1, 3), (30, 2, 1), (40, 1, 1)], "by stack and thread, from the first time");
-        assert!(aggregate.samples().all(|s| s.site.tgid == 0), "no process: no output needs it");
+        assert!(aggregate.samples().all(|s| s.site.tgid == Tgid(0)), "no process: no output needs it");
         assert_eq!(aggregate.total_weight(), 5);
         let recording = aggregate.recording(&Symbols::default(), &Modules::default(), 0, Meta::default());
         assert_eq!(recording.total_weight(), 5);

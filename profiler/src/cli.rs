@@ -9,7 +9,7 @@ use clap::{
 use clap_complete::Shell;
 
 use crate::{
-    model::{ThreadState, filter::Filter},
+    model::{Tgid, ThreadState, Tid, filter::Filter},
     named::Named,
     output::Outputs,
     render::{Format, Grouping},
@@ -487,8 +487,8 @@ impl FilterArgs {
     pub fn filter(&self) -> Filter {
         let ns = |seconds: f64| (seconds * 1e9) as u64;
         Filter {
-            pids: self.pids.clone(),
-            tids: self.tids.clone(),
+            pids: self.pids.iter().map(|&pid| Tgid(pid)).collect(),
+            tids: self.tids.iter().map(|&tid| Tid(tid)).collect(),
             comms: self.comms.clone(),
             states: self.states.clone(),
             since_ns: self.since.map(ns),
@@ -672,7 +672,7 @@ mod tests {
         .unwrap();
         let Command::Report(args) = cli.command else { panic!() };
         let filter = args.filter.filter();
-        assert_eq!(filter.pids, [1]);
+        assert_eq!(filter.pids, [Tgid(1)]);
         assert_eq!(filter.comms, ["x"]);
         assert_eq!((filter.since_ns, filter.until_ns), (Some(1_500_000_000), Some(2_000_000_000)));
         assert!(filter.no_kernel);

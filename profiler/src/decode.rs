@@ -8,7 +8,7 @@ use profiler_common::{
     sample_flags,
 };
 
-use crate::model::ThreadState;
+use crate::model::{Tgid, ThreadState, Tid};
 
 const ALLOCATION_HEADER_SIZE: usize = size_of::<AllocationHeader>();
 
@@ -175,12 +175,12 @@ fn decode_allocation(record: &[u8]) -> Result<(AllocationHeader, SampleRecord<'_
 }
 
 impl<'a> SampleRecord<'a> {
-    pub fn tgid(&self) -> u32 {
-        self.header.tgid
+    pub fn tgid(&self) -> Tgid {
+        Tgid(self.header.tgid)
     }
 
-    pub fn tid(&self) -> u32 {
-        self.header.tid
+    pub fn tid(&self) -> Tid {
+        Tid(self.header.tid)
     }
 
     pub fn time_ns(&self) -> u64 {
@@ -282,7 +282,7 @@ mod tests {
         let record = record(&[1, 2, 3, 4, 5, 6, 7, 8]);
         assert_eq!(record.len(), SAMPLE_HEADER_SIZE + 8 + 8 * (USER.len() + KERNEL.len()), "no byte wasted");
         let sample = decode(&record).unwrap();
-        assert_eq!((sample.tgid(), sample.tid()), (42, 43));
+        assert_eq!((sample.tgid(), sample.tid()), (Tgid(42), Tid(43)));
         assert_eq!(sample.time_ns(), 123_456_789);
         assert_eq!(sample.comm(), "worker");
         assert_eq!(sample.kernel_stack().iter().collect::<Vec<_>>(), KERNEL);
@@ -390,7 +390,7 @@ mod tests {
         let kind = RecordKind::Allocation;
         let RingRecord { sample, payload } = kind.decode(&record).unwrap();
         assert_eq!(payload, Payload::Allocation(block));
-        assert_eq!((sample.tgid(), sample.comm().as_str()), (42, "worker"));
+        assert_eq!((sample.tgid(), sample.comm().as_str()), (Tgid(42), "worker"));
         assert_eq!(sample.user_stack().iter().collect::<Vec<_>>(), USER);
         assert_eq!(kind.time_ns(&record), Some(sample.time_ns()));
         assert_eq!(kind.decode(&record[..10]).unwrap_err(), DecodeError::Short { len: 10 });

@@ -1,6 +1,9 @@
 //! Stack frames as recorded: where each address belonged when the sample was taken, before
 //! anything is named.
-use crate::address_space::{ModuleId, Resolved};
+use crate::{
+    address_space::{ModuleId, Resolved},
+    model::Tgid,
+};
 
 /// One frame of a stack, before symbolization. Stacks are stored innermost frame first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -10,7 +13,7 @@ pub enum Frame {
     /// A user address inside a module, as an offset into the module's file.
     Module { module: ModuleId, offset: u64 },
     /// A user address in anonymous memory or in no mapping at all.
-    Anonymous { tgid: u32, addr: u64 },
+    Anonymous { tgid: Tgid, addr: u64 },
     /// No code: what a thread did instead of running some.
     Marker(Marker),
 }
@@ -38,7 +41,7 @@ impl Frame {
     /// as `resolved`. Callers' addresses are return addresses, one past the call: the frame
     /// steps back one byte, inside the call instruction, so that it lands in the caller's
     /// function and line even when the call was its last instruction.
-    pub fn user(tgid: u32, depth: usize, addr: u64, resolved: Resolved) -> Self {
+    pub fn user(tgid: Tgid, depth: usize, addr: u64, resolved: Resolved) -> Self {
         let back = addr - lookup_address(depth, addr);
         match resolved {
             Resolved::Module { module, file_offset } => Self::Module { module, offset: file_offset - back },
@@ -73,13 +76,16 @@ mod tests {
     fn frames_step_back_like_their_lookups() {
         let module = ModuleId::from_index(3);
         let at = |file_offset| Resolved::Module { module, file_offset };
-        assert_eq!(Frame::user(7, 0, 0x5000, at(0x1000)), Frame::Module { module, offset: 0x1000 });
-        assert_eq!(Frame::user(7, 1, 0x6000, at(0x2000)), Frame::Module { module, offset: 0x1fff });
+        assert_eq!(Frame::user(Tgid(7), 0, 0x5000, at(0x1000)), Frame::Module { module, offset: 0x1000 });
+        assert_eq!(Frame::user(Tgid(7), 1, 0x6000, at(0x2000)), Frame::Module { module, offset: 0x1fff });
         assert_eq!(
-            Frame::user(7, 2, 0x7000, Resolved::Anonymous),
-            Frame::Anonymous { tgid: 7, addr: 0x6fff }
+            Frame::user(Tgid(7), 2, 0x7000, Resolved::Anonymous),
+            Frame::Anonymous { tgid: Tgid(7), addr: 0x6fff }
         );
-        assert_eq!(Frame::user(7, 0, 0x10, Resolved::Unmapped), Frame::Anonymous { tgid: 7, addr: 0x10 });
+        assert_eq!(
+            Frame::user(Tgid(7), 0, 0x10, Resolved::Unmapped),
+            Frame::Anonymous { tgid: Tgid(7), addr: 0x10 }
+        );
         assert_eq!(Frame::kernel(1, 0xffff_0020), Frame::Kernel(0xffff_001f));
     }
 }

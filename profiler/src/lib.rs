@@ -33,8 +33,8 @@ pub use crate::{
     commands::run,
     decode::{DecodeError, Payload, RecordKind, RingRecord, SampleRecord, UserRegs},
     model::{
-        Location, Meta, ModuleInfo, Recording, Sample, SourceLine, Symbol, SymbolKind, ThreadState,
-        filter::Filter, printable, raw,
+        Location, Meta, ModuleInfo, Recording, Sample, SourceLine, Symbol, SymbolKind, Tgid, ThreadState,
+        Tid, filter::Filter, printable, raw,
     },
     render::{Format, Grouping, RenderOptions, pprof::proto as pprof, render},
 };

@@ -9,7 +9,7 @@ use crate::{
     address_space::{AddressSpaces, ProcessView, Tracking, Want},
     decode::SampleRecord,
     frame::{Frame, Marker},
-    model::ThreadState,
+    model::{ThreadState, Tid},
     named::Named,
     unwind::{
         StackSnapshot, UnwindEnd, UnwindStats, Unwinder, Unwound,
@@ -91,7 +91,7 @@ impl StackWalker {
     }
 
     /// Stack ends learned since the last call, for the kernel's `STACK_ENDS` map.
-    pub fn take_stack_ends(&mut self) -> Vec<(u32, u64)> {
+    pub fn take_stack_ends(&mut self) -> Vec<(Tid, u64)> {
         std::mem::take(&mut self.stack_ends.new)
     }
 
@@ -177,8 +177,8 @@ impl Needed {
 /// descriptor and TLS, the main thread's environment: most of the bytes of a shallow stack.
 #[derive(Default)]
 struct StackEnds {
-    known: FxHashMap<u32, StackEnd>,
-    new: Vec<(u32, u64)>,
+    known: FxHashMap<Tid, StackEnd>,
+    new: Vec<(Tid, u64)>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -207,7 +207,7 @@ impl StackEnd {
 }
 
 impl StackEnds {
-    fn learn(&mut self, tid: u32, mapping_end: Option<u64>, needed: Needed) {
+    fn learn(&mut self, tid: Tid, mapping_end: Option<u64>, needed: Needed) {
         let old = self.known.get(&tid).copied().filter(|old| old.same_stack(mapping_end));
         let mut end = old.unwrap_or(StackEnd { mapping_end, needed: None });
         end.mapping_end = end.mapping_end.or(mapping_end);
@@ -232,15 +232,16 @@ mod tests {
     use profiler_common::{SampleHeader, sample_flags};
 
     use super::*;
+    use crate::model::Tgid;
     use crate::{decode::RecordKind, testing::encode_sample};
 
     const TRACKING: Tracking = Tracking { all: false, follow_forks: true };
 
     fn own_header() -> SampleHeader {
-        let pid = std::process::id();
+        let pid = Tgid::own();
         // Taken after the process's first read: its name is the one the record carries.
         let time_ns = crate::clock::monotonic_ns() + 1_000_000_000;
-        let mut header = SampleHeader { tgid: pid, tid: pid, time_ns, ..Default::default() };
+        let mut header = SampleHeader { tgid: pid.0, tid: pid.0, time_ns, ..Default::default() };
         header.comm[..4].copy_from_slice(b"self");
         header
     }
@@ -257,11 +258,7 @@ mod tests {
         let frames = walked.frames;
         assert_eq!(frames[..2], [Frame::Kernel(0xffff_ffff_8100_0000), Frame::Kernel(0xffff_ffff_8100_00ff)]);
         assert!(matches!(frames[2], Frame::Module { .. }), "{frames:?}");
-        assert_eq!(
-            frames[3],
-            Frame::Anonymous { tgid: std::process::id(), addr: 0xf },
-            "a caller steps back"
-        );
+        assert_eq!(frames[3], Frame::Anonymous { tgid: Tgid::own(), addr: 0xf }, "a caller steps back");
         assert_eq!(walker.stats().summary().total(), 0, "fp mode does not unwind");
     }
 
@@ -280,7 +277,7 @@ mod tests {
         assert_eq!(walker.stats().summary().total(), 1);
         assert!(matches!(frames[0], Frame::Module { .. }), "the ip resolves: {frames:?}");
         let (tid, end) = walker.take_stack_ends()[0];
-        assert_eq!(tid, std::process::id());
+        assert_eq!(tid, Tid(Tgid::own().0));
         assert!(end > header.user_sp, "the stack's mapping ends above its pointer");
         assert!(walker.take_stack_ends().is_empty(), "told once");
     }
@@ -288,9 +285,9 @@ mod tests {
     #[test]
     fn stack_ends_follow_what_unwinding_needs() {
         let mut ends = StackEnds::default();
-        let mut told = |tid, mapping_end, needed| {
-            ends.learn(tid, mapping_end, needed);
-            std::mem::take(&mut ends.new)
+        let mut told = |tid: u32, mapping_end, needed| {
+            ends.learn(Tid(tid), mapping_end, needed);
+            std::mem::take(&mut ends.new).into_iter().map(|(Tid(tid), end)| (tid, end)).collect::<Vec<_>>()
         };
         const END: u64 = 0x7000_0000;
         // First the mapping's end; once an unwind reached the bottom, what it read.

@@ -20,6 +20,7 @@ pub use self::{
     resolve::{ProcessView, Resolved, Want},
     task_event::TaskEvent,
 };
+use crate::model::{Tgid, Tid};
 
 /// The address spaces of the processes a recording follows, and the modules they map.
 pub struct AddressSpaces {
@@ -39,7 +40,7 @@ impl AddressSpaces {
     }
 
     /// Follows a process from its current state (targets, and every process under `-a`).
-    pub fn track(&mut self, tgid: u32) {
+    pub fn track(&mut self, tgid: Tgid) {
         self.processes.track(tgid);
     }
 
@@ -57,14 +58,14 @@ impl AddressSpaces {
 
     /// Forgets processes and mappings no sample taken after `now_ns` can need. Returns the
     /// processes forgotten.
-    pub fn prune(&mut self, now_ns: u64) -> Vec<u32> {
+    pub fn prune(&mut self, now_ns: u64) -> Vec<Tgid> {
         let gone = self.processes.prune(now_ns);
         self.modules.forget(&gone);
         gone
     }
 
     /// What process `tgid` is, while it is followed.
-    pub fn identity(&self, tgid: u32) -> Option<&Identity> {
+    pub fn identity(&self, tgid: Tgid) -> Option<&Identity> {
         self.processes.get(tgid).map(Process::identity)
     }
 
@@ -84,7 +85,7 @@ impl AddressSpaces {
 
     /// Process `tgid` as sampled from thread `tid` (named `thread_comm`) at `time_ns`: loaded
     /// from `/proc` on first sight.
-    pub fn observe(&mut self, tgid: u32, tid: u32, thread_comm: &str, time_ns: u64) -> ProcessView<'_> {
+    pub fn observe(&mut self, tgid: Tgid, tid: Tid, thread_comm: &str, time_ns: u64) -> ProcessView<'_> {
         let process = self.processes.observe(tgid, tid, thread_comm, time_ns);
         ProcessView::new(tgid, time_ns, process, &mut self.modules)
     }

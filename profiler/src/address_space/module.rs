@@ -22,11 +22,12 @@ use super::{
     open::{self, Root},
     vdso,
 };
+use crate::model::Tgid;
 
 /// Opens the file behind a mapping of a process (`tgid`, its root, the mapping, the path it
 /// names); the registry calls it once per file. Live processes are read through
 /// [`open::mapped_file`]; recorded fixtures bring their own.
-pub type FileOpener = Box<dyn Fn(u32, &Root, &Mapping, &Path) -> io::Result<File>>;
+pub type FileOpener = Box<dyn Fn(Tgid, &Root, &Mapping, &Path) -> io::Result<File>>;
 
 /// Copies of known modules held open at most (see [`Modules`]).
 const MAX_COPIES: usize = 1024;
@@ -155,7 +156,7 @@ pub struct Modules {
     /// Files that could not be opened through a process (gone before it was seen, say), by
     /// process: that says nothing of the file, which is tried again through the next process
     /// that maps it. Forgotten with the process.
-    unopened: FxHashMap<(u32, MappedKey), ModuleId>,
+    unopened: FxHashMap<(Tgid, MappedKey), ModuleId>,
     by_content: FxHashMap<ContentKey, ModuleId>,
     modules: Vec<Module>,
     /// Files found to be another copy of a known module, held open so that their (device,
@@ -194,7 +195,7 @@ impl Modules {
 
     /// The module behind `mapping` of process `tgid` (whose paths resolve in `root`); `None` for
     /// anonymous memory.
-    pub fn intern(&mut self, tgid: u32, root: &Root, mapping: &Mapping) -> Option<ModuleId> {
+    pub fn intern(&mut self, tgid: Tgid, root: &Root, mapping: &Mapping) -> Option<ModuleId> {
         let (key, path) = match &mapping.backing {
             Backing::File { path, .. } => {
                 (MappedKey::File { dev: mapping.dev, inode: mapping.inode }, path.as_path())
@@ -258,7 +259,7 @@ impl Modules {
     }
 
     /// Forgets what could not be opened through processes `gone`.
-    pub fn forget(&mut self, gone: &[u32]) {
+    pub fn forget(&mut self, gone: &[Tgid]) {
         if !gone.is_empty() {
             self.unopened.retain(|(tgid, _), _| !gone.contains(tgid));
         }
@@ -295,7 +296,7 @@ mod tests {
     use crate::address_space::Mappings;
 
     fn own_mapping() -> Mapping {
-        let space = Mappings::read(std::process::id()).unwrap();
+        let space = Mappings::read(Tgid::own()).unwrap();
         space.find(own_mapping as *const () as usize as u64).unwrap().clone()
     }
 
@@ -303,11 +304,11 @@ mod tests {
     fn same_file_is_one_module() {
         let mut modules = Modules::default();
         let mapping = own_mapping();
-        let a = modules.intern(std::process::id(), &Root::Own, &mapping).unwrap();
+        let a = modules.intern(Tgid::own(), &Root::Own, &mapping).unwrap();
         let mut moved = mapping.clone();
         moved.start += 0x1000_0000;
         moved.end += 0x1000_0000;
-        let b = modules.intern(std::process::id(), &Root::Own, &moved).unwrap();
+        let b = modules.intern(Tgid::own(), &Root::Own, &moved).unwrap();
         assert_eq!(a, b);
         let module = modules.get(a);
         let path = readable_path(module.file().expect("own executable opens"));
@@ -328,12 +329,12 @@ mod tests {
         std::fs::copy(exe, &a).unwrap();
         std::fs::copy(exe, &b).unwrap();
         let mut modules = Modules::default();
-        let id = modules.intern(std::process::id(), &Root::Own, &file_mapping(&a)).unwrap();
+        let id = modules.intern(Tgid::own(), &Root::Own, &file_mapping(&a)).unwrap();
         assert!(
             modules.get(id).build_id().is_some_and(|id| !id.is_empty()),
             "the test binary has a build id"
         );
-        assert_eq!(modules.intern(std::process::id(), &Root::Own, &file_mapping(&b)), Some(id));
+        assert_eq!(modules.intern(Tgid::own(), &Root::Own, &file_mapping(&b)), Some(id));
         assert_eq!(modules.get(id).path(), a);
     }
 
@@ -344,11 +345,11 @@ mod tests {
         std::fs::write(&a, b"same bytes").unwrap();
         std::fs::write(&b, b"same bytes").unwrap();
         let mut modules = Modules::default();
-        let first = modules.intern(std::process::id(), &Root::Own, &file_mapping(&a)).unwrap();
-        let second = modules.intern(std::process::id(), &Root::Own, &file_mapping(&b)).unwrap();
+        let first = modules.intern(Tgid::own(), &Root::Own, &file_mapping(&a)).unwrap();
+        let second = modules.intern(Tgid::own(), &Root::Own, &file_mapping(&b)).unwrap();
         assert_ne!(first, second);
         assert_eq!(modules.get(first).build_id(), None);
-        assert_eq!(modules.intern(std::process::id(), &Root::Own, &file_mapping(&a)), Some(first));
+        assert_eq!(modules.intern(Tgid::own(), &Root::Own, &file_mapping(&a)), Some(first));
     }
 
     #[test]
@@ -356,7 +357,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("library");
         std::fs::write(&path, b"bytes").unwrap();
-        let (gone, alive) = (1, 2);
+        let (gone, alive) = (Tgid(1), Tgid(2));
         let tries = std::rc::Rc::new(std::cell::Cell::new(0));
         let counted = tries.clone();
         let mut modules = Modules::with_opener(Box::new(move |tgid, _, _, path| {
@@ -379,9 +380,9 @@ mod tests {
     #[test]
     fn vdso_is_readable_as_an_elf_file() {
         let mut modules = Modules::default();
-        let space = Mappings::read(std::process::id()).unwrap();
+        let space = Mappings::read(Tgid::own()).unwrap();
         let vdso = space.mappings().find(|m| m.backing == Backing::Pseudo("[vdso]".into())).unwrap();
-        let id = modules.intern(std::process::id(), &Root::Own, vdso).unwrap();
+        let id = modules.intern(Tgid::own(), &Root::Own, vdso).unwrap();
         let image = std::fs::read(readable_path(modules.get(id).file().unwrap())).unwrap();
         assert_eq!(&image[..4], b"\x7fELF");
         assert_eq!(image.len() as u64, vdso.end - vdso.start);
@@ -391,10 +392,10 @@ mod tests {
     fn pseudo_and_anonymous_mappings() {
         let mut modules = Modules::default();
         let heap = Mapping::pseudo("[heap]", 0x1000, 0x3000);
-        let id = modules.intern(1, &Root::Own, &heap).unwrap();
+        let id = modules.intern(Tgid(1), &Root::Own, &heap).unwrap();
         assert_eq!(modules.get(id).name(), "[heap]");
         assert!(modules.get(id).file().is_none());
         let anon = Mapping { backing: Backing::Anonymous, ..heap };
-        assert_eq!(modules.intern(1, &Root::Own, &anon), None);
+        assert_eq!(modules.intern(Tgid(1), &Root::Own, &anon), None);
     }
 }

@@ -26,6 +26,7 @@ use rustix::fs::{
 };
 
 use super::Mapping;
+use crate::model::Tgid;
 
 /// Largest file copied into memory (a target-writable binary or debug file): beyond it the file
 /// is left unread.
@@ -45,7 +46,7 @@ pub enum Root {
 
 impl Root {
     /// The root of process `tgid` as it is now: `/proc/PID/root`, compared with ours.
-    pub fn of(tgid: u32) -> io::Result<Self> {
+    pub fn of(tgid: Tgid) -> io::Result<Self> {
         let path = format!("/proc/{tgid}/root");
         let theirs =
             rustix::fs::open(&path, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
@@ -86,7 +87,7 @@ impl Root {
 /// Opens the file a mapping of process `tgid` was made from, through `/proc/PID/map_files`: the
 /// mapped inode itself, even deleted or replaced since. Refused unless it is the regular file
 /// the mapping names (device and inode).
-pub fn mapped_file(tgid: u32, mapping: &Mapping) -> io::Result<File> {
+pub fn mapped_file(tgid: Tgid, mapping: &Mapping) -> io::Result<File> {
     // The map_files link is the kernel's own: following it is what we want.
     let handle =
         rustix::fs::open(map_files_path(tgid, mapping), OFlags::PATH | OFlags::CLOEXEC, Mode::empty())?;
@@ -109,7 +110,7 @@ pub fn mapped_path(root: &Root, path: &Path, mapping: &Mapping) -> io::Result<Fi
 }
 
 /// `/proc/PID/map_files/START-END`: the very inode a mapping was made from.
-pub fn map_files_path(tgid: u32, mapping: &Mapping) -> PathBuf {
+pub fn map_files_path(tgid: Tgid, mapping: &Mapping) -> PathBuf {
     PathBuf::from(format!("/proc/{tgid}/map_files/{:x}-{:x}", mapping.start, mapping.end))
 }
 

@@ -2,6 +2,8 @@
 //! address belonged to.
 use std::{fmt, io, path::PathBuf};
 
+use crate::model::Tgid;
+
 /// What backs a mapping.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Backing {
@@ -92,7 +94,7 @@ impl std::error::Error for ParseError {}
 
 impl Mappings {
     /// Reads `/proc/PID/maps`.
-    pub fn read(pid: u32) -> io::Result<Self> {
+    pub fn read(pid: Tgid) -> io::Result<Self> {
         // Not read_bounded: the file is as long as the process's list of mappings.
         let text = std::fs::read_to_string(format!("/proc/{pid}/maps"))?;
         Self::parse(&text).map_err(|err| io::Error::new(io::ErrorKind::InvalidData, err))
@@ -283,7 +285,7 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
 
     #[test]
     fn reads_own_maps() {
-        let space = Mappings::read(std::process::id()).unwrap();
+        let space = Mappings::read(Tgid::own()).unwrap();
         let here = reads_own_maps as *const () as usize as u64;
         let mapping = space.find(here).expect("own code is mapped");
         assert!(mapping.executable);

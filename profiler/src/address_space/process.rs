@@ -7,7 +7,10 @@
 use std::{collections::HashMap, io::Read as _};
 
 use super::{Mapping, Mappings, TaskEvent, TimedMapping, open::Root};
-use crate::clock::monotonic_ns;
+use crate::{
+    clock::monotonic_ns,
+    model::{Tgid, Tid},
+};
 
 /// How long replaced mappings and exited processes are kept: samples are read well within this
 /// (the ring is drained every 20 ms).
@@ -29,7 +32,7 @@ struct PastMapping {
 
 #[derive(Clone, Debug)]
 pub struct Process {
-    tgid: u32,
+    tgid: Tgid,
     comm: String,
     /// When `comm` was learned: a record taken before (an off-CPU span sent late, with the name
     /// its thread had then) does not undo a newer name.
@@ -60,7 +63,7 @@ pub struct Identity {
 }
 
 impl Identity {
-    fn read(tgid: u32) -> Self {
+    fn read(tgid: Tgid) -> Self {
         let status = read_bounded(&format!("/proc/{tgid}/status")).unwrap_or_default();
         let field =
             |name: &str| status.lines().find_map(|line| line.strip_prefix(name)).map(str::split_whitespace);
@@ -68,13 +71,13 @@ impl Identity {
             root: Root::of(tgid).unwrap_or(Root::Unknown),
             // Uid: real, effective, saved, filesystem.
             uid: field("Uid:").and_then(|mut ids| ids.nth(1)?.parse().ok()),
-            ns_pid: field("NSpid:").and_then(|ids| ids.last()?.parse().ok()).unwrap_or(tgid),
+            ns_pid: field("NSpid:").and_then(|ids| ids.last()?.parse().ok()).unwrap_or(tgid.0),
         }
     }
 
     #[cfg(any(test, feature = "testing"))]
-    fn unknown(tgid: u32) -> Self {
-        Self { root: Root::Unknown, uid: None, ns_pid: tgid }
+    fn unknown(tgid: Tgid) -> Self {
+        Self { root: Root::Unknown, uid: None, ns_pid: tgid.0 }
     }
 }
 
@@ -87,7 +90,7 @@ pub fn read_bounded(path: &str) -> Option<String> {
 }
 
 impl Process {
-    fn load(tgid: u32, fallback_comm: &str) -> Self {
+    fn load(tgid: Tgid, fallback_comm: &str) -> Self {
         let comm = read_bounded(&format!("/proc/{tgid}/comm"))
             .map(|comm| comm.trim_end_matches('\n').to_owned())
             .unwrap_or_else(|| fallback_comm.to_owned());
@@ -110,7 +113,7 @@ impl Process {
 
     /// A process known only from `mappings`, never read from `/proc` (recorded fixtures).
     #[cfg(any(test, feature = "testing"))]
-    pub fn from_mappings(tgid: u32, comm: &str, mappings: Mappings) -> Self {
+    pub fn from_mappings(tgid: Tgid, comm: &str, mappings: Mappings) -> Self {
         Self {
             tgid,
             comm: comm.to_owned(),
@@ -206,7 +209,7 @@ impl Process {
     /// The child `tgid` forks from this process: the same mappings, but none of the history,
     /// which only samples taken before the fork could need (a parent that maps and unmaps
     /// libraries all day would otherwise hand its whole past to every child).
-    fn forked(&self, tgid: u32) -> Self {
+    fn forked(&self, tgid: Tgid) -> Self {
         Self {
             tgid,
             comm: self.comm.clone(),
@@ -227,9 +230,9 @@ impl Process {
 }
 
 /// The ids of every process running now.
-pub fn running() -> Vec<u32> {
+pub fn running() -> Vec<Tgid> {
     let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
-    entries.filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok()).collect()
+    entries.filter_map(|entry| Some(Tgid(entry.ok()?.file_name().to_str()?.parse().ok()?))).collect()
 }
 
 /// Which processes to follow through task events.
@@ -244,7 +247,7 @@ pub struct Tracking {
 #[derive(Debug)]
 pub struct Processes {
     tracking: Tracking,
-    by_tgid: HashMap<u32, Process>,
+    by_tgid: HashMap<Tgid, Process>,
     lost_events: u64,
     /// Processes samples came from, counted once each (a pid used again is another process).
     sampled: u64,
@@ -256,7 +259,7 @@ impl Processes {
     }
 
     /// Starts following a process, from its current `/proc` state.
-    pub fn track(&mut self, tgid: u32) {
+    pub fn track(&mut self, tgid: Tgid) {
         self.by_tgid.entry(tgid).or_insert_with(|| Process::load(tgid, ""));
     }
 
@@ -269,14 +272,14 @@ impl Processes {
     /// The process a sample came from, loading it from /proc on first sight.
     /// Process `tgid`, as a record of thread `tid`, named `thread_comm`, taken at `time_ns`
     /// shows it.
-    pub fn observe(&mut self, tgid: u32, tid: u32, thread_comm: &str, time_ns: u64) -> &mut Process {
+    pub fn observe(&mut self, tgid: Tgid, tid: Tid, thread_comm: &str, time_ns: u64) -> &mut Process {
         let process = self.by_tgid.entry(tgid).or_insert_with(|| Process::load(tgid, thread_comm));
         if !process.sampled {
             process.sampled = true;
             self.sampled += 1;
         }
         // The main thread's name is the process's.
-        if tid == tgid && process.comm != thread_comm && time_ns >= process.comm_since_ns {
+        if tid.0 == tgid.0 && process.comm != thread_comm && time_ns >= process.comm_since_ns {
             process.rename(thread_comm.to_owned(), time_ns);
         }
         process
@@ -320,7 +323,7 @@ impl Processes {
 
     /// Forgets what no sample can need any more: processes and mappings gone for a while before
     /// `now_ns`. Returns the processes forgotten.
-    pub fn prune(&mut self, now_ns: u64) -> Vec<u32> {
+    pub fn prune(&mut self, now_ns: u64) -> Vec<Tgid> {
         let horizon = now_ns.saturating_sub(KEEP_NS);
         let mut forgotten = Vec::new();
         self.by_tgid.retain(|&tgid, p| {
@@ -342,7 +345,7 @@ impl Processes {
     }
 
     /// A process followed now.
-    pub fn get(&self, tgid: u32) -> Option<&Process> {
+    pub fn get(&self, tgid: Tgid) -> Option<&Process> {
         self.by_tgid.get(&tgid)
     }
 
@@ -376,17 +379,19 @@ mod tests {
     }
 
     /// A process that does not exist, so that /proc never answers for it.
-    const GHOST: u32 = 999_999_999;
+    const GHOST: Tgid = Tgid(999_999_999);
+    /// Its child, in the fork tests.
+    const CHILD: Tgid = Tgid(999_999_998);
 
     fn ghost(processes: &mut Processes) -> &mut Process {
-        processes.observe(GHOST, GHOST + 1, "ghost", 0)
+        processes.observe(GHOST, Tid(GHOST.0 + 1), "ghost", 0)
     }
 
     #[test]
     fn loads_a_live_process() {
-        let pid = std::process::id();
+        let pid = Tgid::own();
         let mut processes = Processes::new(TRACK_ALL);
-        let process = processes.observe(pid, pid + 1, "thread-name", 0);
+        let process = processes.observe(pid, Tid(pid.0 + 1), "thread-name", 0);
         let expected = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap();
         assert_eq!(process.comm(), expected.trim_end());
         let here = loads_a_live_process as *const () as usize as u64;
@@ -395,15 +400,15 @@ mod tests {
 
     #[test]
     fn main_thread_comm_wins() {
-        let pid = std::process::id();
+        let pid = Tgid::own();
         let mut processes = Processes::new(TRACK_ALL);
         // Records taken after the process was first read from /proc.
         let now = monotonic_ns() + 1_000_000_000;
-        processes.observe(pid, pid, "renamed", now + 10);
-        assert_eq!(processes.observe(pid, pid + 1, "other", now + 20).comm(), "renamed");
+        processes.observe(pid, Tid(pid.0), "renamed", now + 10);
+        assert_eq!(processes.observe(pid, Tid(pid.0 + 1), "other", now + 20).comm(), "renamed");
         // A record taken before that name was learned (sent late) does not undo it.
-        assert_eq!(processes.observe(pid, pid, "older", now + 5).comm(), "renamed");
-        assert_eq!(processes.observe(pid, pid, "newer", now + 30).comm(), "newer");
+        assert_eq!(processes.observe(pid, Tid(pid.0), "older", now + 5).comm(), "renamed");
+        assert_eq!(processes.observe(pid, Tid(pid.0), "newer", now + 30).comm(), "newer");
     }
 
     #[test]
@@ -435,11 +440,11 @@ mod tests {
         let mut processes = Processes::new(Tracking { all: false, follow_forks: true });
         ghost(&mut processes);
         processes.apply(TaskEvent::Map { pid: GHOST, time_ns: 100, mapping: library(0x7000, 1) });
-        processes.apply(TaskEvent::Fork { parent: GHOST, child: GHOST - 1, time_ns: 150 });
-        processes.apply(TaskEvent::Map { pid: 424_242, time_ns: 100, mapping: library(0x7000, 5) });
-        let child = processes.observe(GHOST - 1, GHOST - 1, "child", 0);
+        processes.apply(TaskEvent::Fork { parent: GHOST, child: CHILD, time_ns: 150 });
+        processes.apply(TaskEvent::Map { pid: Tgid(424_242), time_ns: 100, mapping: library(0x7000, 5) });
+        let child = processes.observe(CHILD, Tid(CHILD.0), "child", 0);
         assert_eq!(child.mapping(0x7010, 200).unwrap().inode, 1);
-        assert!(!processes.by_tgid.contains_key(&424_242), "untracked processes are ignored");
+        assert!(!processes.by_tgid.contains_key(&Tgid(424_242)), "untracked processes are ignored");
     }
 
     #[test]
@@ -458,9 +463,9 @@ mod tests {
         // CPU 0's buffer, read first, holds the child's exit; CPU 1's holds its fork, earlier,
         // and a mapping made after the drain's horizon.
         let mut order = crate::kernel::task_events::TimeOrder::default();
-        order.extend([TaskEvent::Exit { pid: GHOST - 1, time_ns: 20 }]);
+        order.extend([TaskEvent::Exit { pid: CHILD, time_ns: 20 }]);
         order.extend([
-            TaskEvent::Fork { parent: GHOST, child: GHOST - 1, time_ns: 10 },
+            TaskEvent::Fork { parent: GHOST, child: CHILD, time_ns: 10 },
             TaskEvent::Map { pid: GHOST, time_ns: 40, mapping: library(0x7000, 1) },
         ]);
         let mut processes = Processes::new(Tracking { all: false, follow_forks: true });
@@ -468,18 +473,18 @@ mod tests {
         for event in order.take_until(30) {
             processes.apply(event);
         }
-        assert!(processes.by_tgid[&(GHOST - 1)].exited_at_ns.is_some(), "the fork came first, then the exit");
+        assert!(processes.by_tgid[&(CHILD)].exited_at_ns.is_some(), "the fork came first, then the exit");
         assert_eq!(order.take_until(u64::MAX).len(), 1, "the later mapping waits for the next drain");
         let forgotten = processes.prune(21 + KEEP_NS);
-        assert_eq!(forgotten, [GHOST - 1]);
-        assert!(!processes.by_tgid.contains_key(&(GHOST - 1)), "no clone left for the pid's next owner");
+        assert_eq!(forgotten, [CHILD]);
+        assert!(!processes.by_tgid.contains_key(&(CHILD)), "no clone left for the pid's next owner");
     }
 
     #[test]
     fn newer_samples_reread_proc() {
-        let pid = std::process::id();
+        let pid = Tgid::own();
         let mut processes = Processes::new(TRACK_ALL);
-        let process = processes.observe(pid, pid, "test", 0);
+        let process = processes.observe(pid, Tid(pid.0), "test", 0);
         // A mapping made after the process was first read, with no event for it; at an address
         // of its own, so that no other test's mapping was ever there.
         let len = 4096;

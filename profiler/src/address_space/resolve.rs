@@ -3,6 +3,7 @@
 //! fixtures all use: an address of a process at a moment, to the module and file offset of the
 //! mapping that held it.
 use super::{Mapping, Module, ModuleId, Modules, Process};
+use crate::model::Tgid;
 
 /// What a lookup accepts as found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -26,18 +27,18 @@ pub enum Resolved {
 
 /// One process at one moment.
 pub struct ProcessView<'a> {
-    tgid: u32,
+    tgid: Tgid,
     time_ns: u64,
     process: &'a mut Process,
     modules: &'a mut Modules,
 }
 
 impl<'a> ProcessView<'a> {
-    pub(super) fn new(tgid: u32, time_ns: u64, process: &'a mut Process, modules: &'a mut Modules) -> Self {
+    pub(super) fn new(tgid: Tgid, time_ns: u64, process: &'a mut Process, modules: &'a mut Modules) -> Self {
         Self { tgid, time_ns, process, modules }
     }
 
-    pub fn tgid(&self) -> u32 {
+    pub fn tgid(&self) -> Tgid {
         self.tgid
     }
 
@@ -76,12 +77,13 @@ impl<'a> ProcessView<'a> {
 mod tests {
     use super::*;
     use crate::address_space::{AddressSpaces, Tracking};
+    use crate::model::Tid;
 
     #[test]
     fn resolves_own_code_to_its_file_offset() {
-        let pid = std::process::id();
+        let pid = Tgid::own();
         let mut spaces = AddressSpaces::new(Tracking { all: false, follow_forks: false });
-        let mut view = spaces.observe(pid, pid, "test", 0);
+        let mut view = spaces.observe(pid, Tid(pid.0), "test", 0);
         let here = resolves_own_code_to_its_file_offset as *const () as usize as u64;
         let Resolved::Module { module, file_offset } = view.resolve(here, Want::Code) else {
             panic!("own code is in a module")

@@ -5,6 +5,7 @@ use std::fs::File;
 use rustix::fs::{MemfdFlags, memfd_create};
 
 use super::{Backing, Mappings};
+use crate::model::Tgid;
 
 /// The vDSO image, copied from this process into an in-memory file. The kernel maps the same
 /// image into every 64-bit process, so ours stands for the target's: symbols and CFI included.
@@ -12,7 +13,7 @@ pub fn own_vdso() -> Option<File> {
     // rustix keeps the auxiliary vector's vDSO address to itself: libc's getauxval.
     // SAFETY: getauxval has no preconditions.
     let start = unsafe { libc::getauxval(libc::AT_SYSINFO_EHDR) };
-    let space = Mappings::read(std::process::id()).ok()?;
+    let space = Mappings::read(Tgid::own()).ok()?;
     let mapping = space.find(start).filter(|m| m.backing == Backing::Pseudo("[vdso]".into()))?;
     // SAFETY: the range is our own vDSO mapping, readable for the life of the process.
     let image = unsafe { std::slice::from_raw_parts(start as *const u8, (mapping.end - start) as usize) };

@@ -11,14 +11,14 @@ use crate::{
     decode::Payload,
     export::{ExportConfig, Exporter, Retention, Window, service::Services},
     kernel::sampler::{self, Sampler},
-    model::{Meta, Recording, ThreadState, Weight, filter::Filter},
+    model::{Meta, Recording, Tgid, ThreadState, Weight, filter::Filter},
     session::{self, End, Mode, Progress, Settings, Target},
 };
 
 pub async fn run(args: AgentArgs) -> Result<()> {
     let pids = match &args.cgroup {
         Some(cgroup) => cgroup_processes(cgroup)?,
-        None => args.pids.clone(),
+        None => args.pids.iter().map(|&pid| Tgid(pid)).collect(),
     };
     // Off the CPU as well: samples and spans in one aggregate, both weighing nanoseconds, told
     // apart by their state when a window is cut.
@@ -56,10 +56,10 @@ pub async fn run(args: AgentArgs) -> Result<()> {
 }
 
 /// The processes of a cgroup (v2), from its `cgroup.procs`.
-fn cgroup_processes(cgroup: &Path) -> Result<Vec<u32>> {
+fn cgroup_processes(cgroup: &Path) -> Result<Vec<Tgid>> {
     let procs = cgroup.join("cgroup.procs");
     let text = std::fs::read_to_string(&procs).with_context(|| format!("cannot read {}", procs.display()))?;
-    let pids: Vec<u32> = text.lines().filter_map(|line| line.trim().parse().ok()).collect();
+    let pids: Vec<Tgid> = text.lines().filter_map(|line| Some(Tgid(line.trim().parse().ok()?))).collect();
     anyhow::ensure!(!pids.is_empty(), "no process in cgroup {}", cgroup.display());
     Ok(pids)
 }
@@ -151,7 +151,7 @@ impl Agent {
 
     /// A profile per service of `recording`'s processes (none when it has no samples).
     fn by_service(&mut self, recording: &Recording) -> Vec<(String, Recording)> {
-        let mut by_service: BTreeMap<String, Vec<u32>> = BTreeMap::new();
+        let mut by_service: BTreeMap<String, Vec<Tgid>> = BTreeMap::new();
         for sample in &recording.samples {
             let comm = &recording.comms[sample.comm as usize];
             let pids = by_service.entry(self.services.of(sample.pid, comm)).or_default();

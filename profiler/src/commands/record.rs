@@ -10,7 +10,7 @@ use crate::{
     decode::Payload,
     frame::{Frame, Marker},
     kernel::sampler::{self, OffCpuConfig, Sampler, SamplerConfig},
-    model::{Meta, ThreadState, Weight},
+    model::{Meta, Tgid, ThreadState, Tid, Weight},
     render::{
         RenderOptions,
         summary::{KernelFigures, Summary},
@@ -33,7 +33,7 @@ pub async fn run(args: RecordArgs) -> Result<()> {
     };
     let (profile, settings) = sampling(&args.sampling, plan);
     let settings = Settings {
-        pids: args.pids,
+        pids: args.pids.into_iter().map(Tgid).collect(),
         command: args.command,
         max_records: args.max_samples,
         outputs: args.output.resolve()?,
@@ -167,7 +167,8 @@ impl Mode for CpuProfile {
             };
             let (stack, comm) =
                 (aggregate.intern_stack(&frames), aggregate.intern_comm(&process_comm(thread.tgid)));
-            let site = Site { time_ns: thread.since_ns, tgid: thread.tgid, tid, comm, stack, state };
+            let site =
+                Site { time_ns: thread.since_ns, tgid: Tgid(thread.tgid), tid: Tid(tid), comm, stack, state };
             aggregate.push(site, ns);
         }
         Ok(())

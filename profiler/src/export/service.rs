@@ -1,7 +1,7 @@
 //! Which service a process belongs to, and the labels every exported profile carries.
 use std::collections::HashMap;
 
-use crate::address_space::read_bounded;
+use crate::{address_space::read_bounded, model::Tgid};
 
 /// Names the service of each process: `--service-name` when given, else its systemd unit, else
 /// its container, else its command name.
@@ -9,7 +9,7 @@ use crate::address_space::read_bounded;
 pub struct Services {
     fixed: Option<String>,
     /// By process, for the current window (pids are reused: forgotten at each window).
-    known: HashMap<u32, String>,
+    known: HashMap<Tgid, String>,
 }
 
 impl Services {
@@ -17,7 +17,7 @@ impl Services {
         Self { fixed, known: HashMap::new() }
     }
 
-    pub fn of(&mut self, pid: u32, comm: &str) -> String {
+    pub fn of(&mut self, pid: Tgid, comm: &str) -> String {
         if let Some(fixed) = &self.fixed {
             return fixed.clone();
         }
@@ -43,7 +43,7 @@ const KERNEL: &str = "kernel";
 /// `PF_KTHREAD` in `/proc/PID/stat`'s flags.
 const PF_KTHREAD: u64 = 0x0020_0000;
 
-fn is_kernel_thread(pid: u32) -> bool {
+fn is_kernel_thread(pid: Tgid) -> bool {
     // The flags are the 9th field; the 2nd, the command name, may hold spaces and parentheses.
     let stat = read_bounded(&format!("/proc/{pid}/stat")).unwrap_or_default();
     let flags = stat.rsplit_once(')').and_then(|(_, fields)| fields.split_whitespace().nth(6));
@@ -125,14 +125,14 @@ mod tests {
         assert_eq!(sanitized("a{b=c},d\"\n"), "a_b_c__d__");
         assert_eq!(sanitized(&"é".repeat(100)).len(), 128);
         let mut services = Services::new(Some("api".into()));
-        assert_eq!(services.of(1, "init"), "api");
+        assert_eq!(services.of(Tgid(1), "init"), "api");
     }
 
     #[test]
     fn kernel_threads_are_one_service() {
         // kthreadd is pid 2 on every Linux; this process is not a kernel thread.
         let mut services = Services::new(None);
-        assert_eq!(services.of(2, "kthreadd"), KERNEL);
-        assert_ne!(services.of(std::process::id(), "test"), KERNEL);
+        assert_eq!(services.of(Tgid(2), "kthreadd"), KERNEL);
+        assert_ne!(services.of(Tgid::own(), "test"), KERNEL);
     }
 }

@@ -15,7 +15,10 @@ use aya::{
     maps::{MapData, RingBuf},
 };
 
-use crate::decode::RecordKind;
+use crate::{
+    decode::RecordKind,
+    model::{Tgid, Tid},
+};
 
 /// What a recording session needs of the kernel side of its mode: where records come from, how
 /// to point it at processes, and how to stop it. Implemented by the [`sampler::Sampler`] and the
@@ -28,7 +31,7 @@ pub trait KernelSource {
     /// The loaded eBPF object.
     fn ebpf(&mut self) -> &mut Ebpf;
     /// Follows process `tgid` from now on. Called for each target before [`Self::start`].
-    fn follow(&mut self, tgid: u32) -> Result<()>;
+    fn follow(&mut self, tgid: Tgid) -> Result<()>;
     /// Starts producing records.
     fn start(&mut self) -> Result<()>;
     /// Records the kernel could not hand over (ring full).
@@ -46,7 +49,7 @@ pub trait KernelSource {
     }
 
     /// Tells the programs where a thread's stack ends, so that stack copies stop there.
-    fn set_stack_end(&mut self, tid: u32, end: u64) -> Result<()> {
+    fn set_stack_end(&mut self, tid: Tid, end: u64) -> Result<()> {
         object::set_stack_end(self.ebpf(), tid, end)
     }
 

@@ -9,6 +9,8 @@ use aya::{
 };
 use profiler_common::maps;
 
+use crate::model::Tid;
+
 pub static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profiler"));
 
 /// The smallest ring buffer: a page. Rings the command does not use are shrunk to it.
@@ -49,7 +51,7 @@ pub fn pause(ebpf: &mut Ebpf) -> Result<()> {
 }
 
 /// Tells the programs where a thread's stack ends, so that stack copies stop there.
-pub fn set_stack_end(ebpf: &mut Ebpf, tid: u32, end: u64) -> Result<()> {
+pub fn set_stack_end(ebpf: &mut Ebpf, Tid(tid): Tid, end: u64) -> Result<()> {
     let map = ebpf.map_mut(maps::STACK_ENDS).ok_or_else(|| missing(maps::STACK_ENDS))?;
     let mut ends: BpfHashMap<_, u32, u64> = BpfHashMap::try_from(map)?;
     ends.insert(tid, end, 0).with_context(|| format!("cannot record the stack end of thread {tid}"))?;

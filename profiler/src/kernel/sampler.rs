@@ -13,7 +13,7 @@ use aya::{
 };
 use profiler_common::{Counter, FramePointers, OffCpuThread, globals, maps, programs};
 
-use crate::decode::RecordKind;
+use crate::{decode::RecordKind, model::Tgid};
 
 use super::{
     KernelSource, btf,
@@ -263,7 +263,7 @@ impl KernelSource for Sampler {
     }
 
     /// Adds the process to the filter (system-wide, everything is sampled anyway).
-    fn follow(&mut self, tgid: u32) -> Result<()> {
+    fn follow(&mut self, Tgid(tgid): Tgid) -> Result<()> {
         let map = self.ebpf.map_mut(maps::TGID_FILTER).ok_or_else(|| missing(maps::TGID_FILTER))?;
         let mut filter: BpfHashMap<_, u32, u8> = BpfHashMap::try_from(map)?;
         filter.insert(tgid, 1, 0).with_context(|| format!("cannot add PID {tgid} to the filter"))?;

@@ -13,7 +13,10 @@ use perf_event::{
 };
 use perf_event_open_sys::bindings::perf_event_header;
 
-use crate::address_space::{Backing, Mapping, TaskEvent, backing_named};
+use crate::{
+    address_space::{Backing, Mapping, TaskEvent, backing_named},
+    model::Tgid,
+};
 
 /// Bytes of ring buffer per CPU (a power of two pages, plus the header page perf-event2 adds).
 const RING_BYTES_PER_CPU: usize = 512 * 1024;
@@ -145,21 +148,21 @@ fn task_event(record: PerfRecord<'_>, time_ns: u64, exec: bool) -> Option<TaskEv
                 inode: mmap.ino()?,
                 backing: backing(&mmap.filename, mmap.ino()?),
             };
-            Some(TaskEvent::Map { pid: mmap.pid, time_ns, mapping })
+            Some(TaskEvent::Map { pid: Tgid(mmap.pid), time_ns, mapping })
         }
         PerfRecord::Comm(comm) if comm.pid == comm.tid => {
             let name = String::from_utf8_lossy(&comm.comm).into_owned();
             Some(if exec {
-                TaskEvent::Exec { pid: comm.pid, time_ns, comm: name }
+                TaskEvent::Exec { pid: Tgid(comm.pid), time_ns, comm: name }
             } else {
-                TaskEvent::Rename { pid: comm.pid, time_ns, comm: name }
+                TaskEvent::Rename { pid: Tgid(comm.pid), time_ns, comm: name }
             })
         }
         PerfRecord::Fork(fork) if fork.pid != fork.ppid => {
-            Some(TaskEvent::Fork { parent: fork.ppid, child: fork.pid, time_ns: fork.time })
+            Some(TaskEvent::Fork { parent: Tgid(fork.ppid), child: Tgid(fork.pid), time_ns: fork.time })
         }
         PerfRecord::Exit(exit) if exit.pid == exit.tid => {
-            Some(TaskEvent::Exit { pid: exit.pid, time_ns: exit.time })
+            Some(TaskEvent::Exit { pid: Tgid(exit.pid), time_ns: exit.time })
         }
         PerfRecord::Lost(lost) => Some(TaskEvent::Lost { time_ns, count: lost.lost }),
         _ => None,

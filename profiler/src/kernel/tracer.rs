@@ -18,7 +18,7 @@ use profiler_common::{
 use crate::{
     address_space::readable_path,
     decode::RecordKind,
-    model::{AllocationTotals, printable},
+    model::{AllocationTotals, Tgid, printable},
 };
 
 use super::{
@@ -49,7 +49,7 @@ pub struct Tracer {
 /// A block followed and not freed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Block {
-    pub tgid: u32,
+    pub tgid: Tgid,
     pub addr: u64,
     pub size: u64,
     /// When it was allocated: the time of its allocation record.
@@ -126,14 +126,14 @@ impl Tracer {
     }
 
     /// The blocks of process `tgid` followed and not freed.
-    pub fn outstanding(&self, tgid: u32) -> Result<Vec<Block>> {
+    pub fn outstanding(&self, tgid: Tgid) -> Result<Vec<Block>> {
         let map = self.ebpf.map(maps::OUTSTANDING).ok_or_else(|| missing(maps::OUTSTANDING))?;
         let blocks: BpfHashMap<_, AllocationKey, Allocation> = BpfHashMap::try_from(map)?;
         // A block freed while we iterate disappears under us: skip it.
         Ok(blocks
             .iter()
             .filter_map(Result::ok)
-            .filter(|(key, _)| key.tgid == tgid)
+            .filter(|(key, _)| key.tgid == tgid.0)
             .map(|(key, block)| Block { tgid, addr: key.addr, size: block.size, time_ns: block.time_ns })
             .collect())
     }
@@ -177,7 +177,7 @@ impl KernelSource for Tracer {
     /// Probes the allocator in process `pid`, and only there: the kernel installs the
     /// breakpoints in that process alone. Returns are probed before entries, so that no call is
     /// seen entering without being seen returning.
-    fn follow(&mut self, pid: u32) -> Result<()> {
+    fn follow(&mut self, Tgid(pid): Tgid) -> Result<()> {
         let scope = UProbeScope::OneProcess(NonZeroU32::new(pid).ok_or_else(|| anyhow!("PID 0"))?);
         let Self { ebpf, allocator, .. } = self;
         let mut attach = |name: &str, entry: &EntryPoint, function: Option<AllocFunction>| -> Result<()> {

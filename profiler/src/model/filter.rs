@@ -2,14 +2,14 @@
 //! no kernel frames.
 use std::collections::HashMap;
 
-use super::{Recording, ThreadState};
+use super::{Recording, Tgid, ThreadState, Tid};
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Filter {
     /// Keep these processes (all when empty).
-    pub pids: Vec<u32>,
+    pub pids: Vec<Tgid>,
     /// Keep these threads (all when empty).
-    pub tids: Vec<u32>,
+    pub tids: Vec<Tid>,
     /// Keep these command names (all when empty).
     pub comms: Vec<String>,
     /// Keep samples in these thread states (all when empty).
@@ -127,15 +127,20 @@ mod tests {
     fn filters_keep_only_what_they_name() {
         let recording = fixture();
         assert_eq!(times(&recording.filtered(&Filter::default())), [0, 10, 20, 30]);
-        assert_eq!(times(&recording.filtered(&Filter { pids: vec![20], ..Default::default() })), [30]);
-        assert_eq!(times(&recording.filtered(&Filter { tids: vec![11], ..Default::default() })), [10, 20]);
+        assert_eq!(times(&recording.filtered(&Filter { pids: vec![Tgid(20)], ..Default::default() })), [30]);
+        assert_eq!(
+            times(&recording.filtered(&Filter { tids: vec![Tid(11)], ..Default::default() })),
+            [10, 20]
+        );
         assert_eq!(
             times(&recording.filtered(&Filter { comms: vec!["app".into()], ..Default::default() })),
             [0, 10, 20]
         );
         let window = Filter { since_ns: Some(10), until_ns: Some(20), ..Default::default() };
         assert_eq!(times(&recording.filtered(&window)), [10, 20]);
-        assert!(recording.filtered(&Filter { pids: vec![99], ..Default::default() }).samples.is_empty());
+        assert!(
+            recording.filtered(&Filter { pids: vec![Tgid(99)], ..Default::default() }).samples.is_empty()
+        );
         let mut blocked = fixture();
         blocked.samples[1].state = ThreadState::Sleeping;
         blocked.samples[3].state = ThreadState::Uninterruptible;
@@ -150,7 +155,7 @@ mod tests {
     #[test]
     fn a_part_keeps_only_what_its_samples_use() {
         let whole = fixture();
-        let part = whole.filtered(&Filter { pids: vec![20], ..Default::default() });
+        let part = whole.filtered(&Filter { pids: vec![Tgid(20)], ..Default::default() });
         assert_eq!(part.samples.len(), 1);
         assert_eq!(part.stacks.len(), 1);
         let names = |r: &Recording, stack: u32| -> Vec<String> {

@@ -5,6 +5,7 @@
 //! recording file ([`raw`]); every output format renders from it, so `profiler report` of a raw
 //! recording gives what the live run gave. The model imports none of the stages around it.
 pub mod filter;
+mod ids;
 pub mod raw;
 mod symbol;
 
@@ -12,6 +13,7 @@ use std::{borrow::Borrow, collections::HashMap, hash::Hash};
 
 use indexmap::IndexSet;
 
+pub use self::ids::{Tgid, Tid};
 pub use self::symbol::{SourceLine, Symbol, SymbolKind, folded_frame, printable, printable_owned};
 
 /// What the recording was, for titles and reports.
@@ -203,8 +205,8 @@ impl Location {
 pub struct Sample {
     /// Nanoseconds since the start of the recording.
     pub time_ns: u64,
-    pub pid: u32,
-    pub tid: u32,
+    pub pid: Tgid,
+    pub tid: Tid,
     /// Index into [`Recording::comms`]: the process's command name.
     pub comm: u32,
     /// Index into [`Recording::stacks`].
@@ -269,7 +271,7 @@ impl Recording {
 
     /// Number of distinct processes sampled.
     pub fn process_count(&self) -> usize {
-        let mut pids: Vec<u32> = self.samples.iter().map(|s| s.pid).collect();
+        let mut pids: Vec<Tgid> = self.samples.iter().map(|s| s.pid).collect();
         pids.sort_unstable();
         pids.dedup();
         pids.len()
@@ -328,8 +330,8 @@ pub mod tests {
             samples: vec![
                 Sample {
                     time_ns: 0,
-                    pid: 10,
-                    tid: 10,
+                    pid: Tgid(10),
+                    tid: Tid(10),
                     comm: 0,
                     stack: 0,
                     weight: 1,
@@ -337,8 +339,8 @@ pub mod tests {
                 },
                 Sample {
                     time_ns: 10,
-                    pid: 10,
-                    tid: 11,
+                    pid: Tgid(10),
+                    tid: Tid(11),
                     comm: 0,
                     stack: 1,
                     weight: 1,
@@ -346,8 +348,8 @@ pub mod tests {
                 },
                 Sample {
                     time_ns: 20,
-                    pid: 10,
-                    tid: 11,
+                    pid: Tgid(10),
+                    tid: Tid(11),
                     comm: 0,
                     stack: 0,
                     weight: 1,
@@ -355,8 +357,8 @@ pub mod tests {
                 },
                 Sample {
                     time_ns: 30,
-                    pid: 20,
-                    tid: 20,
+                    pid: Tgid(20),
+                    tid: Tid(20),
                     comm: 1,
                     stack: 2,
                     weight: 1,

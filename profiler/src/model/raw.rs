@@ -25,8 +25,8 @@ use indexmap::IndexSet;
 use prost::Message;
 
 use super::{
-    AllocationTotals, Location, Meta, ModuleInfo, Recording, Sample, SourceLine, Symbol, SymbolKind,
-    ThreadState, UnwindSummary, Weight, intern, printable_owned,
+    AllocationTotals, Location, Meta, ModuleInfo, Recording, Sample, SourceLine, Symbol, SymbolKind, Tgid,
+    ThreadState, Tid, UnwindSummary, Weight, intern, printable_owned,
 };
 
 pub const MAGIC: &[u8; 8] = b"PROFILER";
@@ -297,8 +297,8 @@ fn encode(recording: &Recording) -> RawRecording {
                 delta
             })
             .collect(),
-        sample_pids: recording.samples.iter().map(|s| s.pid).collect(),
-        sample_tids: recording.samples.iter().map(|s| s.tid).collect(),
+        sample_pids: recording.samples.iter().map(|s| s.pid.0).collect(),
+        sample_tids: recording.samples.iter().map(|s| s.tid.0).collect(),
         sample_comms: recording.samples.iter().map(|s| s.comm).collect(),
         sample_stacks: recording.samples.iter().map(|s| s.stack).collect(),
         sample_weights: if recording.samples.iter().all(|s| s.weight == 1) {
@@ -415,8 +415,8 @@ fn decode(raw: RawRecording) -> Result<Recording> {
             time_ns = time_ns.saturating_add(raw.sample_time_deltas_ns[i]);
             let sample = Sample {
                 time_ns,
-                pid: raw.sample_pids[i],
-                tid: raw.sample_tids[i],
+                pid: Tgid(raw.sample_pids[i]),
+                tid: Tid(raw.sample_tids[i]),
                 comm: raw.sample_comms[i],
                 stack: raw.sample_stacks[i],
                 weight: raw.sample_weights.get(i).copied().unwrap_or(1),

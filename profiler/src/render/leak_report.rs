@@ -135,9 +135,10 @@ pub fn thousands(n: u64) -> String {
 mod tests {
     use super::*;
     use crate::model::{AllocationTotals, Meta, Sample, ThreadState, Weight};
+    use crate::model::{Tgid, Tid};
 
     fn block(stack: u32, weight: u64) -> Sample {
-        Sample { time_ns: 0, pid: 1, tid: 1, comm: 0, stack, weight, state: ThreadState::OnCpu }
+        Sample { time_ns: 0, pid: Tgid(1), tid: Tid(1), comm: 0, stack, weight, state: ThreadState::OnCpu }
     }
 
     fn leaks_fixture() -> Recording {

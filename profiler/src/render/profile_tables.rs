@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use indexmap::IndexSet;
 
-use crate::model::{Meta, Recording, ThreadState, Weight};
+use crate::model::{Meta, Recording, Tgid, ThreadState, Tid, Weight};
 
 /// What a sample value measures, and its unit (`cpu`, `nanoseconds`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -96,8 +96,8 @@ pub struct SampleRow {
     /// Index into the recording's stacks, whose location indexes are the same in
     /// [`ProfileTables::locations`].
     pub stack: u32,
-    pub pid: u32,
-    pub tid: u32,
+    pub pid: Tgid,
+    pub tid: Tid,
     /// Index into the recording's command names.
     pub comm: u32,
     pub state: ThreadState,
@@ -173,7 +173,7 @@ impl<'r> ProfileTables<'r> {
 }
 
 fn samples(recording: &Recording, types: SampleTypes) -> Vec<SampleRow> {
-    type Key = (u32, u32, u32, u32, ThreadState);
+    type Key = (u32, Tgid, Tid, u32, ThreadState);
     // Model samples and their summed weight.
     let mut counts: BTreeMap<Key, (i64, i64)> = BTreeMap::new();
     for s in &recording.samples {

@@ -6,7 +6,7 @@ use std::{collections::HashMap, io::Write};
 use indexmap::IndexSet;
 use serde::Serialize;
 
-use crate::model::{Recording, Weight};
+use crate::model::{Recording, Tid, Weight};
 
 const SCHEMA: &str = "https://www.speedscope.app/file-format-schema.json";
 
@@ -83,7 +83,7 @@ fn file(recording: &Recording) -> File {
     let frames = frames.into_iter().collect();
 
     let mut profiles: Vec<SampledProfile> = Vec::new();
-    let mut by_thread: HashMap<u32, usize> = HashMap::new();
+    let mut by_thread: HashMap<Tid, usize> = HashMap::new();
     for sample in &recording.samples {
         let index = *by_thread.entry(sample.tid).or_insert_with(|| {
             let comm = &recording.comms[sample.comm as usize];

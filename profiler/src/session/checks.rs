@@ -19,7 +19,7 @@ use crate::{
         KernelSource as _,
         sampler::{OffCpuConfig, Sampler, SamplerConfig},
     },
-    model::printable,
+    model::{Tgid, printable},
     unwind::cfi::ModuleCfi,
 };
 
@@ -85,7 +85,7 @@ pub fn all(pids: &[u32]) -> Vec<Finding> {
         off_cpu(privileged),
     ];
     for &pid in pids {
-        findings.extend(target(pid));
+        findings.extend(target(Tgid(pid)));
     }
     findings
 }
@@ -240,7 +240,7 @@ fn try_sampler(
 }
 
 /// For each executable file of process `pid`: can its stacks be walked?
-fn target(pid: u32) -> Vec<Finding> {
+fn target(pid: Tgid) -> Vec<Finding> {
     let space = match Mappings::read(pid) {
         Ok(space) => space,
         Err(err) => {

@@ -33,7 +33,7 @@ use crate::{
     clock::{self, Start},
     decode::Payload,
     kernel::{KernelSource, ring::RingReader, task_events::TaskEventReader},
-    model::{Meta, Recording, printable, printable_owned},
+    model::{Meta, Recording, Tgid, printable, printable_owned},
     named::Named as _,
     output::{self, Outputs},
     render::RenderOptions,
@@ -74,7 +74,7 @@ pub trait Mode {
 #[derive(Default)]
 pub struct Settings {
     /// Processes to profile (`-p`); with `command` empty too, the whole system.
-    pub pids: Vec<u32>,
+    pub pids: Vec<Tgid>,
     /// Command to start and profile (`-- CMD`).
     pub command: Vec<std::ffi::OsString>,
     /// Samples per second per CPU, checked against the kernel's limit; `None` for a mode that
@@ -469,6 +469,7 @@ mod tests {
     use profiler_common::SampleHeader;
 
     use super::*;
+    use crate::model::Tid;
     use crate::{decode::RecordKind, frame::Frame, testing::encode_sample};
 
     /// A mode that keeps every record as a sample, and panics on a thread id of 13.
@@ -483,7 +484,7 @@ mod tests {
         fn ebpf(&mut self) -> &mut aya::Ebpf {
             unreachable!("the pipeline never asks the kernel side")
         }
-        fn follow(&mut self, _: u32) -> Result<()> {
+        fn follow(&mut self, _: Tgid) -> Result<()> {
             Ok(())
         }
         fn start(&mut self) -> Result<()> {
@@ -501,7 +502,7 @@ mod tests {
             Ok(Unloaded)
         }
         fn add(&mut self, site: Site, _: Payload, aggregate: &mut Aggregate) {
-            assert_ne!(site.tid, 13, "a dependency panicking on a corrupt input");
+            assert_ne!(site.tid, Tid(13), "a dependency panicking on a corrupt input");
             aggregate.push(site, 1);
         }
         fn activity(&self, _: &Unloaded, _: &str) -> String {

@@ -20,7 +20,7 @@ use rustix::{
 };
 use tokio::io::unix::AsyncFd;
 
-use crate::address_space::read_bounded;
+use crate::{address_space::read_bounded, model::Tgid};
 
 /// What a session profiles, before it starts: running processes, a command forked and held
 /// before `exec`, or the whole system.
@@ -32,9 +32,9 @@ pub enum Target {
 
 impl Target {
     /// `-p PID...`, else `-- CMD`, else the whole system.
-    pub fn open(pids: &[u32], command: &[OsString]) -> Result<Self> {
+    pub fn open(pids: &[Tgid], command: &[OsString]) -> Result<Self> {
         Ok(if !pids.is_empty() {
-            Self::Processes(pids.iter().map(|&pid| ProcessHandle::open(pid)).collect::<Result<_>>()?)
+            Self::Processes(pids.iter().map(|&Tgid(pid)| ProcessHandle::open(pid)).collect::<Result<_>>()?)
         } else if !command.is_empty() {
             Self::Command(PendingCommand::spawn(command)?)
         } else {
@@ -43,10 +43,10 @@ impl Target {
     }
 
     /// The processes to follow from the start (none: the whole system).
-    pub fn pids(&self) -> Vec<u32> {
+    pub fn pids(&self) -> Vec<Tgid> {
         match self {
-            Self::Processes(handles) => handles.iter().map(ProcessHandle::pid).collect(),
-            Self::Command(pending) => vec![pending.pid()],
+            Self::Processes(handles) => handles.iter().map(|handle| Tgid(handle.pid())).collect(),
+            Self::Command(pending) => vec![Tgid(pending.pid())],
             Self::System => Vec::new(),
         }
     }

@@ -31,7 +31,7 @@ pub use self::{perf_map::PerfMaps, plt::PltStubs};
 use crate::{
     address_space::{AddressSpaces, Module, ModuleId, Modules, open, readable_path},
     frame::Frame,
-    model::{SourceLine, Symbol, SymbolKind},
+    model::{SourceLine, Symbol, SymbolKind, Tgid},
 };
 
 /// The stage that names frames: each distinct frame once, as the recording goes, so that little
@@ -65,7 +65,7 @@ impl Namer {
     }
 
     /// Forgets the perf map of a process gone.
-    pub fn forget(&mut self, tgid: u32) {
+    pub fn forget(&mut self, tgid: Tgid) {
         self.perf_maps.forget(tgid);
     }
 
@@ -325,6 +325,7 @@ fn contained<T: Default>(f: impl FnOnce() -> T) -> T {
 mod tests {
     use super::*;
     use crate::address_space::{AddressSpaces, Mapping, Tracking, Want, open::Root};
+    use crate::model::Tid;
 
     #[inline(never)]
     fn a_function_to_find() -> u64 {
@@ -333,9 +334,9 @@ mod tests {
 
     #[test]
     fn names_own_function_and_unknowns() {
-        let pid = std::process::id();
+        let pid = Tgid::own();
         let mut spaces = AddressSpaces::new(Tracking { all: false, follow_forks: false });
-        let mut view = spaces.observe(pid, pid, "test", 0);
+        let mut view = spaces.observe(pid, Tid(pid.0), "test", 0);
         let addr = a_function_to_find as *const () as usize as u64 + 1;
         let frames = [addr, 0x10].map(|addr| Frame::user(pid, 0, addr, view.resolve(addr, Want::Any)));
         let mut namer = Namer::default();
@@ -351,7 +352,7 @@ mod tests {
     fn unreadable_module_keeps_name_and_offset() {
         let mut modules = Modules::default();
         let heap = Mapping::pseudo("[heap]", 0x1000, 0x3000);
-        let module = modules.intern(1, &Root::Own, &heap).unwrap();
+        let module = modules.intern(Tgid(1), &Root::Own, &heap).unwrap();
         let frame = Frame::Module { module, offset: 0x123 };
         let names = Symbolizer::default().symbolize(&[frame], &modules, &PerfMaps::default());
         assert_eq!(names.of(&frame), [Symbol::new("[heap]+0x123", SymbolKind::Function)]);

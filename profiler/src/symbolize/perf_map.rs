@@ -18,7 +18,7 @@ use std::{
 use rustc_hash::FxHashMap;
 
 use super::Warnings;
-use crate::address_space::Identity;
+use crate::{address_space::Identity, model::Tgid};
 
 /// How often a process's perf map may be read again.
 const REREAD_INTERVAL_NS: u64 = 100_000_000;
@@ -90,7 +90,7 @@ impl PerfMap {
 
 #[derive(Debug, Default)]
 pub struct PerfMaps {
-    by_tgid: FxHashMap<u32, PerfMap>,
+    by_tgid: FxHashMap<Tgid, PerfMap>,
     /// Why maps were refused, one line per process.
     refused: Warnings,
 }
@@ -98,7 +98,7 @@ pub struct PerfMaps {
 impl PerfMaps {
     /// Notes that a frame of process `tgid` (known as `identity`) ran at `addr` in anonymous
     /// memory, at `now_ns`: reads its perf map when the address is new to it.
-    pub fn observe(&mut self, tgid: u32, identity: &Identity, addr: u64, now_ns: u64) {
+    pub fn observe(&mut self, tgid: Tgid, identity: &Identity, addr: u64, now_ns: u64) {
         let map = self.by_tgid.entry(tgid).or_default();
         let stale = map.read_at_ns.is_none_or(|at| now_ns.saturating_sub(at) >= REREAD_INTERVAL_NS);
         if map.find(addr).is_some() || !stale {
@@ -115,12 +115,12 @@ impl PerfMaps {
     }
 
     /// The JIT symbol at `addr` in process `tgid`, if its perf map names one.
-    pub fn name(&self, tgid: u32, addr: u64) -> Option<&str> {
+    pub fn name(&self, tgid: Tgid, addr: u64) -> Option<&str> {
         self.by_tgid.get(&tgid)?.name(addr)
     }
 
     /// Forgets the map of a process gone.
-    pub fn forget(&mut self, tgid: u32) {
+    pub fn forget(&mut self, tgid: Tgid) {
         self.by_tgid.remove(&tgid);
     }
 
@@ -202,11 +202,11 @@ mod tests {
     #[test]
     fn reads_what_was_appended_and_keeps_it() {
         // A pid of our own making, so that no other test's map is there.
-        let pid = 3_000_000 + std::process::id() % 1_000_000;
+        let pid = Tgid(3_000_000 + std::process::id() % 1_000_000);
         let path = format!("/tmp/perf-{pid}.map");
         std::fs::write(&path, "1000 100 jitted\n2000 10 half").unwrap();
         let mut maps = PerfMaps::default();
-        let identity = own_identity(pid);
+        let identity = own_identity(pid.0);
         maps.observe(pid, &identity, 0x1010, 1);
         assert_eq!(maps.name(pid, 0x1010), Some("jitted"));
         assert_eq!(maps.name(pid, 0x2000), None, "a line not finished yet");
@@ -230,13 +230,13 @@ mod tests {
 
     #[test]
     fn refuses_maps_the_process_could_not_read() {
-        let pid = 3_500_000 + std::process::id() % 1_000_000;
+        let pid = Tgid(3_500_000 + std::process::id() % 1_000_000);
         let path = format!("/tmp/perf-{pid}.map");
         std::fs::write(&path, "1000 100 secret\n").unwrap();
         std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
         let mut maps = PerfMaps::default();
         // A process of another user than the file's owner (us, or root), who cannot read it.
-        let identity = Identity { root: Root::Own, uid: Some(65534), ns_pid: pid };
+        let identity = Identity { root: Root::Own, uid: Some(65534), ns_pid: pid.0 };
         maps.observe(pid, &identity, 0x1010, 1);
         std::fs::remove_file(&path).unwrap();
         assert_eq!(maps.name(pid, 0x1010), None);

@@ -11,6 +11,7 @@ use anyhow::{Context as _, Result};
 use crate::{
     address_space::{AddressSpaces, Backing, Mappings, Modules, Process, ProcessView, Tracking},
     decode::UserRegs,
+    model::{Tgid, Tid},
 };
 
 /// The process id a fixture's process is known by.
@@ -41,17 +42,17 @@ impl Fixture {
 
     /// The fixture's process, its file-backed mappings read from `binary`.
     pub fn address_spaces(&self, binary: PathBuf) -> AddressSpaces {
-        let open = move |_: u32, _: &_, _: &_, _: &Path| File::open(&binary);
+        let open = move |_: Tgid, _: &_, _: &_, _: &Path| File::open(&binary);
         let modules = Modules::with_opener(Box::new(open));
         let mut spaces = AddressSpaces::with_modules(Tracking { all: false, follow_forks: false }, modules);
         let file_backed = self.mappings.mappings().any(|m| matches!(m.backing, Backing::File { .. }));
         assert!(file_backed, "a fixture maps its binary");
-        spaces.insert(Process::from_mappings(FIXTURE_TGID, "fixture", self.mappings.clone()));
+        spaces.insert(Process::from_mappings(Tgid(FIXTURE_TGID), "fixture", self.mappings.clone()));
         spaces
     }
 
     /// The fixture's process in `spaces`, at the moment of the recording.
     pub fn view(spaces: &mut AddressSpaces) -> ProcessView<'_> {
-        spaces.observe(FIXTURE_TGID, FIXTURE_TGID, "fixture", 0)
+        spaces.observe(Tgid(FIXTURE_TGID), Tid(FIXTURE_TGID), "fixture", 0)
     }
 }

@@ -214,7 +214,7 @@ mod tests {
         let mut modules =
             Modules::with_opener(Box::new(|_, root, _, path| root.open(path).and_then(open::stable)));
         let mapping = Mapping::of_file(path, 0x400000, 0x401000);
-        let id = modules.intern(1, &Root::Own, &mapping).unwrap();
+        let id = modules.intern(crate::model::Tgid(1), &Root::Own, &mapping).unwrap();
         let module = modules.get(id);
         ModuleCfi::load(module.file().unwrap(), module.debug_file().map(|debug| &debug.file)).unwrap()
     }

@@ -25,6 +25,7 @@ use crate::{
         open::{self, Root},
     },
     kernel::tracer::{Allocator, EntryPoint, EntryPoints},
+    model::Tgid,
     session::Target,
 };
 
@@ -77,7 +78,7 @@ pub fn of_target(target: &Target) -> Result<Allocator> {
 /// define `malloc`, libc last. (The maps do not give the load order; an allocator library
 /// other than libc is almost always there to replace it.) Each is read through the mapping
 /// itself (`/proc/PID/map_files`): the very file the process runs, wherever its root is.
-fn of_process(pid: u32) -> Result<Allocator> {
+fn of_process(pid: Tgid) -> Result<Allocator> {
     let mappings = Mappings::read(pid).with_context(|| format!("cannot read the mappings of PID {pid}"))?;
     let program = std::fs::read_link(format!("/proc/{pid}/exe"))
         .with_context(|| format!("cannot find the program of PID {pid}"))?;
@@ -309,7 +310,7 @@ mod tests {
     #[test]
     fn offsets_point_at_the_functions() {
         // In this very process, libc's malloc is where the mapping of its file offset says.
-        let allocator = of_process(std::process::id()).unwrap();
+        let allocator = of_process(Tgid::own()).unwrap();
         let malloc_offset =
             allocator.entry_points.allocations.iter().find(|(_, e)| e.symbol == "malloc").unwrap().1.offset;
         let malloc = libc::malloc as *const () as u64;

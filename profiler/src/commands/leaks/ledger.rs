@@ -7,14 +7,14 @@ use rustc_hash::FxHashMap;
 use crate::{
     aggregate::{Aggregate, Site},
     kernel::tracer::Block,
-    model::ThreadState,
+    model::{Tgid, ThreadState, Tid},
 };
 
 #[derive(Debug, Default)]
 pub struct Ledger {
     /// The latest allocation seen at each (process, address). Memory grows with the addresses
     /// the heap ever handed out, not with the allocations: allocators reuse addresses.
-    sites: FxHashMap<(u32, u64), Site>,
+    sites: FxHashMap<(Tgid, u64), Site>,
 }
 
 impl Ledger {
@@ -39,7 +39,8 @@ impl Ledger {
             let site = self.site(block).copied().unwrap_or(Site {
                 time_ns: block.time_ns,
                 tgid: block.tgid,
-                tid: block.tgid,
+                // Allocations are followed per process: a block's thread is not known.
+                tid: Tid(block.tgid.0),
                 comm: lost.0,
                 stack: lost.1,
                 state: ThreadState::OnCpu,
@@ -64,11 +65,11 @@ mod tests {
     use crate::aggregate::{CommId, StackId};
 
     fn site(time_ns: u64, stack: StackId, comm: CommId) -> Site {
-        Site { time_ns, tgid: 7, tid: 8, comm, stack, state: ThreadState::OnCpu }
+        Site { time_ns, tgid: Tgid(7), tid: Tid(8), comm, stack, state: ThreadState::OnCpu }
     }
 
     fn block(addr: u64, time_ns: u64) -> Block {
-        Block { tgid: 7, addr, size: 16, time_ns }
+        Block { tgid: Tgid(7), addr, size: 16, time_ns }
     }
 
     #[test]
@@ -88,7 +89,7 @@ mod tests {
         assert_eq!(ledger.site(&block(0x1000, 10)), None);
         assert_eq!(ledger.site(&block(0x2000, 20)), None);
         // Another process at the same address is another block.
-        assert_eq!(ledger.site(&Block { tgid: 9, ..block(0x1000, 20) }), None);
+        assert_eq!(ledger.site(&Block { tgid: Tgid(9), ..block(0x1000, 20) }), None);
     }
 
     #[test]
@@ -111,6 +112,6 @@ mod tests {
         assert_eq!((samples[0].site, samples[0].weight), (site(10, stack, comm), 64));
         let lost = samples[1].site;
         assert_eq!((aggregate.comm(lost.comm), aggregate.stack(lost.stack)), ("[stack lost]", &[][..]));
-        assert_eq!((lost.time_ns, lost.tid, samples[1].weight), (30, 7, 64));
+        assert_eq!((lost.time_ns, lost.tid, samples[1].weight), (30, Tid(7), 64));
     }
 }

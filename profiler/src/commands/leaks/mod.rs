@@ -16,7 +16,7 @@ use crate::{
     cli::LeaksArgs,
     decode::Payload,
     kernel::tracer::{Tracer, TracerConfig},
-    model::{AllocationTotals, Meta, Weight},
+    model::{AllocationTotals, Meta, Tgid, Weight},
     output::Outputs,
     render::{Format, RenderOptions, leak_report},
     session::{self, End, Mode, Progress, Settings, Target},
@@ -35,7 +35,7 @@ pub async fn run(args: LeaksArgs) -> Result<()> {
     };
     // The target's children are not followed: the probes are installed in it alone.
     let settings = Settings {
-        pids: args.pid.into_iter().collect(),
+        pids: args.pid.into_iter().map(Tgid).collect(),
         command: args.command,
         duration: args.session.duration,
         stack_copy_kib,
@@ -46,7 +46,7 @@ pub async fn run(args: LeaksArgs) -> Result<()> {
         ..Settings::default()
     };
     let min_age_ns = args.min_age.map(|seconds| (seconds * 1e9) as u64);
-    let leaks = Leaks { config, min_age_ns, pid: 0, ledger: Ledger::default() };
+    let leaks = Leaks { config, min_age_ns, pid: Tgid(0), ledger: Ledger::default() };
     session::run(leaks, settings).await
 }
 
@@ -54,7 +54,7 @@ struct Leaks {
     config: TracerConfig,
     min_age_ns: Option<u64>,
     /// The process tracked.
-    pid: u32,
+    pid: Tgid,
     ledger: Ledger,
 }
 
