@@ -124,19 +124,10 @@ mod tests {
         std::fs::read(&path).unwrap_or_else(|err| panic!("{}: {err}", path.display()))
     }
 
-    /// `recording` in `format`, rendered on a thread of its own: inferno draws the colours of
-    /// a flame graph from a random generator seeded once per thread.
     fn rendered(recording: &Recording, format: Format, options: &RenderOptions) -> Vec<u8> {
-        std::thread::scope(|scope| {
-            scope
-                .spawn(|| {
-                    let mut out = Vec::new();
-                    render(format, recording, options, &mut out).unwrap();
-                    out
-                })
-                .join()
-                .unwrap()
-        })
+        let mut out = Vec::new();
+        render(format, recording, options, &mut out).unwrap();
+        out
     }
 
     /// Recordings kept from an earlier build, with what it rendered from them (see the fixtures'
@@ -166,6 +157,13 @@ mod tests {
             String::from_utf8(rendered(&filtered, Format::Folded, &options)).unwrap(),
             String::from_utf8(recorded("cpu-threads-user.folded")).unwrap()
         );
+    }
+
+    #[test]
+    fn flame_graphs_of_one_recording_colour_alike() {
+        let recording = raw::read(&mut &recorded("cpu.prof")[..]).unwrap();
+        let first = rendered(&recording, Format::Svg, &RenderOptions::default());
+        assert!(rendered(&recording, Format::Svg, &RenderOptions::default()) == first);
     }
 
     #[test]

@@ -101,6 +101,9 @@ fn options(labels: &Labels) -> flamegraph::Options<'static> {
     options.count_name = labels.count_name.into();
     // The java palette colours by the `_[k]`, `_[i]` and `_[j]` suffixes.
     options.colors = Palette::Multi(MultiPalette::Java);
+    // Each frame's shade from a hash of its name, not a random draw: two flame graphs of one
+    // program colour its functions alike, and a recording renders byte for byte the same.
+    options.deterministic = true;
     options
 }
 
