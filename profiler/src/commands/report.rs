@@ -36,7 +36,7 @@ pub fn diff(args: &DiffArgs) -> Result<()> {
         );
     }
     let grouping = args.grouping.grouping();
-    let labels = svg::Labels {
+    let titles = svg::Titles {
         title: format!("profiler: {} → {}", before.meta.target, after.meta.target),
         subtitle: Some(format!(
             "{} → {} {}{}; red grew, blue shrank",
@@ -48,7 +48,7 @@ pub fn diff(args: &DiffArgs) -> Result<()> {
         count_name: after.meta.weight.unit(),
     };
     let (before, after) = (folded::collapse(&before, grouping), folded::collapse(&after, grouping));
-    output.commit(|out| svg::write_diff(&before, &after, args.normalize, &labels, out))?;
+    output.commit(|out| svg::write_diff(&before, &after, args.normalize, &titles, out))?;
     eprintln!("profiler: wrote {}", args.output.display());
     Ok(())
 }

@@ -90,7 +90,7 @@ pub fn render(
 ) -> std::io::Result<()> {
     match format {
         Format::Svg => {
-            svg::write(&folded::collapse(recording, options.grouping), &svg::labels(recording), out)
+            svg::write(&folded::collapse(recording, options.grouping), &svg::titles(recording), out)
         }
         Format::Folded => folded::write(&folded::collapse(recording, options.grouping), out),
         Format::Pprof => pprof::write(recording, out),

@@ -9,8 +9,8 @@ use inferno::{
 use super::folded::{self, Folded};
 use crate::model::{Recording, ThreadState, Weight};
 
-/// Labels of a flame graph.
-pub struct Labels {
+/// The title, subtitle and unit name of a flame graph.
+pub struct Titles {
     pub title: String,
     pub subtitle: Option<String>,
     /// What a frame's width counts: `samples`, `bytes`, `µs`.
@@ -18,11 +18,11 @@ pub struct Labels {
 }
 
 /// Title and subtitle for a recording: what, how many samples, how fast, how long, how complete.
-pub fn labels(recording: &Recording) -> Labels {
+pub fn titles(recording: &Recording) -> Titles {
     let meta = &recording.meta;
     match meta.weight {
-        Weight::Bytes => return leak_labels(recording),
-        Weight::OffCpuNs | Weight::WallNs => return time_labels(recording),
+        Weight::Bytes => return leak_titles(recording),
+        Weight::OffCpuNs | Weight::WallNs => return time_titles(recording),
         Weight::Samples => {}
     }
     let mut subtitle = format!(
@@ -39,7 +39,7 @@ pub fn labels(recording: &Recording) -> Labels {
             100.0 * complete as f64 / unwind.total() as f64
         ));
     }
-    Labels {
+    Titles {
         title: format!("profiler: {}", meta.target),
         subtitle: Some(subtitle),
         count_name: meta.weight.unit(),
@@ -47,7 +47,7 @@ pub fn labels(recording: &Recording) -> Labels {
 }
 
 /// Off-CPU and wall-clock profiles: thread time, in microseconds.
-fn time_labels(recording: &Recording) -> Labels {
+fn time_titles(recording: &Recording) -> Titles {
     let meta = &recording.meta;
     let seconds = |ns: u64| ns as f64 / 1e9;
     let by_state = |on_cpu: bool| {
@@ -73,32 +73,32 @@ fn time_labels(recording: &Recording) -> Labels {
             ),
         ),
     };
-    Labels {
+    Titles {
         title: format!("profiler: {} ({what})", meta.target),
         subtitle: Some(subtitle),
         count_name: "µs",
     }
 }
 
-fn leak_labels(recording: &Recording) -> Labels {
+fn leak_titles(recording: &Recording) -> Titles {
     let subtitle = format!(
         "{} bytes in {} blocks outstanding after {:.1} s",
         recording.total_weight(),
         recording.sample_count(),
         recording.meta.duration_ns as f64 / 1e9
     );
-    Labels {
+    Titles {
         title: format!("profiler leaks: {}", recording.meta.target),
         subtitle: Some(subtitle),
         count_name: recording.meta.weight.unit(),
     }
 }
 
-fn options(labels: &Labels) -> flamegraph::Options<'static> {
+fn options(titles: &Titles) -> flamegraph::Options<'static> {
     let mut options = flamegraph::Options::default();
-    options.title = labels.title.clone();
-    options.subtitle = labels.subtitle.clone();
-    options.count_name = labels.count_name.into();
+    options.title = titles.title.clone();
+    options.subtitle = titles.subtitle.clone();
+    options.count_name = titles.count_name.into();
     // The java palette colours by the `_[k]`, `_[i]` and `_[j]` suffixes.
     options.colors = Palette::Multi(MultiPalette::Java);
     // Each frame's shade from a hash of its name, not a random draw: two flame graphs of one
@@ -107,12 +107,12 @@ fn options(labels: &Labels) -> flamegraph::Options<'static> {
     options
 }
 
-pub fn write(folded: &Folded, labels: &Labels, out: &mut dyn Write) -> std::io::Result<()> {
+pub fn write(folded: &Folded, titles: &Titles, out: &mut dyn Write) -> std::io::Result<()> {
     if folded.is_empty() {
-        return write_empty(labels, out);
+        return write_empty(titles, out);
     }
     let lines: Vec<String> = folded.iter().map(|(stack, count)| format!("{stack} {count}")).collect();
-    flamegraph::from_lines(&mut options(labels), lines.iter().map(String::as_str), out)
+    flamegraph::from_lines(&mut options(titles), lines.iter().map(String::as_str), out)
 }
 
 /// A differential flame graph: shaped like `after`, red where it grew since `before`, blue
@@ -121,7 +121,7 @@ pub fn write_diff(
     before: &Folded,
     after: &Folded,
     normalize: bool,
-    labels: &Labels,
+    titles: &Titles,
     out: &mut dyn Write,
 ) -> std::io::Result<()> {
     let text = |f: &Folded| {
@@ -138,20 +138,20 @@ pub fn write_diff(
         &mut diff,
     )?;
     if diff.is_empty() {
-        return write_empty(labels, out);
+        return write_empty(titles, out);
     }
-    flamegraph::from_reader(&mut options(labels), &diff[..], out)
+    flamegraph::from_reader(&mut options(titles), &diff[..], out)
 }
 
 /// inferno refuses empty input; an empty recording still gets a valid image that says so.
-fn write_empty(labels: &Labels, out: &mut dyn Write) -> std::io::Result<()> {
+fn write_empty(titles: &Titles, out: &mut dyn Write) -> std::io::Result<()> {
     let escape = |text: &str| text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;");
     writeln!(out, r#"<?xml version="1.0" standalone="no"?>"#)?;
     writeln!(out, r#"<svg version="1.1" width="1200" height="80" xmlns="http://www.w3.org/2000/svg">"#)?;
     writeln!(
         out,
         r#"<text x="600" y="24" text-anchor="middle" font-family="Verdana" font-size="17">{}</text>"#,
-        escape(&labels.title)
+        escape(&titles.title)
     )?;
     writeln!(
         out,
@@ -168,9 +168,9 @@ mod tests {
         render::folded::{Grouping, collapse},
     };
 
-    fn render(folded: &Folded, labels: &Labels) -> String {
+    fn render(folded: &Folded, titles: &Titles) -> String {
         let mut out = Vec::new();
-        write(folded, labels, &mut out).unwrap();
+        write(folded, titles, &mut out).unwrap();
         String::from_utf8(out).unwrap()
     }
 
@@ -179,7 +179,7 @@ mod tests {
         let mut recording = fixture();
         recording.meta.unwind.complete = 3;
         recording.meta.unwind.lost = 1;
-        let svg = render(&collapse(&recording, Grouping::Command), &labels(&recording));
+        let svg = render(&collapse(&recording, Grouping::Command), &titles(&recording));
         assert!(svg.starts_with("<?xml"));
         assert!(svg.contains("profiler: PID 10"));
         assert!(svg.contains("4 samples at 99 Hz over 1.0 s, 75.0% of user stacks complete"));
@@ -188,8 +188,8 @@ mod tests {
 
     #[test]
     fn empty_profile_gives_a_valid_svg() {
-        let labels = Labels { title: "profiler: a < b".into(), subtitle: None, count_name: "samples" };
-        let svg = render(&Folded::new(), &labels);
+        let titles = Titles { title: "profiler: a < b".into(), subtitle: None, count_name: "samples" };
+        let svg = render(&Folded::new(), &titles);
         assert!(svg.contains("no samples were recorded") && svg.trim_end().ends_with("</svg>"));
         assert!(svg.contains("profiler: a &lt; b"));
     }
@@ -198,9 +198,9 @@ mod tests {
     fn differential_graph() {
         let before: Folded = [("app;main;a".to_owned(), 60), ("app;main;b".to_owned(), 30)].into();
         let after: Folded = [("app;main;a".to_owned(), 30), ("app;main;b".to_owned(), 60)].into();
-        let labels = Labels { title: "diff".into(), subtitle: None, count_name: "samples" };
+        let titles = Titles { title: "diff".into(), subtitle: None, count_name: "samples" };
         let mut out = Vec::new();
-        write_diff(&before, &after, false, &labels, &mut out).unwrap();
+        write_diff(&before, &after, false, &titles, &mut out).unwrap();
         let svg = String::from_utf8(out).unwrap();
         // Fill colour of the frame whose tooltip starts with `name (`.
         let fill = |name: &str| {
