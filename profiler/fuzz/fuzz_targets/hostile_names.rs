@@ -10,7 +10,7 @@ use std::io::Read as _;
 use libfuzzer_sys::fuzz_target;
 use profiler::{
     Format, Location, Meta, ModuleInfo, Recording, RenderOptions, Sample, SourceLine, Symbol, SymbolKind,
-    ThreadState, pprof, raw, render,
+    Tgid, ThreadState, Tid, pprof, raw, render,
 };
 use prost::Message as _;
 
@@ -77,8 +77,8 @@ fn written(names: &[String]) -> Vec<u8> {
         samples: (0..names.len() as u32)
             .map(|i| Sample {
                 time_ns: u64::from(i),
-                pid: 1,
-                tid: 1,
+                pid: Tgid(1),
+                tid: Tid(1),
                 comm: i,
                 stack: i,
                 weight: 1,
