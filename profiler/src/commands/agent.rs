@@ -25,15 +25,13 @@ pub async fn run(args: AgentArgs) -> Result<()> {
     let plan = SamplingPlan {
         default_hz: AGENT_DEFAULT_HZ,
         weight: if args.off_cpu { Weight::WallNs } else { Weight::Samples },
+        // Waits for a CPU are CPU time's business here: only blocks are spans.
+        runqueue: false,
         filter_processes: !pids.is_empty(),
         follow_forks: true,
         ring_buffer_bytes: sampler::default_ring_bytes()?,
     };
-    let (mut cpu, settings) = sampling(&args.sampling, plan);
-    // Waits for a CPU are CPU time's business here: only blocks are spans.
-    if let Some(off_cpu) = &mut cpu.config.off_cpu {
-        off_cpu.runqueue = false;
-    }
+    let (cpu, settings) = sampling(&args.sampling, plan);
     let exporter = Exporter::start(ExportConfig {
         pyroscope: args.pyroscope,
         otlp_grpc: args.otlp,

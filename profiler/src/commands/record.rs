@@ -27,6 +27,8 @@ pub async fn run(args: RecordArgs) -> Result<()> {
     let plan = SamplingPlan {
         default_hz: RECORD_DEFAULT_HZ,
         weight,
+        // The wall clock's time includes waits for a CPU.
+        runqueue: weight == Weight::WallNs,
         filter_processes: !args.system_wide,
         follow_forks: !args.no_inherit,
         ring_buffer_bytes: args.ring_buffer.map_or_else(sampler::default_ring_bytes, |mib| Ok(mib << 20))?,
@@ -48,6 +50,8 @@ pub async fn run(args: RecordArgs) -> Result<()> {
 pub(super) struct SamplingPlan {
     pub(super) default_hz: u64,
     pub(super) weight: Weight,
+    /// With spans off the CPU: waits for a CPU are spans too.
+    pub(super) runqueue: bool,
     /// Only the processes given (and those they fork, with `follow_forks`); else all.
     pub(super) filter_processes: bool,
     pub(super) follow_forks: bool,
@@ -68,10 +72,9 @@ pub(super) fn sampling(args: &SamplingArgs, plan: SamplingPlan) -> (CpuProfile, 
         frame_pointers: args.call_graph.frame_pointers(),
         ring_buffer_bytes: plan.ring_buffer_bytes,
         on_cpu: weight != Weight::OffCpuNs,
-        off_cpu: weight.is_time().then_some(OffCpuConfig {
-            min_ns: args.min_block.saturating_mul(1000),
-            runqueue: weight == Weight::WallNs,
-        }),
+        off_cpu: weight
+            .is_time()
+            .then_some(OffCpuConfig { min_ns: args.min_block.saturating_mul(1000), runqueue: plan.runqueue }),
     };
     let settings = Settings {
         frequency_hz: config.on_cpu.then_some(frequency_hz),
