@@ -189,7 +189,7 @@ pub fn profile(recording: &Recording) -> proto::Profile {
         })
         .collect();
     let (pid_key, tid_key, comm_key) = (strings.id("pid"), strings.id("tid"), strings.id("comm"));
-    let state_key = if tables.off_cpu { strings.id("thread_state") } else { 0 };
+    let state_key = if tables.off_cpu() { strings.id("thread_state") } else { 0 };
     let sample = tables
         .samples
         .iter()

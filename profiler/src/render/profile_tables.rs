@@ -116,8 +116,6 @@ pub struct ProfileTables<'r> {
     pub locations: Vec<LocationRow>,
     /// In (stack, pid, tid, comm, state) order.
     pub samples: Vec<SampleRow>,
-    /// Whether any sample is off the CPU (then samples are labelled with their state).
-    pub off_cpu: bool,
 }
 
 impl<'r> ProfileTables<'r> {
@@ -161,14 +159,12 @@ impl<'r> ProfileTables<'r> {
             })
             .collect();
         let types = SampleTypes::of(&recording.meta);
-        Self {
-            types,
-            mappings,
-            functions,
-            locations,
-            samples: samples(recording, types),
-            off_cpu: recording.samples.iter().any(|s| s.state != ThreadState::OnCpu),
-        }
+        Self { types, mappings, functions, locations, samples: samples(recording, types) }
+    }
+
+    /// Whether any sample is off the CPU (then samples are labelled with their state).
+    pub fn off_cpu(&self) -> bool {
+        self.samples.iter().any(|row| row.state != ThreadState::OnCpu)
     }
 }
 
