@@ -90,7 +90,7 @@ fn aggregate(c: &mut Criterion) {
 fn symbolize(c: &mut Criterion) {
     let pid = Tgid::own();
     let mut spaces = AddressSpaces::new(Tracking { all: false, follow_forks: false });
-    let mut process = spaces.observe(pid, Tid(pid.0), "bench", 0);
+    let mut process = spaces.observe(pid, pid.main_thread(), "bench", 0);
     let base = symbolize as *const () as usize as u64;
     let frames: Vec<Frame> = (0..1000)
         .map(|i| base + i * 16)

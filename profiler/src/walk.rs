@@ -277,7 +277,7 @@ mod tests {
         assert_eq!(walker.stats().summary().total(), 1);
         assert!(matches!(frames[0], Frame::Module { .. }), "the ip resolves: {frames:?}");
         let (tid, end) = walker.take_stack_ends()[0];
-        assert_eq!(tid, Tid(Tgid::own().0));
+        assert_eq!(tid, Tgid::own().main_thread());
         assert!(end > header.user_sp, "the stack's mapping ends above its pointer");
         assert!(walker.take_stack_ends().is_empty(), "told once");
     }

@@ -279,7 +279,7 @@ impl Processes {
             self.sampled += 1;
         }
         // The main thread's name is the process's.
-        if tid.0 == tgid.0 && process.comm != thread_comm && time_ns >= process.comm_since_ns {
+        if tid == tgid.main_thread() && process.comm != thread_comm && time_ns >= process.comm_since_ns {
             process.rename(thread_comm.to_owned(), time_ns);
         }
         process
@@ -404,11 +404,11 @@ mod tests {
         let mut processes = Processes::new(TRACK_ALL);
         // Records taken after the process was first read from /proc.
         let now = monotonic_ns() + 1_000_000_000;
-        processes.observe(pid, Tid(pid.0), "renamed", now + 10);
+        processes.observe(pid, pid.main_thread(), "renamed", now + 10);
         assert_eq!(processes.observe(pid, Tid(pid.0 + 1), "other", now + 20).comm(), "renamed");
         // A record taken before that name was learned (sent late) does not undo it.
-        assert_eq!(processes.observe(pid, Tid(pid.0), "older", now + 5).comm(), "renamed");
-        assert_eq!(processes.observe(pid, Tid(pid.0), "newer", now + 30).comm(), "newer");
+        assert_eq!(processes.observe(pid, pid.main_thread(), "older", now + 5).comm(), "renamed");
+        assert_eq!(processes.observe(pid, pid.main_thread(), "newer", now + 30).comm(), "newer");
     }
 
     #[test]
@@ -442,7 +442,7 @@ mod tests {
         processes.apply(TaskEvent::Map { pid: GHOST, time_ns: 100, mapping: library(0x7000, 1) });
         processes.apply(TaskEvent::Fork { parent: GHOST, child: CHILD, time_ns: 150 });
         processes.apply(TaskEvent::Map { pid: Tgid(424_242), time_ns: 100, mapping: library(0x7000, 5) });
-        let child = processes.observe(CHILD, Tid(CHILD.0), "child", 0);
+        let child = processes.observe(CHILD, CHILD.main_thread(), "child", 0);
         assert_eq!(child.mapping(0x7010, 200).unwrap().inode, 1);
         assert!(!processes.by_tgid.contains_key(&Tgid(424_242)), "untracked processes are ignored");
     }
@@ -484,7 +484,7 @@ mod tests {
     fn newer_samples_reread_proc() {
         let pid = Tgid::own();
         let mut processes = Processes::new(TRACK_ALL);
-        let process = processes.observe(pid, Tid(pid.0), "test", 0);
+        let process = processes.observe(pid, pid.main_thread(), "test", 0);
         // A mapping made after the process was first read, with no event for it; at an address
         // of its own, so that no other test's mapping was ever there.
         let len = 4096;

@@ -77,13 +77,12 @@ impl<'a> ProcessView<'a> {
 mod tests {
     use super::*;
     use crate::address_space::{AddressSpaces, Tracking};
-    use crate::model::Tid;
 
     #[test]
     fn resolves_own_code_to_its_file_offset() {
         let pid = Tgid::own();
         let mut spaces = AddressSpaces::new(Tracking { all: false, follow_forks: false });
-        let mut view = spaces.observe(pid, Tid(pid.0), "test", 0);
+        let mut view = spaces.observe(pid, pid.main_thread(), "test", 0);
         let here = resolves_own_code_to_its_file_offset as *const () as usize as u64;
         let Resolved::Module { module, file_offset } = view.resolve(here, Want::Code) else {
             panic!("own code is in a module")

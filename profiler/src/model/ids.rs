@@ -38,4 +38,9 @@ impl Tgid {
     pub fn own() -> Self {
         Self(std::process::id())
     }
+
+    /// The process's main thread, whose id is the process's.
+    pub fn main_thread(self) -> Tid {
+        Tid(self.0)
+    }
 }

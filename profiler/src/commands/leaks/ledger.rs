@@ -7,7 +7,7 @@ use rustc_hash::FxHashMap;
 use crate::{
     aggregate::{Aggregate, Site},
     kernel::tracer::Block,
-    model::{Tgid, ThreadState, Tid},
+    model::{Tgid, ThreadState},
 };
 
 #[derive(Debug, Default)]
@@ -40,7 +40,7 @@ impl Ledger {
                 time_ns: block.time_ns,
                 tgid: block.tgid,
                 // Allocations are followed per process: a block's thread is not known.
-                tid: Tid(block.tgid.0),
+                tid: block.tgid.main_thread(),
                 comm: lost.0,
                 stack: lost.1,
                 state: ThreadState::OnCpu,
@@ -62,7 +62,10 @@ pub fn older_than(mut blocks: Vec<Block>, cutoff_ns: Option<u64>) -> Vec<Block> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::aggregate::{CommId, StackId};
+    use crate::{
+        aggregate::{CommId, StackId},
+        model::Tid,
+    };
 
     fn site(time_ns: u64, stack: StackId, comm: CommId) -> Site {
         Site { time_ns, tgid: Tgid(7), tid: Tid(8), comm, stack, state: ThreadState::OnCpu }
