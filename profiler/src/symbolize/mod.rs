@@ -23,7 +23,7 @@ use blazesym::{
     },
 };
 
-use rustc_hash::{FxHashMap, FxHashSet};
+use rustc_hash::FxHashMap;
 
 #[cfg(any(test, feature = "testing"))]
 pub use self::perf_map::PerfMap;
@@ -153,13 +153,19 @@ impl Warnings {
 
 pub struct Symbolizer {
     blaze: BlazeSymbolizer,
-    plt: FxHashMap<ModuleId, PltStubs>,
-    /// Whether blazesym may read each module's DWARF, decided at its first frame.
-    dwarf: FxHashMap<ModuleId, bool>,
+    /// What naming each module takes, found at its first frame.
+    modules: FxHashMap<ModuleId, ModuleNaming>,
     /// Debug information not given to blazesym, a line per module.
     refused: Warnings,
-    /// Modules blazesym failed on (or panicked on): named by module and offset from then on.
-    failed: FxHashSet<ModuleId>,
+}
+
+/// How a module is named beside blazesym's lookups.
+struct ModuleNaming {
+    plt: PltStubs,
+    /// blazesym may read its DWARF ([`dwarf_readable`]).
+    dwarf: bool,
+    /// blazesym failed (or panicked) on it: named by module and offset from then on.
+    failed: bool,
 }
 
 impl Default for Symbolizer {
@@ -173,13 +179,7 @@ impl Default for Symbolizer {
             .enable_demangling(true)
             .set_debug_dirs(Some(Vec::<PathBuf>::new()))
             .build();
-        Self {
-            blaze,
-            plt: FxHashMap::default(),
-            dwarf: FxHashMap::default(),
-            refused: Warnings::default(),
-            failed: FxHashSet::default(),
-        }
+        Self { blaze, modules: FxHashMap::default(), refused: Warnings::default() }
     }
 }
 
@@ -234,15 +234,19 @@ impl Symbolizer {
 
     fn module(&mut self, modules: &Modules, id: ModuleId, offsets: &[u64]) -> Vec<Vec<Symbol>> {
         let module = modules.get(id);
-        let plt = self.plt.entry(id).or_insert_with(|| plt_stubs(module));
-        let dwarf = *self.dwarf.entry(id).or_insert_with(|| dwarf_readable(module, &mut self.refused));
-        let resolved = match self.failed.contains(&id) {
+        let naming = self.modules.entry(id).or_insert_with(|| ModuleNaming {
+            plt: plt_stubs(module),
+            dwarf: dwarf_readable(module, &mut self.refused),
+            failed: false,
+        });
+        let resolved = match naming.failed {
             true => Vec::new(),
-            false => resolve(&self.blaze, module, offsets, dwarf).unwrap_or_else(|| {
-                self.failed.insert(id);
+            false => resolve(&self.blaze, module, offsets, naming.dwarf).unwrap_or_else(|| {
+                naming.failed = true;
                 Vec::new()
             }),
         };
+        let plt = &naming.plt;
         offsets
             .iter()
             .enumerate()
@@ -325,7 +329,6 @@ fn contained<T: Default>(f: impl FnOnce() -> T) -> T {
 mod tests {
     use super::*;
     use crate::address_space::{AddressSpaces, Mapping, Tracking, Want, open::Root};
-    use crate::model::Tid;
 
     #[inline(never)]
     fn a_function_to_find() -> u64 {
@@ -336,7 +339,7 @@ mod tests {
     fn names_own_function_and_unknowns() {
         let pid = Tgid::own();
         let mut spaces = AddressSpaces::new(Tracking { all: false, follow_forks: false });
-        let mut view = spaces.observe(pid, Tid(pid.0), "test", 0);
+        let mut view = spaces.observe(pid, pid.main_thread(), "test", 0);
         let addr = a_function_to_find as *const () as usize as u64 + 1;
         let frames = [addr, 0x10].map(|addr| Frame::user(pid, 0, addr, view.resolve(addr, Want::Any)));
         let mut namer = Namer::default();
