@@ -153,6 +153,8 @@ pub fn fill_ids(h: &mut SampleHeader, pid_tgid: u64, time_ns: u64) {
     h.kernel_stack_len = 0;
     h.off_cpu_state = 0;
     h.off_cpu_ns = 0;
+    h.python_frames_len = 0;
+    h.python_walk = 0;
 }
 
 /// The user registers saved when the current thread entered the kernel (none for a kernel

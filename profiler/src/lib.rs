@@ -20,6 +20,7 @@ mod model;
 mod named;
 mod output;
 mod render;
+mod runtimes;
 mod session;
 mod symbolize;
 mod unwind;
