@@ -231,17 +231,18 @@ pub struct PythonOffsets {
     pub frame_owner: u32,
     /// `PyCodeObject.co_firstlineno`.
     pub code_first_line: u32,
-    pub _pad: u32,
+    /// Bytes read of each frame: up to the end of the last field used (a frame may be the last
+    /// thing in its memory), at most [`Self::MAX_FRAME_BYTES`].
+    pub frame_bytes: u32,
 }
 
 impl PythonOffsets {
     /// The value of a field the version does not have.
     pub const NONE: u32 = u32::MAX;
-    /// The eBPF program reads this many bytes of each frame and of each code object, where
-    /// every field it uses is.
-    pub const FRAME_BYTES: u32 = 128;
+    pub const MAX_FRAME_BYTES: u32 = 128;
+    /// Bytes read of each code object and each thread state, where every field used is (both
+    /// are larger in every version).
     pub const CODE_BYTES: u32 = 80;
-    /// The same for thread states.
     pub const THREAD_BYTES: u32 = 256;
 }
 

@@ -120,7 +120,7 @@ static LAYOUTS: [Layout; 6] = [
             frame_is_entry: NONE,
             frame_owner: NONE,
             code_first_line: 40,
-            _pad: 0,
+            frame_bytes: 112,
         },
         instruction: Instruction::LastiBytes,
         line_table: LineTable::Lnotab,
@@ -143,7 +143,7 @@ static LAYOUTS: [Layout; 6] = [
             frame_is_entry: NONE,
             frame_owner: NONE,
             code_first_line: 40,
-            _pad: 0,
+            frame_bytes: 112,
         },
         instruction: Instruction::LastiBytes,
         line_table: LineTable::Lnotab,
@@ -166,7 +166,7 @@ static LAYOUTS: [Layout; 6] = [
             frame_is_entry: NONE,
             frame_owner: NONE,
             code_first_line: 40,
-            _pad: 0,
+            frame_bytes: 104,
         },
         instruction: Instruction::LastiUnits,
         line_table: LineTable::Pep626,
@@ -189,7 +189,7 @@ static LAYOUTS: [Layout; 6] = [
             frame_is_entry: 68,
             frame_owner: 69,
             code_first_line: 72,
-            _pad: 0,
+            frame_bytes: 72,
         },
         instruction: Instruction::Pointer { code_adaptive: 184 },
         line_table: LineTable::Pep657,
@@ -212,7 +212,7 @@ static LAYOUTS: [Layout; 6] = [
             frame_is_entry: NONE,
             frame_owner: 70,
             code_first_line: 68,
-            _pad: 0,
+            frame_bytes: 72,
         },
         instruction: Instruction::Pointer { code_adaptive: 192 },
         line_table: LineTable::Pep657,
@@ -235,7 +235,7 @@ static LAYOUTS: [Layout; 6] = [
             frame_is_entry: NONE,
             frame_owner: 70,
             code_first_line: 68,
-            _pad: 0,
+            frame_bytes: 72,
         },
         instruction: Instruction::Pointer { code_adaptive: 200 },
         line_table: LineTable::Pep657,
@@ -261,11 +261,12 @@ mod tests {
         for layout in &LAYOUTS {
             let k = &layout.kernel;
             let inside = |offset: u32, size: u32, bytes: u32| offset == NONE || offset + size <= bytes;
+            assert!(k.frame_bytes <= PythonOffsets::MAX_FRAME_BYTES, "{}", layout.version);
             for field in [k.frame_back, k.frame_code, k.frame_instr] {
-                assert!(inside(field, 8, PythonOffsets::FRAME_BYTES), "{}", layout.version);
+                assert!(inside(field, 8, k.frame_bytes), "{}", layout.version);
             }
             for field in [k.frame_is_entry, k.frame_owner] {
-                assert!(inside(field, 1, PythonOffsets::FRAME_BYTES), "{}", layout.version);
+                assert!(inside(field, 1, k.frame_bytes), "{}", layout.version);
             }
             for field in [k.thread_next, k.thread_id, k.thread_frame] {
                 assert!(inside(field, 8, PythonOffsets::THREAD_BYTES), "{}", layout.version);
