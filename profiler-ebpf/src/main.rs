@@ -5,8 +5,8 @@
 //! - [`off_cpu`]: the scheduler hooks that time followed threads off the CPU (`record
 //!   --off-cpu`, `--wall`).
 //! - [`leaks`]: uprobes on the allocator (`profiler leaks`).
-//! - [`stack`]: what both record of a user stack: registers, the frame-pointer chain and a
-//!   page-wise copy of the top of the stack.
+//! - [`stack`]: what all of them record of a user stack: registers, the frame-pointer chain, a
+//!   page-wise copy of the top of the stack, and [`python`] frames.
 //!
 //! Record layouts are documented in `profiler_common`.
 #![no_std]
@@ -17,6 +17,7 @@
 
 mod leaks;
 mod off_cpu;
+mod python;
 mod sample;
 mod stack;
 

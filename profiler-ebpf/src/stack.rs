@@ -24,11 +24,11 @@ use aya_ebpf::{
     maps::{Array, LruHashMap, RingBuf},
 };
 use profiler_common::{
-    AllocationHeader, FramePointers, MAX_SAMPLE_SIZE, MAX_STACK_COPY, MAX_STACK_DEPTH, SAMPLE_HEADER_SIZE,
-    STACK_PAGE_SIZE, SampleHeader, frames_offset, sample_flags,
+    AllocationHeader, FramePointers, MAX_PYTHON_FRAMES, MAX_SAMPLE_SIZE, MAX_STACK_COPY, MAX_STACK_DEPTH,
+    PythonFrame, SAMPLE_HEADER_SIZE, STACK_PAGE_SIZE, SampleHeader, frames_offset, sample_flags,
 };
 
-use crate::setting;
+use crate::{python, setting};
 
 /// Where each thread's stack mapping ends (tid -> address), as userspace learned from earlier
 /// records: the copy stops there instead of reading whatever is mapped above the stack.
@@ -174,7 +174,7 @@ pub fn fill_saved_user_regs(h: &mut SampleHeader) {
 
 /// Takes the stacks of a sample whose header (ids and registers) is filled in, `sample` being
 /// the record's start in a scratch buffer: the copy of the user stack, then, where wanted, the
-/// frame-pointer chain and the kernel stack. Returns the record's length and what the copy
+/// frame-pointer chain and the kernel stack, then the Python frames of a Python process. Returns the record's length and what the copy
 /// found.
 pub fn take_stacks(ctx: &impl EbpfContext, sample: *mut u8, kernel: bool) -> (usize, CopyOutcome) {
     let h = unsafe { &mut *sample.cast::<SampleHeader>() };
@@ -194,7 +194,11 @@ pub fn take_stacks(ctx: &impl EbpfContext, sample: *mut u8, kernel: bool) -> (us
         h.kernel_stack_len = unsafe { get_stack(ctx, sample.add(end), 0) };
         end += 8 * h.kernel_stack_len as usize;
     }
-    (end, outcome)
+    // Bounded again where the verifier can see it: the Python frames fit behind.
+    let end = end.min(frames_offset(MAX_STACK_COPY) + 2 * STACK_BYTES as usize);
+    python::walk(h, unsafe { sample.add(end) });
+    let python_frames = (h.python_frames_len as usize).min(MAX_PYTHON_FRAMES);
+    (end + python_frames * size_of::<PythonFrame>(), outcome)
 }
 
 /// The kernel's frame-pointer walk repeats what the copy holds when the copy reaches the top of

@@ -14,6 +14,7 @@ use aya::{
     Ebpf,
     maps::{MapData, RingBuf},
 };
+use profiler_common::PythonProcess;
 
 use crate::{
     decode::RecordKind,
@@ -51,6 +52,11 @@ pub trait KernelSource {
     /// Tells the programs where a thread's stack ends, so that stack copies stop there.
     fn set_stack_end(&mut self, tid: Tid, end: u64) -> Result<()> {
         object::set_stack_end(self.ebpf(), tid, end)
+    }
+
+    /// Tells the programs where process `tgid`'s Python frames are, or to stop walking them.
+    fn set_python_process(&mut self, tgid: Tgid, process: Option<&PythonProcess>) -> Result<()> {
+        object::set_python_process(self.ebpf(), tgid, process)
     }
 
     /// Stops producing records at once: every program checks a flag first and returns. Detaching

@@ -7,9 +7,10 @@ use aya::{
     programs::{Program, ProgramError},
     util::nr_cpus,
 };
-use profiler_common::maps;
+use profiler_common::{PythonProcess, maps};
 
-use crate::model::Tid;
+use super::btf;
+use crate::model::{Tgid, Tid};
 
 pub static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profiler"));
 
@@ -56,6 +57,26 @@ pub fn set_stack_end(ebpf: &mut Ebpf, Tid(tid): Tid, end: u64) -> Result<()> {
     let mut ends: BpfHashMap<_, u32, u64> = BpfHashMap::try_from(map)?;
     ends.insert(tid, end, 0).with_context(|| format!("cannot record the stack end of thread {tid}"))?;
     Ok(())
+}
+
+/// Byte offset of a task's saved FS base (`thread.fsbase`) in `struct task_struct`: how the
+/// Python walk tells which of the interpreter's thread states is the sampled thread's.
+pub fn task_fs_base_offset() -> Result<u32> {
+    Ok(btf::field_offset("task_struct", "thread")? + btf::field_offset("thread_struct", "fsbase")?)
+}
+
+/// Tells the programs where process `tgid`'s Python frames are (`None`: it runs no Python any
+/// more, or is gone).
+pub fn set_python_process(ebpf: &mut Ebpf, Tgid(tgid): Tgid, process: Option<&PythonProcess>) -> Result<()> {
+    let map = ebpf.map_mut(maps::PYTHON_PROCESSES).ok_or_else(|| missing(maps::PYTHON_PROCESSES))?;
+    let mut processes: BpfHashMap<_, u32, PythonProcess> = BpfHashMap::try_from(map)?;
+    match process {
+        Some(process) => processes
+            .insert(tgid, process, 0)
+            .with_context(|| format!("cannot tell the kernel where process {tgid}'s Python frames are")),
+        // Removing an entry that is not there (a process never registered) is no failure.
+        None => Ok(processes.remove(&tgid).unwrap_or(())),
+    }
 }
 
 /// A verifier rejection, with the last lines of its log (where it says why).

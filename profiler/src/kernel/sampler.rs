@@ -124,6 +124,7 @@ impl Sampler {
             if wanted { object::scratch_entries() } else { Ok(object::UNUSED_SCRATCH_ENTRIES) }
         };
         let schedule = if config.off_cpu.is_some() { schedule_range()? } else { 0..0 };
+        let fs_base = object::task_fs_base_offset()?;
         let mut ebpf = EbpfLoader::new()
             .override_global(globals::FILTER_BY_TGID, &filter, true)
             .override_global(globals::FOLLOW_FORKS, &follow, true)
@@ -131,6 +132,7 @@ impl Sampler {
             .override_global(globals::STACK_COPY_CAP, &config.stack_copy_cap, true)
             .override_global(globals::FRAME_POINTERS, &frame_pointers, true)
             .override_global(globals::TASK_TGID_OFFSET, &layout.tgid, true)
+            .override_global(globals::TASK_FSBASE_OFFSET, &fs_base, true)
             .override_global(globals::TASK_SIGNAL_OFFSET, &layout.signal, true)
             .override_global(globals::TASK_COMM_OFFSET, &layout.comm, true)
             .override_global(globals::TASK_START_TIME_OFFSET, &layout.start_time, true)

@@ -102,10 +102,12 @@ impl Tracer {
     /// followed.
     pub fn load(config: &TracerConfig, allocator: Allocator) -> Result<Self> {
         let frame_pointers = config.frame_pointers as u32;
+        let fs_base = object::task_fs_base_offset()?;
         let mut ebpf = EbpfLoader::new()
             .override_global(globals::STACK_COPY_CAP, &config.stack_copy_cap, true)
             .override_global(globals::FRAME_POINTERS, &frame_pointers, true)
             .override_global(globals::SAMPLE_EVERY, &config.sample_every, true)
+            .override_global(globals::TASK_FSBASE_OFFSET, &fs_base, true)
             .map_max_entries(maps::ALLOCATIONS, config.ring_buffer_bytes)
             .map_max_entries(maps::SAMPLES, object::UNUSED_RING_BYTES)
             .map_max_entries(maps::ALLOCATION_SCRATCH, object::scratch_entries()?)
