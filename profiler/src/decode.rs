@@ -4,8 +4,8 @@ use std::{fmt, mem::size_of};
 
 use bytemuck::pod_read_unaligned;
 use profiler_common::{
-    AllocationHeader, MAX_STACK_DEPTH, SAMPLE_HEADER_SIZE, SampleHeader, TASK_COMM_LEN, frames_offset, maps,
-    sample_flags,
+    AllocationHeader, MAX_PYTHON_FRAMES, MAX_STACK_DEPTH, PythonFrame, PythonWalk, SAMPLE_HEADER_SIZE,
+    SampleHeader, TASK_COMM_LEN, frames_offset, maps, sample_flags,
 };
 
 use crate::model::{Tgid, ThreadState, Tid};
@@ -95,6 +95,8 @@ pub struct SampleRecord<'a> {
     stack_copy: &'a [u8],
     user_stack: Frames<'a>,
     kernel_stack: Frames<'a>,
+    python_frames: &'a [u8],
+    python_walk: PythonWalk,
 }
 
 /// Addresses of a stack in a record, innermost first (8 little-endian bytes each).
@@ -165,7 +167,15 @@ fn decode_sample(record: &[u8]) -> Result<SampleRecord<'_>, DecodeError> {
     };
     let user_stack = take("user_stack_len", header.user_stack_len)?;
     let kernel_stack = take("kernel_stack_len", header.kernel_stack_len)?;
-    Ok(SampleRecord { header, stack_copy, user_stack, kernel_stack })
+    let bad_python = DecodeError::BadLength { field: "python_frames_len", value: header.python_frames_len };
+    if header.python_frames_len as usize > MAX_PYTHON_FRAMES {
+        return Err(bad_python);
+    }
+    let python_frames =
+        frames.get(..header.python_frames_len as usize * size_of::<PythonFrame>()).ok_or(bad_python)?;
+    let python_walk = PythonWalk::from_u32(header.python_walk)
+        .ok_or(DecodeError::BadLength { field: "python_walk", value: header.python_walk })?;
+    Ok(SampleRecord { header, stack_copy, user_stack, kernel_stack, python_frames, python_walk })
 }
 
 fn decode_allocation(record: &[u8]) -> Result<(AllocationHeader, SampleRecord<'_>), DecodeError> {
@@ -217,6 +227,16 @@ impl<'a> SampleRecord<'a> {
     /// Copy of user memory starting at the user stack pointer.
     pub fn stack_copy(&self) -> &'a [u8] {
         self.stack_copy
+    }
+
+    /// The Python frames the kernel read, innermost first.
+    pub fn python_frames(&self) -> impl ExactSizeIterator<Item = PythonFrame> + 'a {
+        self.python_frames.chunks_exact(size_of::<PythonFrame>()).map(pod_read_unaligned)
+    }
+
+    /// What the walk of the Python frames found.
+    pub fn python_walk(&self) -> PythonWalk {
+        self.python_walk
     }
 
     /// Whether the stack went on past the copied bytes.
@@ -274,7 +294,7 @@ mod tests {
     #[test]
     fn header_has_no_padding() {
         // encode_sample() and the eBPF program rely on it.
-        assert_eq!(SAMPLE_HEADER_SIZE, 4 * 4 + 8 + 16 + 3 * 8 + 4 * 4 + 8);
+        assert_eq!(SAMPLE_HEADER_SIZE, 4 * 4 + 8 + 16 + 3 * 8 + 4 * 4 + 8 + 2 * 4);
     }
 
     #[test]

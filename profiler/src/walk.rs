@@ -11,6 +11,7 @@ use crate::{
     frame::{Frame, Marker},
     model::{ThreadState, Tid},
     named::Named,
+    runtimes::python::Python,
     unwind::{
         StackSnapshot, UnwindEnd, UnwindStats, Unwinder, Unwound,
         hybrid::{self, StackSource},
@@ -57,6 +58,7 @@ pub struct StackWalker {
     unwinder: Unwinder,
     stats: UnwindStats,
     stack_ends: StackEnds,
+    python: Python,
     /// Scratch space for one stack, reused across samples.
     frames: Vec<Frame>,
     /// The sample's frame-pointer chain, likewise.
@@ -71,6 +73,7 @@ impl StackWalker {
             unwinder: Unwinder::default(),
             stats: UnwindStats::default(),
             stack_ends: StackEnds::default(),
+            python: Python::default(),
             frames: Vec::new(),
             chain: Vec::new(),
         }
@@ -90,6 +93,16 @@ impl StackWalker {
         &self.stats
     }
 
+    /// The Python stage: the functions its frames name, what it found, what the kernel should
+    /// be told.
+    pub fn python(&self) -> &Python {
+        &self.python
+    }
+
+    pub fn python_mut(&mut self) -> &mut Python {
+        &mut self.python
+    }
+
     /// Stack ends learned since the last call, for the kernel's `STACK_ENDS` map.
     pub fn take_stack_ends(&mut self) -> Vec<(Tid, u64)> {
         std::mem::take(&mut self.stack_ends.new)
@@ -97,9 +110,10 @@ impl StackWalker {
 
     /// The stack of a sample, walked and pinned to modules.
     pub fn walk(&mut self, sample: &SampleRecord<'_>) -> Walked<'_> {
-        let Self { call_graph, spaces, unwinder, stats, stack_ends, frames, chain } = self;
+        let Self { call_graph, spaces, unwinder, stats, stack_ends, python, frames, chain } = self;
         let tid = sample.tid();
         let mut process = spaces.observe(sample.tgid(), tid, &sample.comm(), sample.time_ns());
+        python.observe(&mut process, sample.time_ns());
         frames.clear();
         if sample.state() == ThreadState::Runnable {
             // The scheduler's frames say nothing of a wait for a CPU: one marker instead.
@@ -130,6 +144,7 @@ impl StackWalker {
             }
         };
         push_resolved(&mut process, fp_addrs, first_depth, frames);
+        python.merge_into(sample, frames);
         Walked { comm: process.into_comm(), frames }
     }
 }

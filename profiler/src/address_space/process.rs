@@ -137,6 +137,11 @@ impl Process {
         &self.identity
     }
 
+    /// Its mappings now.
+    pub fn mappings(&self) -> impl Iterator<Item = &Mapping> {
+        self.space.mappings()
+    }
+
     /// The mapping that contained `addr` at `time_ns`, read again from `/proc` if needed.
     pub fn mapping(&mut self, addr: u64, time_ns: u64) -> Option<&Mapping> {
         self.refresh_for(addr, time_ns);

@@ -71,6 +71,16 @@ impl<'a> ProcessView<'a> {
     pub fn module(&self, id: ModuleId) -> &Module {
         self.modules.get(id)
     }
+
+    /// The process's mappings now, for runtimes that look for their interpreter in them.
+    pub fn mappings(&self) -> impl Iterator<Item = &Mapping> {
+        self.process.mappings()
+    }
+
+    /// The module behind one of the process's mappings (`None`: anonymous memory).
+    pub fn intern(&mut self, mapping: &Mapping) -> Option<ModuleId> {
+        self.modules.intern(self.tgid, &self.process.identity().root, mapping)
+    }
 }
 
 #[cfg(test)]

@@ -202,6 +202,7 @@ fn kind_code(kind: SymbolKind) -> u32 {
         SymbolKind::Inlined => 1,
         SymbolKind::Kernel => 2,
         SymbolKind::Jit => 3,
+        SymbolKind::Python => 4,
     }
 }
 
@@ -211,6 +212,7 @@ fn kind(code: u32) -> Result<SymbolKind> {
         1 => SymbolKind::Inlined,
         2 => SymbolKind::Kernel,
         3 => SymbolKind::Jit,
+        4 => SymbolKind::Python,
         other => bail!("unknown symbol kind {other}"),
     })
 }

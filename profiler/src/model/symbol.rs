@@ -11,6 +11,8 @@ pub enum SymbolKind {
     Kernel,
     /// JIT-compiled code, named by the process's perf map.
     Jit,
+    /// A Python function, read from the interpreter's memory.
+    Python,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -45,13 +47,27 @@ impl Symbol {
     /// and with the suffix of its kind (`_[k]` kernel, `_[i]` inlined, `_[j]` JIT), the
     /// convention of perf and FlameGraph that inferno's palettes colour by.
     pub fn display_name(&self) -> String {
+        if self.kind == SymbolKind::Python {
+            return self.python_display_name();
+        }
         let suffix = match self.kind {
-            SymbolKind::Function => "",
+            SymbolKind::Function | SymbolKind::Python => "",
             SymbolKind::Inlined => "_[i]",
             SymbolKind::Kernel => "_[k]",
             SymbolKind::Jit => "_[j]",
         };
         format!("{}{suffix}", folded_frame(&self.name))
+    }
+}
+
+impl Symbol {
+    /// A Python function as py-spy writes it: `qualname (path/file.py:LINE)`.
+    fn python_display_name(&self) -> String {
+        let name = match &self.source {
+            Some(SourceLine { file, line }) => format!("{} ({file}:{line})", self.name),
+            None => self.name.clone(),
+        };
+        folded_frame(&name).into_owned()
     }
 }
 
@@ -142,6 +158,9 @@ mod tests {
         assert_eq!(name(SymbolKind::Inlined), "a:b\\u{a}c_[i]");
         assert_eq!(name(SymbolKind::Kernel), "a:b\\u{a}c_[k]");
         assert_eq!(name(SymbolKind::Jit), "a:b\\u{a}c_[j]");
+        let python =
+            Symbol::new("K.f", SymbolKind::Python).at(Some(SourceLine { file: "/a;b.py".into(), line: 7 }));
+        assert_eq!(python.display_name(), "K.f (/a:b.py:7)");
     }
 
     #[test]

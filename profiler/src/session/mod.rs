@@ -340,6 +340,9 @@ impl<M: Mode> Pipeline<M> {
                     for &(tid, end) in &stack_ends {
                         kernel.set_stack_end(tid, end)?;
                     }
+                    for (tgid, python) in self.walker.python_mut().take_registrations() {
+                        kernel.set_python_process(tgid, python.as_ref())?;
+                    }
                     // Naming waits while records wait, and while threads are still teaching the
                     // kernel where their stacks end (until then their records are long).
                     let busy = intake.behind() || !stack_ends.is_empty();
@@ -363,9 +366,11 @@ impl<M: Mode> Pipeline<M> {
     /// coming meanwhile.
     fn settle(&mut self) {
         let frames = self.aggregate.new_frames();
-        self.namer.name(&frames, self.walker.address_spaces(), self.drained_ns);
+        let python = self.walker.python().functions();
+        self.namer.name(&frames, self.walker.address_spaces(), python, self.drained_ns);
         for tgid in self.walker.address_spaces_mut().prune(self.drained_ns) {
             self.namer.forget(tgid);
+            self.walker.python_mut().forget(tgid);
         }
         self.settled_at = Instant::now();
     }

@@ -32,6 +32,7 @@ use crate::{
     address_space::{AddressSpaces, Module, ModuleId, Modules, open, readable_path},
     frame::Frame,
     model::{SourceLine, Symbol, SymbolKind, Tgid},
+    runtimes::python::Functions,
 };
 
 /// The stage that names frames: each distinct frame once, as the recording goes, so that little
@@ -45,10 +46,17 @@ pub struct Namer {
 
 impl Namer {
     /// Names `frames` (new ones: frames named already are skipped), seen by `now_ns`, in the
-    /// processes of `spaces`.
-    pub fn name(&mut self, frames: &[Frame], spaces: &AddressSpaces, now_ns: u64) {
-        let frames: Vec<Frame> =
-            frames.iter().filter(|frame| !self.symbols.contains(frame)).copied().collect();
+    /// processes of `spaces`; Python frames by the `python` functions they stand for.
+    pub fn name(&mut self, frames: &[Frame], spaces: &AddressSpaces, python: &Functions, now_ns: u64) {
+        let (python_frames, frames): (Vec<Frame>, Vec<Frame>) = frames
+            .iter()
+            .filter(|frame| !self.symbols.contains(frame))
+            .partition(|frame| matches!(frame, Frame::Python { .. }));
+        for frame in python_frames {
+            if let Frame::Python { function, line } = frame {
+                self.symbols.by_frame.insert(frame, vec![python.symbol(function, line)]);
+            }
+        }
         self.read_perf_maps(&frames, spaces, now_ns);
         if !frames.is_empty() {
             self.symbols.extend(self.symbolizer.symbolize(&frames, spaces.modules(), &self.perf_maps));
@@ -204,6 +212,8 @@ impl Symbolizer {
                 Frame::Marker(marker) => {
                     symbols.by_frame.insert(frame, vec![Symbol::new(marker.name(), SymbolKind::Function)]);
                 }
+                // Named from the Python stage's functions by the Namer, never handed here.
+                Frame::Python { .. } => {}
             }
         }
         for (addr, names) in kernel.iter().zip(self.kernel(&kernel)) {

@@ -1,4 +1,317 @@
 //! CPython 3.8 to 3.13: finding the interpreter in a process, telling the kernel where its
 //! frames are, naming the frames it sends, and putting them in place of the eval loop's native
 //! frames.
+//!
+//! A process is looked at when it is first sampled, and again every so often until it maps an
+//! interpreter (a `python` executable with the interpreter linked in, or a `libpython`). The
+//! kernel is then told where `_PyRuntime` and `PyCode_Type` are and the version's offsets
+//! ([`PythonProcess`]), and walks each sample's Python frames. Each frame it sends names a code
+//! object by address; the code object is read from `/proc/PID/mem` when the sample is walked,
+//! soon after it was taken, and cached per process by (address, first line): an address that
+//! now holds another code object (the first was freed) does not match and is not misnamed.
+pub mod code;
+mod interpreter;
 pub mod layout;
+pub mod line_table;
+mod merge;
+
+use std::{collections::BTreeMap, fs::File, os::unix::fs::FileExt as _, sync::Arc};
+
+use indexmap::IndexSet;
+use profiler_common::{PythonFrame, PythonProcess, PythonWalk, python_frame_flags};
+use rustc_hash::{FxBuildHasher, FxHashMap};
+
+use self::{
+    code::CodeObject,
+    interpreter::{Image, Interpreter},
+};
+use crate::{
+    address_space::{Backing, ModuleId, ProcessView},
+    decode::SampleRecord,
+    frame::Frame,
+    model::{SourceLine, Symbol, SymbolKind, Tgid},
+};
+
+/// How often a process that maps no interpreter yet is looked at again.
+const RECHECK_NS: u64 = 200_000_000;
+/// Code objects and frames remembered per process; beyond, the memory starts over.
+const MAX_CODES: usize = 1 << 14;
+const MAX_FRAMES: usize = 1 << 16;
+/// Processes whose unsupported Python the summary names.
+const MAX_UNSUPPORTED_NAMED: usize = 16;
+
+/// The Python stage of the walk.
+#[derive(Default)]
+pub struct Python {
+    images: FxHashMap<ModuleId, Option<Arc<Interpreter>>>,
+    processes: FxHashMap<Tgid, State>,
+    functions: Functions,
+    registrations: Vec<(Tgid, Option<PythonProcess>)>,
+    stats: PythonStats,
+    /// Scratch: one sample's frames, and its runs' bounds.
+    translated: Vec<Frame>,
+    run_ends: Vec<usize>,
+    native: Vec<Frame>,
+}
+
+enum State {
+    /// No interpreter mapped when last looked at.
+    Native {
+        checked_ns: u64,
+    },
+    /// An interpreter this profiler does not read.
+    Unsupported,
+    Running(Box<Running>),
+}
+
+/// A process running a CPython that is read.
+struct Running {
+    interpreter: Arc<Interpreter>,
+    module: ModuleId,
+    code_type: u64,
+    memory: Option<File>,
+    codes: FxHashMap<(u64, u32), Option<Code>>,
+    frames: FxHashMap<(u64, u32, u64), Frame>,
+}
+
+#[derive(Clone)]
+struct Code {
+    function: u32,
+    object: Arc<CodeObject>,
+}
+
+/// What became of the samples of Python processes, for the run summary.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PythonStats {
+    /// Samples with Python frames.
+    pub with_frames: u64,
+    /// Samples of a thread the interpreter does not know (not started by it, or not yet).
+    pub no_thread_state: u64,
+    /// Samples whose walk stopped at a failed read (their frames up to it are kept).
+    pub read_errors: u64,
+    /// Samples deeper than the kernel walks (their outermost frames left out).
+    pub truncated: u64,
+    /// Frames whose code object could not be read, or had been replaced, by the time it was.
+    pub unreadable_code: u64,
+    /// Processes whose CPython is not read, and what it is.
+    pub unsupported: BTreeMap<Tgid, String>,
+}
+
+/// The Python functions frames name: (name, file), each once, by index.
+#[derive(Default)]
+pub struct Functions {
+    set: IndexSet<(String, String), FxBuildHasher>,
+}
+
+impl Functions {
+    fn intern(&mut self, name: &str, file: &str) -> u32 {
+        match self.set.get_index_of(&(name.to_owned(), file.to_owned())) {
+            Some(index) => index as u32,
+            None => self.set.insert_full((name.to_owned(), file.to_owned())).0 as u32,
+        }
+    }
+
+    /// The name of a [`Frame::Python`].
+    pub fn symbol(&self, function: u32, line: u32) -> Symbol {
+        let Some((name, file)) = self.set.get_index(function as usize) else {
+            return Symbol::new("[unknown Python code]", SymbolKind::Python);
+        };
+        let source = (!file.is_empty()).then(|| SourceLine { file: file.clone(), line });
+        Symbol::new(name.as_str(), SymbolKind::Python).at(source)
+    }
+}
+
+impl Python {
+    /// Names of the functions Python frames name.
+    pub fn functions(&self) -> &Functions {
+        &self.functions
+    }
+
+    pub fn stats(&self) -> &PythonStats {
+        &self.stats
+    }
+
+    /// What the kernel should be told since the last call: processes whose Python frames it
+    /// should walk, and those it should not any more.
+    pub fn take_registrations(&mut self) -> Vec<(Tgid, Option<PythonProcess>)> {
+        std::mem::take(&mut self.registrations)
+    }
+
+    /// Forgets a process gone.
+    pub fn forget(&mut self, tgid: Tgid) {
+        if let Some(State::Running(_)) = self.processes.remove(&tgid) {
+            self.registrations.push((tgid, None));
+        }
+    }
+
+    /// Looks for an interpreter in the process of `view` if it is time to.
+    pub fn observe(&mut self, view: &mut ProcessView<'_>, time_ns: u64) {
+        let tgid = view.tgid();
+        match self.processes.get(&tgid) {
+            Some(State::Native { checked_ns }) if time_ns < checked_ns.saturating_add(RECHECK_NS) => return,
+            Some(State::Unsupported | State::Running(_)) => return,
+            _ => {}
+        }
+        let state = self.discover(view).unwrap_or(State::Native { checked_ns: time_ns });
+        self.processes.insert(tgid, state);
+    }
+
+    fn discover(&mut self, view: &mut ProcessView<'_>) -> Option<State> {
+        let candidates: Vec<_> = view
+            .mappings()
+            .filter(|mapping| match &mapping.backing {
+                Backing::File { path, .. } => path
+                    .file_name()
+                    .and_then(|name| name.to_str())
+                    .is_some_and(|name| name.contains("python")),
+                _ => false,
+            })
+            .cloned()
+            .collect();
+        for mapping in candidates {
+            let Some(module) = view.intern(&mapping) else { continue };
+            let interpreter = match self.images.get(&module) {
+                Some(known) => known.clone(),
+                None => {
+                    let read = read_image(view, module);
+                    let tgid = view.tgid();
+                    let interpreter = match read {
+                        Image::Supported(interpreter) => Some(Arc::new(interpreter)),
+                        Image::Unsupported(what) => {
+                            if self.stats.unsupported.len() < MAX_UNSUPPORTED_NAMED {
+                                self.stats.unsupported.insert(tgid, what);
+                            }
+                            self.images.insert(module, None);
+                            return Some(State::Unsupported);
+                        }
+                        Image::NotPython => None,
+                    };
+                    self.images.insert(module, interpreter.clone());
+                    interpreter
+                }
+            };
+            let Some(interpreter) = interpreter else { continue };
+            let facts = view.module(module).facts()?;
+            let bias =
+                interpreter::load_bias(facts, mapping.start, mapping.offset, mapping.end - mapping.start)?;
+            return Some(self.start(view.tgid(), interpreter, module, bias));
+        }
+        None
+    }
+
+    fn start(&mut self, tgid: Tgid, interpreter: Arc<Interpreter>, module: ModuleId, bias: u64) -> State {
+        let process = PythonProcess {
+            runtime: interpreter.runtime_svma.wrapping_add(bias),
+            code_type: interpreter.code_type_svma.wrapping_add(bias),
+            offsets: interpreter.layout.kernel,
+        };
+        self.registrations.push((tgid, Some(process)));
+        State::Running(Box::new(Running {
+            interpreter,
+            module,
+            code_type: process.code_type,
+            memory: File::open(format!("/proc/{tgid}/mem")).ok(),
+            codes: FxHashMap::default(),
+            frames: FxHashMap::default(),
+        }))
+    }
+
+    /// Puts the Python frames of `sample` in place of the eval loop's frames in `frames` (the
+    /// sample's stack, walked and pinned to modules, innermost first).
+    pub fn merge_into(&mut self, sample: &SampleRecord<'_>, frames: &mut Vec<Frame>) {
+        let walk = sample.python_walk();
+        match walk {
+            PythonWalk::NotPython => return,
+            PythonWalk::NoThreadState => self.stats.no_thread_state += 1,
+            PythonWalk::ReadError => self.stats.read_errors += 1,
+            PythonWalk::Truncated => self.stats.truncated += 1,
+            PythonWalk::Complete => {}
+        }
+        let Some(State::Running(running)) = self.processes.get_mut(&sample.tgid()) else { return };
+        if sample.python_frames().len() == 0 {
+            return;
+        }
+        self.stats.with_frames += 1;
+        let Self { functions, stats, translated, run_ends, native, .. } = self;
+        translated.clear();
+        run_ends.clear();
+        for record in sample.python_frames() {
+            translated.push(running.frame(&record, functions, stats));
+            if record.flags & python_frame_flags::RUN_END != 0 {
+                run_ends.push(translated.len());
+            }
+        }
+        if run_ends.last() != Some(&translated.len()) {
+            run_ends.push(translated.len());
+        }
+        let runs = run_ends.iter().scan(0, |start, &end| {
+            let run = &translated[*start..end];
+            *start = end;
+            Some(run)
+        });
+        native.clear();
+        native.append(frames);
+        let (module, eval_loop) = (running.module, &running.interpreter.eval_loop);
+        let is_eval_loop = |frame: &Frame| match *frame {
+            Frame::Module { module: m, offset } => {
+                m == module && eval_loop.iter().any(|r| r.contains(&offset))
+            }
+            _ => false,
+        };
+        merge::merge(native, runs, is_eval_loop, frames);
+    }
+}
+
+impl Running {
+    /// The frame a record stands for.
+    fn frame(&mut self, record: &PythonFrame, functions: &mut Functions, stats: &mut PythonStats) -> Frame {
+        let key = (record.code, record.first_line, record.instr);
+        if let Some(&frame) = self.frames.get(&key) {
+            return frame;
+        }
+        let frame = match self.code(record, functions) {
+            Some(code) => {
+                let layout = self.interpreter.layout;
+                let offset = code::instruction_offset(layout, record.code, record.instr);
+                let line = code.object.line(offset).unwrap_or(code.object.first_line);
+                Frame::Python { function: code.function, line }
+            }
+            None => {
+                stats.unreadable_code += 1;
+                Frame::Python { function: u32::MAX, line: 0 }
+            }
+        };
+        if self.frames.len() >= MAX_FRAMES {
+            self.frames.clear();
+        }
+        self.frames.insert(key, frame);
+        frame
+    }
+
+    fn code(&mut self, record: &PythonFrame, functions: &mut Functions) -> Option<Code> {
+        let key = (record.code, record.first_line);
+        if let Some(known) = self.codes.get(&key) {
+            return known.clone();
+        }
+        let memory = self.memory.as_ref()?;
+        let mut read = |addr: u64, buf: &mut [u8]| memory.read_exact_at(buf, addr).is_ok();
+        let types = code::Types { code: self.code_type };
+        let code = code::read(&mut read, self.interpreter.layout, &types, record.code, record.first_line)
+            .ok()
+            .map(|object| Code {
+                function: functions.intern(&object.name, &object.file),
+                object: Arc::new(object),
+            });
+        if self.codes.len() >= MAX_CODES {
+            self.codes.clear();
+        }
+        self.codes.insert(key, code.clone());
+        code
+    }
+}
+
+fn read_image(view: &ProcessView<'_>, module: ModuleId) -> Image {
+    let module = view.module(module);
+    let (Some(image), Some(facts)) = (module.image(), module.facts()) else { return Image::NotPython };
+    Image::read(module.name(), &image, facts)
+}
