@@ -187,6 +187,7 @@ impl Mode for CpuProfile {
                 ring_bytes_per_record: end.kernel.ring_bytes_per_record(),
                 blocks: end.kernel.off_cpu_blocks(),
             },
+            python: &end.python,
             outputs: end.outputs,
         };
         summary.print();

@@ -16,6 +16,8 @@ pub struct Summary<'a> {
     /// Processes samples came from (the recording may not keep each sample's process).
     pub processes: u64,
     pub kernel: KernelFigures,
+    /// What reading Python stacks found, a line each.
+    pub python: &'a [String],
     pub outputs: &'a [(PathBuf, Format)],
 }
 
@@ -91,6 +93,7 @@ impl Summary<'_> {
                 self.missing_cfi.iter().take(5).map(|(name, n)| format!("{name} ({n})")).collect();
             row("no CFI in", vec![top.join(", ")]);
         }
+        row("python", self.python.to_vec());
         let kernel = &self.kernel;
         if let Some((sent, short)) = kernel.blocks {
             row("off CPU", vec![format!("{sent} blocks recorded, {short} shorter ones dropped")]);
@@ -217,6 +220,7 @@ mod tests {
                 ring_bytes_per_record: Some(3.0 * 1024.0),
                 blocks: Some((7, 90)),
             },
+            python: &["pid 9: CPython 3.14: native frames only".into()],
             outputs: &outputs,
         };
         let text = summary.render();
@@ -225,15 +229,16 @@ mod tests {
         assert!(lines[1].starts_with("  user stacks     75.0% reached the bottom"), "{}", lines[1]);
         assert!(lines[1].contains("cut by the 32 KiB stack copy, 25.0% stopped in code without CFI"));
         assert_eq!(lines[2], "  no CFI in       libjit.so (1)");
-        assert_eq!(lines[3], "  off CPU         7 blocks recorded, 90 shorter ones dropped");
+        assert_eq!(lines[3], "  python          pid 9: CPython 3.14: native frames only");
+        assert_eq!(lines[4], "  off CPU         7 blocks recorded, 90 shorter ones dropped");
         assert_eq!(
-            lines[4],
+            lines[5],
             "  kernel cost     2.500 µs per sample program run, 0.250 µs per context switch"
         );
-        assert_eq!(lines[5], "  ring            3.00 KiB per record");
-        assert_eq!(lines[6], "  top self time    50.0%  hot");
-        assert_eq!(lines[9], "  wrote           a.svg (svg)");
-        assert_eq!(lines[10], "                  r.prof (raw)");
+        assert_eq!(lines[6], "  ring            3.00 KiB per record");
+        assert_eq!(lines[7], "  top self time    50.0%  hot");
+        assert_eq!(lines[10], "  wrote           a.svg (svg)");
+        assert_eq!(lines[11], "                  r.prof (raw)");
     }
 
     #[test]
@@ -252,6 +257,7 @@ mod tests {
             missing_cfi: &[],
             processes: 2,
             kernel: KernelFigures::default(),
+            python: &[],
             outputs: &[],
         };
         let text = summary.render();
@@ -275,6 +281,7 @@ mod tests {
             missing_cfi: &[],
             processes: 1,
             kernel: KernelFigures::default(),
+            python: &[],
             outputs: &[],
         };
         let text = summary.render();

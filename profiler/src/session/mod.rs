@@ -119,6 +119,8 @@ pub struct End<'a, K> {
     pub outputs: &'a [(PathBuf, crate::render::Format)],
     pub options: &'a RenderOptions,
     pub progress: Progress,
+    /// What the Python stage has to say, a line each.
+    pub python: Vec<String>,
 }
 
 /// Runs a session of `mode` to its end.
@@ -211,6 +213,7 @@ pub async fn run<M: Mode>(mode: M, settings: Settings) -> Result<()> {
             outputs,
             options,
             progress,
+            python: session.walker.python().stats().describe(),
         });
         match reason {
             StopReason::Signal => eprintln!("profiler: stopped by signal"),

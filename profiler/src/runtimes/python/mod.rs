@@ -18,7 +18,7 @@ mod merge;
 use std::{collections::BTreeMap, fs::File, os::unix::fs::FileExt as _, sync::Arc};
 
 use indexmap::IndexSet;
-use profiler_common::{PythonFrame, PythonProcess, PythonWalk, python_frame_flags};
+use profiler_common::{MAX_PYTHON_FRAMES, PythonFrame, PythonProcess, PythonWalk, python_frame_flags};
 use rustc_hash::{FxBuildHasher, FxHashMap};
 
 use self::{
@@ -95,6 +95,25 @@ pub struct PythonStats {
     pub unreadable_code: u64,
     /// Processes whose CPython is not read, and what it is.
     pub unsupported: BTreeMap<Tgid, String>,
+}
+
+impl PythonStats {
+    /// The run summary's lines: nothing when no Python process was met.
+    pub fn describe(&self) -> Vec<String> {
+        let mut lines = Vec::new();
+        let missed = self.no_thread_state + self.read_errors + self.truncated;
+        if self.with_frames + missed > 0 {
+            lines.push(format!(
+                "{} samples with Python frames; {} of threads without a Python thread state, {} cut by a failed read, \
+                 {} deeper than {MAX_PYTHON_FRAMES} frames; {} frames of code freed before it was read",
+                self.with_frames, self.no_thread_state, self.read_errors, self.truncated, self.unreadable_code
+            ));
+        }
+        lines.extend(
+            self.unsupported.iter().map(|(tgid, what)| format!("pid {tgid}: {what}: native frames only")),
+        );
+        lines
+    }
 }
 
 /// The Python functions frames name: (name, file), each once, by index.
