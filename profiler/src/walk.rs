@@ -6,7 +6,7 @@ use profiler_common::FramePointers;
 use rustc_hash::FxHashMap;
 
 use crate::{
-    address_space::{AddressSpaces, ProcessView, Tracking, Want},
+    address_space::{AddressSpaces, ProcessView, TaskEvent, Tracking, Want},
     decode::SampleRecord,
     frame::{Frame, Marker},
     model::{ThreadState, Tid},
@@ -91,6 +91,15 @@ impl StackWalker {
 
     pub fn stats(&self) -> &UnwindStats {
         &self.stats
+    }
+
+    /// Applies what a process did to its address space. After an exec, whatever it runs is
+    /// looked at anew: an interpreter found before is gone.
+    pub fn apply(&mut self, event: TaskEvent) {
+        if let TaskEvent::Exec { pid, .. } = event {
+            self.python.forget(pid);
+        }
+        self.spaces.apply(event);
     }
 
     /// The Python stage: the functions its frames name, what it found, what the kernel should

@@ -454,7 +454,7 @@ impl<M: Mode> Pipeline<M> {
 
 impl<M: Mode> Sink for Pipeline<M> {
     fn task_event(&mut self, event: TaskEvent) {
-        self.walker.address_spaces_mut().apply(event);
+        self.walker.apply(event);
     }
 
     fn record(&mut self, record: &[u8]) {

@@ -156,7 +156,7 @@ impl Python {
         std::mem::take(&mut self.registrations)
     }
 
-    /// Forgets a process gone.
+    /// Forgets a process gone, or that ran exec.
     pub fn forget(&mut self, tgid: Tgid) {
         if let Some(State::Running(_)) = self.processes.remove(&tgid) {
             self.registrations.push((tgid, None));
