@@ -444,6 +444,9 @@ pub struct GroupingArgs {
     /// No root frame: stacks of all processes merged.
     #[arg(long)]
     pub no_group: bool,
+    /// Python frames without their line: one frame per function (raw recordings keep lines).
+    #[arg(long)]
+    pub no_lines: bool,
 }
 
 impl GroupingArgs {

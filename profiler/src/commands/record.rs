@@ -39,7 +39,11 @@ pub async fn run(args: RecordArgs) -> Result<()> {
         command: args.command,
         max_records: args.max_samples,
         outputs: args.output.resolve()?,
-        render: RenderOptions { grouping: args.grouping.grouping(), ..RenderOptions::default() },
+        render: RenderOptions {
+            grouping: args.grouping.grouping(),
+            lines: !args.grouping.no_lines,
+            ..RenderOptions::default()
+        },
         ..settings
     };
     session::run(profile, settings).await

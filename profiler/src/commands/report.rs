@@ -14,7 +14,11 @@ pub fn run(args: &ReportArgs) -> Result<()> {
     let outputs = args.output.resolve()?;
     let files = outputs.create()?;
     let recording = load(&args.recording)?.filtered(&args.filter.filter());
-    let options = RenderOptions { grouping: args.grouping.grouping(), ..RenderOptions::default() };
+    let options = RenderOptions {
+        grouping: args.grouping.grouping(),
+        lines: !args.grouping.no_lines,
+        ..RenderOptions::default()
+    };
     output::write_all(files, &recording, &options)?;
     let written: Vec<String> = outputs.paths().iter().map(|(path, _)| path.display().to_string()).collect();
     eprintln!("profiler: {} samples, wrote {}", recording.sample_count(), written.join(", "));
@@ -46,6 +50,10 @@ pub fn diff(args: &DiffArgs) -> Result<()> {
             if args.normalize { " (normalized)" } else { "" }
         )),
         count_name: after.meta.weight.unit(),
+    };
+    let (before, after) = match args.grouping.no_lines {
+        true => (before.without_python_lines(), after.without_python_lines()),
+        false => (before, after),
     };
     let (before, after) = (folded::collapse(&before, grouping), folded::collapse(&after, grouping));
     output.commit(|out| svg::write_diff(&before, &after, args.normalize, &titles, out))?;

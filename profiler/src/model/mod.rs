@@ -255,6 +255,17 @@ impl Recording {
         self.samples.iter().map(|s| s.weight).sum()
     }
 
+    /// The recording with its Python frames' lines dropped: a frame per function.
+    pub fn without_python_lines(&self) -> Self {
+        let mut recording = self.clone();
+        for symbol in recording.locations.iter_mut().flat_map(|location| &mut location.symbols) {
+            if let (SymbolKind::Python, Some(source)) = (symbol.kind, &mut symbol.source) {
+                source.line = 0;
+            }
+        }
+        recording
+    }
+
     /// How many samples were taken: CPU samples (a sample of the model may count several), or
     /// outstanding blocks, or spans off the CPU and CPU samples.
     pub fn sample_count(&self) -> u64 {

@@ -61,9 +61,11 @@ impl Symbol {
 }
 
 impl Symbol {
-    /// A Python function as py-spy writes it: `qualname (path/file.py:LINE)`.
+    /// A Python function as py-spy writes it: `qualname (path/file.py:LINE)`, or
+    /// `qualname (path/file.py)` when its line is not known (0).
     fn python_display_name(&self) -> String {
         let name = match &self.source {
+            Some(SourceLine { file, line: 0 }) => format!("{} ({file})", self.name),
             Some(SourceLine { file, line }) => format!("{} ({file}:{line})", self.name),
             None => self.name.clone(),
         };
@@ -161,6 +163,9 @@ mod tests {
         let python =
             Symbol::new("K.f", SymbolKind::Python).at(Some(SourceLine { file: "/a;b.py".into(), line: 7 }));
         assert_eq!(python.display_name(), "K.f (/a:b.py:7)");
+        let unknown_line =
+            Symbol::new("f", SymbolKind::Python).at(Some(SourceLine { file: "/a.py".into(), line: 0 }));
+        assert_eq!(unknown_line.display_name(), "f (/a.py)");
     }
 
     #[test]

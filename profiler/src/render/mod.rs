@@ -74,11 +74,14 @@ pub struct RenderOptions {
     pub grouping: Grouping,
     /// Stacks listed by the leak report, most bytes first.
     pub top: usize,
+    /// Whether Python frames keep their line (`--no-lines`: one frame per function, as py-spy's
+    /// `--nolineno`). Raw recordings keep it whatever this says: `report` can drop it later.
+    pub lines: bool,
 }
 
 impl Default for RenderOptions {
     fn default() -> Self {
-        Self { grouping: Grouping::default(), top: 10 }
+        Self { grouping: Grouping::default(), top: 10, lines: true }
     }
 }
 
@@ -88,6 +91,13 @@ pub fn render(
     options: &RenderOptions,
     out: &mut dyn Write,
 ) -> std::io::Result<()> {
+    let without_lines;
+    let recording = if options.lines || format == Format::Raw {
+        recording
+    } else {
+        without_lines = recording.without_python_lines();
+        &without_lines
+    };
     match format {
         Format::Svg => {
             svg::write(&folded::collapse(recording, options.grouping), &svg::titles(recording), out)
