@@ -495,3 +495,70 @@ fn hostile_names_leave_every_output_valid() {
     assert!(reported.status.success());
     assert_eq!(std::fs::read_to_string(&report).unwrap(), std::fs::read_to_string(&outputs[0]).unwrap());
 }
+
+/// The program posing as CPython 3.12 (`fake_python.c`), built as `python3.12` so that it is
+/// taken for one.
+fn fake_python() -> PathBuf {
+    build_workload("fake_python.c", "fake/python3.12", "gcc", &["-O1", "-g", "-rdynamic"])
+}
+
+#[test]
+fn a_fake_interpreter_whose_thread_list_loops() {
+    if !e2e_enabled() {
+        return;
+    }
+    let dir = scratch_dir("fake-python-threads");
+    let out = dir.join("out.folded");
+    let program = fake_python();
+    let run = run_bounded(&[
+        "record",
+        "-F",
+        "499",
+        "-o",
+        out.to_str().unwrap(),
+        "--",
+        program.to_str().unwrap(),
+        "3",
+    ]);
+    assert!(run.status.success());
+    let text = std::fs::read_to_string(&out).unwrap();
+    let folded = Folded::parse(&text);
+    let (in_loop, _) = folded.leaf_samples("_PyEval_EvalFrameDefault", &["main"]);
+    assert!(in_loop * 10 >= folded.total() * 8, "native frames kept:\n{text}");
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        stderr.lines().any(|line| line.contains("with Python frames")
+            && line.contains("threads without a Python thread state")),
+        "the walks that found no thread are counted:\n{stderr}"
+    );
+}
+
+#[test]
+fn a_fake_interpreter_whose_frames_loop_under_a_hostile_name() {
+    if !e2e_enabled() {
+        return;
+    }
+    let dir = scratch_dir("fake-python-frames");
+    let out = dir.join("out.folded");
+    let program = fake_python();
+    let argv =
+        ["record", "-F", "499", "-o", out.to_str().unwrap(), "--", program.to_str().unwrap(), "3", "frames"];
+    let run = run_bounded(&argv);
+    assert!(run.status.success());
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert!(!text.contains('\x1b'), "no escape reaches the output");
+    let folded = Folded::parse(&text);
+    let hostile = "a:b\\u{a}\\u{1b}[2J";
+    let deepest = text
+        .lines()
+        .map(|line| line.split(';').filter(|frame| frame.starts_with(hostile)).count())
+        .max()
+        .unwrap_or(0);
+    assert_eq!(deepest, 512, "the endless chain is cut at 512 frames, named, escaped:\n{text}");
+    assert!(folded.total() > 100, "samples were recorded");
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        stderr.lines().any(|line| line.contains("deeper than 512 frames") && !line.contains(" 0 deeper")),
+        "the cut stacks are counted:\n{stderr}"
+    );
+}

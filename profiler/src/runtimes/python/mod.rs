@@ -69,7 +69,7 @@ struct Running {
     interpreter: Arc<Interpreter>,
     module: ModuleId,
     code_type: u64,
-    memory: Option<File>,
+    memory: Memory,
     codes: FxHashMap<(u64, u32), Option<Code>>,
     frames: FxHashMap<(u64, u32, u64), Frame>,
 }
@@ -229,7 +229,7 @@ impl Python {
             interpreter,
             module,
             code_type: process.code_type,
-            memory: File::open(format!("/proc/{tgid}/mem")).ok(),
+            memory: Memory { tgid, file: None },
             codes: FxHashMap::default(),
             frames: FxHashMap::default(),
         }))
@@ -312,8 +312,8 @@ impl Running {
         if let Some(known) = self.codes.get(&key) {
             return known.clone();
         }
-        let memory = self.memory.as_ref()?;
-        let mut read = |addr: u64, buf: &mut [u8]| memory.read_exact_at(buf, addr).is_ok();
+        let memory = &mut self.memory;
+        let mut read = |addr: u64, buf: &mut [u8]| memory.read(addr, buf);
         let types = code::Types { code: self.code_type };
         let code = code::read(&mut read, self.interpreter.layout, &types, record.code, record.first_line)
             .ok()
@@ -326,6 +326,38 @@ impl Running {
         }
         self.codes.insert(key, code.clone());
         code
+    }
+}
+
+/// A process's memory, through `/proc/PID/mem`, opened when first read.
+struct Memory {
+    tgid: Tgid,
+    file: Option<File>,
+}
+
+impl Memory {
+    /// Fills `buf` from `addr`; false if that memory cannot be read.
+    fn read(&mut self, addr: u64, buf: &mut [u8]) -> bool {
+        for _ in 0..2 {
+            let Some(file) = self.file() else { return false };
+            match file.read_at(buf, addr) {
+                Ok(read) if read == buf.len() => return true,
+                Ok(0) if !buf.is_empty() => {
+                    // The address space the file was opened on is gone: the process ran exec since
+                    // (or exited, and opening again fails).
+                    self.file = None;
+                }
+                _ => return false,
+            }
+        }
+        false
+    }
+
+    fn file(&mut self) -> Option<&File> {
+        if self.file.is_none() {
+            self.file = File::open(format!("/proc/{}/mem", self.tgid)).ok();
+        }
+        self.file.as_ref()
     }
 }
 

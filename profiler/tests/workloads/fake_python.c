@@ -1,0 +1,67 @@
+/* A program that poses as CPython 3.12 to a profiler reading it from outside: it exports
+ * _PyRuntime, PyCode_Type and Py_Version as python3.12 does, and fills the runtime with what a
+ * hostile or broken target could: with no argument, a thread list that loops on itself; with
+ * "frames", a thread state for the calling thread whose current frame is its own caller (an
+ * endless frame chain) running a "code object" whose names are made of folded-format separators
+ * and terminal escapes. It then spins in a function named
+ * like the eval loop for argv's seconds. Built with -rdynamic so the symbols are exported. */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+char _PyRuntime[4096];
+char PyCode_Type[512];
+const uint32_t Py_Version = 0x030c01f0;
+
+static char interp[8192], tstate[512], cframe[64], frame[128], code[256], name[64], no_lines[64];
+
+static void put(char *base, size_t offset, const void *value) { memcpy(base + offset, &value, 8); }
+
+static void setup(int with_frames) {
+    put(_PyRuntime, 48, interp);          /* interpreters.main */
+    if (!with_frames) {
+        put(interp, 72, _PyRuntime);      /* threads.head: the runtime itself, whose "next" ... */
+        put(_PyRuntime, 8, _PyRuntime);   /* ... is itself: a cycle, and no thread_id matches */
+        return;
+    }
+    put(interp, 72, tstate);
+    put(tstate, 136, (void *)pthread_self()); /* thread_id: this thread */
+    put(tstate, 56, cframe);                  /* cframe, whose current_frame ... */
+    put(cframe, 0, frame);
+    put(frame, 0, code);                      /* f_code */
+    put(frame, 8, frame);                     /* previous: itself, an endless chain */
+    frame[70] = 0;                            /* owner: the thread */
+    put(code, 8, PyCode_Type);                /* ob_type */
+    uint32_t first_line = 7;
+    memcpy(code + 68, &first_line, 4);
+    /* co_name, co_qualname and co_filename: a compact ASCII str of hostile bytes; co_linetable:
+     * an empty bytes object. */
+    const char *text = "a;b\n\x1b[2J";
+    uint64_t length = strlen(text);
+    memcpy(name + 16, &length, 8);
+    uint32_t state = (1u << 2) | (1u << 5) | (1u << 6);
+    memcpy(name + 32, &state, 4);
+    memcpy(name + 40, text, length);
+    put(code, 120, name);
+    put(code, 128, name);
+    put(code, 112, name);
+    put(code, 136, no_lines);
+}
+
+__attribute__((noinline)) void _PyEval_EvalFrameDefault(double seconds) {
+    struct timespec start, now;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    volatile uint64_t x = 0;
+    do {
+        for (int i = 0; i < 100000; i++) x += i;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+    } while ((now.tv_sec - start.tv_sec) + (now.tv_nsec - start.tv_nsec) / 1e9 < seconds);
+}
+
+int main(int argc, char **argv) {
+    setup(argc > 2 && strcmp(argv[2], "frames") == 0);
+    _PyEval_EvalFrameDefault(argc > 1 ? atof(argv[1]) : 2.0);
+    return 0;
+}
