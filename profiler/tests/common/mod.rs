@@ -2,6 +2,8 @@
 //! and reading folded output.
 #![allow(dead_code)] // each test binary uses a different subset
 
+pub mod python;
+
 use std::{
     collections::BTreeMap,
     ffi::OsStr,

@@ -1,0 +1,338 @@
+//! End to end, as root: Python frames in `profiler record`, on every supported CPython installed
+//! (pyenv's 3.8–3.13 and the system's), each scenario run on all of them and failing with the
+//! list of those it failed on. The scripts are in tests/workloads/python.
+//!
+//! A Python frame reads `qualname (path/file.py:LINE)` (3.8–3.10: the code's plain name); it
+//! takes the place of the interpreter's `_PyEval_EvalFrameDefault`, between the native frames
+//! that called the interpreter and those Python code calls.
+mod common;
+
+use std::{io::Read as _, ops::RangeInclusive, path::Path, time::Duration};
+
+use common::{python::*, *};
+use profiler::pprof as proto;
+use prost::Message as _;
+
+/// The interpreter's evaluation loop, which Python frames replace in stacks of Python code.
+const EVAL_LOOP: &str = "_PyEval_EvalFrameDefault";
+
+/// The interpreter's native entry, under the main thread's outermost Python frame.
+const NATIVE_ENTRY: &str = "Py_RunMain";
+
+/// Share of stacks allowed to miss what each test requires of them: a sample may catch the
+/// interpreter between pushing a frame and entering it.
+const SLACK: f64 = 0.01;
+
+/// Whether a stack has a frame of the script called `file_name`.
+fn runs_script(frames: &[String], file_name: &str) -> bool {
+    python_frames(frames).iter().any(|frame| frame.in_script(file_name))
+}
+
+/// Whether a stack has a frame named `name` in the script called `file_name`.
+fn has_function(frames: &[String], name: &str, file_name: &str) -> bool {
+    python_frames(frames).iter().any(|frame| frame.name == name && frame.in_script(file_name))
+}
+
+/// Index of the frame named `name` in `file_name` (the innermost if several).
+fn function_at(frames: &[String], name: &str, file_name: &str) -> Option<usize> {
+    frames.iter().rposition(|frame| {
+        python_frame(frame).is_some_and(|frame| frame.name == name && frame.in_script(file_name))
+    })
+}
+
+/// The innermost Python frame of a stack.
+fn innermost_python(frames: &[String]) -> Option<PythonFrame<'_>> {
+    frames.iter().rev().find_map(|frame| python_frame(frame))
+}
+
+/// Fails unless at least `fraction` of the weight of `stacks` passes `keep`.
+fn assert_most(stacks: &[(&[String], u64)], fraction: f64, what: &str, keep: impl Fn(&[String]) -> bool) {
+    let (all, kept) = (weight(stacks, |_| true), weight(stacks, &keep));
+    assert!(all > 0, "no samples to check that {what}");
+    let failing: Vec<&[String]> =
+        stacks.iter().map(|(frames, _)| *frames).filter(|frames| !keep(frames)).collect();
+    assert!(
+        kept as f64 >= fraction * all as f64,
+        "only {kept} of {all} ({:.1}%) {what}; some others: {:?}",
+        100.0 * kept as f64 / all as f64,
+        &failing[..failing.len().min(3)]
+    );
+}
+
+/// Fails unless most of `stacks` run the script called `file_name`, and those that do start
+/// their Python frames at its `<module>`, over the interpreter's native entry, and hold no
+/// evaluation loop frame.
+fn assert_rooted_at_module(stacks: &[(&[String], u64)], file_name: &str) {
+    assert_most(stacks, 0.9, &format!("samples are in {file_name}"), |frames| runs_script(frames, file_name));
+    let of_script: Vec<(&[String], u64)> =
+        stacks.iter().filter(|(frames, _)| runs_script(frames, file_name)).copied().collect();
+    let not_rooted: Vec<&[String]> = of_script
+        .iter()
+        .map(|(frames, _)| *frames)
+        .filter(|frames| {
+            python_frames(frames)
+                .first()
+                .is_none_or(|outer| outer.name != "<module>" || !outer.in_script(file_name))
+        })
+        .collect();
+    assert!(
+        not_rooted.is_empty(),
+        "{} stacks of {file_name} do not start at its <module>, the first: {:?}",
+        not_rooted.len(),
+        not_rooted.first()
+    );
+    assert_most(&of_script, 1.0 - SLACK, &format!("have {NATIVE_ENTRY} under <module>"), |frames| {
+        let module = frames.iter().position(|frame| frame.starts_with("<module> (")).unwrap();
+        frames[..module].iter().any(|frame| frame == NATIVE_ENTRY)
+    });
+    assert_most(&of_script, 1.0 - SLACK, &format!("have no {EVAL_LOOP} frame"), |frames| {
+        !frames.iter().any(|frame| frame == EVAL_LOOP)
+    });
+}
+
+/// Fails unless every frame named `name` in `file_name` is at a line of `lines`.
+fn assert_lines(stacks: &[(&[String], u64)], name: &str, file_name: &str, lines: &RangeInclusive<u32>) {
+    for (frames, _) in stacks {
+        for frame in python_frames(frames) {
+            if frame.name == name && frame.in_script(file_name) {
+                assert!(lines.contains(&frame.line), "{name} at line {}, outside {lines:?}", frame.line);
+            }
+        }
+    }
+}
+
+#[test]
+fn python_functions_get_their_shares_under_module() {
+    if !e2e_enabled() {
+        return;
+    }
+    let source = script("shares.py");
+    on_every_interpreter("shares", |python, dir| {
+        let pprof = dir.join("out.pb.gz");
+        let run = record_script(dir, python, "shares.py", "3.5", &["-o", pprof.to_str().unwrap()]);
+        let main = run.thread("main");
+        assert_rooted_at_module(&main, "shares.py");
+        let in_script = weight(&main, |frames| runs_script(frames, "shares.py"));
+        let mut expected = Vec::new();
+        for (qualname, share) in [("alpha", 50.0), ("beta", 30.0), ("Burner.gamma", 20.0)] {
+            let name = python.frame_name(qualname);
+            let lines = function_lines(&source, qualname.rsplit('.').next().unwrap());
+            let samples = weight(&main, |frames| has_function(frames, &name, "shares.py"));
+            let measured = 100.0 * samples as f64 / in_script as f64;
+            eprintln!("{name}: {samples} samples, {measured:.1}%");
+            assert!(
+                (measured - share).abs() <= 5.0,
+                "{name}: {measured:.1}% of the script's samples, expected {share}% ± 5"
+            );
+            assert_lines(&main, &name, "shares.py", &lines);
+            expected.push((name, lines));
+        }
+        assert_pprof_names(&pprof, "shares.py", &expected);
+    });
+}
+
+/// Fails unless the pprof profile at `path` has, for each `(name, lines)`, a function of that
+/// name in the file called `file_name`, at one of those lines.
+fn assert_pprof_names(path: &Path, file_name: &str, expected: &[(String, RangeInclusive<u32>)]) {
+    let mut raw = Vec::new();
+    flate2::read::GzDecoder::new(std::fs::File::open(path).unwrap()).read_to_end(&mut raw).unwrap();
+    let profile = proto::Profile::decode(&*raw).unwrap();
+    let string = |index: i64| profile.string_table[index as usize].as_str();
+    for (name, lines) in expected {
+        let found = profile.location.iter().flat_map(|location| &location.line).any(|line| {
+            let function = &profile.function[line.function_id as usize - 1];
+            string(function.name) == name
+                && string(function.filename).rsplit('/').next() == Some(file_name)
+                && u32::try_from(line.line).is_ok_and(|n| lines.contains(&n))
+        });
+        assert!(found, "pprof: no location of {name} in {file_name} at lines {lines:?}");
+    }
+}
+
+#[test]
+fn python_calls_native_code_that_calls_python() {
+    if !e2e_enabled() {
+        return;
+    }
+    on_every_interpreter("mixed", |python, dir| {
+        let run = record_script(dir, python, "mixed.py", "3", &[]);
+        let main = run.thread("main");
+        assert_rooted_at_module(&main, "mixed.py");
+        // zlib's compression, in libz, under the Python function that called it.
+        let compressing: Vec<(&[String], u64)> = main
+            .iter()
+            .filter(|(frames, _)| innermost_python(frames).is_some_and(|frame| frame.name == "delta"))
+            .copied()
+            .collect();
+        assert_most(&compressing, 0.8, "samples in delta are in libz under it", |frames| {
+            let delta = function_at(frames, "delta", "mixed.py").unwrap();
+            frames[delta + 1..].iter().any(|frame| is_libz(frame))
+        });
+        // libc's qsort, called by `sorter` through ctypes, calling the comparator back.
+        let comparing: Vec<(&[String], u64)> =
+            main.iter().filter(|(frames, _)| has_function(frames, "compare", "mixed.py")).copied().collect();
+        assert!(weight(&comparing, |_| true) > 20, "compare hardly sampled: {:?}", main);
+        assert_most(&comparing, 1.0 - SLACK, "samples in compare are under qsort, under sorter", |frames| {
+            let compare = function_at(frames, "compare", "mixed.py").unwrap();
+            let Some(sorter) = function_at(frames, "sorter", "mixed.py") else { return false };
+            sorter < compare && frames[sorter + 1..compare].iter().any(|frame| frame.contains("qsort"))
+        });
+    });
+}
+
+/// Whether a frame is zlib's: `deflate` and what it calls, named or, in a stripped libz, not.
+fn is_libz(frame: &str) -> bool {
+    ["deflate", "libz.so", "longest_match", "fill_window", "compress_block", "_tr_", "adler32", "crc32"]
+        .iter()
+        .any(|prefix| frame.starts_with(prefix))
+}
+
+#[test]
+fn each_python_thread_shows_its_own_code() {
+    if !e2e_enabled() {
+        return;
+    }
+    on_every_interpreter("threads", |python, dir| {
+        let run = record_script(dir, python, "threads.py", "3", &[]);
+        let (spinning, hashing) = (run.thread("spin"), run.thread("hash_loop"));
+        let holds = |name: &'static str| move |frames: &[String]| has_function(frames, name, "threads.py");
+        assert_most(&spinning, 0.9, "samples of the spinning thread are in spin", holds("spin"));
+        assert_most(&hashing, 0.9, "samples of the hashing thread are in hash_loop", holds("hash_loop"));
+        assert_eq!(weight(&spinning, holds("hash_loop")), 0, "hash_loop in the spinning thread");
+        assert_eq!(weight(&hashing, holds("spin")), 0, "spin in the hashing thread");
+        // The hashing thread runs OpenSSL's sha256 without the GIL, under its Python caller.
+        let in_hash_loop: Vec<(&[String], u64)> =
+            hashing.iter().filter(|(frames, _)| holds("hash_loop")(frames)).copied().collect();
+        assert_most(&in_hash_loop, 0.8, "samples in hash_loop are in sha256 under it", |frames| {
+            let caller = function_at(frames, "hash_loop", "threads.py").unwrap();
+            innermost_python(frames).is_some_and(|frame| frame.name == "hash_loop")
+                && frames[caller + 1..].iter().any(|frame| frame.to_ascii_lowercase().contains("sha256"))
+        });
+    });
+}
+
+#[test]
+fn deep_python_stacks_are_whole() {
+    if !e2e_enabled() {
+        return;
+    }
+    // recurse(300) down to recurse(0), which calls spin.
+    const RECURSE_FRAMES: usize = 301;
+    on_every_interpreter("depth", |python, dir| {
+        let run = record_script(dir, python, "depth.py", "2", &[]);
+        let main = run.thread("main");
+        assert_rooted_at_module(&main, "depth.py");
+        let spinning: Vec<(&[String], u64)> = main
+            .iter()
+            .filter(|(frames, _)| innermost_python(frames).is_some_and(|frame| frame.name == "spin"))
+            .copied()
+            .collect();
+        assert_most(&main, 0.9, "samples of the main thread are in spin", |frames| {
+            innermost_python(frames).is_some_and(|frame| frame.name == "spin")
+        });
+        assert_most(&spinning, 0.95, "samples in spin hold <module>, 301 recurse frames, spin", |frames| {
+            let names: Vec<&str> = python_frames(frames).iter().map(|frame| frame.name).collect();
+            names.len() == RECURSE_FRAMES + 2
+                && names[0] == "<module>"
+                && names[1..=RECURSE_FRAMES].iter().all(|name| *name == "recurse")
+        });
+    });
+}
+
+#[test]
+fn hostile_python_names_keep_folded_stacks_whole() {
+    if !e2e_enabled() {
+        return;
+    }
+    // The longest a frame's name may be once cut (the script's is a megabyte long).
+    const LONGEST_NAME: usize = 1100;
+    let source = script("hostile.py");
+    on_every_interpreter("hostile", |python, dir| {
+        let run = record_script(dir, python, "hostile.py", "3", &[]);
+        let bytes = std::fs::read(dir.join("out.folded")).unwrap();
+        assert!(!bytes.contains(&0x1b), "a raw escape character in the folded stacks");
+        let text = String::from_utf8(bytes).expect("the folded stacks are UTF-8");
+        let root = format!("{}-", python.comm());
+        for line in text.lines() {
+            let start: String = line.chars().take(200).collect();
+            assert!(line.starts_with(&root), "a line that is not a whole stack: {start:?}");
+        }
+        let main = run.thread("main");
+        assert_rooted_at_module(&main, "hostile.py");
+        // Each renamed function's frames, found by the lines of its code.
+        let names_in = |function: &str| {
+            let lines = function_lines(&source, function);
+            let mut names = std::collections::BTreeMap::<String, u64>::new();
+            for (frames, n) in &main {
+                for frame in python_frames(frames) {
+                    if frame.in_script("hostile.py") && lines.contains(&frame.line) {
+                        *names.entry(frame.name.to_owned()).or_default() += n;
+                    }
+                }
+            }
+            names
+        };
+        let total = weight(&main, |_| true);
+        let sampled_as = |function: &str, check: &dyn Fn(&str) -> bool| {
+            let names = names_in(function);
+            let short: Vec<String> = names.keys().map(|name| name.chars().take(80).collect()).collect();
+            assert_eq!(names.len(), 1, "{function}: frames named {short:?}");
+            let (name, samples) = names.into_iter().next().unwrap();
+            assert!(check(&name), "{function}: named {:?}", short[0]);
+            assert!(samples * 10 >= total, "{function}: {samples} of {total} samples");
+        };
+        sampled_as("escape", &|name| name == "a:b\\u{a}\\u{1b}[2J");
+        sampled_as("wide", &|name| name == "\u{65e5}\u{672c}\u{8a9e}");
+        sampled_as("long", &|name| name.starts_with(&"x".repeat(200)) && name.len() <= LONGEST_NAME);
+    });
+}
+
+#[test]
+fn python_started_after_a_system_wide_recording_began_is_named() {
+    if !e2e_enabled() {
+        return;
+    }
+    on_every_interpreter("late-start", |python, dir| {
+        let out = dir.join("out.folded");
+        // Stopped once the script has ended, so that its whole run is recorded.
+        let recording =
+            start_profiler(&["record", "-a", "--per-pid", "-F", "199", "-o", out.to_str().unwrap()]);
+        std::thread::sleep(Duration::from_millis(300));
+        let mut workload = spawn(&python.path, &[script("shares.py").to_str().unwrap(), "2"]);
+        let pid = workload.pid();
+        assert!(workload.0.wait().unwrap().success());
+        recording.signal(libc::SIGINT);
+        let (status, _) = recording.wait();
+        assert!(status.success());
+        let folded = Folded::read(&out);
+        let stacks = thread_stacks(&folded, pid);
+        assert_rooted_at_module(&stacks, "shares.py");
+        for name in ["alpha", "beta", &python.frame_name("Burner.gamma")] {
+            assert!(weight(&stacks, |frames| has_function(frames, name, "shares.py")) > 0, "no {name}");
+        }
+    });
+}
+
+#[test]
+fn off_cpu_python_stacks_name_the_waiting_function() {
+    if !e2e_enabled() {
+        return;
+    }
+    let lines = function_lines(&script("offcpu.py"), "waiter");
+    on_every_interpreter("off-cpu", |python, dir| {
+        let run = record_script(dir, python, "offcpu.py", "2", &["--off-cpu"]);
+        let main = run.thread("main");
+        assert_rooted_at_module(&main, "offcpu.py");
+        let waiting = |frames: &[String]| has_function(frames, "waiter", "offcpu.py");
+        let slept = weight(&main, waiting);
+        assert!(slept >= 1_500_000, "{slept} µs asleep in waiter, which sleeps for 2 s");
+        assert_most(&main, 0.8, "of the blocked time is in waiter", waiting);
+        let in_waiter: Vec<(&[String], u64)> =
+            main.iter().filter(|(frames, _)| waiting(frames)).copied().collect();
+        assert_most(&in_waiter, 1.0 - SLACK, "of waiter's blocks end in the kernel, under it", |frames| {
+            innermost_python(frames).is_some_and(|frame| frame.name == "waiter")
+                && frames.last().is_some_and(|leaf| leaf.ends_with("_[k]"))
+        });
+        assert_lines(&main, "waiter", "offcpu.py", &lines);
+    });
+}

@@ -1,0 +1,25 @@
+"""`recurse` calls itself DEPTH times (301 frames of it), then `spin` burns the CPU at the bottom
+for SECONDS (the first argument). Prints `main TID` first."""
+import sys
+import threading
+import time
+
+DEPTH = 300
+
+
+def spin(end):
+    total = 0
+    while time.monotonic() < end:
+        for i in range(1000):
+            total += i * i % 7
+    return total
+
+
+def recurse(n, end):
+    if n == 0:
+        return spin(end)
+    return recurse(n - 1, end)
+
+
+print("main", threading.get_native_id(), flush=True)
+recurse(DEPTH, time.monotonic() + float(sys.argv[1]))

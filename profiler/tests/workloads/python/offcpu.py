@@ -1,0 +1,13 @@
+"""`waiter` sleeps 10 ms at a time for SECONDS (the first argument). Prints `main TID` first."""
+import sys
+import threading
+import time
+
+
+def waiter(end):
+    while time.monotonic() < end:
+        time.sleep(0.01)
+
+
+print("main", threading.get_native_id(), flush=True)
+waiter(time.monotonic() + float(sys.argv[1]))
