@@ -238,8 +238,10 @@ fn send(ctx: &RawTracePointContext, pid_tgid: u64, thread: &OffCpuThread, user_s
     if user_stack {
         stack::fill_saved_user_regs(unsafe { &mut *record.cast::<SampleHeader>() });
     }
-    let (len, _) = stack::take_stacks(ctx, record, false);
+    let (len, _) = stack::take_native_stacks(ctx, record, false);
     let len = unsafe { append_kernel_stack(record, len, thread) };
+    // The Python frames come after the kernel stack, as in every record.
+    let len = if user_stack { stack::append_python_frames(record, len) } else { len };
     sample::send_draft(draft, len);
 }
 

@@ -174,9 +174,16 @@ pub fn fill_saved_user_regs(h: &mut SampleHeader) {
 
 /// Takes the stacks of a sample whose header (ids and registers) is filled in, `sample` being
 /// the record's start in a scratch buffer: the copy of the user stack, then, where wanted, the
-/// frame-pointer chain and the kernel stack, then the Python frames of a Python process. Returns the record's length and what the copy
-/// found.
+/// frame-pointer chain and the kernel stack, then the Python frames of a Python process.
+/// Returns the record's length and what the copy found.
 pub fn take_stacks(ctx: &impl EbpfContext, sample: *mut u8, kernel: bool) -> (usize, CopyOutcome) {
+    let (end, outcome) = take_native_stacks(ctx, sample, kernel);
+    (append_python_frames(sample, end), outcome)
+}
+
+/// [`take_stacks`] without the Python frames, for a caller that puts a kernel stack of its own
+/// after the native ones, then calls [`append_python_frames`].
+pub fn take_native_stacks(ctx: &impl EbpfContext, sample: *mut u8, kernel: bool) -> (usize, CopyOutcome) {
     let h = unsafe { &mut *sample.cast::<SampleHeader>() };
     let cap = stack_copy_cap();
     let outcome = if cap == 0 {
@@ -194,11 +201,18 @@ pub fn take_stacks(ctx: &impl EbpfContext, sample: *mut u8, kernel: bool) -> (us
         h.kernel_stack_len = unsafe { get_stack(ctx, sample.add(end), 0) };
         end += 8 * h.kernel_stack_len as usize;
     }
+    (end, outcome)
+}
+
+/// Walks the current thread's Python frames (when its process runs Python) into the record at
+/// `sample`, whose first `end` bytes are its header and native stacks; returns its new length.
+pub fn append_python_frames(sample: *mut u8, end: usize) -> usize {
+    let h = unsafe { &mut *sample.cast::<SampleHeader>() };
     // Bounded again where the verifier can see it: the Python frames fit behind.
     let end = end.min(frames_offset(MAX_STACK_COPY) + 2 * STACK_BYTES as usize);
     python::walk(h, unsafe { sample.add(end) });
     let python_frames = (h.python_frames_len as usize).min(MAX_PYTHON_FRAMES);
-    (end + python_frames * size_of::<PythonFrame>(), outcome)
+    end + python_frames * size_of::<PythonFrame>()
 }
 
 /// The kernel's frame-pointer walk repeats what the copy holds when the copy reaches the top of
