@@ -140,7 +140,8 @@ pub const MAX_PYTHON_FRAMES: usize = 512;
 #[cfg_attr(feature = "user", derive(bytemuck::Pod, bytemuck::Zeroable))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PythonFrame {
-    /// The code object (`PyCodeObject *`).
+    /// The code object (`PyCodeObject *`); 0 for a record that only ends an empty run (a call of
+    /// the eval loop caught after popping its last frame).
     pub code: u64,
     /// Where the frame was in its code, as the interpreter keeps it: `f_lasti` (an `int`, the
     /// low 32 bits) up to 3.10, the instruction pointer (`prev_instr`, `instr_ptr`) from 3.11.

@@ -203,10 +203,7 @@ fn read_frame(walk: &mut Walk) -> Result<(), PythonWalk> {
         && byte(&reads.frame, offsets.frame_owner) == Some(OWNED_BY_CSTACK)
     {
         // A shim: the frames since the last one were one call of the eval loop.
-        if len > 0 {
-            mark_run_end(walk.frames, len - 1);
-        }
-        return Ok(());
+        return end_run(walk, len);
     }
     let run_end = run_ends_here(offsets, &reads.frame);
     // Not a code object (3.13's `f_executable` may be None): no Python location.
@@ -249,10 +246,23 @@ fn code_first_line(process: &PythonProcess, code: u64, reads: &mut Reads) -> Opt
     Some(field(&reads.code, process.offsets.code_first_line)? as u32)
 }
 
-fn mark_run_end(frames: *mut u8, index: usize) {
-    let Some(index) = bounded(index as u32, MAX_PYTHON_FRAMES - 1) else { return };
-    let record = unsafe { frames.add(index * size_of::<PythonFrame>()).cast::<PythonFrame>() };
-    unsafe { (*record).flags |= python_frame_flags::RUN_END };
+/// Ends the run of the eval loop call whose frames are the last ones written. A call whose frames
+/// are all gone (the sample caught it popping its last one) still has its native frame: its run
+/// is an empty record (no code object) that only ends it.
+fn end_run(walk: &mut Walk, len: usize) -> Result<(), PythonWalk> {
+    if len > 0 {
+        let last = bounded(len as u32 - 1, MAX_PYTHON_FRAMES - 1).ok_or(PythonWalk::Truncated)?;
+        let record = unsafe { walk.frames.add(last * size_of::<PythonFrame>()).cast::<PythonFrame>() };
+        if unsafe { (*record).flags } & python_frame_flags::RUN_END == 0 {
+            unsafe { (*record).flags |= python_frame_flags::RUN_END };
+            return Ok(());
+        }
+    }
+    let at = bounded(len as u32, MAX_PYTHON_FRAMES - 1).ok_or(PythonWalk::Truncated)?;
+    let empty = PythonFrame { code: 0, instr: 0, first_line: 0, flags: python_frame_flags::RUN_END };
+    unsafe { walk.frames.add(at * size_of::<PythonFrame>()).cast::<PythonFrame>().write_unaligned(empty) };
+    set_written(walk.reads, at as u32 + 1);
+    Ok(())
 }
 
 fn read_thread(tstate: u64, reads: &mut Reads) -> bool {

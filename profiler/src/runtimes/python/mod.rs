@@ -255,7 +255,9 @@ impl Python {
         translated.clear();
         run_ends.clear();
         for record in sample.python_frames() {
-            translated.push(running.frame(&record, functions, stats));
+            if record.code != 0 {
+                translated.push(running.frame(&record, functions, stats));
+            }
             if record.flags & python_frame_flags::RUN_END != 0 {
                 run_ends.push(translated.len());
             }
