@@ -5,6 +5,7 @@
 //! does nothing when everything is there. Every other task runs it first.
 mod bench;
 mod fuzz;
+mod python;
 mod setup;
 
 use std::{
@@ -31,7 +32,8 @@ enum Task {
     Build,
     /// Build, then run the profiler (as root, through `sudo -E` when needed).
     /// Without arguments: a demo on bundled programs built without frame pointers (CPU time,
-    /// then every thread's time on and off the CPU), written to target/demo/.
+    /// then every thread's time on and off the CPU), and on a Python program when a CPython
+    /// 3.8–3.13 is installed, written to target/demo/.
     Run {
         #[arg(last = true)]
         args: Vec<OsString>,
@@ -42,7 +44,8 @@ enum Task {
         #[arg(long)]
         quick: bool,
         /// Only these sections, rewritten in place in BENCHMARKS.md: compare, kernel, memory,
-        /// undisturbed, leaks, off-cpu, agent, long-run, stages (repeatable; all when absent).
+        /// undisturbed, leaks, off-cpu, python, agent, long-run, stages (repeatable; all when
+        /// absent).
         #[arg(long, value_name = "SECTION", value_parser = clap::builder::PossibleValuesParser::new(bench::SECTIONS))]
         only: Vec<String>,
     },
@@ -122,7 +125,8 @@ fn profiler(root: &Path, args: &[OsString], stdout: Stdio) -> Result<()> {
 }
 
 /// What the profiler is for, in a minute: two bundled programs built without frame pointers
-/// (as most distribution binaries are), profiled with whole stacks.
+/// (as most distribution binaries are), profiled with whole stacks; then, when a CPython it
+/// reads is installed, a Python program, its Python frames among the native ones.
 fn demo(root: &Path) -> Result<()> {
     let dir = root.join("target/demo");
     std::fs::create_dir_all(&dir)?;
@@ -143,8 +147,10 @@ fn demo(root: &Path) -> Result<()> {
     // The workloads print measurements for the tests, nothing a reader of the demo needs; the
     // profiler writes to standard output only with `-o -`, which the demo does not use.
     let record = |args: Vec<OsString>| profiler(root, &args, Stdio::null());
+    let python = python::newest_supported();
+    let demos = if python.is_some() { 3 } else { 2 };
     println!(
-        "demo 1/2: CPU time of `split` (hot_a 60%, hot_b 30%, hot_c 10%, each under main -> burn -> ...)"
+        "demo 1/{demos}: CPU time of `split` (hot_a 60%, hot_b 30%, hot_c 10%, each under main -> burn -> ...)"
     );
     let mut cpu: Vec<OsString> = ["record", "-F", "999"].map(OsString::from).to_vec();
     for output in ["cpu.svg", "cpu.json", "cpu.pb.gz"] {
@@ -153,14 +159,31 @@ fn demo(root: &Path) -> Result<()> {
     cpu.extend(["--".into(), split.into(), "3".into()]);
     record(cpu)?;
     println!(
-        "\ndemo 2/2: where the threads of `waits` spend their time: sleeping, reading a pipe, waiting for a lock, burning CPU"
+        "\ndemo 2/{demos}: where the threads of `waits` spend their time: sleeping, reading a pipe, waiting for a lock, burning CPU"
     );
     let mut wall: Vec<OsString> = ["record", "--wall", "--per-thread", "-o"].map(OsString::from).to_vec();
     wall.extend([path("wall.svg"), "-o".into(), path("wall.prof"), "--".into(), waits.into(), "3".into()]);
     record(wall)?;
     let shown = |name: &str| dir.join(name).display().to_string();
+    let python_svg = if python.is_some() { format!(", {}", shown("python.svg")) } else { String::new() };
+    if let Some(python) = python {
+        println!(
+            "\ndemo 3/3: CPU time of a Python program on {}: `shares.py` (alpha 50%, beta 30%, Burner.gamma 20%, \
+             under <module>), its Python frames among the interpreter's native ones",
+            python.display()
+        );
+        let mut args: Vec<OsString> = ["record", "-F", "999", "-o"].map(OsString::from).to_vec();
+        args.extend([
+            path("python.svg"),
+            "--".into(),
+            python.into(),
+            workloads.join("python/shares.py").into(),
+        ]);
+        args.push("3".into());
+        record(args)?;
+    }
     println!(
-        "\nopen {} and {} in a browser (click a frame to zoom), and {} at https://www.speedscope.app \
+        "\nopen {}{python_svg} and {} in a browser (click a frame to zoom), and {} at https://www.speedscope.app \
          (a timeline per thread); then try\n  \
          target/release/profiler report {} --state S -o sleeping.svg   (only the time asleep)\n  \
          target/release/profiler report {} -o -   (folded stacks on the terminal, the weight last)",

@@ -12,6 +12,8 @@
 //! - [`leaks`]: `profiler leaks` on a malloc-heavy program, against valgrind;
 //! - [`off_cpu`]: `profiler record --off-cpu` on a program that only switches, against
 //!   offcputime;
+//! - [`python`]: `profiler record` on a CPU-bound Python program, against py-spy, and the
+//!   kernel's cost per sample of Python frames;
 //! - [`agent`]: `profiler agent -a` for ten minutes, its CPU and RSS;
 //! - [`long_run`]: a long `record -a` under a churn workload, the profiler's memory over time;
 //! - [`stages`]: the criterion micro-benchmarks of the userspace stages.
@@ -25,6 +27,7 @@ mod leaks;
 mod long_run;
 mod memory;
 mod off_cpu;
+mod python;
 mod stages;
 mod undisturbed;
 mod workloads;
@@ -44,8 +47,18 @@ pub struct Options {
 }
 
 /// The sections of BENCHMARKS.md, in order.
-pub const SECTIONS: [&str; 9] =
-    ["compare", "kernel", "memory", "undisturbed", "leaks", "off-cpu", "agent", "long-run", "stages"];
+pub const SECTIONS: [&str; 10] = [
+    "compare",
+    "kernel",
+    "memory",
+    "undisturbed",
+    "leaks",
+    "off-cpu",
+    "python",
+    "agent",
+    "long-run",
+    "stages",
+];
 
 pub fn run(root: &Path, options: &Options) -> Result<()> {
     cargo(root, &["build", "--release", "--package", "profiler"])?;
@@ -71,6 +84,9 @@ pub fn run(root: &Path, options: &Options) -> Result<()> {
     }
     if wanted("off-cpu") {
         sections.push(("off-cpu", off_cpu::table(&tools.profiler, &src, &dir, repetitions, options.quick)?));
+    }
+    if wanted("python") {
+        sections.push(("python", python::table(&tools.profiler, root, &src, &dir, repetitions)?));
     }
     if wanted("agent") {
         sections.push(("agent", agent::table(&tools.profiler, &src, &dir, options.quick)?));
