@@ -15,7 +15,7 @@ const BPF_LINKER_VERSION: &str = "0.13.0";
 const BPF_LINKER_LLVM_MAJORS: [u32; 3] = [21, 22, 23];
 /// What the tests need, and the Debian packages that provide it: commands (found in PATH) and
 /// libraries (by path: the allocators `leaks` is tested with).
-const PACKAGES: [(&str, &str); 7] = [
+const PACKAGES: [(&str, &str); 8] = [
     ("gcc", "gcc"),
     ("g++", "g++"),
     ("objcopy", "binutils"),
@@ -24,6 +24,8 @@ const PACKAGES: [(&str, &str); 7] = [
     ("/usr/lib/x86_64-linux-gnu/libjemalloc.so.2", "libjemalloc2"),
     // `go tool pprof`, which the agent's pprof files are checked with.
     ("go", "golang-go"),
+    // The system's CPython, which the Python tests profile (with pyenv's 3.8–3.13 where installed).
+    ("/usr/bin/python3", "python3"),
 ];
 
 pub fn ensure(root: &Path) -> Result<()> {
