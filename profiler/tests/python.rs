@@ -59,11 +59,24 @@ fn assert_most(stacks: &[(&[String], u64)], fraction: f64, what: &str, keep: imp
     );
 }
 
-/// Fails unless most of `stacks` run the script called `file_name`, and those that do start
-/// their Python frames at its `<module>`, over the interpreter's native entry, and hold no
-/// evaluation loop frame.
-fn assert_rooted_at_module(stacks: &[(&[String], u64)], file_name: &str) {
-    assert_most(stacks, 0.9, &format!("samples are in {file_name}"), |frames| runs_script(frames, file_name));
+/// How the native part of a stack is checked under `<module>`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Native {
+    /// Complete: the interpreter's native entry is under `<module>`.
+    Complete,
+    /// Maybe cut by the stack copy (hundreds of native eval-loop calls under 3.8–3.10): only the
+    /// Python frames are checked.
+    MaybeCut,
+}
+
+/// Fails unless most of `stacks` run the script called `file_name` (the rest are the
+/// interpreter starting and finishing), and those that do start their Python frames at its
+/// `<module>`, over the interpreter's native entry when `native` says so, and hold no evaluation
+/// loop frame.
+fn assert_rooted_at_module(stacks: &[(&[String], u64)], file_name: &str, native: Native) {
+    assert_most(stacks, 0.75, &format!("samples are in {file_name}"), |frames| {
+        runs_script(frames, file_name)
+    });
     let of_script: Vec<(&[String], u64)> =
         stacks.iter().filter(|(frames, _)| runs_script(frames, file_name)).copied().collect();
     let not_rooted: Vec<&[String]> = of_script
@@ -81,10 +94,12 @@ fn assert_rooted_at_module(stacks: &[(&[String], u64)], file_name: &str) {
         not_rooted.len(),
         not_rooted.first()
     );
-    assert_most(&of_script, 1.0 - SLACK, &format!("have {NATIVE_ENTRY} under <module>"), |frames| {
-        let module = frames.iter().position(|frame| frame.starts_with("<module> (")).unwrap();
-        frames[..module].iter().any(|frame| frame == NATIVE_ENTRY)
-    });
+    if native == Native::Complete {
+        assert_most(&of_script, 1.0 - SLACK, &format!("have {NATIVE_ENTRY} under <module>"), |frames| {
+            let module = frames.iter().position(|frame| frame.starts_with("<module> (")).unwrap();
+            frames[..module].iter().any(|frame| frame == NATIVE_ENTRY)
+        });
+    }
     assert_most(&of_script, 1.0 - SLACK, &format!("have no {EVAL_LOOP} frame"), |frames| {
         !frames.iter().any(|frame| frame == EVAL_LOOP)
     });
@@ -111,7 +126,7 @@ fn python_functions_get_their_shares_under_module() {
         let pprof = dir.join("out.pb.gz");
         let run = record_script(dir, python, "shares.py", "3.5", &["-o", pprof.to_str().unwrap()]);
         let main = run.thread("main");
-        assert_rooted_at_module(&main, "shares.py");
+        assert_rooted_at_module(&main, "shares.py", Native::Complete);
         let in_script = weight(&main, |frames| runs_script(frames, "shares.py"));
         let mut expected = Vec::new();
         for (qualname, share) in [("alpha", 50.0), ("beta", 30.0), ("Burner.gamma", 20.0)] {
@@ -157,7 +172,7 @@ fn python_calls_native_code_that_calls_python() {
     on_every_interpreter("mixed", |python, dir| {
         let run = record_script(dir, python, "mixed.py", "3", &[]);
         let main = run.thread("main");
-        assert_rooted_at_module(&main, "mixed.py");
+        assert_rooted_at_module(&main, "mixed.py", Native::Complete);
         // zlib's compression, in libz, under the Python function that called it.
         let compressing: Vec<(&[String], u64)> = main
             .iter()
@@ -222,7 +237,7 @@ fn deep_python_stacks_are_whole() {
     on_every_interpreter("depth", |python, dir| {
         let run = record_script(dir, python, "depth.py", "2", &[]);
         let main = run.thread("main");
-        assert_rooted_at_module(&main, "depth.py");
+        assert_rooted_at_module(&main, "depth.py", Native::MaybeCut);
         let spinning: Vec<(&[String], u64)> = main
             .iter()
             .filter(|(frames, _)| innermost_python(frames).is_some_and(|frame| frame.name == "spin"))
@@ -259,7 +274,7 @@ fn hostile_python_names_keep_folded_stacks_whole() {
             assert!(line.starts_with(&root), "a line that is not a whole stack: {start:?}");
         }
         let main = run.thread("main");
-        assert_rooted_at_module(&main, "hostile.py");
+        assert_rooted_at_module(&main, "hostile.py", Native::Complete);
         // Each renamed function's frames, found by the lines of its code.
         let names_in = |function: &str| {
             let lines = function_lines(&source, function);
@@ -307,7 +322,7 @@ fn python_started_after_a_system_wide_recording_began_is_named() {
         assert!(status.success());
         let folded = Folded::read(&out);
         let stacks = thread_stacks(&folded, pid);
-        assert_rooted_at_module(&stacks, "shares.py");
+        assert_rooted_at_module(&stacks, "shares.py", Native::Complete);
         for name in ["alpha", "beta", &python.frame_name("Burner.gamma")] {
             assert!(weight(&stacks, |frames| has_function(frames, name, "shares.py")) > 0, "no {name}");
         }
@@ -323,7 +338,7 @@ fn off_cpu_python_stacks_name_the_waiting_function() {
     on_every_interpreter("off-cpu", |python, dir| {
         let run = record_script(dir, python, "offcpu.py", "2", &["--off-cpu"]);
         let main = run.thread("main");
-        assert_rooted_at_module(&main, "offcpu.py");
+        assert_rooted_at_module(&main, "offcpu.py", Native::Complete);
         let waiting = |frames: &[String]| has_function(frames, "waiter", "offcpu.py");
         let slept = weight(&main, waiting);
         assert!(slept >= 1_500_000, "{slept} µs asleep in waiter, which sleeps for 2 s");
