@@ -6,8 +6,8 @@ use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_mai
 use profiler::{
     Grouping, Meta, RecordKind, Tgid, ThreadState, Tid,
     stages::{
-        AddressSpaces, Aggregate, Frame, Namer, PerfMaps, StackSnapshot, Symbolizer, Tracking, Unwinder,
-        Walked, Want, folded,
+        AddressSpaces, Aggregate, Frame, Namer, PerfMaps, PythonFunctions, StackSnapshot, Symbolizer,
+        Tracking, Unwinder, Walked, Want, folded,
     },
     testing::{Fixture, encode_sample},
 };
@@ -72,7 +72,7 @@ fn aggregate(c: &mut Criterion) {
     let spaces = AddressSpaces::new(Tracking { all: false, follow_forks: false });
     let modules = spaces.modules();
     let mut namer = Namer::default();
-    namer.name(&aggregate.new_frames(), &spaces, 0);
+    namer.name(&aggregate.new_frames(), &spaces, &PythonFunctions::default(), 0);
     let symbols = namer.finish(&spaces, 0);
     group.throughput(Throughput::Elements(100_000));
     group.bench_function("recording_100k_samples", |b| {

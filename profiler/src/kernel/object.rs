@@ -74,8 +74,11 @@ pub fn set_python_process(ebpf: &mut Ebpf, Tgid(tgid): Tgid, process: Option<&Py
         Some(process) => processes
             .insert(tgid, process, 0)
             .with_context(|| format!("cannot tell the kernel where process {tgid}'s Python frames are")),
-        // Removing an entry that is not there (a process never registered) is no failure.
-        None => Ok(processes.remove(&tgid).unwrap_or(())),
+        None => {
+            // Removing an entry that is not there (a process never registered) is no failure.
+            let _ = processes.remove(&tgid);
+            Ok(())
+        }
     }
 }
 

@@ -353,7 +353,7 @@ mod tests {
         let addr = a_function_to_find as *const () as usize as u64 + 1;
         let frames = [addr, 0x10].map(|addr| Frame::user(pid, 0, addr, view.resolve(addr, Want::Any)));
         let mut namer = Namer::default();
-        namer.name(&frames, &spaces, 0);
+        namer.name(&frames, &spaces, &Functions::default(), 0);
         let symbols = namer.finish(&spaces, 0);
         let names = symbols.of(&frames[0]);
         assert!(names[0].name.ends_with("a_function_to_find"), "{names:?}");
