@@ -593,7 +593,7 @@ mod tests {
     #[test]
     fn garbage_never_panics() {
         for seed in 0..500u64 {
-            for version in Version::OLDEST.0..=Version::NEWEST.0 {
+            for version in 8..=13 {
                 let layout = layout(Version(version)).unwrap();
                 let mut forged = Forged(garbage(seed, 0x2000));
                 // Let the checks pass sometimes, and the pointers land inside now and then.

@@ -15,6 +15,7 @@ pub struct Interpreter {
     /// Addresses as the file states them (add the load bias).
     pub runtime_svma: u64,
     pub code_type_svma: u64,
+    pub unicode_type_svma: u64,
     /// The eval loop (`_PyEval_EvalFrameDefault`, and its `.cold` part where the symbol table
     /// names one), as file offsets: the native frames the Python frames replace.
     pub eval_loop: Vec<Range<u64>>,
@@ -40,7 +41,9 @@ impl Image {
                 symbol.name() == Ok(name) && !symbol.is_undefined() && symbol.section_index().is_some()
             })
         };
-        let (Some(runtime), Some(code_type)) = (exported("_PyRuntime"), exported("PyCode_Type")) else {
+        let (Some(runtime), Some(code_type), Some(unicode_type)) =
+            (exported("_PyRuntime"), exported("PyCode_Type"), exported("PyUnicode_Type"))
+        else {
             return Self::NotPython;
         };
         let named = NamedVersion::of(file_name);
@@ -64,6 +67,7 @@ impl Image {
             layout,
             runtime_svma: runtime.address(),
             code_type_svma: code_type.address(),
+            unicode_type_svma: unicode_type.address(),
             eval_loop: eval_loop(&elf, facts),
         })
     }

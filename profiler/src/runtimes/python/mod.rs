@@ -68,7 +68,7 @@ enum State {
 struct Running {
     interpreter: Arc<Interpreter>,
     module: ModuleId,
-    code_type: u64,
+    types: code::Types,
     memory: Memory,
     codes: FxHashMap<(u64, u32), Option<Code>>,
     frames: FxHashMap<(u64, u32, u64), Frame>,
@@ -225,10 +225,14 @@ impl Python {
             offsets: interpreter.layout.kernel,
         };
         self.registrations.push((tgid, Some(process)));
+        let types = code::Types {
+            code: process.code_type,
+            unicode: interpreter.unicode_type_svma.wrapping_add(bias),
+        };
         State::Running(Box::new(Running {
             interpreter,
             module,
-            code_type: process.code_type,
+            types,
             memory: Memory { tgid, file: None },
             codes: FxHashMap::default(),
             frames: FxHashMap::default(),
@@ -316,13 +320,13 @@ impl Running {
         }
         let memory = &mut self.memory;
         let mut read = |addr: u64, buf: &mut [u8]| memory.read(addr, buf);
-        let types = code::Types { code: self.code_type };
-        let code = code::read(&mut read, self.interpreter.layout, &types, record.code, record.first_line)
-            .ok()
-            .map(|object| Code {
-                function: functions.intern(&object.name, &object.file),
-                object: Arc::new(object),
-            });
+        let code =
+            code::read(&mut read, self.interpreter.layout, &self.types, record.code, record.first_line)
+                .ok()
+                .map(|object| Code {
+                    function: functions.intern(&object.name, &object.file),
+                    object: Arc::new(object),
+                });
         if self.codes.len() >= MAX_CODES {
             self.codes.clear();
         }
