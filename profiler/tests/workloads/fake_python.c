@@ -1,5 +1,5 @@
 /* A program that poses as CPython 3.12 to a profiler reading it from outside: it exports
- * _PyRuntime, PyCode_Type and Py_Version as python3.12 does, and fills the runtime with what a
+ * _PyRuntime, PyCode_Type, PyUnicode_Type and Py_Version as python3.12 does, and fills the runtime with what a
  * hostile or broken target could: with no argument, a thread list that loops on itself; with
  * "frames", a thread state for the calling thread whose current frame is its own caller (an
  * endless frame chain) running a "code object" whose names are made of folded-format separators
@@ -13,6 +13,7 @@
 
 char _PyRuntime[4096];
 char PyCode_Type[512];
+char PyUnicode_Type[512];
 const uint32_t Py_Version = 0x030c01f0;
 
 static char interp[8192], tstate[512], cframe[64], frame[128], code[256], name[64], no_lines[64];
@@ -40,6 +41,7 @@ static void setup(int with_frames) {
      * an empty bytes object. */
     const char *text = "a;b\n\x1b[2J";
     uint64_t length = strlen(text);
+    put(name, 8, PyUnicode_Type);             /* ob_type */
     memcpy(name + 16, &length, 8);
     uint32_t state = (1u << 2) | (1u << 5) | (1u << 6);
     memcpy(name + 32, &state, 4);
