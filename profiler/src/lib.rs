@@ -51,7 +51,7 @@ pub mod stages {
         frame::Frame,
         kernel::task_events::{self, TaskEventReader},
         render::folded,
-        runtimes::python::Functions as PythonFunctions,
+        runtimes::python::{self, Functions as PythonFunctions},
         symbolize::{Namer, PerfMap, PerfMaps, PltStubs, Symbolizer},
         unwind::{MAX_FRAMES, StackSnapshot, Unwinder, cfi::ModuleCfi},
         walk::{CallGraph, StackWalker, Walked},
