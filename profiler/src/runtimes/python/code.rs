@@ -175,7 +175,8 @@ fn header_len(fields: &CodeLayout) -> usize {
     pointers_end.max(fields.first_line + 4) as usize
 }
 
-/// `len` bytes at `addr + offset`.
+/// `len` bytes at `addr + offset`. Nothing is asked of `memory` for none (an empty name or
+/// line table), whatever it makes of an empty read.
 fn read_bytes(
     memory: &mut impl FnMut(u64, &mut [u8]) -> bool,
     addr: u64,
@@ -184,7 +185,11 @@ fn read_bytes(
 ) -> Result<Vec<u8>, CodeError> {
     let start = addr.checked_add(u64::from(offset)).ok_or(CodeError::Unreadable { addr, len })?;
     let mut bytes = vec![0; len];
-    if memory(start, &mut bytes) { Ok(bytes) } else { Err(CodeError::Unreadable { addr: start, len }) }
+    if len == 0 || memory(start, &mut bytes) {
+        Ok(bytes)
+    } else {
+        Err(CodeError::Unreadable { addr: start, len })
+    }
 }
 
 /// The little-endian `N` bytes at `offset` of a buffer read to hold them.
@@ -565,6 +570,17 @@ mod tests {
         assert_eq!(string_problem(&forged, QUALNAME), StringProblem::NegativeLength(-1));
         forged.put_u64(QUALNAME + OB_TYPE as usize, TYPES.code);
         assert_eq!(string_problem(&forged, QUALNAME), StringProblem::NotStr { ob_type: TYPES.code });
+    }
+
+    #[test]
+    fn empty_strings_and_tables_ask_nothing_of_memory() {
+        let mut forged = Forged::new();
+        forged.ascii(QUALNAME, "");
+        forged.put_u64(TABLE + BYTES_LENGTH as usize, 0);
+        let memory = Pieces(vec![(BASE, forged.0.clone())]);
+        let mut memory = |addr, buffer: &mut [u8]| !buffer.is_empty() && memory.read(addr, buffer);
+        let object = read(&mut memory, layout_3_12(), &TYPES, BASE, FIRST_LINE).unwrap();
+        assert_eq!((object.name.as_str(), object.line(0)), ("", None));
     }
 
     #[test]
