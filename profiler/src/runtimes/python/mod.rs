@@ -12,6 +12,8 @@
 pub mod code;
 mod interpreter;
 pub mod layout;
+#[cfg(test)]
+mod layout_check;
 pub mod line_table;
 mod merge;
 
