@@ -9,7 +9,7 @@ use crate::check;
 
 /// Seconds per target when `cargo xtask test` runs them.
 pub const BRIEF_SECONDS: u32 = 15;
-const TARGETS: [&str; 7] = [
+const TARGETS: [&str; 9] = [
     "decode_record",
     "unwind_stack",
     "raw_recording",
@@ -17,6 +17,8 @@ const TARGETS: [&str; 7] = [
     "proc_text",
     "task_event",
     "hostile_names",
+    "python_line_table",
+    "python_code_object",
 ];
 
 pub fn run(root: &Path, seconds: u32, targets: &[String]) -> Result<()> {
