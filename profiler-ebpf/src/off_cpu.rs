@@ -114,7 +114,10 @@ fn left(ctx: &RawTracePointContext, pid_tgid: u64, state: OffCpuState, now: u64)
     if let Some(unsent) = OFF_CPU_THREADS.get_ptr_mut(tid)
         && unsafe { (*unsent).resumed_ns } != 0
     {
-        send(ctx, pid_tgid, unsafe { &*unsent }, true);
+        // Without Python frames: the verifier checks the Python walk once per program that makes
+        // it, and this one would double sched_switch's load time; these are the spans of threads
+        // that came back outside a system call (preempted, or woken from a page fault).
+        send(ctx, pid_tgid, unsafe { &*unsent }, UserStack::Native);
     }
     let Some(note) = OFF_CPU_NOTE.get_ptr_mut(0) else { return };
     let note = unsafe { &mut *note };
@@ -224,24 +227,37 @@ pub fn syscall_exit(ctx: RawTracePointContext) -> i32 {
         let regs: *const pt_regs = ctx.arg(0);
         let exec =
             unsafe { bpf_probe_read_kernel(&(*regs).orig_rax) }.is_ok_and(|nr| EXEC_SYSCALLS.contains(&nr));
-        send(&ctx, pid_tgid, unsafe { &*thread }, !exec);
+        let user_stack = if exec { UserStack::None } else { UserStack::WithPython };
+        send(&ctx, pid_tgid, unsafe { &*thread }, user_stack);
     }
     let _ = OFF_CPU_THREADS.remove(tid);
     0
 }
 
+/// What a span sent in its thread's context carries of its user side.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum UserStack {
+    /// Nothing (the thread just ran exec: its old stack is gone).
+    None,
+    /// Its registers and stack copy.
+    Native,
+    /// Those, and its Python frames.
+    WithPython,
+}
+
 /// Sends the span of `thread`, in its own context: its user registers (those of the system
-/// call) and stack copy when `user_stack`, and the kernel stack it left with.
-fn send(ctx: &RawTracePointContext, pid_tgid: u64, thread: &OffCpuThread, user_stack: bool) {
+/// call), stack copy and Python frames as `user_stack` says, and the kernel stack it left with.
+fn send(ctx: &RawTracePointContext, pid_tgid: u64, thread: &OffCpuThread, user_stack: UserStack) {
     let Some(draft) = begin_span(pid_tgid, thread) else { return };
     let record = draft.bytes();
-    if user_stack {
+    if user_stack != UserStack::None {
         stack::fill_saved_user_regs(unsafe { &mut *record.cast::<SampleHeader>() });
     }
     let (len, _) = stack::take_native_stacks(ctx, record, false);
     let len = unsafe { append_kernel_stack(record, len, thread) };
     // The Python frames come after the kernel stack, as in every record.
-    let len = if user_stack { stack::append_python_frames(record, len) } else { len };
+    let len =
+        if user_stack == UserStack::WithPython { stack::append_python_frames(record, len) } else { len };
     sample::send_draft(draft, len);
 }
 
