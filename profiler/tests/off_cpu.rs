@@ -259,8 +259,10 @@ fn system_wide_on_a_busy_machine() {
     if !e2e_enabled() {
         return;
     }
-    let busy = spawn(&split_with_frame_pointers(), &["7", "2"]);
-    let waiting = spawn(&c_workload(), &["7"]);
+    // Both outlive the recording by far: attaching can take seconds on a cold machine, and the
+    // sleeper must sleep through the whole of it.
+    let busy = spawn(&split_with_frame_pointers(), &["60", "2"]);
+    let waiting = spawn(&c_workload(), &["60"]);
     let dir = scratch_dir("off-cpu-system-wide");
     let out = dir.join("out.folded");
     let profiler = profiler()
