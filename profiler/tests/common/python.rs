@@ -9,7 +9,7 @@ use std::{
     sync::OnceLock,
 };
 
-use super::{Folded, run_bounded, scratch_dir};
+use super::{Folded, KillOnDrop, run_bounded, scratch_dir};
 
 /// The CPython minor versions (3.N) the profiler shows Python frames of.
 pub const SUPPORTED_MINORS: RangeInclusive<u32> = 8..=13;
@@ -233,7 +233,10 @@ impl Recorded {
     }
 }
 
-/// `profiler record --per-thread -F 199 [extra] -o <dir>/out.folded -- PYTHON SCRIPT SECONDS`.
+/// `profiler record --per-thread -F 199 -d SECONDS [extra] -o <dir>/out.folded -p PID` of
+/// `PYTHON SCRIPT` started first and running longer than the recording: the profiler reads code
+/// objects from the live process as samples arrive, and a busy test machine can hold it up past
+/// the end of a script that stops with the recording.
 pub fn record_script(
     dir: &Path,
     interpreter: &Interpreter,
@@ -243,14 +246,29 @@ pub fn record_script(
 ) -> Recorded {
     let out = dir.join("out.folded");
     let script = script(script_name);
-    let mut args = vec!["record", "--per-thread", "-F", "199", "-o", out.to_str().unwrap()];
+    let outlive = format!("{}", seconds.parse::<f64>().unwrap() + 60.0);
+    let mut child = KillOnDrop(
+        std::process::Command::new(&interpreter.path)
+            .arg(&script)
+            .arg(&outlive)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("start the script"),
+    );
+    let mut stdout = std::io::BufReader::new(child.0.stdout.take().unwrap());
+    // Its first line says it runs its own code.
+    let mut announced = String::new();
+    std::io::BufRead::read_line(&mut stdout, &mut announced).unwrap();
+    let pid = child.pid().to_string();
+    let mut args = vec!["record", "--per-thread", "-F", "199", "-d", seconds, "-o", out.to_str().unwrap()];
     args.extend(extra);
-    args.extend(["--", interpreter.path.to_str().unwrap(), script.to_str().unwrap(), seconds]);
+    args.extend(["-p", &pid]);
     let run = run_bounded(&args);
+    drop(child);
+    std::io::Read::read_to_string(&mut stdout, &mut announced).unwrap();
     let stderr = String::from_utf8_lossy(&run.stderr).into_owned();
     assert!(run.status.success(), "the profiler failed: {stderr}");
-    let threads = announced_threads(&String::from_utf8_lossy(&run.stdout));
-    Recorded { folded: Folded::read(&out), threads, stderr }
+    Recorded { folded: Folded::read(&out), threads: announced_threads(&announced), stderr }
 }
 
 /// The `NAME TID` lines of a script's output.
