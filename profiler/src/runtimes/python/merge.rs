@@ -1,21 +1,34 @@
 //! Putting Python frames in place of the native calls of the eval loop that ran them.
 use crate::frame::Frame;
 
-/// Replaces, innermost first, the k-th native frame for which `is_eval_loop` holds with the k-th
-/// run of `runs` (each run innermost first). A sample taken as a call enters or leaves the loop
-/// may see one run more or less than native frames: an eval-loop frame left without a run stays
-/// as it is, and runs left without a native frame (the native unwind stopped early) go outermost.
-pub fn merge<'a>(
+/// Replaces native frames for which `is_eval_loop` holds with the runs of `runs` (each run
+/// innermost first, `runs` innermost first too), pairing them from the outermost.
+///
+/// A sample taken as a call enters or leaves the loop sees the call's eval-loop frame before
+/// its run is published or after it is taken down: such extra frames are at the inner end, and
+/// stay as they are (the interpreter's own time, under the Python function that made the call).
+/// When the runs outnumber the eval-loop frames instead, the native unwind stopped early: runs
+/// pair from the innermost and those left over go outermost.
+pub fn merge(
     native: &[Frame],
-    runs: impl IntoIterator<Item = &'a [Frame]>,
+    runs: &[&[Frame]],
     is_eval_loop: impl Fn(&Frame) -> bool,
     merged: &mut Vec<Frame>,
 ) {
-    let mut runs = runs.into_iter();
+    let loops = native.iter().filter(|frame| is_eval_loop(frame)).count();
+    let mut unpaired = loops.saturating_sub(runs.len());
+    let mut runs = runs.iter();
     for frame in native {
-        match is_eval_loop(frame).then(|| runs.next()).flatten() {
-            Some(run) => merged.extend_from_slice(run),
-            None => merged.push(*frame),
+        if !is_eval_loop(frame) {
+            merged.push(*frame);
+        } else if unpaired > 0 {
+            unpaired -= 1;
+            merged.push(*frame);
+        } else {
+            match runs.next() {
+                Some(run) => merged.extend_from_slice(run),
+                None => merged.push(*frame),
+            }
         }
     }
     for run in runs {
@@ -37,7 +50,7 @@ mod tests {
     fn merged(native_frames: &[Frame], runs: &[&[Frame]]) -> Vec<Frame> {
         let mut merged = Vec::new();
         let is_eval = |frame: &Frame| matches!(frame, Frame::Anonymous { addr: EVAL, .. });
-        merge(native_frames, runs.iter().copied(), is_eval, &mut merged);
+        merge(native_frames, runs, is_eval, &mut merged);
         merged
     }
 
@@ -53,15 +66,17 @@ mod tests {
     }
 
     #[test]
-    fn mismatched_counts_keep_every_frame() {
+    fn a_call_entering_the_loop_keeps_its_frame_innermost() {
         let (py_a, py_b) = (native(0xa), native(0xb));
-        let stack = [native(1), native(EVAL), native(EVAL)];
-        assert_eq!(merged(&stack, &[&[py_a]]), [native(1), py_a, native(EVAL)], "a call entering the loop");
-        assert_eq!(
-            merged(&[native(1), native(EVAL)], &[&[py_a], &[py_b]]),
-            [native(1), py_a, py_b],
-            "unwind cut"
-        );
+        // leaf: eval [no run yet] <- call (C) <- eval [a] <- eval [b] <- main
+        let stack = [native(EVAL), native(1), native(EVAL), native(EVAL), native(2)];
+        assert_eq!(merged(&stack, &[&[py_a], &[py_b]]), [native(EVAL), native(1), py_a, py_b, native(2)]);
+    }
+
+    #[test]
+    fn runs_beyond_a_cut_unwind_go_outermost() {
+        let (py_a, py_b) = (native(0xa), native(0xb));
+        assert_eq!(merged(&[native(1), native(EVAL)], &[&[py_a], &[py_b]]), [native(1), py_a, py_b]);
         assert_eq!(merged(&[native(1)], &[]), [native(1)], "no Python");
     }
 }

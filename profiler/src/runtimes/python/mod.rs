@@ -10,6 +10,7 @@
 //! soon after it was taken, and cached per process by (address, first line): an address that
 //! now holds another code object (the first was freed) does not match and is not misnamed.
 pub mod code;
+mod debug_offsets;
 mod interpreter;
 pub mod layout;
 #[cfg(test)]
@@ -271,11 +272,14 @@ impl Python {
         if run_ends.last() != Some(&translated.len()) {
             run_ends.push(translated.len());
         }
-        let runs = run_ends.iter().scan(0, |start, &end| {
-            let run = &translated[*start..end];
-            *start = end;
-            Some(run)
-        });
+        let runs: Vec<&[Frame]> = run_ends
+            .iter()
+            .scan(0, |start, &end| {
+                let run = &translated[*start..end];
+                *start = end;
+                Some(run)
+            })
+            .collect();
         native.clear();
         native.append(frames);
         let (module, eval_loop) = (running.module, &running.interpreter.eval_loop);
@@ -285,7 +289,7 @@ impl Python {
             }
             _ => false,
         };
-        merge::merge(native, runs, is_eval_loop, frames);
+        merge::merge(native, &runs, is_eval_loop, frames);
     }
 }
 
