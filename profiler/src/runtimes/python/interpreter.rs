@@ -5,7 +5,10 @@ use std::ops::Range;
 
 use object::{Object as _, ObjectSection as _, ObjectSymbol as _, SectionIndex, read::elf::ElfFile64};
 
-use super::layout::{self, Layout, Version};
+use super::{
+    debug_offsets,
+    layout::{self, Layout, Version},
+};
 use crate::address_space::ElfFacts;
 
 /// A CPython image this profiler reads.
@@ -48,8 +51,8 @@ impl Image {
         };
         let named = NamedVersion::of(file_name);
         let version = exported("Py_Version")
-            .and_then(|symbol| read_u32(&elf, symbol.address(), symbol.section_index()?))
-            .map(|hex| Version(((hex >> 16) & 0xff) as u8))
+            .and_then(|symbol| bytes_at(&elf, symbol.address(), symbol.section_index()?, 4))
+            .map(|bytes| Version(bytes[2]))
             .or(named.map(|named| named.version));
         let Some(version) = version else {
             return Self::Unsupported("CPython of an unknown version".into());
@@ -63,6 +66,15 @@ impl Image {
         let Some(layout) = layout::layout(version) else {
             return Self::Unsupported(format!("CPython {version}"));
         };
+        if version >= Version(13) {
+            let own = runtime.section_index().and_then(|section| {
+                let end = debug_offsets::BYTES.min(usize::try_from(runtime.size()).ok()?);
+                bytes_at(&elf, runtime.address(), section, end)
+            });
+            if let Err(disagreement) = debug_offsets::check(layout, own.unwrap_or_default()) {
+                return Self::Unsupported(format!("CPython {version} ({disagreement})"));
+            }
+        }
         Self::Supported(Interpreter {
             layout,
             runtime_svma: runtime.address(),
@@ -92,12 +104,17 @@ impl NamedVersion {
     }
 }
 
-/// The 4 bytes at `svma` in its section's data.
-fn read_u32(elf: &ElfFile64<'_, object::Endianness>, svma: u64, section: SectionIndex) -> Option<u32> {
+/// The `len` bytes at `svma` in its section's data.
+fn bytes_at<'data>(
+    elf: &ElfFile64<'data, object::Endianness>,
+    svma: u64,
+    section: SectionIndex,
+    len: usize,
+) -> Option<&'data [u8]> {
     let section = elf.section_by_index(section).ok()?;
     let data = section.data().ok()?;
     let at = usize::try_from(svma.checked_sub(section.address())?).ok()?;
-    Some(u32::from_le_bytes(data.get(at..at.checked_add(4)?)?.try_into().ok()?))
+    data.get(at..at.checked_add(len)?)
 }
 
 /// The file ranges of the eval loop's code, from the dynamic and the full symbol tables.

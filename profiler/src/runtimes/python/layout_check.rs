@@ -9,6 +9,8 @@ use object::{Object as _, ObjectSection as _};
 use profiler_common::PythonOffsets;
 
 use super::layout::{self, BYTES_DATA, BYTES_LENGTH, Instruction, LineTable, OB_TYPE, StringLayout, Version};
+use super::{debug_offsets, interpreter::Image};
+use crate::address_space::ElfFacts;
 
 type Reader<'a> = EndianSlice<'a, LittleEndian>;
 
@@ -263,6 +265,13 @@ fn layouts_match_the_debug_information_of_every_installed_cpython() {
     for (minor, library) in &installed {
         let image = std::fs::read(library).unwrap_or_else(|e| panic!("{}: {e}", library.display()));
         let structs = Structs::read(&image);
+        let facts = ElfFacts::read(&image).expect("an ELF image");
+        let name = library.file_name().unwrap().to_string_lossy();
+        // Its own `_Py_DebugOffsets` (3.13+) agree with the table too.
+        match Image::read(&name, &image, &facts) {
+            Image::Supported(interpreter) => assert_eq!(interpreter.layout.version, Version(*minor)),
+            other => panic!("{}: {other:?}", library.display()),
+        }
         let layout =
             layout::layout(Version(*minor)).unwrap_or_else(|| panic!("CPython 3.{minor} has no layout"));
         let mut expect = |what: String, found: Option<u64>, stated: u64| {
@@ -285,6 +294,28 @@ fn layouts_match_the_debug_information_of_every_installed_cpython() {
             structs.size("PyCompactUnicodeObject"),
             layout.string.compact_data.into(),
         );
+        if *minor >= 13 {
+            let debug = "_Py_DebugOffsets";
+            expect(
+                format!("{debug}.version"),
+                structs.offset(debug, "version"),
+                debug_offsets::VERSION as u64,
+            );
+            expect(
+                format!("{debug}.free_threaded"),
+                structs.offset(debug, "free_threaded"),
+                debug_offsets::FREE_THREADED as u64,
+            );
+            for (path, position) in debug_offsets::FIELDS {
+                expect(format!("{debug}.{path}"), structs.offset(debug, path), position as u64);
+            }
+            // The cross-check finds `interpreters.head` just before `interpreters.main`.
+            expect(
+                "_PyRuntimeState.interpreters.head".into(),
+                structs.offset("_PyRuntimeState", "interpreters.head"),
+                (layout.kernel.runtime_main_interpreter - 8).into(),
+            );
+        }
         let frame = if *minor >= 11 { "_PyInterpreterFrame" } else { "_frame" };
         let k = &layout.kernel;
         let last_field_end = [k.frame_back + 8, k.frame_code + 8, k.frame_instr + 8]
