@@ -13,7 +13,7 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 
-use super::{kernel::parse_after, median};
+use super::{kernel::parse_after, median, workloads::on_last_cpu};
 use crate::check;
 
 /// libbpf-tools' offcputime, from Debian's `libbpf-tools`.
@@ -163,14 +163,6 @@ fn run(runner: Runner, profiler: &Path, binary: &Path, seconds: u64, dir: &Path)
             Ok(Run { round_trips: round_trips(&stdout)?, complete: complete_share(stacks), ..Run::default() })
         }
     }
-}
-
-/// `program` run on the last CPU (pingpong runs on the first).
-fn on_last_cpu(program: &Path) -> Command {
-    let last = std::thread::available_parallelism().map_or(1, |n| n.get()) - 1;
-    let mut command = Command::new("taskset");
-    command.args(["-c", &last.to_string()]).arg(program);
-    command
 }
 
 fn output(command: &mut Command) -> Result<(String, String)> {

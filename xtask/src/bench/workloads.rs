@@ -230,6 +230,14 @@ impl RunningWorkload {
 
 /// Peak speed in `[from, to]`: the most operations per second over one-second windows taken
 /// every quarter second. This machine's CPU speed swings with what other tenants do; the peak,
+/// `program` run on the last CPU.
+pub fn on_last_cpu(program: &Path) -> Command {
+    let last = std::thread::available_parallelism().map_or(1, |n| n.get()) - 1;
+    let mut command = Command::new("taskset");
+    command.args(["-c", &last.to_string()]).arg(program);
+    command
+}
+
 /// reached whenever the host leaves the CPU alone, is what the profiler's own cost changes.
 pub fn peak_rate(progress: &[(f64, u64)], from: f64, to: f64) -> Option<f64> {
     let at = |t: f64| progress.iter().find(|p| p.0 >= t);

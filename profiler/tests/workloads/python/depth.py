@@ -1,10 +1,10 @@
-"""`recurse` calls itself DEPTH times (301 frames of it), then `spin` burns the CPU at the bottom
-for SECONDS (the first argument). Prints `main TID` first."""
+"""`recurse` calls itself DEPTH times (the second argument, 300 by default: 301 frames of it), then
+`spin` burns the CPU at the bottom for SECONDS (the first argument). Prints `main TID` first."""
 import sys
 import threading
 import time
 
-DEPTH = 300
+DEPTH = int(sys.argv[2]) if len(sys.argv) > 2 else 300
 
 
 def spin(end):
