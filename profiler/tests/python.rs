@@ -364,3 +364,62 @@ fn off_cpu_python_stacks_name_the_waiting_function() {
         assert_lines(&main, "waiter", "offcpu.py", &lines);
     });
 }
+
+#[test]
+fn python_in_its_own_mount_and_pid_namespaces() {
+    if !e2e_enabled() {
+        return;
+    }
+    on_every_interpreter("namespaces", |python, dir| {
+        // In a mount namespace of its own, the interpreter's directory (pyenv's installation,
+        // or /usr/bin) is bound under a tmpfs that only the target sees, and pyenv's versions
+        // are hidden: its files are only where the target sees them. Its pids are its own too.
+        let is_pyenv = python.label.starts_with("pyenv-");
+        let source = if is_pyenv {
+            python.path.parent().unwrap().parent().unwrap()
+        } else {
+            python.path.parent().unwrap()
+        };
+        let hidden = if is_pyenv { source.parent().unwrap().to_str().unwrap() } else { "" };
+        let binary = python.path.strip_prefix(source).unwrap();
+        let inside = dir.join("container");
+        std::fs::create_dir_all(&inside).unwrap();
+        let command = concat!(
+            r#"mount -t tmpfs none "$2" && mkdir "$2/py" && mount --bind "$1" "$2/py" && "#,
+            r#"{ [ -z "$3" ] || mount -t tmpfs none "$3"; } && "#,
+            r#"LD_LIBRARY_PATH="$2/py/lib" exec "$2/py/$4" "$5" 3"#
+        );
+        let out = dir.join("out.folded");
+        let mut args = vec!["record", "-F", "199", "-o", out.to_str().unwrap(), "--"];
+        args.extend([
+            "unshare",
+            "--mount",
+            "--pid",
+            "--fork",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            command,
+        ]);
+        args.extend(["sh", source.to_str().unwrap(), inside.to_str().unwrap(), hidden]);
+        let shares = script("shares.py");
+        args.extend([binary.to_str().unwrap(), shares.to_str().unwrap()]);
+        let run = run_bounded(&args);
+        let stderr = String::from_utf8_lossy(&run.stderr);
+        assert!(run.status.success(), "{stderr}");
+        assert!(!inside.join("py").exists(), "the interpreter's directory shows on the host");
+        let folded = Folded::read(&out);
+        let of_python: Vec<(&[String], u64)> = folded
+            .stacks
+            .iter()
+            .filter(|(frames, _)| frames.iter().any(|frame| frame == NATIVE_ENTRY))
+            .map(|(frames, n)| (&frames[..], *n))
+            .collect();
+        assert_rooted_at_module(&of_python, "shares.py", Native::Complete);
+        for name in ["alpha", "beta", &python.frame_name("Burner.gamma")] {
+            let named = weight(&of_python, |frames| has_function(frames, name, "shares.py"));
+            assert!(named > 0, "no {name}: {stderr}");
+        }
+    });
+}
