@@ -200,7 +200,11 @@ fn python_calls_native_code_that_calls_python() {
             main.iter().filter(|(frames, _)| has_function(frames, "compare", "mixed.py")).copied().collect();
         let compared = weight(&comparing, |_| true);
         assert!(compared >= 10, "compare hardly sampled: {compared} samples");
-        assert_most(&comparing, 1.0 - SLACK, "samples in compare are under qsort, under sorter", |frames| {
+        // Besides the slack, one sample may catch 3.11 entering compare's eval loop, where the
+        // frame is current before it is marked as the first of its call: compare then joins
+        // sorter's run.
+        let fraction = 1.0 - SLACK - 1.0 / compared as f64;
+        assert_most(&comparing, fraction, "samples in compare are under qsort, under sorter", |frames| {
             let compare = function_at(frames, "compare", "mixed.py").unwrap();
             let Some(sorter) = function_at(frames, "sorter", "mixed.py") else { return false };
             sorter < compare && frames[sorter + 1..compare].iter().any(|frame| frame.contains("qsort"))
