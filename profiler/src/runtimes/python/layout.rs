@@ -90,6 +90,11 @@ pub fn layout(version: Version) -> Option<&'static Layout> {
     LAYOUTS.iter().find(|layout| layout.version == version)
 }
 
+/// Every version's layout, oldest first.
+pub fn layouts() -> &'static [Layout] {
+    &LAYOUTS
+}
+
 const STRING_WITH_WSTR: StringLayout = StringLayout { ascii_data: 48, compact_data: 72 };
 const STRING: StringLayout = StringLayout { ascii_data: 40, compact_data: 56 };
 
