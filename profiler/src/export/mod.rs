@@ -1,28 +1,28 @@
 //! Exporting the windows of a continuous session (`profiler agent`): each window's profiles,
-//! one per service, go to a thread of their own that delivers them to every destination
-//! (Pyroscope, OTLP over gRPC or HTTP, a directory), so that a slow or absent backend never
-//! holds sampling up. What a backend cannot take yet waits in a bounded spool, retried with
-//! exponential backoff and jitter; when the spool is full the oldest windows go first.
+//! one per service, go to a thread of their own, where each destination (Pyroscope, OTLP over
+//! gRPC or HTTP, a directory) has a task of its own, so that a slow or absent backend holds up
+//! neither sampling nor the other destinations. What a backend cannot take yet waits in a
+//! bounded spool, retried with exponential backoff and jitter; when the spool is full the oldest
+//! windows go first. Nothing a backend answers is read beyond a few KiB.
 mod files;
 mod otlp;
 mod pyroscope;
 pub mod service;
 
-use std::{
-    collections::VecDeque,
-    path::PathBuf,
-    thread::JoinHandle,
-    time::{Duration, Instant},
-};
+use std::{collections::VecDeque, path::PathBuf, sync::Arc, thread::JoinHandle, time::Duration};
 
 use anyhow::{Context as _, Result};
 use bytes::Bytes;
+use bytes::BytesMut;
 use http_body_util::{BodyExt as _, Full};
 use hyper_util::{client::legacy::Client, rt::TokioExecutor};
 use opentelemetry_proto::tonic::collector::profiles::v1development::{
     ExportProfilesServiceRequest, profiles_service_client::ProfilesServiceClient,
 };
-use tokio::sync::mpsc;
+use tokio::{
+    sync::{mpsc, watch},
+    task::JoinSet,
+};
 
 pub use self::files::Retention;
 use self::service::Host;
@@ -59,12 +59,16 @@ pub struct Exporter {
     refused: u64,
 }
 
-/// Windows handed over but not yet encoded.
+/// Windows handed over but not yet taken, by the exporter and by each destination.
 const WINDOWS_QUEUED: usize = 8;
-/// How long the last windows may take to deliver once sampling stopped.
+/// How long the last windows may take to deliver once sampling stopped, all destinations
+/// together.
 pub const FLUSH_TIME: Duration = Duration::from_secs(4);
-/// A request's longest wait for its backend.
+/// A request's longest wait for its backend, connecting included.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// What is read of a backend's answer: the start of an error's body, a gRPC response or its
+/// status headers. A backend may send anything, of any length.
+const ANSWER_BYTES: usize = 4096;
 const FIRST_BACKOFF: Duration = Duration::from_secs(1);
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
 
@@ -236,13 +240,16 @@ impl Queue {
         !self.pending.is_empty() && self.retry_at <= tokio::time::Instant::now()
     }
 
-    /// Delivers pending requests, oldest first, until one fails (then backs off) or none is left.
-    async fn deliver(&mut self, sender: &Sender, until: Option<tokio::time::Instant>) {
+    /// Delivers pending requests, oldest first, until one fails (then backs off), none is left,
+    /// or the flush time `flush` announces runs out.
+    async fn deliver(&mut self, sender: &Sender, flush: &mut watch::Receiver<Option<tokio::time::Instant>>) {
         while let Some(request) = self.pending.front() {
-            let timeout = until.map_or(REQUEST_TIMEOUT, |until| {
-                until.saturating_duration_since(tokio::time::Instant::now()).min(REQUEST_TIMEOUT)
-            });
-            match tokio::time::timeout(timeout, sender.send(&self.destination, request)).await {
+            let attempt = tokio::time::timeout(REQUEST_TIMEOUT, sender.send(&self.destination, request));
+            let outcome = tokio::select! {
+                outcome = attempt => outcome,
+                () = flush_ends(flush) => return self.failed("the flush time ran out"),
+            };
+            match outcome {
                 Ok(Ok(())) => {
                     let delivered = self.pending.pop_front().expect("a front");
                     self.bytes -= delivered.size();
@@ -298,11 +305,16 @@ impl Sender {
                 let endpoint = tonic::transport::Endpoint::from_shared(url.clone())
                     .with_context(|| format!("invalid OTLP endpoint {url:?}"))?
                     .connect_timeout(REQUEST_TIMEOUT)
-                    .timeout(REQUEST_TIMEOUT);
-                grpc.push((url.clone(), ProfilesServiceClient::new(endpoint.connect_lazy())));
+                    .timeout(REQUEST_TIMEOUT)
+                    .http2_max_header_list_size(ANSWER_BYTES as u32);
+                let client = ProfilesServiceClient::new(endpoint.connect_lazy())
+                    .max_decoding_message_size(ANSWER_BYTES);
+                grpc.push((url.clone(), client));
             }
         }
-        Ok(Self { http: Client::builder(TokioExecutor::new()).build_http(), grpc })
+        let mut connector = hyper_util::client::legacy::connect::HttpConnector::new();
+        connector.set_connect_timeout(Some(REQUEST_TIMEOUT));
+        Ok(Self { http: Client::builder(TokioExecutor::new()).build(connector), grpc })
     }
 
     async fn send(&self, destination: &Destination, request: &Request) -> Result<()> {
@@ -314,10 +326,11 @@ impl Sender {
                 let response = self.http.request(request).await?;
                 let status = response.status();
                 if !status.is_success() {
-                    let body = response.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+                    let body = answer_start(response.into_body()).await;
                     let text = String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned();
                     anyhow::bail!("HTTP {status}: {}", crate::model::printable(text.trim()));
                 }
+                // The rest of a success's body is dropped unread, with its connection.
                 Ok(())
             }
             Request::Grpc { request, .. } => {
@@ -344,8 +357,8 @@ impl Sender {
     }
 }
 
-/// The exporter thread: encodes each window for every destination and delivers, until the
-/// session closes the channel; then delivers what is left for at most [`FLUSH_TIME`].
+/// The exporter thread: hands each window to every destination's task, until the session
+/// closes the channel; then gives them all the same [`FLUSH_TIME`] to deliver what they hold.
 async fn deliver(
     destinations: Vec<Destination>,
     config: ExportConfig,
@@ -353,23 +366,100 @@ async fn deliver(
     mut windows: mpsc::Receiver<Window>,
 ) {
     let sender = match Sender::new(&destinations) {
-        Ok(sender) => sender,
+        Ok(sender) => Arc::new(sender),
         Err(err) => return eprintln!("profiler agent: error: {err:#}"),
     };
-    let labels = Labels { host, user: config.labels.clone() };
-    let mut queues: Vec<Queue> = Vec::new();
-    let mut directories = Vec::new();
+    let labels = Arc::new(Labels { host, user: config.labels.clone() });
+    let network = destinations.iter().filter(|d| !matches!(d, Destination::Directory(_))).count();
+    let budget = config.spool_bytes / network.max(1);
+    let (flush, flush_told) = watch::channel(None);
+    let mut feeds = Vec::new();
+    let mut tasks = JoinSet::new();
     for destination in destinations {
+        let (feed, taken) = mpsc::channel(WINDOWS_QUEUED);
+        feeds.push(Feed { windows: feed, name: destination.describe(), dropped: 0 });
         match destination {
-            Destination::Directory(dir) => directories.push(dir),
-            network => queues.push(Queue::new(network)),
+            Destination::Directory(dir) => tasks.spawn(write_windows(dir, taken)),
+            network => {
+                let (queue, sender, labels) = (Queue::new(network), sender.clone(), labels.clone());
+                tasks.spawn(send_windows(queue, taken, sender, labels, budget, flush_told.clone()))
+            }
+        };
+    }
+    while let Some(window) = windows.recv().await {
+        let window = Arc::new(window);
+        for feed in &mut feeds {
+            feed.offer(&window);
         }
     }
-    let budget = config.spool_bytes / queues.len().max(1);
+    let _ = flush.send(Some(tokio::time::Instant::now() + FLUSH_TIME));
+    for feed in feeds {
+        feed.close();
+    }
+    while tasks.join_next().await.is_some() {}
+}
+
+/// A destination's task, as the exporter hands it windows.
+struct Feed {
+    windows: mpsc::Sender<Arc<Window>>,
+    name: String,
+    /// Windows it was too far behind to take.
+    dropped: u64,
+}
+
+impl Feed {
+    /// Hands `window` over, without waiting: a destination that is behind loses it, and no other
+    /// waits for it.
+    fn offer(&mut self, window: &Arc<Window>) {
+        if self.windows.try_send(window.clone()).is_err() {
+            if self.dropped == 0 {
+                eprintln!(
+                    "profiler agent: warning: {}: behind; windows are dropped until it catches up",
+                    self.name
+                );
+            }
+            self.dropped += 1;
+        }
+    }
+
+    fn close(self) {
+        if self.dropped > 0 {
+            eprintln!(
+                "profiler agent: warning: {}: {} windows dropped while it was behind",
+                self.name, self.dropped
+            );
+        }
+    }
+}
+
+/// A directory's task: writes each window, off the exporter thread (disk writes block).
+async fn write_windows(mut dir: files::Directory, mut windows: mpsc::Receiver<Arc<Window>>) {
+    while let Some(window) = windows.recv().await {
+        let write = tokio::task::spawn_blocking(move || {
+            dir.write(&window);
+            dir
+        });
+        match write.await {
+            Ok(written) => dir = written,
+            Err(_) => return,
+        }
+    }
+}
+
+/// A network destination's task: encodes each window into its requests and delivers them,
+/// retrying with backoff; once the windows end, tries what is left until the flush time runs out.
+async fn send_windows(
+    mut queue: Queue,
+    mut windows: mpsc::Receiver<Arc<Window>>,
+    sender: Arc<Sender>,
+    labels: Arc<Labels>,
+    budget: usize,
+    mut flush: watch::Receiver<Option<tokio::time::Instant>>,
+) {
     loop {
-        let next_retry = queues.iter().filter(|q| !q.pending.is_empty()).map(|q| q.retry_at).min();
+        let retry_at = (!queue.pending.is_empty()).then_some(queue.retry_at);
         let retry = async {
-            match next_retry {
+            match retry_at {
                 Some(at) => tokio::time::sleep_until(at).await,
                 None => std::future::pending().await,
             }
@@ -377,45 +467,58 @@ async fn deliver(
         tokio::select! {
             window = windows.recv() => match window {
                 Some(window) => {
-                    for dir in &mut directories {
-                        dir.write(&window);
-                    }
-                    for queue in &mut queues {
-                        for request in requests(&queue.destination, &window, &labels) {
-                            queue.push(request, budget);
-                        }
+                    for request in requests(&queue.destination, &window, &labels) {
+                        queue.push(request, budget);
                     }
                 }
                 None => break,
             },
             () = retry => {}
         }
-        for queue in queues.iter_mut().filter(|q| q.due()) {
-            queue.deliver(&sender, None).await;
+        if queue.due() {
+            queue.deliver(&sender, &mut flush).await;
         }
     }
-    let deadline = tokio::time::Instant::now() + FLUSH_TIME;
-    let started = Instant::now();
-    while queues.iter().any(|q| !q.pending.is_empty()) && tokio::time::Instant::now() < deadline {
-        for queue in queues.iter_mut().filter(|q| !q.pending.is_empty()) {
-            queue.retry_at = tokio::time::Instant::now();
-            queue.deliver(&sender, Some(deadline)).await;
-        }
-        tokio::time::sleep(
-            Duration::from_millis(200).min(deadline.saturating_duration_since(tokio::time::Instant::now())),
-        )
-        .await;
+    let deadline = flush.borrow().unwrap_or_else(tokio::time::Instant::now);
+    while !queue.pending.is_empty() && tokio::time::Instant::now() < deadline {
+        queue.deliver(&sender, &mut flush).await;
+        let pause =
+            Duration::from_millis(200).min(deadline.saturating_duration_since(tokio::time::Instant::now()));
+        tokio::time::sleep(pause).await;
     }
-    for queue in &queues {
-        if !queue.pending.is_empty() {
-            eprintln!(
-                "profiler agent: warning: {}: {} requests not delivered after {:.1} s of trying at exit",
-                queue.destination.describe(),
-                queue.pending.len(),
-                started.elapsed().as_secs_f64()
-            );
+    if !queue.pending.is_empty() {
+        eprintln!(
+            "profiler agent: warning: {}: {} requests not delivered in the {} s given at exit",
+            queue.destination.describe(),
+            queue.pending.len(),
+            FLUSH_TIME.as_secs()
+        );
+    }
+}
+
+/// Returns once the flush time, when announced, has run out.
+async fn flush_ends(flush: &mut watch::Receiver<Option<tokio::time::Instant>>) {
+    loop {
+        let announced = *flush.borrow_and_update();
+        if let Some(deadline) = announced {
+            return tokio::time::sleep_until(deadline).await;
+        }
+        if flush.changed().await.is_err() {
+            return std::future::pending().await;
         }
     }
+}
+
+/// The first [`ANSWER_BYTES`] of a body, whatever length it claims: the rest is never read.
+async fn answer_start(mut body: hyper::body::Incoming) -> Bytes {
+    let mut start = BytesMut::new();
+    while start.len() < ANSWER_BYTES {
+        let Some(Ok(frame)) = body.frame().await else { break };
+        if let Ok(data) = frame.into_data() {
+            start.extend_from_slice(&data[..data.len().min(ANSWER_BYTES - start.len())]);
+        }
+    }
+    start.freeze()
 }
 
 /// The labels of every profile: the host's, and the user's.
