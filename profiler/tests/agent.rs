@@ -530,3 +530,89 @@ fn off_cpu_profiles_beside_the_cpu_ones() {
     // The burner and the holder both spin all the time (the holder half of it holding the lock).
     assert!(burning as f64 >= 0.3 * on_cpu as f64, "{burning} of {on_cpu} CPU samples in the burner");
 }
+
+/// Accepts connections and reads whatever comes, never answering; its URL.
+fn serve_silence() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().map_while(Result::ok) {
+            std::thread::spawn(move || std::io::copy(&mut stream, &mut std::io::sink()));
+        }
+    });
+    url
+}
+
+/// Answers every request with an HTTP 500 whose body says it is 1 GiB long, and writes it until
+/// the client hangs up; its URL.
+fn serve_endless_error() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for stream in listener.incoming().map_while(Result::ok) {
+            std::thread::spawn(move || flood(stream));
+        }
+    });
+    url
+}
+
+/// Reads one request from `stream`, then answers it with the endless error.
+fn flood(stream: std::net::TcpStream) -> std::io::Result<()> {
+    let mut reader = std::io::BufReader::new(stream.try_clone()?);
+    let mut length = 0;
+    loop {
+        let mut line = String::new();
+        if std::io::BufRead::read_line(&mut reader, &mut line)? == 0 {
+            return Ok(());
+        }
+        if let Some((name, value)) = line.split_once(':')
+            && name.eq_ignore_ascii_case("content-length")
+        {
+            length = value.trim().parse().unwrap();
+        }
+        if line == "\r\n" {
+            break;
+        }
+    }
+    std::io::copy(&mut std::io::Read::take(&mut reader, length), &mut std::io::sink())?;
+    let mut stream = stream;
+    let head = "HTTP/1.1 500 Internal Server Error\r\nContent-Length: 1073741824\r\n\r\nflooded ";
+    std::io::Write::write_all(&mut stream, head.as_bytes())?;
+    let chunk = vec![b'x'; 1 << 16];
+    loop {
+        std::io::Write::write_all(&mut stream, &chunk)?;
+    }
+}
+
+#[test]
+fn backends_that_hang_or_flood_hold_up_nothing() {
+    if !e2e_enabled() {
+        return;
+    }
+    let workload = spawn(&split_without_frame_pointers(), &["0"]);
+    let (silent, flooding) = (serve_silence(), serve_endless_error());
+    let dir = scratch_dir("agent-hostile-backends");
+    let args = ["--pyroscope", &silent, "--otlp-http", &flooding, "--output-dir", dir.to_str().unwrap()];
+    let agent = start_agent(workload.pid(), &[&args[..], &["--interval", "1"]].concat());
+    let cgroup = MemoryCgroup::new("agent-backends", 512 << 20);
+    cgroup.add(agent.pid());
+    std::thread::sleep(Duration::from_secs(6));
+    let written = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+        .count();
+    let peak = peak_rss(agent.pid());
+    let stopping = std::time::Instant::now();
+    agent.signal(libc::SIGTERM);
+    let stderr = finish(agent);
+    let stopped = stopping.elapsed();
+    // The flood reached the agent: it read what it says, and no more.
+    assert!(stderr.contains("HTTP 500 Internal Server Error: flooded"), "{stderr}");
+    assert!(peak < 150 << 20, "peak RSS {} MiB", peak >> 20);
+    assert!(written >= 4, "{written} windows in the directory after 6 s of 1 s windows");
+    // Both backends get the same flush time, at once, not one after the other.
+    let undelivered = stderr.lines().filter(|l| l.contains("not delivered in the")).count();
+    assert_eq!(undelivered, 2, "{stderr}");
+    assert!(stopped < Duration::from_secs(8), "SIGTERM to exit: {stopped:?}");
+}

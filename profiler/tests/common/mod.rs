@@ -459,3 +459,46 @@ fn silent_jit(mut jit: Command) -> (KillOnDrop, String) {
     BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
     (KillOnDrop(child), line.trim().to_owned())
 }
+
+/// A memory cgroup for a profiler fed hostile input: should its bounds fail, the kernel stops it
+/// there rather than the machine running out (cgroup v2, or v1's memory hierarchy).
+pub struct MemoryCgroup {
+    path: PathBuf,
+}
+
+impl MemoryCgroup {
+    pub fn new(name: &str, limit_bytes: u64) -> Self {
+        let v2 = Path::new("/sys/fs/cgroup/cgroup.controllers").exists();
+        let (base, limit) = if v2 {
+            ("/sys/fs/cgroup", "memory.max")
+        } else {
+            ("/sys/fs/cgroup/memory", "memory.limit_in_bytes")
+        };
+        let path = Path::new(base).join(format!("profiler-test-{name}-{}", std::process::id()));
+        if let Err(err) = std::fs::create_dir(&path) {
+            assert_eq!(err.kind(), std::io::ErrorKind::AlreadyExists, "{}: {err}", path.display());
+        }
+        std::fs::write(path.join(limit), limit_bytes.to_string()).unwrap();
+        Self { path }
+    }
+
+    /// Moves process `pid` in.
+    pub fn add(&self, pid: u32) {
+        std::fs::write(self.path.join("cgroup.procs"), pid.to_string()).unwrap();
+    }
+}
+
+impl Drop for MemoryCgroup {
+    fn drop(&mut self) {
+        // Empty once its processes are gone.
+        let _ = std::fs::remove_dir(&self.path);
+    }
+}
+
+/// The peak resident memory of process `pid` so far (`VmHWM`), in bytes.
+pub fn peak_rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).expect("VmHWM");
+    let kib: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    kib * 1024
+}
