@@ -7,7 +7,7 @@ use profiler::{Filter, Format, RenderOptions, raw, render};
 
 fuzz_target!(|data: &[u8]| {
     // The whole file format, and the protobuf payload alone (past the gzip checksum).
-    let recordings = [raw::read(&mut &data[..]), raw::decode_payload(data)];
+    let recordings = [raw::read(&mut &data[..]), raw::decode_payload(data, data.len() as u64)];
     for recording in recordings.into_iter().flatten() {
         let recording = recording.filtered(&Filter { no_kernel: data.len() % 2 == 0, ..Default::default() });
         for format in

@@ -17,7 +17,10 @@
 //! the previous sample in ns, pid, tid, command index, stack index, weight (left out when every
 //! weight is 1) and thread state (left out when every sample was on the CPU)). Every index is checked when reading: a corrupt file is an error, never a
 //! panic.
-use std::io::{Read, Write};
+use std::{
+    cell::Cell,
+    io::{Read, Write},
+};
 
 use anyhow::{Context as _, Result, bail, ensure};
 use flate2::{Compression, read::GzDecoder, write::GzEncoder};
@@ -31,11 +34,17 @@ use super::{
 
 pub const MAGIC: &[u8; 8] = b"PROFILER";
 pub const VERSION: u32 = 1;
-/// A recording of more than this many bytes uncompressed is not one of ours.
-const MAX_DECODED_BYTES: u64 = 4 << 30;
-/// The most bytes of names a recording may unfold to (a name is stored once and referred to by
-/// number: a small file could name a long string millions of times).
-const MAX_NAME_BYTES: u64 = 4 << 30;
+/// The memory reading a recording may take: this much, plus [`MAX_EXPANSION`] times the file's
+/// size. Recordings written here take about 3 to 20 times their size once read; a crafted one
+/// could ask for thousands of times (columns that compress to nothing, a long name referred to
+/// by a million locations), and is refused before anything of that size is built.
+const FREE_MEMORY: u64 = 16 << 20;
+const MAX_EXPANSION: u64 = 64;
+/// The uncompressed payload may take this fraction of that budget: decoding it can take 8
+/// times its size (a one-byte varint becomes a `u64`).
+const PAYLOAD_SHARE: u64 = 4;
+/// Bytes inflated at a time, the budget checked between.
+const INFLATE_CHUNK: usize = 64 << 10;
 
 #[derive(Clone, PartialEq, Message)]
 struct RawRecording {
@@ -182,18 +191,97 @@ pub fn read(input: &mut dyn Read) -> Result<Recording> {
         version == VERSION,
         "recording format version {version} is not supported (this profiler reads {VERSION})"
     );
+    let file_bytes = Cell::new(header.len() as u64);
+    let mut gzip = GzDecoder::new(Counted { inner: input, bytes: &file_bytes });
     let mut bytes = Vec::new();
-    GzDecoder::new(input)
-        .take(MAX_DECODED_BYTES)
-        .read_to_end(&mut bytes)
-        .context("corrupt or truncated recording")?;
-    decode_payload(&bytes)
+    loop {
+        let start = bytes.len();
+        bytes.resize(start + INFLATE_CHUNK, 0);
+        let read = gzip.read(&mut bytes[start..]).context("corrupt or truncated recording")?;
+        bytes.truncate(start + read);
+        if read == 0 {
+            break;
+        }
+        let allowed = memory_budget(file_bytes.get()) / PAYLOAD_SHARE;
+        ensure!(
+            bytes.len() as u64 <= allowed,
+            TooLarge { needed: bytes.len() as u64 * PAYLOAD_SHARE, file_bytes: file_bytes.get() }
+        );
+    }
+    decode_payload(&bytes, file_bytes.get())
 }
 
-/// Reads the protobuf payload of a raw recording (what follows the header, uncompressed).
-pub fn decode_payload(bytes: &[u8]) -> Result<Recording> {
+/// Reads the protobuf payload of a raw recording (what follows the header, uncompressed), from a
+/// file of `file_bytes`, which bounds the memory it may take.
+pub fn decode_payload(bytes: &[u8], file_bytes: u64) -> Result<Recording> {
     let raw = RawRecording::decode(bytes).context("corrupt recording")?;
+    let needed = memory_needed(&raw);
+    ensure!(needed <= memory_budget(file_bytes), TooLarge { needed, file_bytes });
     decode(raw).context("corrupt recording")
+}
+
+fn memory_budget(file_bytes: u64) -> u64 {
+    FREE_MEMORY.saturating_add(MAX_EXPANSION.saturating_mul(file_bytes))
+}
+
+/// A recording that would take more memory than its file's size allows.
+#[derive(Debug)]
+struct TooLarge {
+    needed: u64,
+    file_bytes: u64,
+}
+
+impl std::fmt::Display for TooLarge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "not a recording of this profiler: {} KiB of it would take at least {} MiB of memory once read (a recording \
+             takes at most {MAX_EXPANSION} times its size and {} MiB: {} MiB here)",
+            self.file_bytes >> 10,
+            self.needed >> 20,
+            FREE_MEMORY >> 20,
+            memory_budget(self.file_bytes) >> 20
+        )
+    }
+}
+
+/// About the memory `raw` takes once decoded: its samples, locations and symbols, the names and
+/// file names each symbol holds a copy of, its stacks and command names.
+fn memory_needed(raw: &RawRecording) -> u64 {
+    let string = |index: u32| raw.strings.get(index as usize).map_or(0, |s| s.len() as u64);
+    let symbols: u64 = raw.locations.iter().map(|l| l.symbol_names.len() as u64).sum();
+    let names: u64 = raw
+        .locations
+        .iter()
+        .flat_map(|l| {
+            l.symbol_names.iter().copied().chain(l.symbol_files.iter().map(|&file| file.saturating_sub(1)))
+        })
+        .map(string)
+        .sum();
+    let stacks: u64 =
+        raw.stacks.iter().map(|s| s.locations.len() as u64 * 4 + size_of::<Vec<u32>>() as u64).sum();
+    let comms: u64 = raw.comms.iter().map(|c| c.len() as u64 + size_of::<String>() as u64).sum();
+    let each = |count: usize, size: usize| count as u64 * size as u64;
+    each(raw.sample_time_deltas_ns.len(), size_of::<Sample>())
+        + each(raw.locations.len(), size_of::<Location>())
+        + symbols * size_of::<Symbol>() as u64
+        + names
+        + stacks
+        + comms
+}
+
+/// A reader that counts the bytes read through it.
+struct Counted<'a> {
+    inner: &'a mut dyn Read,
+    bytes: &'a Cell<u64>,
+}
+
+impl Read for Counted<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let read = self.inner.read(buf)?;
+        self.bytes.set(self.bytes.get() + read as u64);
+        Ok(read)
+    }
 }
 
 fn kind_code(kind: SymbolKind) -> u32 {
@@ -342,18 +430,6 @@ fn decode(raw: RawRecording) -> Result<Recording> {
         .into_iter()
         .map(|m| ModuleInfo { path: printable_owned(m.path), build_id: m.build_id })
         .collect();
-    let name_bytes: u64 = raw
-        .locations
-        .iter()
-        .flat_map(|l| &l.symbol_names)
-        .map(|&name| raw.strings.get(name as usize).map_or(0, |s| s.len() as u64))
-        .sum();
-    ensure!(
-        name_bytes <= MAX_NAME_BYTES,
-        "its names would take {} GiB of memory (at most {} GiB)",
-        name_bytes >> 30,
-        MAX_NAME_BYTES >> 30
-    );
     let locations = raw
         .locations
         .into_iter()
@@ -532,7 +608,57 @@ mod tests {
         };
         let payload = raw.encode_to_vec();
         assert!(payload.len() < 2 << 20, "{} bytes", payload.len());
-        let message = format!("{:#}", decode_payload(&payload).unwrap_err());
-        assert!(message.contains("would take 6 GiB"), "{message}");
+        let message = format!("{:#}", decode_payload(&payload, payload.len() as u64).unwrap_err());
+        assert!(message.contains("would take at least 62"), "{message}");
+        let message = format!("{:#}", read(&mut &file_of(&payload)[..]).unwrap_err());
+        assert!(message.starts_with("not a recording of this profiler: "), "{message}");
+    }
+
+    #[test]
+    fn columns_that_compress_to_nothing_are_refused_while_inflating() {
+        // Twenty million samples of zeros: 100 MB of payload, 100 KB of file.
+        let samples = 20_000_000;
+        let raw = RawRecording {
+            comms: vec![String::new()],
+            stacks: vec![RawStack::default()],
+            sample_time_deltas_ns: vec![0; samples],
+            sample_pids: vec![0; samples],
+            sample_tids: vec![0; samples],
+            sample_comms: vec![0; samples],
+            sample_stacks: vec![0; samples],
+            ..Default::default()
+        };
+        let file = file_of(&raw.encode_to_vec());
+        assert!(file.len() < 1 << 20, "{} bytes", file.len());
+        let message = format!("{:#}", read(&mut &file[..]).unwrap_err());
+        assert!(message.starts_with("not a recording of this profiler: "), "{message}");
+    }
+
+    #[test]
+    fn recordings_written_here_fit_their_budget_with_room() {
+        let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/recording");
+        for name in ["cpu.prof", "leaks.prof"] {
+            let file = std::fs::read(fixtures.join(name)).unwrap();
+            let payload = {
+                let mut bytes = Vec::new();
+                GzDecoder::new(&file[12..]).read_to_end(&mut bytes).unwrap();
+                bytes
+            };
+            let needed = memory_needed(&RawRecording::decode(&payload[..]).unwrap());
+            assert!(
+                needed <= MAX_EXPANSION / 2 * file.len() as u64,
+                "{name}: {needed} bytes for {}",
+                file.len()
+            );
+        }
+    }
+
+    /// A recording file of `payload`.
+    fn file_of(payload: &[u8]) -> Vec<u8> {
+        let mut file = MAGIC.to_vec();
+        file.extend(VERSION.to_le_bytes());
+        let mut gzip = GzEncoder::new(file, Compression::best());
+        gzip.write_all(payload).unwrap();
+        gzip.finish().unwrap()
     }
 }
