@@ -276,3 +276,49 @@ fn bad_recordings_are_one_line_errors() {
     assert_eq!(String::from_utf8(missing.stderr).unwrap().lines().count(), 1);
     assert!(!dir.join("out.svg").exists(), "no output from a bad recording");
 }
+
+/// `bytes` as a protobuf varint.
+fn varint(mut value: u64, out: &mut Vec<u8>) {
+    while value >= 0x80 {
+        out.push(value as u8 | 0x80);
+        value >>= 7;
+    }
+    out.push(value as u8);
+}
+
+#[test]
+fn a_small_recording_that_unpacks_to_gigabytes_is_refused_in_a_line() {
+    if !e2e_enabled() {
+        return;
+    }
+    let dir = scratch_dir("bomb-recording");
+    // A recording's payload (see model::raw): a command name, an empty stack, and twenty million
+    // samples of zeros in the five sample columns (fields 7 to 11, packed): 100 MB that gzip
+    // makes 100 KiB, gigabytes once read as samples.
+    let samples = 20_000_000;
+    let mut payload = vec![0x32, 0, 0x2a, 0];
+    for field in 7..=11u64 {
+        varint(field << 3 | 2, &mut payload);
+        varint(samples, &mut payload);
+        payload.resize(payload.len() + samples as usize, 0);
+    }
+    let mut file = b"PROFILER".to_vec();
+    file.extend(1u32.to_le_bytes());
+    let mut gzip = flate2::write::GzEncoder::new(file, flate2::Compression::best());
+    std::io::Write::write_all(&mut gzip, &payload).unwrap();
+    let file = gzip.finish().unwrap();
+    assert!(file.len() < 512 << 10, "{} bytes", file.len());
+    let path = dir.join("bomb.prof");
+    std::fs::write(&path, &file).unwrap();
+    let cgroup = MemoryCgroup::new("bomb-recording", 512 << 20);
+    let out = dir.join("out.svg");
+    let output =
+        cgroup.profiler(&["report", path.to_str().unwrap(), "-o", out.to_str().unwrap()]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("not a recording of this profiler"), "{stderr}");
+    let peak = cgroup.peak();
+    assert!(peak < 100 << 20, "{} MiB at the peak", peak >> 20);
+    assert!(!out.exists());
+}

@@ -486,6 +486,20 @@ impl MemoryCgroup {
     pub fn add(&self, pid: u32) {
         std::fs::write(self.path.join("cgroup.procs"), pid.to_string()).unwrap();
     }
+
+    /// `profiler ARGS`, run inside from its first instruction on.
+    pub fn profiler(&self, args: &[&str]) -> Command {
+        let mut command = Command::new("sh");
+        command.args(["-c", r#"echo $$ > "$0/cgroup.procs" && exec "$@""#]).arg(&self.path);
+        command.arg(env!("CARGO_BIN_EXE_profiler")).args(args);
+        command
+    }
+
+    /// The most memory its processes took at once, in bytes.
+    pub fn peak(&self) -> u64 {
+        let read = |name: &str| std::fs::read_to_string(self.path.join(name)).ok()?.trim().parse().ok();
+        read("memory.peak").or_else(|| read("memory.max_usage_in_bytes")).expect("the cgroup's peak memory")
+    }
 }
 
 impl Drop for MemoryCgroup {
