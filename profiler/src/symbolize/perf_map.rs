@@ -9,6 +9,10 @@
 //! only for what was appended since, when a later frame lands outside every known entry (the
 //! JIT emitted more code), at most once per [`REREAD_INTERVAL_NS`] and up to [`MAX_MAP_BYTES`].
 //! Runtimes may delete the file at exit: what was read is kept until the process is forgotten.
+//!
+//! The file is the target's to fill: entries are kept compactly (16 bytes each, names in one
+//! buffer per process, no allocation per line), and a process's map stops growing at
+//! [`MAX_ENTRIES`] entries or [`MAX_NAME_BYTES`] of names, which is said once.
 use std::{
     fs::File,
     os::unix::fs::{FileExt as _, MetadataExt as _},
@@ -26,12 +30,20 @@ const REREAD_INTERVAL_NS: u64 = 100_000_000;
 const MAX_MAP_BYTES: u64 = 256 << 20;
 /// Bytes read at most at once.
 const CHUNK_BYTES: u64 = 8 << 20;
+/// Entries and bytes of names kept per process: far beyond what JITs write (a large JVM or Node
+/// service maps a few hundred thousand), well within a memory budget (40 MiB in all).
+const MAX_ENTRIES: usize = 1 << 20;
+const MAX_NAME_BYTES: usize = 24 << 20;
+/// A name's bytes kept at most.
+const MAX_NAME_LEN: usize = 4096;
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// One line of the map: where the code is, and where its name is in [`PerfMap::names`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Entry {
     start: u64,
-    size: u64,
-    name: String,
+    /// Code sizes beyond 4 GiB are cut there.
+    size: u32,
+    name: u32,
 }
 
 /// One process's perf map, as read so far.
@@ -39,24 +51,31 @@ struct Entry {
 pub struct PerfMap {
     /// Sorted by start.
     entries: Vec<Entry>,
+    /// Every name, each as its length (2 bytes) and then its bytes, lossily UTF-8.
+    names: Vec<u8>,
     /// The file, once opened: read on from `read_bytes`.
     file: Option<File>,
     read_bytes: u64,
     /// The end of the last read, up to its last line break, not parsed yet.
     partial: Vec<u8>,
     read_at_ns: Option<u64>,
+    /// Lines left out once the map was full.
+    left_out: u64,
 }
 
 impl PerfMap {
     fn find(&self, addr: u64) -> Option<&Entry> {
         let index = self.entries.partition_point(|e| e.start <= addr);
         let entry = self.entries.get(index.checked_sub(1)?)?;
-        (addr - entry.start < entry.size).then_some(entry)
+        (addr - entry.start < u64::from(entry.size)).then_some(entry)
     }
 
     /// The JIT symbol at `addr`, if the map names one.
     pub fn name(&self, addr: u64) -> Option<&str> {
-        Some(&self.find(addr)?.name)
+        let at = self.find(addr)?.name as usize;
+        let len = u16::from_le_bytes([self.names[at], self.names[at + 1]]) as usize;
+        // Stored from a `&str`, cut at a character boundary.
+        std::str::from_utf8(&self.names[at + 2..at + 2 + len]).ok()
     }
 
     /// Takes the next bytes of the file: its complete lines are parsed, the rest waits for what
@@ -64,10 +83,29 @@ impl PerfMap {
     pub fn append(&mut self, bytes: &[u8]) {
         self.partial.extend_from_slice(bytes);
         let complete = self.partial.iter().rposition(|&b| b == b'\n').map_or(0, |at| at + 1);
-        let lines: Vec<u8> = self.partial.drain(..complete).collect();
-        let mut entries = std::mem::take(&mut self.entries);
-        entries.extend(parse(&String::from_utf8_lossy(&lines)));
-        self.entries = sorted(entries);
+        let known = self.entries.len();
+        let lines = std::mem::take(&mut self.partial);
+        for line in lines[..complete].split(|&b| b == b'\n') {
+            if let Some((start, size, name)) = parse_line(line) {
+                self.push(start, size, &String::from_utf8_lossy(name));
+            }
+        }
+        self.partial = lines[complete..].to_vec();
+        if self.entries.len() > known {
+            keep_latest_by_start(&mut self.entries);
+        }
+    }
+
+    fn push(&mut self, start: u64, size: u64, name: &str) {
+        let name = cut(name, MAX_NAME_LEN);
+        if self.entries.len() >= MAX_ENTRIES || self.names.len() + 2 + name.len() > MAX_NAME_BYTES {
+            self.left_out += 1;
+            return;
+        }
+        let at = self.names.len() as u32;
+        self.names.extend_from_slice(&(name.len() as u16).to_le_bytes());
+        self.names.extend_from_slice(name.as_bytes());
+        self.entries.push(Entry { start, size: size.min(u64::from(u32::MAX)) as u32, name: at });
     }
 
     /// Reads what was appended since the last read (everything, if the file shrank: it was
@@ -76,7 +114,7 @@ impl PerfMap {
         let Some(file) = &self.file else { return };
         let Ok(size) = file.metadata().map(|m| m.len()) else { return };
         if size < self.read_bytes {
-            (self.read_bytes, self.entries) = (0, Vec::new());
+            (self.read_bytes, self.entries, self.names, self.left_out) = (0, Vec::new(), Vec::new(), 0);
             self.partial.clear();
         }
         let wanted = size.min(MAX_MAP_BYTES).saturating_sub(self.read_bytes).min(CHUNK_BYTES);
@@ -101,7 +139,8 @@ impl PerfMaps {
     pub fn observe(&mut self, tgid: Tgid, identity: &Identity, addr: u64, now_ns: u64) {
         let map = self.by_tgid.entry(tgid).or_default();
         let stale = map.read_at_ns.is_none_or(|at| now_ns.saturating_sub(at) >= REREAD_INTERVAL_NS);
-        if map.find(addr).is_some() || !stale {
+        // A full map is not read on: what follows would be left out anyway.
+        if map.find(addr).is_some() || !stale || map.left_out > 0 {
             return;
         }
         if map.read_at_ns.is_none() {
@@ -111,7 +150,16 @@ impl PerfMaps {
             }
         }
         map.read_at_ns = Some(now_ns);
+        let full = map.left_out > 0;
         map.read_on();
+        if !full && map.left_out > 0 {
+            self.refused.push(|| {
+                format!(
+                    "the perf map of PID {tgid} holds more than {MAX_ENTRIES} entries or {} MiB of names: the rest was left out",
+                    MAX_NAME_BYTES >> 20
+                )
+            });
+        }
     }
 
     /// The JIT symbol at `addr` in process `tgid`, if its perf map names one.
@@ -156,25 +204,33 @@ fn open(identity: &Identity) -> Result<Option<File>, String> {
     Ok(Some(file))
 }
 
-fn parse(text: &str) -> Vec<Entry> {
-    let hex = |field: &str| u64::from_str_radix(field.trim_start_matches("0x"), 16).ok();
-    text.lines()
-        .filter_map(|line| {
-            let mut fields = line.splitn(3, ' ');
-            let start = hex(fields.next()?)?;
-            let size = hex(fields.next()?)?;
-            let name = fields.next()?.trim();
-            (size > 0 && !name.is_empty()).then(|| Entry { start, size, name: name.to_owned() })
-        })
-        .collect()
+/// A line's start, size and name (`START SIZE NAME`, hex numbers), if it is one with code.
+fn parse_line(line: &[u8]) -> Option<(u64, u64, &[u8])> {
+    let hex = |field: &[u8]| {
+        let field = field.strip_prefix(b"0x").unwrap_or(field);
+        u64::from_str_radix(std::str::from_utf8(field).ok()?, 16).ok()
+    };
+    let mut fields = line.splitn(3, |&b| b == b' ');
+    let start = hex(fields.next()?)?;
+    let size = hex(fields.next()?)?;
+    let name = fields.next()?.trim_ascii();
+    (size > 0 && !name.is_empty()).then_some((start, size, name))
+}
+
+/// `name` cut to at most `max` bytes, at a character boundary.
+fn cut(name: &str, max: usize) -> &str {
+    let mut end = name.len().min(max);
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    &name[..end]
 }
 
 /// Entries by start; later lines win for the same start (code regenerated in place).
-fn sorted(mut entries: Vec<Entry>) -> Vec<Entry> {
+fn keep_latest_by_start(entries: &mut Vec<Entry>) {
     entries.reverse();
     entries.sort_by_key(|e| e.start);
     entries.dedup_by_key(|e| e.start);
-    entries
 }
 
 #[cfg(test)]
@@ -187,12 +243,38 @@ mod tests {
     #[test]
     fn parses_perf_map_lines() {
         let text = "7f0000001000 40 LazyCompile:*foo bar.js:1\n0x7f0000002000 0x10 stub\ngarbage\n7f0000003000 0 empty\n";
-        let map = PerfMap { entries: sorted(parse(text)), ..PerfMap::default() };
+        let mut map = PerfMap::default();
+        map.append(text.as_bytes());
         assert_eq!(map.entries.len(), 2);
-        assert_eq!(map.find(0x7f0000001020).unwrap().name, "LazyCompile:*foo bar.js:1");
-        assert_eq!(map.find(0x7f0000001040), None);
-        assert_eq!(map.find(0x7f000000200f).unwrap().name, "stub");
-        assert_eq!(map.find(0x10), None);
+        assert_eq!(map.name(0x7f0000001020), Some("LazyCompile:*foo bar.js:1"));
+        assert_eq!(map.name(0x7f0000001040), None);
+        assert_eq!(map.name(0x7f000000200f), Some("stub"));
+        assert_eq!(map.name(0x10), None);
+        map.append(b"7f0000002000 10 stub again\n");
+        assert_eq!(map.name(0x7f0000002000), Some("stub again"), "the later line wins");
+    }
+
+    #[test]
+    fn a_map_of_millions_of_lines_stops_at_its_bounds() {
+        let mut map = PerfMap::default();
+        let lines: String =
+            (0..MAX_ENTRIES as u64 + 10).map(|i| format!("{:x} 1 f{i}\n", 0x1000 + i)).collect();
+        map.append(lines.as_bytes());
+        assert_eq!(map.entries.len(), MAX_ENTRIES);
+        assert_eq!(map.left_out, 10);
+        assert_eq!(map.name(0x1000 + 5), Some("f5"));
+        // 16 bytes an entry, the names packed: no allocation per line.
+        assert_eq!(std::mem::size_of::<Entry>(), 16);
+        assert!(map.names.len() < MAX_ENTRIES * 12);
+        let mut map = PerfMap::default();
+        let long = format!("1000 10 {}\n", "é".repeat(MAX_NAME_LEN));
+        map.append(long.as_bytes());
+        assert_eq!(map.name(0x1000).map(str::len), Some(MAX_NAME_LEN), "cut at a character boundary");
+        let many_long: String = (0..MAX_NAME_BYTES / MAX_NAME_LEN + 10)
+            .map(|i| format!("{:x} 1 {}\n", 0x10_0000 + i, "n".repeat(MAX_NAME_LEN)))
+            .collect();
+        map.append(many_long.as_bytes());
+        assert!(map.names.len() <= MAX_NAME_BYTES && map.left_out > 0);
     }
 
     fn own_identity(ns_pid: u32) -> Identity {
