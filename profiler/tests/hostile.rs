@@ -9,6 +9,7 @@
 mod common;
 
 use std::{
+    io::Write as _,
     os::unix::fs::{PermissionsExt as _, symlink},
     path::{Path, PathBuf},
     process::Command,
@@ -561,4 +562,43 @@ fn a_fake_interpreter_whose_frames_loop_under_a_hostile_name() {
         stderr.lines().any(|line| line.contains("deeper than 512 frames") && !line.contains(" 0 deeper")),
         "the cut stacks are counted:\n{stderr}"
     );
+}
+
+/// A perf map of twenty million tiny lines (230 MiB), none naming the code that runs, so that
+/// the profiler reads on at each new frame: it keeps a bounded part, says so once, and stays
+/// well below what an allocation per line took (over 200 MiB after 8 s), in a 512 MiB memory
+/// cgroup.
+#[test]
+fn a_perf_map_of_millions_of_tiny_lines_is_kept_within_bounds() {
+    if !e2e_enabled() {
+        return;
+    }
+    let dir = scratch_dir("perf-map-millions");
+    let (workload, _) = unprivileged_jit();
+    let pid = workload.pid().to_string();
+    let map = PathBuf::from(format!("/tmp/perf-{pid}.map"));
+    {
+        let mut writer = std::io::BufWriter::new(std::fs::File::create(&map).unwrap());
+        for line in 0..20_000_000u64 {
+            writeln!(writer, "{:x} 1 f", 0x1000 + line).unwrap();
+        }
+    }
+    assert!(std::fs::metadata(&map).unwrap().len() > 200 << 20);
+    std::os::unix::fs::chown(&map, Some(NOBODY), Some(NOBODY)).unwrap();
+    let cgroup = MemoryCgroup::new("perf-map-millions", 512 << 20);
+    let out = dir.join("out.folded");
+    let run = cgroup
+        .profiler(&["record", "-p", &pid, "-F", "999", "-d", "8", "-o", out.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(&map);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stderr}");
+    let peak = cgroup.peak();
+    assert!(peak < 160 << 20, "{} MiB at the peak", peak >> 20);
+    let full = stderr
+        .lines()
+        .filter(|line| line.contains(&format!("the perf map of PID {pid} holds more than")))
+        .count();
+    assert_eq!(full, 1, "the map was read until full, and that said once:\n{stderr}");
 }
