@@ -87,7 +87,7 @@ const NONE: u32 = PythonOffsets::NONE;
 
 /// The layout of a minor version, if it is one this profiler reads.
 pub fn layout(version: Version) -> Option<&'static Layout> {
-    LAYOUTS.iter().find(|layout| layout.version == version)
+    layouts().iter().find(|layout| layout.version == version)
 }
 
 /// Every version's layout, oldest first.
