@@ -13,7 +13,7 @@ use anyhow::{Context as _, Result, bail};
 use super::{
     folded::{Quality, quality},
     median,
-    workloads::{RunningWorkload, Workload, peak_rate},
+    workloads::{RunningWorkload, Workload, slowdown},
 };
 
 /// Seconds of the workload alone before the tool starts, of profiling, and alone after.
@@ -163,15 +163,10 @@ pub fn measure(tools: &Tools, workload: &Workload, tool: Tool, hz: u64, dir: &Pa
     }
     let stop_to_svg_ms = stopped.elapsed().as_secs_f64() * 1000.0;
     let progress = running.finish()?;
-    let end_t = progress.last().map_or(0.0, |p| p.0);
-    let during = peak_rate(&progress, start_t + 0.5, stop_t - 0.2).context("no progress while profiled")?;
-    let alone = peak_rate(&progress, 0.5, start_t)
-        .into_iter()
-        .chain(peak_rate(&progress, stop_t + 0.5, end_t))
-        .fold(0.0, f64::max);
+    let slowdown = slowdown(&progress, start_t, stop_t)?;
     let folded_text = std::fs::read_to_string(&folded).unwrap_or_default();
     Ok(Run {
-        slowdown: (100.0 * (1.0 - during / alone)).max(0.0),
+        slowdown,
         recording_cpu,
         cpu_seconds: usage.cpu_seconds,
         stop_to_svg_ms,

@@ -19,7 +19,7 @@ use super::{
     compare::wait_with_usage,
     kernel::{BpfStats, parse_after},
     median,
-    workloads::{KillOnDrop, RunningWorkload, on_last_cpu, peak_rate},
+    workloads::{KillOnDrop, RunningWorkload, on_last_cpu, slowdown},
 };
 use crate::check;
 
@@ -220,19 +220,14 @@ fn measure(tool: Tool, command: &Path, python: &Path, script: &Path, dir: &Path)
     unsafe { libc::kill(recorder.id() as i32, libc::SIGINT) };
     let usage = wait_with_usage(&mut recorder)?;
     let progress = running.finish()?;
-    let end_t = progress.last().map_or(0.0, |p| p.0);
-    let during = peak_rate(&progress, start_t + 0.5, stop_t - 0.2).context("no progress while profiled")?;
-    let alone = peak_rate(&progress, 0.5, start_t)
-        .into_iter()
-        .chain(peak_rate(&progress, stop_t + 0.5, end_t))
-        .fold(0.0, f64::max);
+    let slowdown = slowdown(&progress, start_t, stop_t)?;
     let text = std::fs::read_to_string(&folded).unwrap_or_default();
     let stacks = read_folded(&text);
     let (samples, with_python, share_error) = python_quality(&stacks);
     // The samples of the window, at the rate the tool kept over its whole recording.
     let in_window = samples as f64 * window / recorded_for;
     Ok(Run {
-        slowdown: (100.0 * (1.0 - during / alone)).max(0.0),
+        slowdown,
         recording_cpu: cpu as f64 / 1e9 / window * 100.0,
         us_per_sample: if in_window > 0.0 { cpu as f64 / 1e3 / in_window } else { 0.0 },
         cpu_seconds: usage.cpu_seconds,

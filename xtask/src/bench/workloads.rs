@@ -228,8 +228,6 @@ impl RunningWorkload {
     }
 }
 
-/// Peak speed in `[from, to]`: the most operations per second over one-second windows taken
-/// every quarter second. This machine's CPU speed swings with what other tenants do; the peak,
 /// `program` run on the last CPU.
 pub fn on_last_cpu(program: &Path) -> Command {
     let last = std::thread::available_parallelism().map_or(1, |n| n.get()) - 1;
@@ -238,6 +236,20 @@ pub fn on_last_cpu(program: &Path) -> Command {
     command
 }
 
+/// A workload's loss of peak speed while profiled from `start_t` to `stop_t` (seconds of its
+/// run), in percent: against its peak alone before and after, each window's edges left out.
+pub fn slowdown(progress: &[(f64, u64)], start_t: f64, stop_t: f64) -> Result<f64> {
+    let end_t = progress.last().map_or(0.0, |p| p.0);
+    let during = peak_rate(progress, start_t + 0.5, stop_t - 0.2).context("no progress while profiled")?;
+    let alone = peak_rate(progress, 0.5, start_t)
+        .into_iter()
+        .chain(peak_rate(progress, stop_t + 0.5, end_t))
+        .fold(0.0, f64::max);
+    Ok((100.0 * (1.0 - during / alone)).max(0.0))
+}
+
+/// Peak speed in `[from, to]`: the most operations per second over one-second windows taken
+/// every quarter second. This machine's CPU speed swings with what other tenants do; the peak,
 /// reached whenever the host leaves the CPU alone, is what the profiler's own cost changes.
 pub fn peak_rate(progress: &[(f64, u64)], from: f64, to: f64) -> Option<f64> {
     let at = |t: f64| progress.iter().find(|p| p.0 >= t);
