@@ -59,17 +59,6 @@ fn record(
     (Folded::read(&out), measured(&stdout), String::from_utf8(run.stderr).unwrap())
 }
 
-/// The stacks of thread `tid`, without their root.
-fn of_thread(folded: &Folded, tid: u32) -> Vec<(&[String], u64)> {
-    let suffix = format!("-{tid}");
-    folded
-        .stacks
-        .iter()
-        .filter(|(frames, _)| frames[0].ends_with(&suffix))
-        .map(|(frames, n)| (&frames[1..], *n))
-        .collect()
-}
-
 fn total(stacks: &[(&[String], u64)]) -> u64 {
     stacks.iter().map(|(_, n)| n).sum()
 }
@@ -105,7 +94,7 @@ fn off_cpu_time_by_chain_with_whole_stacks() {
     // Each waiting thread's share of the blocked time, against its own measurements.
     let waiting = ["sleeper", "reader", "waiter", "writer"];
     let profiled: Vec<u64> =
-        waiting.iter().map(|name| total(&of_thread(&folded, threads[*name].tid))).collect();
+        waiting.iter().map(|name| total(&thread_stacks(&folded, threads[*name].tid))).collect();
     let measured: Vec<u64> = waiting.iter().map(|name| threads[*name].blocked_ns / 1000).collect();
     let share = |values: &[u64], i: usize| 100.0 * values[i] as f64 / values.iter().sum::<u64>() as f64;
     for (i, name) in waiting.iter().enumerate() {
@@ -116,7 +105,7 @@ fn off_cpu_time_by_chain_with_whole_stacks() {
         );
     }
     for (name, chain, kernel) in CHAINS {
-        let stacks = of_thread(&folded, threads[name].tid);
+        let stacks = thread_stacks(&folded, threads[name].tid);
         let whole: Vec<&str> = ["clone3", "start_thread"].iter().chain(chain).copied().collect();
         let (all, complete) = (total(&stacks), under(&stacks, &whole));
         assert!(all > 0, "{name}: no blocked time");
@@ -127,7 +116,7 @@ fn off_cpu_time_by_chain_with_whole_stacks() {
     // The threads that never block are not in an off-CPU profile, but for waits for a CPU,
     // which --off-cpu leaves out.
     for name in ["burner", "holder"] {
-        let stacks = of_thread(&folded, threads[name].tid);
+        let stacks = thread_stacks(&folded, threads[name].tid);
         assert!(total(&stacks) < 50_000, "{name} blocked {} µs", total(&stacks));
     }
 }
@@ -141,7 +130,7 @@ fn wall_time_accounts_for_each_thread() {
         record(&scratch_dir("wall"), &["--wall", "-F", "999"], &c_workload(), &["3"]);
     assert!(stderr.contains("(0 lost)"), "{stderr}");
     for thread in threads.values() {
-        let stacks = of_thread(&folded, thread.tid);
+        let stacks = thread_stacks(&folded, thread.tid);
         let lifetime_us = thread.lifetime_ns as f64 / 1000.0;
         let accounted = total(&stacks) as f64;
         assert!(
@@ -167,7 +156,7 @@ fn wall_time_accounts_for_each_thread() {
         );
     }
     // The CPU-bound threads share two CPUs with the rest: some of their time is a wait for one.
-    let burner = of_thread(&folded, threads["burner"].tid);
+    let burner = thread_stacks(&folded, threads["burner"].tid);
     assert!(under(&burner, &["[runqueue]"]) > 0, "the burner never waited for a CPU");
 }
 
@@ -183,10 +172,10 @@ fn min_block_drops_the_shorter_blocks() {
     let (folded, threads, _) = record(&dir, &extra, &c_workload(), &["2"]);
     // (A sleep that also waited long for a CPU after it may pass: its thread was off the CPU
     // that long.)
-    let sleeper = of_thread(&folded, threads["sleeper"].tid);
+    let sleeper = thread_stacks(&folded, threads["sleeper"].tid);
     let slept_us = threads["sleeper"].blocked_ns / 1000;
     assert!(under(&sleeper, &["sleep_inner"]) * 10 < slept_us, "10 ms sleeps recorded: {sleeper:?}");
-    let reader = of_thread(&folded, threads["reader"].tid);
+    let reader = thread_stacks(&folded, threads["reader"].tid);
     let measured_us = threads["reader"].blocked_ns / 1000;
     assert!(under(&reader, &["read_inner"]) as f64 >= 0.9 * measured_us as f64, "{reader:?}");
     // The raw recording keeps each span's state: `report --state` selects by it.
@@ -228,7 +217,7 @@ fn rust_threads_without_frame_pointers() {
         ),
     ];
     for (name, chain, kernel) in chains {
-        let stacks = of_thread(&folded, threads[name].tid);
+        let stacks = thread_stacks(&folded, threads[name].tid);
         let all = total(&stacks);
         let measured_us = threads[name].blocked_ns / 1000;
         assert!(

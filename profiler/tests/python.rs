@@ -102,13 +102,14 @@ fn assert_rooted_at_module(stacks: &[(&[String], u64)], file_name: &str, native:
     }
     // A sample can catch a call entering or leaving the loop, before its Python frame is
     // published or after it is gone: its eval-loop frame stays, inside every Python frame.
-    let innermost_python = |frames: &[String]| frames.iter().rposition(|frame| python_frame(frame).is_some());
+    let innermost_python_at =
+        |frames: &[String]| frames.iter().rposition(|frame| python_frame(frame).is_some());
     assert_most(
         &of_script,
         1.0 - SLACK,
         &format!("have no {EVAL_LOOP} frame outside a Python frame"),
         |frames| {
-            let inner = innermost_python(frames).unwrap_or(0);
+            let inner = innermost_python_at(frames).unwrap_or(0);
             !frames[..inner].iter().any(|frame| frame == EVAL_LOOP)
         },
     );

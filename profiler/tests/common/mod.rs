@@ -137,6 +137,17 @@ impl Drop for KillOnDrop {
     }
 }
 
+/// The stacks of the thread or process `id` (roots `comm-ID`), without their root.
+pub fn thread_stacks(folded: &Folded, id: u32) -> Vec<(&[String], u64)> {
+    let suffix = format!("-{id}");
+    folded
+        .stacks
+        .iter()
+        .filter(|(frames, _)| frames[0].ends_with(&suffix))
+        .map(|(frames, n)| (&frames[1..], *n))
+        .collect()
+}
+
 /// Folded stacks: frames root first, and counts.
 pub struct Folded {
     pub stacks: Vec<(Vec<String>, u64)>,

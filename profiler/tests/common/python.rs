@@ -9,7 +9,7 @@ use std::{
     sync::OnceLock,
 };
 
-use super::{Folded, KillOnDrop, run_bounded, scratch_dir};
+use super::{Folded, KillOnDrop, run_bounded, scratch_dir, thread_stacks};
 
 /// The CPython minor versions (3.N) the profiler shows Python frames of.
 pub const SUPPORTED_MINORS: RangeInclusive<u32> = 8..=13;
@@ -279,17 +279,6 @@ pub fn announced_threads(stdout: &str) -> BTreeMap<String, u32> {
             let (name, tid) = line.split_once(' ')?;
             Some((name.to_owned(), tid.trim().parse().ok()?))
         })
-        .collect()
-}
-
-/// The stacks of the thread or process `id` (roots `comm-ID`), without their root.
-pub fn thread_stacks(folded: &Folded, id: u32) -> Vec<(&[String], u64)> {
-    let suffix = format!("-{id}");
-    folded
-        .stacks
-        .iter()
-        .filter(|(frames, _)| frames[0].ends_with(&suffix))
-        .map(|(frames, n)| (&frames[1..], *n))
         .collect()
 }
 
