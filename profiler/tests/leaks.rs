@@ -111,6 +111,15 @@ fn exact_leaks_under_a_multithreaded_churn() {
         let dir = scratch_dir(if attach { "leaks-churn-pid" } else { "leaks-churn" });
         let (folded, report) = if attach {
             let running = spawn(&workload, &[]);
+            // Attached once its allocator is mapped: before, the loader may still be at work
+            // and there is no malloc to probe yet.
+            let maps = format!("/proc/{}/maps", running.pid());
+            for _ in 0..500 {
+                if std::fs::read_to_string(&maps).is_ok_and(|maps| maps.contains("libc.so")) {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
             let pid = running.pid().to_string();
             let (folded, report) = (dir.join("out.folded"), dir.join("out.txt"));
             let (folded_arg, report_arg) = (folded.to_str().unwrap(), report.to_str().unwrap());
