@@ -337,10 +337,13 @@ pub enum Counter {
     ShortOffCpu = 7,
     /// Spans off the CPU recorded (sent or lost).
     OffCpu = 8,
+    /// Followed threads that left the CPU without being noted: the thread table was full, or
+    /// the kernel had no memory for its entry. Their spans are missing.
+    OffCpuUnnoted = 9,
 }
 
 impl Counter {
-    pub const COUNT: u32 = 9;
+    pub const COUNT: u32 = 10;
 }
 
 /// What an allocation record has in front of its sample record.

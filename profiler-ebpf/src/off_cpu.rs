@@ -152,7 +152,9 @@ fn tracepoint_frames(stack: &[u64; MAX_STACK_DEPTH]) -> u32 {
 /// Notes `thread` for `tid`, from the note buffer.
 #[allow(clippy::needless_borrows_for_generic_args)] // by value would copy 1 KiB onto the 512-byte BPF stack
 fn insert(tid: u32, thread: &OffCpuThread) {
-    let _ = OFF_CPU_THREADS.insert(tid, thread, 0);
+    if OFF_CPU_THREADS.insert(tid, thread, 0).is_err() {
+        count(Counter::OffCpuUnnoted, 1);
+    }
 }
 
 /// Whether the current thread is inside a system call (its saved `orig_ax` is a call number).

@@ -273,6 +273,11 @@ fn system_wide_on_a_busy_machine() {
         .filter(|(frames, _)| frames.iter().any(|f| f == "sleep_inner"))
         .map(|(_, n)| n)
         .sum();
-    assert!(sleeper > 4_000_000, "the sleeper's 5 s: {sleeper} µs");
+    let of_waiting: Vec<_> = folded
+        .stacks
+        .iter()
+        .filter(|(frames, _)| frames[0] == format!("off_cpu-{}", waiting.pid()))
+        .collect();
+    assert!(sleeper > 4_000_000, "the sleeper's 5 s: {sleeper} µs\n{stderr}\n{of_waiting:?}");
     drop((busy, waiting));
 }

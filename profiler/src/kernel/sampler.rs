@@ -243,11 +243,17 @@ impl Sampler {
         (sent > 0).then(|| count(Counter::RingBytes).map(|bytes| bytes as f64 / sent as f64)).flatten()
     }
 
-    /// Off-CPU spans sent, and those dropped for being shorter than the threshold; `None` when
-    /// spans are not taken.
-    pub fn off_cpu_blocks(&self) -> Option<(u64, u64)> {
+    /// What became of the spans off the CPU; `None` when spans are not taken.
+    pub fn off_cpu_blocks(&self) -> Option<OffCpuBlocks> {
+        let count = |counter| self.count(counter).ok();
         self.off_cpu
-            .then(|| Some((self.count(Counter::OffCpu).ok()?, self.count(Counter::ShortOffCpu).ok()?)))
+            .then(|| {
+                Some(OffCpuBlocks {
+                    recorded: count(Counter::OffCpu)?,
+                    short: count(Counter::ShortOffCpu)?,
+                    unnoted: count(Counter::OffCpuUnnoted)?,
+                })
+            })
             .flatten()
     }
 
@@ -255,6 +261,17 @@ impl Sampler {
     pub fn count(&self, counter: Counter) -> Result<u64> {
         object::counter_total(&self.ebpf, maps::COUNTERS, counter as u32)
     }
+}
+
+/// What became of the spans off the CPU of followed threads.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OffCpuBlocks {
+    /// Sent (or lost in the ring).
+    pub recorded: u64,
+    /// Shorter than `--min-block`: dropped in the kernel.
+    pub short: u64,
+    /// Never noted: the kernel's table of threads off the CPU was full, or had no memory.
+    pub unnoted: u64,
 }
 
 impl KernelSource for Sampler {

@@ -4,6 +4,7 @@
 use std::{collections::HashMap, path::PathBuf};
 
 use crate::{
+    kernel::sampler::OffCpuBlocks,
     model::{Recording, ThreadState, Weight, printable},
     render::Format,
 };
@@ -29,8 +30,8 @@ pub struct KernelFigures {
     pub cost_us: Vec<(&'static str, f64)>,
     /// Mean size of the records that crossed the ring buffer.
     pub ring_bytes_per_record: Option<f64>,
-    /// Off-CPU spans sent, and those dropped for being shorter than `--min-block`.
-    pub blocks: Option<(u64, u64)>,
+    /// What became of the spans off the CPU.
+    pub blocks: Option<OffCpuBlocks>,
 }
 
 impl Summary<'_> {
@@ -95,8 +96,13 @@ impl Summary<'_> {
         }
         row("python", self.python.to_vec());
         let kernel = &self.kernel;
-        if let Some((sent, short)) = kernel.blocks {
-            row("off CPU", vec![format!("{sent} blocks recorded, {short} shorter ones dropped")]);
+        if let Some(blocks) = kernel.blocks {
+            let mut line =
+                format!("{} blocks recorded, {} shorter ones dropped", blocks.recorded, blocks.short);
+            if blocks.unnoted > 0 {
+                line += &format!(", {} missed (the kernel's thread table was full)", blocks.unnoted);
+            }
+            row("off CPU", vec![line]);
         }
         if !kernel.cost_us.is_empty() {
             let costs: Vec<String> =
@@ -218,7 +224,7 @@ mod tests {
             kernel: KernelFigures {
                 cost_us: vec![("sample program run", 2.5), ("context switch", 0.25)],
                 ring_bytes_per_record: Some(3.0 * 1024.0),
-                blocks: Some((7, 90)),
+                blocks: Some(OffCpuBlocks { recorded: 7, short: 90, unnoted: 2 }),
             },
             python: &["pid 9: CPython 3.14: native frames only".into()],
             outputs: &outputs,
@@ -230,7 +236,10 @@ mod tests {
         assert!(lines[1].contains("cut by the 32 KiB stack copy, 25.0% stopped in code without CFI"));
         assert_eq!(lines[2], "  no CFI in       libjit.so (1)");
         assert_eq!(lines[3], "  python          pid 9: CPython 3.14: native frames only");
-        assert_eq!(lines[4], "  off CPU         7 blocks recorded, 90 shorter ones dropped");
+        assert_eq!(
+            lines[4],
+            "  off CPU         7 blocks recorded, 90 shorter ones dropped, 2 missed (the kernel's thread table was full)"
+        );
         assert_eq!(
             lines[5],
             "  kernel cost     2.500 µs per sample program run, 0.250 µs per context switch"
