@@ -12,7 +12,7 @@ use std::{
     io::Write as _,
     os::unix::fs::{PermissionsExt as _, symlink},
     path::{Path, PathBuf},
-    process::Command,
+    process::{Command, Stdio},
 };
 
 use common::*;
@@ -601,4 +601,59 @@ fn a_perf_map_of_millions_of_tiny_lines_is_kept_within_bounds() {
         .filter(|line| line.contains(&format!("the perf map of PID {pid} holds more than")))
         .count();
     assert_eq!(full, 1, "the map was read until full, and that said once:\n{stderr}");
+}
+
+/// Five executables that nobody owns and runs, each 256 MiB of which all but the first pages
+/// are a hole (no disk and no memory for their owner): files their owner can change are copied
+/// before the profiler maps them, and whole copies took 1.3 GiB. Copies keep holes as holes and
+/// leave code out, so the profiler, in a 512 MiB memory cgroup, stays small, and names the
+/// functions of all five (the control that they were read).
+#[test]
+fn sparse_executables_cost_their_data_only() {
+    if !e2e_enabled() {
+        return;
+    }
+    let dir = scratch_dir("sparse-executables");
+    std::os::unix::fs::chown(&dir, Some(NOBODY), Some(NOBODY)).unwrap();
+    let mut workloads = Vec::new();
+    for variant in 1..=5 {
+        // A build id of its own: five modules, not one.
+        let build_id = format!("-Wl,--build-id=0x{variant:040x}");
+        let built =
+            build_workload("split.c", &format!("split-sparse-{variant}"), "gcc", &["-O2", "-g", &build_id]);
+        let program = dir.join(format!("sparse-{variant}"));
+        std::fs::copy(&built, &program).unwrap();
+        std::fs::OpenOptions::new().write(true).open(&program).unwrap().set_len(256 << 20).unwrap();
+        std::os::unix::fs::chown(&program, Some(NOBODY), Some(NOBODY)).unwrap();
+    }
+    // Another test thread's fork may still hold a descriptor written through (ETXTBSY).
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    for variant in 1..=5 {
+        let program = dir.join(format!("sparse-{variant}"));
+        workloads.push(KillOnDrop(as_nobody(&program).arg("30").stdin(Stdio::null()).spawn().unwrap()));
+    }
+    let pids: Vec<String> = workloads.iter().map(|workload| workload.pid().to_string()).collect();
+    let out = dir.join("out.folded");
+    let mut args = vec!["record", "--per-pid", "-F", "999", "-d", "4", "-o", out.to_str().unwrap()];
+    for pid in &pids {
+        args.extend(["-p", pid]);
+    }
+    let cgroup = MemoryCgroup::new("sparse-executables", 512 << 20);
+    let run = cgroup.profiler(&args).output().unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stderr}");
+    let peak = cgroup.peak();
+    assert!(peak < 160 << 20, "{} MiB at the peak", peak >> 20);
+    let folded = Folded::read(&out);
+    for (variant, pid) in (1..=5).zip(&pids) {
+        let root = format!("sparse-{variant}-{pid}");
+        let (all, named): (u64, u64) = folded.stacks.iter().filter(|(frames, _)| frames[0] == root).fold(
+            (0, 0),
+            |(all, named), (frames, n)| {
+                (all + n, named + if frames.iter().any(|f| f.starts_with("hot_")) { *n } else { 0 })
+            },
+        );
+        assert!(all > 0 && named as f64 >= 0.9 * all as f64, "{root}: {named} of {all} samples in hot_*");
+    }
+    drop(workloads);
 }

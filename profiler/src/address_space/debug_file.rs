@@ -11,6 +11,7 @@ use std::{
 };
 
 use super::{
+    Parts, StableFile,
     elf::ElfFacts,
     open::{self, Root},
 };
@@ -20,9 +21,9 @@ const DEBUG_DIRS: [&str; 2] = ["/usr/lib/debug", "/lib/debug"];
 
 /// The debug file of a module mapped from `path` (as its process names it, in `root`), whose
 /// facts are `facts`; made [`open::stable`].
-pub fn find(root: &Root, path: &Path, facts: &ElfFacts) -> Option<File> {
+pub fn find(root: &Root, path: &Path, facts: &ElfFacts) -> Option<StableFile> {
     candidates(path, facts).into_iter().filter(|candidate| candidate != path).find_map(|candidate| {
-        let file = root.open(&candidate).and_then(open::stable).ok()?;
+        let file = root.open(&candidate).and_then(|file| open::stable(file, Parts::Whole)).ok()?;
         matches(&file, facts).then_some(file)
     })
 }

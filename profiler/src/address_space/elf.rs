@@ -38,6 +38,9 @@ impl ElfFacts {
     pub fn read(image: &[u8]) -> Option<Self> {
         let elf = ElfFile64::<object::Endianness>::parse(image).ok()?;
         let has = |name: &str| elf.section_by_name(name).is_some();
+        // Present with data: a copy leaves out the DWARF it has no room for, marked as such.
+        let holds =
+            |name: &str| elf.section_by_name(name).is_some_and(|section| section.file_range().is_some());
         let inflates_too_much = elf.sections().any(|section| {
             section.compressed_data().is_ok_and(|data| {
                 data.format != object::CompressionFormat::None
@@ -47,7 +50,7 @@ impl ElfFacts {
         Some(Self {
             build_id: elf.build_id().ok().flatten().map(<[u8]>::to_vec),
             debug_link: elf.gnu_debuglink().ok().flatten().map(|(name, crc)| (name.to_vec(), crc)),
-            has_dwarf: has(".debug_info"),
+            has_dwarf: holds(".debug_info"),
             has_cfi: has(".eh_frame") || has(".debug_frame"),
             links_elsewhere: has(".gnu_debuglink") || has(".gnu_debugaltlink") || has(".debug_sup"),
             inflates_too_much,

@@ -1,6 +1,7 @@
 //! Where addresses were: each process's mappings over time ([`process`], from `/proc` and the
 //! kernel's [`TaskEvent`]s), and the files behind them ([`module`]). The stage of the data flow
 //! that turns an address into a module and file offset is [`resolve`].
+mod copy;
 mod debug_file;
 mod elf;
 mod module;
@@ -12,6 +13,7 @@ mod task_event;
 mod vdso;
 
 pub use self::{
+    copy::{COPY_BUDGET, Parts, StableFile, refused as refused_copies},
     elf::{ElfFacts, MAX_INFLATED_SECTION},
     module::{Module, ModuleId, Modules, readable_path},
     proc_maps::{Backing, Mapping, Mappings, TimedMapping, backing_named},

@@ -17,7 +17,7 @@ use std::{
 use rustc_hash::FxHashMap;
 
 use super::{
-    Backing, Mapping, debug_file,
+    Backing, Mapping, Parts, StableFile, debug_file,
     elf::ElfFacts,
     open::{self, Root},
     vdso,
@@ -27,7 +27,7 @@ use crate::model::Tgid;
 /// Opens the file behind a mapping of a process (`tgid`, its root, the mapping, the path it
 /// names); the registry calls it once per file. Live processes are read through
 /// [`open::mapped_file`]; recorded fixtures bring their own.
-pub type FileOpener = Box<dyn Fn(Tgid, &Root, &Mapping, &Path) -> io::Result<File>>;
+pub type FileOpener = Box<dyn Fn(Tgid, &Root, &Mapping, &Path) -> io::Result<StableFile>>;
 
 /// Copies of known modules held open at most (see [`Modules`]).
 const MAX_COPIES: usize = 1024;
@@ -52,7 +52,7 @@ pub struct Module {
     /// Path as the target saw it, or the region name (`[vdso]`).
     path: PathBuf,
     /// Open handle on the file (made [`open::stable`]), when it could be opened.
-    file: Option<File>,
+    file: Option<StableFile>,
     /// What the file says of itself, when it is an ELF file.
     facts: Option<ElfFacts>,
     /// Its separate debug file, when it needs one and one was found.
@@ -61,7 +61,7 @@ pub struct Module {
 
 #[derive(Debug)]
 pub struct DebugFile {
-    pub file: File,
+    pub file: StableFile,
     pub facts: ElfFacts,
 }
 
@@ -92,7 +92,7 @@ impl Module {
 
     /// The module's file, kept open, when it could be opened.
     pub fn file(&self) -> Option<&File> {
-        self.file.as_ref()
+        self.file.as_deref()
     }
 
     /// What the file says of itself, when it is an ELF file.
@@ -107,12 +107,12 @@ impl Module {
 
     /// The module's file, mapped read-only through the handle kept open.
     pub fn image(&self) -> Option<memmap2::Mmap> {
-        open::map(self.file.as_ref()?).ok()
+        open::map(self.file.as_deref()?).ok()
     }
 
     /// Where its names come from: its own DWARF, else its debug file's, else its own symbols.
     pub fn symbol_file(&self) -> Option<SymbolFile<'_>> {
-        let file = self.file.as_ref()?;
+        let file = self.file.as_deref()?;
         let own_dwarf = self.facts.as_ref().is_some_and(ElfFacts::dwarf_readable_alone);
         Some(match &self.debug {
             Some(debug) if !own_dwarf && debug.facts.dwarf_readable_alone() => {
@@ -161,8 +161,9 @@ pub struct Modules {
     modules: Vec<Module>,
     /// Files found to be another copy of a known module, held open so that their (device,
     /// inode) cannot name a different file while their key is remembered; the oldest are let
-    /// go (and their key forgotten) beyond [`MAX_COPIES`].
-    copies: VecDeque<(MappedKey, File)>,
+    /// go (and their key forgotten) beyond [`MAX_COPIES`]. Only files themselves are held: a
+    /// copy made of one pins nothing, and its memory would be spent for nothing.
+    copies: VecDeque<(MappedKey, StableFile)>,
     /// Files that could not be opened for want of file descriptors (not remembered: tried
     /// again when next seen).
     out_of_descriptors: u64,
@@ -174,7 +175,7 @@ impl Default for Modules {
         Self::with_opener(Box::new(|tgid, root, mapping, path| {
             open::mapped_file(tgid, mapping)
                 .or_else(|_| open::mapped_path(root, path, mapping))
-                .and_then(open::stable)
+                .and_then(|file| open::stable(file, Parts::Module))
         }))
     }
 }
@@ -218,7 +219,7 @@ impl Modules {
                 }
                 Err(_) => None,
             },
-            MappedKey::Pseudo(name) if name == "[vdso]" => vdso::own_vdso(),
+            MappedKey::Pseudo(name) if name == "[vdso]" => vdso::own_vdso().map(StableFile::unchanged),
             MappedKey::Pseudo(_) => None,
         };
         let unopened = matches!(key, MappedKey::File { .. }) && file.is_none();
@@ -226,7 +227,7 @@ impl Modules {
         let content = match (facts.as_ref().and_then(|f| f.build_id.clone()), &key) {
             (Some(build_id), _) => ContentKey::BuildId(build_id),
             (None, &MappedKey::File { dev, inode }) => {
-                ContentKey::File { dev, inode, mtime: file.as_ref().and_then(mtime) }
+                ContentKey::File { dev, inode, mtime: file.as_deref().and_then(mtime) }
             }
             (None, MappedKey::Pseudo(name)) => ContentKey::Pseudo(name.clone()),
         };
@@ -265,8 +266,8 @@ impl Modules {
         }
     }
 
-    fn hold_copy(&mut self, key: &MappedKey, file: Option<File>) {
-        let Some(file) = file else { return };
+    fn hold_copy(&mut self, key: &MappedKey, file: Option<StableFile>) {
+        let Some(file) = file.filter(|file| !file.is_copy()) else { return };
         if self.copies.len() == MAX_COPIES
             && let Some((oldest, _)) = self.copies.pop_front()
         {
@@ -362,7 +363,11 @@ mod tests {
         let counted = tries.clone();
         let mut modules = Modules::with_opener(Box::new(move |tgid, _, _, path| {
             counted.set(counted.get() + 1);
-            if tgid == gone { Err(io::Error::from_raw_os_error(libc::ENOENT)) } else { File::open(path) }
+            if tgid == gone {
+                Err(io::Error::from_raw_os_error(libc::ENOENT))
+            } else {
+                File::open(path).map(StableFile::unchanged)
+            }
         }));
         let mapping = file_mapping(&path);
         let unopened = modules.intern(gone, &Root::Own, &mapping).unwrap();

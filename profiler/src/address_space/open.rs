@@ -13,19 +13,19 @@
 //! - sizes are bounded.
 use std::{
     fs::File,
-    io::{self, Read as _},
+    io,
     os::fd::{AsFd, OwnedFd},
     path::{Path, PathBuf},
     sync::Arc,
 };
 
 use anyhow::{Context as _, Result};
-use rustix::fs::{
-    CWD, FileType, MemfdFlags, Mode, OFlags, ResolveFlags, SealFlags, Stat, fcntl_add_seals, fstat,
-    memfd_create, openat2,
-};
+use rustix::fs::{CWD, FileType, Mode, OFlags, ResolveFlags, Stat, fstat, openat2};
 
-use super::Mapping;
+use super::{
+    Mapping,
+    copy::{self, Parts, StableFile},
+};
 use crate::model::Tgid;
 
 /// Largest file copied into memory (a target-writable binary or debug file): beyond it the file
@@ -138,22 +138,19 @@ fn reopen(handle: OwnedFd) -> io::Result<File> {
 }
 
 /// The file, safe to map: as it is when root owns it and only root can write it; otherwise a
-/// sealed copy in memory, which nobody can truncate or change.
-pub fn stable(file: File) -> io::Result<File> {
+/// sealed copy in memory of its `parts`, which nobody can truncate or change.
+pub fn stable(file: File, parts: Parts) -> io::Result<StableFile> {
     let stat = fstat(&file)?;
     let target_writable = stat.st_uid != 0 || stat.st_mode & 0o022 != 0;
     if !target_writable {
-        return Ok(file);
+        return Ok(StableFile::unchanged(file));
     }
     let size = u64::try_from(stat.st_size).unwrap_or(u64::MAX);
     if size > MAX_COPY_BYTES {
         return Err(io::Error::new(io::ErrorKind::FileTooLarge, "too large to copy"));
     }
-    let copy = File::from(memfd_create("profiler-copy", MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)?);
-    // Read at most the size seen: a file growing under us is cut there.
-    io::copy(&mut (&file).take(size), &mut &copy)?;
-    fcntl_add_seals(&copy, SealFlags::SHRINK | SealFlags::GROW | SealFlags::WRITE | SealFlags::SEAL)?;
-    Ok(copy)
+    // At most the size seen is read: a file growing under us is cut there.
+    copy::sealed_copy(&file, size, parts)
 }
 
 /// A file's bytes, mapped read-only. Only files made [`stable`] (or our own) are mapped.
@@ -166,14 +163,19 @@ pub fn map(file: &File) -> io::Result<memmap2::Mmap> {
 /// The bytes of a file the profiler itself chose by path (a program it will start, its
 /// libraries), opened in its own root and mapped.
 pub fn map_path(path: &Path) -> Result<memmap2::Mmap> {
-    let file =
-        Root::Own.open(path).and_then(stable).with_context(|| format!("cannot open {}", path.display()))?;
+    let file = Root::Own
+        .open(path)
+        .and_then(|file| stable(file, Parts::Whole))
+        .with_context(|| format!("cannot open {}", path.display()))?;
     map(&file).with_context(|| format!("cannot map {}", path.display()))
 }
 
 #[cfg(test)]
 mod tests {
-    use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _, symlink};
+    use std::{
+        io::Read as _,
+        os::unix::fs::{MetadataExt as _, PermissionsExt as _, symlink},
+    };
 
     use rustix::fs::CWD;
 
@@ -218,14 +220,14 @@ mod tests {
         let path = dir.path().join("lib.so");
         std::fs::write(&path, b"ELF bytes").unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
-        let copy = stable(File::open(&path).unwrap()).unwrap();
+        let copy = stable(File::open(&path).unwrap(), Parts::Whole).unwrap();
         std::fs::write(&path, b"").unwrap();
         assert_eq!(&map(&copy).unwrap()[..], b"ELF bytes", "the copy outlives a truncation");
         assert!(copy.set_len(0).is_err(), "sealed");
         let system = File::open("/bin/sh").unwrap();
         let ino = system.metadata().unwrap().ino();
         assert_eq!(
-            stable(system).unwrap().metadata().unwrap().ino(),
+            stable(system, Parts::Whole).unwrap().metadata().unwrap().ino(),
             ino,
             "root's own files stay as they are"
         );

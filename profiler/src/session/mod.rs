@@ -28,7 +28,7 @@ use self::{
     stop::{StopReason, stop_condition},
 };
 use crate::{
-    address_space::{TaskEvent, Tracking, running},
+    address_space::{COPY_BUDGET, TaskEvent, Tracking, refused_copies, running},
     aggregate::{Aggregate, Detail, Site},
     clock::{self, Start},
     decode::Payload,
@@ -447,6 +447,18 @@ impl<M: Mode> Pipeline<M> {
                 "profiler: warning: {out_of_descriptors} times a mapped file could not be opened: too many open files \
                  ({}); its frames are named by address",
                 limits::describe_open_files()
+            );
+        }
+        let refused = refused_copies();
+        if let Some(first) = refused.first {
+            eprintln!(
+                "profiler: warning: the {} MiB for copies of files their owners can change was spent \
+                 (the first turned away: {} MiB): {} left unread (their frames are named by address), {} read \
+                 without their DWARF (no lines or inlined frames)",
+                COPY_BUDGET >> 20,
+                first.div_ceil(1 << 20),
+                refused.unread,
+                refused.without_dwarf
             );
         }
     }

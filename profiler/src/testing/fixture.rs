@@ -9,7 +9,7 @@ use std::{
 use anyhow::{Context as _, Result};
 
 use crate::{
-    address_space::{AddressSpaces, Backing, Mappings, Modules, Process, ProcessView, Tracking},
+    address_space::{AddressSpaces, Backing, Mappings, Modules, Process, ProcessView, StableFile, Tracking},
     decode::UserRegs,
     model::{Tgid, Tid},
 };
@@ -42,7 +42,7 @@ impl Fixture {
 
     /// The fixture's process, its file-backed mappings read from `binary`.
     pub fn address_spaces(&self, binary: PathBuf) -> AddressSpaces {
-        let open = move |_: Tgid, _: &_, _: &_, _: &Path| File::open(&binary);
+        let open = move |_: Tgid, _: &_, _: &_, _: &Path| File::open(&binary).map(StableFile::unchanged);
         let modules = Modules::with_opener(Box::new(open));
         let mut spaces = AddressSpaces::with_modules(Tracking { all: false, follow_forks: false }, modules);
         let file_backed = self.mappings.mappings().any(|m| matches!(m.backing, Backing::File { .. }));

@@ -277,7 +277,7 @@ fn synthetic_base(module: ModuleId) -> u64 {
 
 fn load(module: ModuleId, space: &ProcessView<'_>, framehop: &mut UnwinderX86_64<Vec<u8>>) -> LoadedModule {
     let module_file = space.module(module);
-    let debug = module_file.debug_file().map(|debug| &debug.file);
+    let debug = module_file.debug_file().map(|debug| &*debug.file);
     let mut cfi = ModuleCfi::load(module_file.file()?, debug).ok()?;
     let range = cfi.svma_range();
     if range.end > 1 << MODULE_SPAN_BITS {

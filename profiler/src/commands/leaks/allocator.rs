@@ -21,7 +21,7 @@ use profiler_common::AllocFunction;
 
 use crate::{
     address_space::{
-        Backing, Mapping, Mappings,
+        Backing, Mapping, Mappings, Parts,
         open::{self, Root},
     },
     kernel::tracer::{Allocator, EntryPoint, EntryPoints},
@@ -60,7 +60,9 @@ const RELEASES: [&str; 13] = [
     "_ZdaPvSt11align_val_tRKSt9nothrow_t",
 ];
 
-/// An object the target loads, in load order: the path it names it by, and the file.
+/// An object the target loads, in load order: the path it names it by, and the file itself
+/// (probes go on its inode; its bytes are read from a [stable](open::stable) copy when its
+/// owner can change it).
 struct Candidate {
     path: PathBuf,
     file: File,
@@ -96,7 +98,7 @@ fn of_process(pid: Tgid) -> Result<Allocator> {
     let candidates = files
         .into_iter()
         .filter_map(|(path, mapping)| {
-            let file = open::mapped_file(pid, mapping).and_then(open::stable).ok()?;
+            let file = open::mapped_file(pid, mapping).ok()?;
             Some(Candidate { path: path.to_owned(), file })
         })
         .collect();
@@ -118,7 +120,7 @@ fn of_command(program: &OsStr) -> Result<Allocator> {
     }
     let candidates = paths
         .into_iter()
-        .filter_map(|path| Some(Candidate { file: Root::Own.open(&path).and_then(open::stable).ok()?, path }))
+        .filter_map(|path| Some(Candidate { file: Root::Own.open(&path).ok()?, path }))
         .collect();
     choose(candidates, &path.display().to_string())
 }
@@ -139,7 +141,10 @@ fn is_dynamic_linker(path: &Path) -> bool {
 fn choose(candidates: Vec<Candidate>, target: &str) -> Result<Allocator> {
     for Candidate { path, file } in candidates {
         // Non-ELF mappings (fonts, locale archives) cannot be the allocator.
-        let Ok(data) = open::map(&file) else { continue };
+        let Ok(readable) = file.try_clone().and_then(|file| open::stable(file, Parts::Module)) else {
+            continue;
+        };
+        let Ok(data) = open::map(&readable) else { continue };
         if let Some(entry_points) = entry_points(&data) {
             return Ok(Allocator { path, file, entry_points });
         }
