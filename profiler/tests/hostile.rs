@@ -603,57 +603,109 @@ fn a_perf_map_of_millions_of_tiny_lines_is_kept_within_bounds() {
     assert_eq!(full, 1, "the map was read until full, and that said once:\n{stderr}");
 }
 
-/// Five executables that nobody owns and runs, each 256 MiB of which all but the first pages
-/// are a hole (no disk and no memory for their owner): files their owner can change are copied
-/// before the profiler maps them, and whole copies took 1.3 GiB. Copies keep holes as holes and
-/// leave code out, so the profiler, in a 512 MiB memory cgroup, stays small, and names the
-/// functions of all five (the control that they were read).
-#[test]
-fn sparse_executables_cost_their_data_only() {
-    if !e2e_enabled() {
-        return;
-    }
-    let dir = scratch_dir("sparse-executables");
+/// `count` builds of the split workload with build ids of their own (distinct modules), each
+/// made hostile by `spoil` in a directory of nobody's, run by nobody, and recorded with the
+/// profiler in a 512 MiB memory cgroup: its stderr and peak memory, and the share of each
+/// process's samples in the workload's hot functions (the control that its file was read).
+fn record_spoiled_programs(name: &str, count: u32, spoil: impl Fn(&Path)) -> (String, u64, Vec<f64>) {
+    let dir = scratch_dir(name);
     std::os::unix::fs::chown(&dir, Some(NOBODY), Some(NOBODY)).unwrap();
-    let mut workloads = Vec::new();
-    for variant in 1..=5 {
-        // A build id of its own: five modules, not one.
-        let build_id = format!("-Wl,--build-id=0x{variant:040x}");
-        let built =
-            build_workload("split.c", &format!("split-sparse-{variant}"), "gcc", &["-O2", "-g", &build_id]);
-        let program = dir.join(format!("sparse-{variant}"));
-        std::fs::copy(&built, &program).unwrap();
-        std::fs::OpenOptions::new().write(true).open(&program).unwrap().set_len(256 << 20).unwrap();
-        std::os::unix::fs::chown(&program, Some(NOBODY), Some(NOBODY)).unwrap();
-    }
+    let programs: Vec<PathBuf> = (1..=count)
+        .map(|variant| {
+            let build_id = format!("-Wl,--build-id=0x{variant:040x}");
+            let built = build_workload(
+                "split.c",
+                &format!("split-{name}-{variant}"),
+                "gcc",
+                &["-O2", "-g", &build_id],
+            );
+            let program = dir.join(format!("{name}-{variant}"));
+            std::fs::copy(&built, &program).unwrap();
+            spoil(&program);
+            std::os::unix::fs::chown(&program, Some(NOBODY), Some(NOBODY)).unwrap();
+            program
+        })
+        .collect();
     // Another test thread's fork may still hold a descriptor written through (ETXTBSY).
     std::thread::sleep(std::time::Duration::from_millis(200));
-    for variant in 1..=5 {
-        let program = dir.join(format!("sparse-{variant}"));
-        workloads.push(KillOnDrop(as_nobody(&program).arg("30").stdin(Stdio::null()).spawn().unwrap()));
-    }
+    let workloads: Vec<KillOnDrop> = programs
+        .iter()
+        .map(|program| KillOnDrop(as_nobody(program).arg("30").stdin(Stdio::null()).spawn().unwrap()))
+        .collect();
     let pids: Vec<String> = workloads.iter().map(|workload| workload.pid().to_string()).collect();
     let out = dir.join("out.folded");
     let mut args = vec!["record", "--per-pid", "-F", "999", "-d", "4", "-o", out.to_str().unwrap()];
     for pid in &pids {
         args.extend(["-p", pid]);
     }
-    let cgroup = MemoryCgroup::new("sparse-executables", 512 << 20);
+    let cgroup = MemoryCgroup::new(name, 512 << 20);
     let run = cgroup.profiler(&args).output().unwrap();
-    let stderr = String::from_utf8_lossy(&run.stderr);
+    let stderr = String::from_utf8_lossy(&run.stderr).into_owned();
     assert!(run.status.success(), "{stderr}");
-    let peak = cgroup.peak();
-    assert!(peak < 160 << 20, "{} MiB at the peak", peak >> 20);
     let folded = Folded::read(&out);
-    for (variant, pid) in (1..=5).zip(&pids) {
-        let root = format!("sparse-{variant}-{pid}");
-        let (all, named): (u64, u64) = folded.stacks.iter().filter(|(frames, _)| frames[0] == root).fold(
-            (0, 0),
-            |(all, named), (frames, n)| {
-                (all + n, named + if frames.iter().any(|f| f.starts_with("hot_")) { *n } else { 0 })
-            },
-        );
-        assert!(all > 0 && named as f64 >= 0.9 * all as f64, "{root}: {named} of {all} samples in hot_*");
-    }
+    let hot_shares = programs
+        .iter()
+        .zip(&pids)
+        .map(|(program, pid)| {
+            let root = format!("{}-{pid}", program.file_name().unwrap().to_str().unwrap());
+            let (all, hot) = folded.stacks.iter().filter(|(frames, _)| frames[0] == root).fold(
+                (0, 0),
+                |(all, hot), (frames, n)| {
+                    (all + n, hot + if frames.iter().any(|f| f.starts_with("hot_")) { *n } else { 0 })
+                },
+            );
+            hot as f64 / all.max(1) as f64
+        })
+        .collect();
     drop(workloads);
+    (stderr, cgroup.peak(), hot_shares)
+}
+
+/// Five executables that nobody owns and runs, each 256 MiB of which all but the first pages
+/// are a hole (no disk and no memory for their owner): files their owner can change are copied
+/// before the profiler maps them, and whole copies took 1.3 GiB. Copies keep holes as holes and
+/// leave code out, so the profiler stays small, and names the functions of all five.
+#[test]
+fn sparse_executables_cost_their_data_only() {
+    if !e2e_enabled() {
+        return;
+    }
+    let (stderr, peak, hot_shares) = record_spoiled_programs("sparse", 5, |program| {
+        std::fs::OpenOptions::new().write(true).open(program).unwrap().set_len(256 << 20).unwrap();
+    });
+    assert!(peak < 160 << 20, "{} MiB at the peak\n{stderr}", peak >> 20);
+    assert!(hot_shares.iter().all(|&share| share >= 0.9), "{hot_shares:?}");
+}
+
+/// Ten executables of 140 KiB whose `.debug_frame` and `.debug_info` are zlib-compressed
+/// sections of 60 MiB each: inflated as they came, the CFI alone took 600 MiB. Inflated
+/// sections share one budget, so the profiler stays within it, says how often it left sections
+/// compressed, and still names the functions of all ten from their symbols.
+#[test]
+fn compressed_sections_inflate_within_one_budget() {
+    if !e2e_enabled() {
+        return;
+    }
+    let dir = scratch_dir("compressed-sections");
+    let zeros = dir.join("zeros");
+    std::fs::File::create(&zeros).unwrap().set_len(60 << 20).unwrap();
+    let (stderr, peak, hot_shares) = record_spoiled_programs("compressed", 10, |program| {
+        let section = |name: &str| format!("{name}={}", zeros.display());
+        let objcopy = |args: &[&str]| {
+            assert!(Command::new("objcopy").args(args).arg(program).status().unwrap().success())
+        };
+        objcopy(&["--remove-section", ".debug_frame", "--remove-section", ".debug_info"]);
+        objcopy(&["--add-section", &section(".debug_frame"), "--add-section", &section(".debug_info")]);
+        // Added sections are compressed by a later pass only.
+        objcopy(&["--compress-debug-sections=zlib"]);
+        assert!(std::fs::metadata(program).unwrap().len() < 512 << 10);
+    });
+    assert!(peak < 256 << 20, "{} MiB at the peak\n{stderr}", peak >> 20);
+    assert!(
+        stderr.contains(
+            "compressed sections were left compressed: the 128 MiB for inflated sections was spent"
+        ),
+        "{stderr}"
+    );
+    assert!(hot_shares.iter().all(|&share| share >= 0.9), "{hot_shares:?}");
 }

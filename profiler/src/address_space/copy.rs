@@ -11,12 +11,13 @@ use std::{
     io,
     ops::{Deref, Range},
     os::unix::fs::FileExt as _,
-    sync::{
-        Mutex,
-        atomic::{AtomicU64, Ordering},
-    },
+    sync::Mutex,
 };
 
+use super::{
+    budget::{Budget, Charge},
+    elf::is_dwarf,
+};
 use object::{
     elf::{FileHeader64, SHF_EXECINSTR, SHT_NOBITS, SectionHeader64},
     read::elf::{FileHeader as _, SectionHeader as _},
@@ -27,28 +28,7 @@ use rustix::fs::{MemfdFlags, SealFlags, SeekFrom, fcntl_add_seals, memfd_create,
 pub const COPY_BUDGET: u64 = 256 << 20;
 
 /// The budget every copy is charged to.
-static BUDGET: Budget = Budget { limit: COPY_BUDGET, held: AtomicU64::new(0) };
-
-/// Bytes that copies alive at once may hold.
-#[derive(Debug)]
-struct Budget {
-    limit: u64,
-    /// Held by the copies alive now.
-    held: AtomicU64,
-}
-
-impl Budget {
-    /// Charges `bytes` to `copy`, if there is room for them.
-    fn reserve(&'static self, copy: &mut StableFile, bytes: u64) -> bool {
-        let taken = self.held.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |held| {
-            held.checked_add(bytes).filter(|&after| after <= self.limit)
-        });
-        if taken.is_ok() {
-            copy.charged = Some((self, copy.charged.map_or(0, |(_, charged)| charged) + bytes));
-        }
-        taken.is_ok()
-    }
-}
+static COPIES: Budget = Budget::new(COPY_BUDGET);
 
 /// What the budget turned away, over the profiler's life.
 static REFUSED: Mutex<Refused> = Mutex::new(Refused { unread: 0, without_dwarf: 0, first: None });
@@ -86,19 +66,18 @@ fn note_refusal(size: u64, unread: bool) {
 pub struct StableFile {
     file: File,
     /// What a copy holds of the budget.
-    charged: Option<(&'static Budget, u64)>,
-    copy: bool,
+    charge: Option<Charge>,
 }
 
 impl StableFile {
     /// The file itself: nobody but root can change it.
     pub fn unchanged(file: File) -> Self {
-        Self { file, charged: None, copy: false }
+        Self { file, charge: None }
     }
 
     /// Whether this is a copy, not the file itself.
     pub fn is_copy(&self) -> bool {
-        self.copy
+        self.charge.is_some()
     }
 }
 
@@ -107,14 +86,6 @@ impl Deref for StableFile {
 
     fn deref(&self) -> &File {
         &self.file
-    }
-}
-
-impl Drop for StableFile {
-    fn drop(&mut self) {
-        if let Some((budget, bytes)) = self.charged {
-            budget.held.fetch_sub(bytes, Ordering::Relaxed);
-        }
     }
 }
 
@@ -130,7 +101,7 @@ pub enum Parts {
 
 /// A sealed copy of the first `size` bytes of `file`, holding `parts`.
 pub fn sealed_copy(file: &File, size: u64, parts: Parts) -> io::Result<StableFile> {
-    copy_within(&BUDGET, file, size, parts)
+    copy_within(&COPIES, file, size, parts)
 }
 
 fn copy_within(budget: &'static Budget, file: &File, size: u64, parts: Parts) -> io::Result<StableFile> {
@@ -140,24 +111,22 @@ fn copy_within(budget: &'static Budget, file: &File, size: u64, parts: Parts) ->
     };
     let copy = File::from(memfd_create("profiler-copy", MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)?);
     copy.set_len(size)?;
-    let mut stable = StableFile { file: copy, charged: None, copy: true };
-    let essential = data_bytes(file, &plan.essential);
-    if !budget.reserve(&mut stable, essential) {
+    let Some(mut charge) = budget.charge(data_bytes(file, &plan.essential)) else {
         note_refusal(size, true);
         return Err(io::Error::new(io::ErrorKind::OutOfMemory, "over the budget for copies"));
-    }
-    copy_ranges(file, &stable, &plan.essential)?;
-    if budget.reserve(&mut stable, data_bytes(file, &plan.dwarf)) {
-        copy_ranges(file, &stable, &plan.dwarf)?;
+    };
+    copy_ranges(file, &copy, &plan.essential)?;
+    if charge.grow(data_bytes(file, &plan.dwarf)) {
+        copy_ranges(file, &copy, &plan.dwarf)?;
     } else {
         // The copy's own headers say the DWARF is not there, so no reader takes zeros for it.
         note_refusal(size, false);
         for &at in &plan.dwarf_headers {
-            stable.write_all_at(&SHT_NOBITS.to_le_bytes(), at)?;
+            copy.write_all_at(&SHT_NOBITS.to_le_bytes(), at)?;
         }
     }
-    fcntl_add_seals(&*stable, SealFlags::SHRINK | SealFlags::GROW | SealFlags::WRITE | SealFlags::SEAL)?;
-    Ok(stable)
+    fcntl_add_seals(&copy, SealFlags::SHRINK | SealFlags::GROW | SealFlags::WRITE | SealFlags::SEAL)?;
+    Ok(StableFile { file: copy, charge: Some(charge) })
 }
 
 /// The ranges of a file to copy.
@@ -234,11 +203,6 @@ fn in_file((offset, len): (u64, u64), size: u64) -> Option<Range<u64>> {
     Some(offset..end)
 }
 
-/// DWARF sections other than `.debug_frame` (CFI, which the unwinder needs), compressed or not.
-fn is_dwarf(name: &[u8]) -> bool {
-    (name.starts_with(b".debug_") && name != b".debug_frame") || name.starts_with(b".zdebug_")
-}
-
 /// The bytes of `file` in `ranges` that hold data: holes are left out.
 fn data_bytes(file: &File, ranges: &[Range<u64>]) -> u64 {
     ranges
@@ -300,7 +264,7 @@ mod tests {
     use crate::address_space::{ElfFacts, open};
 
     fn budget(limit: u64) -> &'static Budget {
-        Box::leak(Box::new(Budget { limit, held: AtomicU64::new(0) }))
+        Box::leak(Box::new(Budget::new(limit)))
     }
 
     /// A module with symbols, CFI and DWARF.
@@ -341,10 +305,10 @@ mod tests {
         assert!(code > 0);
         assert_eq!(symbols(&copied), symbols(&original));
         assert_eq!(ElfFacts::read(&copied), ElfFacts::read(&original));
-        let held = budget.held.load(Ordering::Relaxed);
+        let held = budget.held();
         assert!(held > 0 && held < size, "{held} of {size} bytes charged");
         drop(copy);
-        assert_eq!(budget.held.load(Ordering::Relaxed), 0, "given back with the copy");
+        assert_eq!(budget.held(), 0, "given back with the copy");
     }
 
     #[test]
@@ -353,7 +317,7 @@ mod tests {
         let roomy = budget(1 << 30);
         let whole = copy_within(roomy, &file, size, Parts::Module).unwrap();
         let dwarf = data_bytes(&file, &module_plan(&file, size).unwrap().dwarf);
-        let tight = budget(roomy.held.load(Ordering::Relaxed) - dwarf);
+        let tight = budget(roomy.held() - dwarf);
         let copy = copy_within(tight, &file, size, Parts::Module).unwrap();
         let (full, cut) = (open::map(&whole).unwrap(), open::map(&copy).unwrap());
         let facts = ElfFacts::read(&cut).unwrap();
@@ -384,12 +348,6 @@ mod tests {
         assert_eq!(copy.metadata().unwrap().len(), size);
         let allocated = copy.metadata().unwrap().blocks() * 512;
         assert!(allocated <= 1 << 20, "{allocated} bytes held by the copy of a sparse file");
-        assert!(budget.held.load(Ordering::Relaxed) <= 8 << 20, "charged for its data only");
-    }
-
-    #[test]
-    fn dwarf_sections_are_told_apart_from_cfi() {
-        assert!(is_dwarf(b".debug_info") && is_dwarf(b".zdebug_line") && is_dwarf(b".debug_str"));
-        assert!(!is_dwarf(b".debug_frame") && !is_dwarf(b".eh_frame") && !is_dwarf(b".symtab"));
+        assert!(budget.held() <= 8 << 20, "charged for its data only");
     }
 }

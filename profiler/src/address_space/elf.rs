@@ -3,9 +3,34 @@
 //! and its load segments (file offset <-> the addresses its symbols and CFI speak in).
 use object::{Object as _, ObjectSection as _, ObjectSegment as _, read::elf::ElfFile64};
 
+use super::budget::{Budget, Charge};
+
 /// Largest section a reader may inflate: a compressed section declares its own size, and a
 /// crafted one could declare any.
-pub const MAX_INFLATED_SECTION: u64 = 256 << 20;
+pub const MAX_INFLATED_SECTION: u64 = 64 << 20;
+
+/// Bytes of inflated sections held at once: CFI by the unwinder, DWARF by the symbolizer.
+pub const INFLATED_BUDGET: u64 = 128 << 20;
+
+/// The budget every inflated section is charged to.
+pub static INFLATED: Budget = Budget::new(INFLATED_BUDGET);
+
+/// Charges `bytes` of inflated section to `held` (the charge of everything a reader inflated
+/// of one file): whether there was room.
+pub fn charge_inflated(held: &mut Option<Charge>, bytes: u64) -> bool {
+    match held {
+        Some(charge) => charge.grow(bytes),
+        None => {
+            *held = INFLATED.charge(bytes);
+            held.is_some()
+        }
+    }
+}
+
+/// DWARF sections other than `.debug_frame` (CFI, which the unwinder reads), compressed or not.
+pub fn is_dwarf(name: &[u8]) -> bool {
+    (name.starts_with(b".debug_") && name != b".debug_frame") || name.starts_with(b".zdebug_")
+}
 
 /// One `PT_LOAD` segment: where a range of the file lives in the module's own address space
 /// (its "stated virtual memory addresses", SVMAs).
@@ -30,6 +55,8 @@ pub struct ElfFacts {
     pub links_elsewhere: bool,
     /// A compressed section declares more than [`MAX_INFLATED_SECTION`] bytes.
     pub inflates_too_much: bool,
+    /// What its compressed DWARF sections declare they inflate to, in all.
+    pub inflated_dwarf: u64,
     pub segments: Vec<Segment>,
 }
 
@@ -41,12 +68,19 @@ impl ElfFacts {
         // Present with data: a copy leaves out the DWARF it has no room for, marked as such.
         let holds =
             |name: &str| elf.section_by_name(name).is_some_and(|section| section.file_range().is_some());
-        let inflates_too_much = elf.sections().any(|section| {
-            section.compressed_data().is_ok_and(|data| {
-                data.format != object::CompressionFormat::None
-                    && data.uncompressed_size > MAX_INFLATED_SECTION
-            })
-        });
+        let inflated = |section: &object::read::elf::ElfSection64<'_, '_, object::Endianness>| {
+            section
+                .compressed_data()
+                .ok()
+                .filter(|data| data.format != object::CompressionFormat::None)
+                .map_or(0, |data| data.uncompressed_size)
+        };
+        let inflates_too_much = elf.sections().any(|section| inflated(&section) > MAX_INFLATED_SECTION);
+        let inflated_dwarf = elf
+            .sections()
+            .filter(|section| section.name_bytes().is_ok_and(is_dwarf))
+            .map(|section| inflated(&section))
+            .fold(0u64, u64::saturating_add);
         Some(Self {
             build_id: elf.build_id().ok().flatten().map(<[u8]>::to_vec),
             debug_link: elf.gnu_debuglink().ok().flatten().map(|(name, crc)| (name.to_vec(), crc)),
@@ -54,6 +88,7 @@ impl ElfFacts {
             has_cfi: has(".eh_frame") || has(".debug_frame"),
             links_elsewhere: has(".gnu_debuglink") || has(".gnu_debugaltlink") || has(".debug_sup"),
             inflates_too_much,
+            inflated_dwarf,
             segments: elf
                 .segments()
                 .map(|segment| {
@@ -84,6 +119,12 @@ impl ElfFacts {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dwarf_sections_are_told_apart_from_cfi() {
+        assert!(is_dwarf(b".debug_info") && is_dwarf(b".zdebug_line") && is_dwarf(b".debug_str"));
+        assert!(!is_dwarf(b".debug_frame") && !is_dwarf(b".eh_frame") && !is_dwarf(b".symtab"));
+    }
 
     fn fixture(name: &str) -> Vec<u8> {
         std::fs::read(format!("{}/tests/fixtures/unwind/{name}", env!("CARGO_MANIFEST_DIR"))).unwrap()

@@ -1,6 +1,7 @@
 //! Where addresses were: each process's mappings over time ([`process`], from `/proc` and the
 //! kernel's [`TaskEvent`]s), and the files behind them ([`module`]). The stage of the data flow
 //! that turns an address into a module and file offset is [`resolve`].
+mod budget;
 mod copy;
 mod debug_file;
 mod elf;
@@ -13,8 +14,9 @@ mod task_event;
 mod vdso;
 
 pub use self::{
+    budget::Charge,
     copy::{COPY_BUDGET, Parts, StableFile, refused as refused_copies},
-    elf::{ElfFacts, MAX_INFLATED_SECTION},
+    elf::{ElfFacts, INFLATED, INFLATED_BUDGET, MAX_INFLATED_SECTION, charge_inflated},
     module::{Module, ModuleId, Modules, readable_path},
     proc_maps::{Backing, Mapping, Mappings, TimedMapping, backing_named},
     process::Identity,

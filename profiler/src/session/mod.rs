@@ -28,7 +28,7 @@ use self::{
     stop::{StopReason, stop_condition},
 };
 use crate::{
-    address_space::{COPY_BUDGET, TaskEvent, Tracking, refused_copies, running},
+    address_space::{COPY_BUDGET, INFLATED, INFLATED_BUDGET, TaskEvent, Tracking, refused_copies, running},
     aggregate::{Aggregate, Detail, Site},
     clock::{self, Start},
     decode::Payload,
@@ -447,6 +447,14 @@ impl<M: Mode> Pipeline<M> {
                 "profiler: warning: {out_of_descriptors} times a mapped file could not be opened: too many open files \
                  ({}); its frames are named by address",
                 limits::describe_open_files()
+            );
+        }
+        let inflations = INFLATED.refused();
+        if inflations > 0 {
+            eprintln!(
+                "profiler: warning: {inflations} times compressed sections were left compressed: the {} MiB for \
+                 inflated sections was spent (modules unwound or named without them)",
+                INFLATED_BUDGET >> 20
             );
         }
         let refused = refused_copies();

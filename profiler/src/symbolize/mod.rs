@@ -29,7 +29,10 @@ use rustc_hash::FxHashMap;
 pub use self::perf_map::PerfMap;
 pub use self::{perf_map::PerfMaps, plt::PltStubs};
 use crate::{
-    address_space::{AddressSpaces, Module, ModuleId, Modules, open, readable_path},
+    address_space::{
+        AddressSpaces, Charge, ElfFacts, INFLATED_BUDGET, Module, ModuleId, Modules, charge_inflated, open,
+        readable_path,
+    },
     frame::Frame,
     model::{SourceLine, Symbol, SymbolKind, Tgid},
     runtimes::python::Functions,
@@ -170,8 +173,8 @@ pub struct Symbolizer {
 /// How a module is named beside blazesym's lookups.
 struct ModuleNaming {
     plt: PltStubs,
-    /// blazesym may read its DWARF ([`dwarf_readable`]).
-    dwarf: bool,
+    /// blazesym may read its DWARF ([`dwarf_access`]).
+    dwarf: Option<DwarfAccess>,
     /// blazesym failed (or panicked) on it: named by module and offset from then on.
     failed: bool,
 }
@@ -246,12 +249,12 @@ impl Symbolizer {
         let module = modules.get(id);
         let naming = self.modules.entry(id).or_insert_with(|| ModuleNaming {
             plt: plt_stubs(module),
-            dwarf: dwarf_readable(module, &mut self.refused),
+            dwarf: dwarf_access(module, &mut self.refused),
             failed: false,
         });
         let resolved = match naming.failed {
             true => Vec::new(),
-            false => resolve(&self.blaze, module, offsets, naming.dwarf).unwrap_or_else(|| {
+            false => resolve(&self.blaze, module, offsets, naming.dwarf.is_some()).unwrap_or_else(|| {
                 naming.failed = true;
                 Vec::new()
             }),
@@ -284,17 +287,31 @@ fn source(code_info: Option<&CodeInfo<'_>>) -> Option<SourceLine> {
     Some(SourceLine { file: code_info.to_path().to_string_lossy().into_owned(), line: code_info.line? })
 }
 
-/// Whether blazesym may read the DWARF of `module`'s symbol file: it has some, and it nests
-/// within what blazesym's recursion takes. A refusal is warned about, naming the file.
-fn dwarf_readable(module: &Module, refused: &mut Warnings) -> bool {
-    let Some(symbol_file) = module.symbol_file().filter(|symbol_file| symbol_file.dwarf) else {
-        return false;
+/// Leave for blazesym to read a module's DWARF.
+struct DwarfAccess {
+    /// What its compressed sections take once inflated, held of the budget for them while
+    /// blazesym may keep them.
+    _inflated: Option<Charge>,
+}
+
+/// Whether blazesym may read the DWARF of `module`'s symbol file: it has some, it nests within
+/// what blazesym's recursion takes, and what it inflates to fits the budget for inflated
+/// sections. A refusal is warned about, naming the file.
+fn dwarf_access(module: &Module, refused: &mut Warnings) -> Option<DwarfAccess> {
+    let symbol_file = module.symbol_file().filter(|symbol_file| symbol_file.dwarf)?;
+    let image = open::map(symbol_file.file).ok();
+    let mut inflated = None;
+    let inflates_to = image.as_deref().and_then(ElfFacts::read).map_or(0, |facts| facts.inflated_dwarf);
+    let checked = match &image {
+        _ if inflates_to > 0 && !charge_inflated(&mut inflated, inflates_to) => Err(format!(
+            "its compressed debug info inflates to {} MiB, more than is left of the {} MiB for inflated sections",
+            inflates_to.div_ceil(1 << 20),
+            INFLATED_BUDGET >> 20
+        )),
+        Some(image) => dwarf_nesting::check(image).map_err(|refusal| refusal.to_string()),
+        None => Err(dwarf_nesting::Refusal::Malformed.to_string()),
     };
-    let checked = match open::map(symbol_file.file) {
-        Ok(image) => dwarf_nesting::check(&image),
-        Err(_) => Err(dwarf_nesting::Refusal::Malformed),
-    };
-    let Err(refusal) = checked else { return true };
+    let Err(refusal) = checked else { return Some(DwarfAccess { _inflated: inflated }) };
     let file = if symbol_file.virtual_addresses { "'s debug file" } else { "" };
     refused.push(|| {
         format!(
@@ -302,7 +319,7 @@ fn dwarf_readable(module: &Module, refused: &mut Warnings) -> bool {
             module.path().display()
         )
     });
-    false
+    None
 }
 
 /// blazesym's names for `offsets` of `module`, from the file [`Module::symbol_file`] chooses,

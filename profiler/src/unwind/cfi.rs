@@ -7,7 +7,7 @@ use framehop::ExplicitModuleSectionInfo;
 use object::{Object as _, ObjectSection as _, ObjectSegment as _, read::elf::ElfFile64};
 
 use super::eh_return::{EhReturnFrame, EhReturnFunctions};
-use crate::address_space::{ElfFacts, MAX_INFLATED_SECTION, open};
+use crate::address_space::{Charge, ElfFacts, MAX_INFLATED_SECTION, charge_inflated, open};
 
 /// What the unwinder knows of one module file.
 pub struct ModuleCfi {
@@ -20,6 +20,8 @@ pub struct ModuleCfi {
     sections: Option<ExplicitModuleSectionInfo<Vec<u8>>>,
     /// The functions that return through `__builtin_eh_return`.
     eh_return: EhReturnFunctions,
+    /// What its inflated sections hold of the budget for them, while the unwinder keeps them.
+    _inflated: Option<Charge>,
 }
 
 impl ModuleCfi {
@@ -31,13 +33,21 @@ impl ModuleCfi {
         let facts = ElfFacts::read(&data).context("not a 64-bit ELF file")?;
         let start = elf.segments().map(|s| s.address()).min().unwrap_or(0);
         let end = elf.segments().map(|s| s.address().saturating_add(s.size())).max().unwrap_or(0);
-        let mut sections = section_info(&elf);
+        let mut inflated = None;
+        let mut sections = section_info(&elf, &mut inflated);
         if sections.eh_frame.is_none() && sections.debug_frame.is_none() {
-            sections.debug_frame = debug.and_then(debug_frame);
+            sections.debug_frame = debug.and_then(|debug| debug_frame(debug, &mut inflated));
         }
         let has_cfi = sections.eh_frame.is_some() || sections.debug_frame.is_some();
         let eh_return = EhReturnFunctions::find(&sections);
-        Ok(Self { facts, svma_range: start..end, has_cfi, sections: has_cfi.then_some(sections), eh_return })
+        Ok(Self {
+            facts,
+            svma_range: start..end,
+            has_cfi,
+            sections: has_cfi.then_some(sections),
+            eh_return,
+            _inflated: inflated,
+        })
     }
 
     pub fn has_cfi(&self) -> bool {
@@ -66,10 +76,14 @@ impl ModuleCfi {
     }
 }
 
-fn section_info(elf: &ElfFile64<'_, object::Endianness>) -> ExplicitModuleSectionInfo<Vec<u8>> {
+fn section_info(
+    elf: &ElfFile64<'_, object::Endianness>,
+    inflated: &mut Option<Charge>,
+) -> ExplicitModuleSectionInfo<Vec<u8>> {
     let range =
         |name: &str| elf.section_by_name(name).map(|s| s.address()..s.address().saturating_add(s.size()));
-    let data = |name: &str| elf.section_by_name(name).and_then(section_bytes);
+    let mut data =
+        |name: &str| elf.section_by_name(name).and_then(|section| section_bytes(section, inflated));
     ExplicitModuleSectionInfo {
         base_svma: 0,
         text_svma: range(".text"),
@@ -83,9 +97,17 @@ fn section_info(elf: &ElfFile64<'_, object::Endianness>) -> ExplicitModuleSectio
     }
 }
 
-/// A section's bytes, inflated if compressed, up to [`MAX_INFLATED_SECTION`].
-fn section_bytes(section: object::read::elf::ElfSection64<'_, '_, object::Endianness>) -> Option<Vec<u8>> {
-    if section.compressed_data().ok()?.uncompressed_size > MAX_INFLATED_SECTION {
+/// A section's bytes, inflated if compressed, up to [`MAX_INFLATED_SECTION`] and as the budget
+/// for inflated sections allows (charged to `inflated`).
+fn section_bytes(
+    section: object::read::elf::ElfSection64<'_, '_, object::Endianness>,
+    inflated: &mut Option<Charge>,
+) -> Option<Vec<u8>> {
+    let compressed = section.compressed_data().ok()?;
+    if compressed.format != object::CompressionFormat::None
+        && (compressed.uncompressed_size > MAX_INFLATED_SECTION
+            || !charge_inflated(inflated, compressed.uncompressed_size))
+    {
         return None;
     }
     let data = section.uncompressed_data().ok()?;
@@ -93,10 +115,10 @@ fn section_bytes(section: object::read::elf::ElfSection64<'_, '_, object::Endian
 }
 
 /// The `.debug_frame` of a separate debug file.
-fn debug_frame(debug: &File) -> Option<Vec<u8>> {
+fn debug_frame(debug: &File, inflated: &mut Option<Charge>) -> Option<Vec<u8>> {
     let data = open::map(debug).ok()?;
     let elf = ElfFile64::<object::Endianness>::parse(&*data).ok()?;
-    elf.section_by_name(".debug_frame").and_then(section_bytes)
+    elf.section_by_name(".debug_frame").and_then(|section| section_bytes(section, inflated))
 }
 
 #[cfg(test)]
