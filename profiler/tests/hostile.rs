@@ -709,3 +709,35 @@ fn compressed_sections_inflate_within_one_budget() {
     );
     assert!(hot_shares.iter().all(|&share| share >= 0.9), "{hot_shares:?}");
 }
+
+/// A process of nobody's with 30,000 mappings that starts thousands of children sharing its
+/// address space (`clone(CLONE_VM)`, as `posix_spawn` does), each gone at once: a copy of the
+/// mapping table per child took 18 GiB. Children share their parent's table, so the profiler
+/// (`-a`, in a 512 MiB memory cgroup) stays small while the children come and go.
+#[test]
+fn children_sharing_a_large_address_space_share_its_table() {
+    if !e2e_enabled() {
+        return;
+    }
+    let program = build_workload("clone_vm.c", "clone_vm", "gcc", &["-O2"]);
+    let mut workload = KillOnDrop(
+        as_nobody(&program).args(["8", "30000"]).stdin(Stdio::null()).stdout(Stdio::piped()).spawn().unwrap(),
+    );
+    let mut output = std::io::BufReader::new(workload.0.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut output, &mut line).unwrap();
+    assert_eq!(line, "ready\n");
+    let dir = scratch_dir("clone-vm");
+    let out = dir.join("out.folded");
+    let cgroup = MemoryCgroup::new("clone-vm", 512 << 20);
+    let run = cgroup.profiler(&["record", "-a", "-d", "3", "-o", out.to_str().unwrap()]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stderr}");
+    let peak = cgroup.peak();
+    assert!(peak < 160 << 20, "{} MiB at the peak\n{stderr}", peak >> 20);
+    assert!(Folded::read(&out).roots().contains_key("clone_vm"), "the workload was sampled");
+    line.clear();
+    std::io::BufRead::read_line(&mut output, &mut line).unwrap();
+    let children: u64 = line.trim().parse().unwrap();
+    assert!(children > 1000, "{children} children started");
+}

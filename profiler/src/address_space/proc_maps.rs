@@ -155,11 +155,6 @@ impl Mappings {
         self.entries = kept;
         displaced
     }
-
-    /// Removes every mapping (exec), returning them.
-    pub fn clear(&mut self) -> Vec<TimedMapping> {
-        std::mem::take(&mut self.entries)
-    }
 }
 
 /// The part `[start, end)` of a mapping.
@@ -279,8 +274,6 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
         let entries: Vec<_> = space.entries.iter().map(|e| (e.mapping.clone(), e.since_ns)).collect();
         assert_eq!(entries, [(file(0x1000, 0x2000, 0), 10), (new, 20), (file(0x3000, 0x5000, 0x2000), 10)]);
         assert_eq!(space.find_timed(0x3800).unwrap().mapping.file_offset(0x3800), 0x2800);
-        assert_eq!(space.clear().len(), 3);
-        assert_eq!(space.find(0x1000), None);
     }
 
     #[test]

@@ -1,10 +1,15 @@
 //! What the profiler knows of each process: its command name and its address space over time.
 //!
 //! A process is seeded from `/proc/PID/maps`, then follows the task events (mmap, exec, fork,
-//! exit) the kernel reports. Mappings that were replaced or dropped at exec stay in a history
-//! for a while, so that a sample resolves with the mappings valid when it was taken even when it
-//! is read after a dlclose, a new dlopen at the same address, or the process's exit.
-use std::{collections::HashMap, io::Read as _};
+//! exit) the kernel reports. Mappings that were replaced, and whole address spaces left at exec,
+//! stay in a history for a while, so that a sample resolves with the mappings valid when it was
+//! taken even when it is read after a dlclose, a new dlopen at the same address, or the
+//! process's exit.
+//!
+//! A forked child shares its parent's table of mappings until either maps something: a process
+//! with tens of thousands of mappings that starts children all day (`posix_spawn`, `vfork`:
+//! children that run exec at once) costs one table, not one per child.
+use std::{collections::HashMap, io::Read as _, sync::Arc};
 
 use super::{Mapping, Mappings, TaskEvent, TimedMapping, open::Root};
 use crate::{
@@ -30,6 +35,13 @@ struct PastMapping {
     until_ns: u64,
 }
 
+/// A whole address space left at `until_ns` (at exec, or replaced by a new reading of `/proc`).
+#[derive(Clone, Debug)]
+struct PastSpace {
+    space: Arc<Mappings>,
+    until_ns: u64,
+}
+
 #[derive(Clone, Debug)]
 pub struct Process {
     tgid: Tgid,
@@ -40,8 +52,11 @@ pub struct Process {
     /// Where its paths resolve, who runs it, its pid in its own pid namespace: what opening its
     /// files and its perf map needs. Read at first sight and again at exec.
     identity: Identity,
-    space: Mappings,
+    /// Shared with the processes forked from it, or that it was forked from, until one maps
+    /// something.
+    space: Arc<Mappings>,
     history: Vec<PastMapping>,
+    past_spaces: Vec<PastSpace>,
     /// When `/proc/PID/maps` was last read.
     read_at_ns: u64,
     /// `/proc/PID` is gone: no more reads.
@@ -103,8 +118,9 @@ impl Process {
             comm_since_ns: read_at_ns,
             identity,
             gone: space.is_err(),
-            space: space.unwrap_or_default(),
+            space: Arc::new(space.unwrap_or_default()),
             history: Vec::new(),
+            past_spaces: Vec::new(),
             read_at_ns,
             exited_at_ns: None,
             sampled: false,
@@ -119,8 +135,9 @@ impl Process {
             comm: comm.to_owned(),
             comm_since_ns: 0,
             identity: Identity::unknown(tgid),
-            space: mappings,
+            space: Arc::new(mappings),
             history: Vec::new(),
+            past_spaces: Vec::new(),
             read_at_ns: 0,
             gone: true,
             exited_at_ns: None,
@@ -165,13 +182,18 @@ impl Process {
         if let Some(current) = self.space.find_timed(addr).filter(|e| e.since_ns <= time_ns) {
             return Some(&current.mapping);
         }
-        self.history
+        let replaced = self.history.iter().rev().find(|past| {
+            past.entry.mapping.contains(addr) && past.entry.since_ns <= time_ns && time_ns < past.until_ns
+        });
+        if let Some(past) = replaced {
+            return Some(&past.entry.mapping);
+        }
+        self.past_spaces
             .iter()
             .rev()
-            .find(|past| {
-                past.entry.mapping.contains(addr) && past.entry.since_ns <= time_ns && time_ns < past.until_ns
-            })
-            .map(|past| &past.entry.mapping)
+            .filter(|past| time_ns < past.until_ns)
+            .find_map(|past| past.space.find_timed(addr).filter(|entry| entry.since_ns <= time_ns))
+            .map(|entry| &entry.mapping)
     }
 
     fn rename(&mut self, comm: String, time_ns: u64) {
@@ -180,7 +202,7 @@ impl Process {
     }
 
     fn map(&mut self, mapping: Mapping, time_ns: u64) {
-        let displaced = self.space.insert(mapping, time_ns);
+        let displaced = Arc::make_mut(&mut self.space).insert(mapping, time_ns);
         self.retire(displaced, time_ns);
     }
 
@@ -190,28 +212,32 @@ impl Process {
         if !self.gone {
             self.identity = Identity::read(self.tgid);
         }
-        let old = self.space.clear();
-        self.retire(old, time_ns);
+        self.replace_space(Mappings::default(), time_ns);
     }
 
     fn retire(&mut self, entries: Vec<TimedMapping>, until_ns: u64) {
         self.history.extend(entries.into_iter().map(|entry| PastMapping { entry, until_ns }));
     }
 
+    /// Leaves its address space for `space` at `until_ns`: the old one goes to the history
+    /// whole, still shared with whoever shares it.
+    fn replace_space(&mut self, space: Mappings, until_ns: u64) {
+        let old = std::mem::replace(&mut self.space, Arc::new(space));
+        if old.mappings().next().is_some() {
+            self.past_spaces.push(PastSpace { space: old, until_ns });
+        }
+    }
+
     fn reread(&mut self) {
         self.read_at_ns = monotonic_ns();
         match Mappings::read(self.tgid) {
-            Ok(space) => {
-                // Unknown since when: the new reading is trusted for any time, as seeding is.
-                let mut old = std::mem::replace(&mut self.space, space);
-                let read_at = self.read_at_ns;
-                self.retire(old.clear(), read_at);
-            }
+            // Unknown since when: the new reading is trusted for any time, as seeding is.
+            Ok(space) => self.replace_space(space, self.read_at_ns),
             Err(_) => self.gone = true,
         }
     }
 
-    /// The child `tgid` forks from this process: the same mappings, but none of the history,
+    /// The child `tgid` forks from this process: the same mappings (shared), but none of the history,
     /// which only samples taken before the fork could need (a parent that maps and unmaps
     /// libraries all day would otherwise hand its whole past to every child).
     fn forked(&self, tgid: Tgid) -> Self {
@@ -220,8 +246,9 @@ impl Process {
             comm: self.comm.clone(),
             comm_since_ns: self.comm_since_ns,
             identity: self.identity.clone(),
-            space: self.space.clone(),
+            space: Arc::clone(&self.space),
             history: Vec::new(),
+            past_spaces: Vec::new(),
             read_at_ns: self.read_at_ns,
             gone: self.gone,
             exited_at_ns: None,
@@ -231,6 +258,7 @@ impl Process {
 
     fn forget_before(&mut self, time_ns: u64) {
         self.history.retain(|past| past.until_ns >= time_ns);
+        self.past_spaces.retain(|past| past.until_ns >= time_ns);
     }
 }
 
@@ -450,6 +478,33 @@ mod tests {
         let child = processes.observe(CHILD, CHILD.main_thread(), "child", 0);
         assert_eq!(child.mapping(0x7010, 200).unwrap().inode, 1);
         assert!(!processes.by_tgid.contains_key(&Tgid(424_242)), "untracked processes are ignored");
+    }
+
+    #[test]
+    fn children_share_the_table_until_one_maps() {
+        let mut processes = Processes::new(Tracking { all: false, follow_forks: true });
+        ghost(&mut processes);
+        processes.apply(TaskEvent::Map { pid: GHOST, time_ns: 100, mapping: library(0x7000, 1) });
+        processes.apply(TaskEvent::Fork { parent: GHOST, child: CHILD, time_ns: 150 });
+        let shared = |processes: &Processes| {
+            Arc::ptr_eq(&processes.by_tgid[&GHOST].space, &processes.by_tgid[&CHILD].space)
+        };
+        assert!(shared(&processes), "forked without a copy");
+        // The child runs exec: what it ran before still resolves, the parent keeps its own.
+        processes.apply(TaskEvent::Exec { pid: CHILD, time_ns: 200, comm: "new".into() });
+        processes.apply(TaskEvent::Map { pid: CHILD, time_ns: 210, mapping: library(0x7000, 2) });
+        let child = processes.observe(CHILD, CHILD.main_thread(), "new", 0);
+        assert_eq!(child.mapping(0x7010, 190).unwrap().inode, 1, "before its exec");
+        assert_eq!(child.mapping(0x7010, 220).unwrap().inode, 2, "after");
+        assert_eq!(
+            processes.observe(GHOST, GHOST.main_thread(), "ghost", 0).mapping(0x7010, 220).unwrap().inode,
+            1
+        );
+        // A second child maps something of its own: its table is its own from then on.
+        processes.apply(TaskEvent::Fork { parent: GHOST, child: Tgid(CHILD.0 - 1), time_ns: 300 });
+        processes.apply(TaskEvent::Map { pid: Tgid(CHILD.0 - 1), time_ns: 310, mapping: library(0x9000, 3) });
+        assert!(processes.by_tgid[&GHOST].lookup(0x9010, 320).is_none());
+        assert_eq!(processes.by_tgid[&Tgid(CHILD.0 - 1)].lookup(0x7010, 320).unwrap().inode, 1);
     }
 
     #[test]
