@@ -6,7 +6,7 @@ use profiler_common::FramePointers;
 use rustc_hash::FxHashMap;
 
 use crate::{
-    address_space::{AddressSpaces, ProcessView, TaskEvent, Tracking, Want},
+    address_space::{AddressSpaces, ModuleId, Modules, ProcessView, TaskEvent, Tracking, Want},
     decode::SampleRecord,
     frame::{Frame, Marker},
     model::{ThreadState, Tid},
@@ -91,6 +91,21 @@ impl StackWalker {
 
     pub fn stats(&self) -> &UnwindStats {
         &self.stats
+    }
+
+    /// Lets go of the modules no sample looked up in the last `periods` periods (agent windows),
+    /// after the unwinder, the Python stage and `also` (the namer) forgot them; a new period
+    /// starts. Returns how many were let go.
+    pub fn evict_idle_modules(&mut self, periods: u64, also: impl FnOnce(&[ModuleId], &Modules)) -> usize {
+        let modules = self.spaces.modules_mut();
+        let idle = modules.idle(periods);
+        also(&idle, modules);
+        self.unwinder.forget(&idle);
+        self.python.forget_modules(&idle);
+        let modules = self.spaces.modules_mut();
+        modules.evict(&idle);
+        modules.next_period();
+        idle.len()
     }
 
     /// Applies what a process did to its address space. After an exec, whatever it runs is

@@ -616,3 +616,68 @@ fn backends_that_hang_or_flood_hold_up_nothing() {
     assert_eq!(undelivered, 2, "{stderr}");
     assert!(stopped < Duration::from_secs(8), "SIGTERM to exit: {stopped:?}");
 }
+
+/// Open descriptors of process `pid`.
+fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().count()
+}
+
+/// Twenty programs of their own (each its own build id) run one after the other under a shell
+/// the agent follows, then nothing new for a while: what the agent opened and read for them
+/// (their files, blazesym's, their CFI) is let go once they have gone unsampled for a few
+/// windows, so its descriptors come back to where they were. The control: while they ran, it
+/// held a descriptor or more for each, and its windows name their functions.
+#[test]
+fn modules_unseen_for_a_few_windows_are_let_go() {
+    if !e2e_enabled() {
+        return;
+    }
+    let programs: Vec<PathBuf> = (1..=20)
+        .map(|variant| {
+            let build_id = format!("-Wl,--build-id=0x{variant:040x}");
+            build_workload("split.c", &format!("split-churn-{variant}"), "gcc", &["-O2", "-g", &build_id])
+        })
+        .collect();
+    let runs: Vec<String> = programs.iter().map(|program| format!("{} 0.3;", program.display())).collect();
+    let script = format!("read go; {} echo done; exec sleep 60", runs.join(" "));
+    let mut shell = std::process::Command::new("sh")
+        .args(["-c", &script])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let dir = scratch_dir("agent-eviction");
+    let agent = start_profiler(&[
+        "agent",
+        "-p",
+        &shell.id().to_string(),
+        "-F",
+        HZ,
+        "--interval",
+        "1",
+        "--output-dir",
+        dir.to_str().unwrap(),
+    ]);
+    let before = open_fds(agent.pid());
+    std::io::Write::write_all(shell.stdin.as_mut().unwrap(), b"go\n").unwrap();
+    let mut done = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(shell.stdout.take().unwrap()), &mut done)
+        .unwrap();
+    assert_eq!(done, "done\n");
+    let busy = open_fds(agent.pid());
+    // Four idle windows, and a margin for the one under way and the prune of exited processes.
+    std::thread::sleep(Duration::from_secs(8));
+    let after = open_fds(agent.pid());
+    agent.signal(libc::SIGTERM);
+    let stderr = finish(agent);
+    let _ = shell.kill();
+    assert!(busy >= before + 20, "{before} descriptors before, {busy} with twenty programs seen\n{stderr}");
+    assert!(after <= before + 4, "{before} descriptors before, {after} once they went unseen\n{stderr}");
+    let mut hot = 0;
+    for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+        let Ok(bytes) = std::fs::read(entry.path()) else { continue };
+        let Ok(profile) = std::panic::catch_unwind(|| decode_pprof(&bytes)) else { continue };
+        hot += profile.string_table.iter().filter(|name| name.starts_with("hot_")).count();
+    }
+    assert!(hot > 0, "their functions named in the windows");
+}

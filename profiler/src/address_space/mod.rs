@@ -68,6 +68,12 @@ impl AddressSpaces {
         gone
     }
 
+    /// Marks as exited at `now_ns` the processes that are gone without the kernel saying so
+    /// (their exit was lost), so that they are forgotten in time.
+    pub fn notice_exits(&mut self, now_ns: u64) {
+        self.processes.notice_exits(now_ns);
+    }
+
     /// What process `tgid` is, while it is followed.
     pub fn identity(&self, tgid: Tgid) -> Option<&Identity> {
         self.processes.get(tgid).map(Process::identity)
@@ -85,6 +91,10 @@ impl AddressSpaces {
 
     pub fn modules(&self) -> &Modules {
         &self.modules
+    }
+
+    pub fn modules_mut(&mut self) -> &mut Modules {
+        &mut self.modules
     }
 
     /// Process `tgid` as sampled from thread `tid` (named `thread_comm`) at `time_ns`: loaded

@@ -105,6 +105,11 @@ impl Module {
         self.debug.as_ref()
     }
 
+    /// Whether anything of it is still held (not evicted, see [`Modules::evict`]).
+    fn held(&self) -> bool {
+        self.file.is_some() || self.facts.is_some() || self.debug.is_some()
+    }
+
     /// The module's file, mapped read-only through the handle kept open.
     pub fn image(&self) -> Option<memmap2::Mmap> {
         open::map(self.file.as_deref()?).ok()
@@ -167,6 +172,9 @@ pub struct Modules {
     /// Files that could not be opened for want of file descriptors (not remembered: tried
     /// again when next seen).
     out_of_descriptors: u64,
+    /// The period in which each module was last looked up (see [`Modules::idle`]).
+    last_used: Vec<u64>,
+    period: u64,
 }
 
 impl Default for Modules {
@@ -191,6 +199,8 @@ impl Modules {
             modules: Vec::new(),
             copies: VecDeque::new(),
             out_of_descriptors: 0,
+            last_used: Vec::new(),
+            period: 0,
         }
     }
 
@@ -204,10 +214,8 @@ impl Modules {
             Backing::Pseudo(name) => (MappedKey::Pseudo(name.clone()), Path::new(name.as_str())),
             Backing::Anonymous => return None,
         };
-        if let Some(&id) = self.by_mapping.get(&key) {
-            return Some(id);
-        }
-        if let Some(&id) = self.unopened.get(&(tgid, key.clone())) {
+        if let Some(&id) = self.by_mapping.get(&key).or_else(|| self.unopened.get(&(tgid, key.clone()))) {
+            self.last_used[id.0 as usize] = self.period;
             return Some(id);
         }
         let file = match &key {
@@ -247,6 +255,7 @@ impl Modules {
                 };
                 let id = ModuleId(self.modules.len() as u32);
                 self.modules.push(Module { path: path.to_owned(), file, facts, debug });
+                self.last_used.push(self.period);
                 self.by_content.insert(content, id);
                 id
             }
@@ -257,6 +266,39 @@ impl Modules {
             self.by_mapping.insert(key, id);
         }
         Some(id)
+    }
+
+    /// Starts a new period of use (an agent's window).
+    pub fn next_period(&mut self) {
+        self.period += 1;
+    }
+
+    /// The modules still held that were not looked up in the last `periods` periods.
+    pub fn idle(&self, periods: u64) -> Vec<ModuleId> {
+        let since = self.period.saturating_sub(periods);
+        (0..self.modules.len())
+            .filter(|&i| self.last_used[i] < since && self.modules[i].held())
+            .map(|i| ModuleId(i as u32))
+            .collect()
+    }
+
+    /// Lets go of modules: their files and what was read of them. Their ids stay, with their
+    /// paths (for names already given out); a mapping of the same file later opens it again as
+    /// a new module. The other stages forget their state of these ids first.
+    pub fn evict(&mut self, ids: &[ModuleId]) {
+        if ids.is_empty() {
+            return;
+        }
+        for &id in ids {
+            let module = &mut self.modules[id.0 as usize];
+            (module.file, module.facts, module.debug) = (None, None, None);
+        }
+        let evicted: rustc_hash::FxHashSet<ModuleId> = ids.iter().copied().collect();
+        self.by_mapping.retain(|_, id| !evicted.contains(id));
+        self.by_content.retain(|_, id| !evicted.contains(id));
+        self.unopened.retain(|_, id| !evicted.contains(id));
+        let by_mapping = &self.by_mapping;
+        self.copies.retain(|(key, _)| by_mapping.contains_key(key));
     }
 
     /// Forgets what could not be opened through processes `gone`.
@@ -314,6 +356,28 @@ mod tests {
         let module = modules.get(a);
         let path = readable_path(module.file().expect("own executable opens"));
         assert_eq!(std::fs::metadata(path).unwrap().ino(), mapping.inode);
+    }
+
+    #[test]
+    fn modules_idle_for_a_while_are_let_go() {
+        let mut modules = Modules::default();
+        let mapping = own_mapping();
+        let id = modules.intern(Tgid::own(), &Root::Own, &mapping).unwrap();
+        for _ in 0..4 {
+            modules.next_period();
+        }
+        assert!(modules.idle(4).is_empty(), "used four periods ago");
+        assert_eq!(modules.intern(Tgid::own(), &Root::Own, &mapping), Some(id));
+        for _ in 0..5 {
+            modules.next_period();
+        }
+        assert_eq!(modules.idle(4), [id]);
+        modules.evict(&[id]);
+        assert!(modules.get(id).file().is_none() && modules.get(id).facts().is_none());
+        assert!(modules.idle(4).is_empty(), "nothing left to let go");
+        let again = modules.intern(Tgid::own(), &Root::Own, &mapping).unwrap();
+        assert_ne!(again, id, "read anew, as a new module");
+        assert!(modules.get(again).file().is_some());
     }
 
     /// A mapping of a whole file at `path`, as /proc/PID/maps would show it.

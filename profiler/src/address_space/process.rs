@@ -338,8 +338,12 @@ impl Processes {
             }
             TaskEvent::Fork { parent, child, .. } => {
                 let follow = self.tracking.all || self.tracking.follow_forks;
+                // A process known by the child's pid that exited is a former owner of the pid
+                // (its exit reported, or not): the child replaces it. One still running was
+                // read from `/proc` after the fork, and is the child already.
+                let known = self.by_tgid.get(&child).is_some_and(|known| known.exited_at_ns.is_none());
                 if follow
-                    && !self.by_tgid.contains_key(&child)
+                    && !known
                     && let Some(parent) = self.by_tgid.get(&parent)
                 {
                     self.by_tgid.insert(child, parent.forked(child));
@@ -370,6 +374,15 @@ impl Processes {
             process.forget_before(horizon);
         }
         forgotten
+    }
+
+    /// Marks as exited at `now_ns` the processes whose `/proc` entry is gone.
+    pub fn notice_exits(&mut self, now_ns: u64) {
+        for (tgid, process) in &mut self.by_tgid {
+            if process.exited_at_ns.is_none() && !std::path::Path::new(&format!("/proc/{tgid}")).exists() {
+                process.exited_at_ns = Some(now_ns);
+            }
+        }
     }
 
     /// How many processes samples came from.
@@ -505,6 +518,20 @@ mod tests {
         processes.apply(TaskEvent::Map { pid: Tgid(CHILD.0 - 1), time_ns: 310, mapping: library(0x9000, 3) });
         assert!(processes.by_tgid[&GHOST].lookup(0x9010, 320).is_none());
         assert_eq!(processes.by_tgid[&Tgid(CHILD.0 - 1)].lookup(0x7010, 320).unwrap().inode, 1);
+    }
+
+    #[test]
+    fn processes_gone_unreported_are_noticed_and_their_pid_reused() {
+        let mut processes = Processes::new(TRACK_ALL);
+        ghost(&mut processes);
+        processes.observe(Tgid::own(), Tgid::own().main_thread(), "me", 0);
+        processes.notice_exits(1_000);
+        assert_eq!(processes.by_tgid[&GHOST].exited_at_ns, Some(1_000), "no /proc entry");
+        assert_eq!(processes.by_tgid[&Tgid::own()].exited_at_ns, None);
+        // Its pid is given to a child of ours: the fork replaces what was known of the pid.
+        processes.apply(TaskEvent::Fork { parent: Tgid::own(), child: GHOST, time_ns: 1_100 });
+        assert_eq!(processes.by_tgid[&GHOST].exited_at_ns, None);
+        assert_eq!(processes.by_tgid[&GHOST].comm(), processes.by_tgid[&Tgid::own()].comm());
     }
 
     #[test]

@@ -395,6 +395,11 @@ impl<M: Mode> Pipeline<M> {
         self.mode.window(recording);
         windows.opened = end;
         windows.closes_at += windows.every;
+        // What runs for weeks lets go of what it no longer sees: modules idle for a few windows,
+        // and processes whose exit the kernel never reported.
+        let Self { walker, namer, .. } = self;
+        walker.evict_idle_modules(IDLE_WINDOWS, |idle, modules| namer.forget_modules(idle, modules));
+        walker.address_spaces_mut().notice_exits(windows.opened.monotonic_ns);
     }
 
     /// Adds one record. Corrupt input anywhere (a record, a binary, its CFI) costs at most this
@@ -471,6 +476,9 @@ impl<M: Mode> Pipeline<M> {
         }
     }
 }
+
+/// Windows a module may go unsampled before it is let go (a minute at the agent's default).
+const IDLE_WINDOWS: u64 = 4;
 
 impl<M: Mode> Sink for Pipeline<M> {
     fn task_event(&mut self, event: TaskEvent) {

@@ -19,6 +19,7 @@ use blazesym::{
     MaybeDefault,
     symbolize::{
         CodeInfo, Input, Symbolized, Symbolizer as BlazeSymbolizer,
+        evict::Evict,
         source::{Elf, Kernel, Source},
     },
 };
@@ -78,6 +79,21 @@ impl Namer {
     /// Forgets the perf map of a process gone.
     pub fn forget(&mut self, tgid: Tgid) {
         self.perf_maps.forget(tgid);
+    }
+
+    /// Lets go of what was read of `ids` (about to be evicted from `modules`): blazesym's parsed
+    /// files and the PLT stubs.
+    pub fn forget_modules(&mut self, ids: &[ModuleId], modules: &Modules) {
+        for &id in ids {
+            self.symbolizer.modules.remove(&id);
+            let module = modules.get(id);
+            let files = module.file().into_iter().chain(module.debug_file().map(|debug| &*debug.file));
+            for file in files {
+                let evict = Evict::Elf(blazesym::symbolize::evict::Elf::new(readable_path(file)));
+                // Not knowing the file is not an error; nothing else can go wrong here.
+                let _ = self.symbolizer.blaze.evict(&evict);
+            }
+        }
     }
 
     /// What was refused on the way: perf maps that are not their process's own, debug

@@ -113,6 +113,15 @@ impl Default for Unwinder {
 }
 
 impl Unwinder {
+    /// Lets go of what was read of `modules` (evicted: their ids are never looked up again).
+    pub fn forget(&mut self, modules: &[ModuleId]) {
+        for module in modules {
+            if let Some(Some(_)) = self.modules.remove(module) {
+                self.framehop.remove_module(synthetic_base(*module));
+            }
+        }
+    }
+
     pub fn unwind(
         &mut self,
         regs: UserRegs,

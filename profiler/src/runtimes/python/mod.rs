@@ -221,6 +221,14 @@ impl Python {
         None
     }
 
+    /// Forgets what was found of `modules` (evicted); processes already started keep their
+    /// interpreter.
+    pub fn forget_modules(&mut self, modules: &[ModuleId]) {
+        for module in modules {
+            self.images.remove(module);
+        }
+    }
+
     fn start(&mut self, tgid: Tgid, interpreter: Arc<Interpreter>, module: ModuleId, bias: u64) -> State {
         let process = PythonProcess {
             runtime: interpreter.runtime_svma.wrapping_add(bias),
