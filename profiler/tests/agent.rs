@@ -671,6 +671,7 @@ fn modules_unseen_for_a_few_windows_are_let_go() {
     agent.signal(libc::SIGTERM);
     let stderr = finish(agent);
     let _ = shell.kill();
+    let _ = shell.wait();
     assert!(busy >= before + 20, "{before} descriptors before, {busy} with twenty programs seen\n{stderr}");
     assert!(after <= before + 4, "{before} descriptors before, {after} once they went unseen\n{stderr}");
     let mut hot = 0;
