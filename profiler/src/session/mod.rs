@@ -168,10 +168,15 @@ pub async fn run<M: Mode>(mode: M, settings: Settings) -> Result<()> {
         ..Meta::default()
     };
     let mut windows = settings.window.map(|every| Windows::new(every, base.clone()));
-    let reason = session.sample_until(stop, &mut intake, &mut kernel, &mut status, windows.as_mut()).await?;
     // From here on an error costs what it touches, not the recording: the outputs are written
-    // with what was collected, and the first error is returned after.
+    // with what was collected, and the first error is returned after. One that stops sampling
+    // (the ring unreadable, a kernel map refusing an update) is such an error too.
     let mut late = Vec::new();
+    let reason = session
+        .sample_until(stop, &mut intake, &mut kernel, &mut status, windows.as_mut())
+        .await
+        .map_err(|err| late.push(err.context("sampling stopped early")))
+        .ok();
     late.extend(kernel.pause().err());
     intake.drain_all(&mut session);
     status.finish();
@@ -216,9 +221,10 @@ pub async fn run<M: Mode>(mode: M, settings: Settings) -> Result<()> {
             python: session.walker.python().stats().describe(),
         });
         match reason {
-            StopReason::Signal => eprintln!("profiler: stopped by signal"),
-            StopReason::MaxSamples => eprintln!("profiler: stopped at --max-samples"),
-            StopReason::Duration | StopReason::TargetsExited => {}
+            Some(StopReason::Signal) => eprintln!("profiler: stopped by signal"),
+            Some(StopReason::MaxSamples) => eprintln!("profiler: stopped at --max-samples"),
+            Some(StopReason::Duration | StopReason::TargetsExited) => {}
+            None => eprintln!("profiler: stopped by an error (below): what was recorded until then is written"),
         }
     }
     session.warn(M::Kernel::RECORDS.noun());
