@@ -682,3 +682,63 @@ fn modules_unseen_for_a_few_windows_are_let_go() {
     }
     assert!(hot > 0, "their functions named in the windows");
 }
+
+/// Off-CPU time of process `pid` in each `--output-dir` off-CPU profile, in the order written.
+fn off_cpu_ns_by_window(dir: &std::path::Path, pid: u32) -> Vec<i64> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|entry| entry.path())
+        .filter(|path| path.to_string_lossy().contains("-off_cpu-"))
+        .collect();
+    files.sort();
+    files
+        .iter()
+        .map(|file| {
+            let profile = decode_pprof(&std::fs::read(file).unwrap());
+            let pid_key = profile.string_table.iter().position(|s| s == "pid").unwrap() as i64;
+            profile
+                .sample
+                .iter()
+                .filter(|sample| sample.label.iter().any(|l| l.key == pid_key && l.num == i64::from(pid)))
+                .map(|sample| sample.value[1])
+                .sum()
+        })
+        .collect()
+}
+
+/// A process that blocks once for 6 s while the agent cuts 1 s windows: its time off the CPU
+/// is in each window it spans (about a second each), not all in the one where it ended.
+#[test]
+fn a_long_block_is_shared_by_the_windows_it_spans() {
+    if !e2e_enabled() {
+        return;
+    }
+    let mut shell = std::process::Command::new("sh")
+        .args(["-c", "read go; exec sleep 6"])
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = shell.id();
+    let dir = scratch_dir("agent-long-block");
+    let agent = start_profiler(&[
+        "agent",
+        "-p",
+        &pid.to_string(),
+        "--off-cpu",
+        "--interval",
+        "1",
+        "--output-dir",
+        dir.to_str().unwrap(),
+    ]);
+    std::io::Write::write_all(shell.stdin.as_mut().unwrap(), b"go\n").unwrap();
+    assert!(shell.wait().unwrap().success());
+    std::thread::sleep(Duration::from_millis(1500));
+    agent.signal(libc::SIGTERM);
+    let stderr = finish(agent);
+    let windows: Vec<i64> = off_cpu_ns_by_window(&dir, pid).into_iter().filter(|&ns| ns > 0).collect();
+    let total: i64 = windows.iter().sum();
+    assert!((total - 6_000_000_000).abs() < 300_000_000, "{total} ns in all: {windows:?}\n{stderr}");
+    assert!(windows.len() >= 5, "spread over {windows:?}");
+    assert!(windows.iter().all(|&ns| ns < 1_500_000_000), "at most a window's length each: {windows:?}");
+}

@@ -99,6 +99,10 @@ impl Mode for Agent {
         self.cpu.finish(sampler, aggregate, end_ns, meta)
     }
 
+    fn close_window(&mut self, sampler: &Sampler, aggregate: &mut Aggregate, end_ns: u64) -> Result<()> {
+        self.cpu.close_window(sampler, aggregate, end_ns)
+    }
+
     fn report(&self, end: &End<'_, Sampler>) {
         eprintln!(
             "profiler agent: {} windows, {} profiles handed to the exporter, in {:.1} s",

@@ -1,5 +1,7 @@
 //! `profiler record`: CPU samples from a cpu-clock event on every CPU, each weighing one period;
 //! with `--off-cpu`, spans off the CPU, each weighing its length; with `--wall`, both.
+use std::collections::HashMap;
+
 use anyhow::Result;
 use profiler_common::Counter;
 
@@ -89,16 +91,79 @@ pub(super) fn sampling(args: &SamplingArgs, plan: SamplingPlan) -> (CpuProfile, 
         quiet: args.session.quiet,
         ..Settings::default()
     };
-    (CpuProfile { config, weight }, settings)
+    (CpuProfile { config, weight, carried: HashMap::new(), last_cut_ns: 0 }, settings)
 }
 
 /// The mode of `record`, which `agent` wraps.
 pub(super) struct CpuProfile {
     pub(super) config: SamplerConfig,
     pub(super) weight: Weight,
+    /// Spans off the CPU still open when a window closed, by thread: their time up to then went
+    /// to the windows it passed through, and only the rest goes to the one where they end.
+    carried: HashMap<u32, Carried>,
+    /// When the last window closed.
+    last_cut_ns: u64,
+}
+
+/// The part of a thread's open span already counted.
+#[derive(Clone, Copy, Debug)]
+struct Carried {
+    since_ns: u64,
+    until_ns: u64,
 }
 
 impl CpuProfile {
+    /// Counts each span still open at `end_ns` from where it was counted up to last (its start,
+    /// or a window's end) to `end_ns`, under the kernel stack its thread left with; at the
+    /// `last` end, the spans back but unsent too (up to their return), as their records never
+    /// come.
+    fn count_open_spans(
+        &mut self,
+        sampler: &Sampler,
+        aggregate: &mut Aggregate,
+        end_ns: u64,
+        last: bool,
+    ) -> Result<()> {
+        let Some(off_cpu) = self.config.off_cpu else { return Ok(()) };
+        for (tid, thread) in sampler.unsent_off_cpu()? {
+            if thread.resumed_ns != 0 && !last {
+                continue;
+            }
+            let state = ThreadState::off_cpu(thread.state);
+            let until = if thread.resumed_ns == 0 { end_ns } else { thread.resumed_ns };
+            if (state == ThreadState::Runnable && !off_cpu.runqueue)
+                || until.saturating_sub(thread.since_ns) < off_cpu.min_ns
+            {
+                continue;
+            }
+            let from = match self.carried.get(&tid) {
+                Some(carried) if carried.since_ns == thread.since_ns => carried.until_ns,
+                _ => thread.since_ns,
+            };
+            if from >= until {
+                continue;
+            }
+            let frames: Vec<Frame> = match state {
+                ThreadState::Runnable => vec![Frame::Marker(Marker::Runqueue)],
+                _ if thread.kernel_stack_len == 0 => vec![Frame::Marker(Marker::OffCpuAtEnd)],
+                _ => {
+                    let (len, skip) = (thread.kernel_stack_len as usize, thread.kernel_stack_skip as usize);
+                    let kernel =
+                        thread.kernel_stack.get(skip..len.min(thread.kernel_stack.len())).unwrap_or(&[]);
+                    kernel.iter().enumerate().map(|(depth, &addr)| Frame::kernel(depth, addr)).collect()
+                }
+            };
+            let (stack, comm) =
+                (aggregate.intern_stack(&frames), aggregate.intern_comm(&process_comm(thread.tgid)));
+            let site = Site { time_ns: from, tgid: Tgid(thread.tgid), tid: Tid(tid), comm, stack, state };
+            aggregate.push(site, until - from);
+            if thread.resumed_ns == 0 {
+                self.carried.insert(tid, Carried { since_ns: thread.since_ns, until_ns: until });
+            }
+        }
+        Ok(())
+    }
+
     /// What a cpu-clock sample weighs: one sample, or one sampling period in nanoseconds.
     fn sample_weight(&self) -> u64 {
         match self.weight {
@@ -117,10 +182,18 @@ impl Mode for CpuProfile {
 
     fn add(&mut self, site: Site, payload: Payload, aggregate: &mut Aggregate) {
         let weight = match payload {
-            Payload::OffCpu { ns } => ns,
+            Payload::OffCpu { ns } => match self.carried.remove(&site.tid.0) {
+                // Counted up to a window's end already: the rest.
+                Some(carried) if carried.since_ns == site.time_ns => {
+                    site.time_ns.saturating_add(ns).saturating_sub(carried.until_ns)
+                }
+                _ => ns,
+            },
             _ => self.sample_weight(),
         };
-        aggregate.push(site, weight);
+        if weight > 0 {
+            aggregate.push(site, weight);
+        }
     }
 
     fn activity(&self, _: &Sampler, target: &str) -> String {
@@ -154,30 +227,16 @@ impl Mode for CpuProfile {
         meta: &mut Meta,
     ) -> Result<()> {
         meta.weight = self.weight;
-        let Some(off_cpu) = self.config.off_cpu else { return Ok(()) };
-        for (tid, thread) in sampler.unsent_off_cpu()? {
-            let state = ThreadState::off_cpu(thread.state);
-            let until = if thread.resumed_ns == 0 { end_ns } else { thread.resumed_ns };
-            let ns = until.saturating_sub(thread.since_ns);
-            if (state == ThreadState::Runnable && !off_cpu.runqueue) || ns < off_cpu.min_ns {
-                continue;
-            }
-            let frames: Vec<Frame> = match state {
-                ThreadState::Runnable => vec![Frame::Marker(Marker::Runqueue)],
-                _ if thread.kernel_stack_len == 0 => vec![Frame::Marker(Marker::OffCpuAtEnd)],
-                _ => {
-                    let (len, skip) = (thread.kernel_stack_len as usize, thread.kernel_stack_skip as usize);
-                    let kernel =
-                        thread.kernel_stack.get(skip..len.min(thread.kernel_stack.len())).unwrap_or(&[]);
-                    kernel.iter().enumerate().map(|(depth, &addr)| Frame::kernel(depth, addr)).collect()
-                }
-            };
-            let (stack, comm) =
-                (aggregate.intern_stack(&frames), aggregate.intern_comm(&process_comm(thread.tgid)));
-            let site =
-                Site { time_ns: thread.since_ns, tgid: Tgid(thread.tgid), tid: Tid(tid), comm, stack, state };
-            aggregate.push(site, ns);
-        }
+        self.count_open_spans(sampler, aggregate, end_ns, true)
+    }
+
+    /// A window closes at `end_ns`: the spans still open count up to there in it.
+    fn close_window(&mut self, sampler: &Sampler, aggregate: &mut Aggregate, end_ns: u64) -> Result<()> {
+        self.count_open_spans(sampler, aggregate, end_ns, false)?;
+        // A thread whose span was carried through the window before and is no longer open
+        // without a record to come (it exited while blocked) is forgotten.
+        let last_cut = std::mem::replace(&mut self.last_cut_ns, end_ns);
+        self.carried.retain(|_, carried| carried.until_ns >= last_cut);
         Ok(())
     }
 

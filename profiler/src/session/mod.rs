@@ -65,6 +65,16 @@ pub trait Mode {
     ) -> Result<()>;
     /// What the terminal shows once the outputs are written (unless `-q`).
     fn report(&self, end: &End<'_, Self::Kernel>);
+    /// With [`Settings::window`]: a window closes at `end_ns` (not the last one, which
+    /// [`Self::finish`] ends): adds to `aggregate` what it holds that no record brought yet.
+    fn close_window(
+        &mut self,
+        _kernel: &Self::Kernel,
+        _aggregate: &mut Aggregate,
+        _end_ns: u64,
+    ) -> Result<()> {
+        Ok(())
+    }
     /// With [`Settings::window`]: the recording of one window, named, handed over as it closes
     /// (the last one when the session ends).
     fn window(&mut self, _recording: Recording) {}
@@ -199,7 +209,7 @@ pub async fn run<M: Mode>(mode: M, settings: Settings) -> Result<()> {
     if let Some(windows) = &mut windows {
         // The last window, partial: what the outputs below get is only the session's summary.
         windows.base.weight = meta.weight;
-        session.cut(windows);
+        session.cut(windows, Start::now());
     }
     let symbols = session.namer.finish(session.walker.address_spaces(), end_ns);
     let modules = session.walker.address_spaces().modules();
@@ -224,7 +234,9 @@ pub async fn run<M: Mode>(mode: M, settings: Settings) -> Result<()> {
             Some(StopReason::Signal) => eprintln!("profiler: stopped by signal"),
             Some(StopReason::MaxSamples) => eprintln!("profiler: stopped at --max-samples"),
             Some(StopReason::Duration | StopReason::TargetsExited) => {}
-            None => eprintln!("profiler: stopped by an error (below): what was recorded until then is written"),
+            None => {
+                eprintln!("profiler: stopped by an error (below): what was recorded until then is written")
+            }
         }
     }
     session.warn(M::Kernel::RECORDS.noun());
@@ -338,8 +350,10 @@ impl<M: Mode> Pipeline<M> {
                 reason = &mut stop => return Ok(reason),
                 () = window_closes => {
                     if let Some(windows) = windows.as_deref_mut() {
+                        let end = Start::now();
+                        self.mode.close_window(kernel, &mut self.aggregate, end.monotonic_ns)?;
                         self.settle();
-                        self.cut(windows);
+                        self.cut(windows, end);
                     }
                 }
                 ready = intake.ready() => {
@@ -386,8 +400,7 @@ impl<M: Mode> Pipeline<M> {
 
     /// Closes the current window: its samples, named, go to the mode as a recording, and the
     /// aggregate and the names start afresh (so memory follows one window, not the session).
-    fn cut(&mut self, windows: &mut Windows) {
-        let end = Start::now();
+    fn cut(&mut self, windows: &mut Windows, end: Start) {
         let symbols = self.namer.finish(self.walker.address_spaces(), end.monotonic_ns);
         let aggregate = self.aggregate.take();
         let meta = Meta {

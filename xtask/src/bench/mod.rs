@@ -16,10 +16,12 @@
 //!   kernel's cost per sample of Python frames;
 //! - [`agent`]: `profiler agent -a` for ten minutes, its CPU and RSS;
 //! - [`long_run`]: a long `record -a` under a churn workload, the profiler's memory over time;
+//! - [`churn`]: `profiler agent` beside programs it has not seen, its memory and descriptors;
 //! - [`stages`]: the criterion micro-benchmarks of the userspace stages.
 //!
 //! Each section of BENCHMARKS.md is marked, so that `--only SECTION` measures and rewrites one.
 mod agent;
+mod churn;
 mod compare;
 mod folded;
 mod kernel;
@@ -47,7 +49,7 @@ pub struct Options {
 }
 
 /// The sections of BENCHMARKS.md, in order.
-pub const SECTIONS: [&str; 10] = [
+pub const SECTIONS: [&str; 11] = [
     "compare",
     "kernel",
     "memory",
@@ -57,6 +59,7 @@ pub const SECTIONS: [&str; 10] = [
     "python",
     "agent",
     "long-run",
+    "churn",
     "stages",
 ];
 
@@ -93,6 +96,9 @@ pub fn run(root: &Path, options: &Options) -> Result<()> {
     }
     if wanted("long-run") {
         sections.push(("long-run", long_run::table(&tools.profiler, &src, &dir, options.quick)?));
+    }
+    if wanted("churn") {
+        sections.push(("churn", churn::table(&tools.profiler, &src, &dir, options.quick)?));
     }
     if wanted("stages") {
         eprintln!("xtask bench: userspace stages (criterion)");

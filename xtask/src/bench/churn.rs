@@ -1,0 +1,198 @@
+//! `profiler agent -F 99 --output-dir` beside a host that keeps starting programs the agent has
+//! not seen: hundreds of executables with build ids of their own (a few thousand functions each,
+//! so large symbol, CFI and DWARF tables), owned and run by an unprivileged user (so each is
+//! copied before it is read), each busy for ~100 ms, several a second, plus `churn`'s fork storm
+//! and dlopen/dlclose loop. The agent's RSS and open descriptors over time: what it read of a
+//! program must be let go once the program is gone.
+use std::{
+    fmt::Write as _,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
+    thread::sleep,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result};
+
+use super::{
+    long_run::{rss_mib, slope},
+    workloads::KillOnDrop,
+};
+use crate::check;
+
+const RSS_GOAL_MIB: f64 = 64.0;
+const SLOPE_GOAL_MIB_PER_MINUTE: f64 = 0.5;
+/// Functions per program.
+const FUNCTIONS: usize = 3000;
+/// A new program every so often.
+const EVERY: Duration = Duration::from_millis(200);
+const NOBODY: u32 = 65534;
+
+pub fn table(profiler: &Path, src: &Path, dir: &Path, quick: bool) -> Result<String> {
+    let (minutes, sample_every, programs) =
+        if quick { (2.0, Duration::from_secs(10), 150) } else { (10.0, Duration::from_secs(20), 900) };
+    let programs = build_programs(dir, programs)?;
+    let churn = dir.join("churn");
+    check(
+        Command::new("gcc").args(["-O2", "-g", "-o"]).arg(&churn).arg(src.join("churn.c")).arg("-lpthread"),
+    )?;
+    let plugin = dir.join("libplugin.so");
+    check(
+        Command::new("gcc")
+            .args(["-O2", "-g", "-shared", "-fPIC", "-o"])
+            .arg(&plugin)
+            .arg(src.join("plugin.c")),
+    )?;
+    let seconds = minutes * 60.0;
+    eprintln!(
+        "xtask bench: agent beside {} new programs a second for {minutes} min",
+        1000 / EVERY.as_millis()
+    );
+    let _storm = KillOnDrop(
+        Command::new(&churn).arg((seconds + 10.0).to_string()).arg(&plugin).stdin(Stdio::null()).spawn()?,
+    );
+    let output = dir.join("churn-agent");
+    let _ = std::fs::remove_dir_all(&output);
+    std::fs::create_dir_all(&output)?;
+    let mut agent = Command::new(profiler)
+        .args(["agent", "-q", "-F", "99", "-d", &seconds.to_string(), "--output-dir"])
+        .arg(&output)
+        .stdin(Stdio::null())
+        .spawn()
+        .context("cannot start the agent")?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let started_programs = Arc::new(AtomicU64::new(0));
+    let launcher = {
+        let (stop, started_programs) = (stop.clone(), started_programs.clone());
+        std::thread::spawn(move || launch(&programs, &stop, &started_programs))
+    };
+    let started = Instant::now();
+    let mut points: Vec<(f64, f64, usize)> = Vec::new();
+    while agent.try_wait()?.is_none() {
+        sleep(sample_every);
+        if let (Some(rss), Some(fds)) = (rss_mib(agent.id()), open_fds(agent.id())) {
+            points.push((started.elapsed().as_secs_f64() / 60.0, rss, fds));
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let _ = launcher.join();
+    let at =
+        |minute: f64| points.iter().find(|p| p.0 >= minute).or(points.last()).copied().unwrap_or_default();
+    let (first, last) = (at(1.0), points.last().copied().unwrap_or_default());
+    let peak = points.iter().map(|p| p.1).fold(0.0, f64::max);
+    let after_first_minute: Vec<(f64, f64)> =
+        points.iter().filter(|p| p.0 >= 1.0).map(|p| (p.0, p.1)).collect();
+    let rss_slope = slope(&after_first_minute);
+    let fds: Vec<(f64, f64)> = points.iter().filter(|p| p.0 >= 1.0).map(|p| (p.0, p.2 as f64)).collect();
+    let fd_slope = slope(&fds);
+    let verdict = |ok: bool| if ok { "met" } else { "**not met**" };
+    let mut text = format!(
+        "## Churn: `profiler agent` beside programs it has not seen\n\n\
+         `profiler agent -q -F 99 -d {seconds:.0} --output-dir DIR` (15 s windows) while a new program starts every \
+         {} ms ({} started: {} distinct executables of {FUNCTIONS} functions each, built with DWARF and a build id of \
+         their own, owned and run by nobody, each busy for 100 ms) and `churn` forks and execs `/bin/true`, loads and \
+         unloads a library and creates threads, in loops. The agent's RSS (VmRSS) and open descriptors every {} s.\n\n\
+         | goal | measured | |\n|---|---|---|\n\
+         | RSS ≤ {RSS_GOAL_MIB} MiB | {:.1} MiB at 1 min, {:.1} at the end, peak {peak:.1} | {} |\n\
+         | RSS flat | {rss_slope:+.2} MiB per minute after the first | {} |\n\
+         | descriptors flat | {} at 1 min, {} at the end ({fd_slope:+.1} per minute) | {} |\n\n\
+         | minute | RSS (MiB) | open descriptors |\n|---|---|---|\n",
+        EVERY.as_millis(),
+        started_programs.load(Ordering::Relaxed),
+        if quick { 150 } else { 900 },
+        sample_every.as_secs(),
+        first.1,
+        last.1,
+        verdict(peak <= RSS_GOAL_MIB),
+        verdict(rss_slope < SLOPE_GOAL_MIB_PER_MINUTE),
+        first.2,
+        last.2,
+        verdict(fd_slope.abs() < 1.0),
+    );
+    for (minute, rss, fds) in &points {
+        writeln!(text, "| {minute:.1} | {rss:.1} | {fds} |")?;
+    }
+    text.push('\n');
+    Ok(text)
+}
+
+/// `count` executables in a directory of nobody's, each a link of one object with a build id of
+/// its own.
+fn build_programs(dir: &Path, count: usize) -> Result<Vec<PathBuf>> {
+    let programs = dir.join("churn-programs");
+    let _ = std::fs::remove_dir_all(&programs);
+    std::fs::create_dir_all(&programs)?;
+    std::os::unix::fs::chown(&programs, Some(NOBODY), Some(NOBODY))?;
+    let source = programs.join("many.c");
+    std::fs::write(&source, many_functions())?;
+    let object = programs.join("many.o");
+    check(Command::new("gcc").args(["-O1", "-g", "-c", "-o"]).arg(&object).arg(&source))?;
+    eprintln!("xtask bench: linking {count} programs");
+    (0..count)
+        .map(|i| {
+            let program = programs.join(format!("program-{i}"));
+            check(
+                Command::new("gcc")
+                    .arg(format!("-Wl,--build-id=0x{:040x}", i + 1))
+                    .arg("-o")
+                    .arg(&program)
+                    .arg(&object),
+            )?;
+            std::os::unix::fs::chown(&program, Some(NOBODY), Some(NOBODY))?;
+            Ok(program)
+        })
+        .collect()
+}
+
+/// A C program of [`FUNCTIONS`] functions, each calling the next few, started in turn from a
+/// table of all of them, that keeps them busy for about 100 ms.
+fn many_functions() -> String {
+    let mut source = String::from(
+        "#include <time.h>\nstatic volatile unsigned long sink;\n\
+         static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec / 1e9; }\n",
+    );
+    for i in (0..FUNCTIONS).rev() {
+        let next = if i + 1 < FUNCTIONS { format!("if (n > 2) f{}(n / 2);", i + 1) } else { String::new() };
+        let _ = writeln!(
+            source,
+            "__attribute__((noinline)) void f{i}(unsigned long n) {{ for (unsigned long k = 0; k < n; k++) sink += k ^ {i}; {next} }}"
+        );
+    }
+    let table: Vec<String> = (0..FUNCTIONS).map(|i| format!("f{i}")).collect();
+    let _ = writeln!(source, "static void (*const table[])(unsigned long) = {{{}}};", table.join(", "));
+    let _ = writeln!(
+        source,
+        "int main(void) {{ double end = now() + 0.1; for (unsigned long i = 0; now() < end; i++) table[i * 7919 % {FUNCTIONS}](256); return 0; }}"
+    );
+    source
+}
+
+/// Starts the programs in turn, one every [`EVERY`], as nobody, until `stop`.
+fn launch(programs: &[PathBuf], stop: &AtomicBool, started: &AtomicU64) {
+    let mut running: Vec<KillOnDrop> = Vec::new();
+    for program in programs.iter().cycle() {
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
+        let child = Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(program)
+            .stdin(Stdio::null())
+            .spawn();
+        if let Ok(child) = child {
+            started.fetch_add(1, Ordering::Relaxed);
+            running.push(KillOnDrop(child));
+        }
+        running.retain_mut(|child| child.0.try_wait().ok().flatten().is_none());
+        sleep(EVERY);
+    }
+}
+
+/// Open descriptors of process `pid`.
+fn open_fds(pid: u32) -> Option<usize> {
+    Some(std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?.count())
+}
