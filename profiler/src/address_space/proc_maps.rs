@@ -9,7 +9,7 @@ use crate::model::Tgid;
 pub enum Backing {
     /// A file, by the path the target sees (may have been deleted since it was mapped).
     File { path: PathBuf, deleted: bool },
-    /// A kernel-provided or named anonymous region: `[vdso]`, `[stack]`, `[heap]`, `[anon:name]`.
+    /// A region the kernel names: `[vdso]`, `[stack]`, `[heap]`.
     Pseudo(String),
     /// Anonymous memory (JIT code lives here).
     Anonymous,
@@ -187,9 +187,11 @@ fn parse_line(line: &str) -> Option<Mapping> {
     })
 }
 
-/// The backing of a mapping named `name` (the last field of a maps line).
+/// The backing of a mapping named `name` (the last field of a maps line). Anonymous memory a
+/// process named itself (`[anon:NAME]`, `[anon_shmem:NAME]`, prctl's `PR_SET_VMA_ANON_NAME`) is
+/// anonymous memory: a name any process chooses, as many as it likes, is not a module.
 pub fn backing_named(name: &str, inode: u64) -> Backing {
-    if name.is_empty() {
+    if name.is_empty() || (inode == 0 && (name.starts_with("[anon:") || name.starts_with("[anon_shmem:"))) {
         Backing::Anonymous
     } else if inode == 0 && !name.starts_with('/') {
         Backing::Pseudo(name.to_owned())
@@ -233,6 +235,9 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
         let deleted = space.find(0x7f3a1dbd0000).unwrap();
         assert_eq!(deleted.backing, Backing::File { path: "/tmp/my lib.so".into(), deleted: true });
         assert_eq!(space.find(0x7ffd2c5ff500).unwrap().backing, Backing::Pseudo("[vdso]".into()));
+        for named in ["[anon:jit code]", "[anon_shmem:doublemapper]"] {
+            assert_eq!(backing_named(named, 0), Backing::Anonymous, "{named}");
+        }
         assert_eq!(space.find(0x7f3a1c000010).unwrap().backing, Backing::Anonymous);
         assert!(!space.find(0x5583c2a00000).unwrap().executable);
     }
