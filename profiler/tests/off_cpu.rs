@@ -249,9 +249,11 @@ fn system_wide_on_a_busy_machine() {
         return;
     }
     // Both outlive the recording by far: attaching can take seconds on a cold machine, and the
-    // sleeper must sleep through the whole of it.
+    // sleeper must sleep through the whole of it. The waiting threads get the CPU first when
+    // they wake: a thread preempted on a crowded CPU waits runnable, which is not time blocked
+    // (nor counted without --runqueue), and would take the sleeper's 5 s below it.
     let busy = spawn(&split_with_frame_pointers(), &["60", "2"]);
-    let waiting = spawn(&c_workload(), &["60"]);
+    let waiting = spawn(Path::new("nice"), &["-n", "-10", c_workload().to_str().unwrap(), "60"]);
     let dir = scratch_dir("off-cpu-system-wide");
     let out = dir.join("out.folded");
     let profiler = profiler()
