@@ -93,19 +93,21 @@ impl StackWalker {
         &self.stats
     }
 
-    /// Lets go of the modules no sample looked up in the last `periods` periods (agent windows),
-    /// after the unwinder, the Python stage and `also` (the namer) forgot them; a new period
-    /// starts. Returns how many were let go.
-    pub fn evict_idle_modules(&mut self, periods: u64, also: impl FnOnce(&[ModuleId], &Modules)) -> usize {
-        let modules = self.spaces.modules_mut();
-        let idle = modules.idle(periods);
-        also(&idle, modules);
-        self.unwinder.forget(&idle);
-        self.python.forget_modules(&idle);
-        let modules = self.spaces.modules_mut();
-        modules.evict(&idle);
-        modules.next_period();
-        idle.len()
+    /// Lets go of `modules`, after the unwinder, the Python stage and `also` (the namer) forgot
+    /// them.
+    pub fn evict_modules(&mut self, modules: &[ModuleId], also: impl FnOnce(&[ModuleId], &Modules)) {
+        if modules.is_empty() {
+            return;
+        }
+        also(modules, self.spaces.modules());
+        self.unwinder.forget(modules);
+        self.python.forget_modules(modules);
+        self.spaces.modules_mut().evict(modules);
+        // What blazesym and framehop parsed of a file is many small allocations, which glibc
+        // keeps in its arenas once freed: an agent seeing programs come and go all day would
+        // keep the most it ever held.
+        // SAFETY: malloc_trim has no preconditions.
+        unsafe { libc::malloc_trim(0) };
     }
 
     /// Applies what a process did to its address space. After an exec, whatever it runs is

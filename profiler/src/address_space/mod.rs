@@ -68,6 +68,12 @@ impl AddressSpaces {
         gone
     }
 
+    /// The modules held that no process known maps any more (they all exited, or unmapped
+    /// them long enough ago): nothing can need them.
+    pub fn unmapped_modules(&self) -> Vec<ModuleId> {
+        self.modules.unmapped(self.processes.all_mappings())
+    }
+
     /// Marks as exited at `now_ns` the processes that are gone without the kernel saying so
     /// (their exit was lost), so that they are forgotten in time.
     pub fn notice_exits(&mut self, now_ns: u64) {

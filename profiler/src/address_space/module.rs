@@ -105,9 +105,9 @@ impl Module {
         self.debug.as_ref()
     }
 
-    /// Whether anything of it is still held (not evicted, see [`Modules::evict`]).
+    /// Whether its files are still held (not evicted, see [`Modules::evict`]).
     fn held(&self) -> bool {
-        self.file.is_some() || self.facts.is_some() || self.debug.is_some()
+        self.file.is_some() || self.debug.is_some()
     }
 
     /// The module's file, mapped read-only through the handle kept open.
@@ -282,16 +282,38 @@ impl Modules {
             .collect()
     }
 
+    /// The modules still held that none of `mappings` (those of every process known, past ones
+    /// included) leads to: no sample can need them any more.
+    pub fn unmapped<'a>(&self, mappings: impl Iterator<Item = (Tgid, &'a Mapping)>) -> Vec<ModuleId> {
+        let mut mapped = vec![false; self.modules.len()];
+        for (tgid, mapping) in mappings {
+            let key = match &mapping.backing {
+                Backing::File { .. } => MappedKey::File { dev: mapping.dev, inode: mapping.inode },
+                Backing::Pseudo(name) => MappedKey::Pseudo(name.clone()),
+                Backing::Anonymous => continue,
+            };
+            let id = self.by_mapping.get(&key).or_else(|| self.unopened.get(&(tgid, key)));
+            if let Some(id) = id {
+                mapped[id.0 as usize] = true;
+            }
+        }
+        (0..self.modules.len())
+            .filter(|&i| !mapped[i] && self.modules[i].held())
+            .map(|i| ModuleId(i as u32))
+            .collect()
+    }
+
     /// Lets go of modules: their files and what was read of them. Their ids stay, with their
-    /// paths (for names already given out); a mapping of the same file later opens it again as
-    /// a new module. The other stages forget their state of these ids first.
+    /// paths and what the files say of themselves (for the recording's table of mappings); a
+    /// mapping of the same file later opens it again as a new module. The other stages forget
+    /// their state of these ids first.
     pub fn evict(&mut self, ids: &[ModuleId]) {
         if ids.is_empty() {
             return;
         }
         for &id in ids {
             let module = &mut self.modules[id.0 as usize];
-            (module.file, module.facts, module.debug) = (None, None, None);
+            (module.file, module.debug) = (None, None);
         }
         let evicted: rustc_hash::FxHashSet<ModuleId> = ids.iter().copied().collect();
         self.by_mapping.retain(|_, id| !evicted.contains(id));
@@ -373,11 +395,22 @@ mod tests {
         }
         assert_eq!(modules.idle(4), [id]);
         modules.evict(&[id]);
-        assert!(modules.get(id).file().is_none() && modules.get(id).facts().is_none());
+        assert!(modules.get(id).file().is_none() && modules.get(id).facts().is_some());
         assert!(modules.idle(4).is_empty(), "nothing left to let go");
         let again = modules.intern(Tgid::own(), &Root::Own, &mapping).unwrap();
         assert_ne!(again, id, "read anew, as a new module");
         assert!(modules.get(again).file().is_some());
+    }
+
+    #[test]
+    fn modules_no_process_maps_are_found() {
+        let mut modules = Modules::default();
+        let mapping = own_mapping();
+        let id = modules.intern(Tgid::own(), &Root::Own, &mapping).unwrap();
+        assert!(modules.unmapped([(Tgid::own(), &mapping)].into_iter()).is_empty());
+        assert_eq!(modules.unmapped(std::iter::empty()), [id]);
+        modules.evict(&[id]);
+        assert!(modules.unmapped(std::iter::empty()).is_empty(), "let go already");
     }
 
     /// A mapping of a whole file at `path`, as /proc/PID/maps would show it.

@@ -376,6 +376,16 @@ impl Processes {
         forgotten
     }
 
+    /// Every mapping of every process known, current or past, with its process.
+    pub fn all_mappings(&self) -> impl Iterator<Item = (Tgid, &Mapping)> {
+        self.by_tgid.iter().flat_map(|(&tgid, process)| {
+            let current = process.space.mappings();
+            let replaced = process.history.iter().map(|past| &past.entry.mapping);
+            let left = process.past_spaces.iter().flat_map(|past| past.space.mappings());
+            current.chain(replaced).chain(left).map(move |mapping| (tgid, mapping))
+        })
+    }
+
     /// Marks as exited at `now_ns` the processes whose `/proc` entry is gone.
     pub fn notice_exits(&mut self, now_ns: u64) {
         for (tgid, process) in &mut self.by_tgid {

@@ -297,6 +297,8 @@ struct Pipeline<M> {
     drained_ns: u64,
     /// When frames were last named and processes pruned.
     settled_at: Instant,
+    /// When modules no process maps were last looked for.
+    unmapped_checked_at: Instant,
 }
 
 /// The longest naming and pruning are put off while records wait.
@@ -315,6 +317,7 @@ impl<M: Mode> Pipeline<M> {
             failed: 0,
             drained_ns: 0,
             settled_at: Instant::now(),
+            unmapped_checked_at: Instant::now(),
         }
     }
 
@@ -391,9 +394,18 @@ impl<M: Mode> Pipeline<M> {
         let frames = self.aggregate.new_frames();
         let python = self.walker.python().functions();
         self.namer.name(&frames, self.walker.address_spaces(), python, self.drained_ns);
-        for tgid in self.walker.address_spaces_mut().prune(self.drained_ns) {
+        let gone = self.walker.address_spaces_mut().prune(self.drained_ns);
+        for &tgid in &gone {
             self.namer.forget(tgid);
             self.walker.python_mut().forget(tgid);
+        }
+        // The modules only processes now forgotten mapped are let go, their frames named above
+        // (a host starting new programs all day would otherwise hold each one for a while).
+        if !gone.is_empty() && self.unmapped_checked_at.elapsed() >= UNMAPPED_CHECK_INTERVAL {
+            self.unmapped_checked_at = Instant::now();
+            let unmapped = self.walker.address_spaces().unmapped_modules();
+            let Self { walker, namer, .. } = self;
+            walker.evict_modules(&unmapped, |unmapped, modules| namer.forget_modules(unmapped, modules));
         }
         self.settled_at = Instant::now();
     }
@@ -416,8 +428,10 @@ impl<M: Mode> Pipeline<M> {
         windows.closes_at += windows.every;
         // What runs for weeks lets go of what it no longer sees: modules idle for a few windows,
         // and processes whose exit the kernel never reported.
+        let idle = self.walker.address_spaces().modules().idle(IDLE_WINDOWS);
         let Self { walker, namer, .. } = self;
-        walker.evict_idle_modules(IDLE_WINDOWS, |idle, modules| namer.forget_modules(idle, modules));
+        walker.evict_modules(&idle, |idle, modules| namer.forget_modules(idle, modules));
+        walker.address_spaces_mut().modules_mut().next_period();
         walker.address_spaces_mut().notice_exits(windows.opened.monotonic_ns);
     }
 
@@ -498,6 +512,10 @@ impl<M: Mode> Pipeline<M> {
 
 /// Windows a module may go unsampled before it is let go (a minute at the agent's default).
 const IDLE_WINDOWS: u64 = 4;
+
+/// Least time between two looks for modules no process maps any more (the look goes through
+/// every mapping of every process).
+const UNMAPPED_CHECK_INTERVAL: Duration = Duration::from_secs(1);
 
 impl<M: Mode> Sink for Pipeline<M> {
     fn task_event(&mut self, event: TaskEvent) {

@@ -1,6 +1,10 @@
 //! When a recording ends: after its duration, at SIGINT/SIGTERM/SIGHUP, or when its targets
 //! are gone.
-use std::{future::Future, time::Duration};
+use std::{
+    future::Future,
+    sync::atomic::{AtomicU32, Ordering},
+    time::Duration,
+};
 
 use anyhow::{Context as _, Result};
 use tokio::signal::unix::{SignalKind, signal};
@@ -20,6 +24,7 @@ pub fn stop_condition(
     targets_gone: impl Future<Output = ()>,
 ) -> Result<impl Future<Output = StopReason>> {
     let mut interrupt = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
+    exit_at_second_interrupt()?;
     let mut terminate = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
     let mut hangup = signal(SignalKind::hangup()).context("cannot handle SIGHUP")?;
     Ok(async move {
@@ -36,10 +41,26 @@ pub fn stop_condition(
             _ = terminate.recv() => StopReason::Signal,
             _ = hangup.recv() => StopReason::Signal,
         };
-        // From now on a second Ctrl-C ends the profiler at once, without output.
-        // rustix offers sigaction only to runtimes that replace libc's: libc's signal.
-        // SAFETY: resetting a signal disposition to its default has no preconditions.
-        unsafe { libc::signal(libc::SIGINT, libc::SIG_DFL) };
+        // From now on the next Ctrl-C ends the profiler at once, without output.
+        INTERRUPTS.fetch_max(1, Ordering::SeqCst);
         reason
     })
+}
+
+/// SIGINTs received. The first stops the recording, once the event loop gets to it (naming a
+/// large file can hold it for a while); the second ends the profiler there and then, from the
+/// signal handler, whatever is under way.
+static INTERRUPTS: AtomicU32 = AtomicU32::new(0);
+
+fn exit_at_second_interrupt() -> Result<()> {
+    // SAFETY: the action touches an atomic and calls `_exit`, both async-signal-safe.
+    unsafe {
+        signal_hook_registry::register(libc::SIGINT, || {
+            if INTERRUPTS.fetch_add(1, Ordering::SeqCst) >= 1 {
+                libc::_exit(130);
+            }
+        })
+    }
+    .context("cannot handle SIGINT")?;
+    Ok(())
 }

@@ -8,10 +8,6 @@ use std::{
     fmt::Write as _,
     path::{Path, PathBuf},
     process::{Command, Stdio},
-    sync::{
-        Arc,
-        atomic::{AtomicBool, AtomicU64, Ordering},
-    },
     thread::sleep,
     time::{Duration, Instant},
 };
@@ -64,12 +60,8 @@ pub fn table(profiler: &Path, src: &Path, dir: &Path, quick: bool) -> Result<Str
         .stdin(Stdio::null())
         .spawn()
         .context("cannot start the agent")?;
-    let stop = Arc::new(AtomicBool::new(false));
-    let started_programs = Arc::new(AtomicU64::new(0));
-    let launcher = {
-        let (stop, started_programs) = (stop.clone(), started_programs.clone());
-        std::thread::spawn(move || launch(&programs, &stop, &started_programs))
-    };
+    let launches = dir.join("churn-launches");
+    let _launcher = launch(&programs, &launches)?;
     let started = Instant::now();
     let mut points: Vec<(f64, f64, usize)> = Vec::new();
     while agent.try_wait()?.is_none() {
@@ -78,8 +70,7 @@ pub fn table(profiler: &Path, src: &Path, dir: &Path, quick: bool) -> Result<Str
             points.push((started.elapsed().as_secs_f64() / 60.0, rss, fds));
         }
     }
-    stop.store(true, Ordering::Relaxed);
-    let _ = launcher.join();
+    let started_programs = std::fs::metadata(&launches).map_or(0, |m| m.len());
     let at =
         |minute: f64| points.iter().find(|p| p.0 >= minute).or(points.last()).copied().unwrap_or_default();
     let (first, last) = (at(1.0), points.last().copied().unwrap_or_default());
@@ -95,14 +86,14 @@ pub fn table(profiler: &Path, src: &Path, dir: &Path, quick: bool) -> Result<Str
          `profiler agent -q -F 99 -d {seconds:.0} --output-dir DIR` (15 s windows) while a new program starts every \
          {} ms ({} started: {} distinct executables of {FUNCTIONS} functions each, built with DWARF and a build id of \
          their own, owned and run by nobody, each busy for 100 ms) and `churn` forks and execs `/bin/true`, loads and \
-         unloads a library and creates threads, in loops. The agent's RSS (VmRSS) and open descriptors every {} s.\n\n\
+         unloads a library and creates threads, in loops; the programs are started by a shell. The agent's RSS (VmRSS) and open descriptors every {} s.\n\n\
          | goal | measured | |\n|---|---|---|\n\
          | RSS ≤ {RSS_GOAL_MIB} MiB | {:.1} MiB at 1 min, {:.1} at the end, peak {peak:.1} | {} |\n\
          | RSS flat | {rss_slope:+.2} MiB per minute after the first | {} |\n\
          | descriptors flat | {} at 1 min, {} at the end ({fd_slope:+.1} per minute) | {} |\n\n\
          | minute | RSS (MiB) | open descriptors |\n|---|---|---|\n",
         EVERY.as_millis(),
-        started_programs.load(Ordering::Relaxed),
+        started_programs,
         if quick { 150 } else { 900 },
         sample_every.as_secs(),
         first.1,
@@ -171,25 +162,20 @@ fn many_functions() -> String {
     source
 }
 
-/// Starts the programs in turn, one every [`EVERY`], as nobody, until `stop`.
-fn launch(programs: &[PathBuf], stop: &AtomicBool, started: &AtomicU64) {
-    let mut running: Vec<KillOnDrop> = Vec::new();
-    for program in programs.iter().cycle() {
-        if stop.load(Ordering::Relaxed) {
-            break;
-        }
-        let child = Command::new("setpriv")
-            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-            .arg(program)
-            .stdin(Stdio::null())
-            .spawn();
-        if let Ok(child) = child {
-            started.fetch_add(1, Ordering::Relaxed);
-            running.push(KillOnDrop(child));
-        }
-        running.retain_mut(|child| child.0.try_wait().ok().flatten().is_none());
-        sleep(EVERY);
-    }
+/// Starts the programs in turn, one every [`EVERY`], as nobody, from a shell (a small stripped
+/// program, where this one, built with DWARF, would be sampled and named too), which writes a
+/// byte to `launches` for each.
+fn launch(programs: &[PathBuf], launches: &Path) -> Result<KillOnDrop> {
+    let list: Vec<String> = programs.iter().map(|p| format!("'{}'", p.display())).collect();
+    let script = format!(
+        "while :; do for p in {}; do setpriv --reuid={NOBODY} --regid={NOBODY} --clear-groups \"$p\" & \
+         printf . >> '{}'; sleep {}; done; done",
+        list.join(" "),
+        launches.display(),
+        EVERY.as_secs_f64()
+    );
+    let _ = std::fs::remove_file(launches);
+    Ok(KillOnDrop(Command::new("sh").args(["-c", &script]).stdin(Stdio::null()).spawn()?))
 }
 
 /// Open descriptors of process `pid`.
