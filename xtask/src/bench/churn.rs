@@ -15,7 +15,7 @@ use std::{
 use anyhow::{Context as _, Result};
 
 use super::{
-    long_run::{rss_mib, slope},
+    long_run::{rss_mib, slope, storm},
     workloads::KillOnDrop,
 };
 use crate::check;
@@ -32,25 +32,12 @@ pub fn table(profiler: &Path, src: &Path, dir: &Path, quick: bool) -> Result<Str
     let (minutes, sample_every, programs) =
         if quick { (2.0, Duration::from_secs(10), 150) } else { (10.0, Duration::from_secs(20), 900) };
     let programs = build_programs(dir, programs)?;
-    let churn = dir.join("churn");
-    check(
-        Command::new("gcc").args(["-O2", "-g", "-o"]).arg(&churn).arg(src.join("churn.c")).arg("-lpthread"),
-    )?;
-    let plugin = dir.join("libplugin.so");
-    check(
-        Command::new("gcc")
-            .args(["-O2", "-g", "-shared", "-fPIC", "-o"])
-            .arg(&plugin)
-            .arg(src.join("plugin.c")),
-    )?;
     let seconds = minutes * 60.0;
     eprintln!(
         "xtask bench: agent beside {} new programs a second for {minutes} min",
         1000 / EVERY.as_millis()
     );
-    let _storm = KillOnDrop(
-        Command::new(&churn).arg((seconds + 10.0).to_string()).arg(&plugin).stdin(Stdio::null()).spawn()?,
-    );
+    let _storm = storm(src, dir, seconds + 10.0)?;
     let output = dir.join("churn-agent");
     let _ = std::fs::remove_dir_all(&output);
     std::fs::create_dir_all(&output)?;

@@ -12,30 +12,15 @@ use std::{
 
 use anyhow::{Context as _, Result};
 
+use super::workloads::KillOnDrop;
 use crate::check;
 
 pub fn table(profiler: &Path, src: &Path, dir: &Path, quick: bool) -> Result<String> {
     let (minutes, every) =
         if quick { (2.0, Duration::from_secs(5)) } else { (10.0, Duration::from_secs(10)) };
-    let churn = dir.join("churn");
-    check(
-        Command::new("gcc").args(["-O2", "-g", "-o"]).arg(&churn).arg(src.join("churn.c")).arg("-lpthread"),
-    )?;
-    let plugin = dir.join("libplugin.so");
-    check(
-        Command::new("gcc")
-            .args(["-O2", "-g", "-shared", "-fPIC", "-o"])
-            .arg(&plugin)
-            .arg(src.join("plugin.c")),
-    )?;
     let seconds = minutes * 60.0;
     eprintln!("xtask bench: record -a under churn for {minutes} min");
-    let mut workload = Command::new(&churn)
-        .arg((seconds + 10.0).to_string())
-        .arg(&plugin)
-        .stdin(Stdio::null())
-        .spawn()
-        .context("cannot start the churn workload")?;
+    let _workload = storm(src, dir, seconds + 10.0)?;
     let mut recorder = Command::new(profiler)
         .args(["record", "-a", "-q", "-F", "999", "-d", &seconds.to_string()])
         .arg("-o")
@@ -53,8 +38,6 @@ pub fn table(profiler: &Path, src: &Path, dir: &Path, quick: bool) -> Result<Str
         }
         sleep(every);
     }
-    let _ = workload.kill();
-    let _ = workload.wait();
     let after_first_minute: Vec<(f64, f64)> = points.iter().copied().filter(|&(t, _)| t >= 1.0).collect();
     let slope = slope(&after_first_minute);
     let mut text = format!(
@@ -72,6 +55,24 @@ pub fn table(profiler: &Path, src: &Path, dir: &Path, quick: bool) -> Result<Str
     }
     text.push('\n');
     Ok(text)
+}
+
+/// `churn` (built from `src` into `dir`) for `seconds`: a storm of short processes, a library
+/// loaded and unloaded, threads created and joined, all in loops.
+pub(super) fn storm(src: &Path, dir: &Path, seconds: f64) -> Result<KillOnDrop> {
+    let churn = dir.join("churn");
+    check(
+        Command::new("gcc").args(["-O2", "-g", "-o"]).arg(&churn).arg(src.join("churn.c")).arg("-lpthread"),
+    )?;
+    let plugin = dir.join("libplugin.so");
+    check(
+        Command::new("gcc")
+            .args(["-O2", "-g", "-shared", "-fPIC", "-o"])
+            .arg(&plugin)
+            .arg(src.join("plugin.c")),
+    )?;
+    let workload = Command::new(&churn).arg(seconds.to_string()).arg(&plugin).stdin(Stdio::null()).spawn();
+    Ok(KillOnDrop(workload.context("cannot start the churn workload")?))
 }
 
 /// The resident set of a process, in MiB.
