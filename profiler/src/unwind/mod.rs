@@ -116,8 +116,9 @@ impl Unwinder {
     /// Lets go of what was read of `modules` (evicted: their ids are never looked up again).
     pub fn forget(&mut self, modules: &[ModuleId]) {
         for module in modules {
-            if let Some(Some(_)) = self.modules.remove(module) {
-                self.framehop.remove_module(synthetic_base(*module));
+            if let Some(Some(cfi)) = self.modules.remove(module) {
+                // Where `load` placed it (nothing there when it had no CFI).
+                self.framehop.remove_module(synthetic_base(*module) + cfi.svma_range().start);
             }
         }
     }
