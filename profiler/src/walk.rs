@@ -94,11 +94,14 @@ impl StackWalker {
     }
 
     /// Lets go of `modules`, after the unwinder, the Python stage and `also` (the namer) forgot
-    /// them.
+    /// them; not of the interpreter of a live Python process, which its frames are merged by.
     pub fn evict_modules(&mut self, modules: &[ModuleId], also: impl FnOnce(&[ModuleId], &Modules)) {
+        let modules: Vec<ModuleId> =
+            modules.iter().copied().filter(|&module| !self.python.interpreter_in_use(module)).collect();
         if modules.is_empty() {
             return;
         }
+        let modules = &modules[..];
         also(modules, self.spaces.modules());
         self.unwinder.forget(modules);
         self.python.forget_modules(modules);

@@ -221,8 +221,15 @@ impl Python {
         None
     }
 
-    /// Forgets what was found of `modules` (evicted); processes already started keep their
-    /// interpreter.
+    /// Whether `module` is the interpreter of a process read now (its eval-loop frames are
+    /// recognized by their module).
+    pub fn interpreter_in_use(&self, module: ModuleId) -> bool {
+        self.processes
+            .values()
+            .any(|state| matches!(state, State::Running(running) if running.module == module))
+    }
+
+    /// Forgets what was found of `modules` (evicted), none of them an interpreter in use.
     pub fn forget_modules(&mut self, modules: &[ModuleId]) {
         for module in modules {
             self.images.remove(module);
