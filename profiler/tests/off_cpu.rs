@@ -248,38 +248,39 @@ fn system_wide_on_a_busy_machine() {
     if !e2e_enabled() {
         return;
     }
-    // Both outlive the recording by far: attaching can take seconds on a cold machine, and the
-    // sleeper must sleep through the whole of it. The waiting threads get the CPU first when
-    // they wake: a thread preempted on a crowded CPU waits runnable, which is not time blocked
-    // (nor counted without --runqueue), and would take the sleeper's 5 s below it.
+    // The waiting workload starts once the recording runs and ends well before it does, so that
+    // what its threads measure of their own waits is what the recording must show: on a
+    // crowded machine a thread also waits runnable, preempted, which neither counts as blocked.
     let busy = spawn(&split_with_frame_pointers(), &["60", "2"]);
-    let waiting = spawn(Path::new("nice"), &["-n", "-10", c_workload().to_str().unwrap(), "60"]);
     let dir = scratch_dir("off-cpu-system-wide");
     let out = dir.join("out.folded");
-    let profiler = profiler()
-        .args(["record", "-a", "--off-cpu", "--per-pid", "-d", "5", "-o", out.to_str().unwrap()])
-        .stderr(std::process::Stdio::piped())
+    let profiler =
+        start_profiler(&["record", "-a", "--off-cpu", "--per-pid", "-d", "8", "-o", out.to_str().unwrap()]);
+    let own = format!("profiler-{}", profiler.pid());
+    let waiting = std::process::Command::new(c_workload())
+        .arg("3")
+        .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let own = format!("profiler-{}", profiler.id());
-    let run = profiler.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(run.status.success() && stderr.contains("(0 lost)"), "{stderr}");
+    let root = format!("off_cpu-{}", waiting.id());
+    let waiting = waiting.wait_with_output().unwrap();
+    let (status, stderr) = profiler.wait();
+    assert!(status.success() && stderr.contains("(0 lost)"), "{stderr}");
+    let threads = measured(&String::from_utf8_lossy(&waiting.stdout));
     let folded = Folded::read(&out);
     let roots = folded.roots();
-    assert!(roots.contains_key(&format!("off_cpu-{}", waiting.pid())), "{roots:?}");
+    assert!(roots.contains_key(&root), "{roots:?}");
     assert!(!roots.contains_key(&own), "the profiler's own threads: {roots:?}");
     let sleeper: u64 = folded
         .stacks
         .iter()
-        .filter(|(frames, _)| frames.iter().any(|f| f == "sleep_inner"))
+        .filter(|(frames, _)| frames[0] == root && frames.iter().any(|f| f == "sleep_inner"))
         .map(|(_, n)| n)
         .sum();
-    let of_waiting: Vec<_> = folded
-        .stacks
-        .iter()
-        .filter(|(frames, _)| frames[0] == format!("off_cpu-{}", waiting.pid()))
-        .collect();
-    assert!(sleeper > 4_000_000, "the sleeper's 5 s: {sleeper} µs\n{stderr}\n{of_waiting:?}");
-    drop((busy, waiting));
+    let measured_us = threads["sleeper"].blocked_ns / 1000;
+    assert!(
+        (sleeper as f64 - measured_us as f64).abs() <= 0.05 * measured_us as f64,
+        "the sleeper: {sleeper} µs, measured {measured_us}\n{stderr}"
+    );
+    drop(busy);
 }
