@@ -109,12 +109,12 @@ fn copy_within(budget: &'static Budget, file: &File, size: u64, parts: Parts) ->
         Parts::Module => module_plan(file, size).unwrap_or_else(|| Plan::whole(size)),
         Parts::Whole => Plan::whole(size),
     };
-    let copy = File::from(memfd_create("profiler-copy", MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)?);
-    copy.set_len(size)?;
     let Some(mut charge) = budget.charge(data_bytes(file, &plan.essential)) else {
         note_refusal(size, true);
         return Err(io::Error::new(io::ErrorKind::OutOfMemory, "over the budget for copies"));
     };
+    let copy = File::from(memfd_create("profiler-copy", MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)?);
+    copy.set_len(size)?;
     copy_ranges(file, &copy, &plan.essential)?;
     if charge.grow(data_bytes(file, &plan.dwarf)) {
         copy_ranges(file, &copy, &plan.dwarf)?;

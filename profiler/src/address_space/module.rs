@@ -66,11 +66,13 @@ pub struct DebugFile {
 }
 
 /// Where a module's names come from: a file, whether its DWARF may be read (it sends the
-/// reader to no other file), and whether addresses are given to it as virtual addresses (a
-/// separate debug file: its file offsets are not the module's) rather than file offsets.
+/// reader to no other file) and what its compressed DWARF sections inflate to, and whether
+/// addresses are given to it as virtual addresses (a separate debug file: its file offsets are
+/// not the module's) rather than file offsets.
 pub struct SymbolFile<'a> {
     pub file: &'a File,
     pub dwarf: bool,
+    pub inflated_dwarf: u64,
     pub virtual_addresses: bool,
 }
 
@@ -120,10 +122,18 @@ impl Module {
         let file = self.file.as_deref()?;
         let own_dwarf = self.facts.as_ref().is_some_and(ElfFacts::dwarf_readable_alone);
         Some(match &self.debug {
-            Some(debug) if !own_dwarf && debug.facts.dwarf_readable_alone() => {
-                SymbolFile { file: &debug.file, dwarf: true, virtual_addresses: true }
-            }
-            _ => SymbolFile { file, dwarf: own_dwarf, virtual_addresses: false },
+            Some(debug) if !own_dwarf && debug.facts.dwarf_readable_alone() => SymbolFile {
+                file: &debug.file,
+                dwarf: true,
+                inflated_dwarf: debug.facts.inflated_dwarf,
+                virtual_addresses: true,
+            },
+            _ => SymbolFile {
+                file,
+                dwarf: own_dwarf,
+                inflated_dwarf: self.facts.as_ref().map_or(0, |facts| facts.inflated_dwarf),
+                virtual_addresses: false,
+            },
         })
     }
 }
@@ -138,6 +148,19 @@ pub fn readable_path(file: &File) -> PathBuf {
 enum MappedKey {
     File { dev: u64, inode: u64 },
     Pseudo(String),
+}
+
+impl MappedKey {
+    /// The key of a mapping, and the path it names; `None` for anonymous memory.
+    fn of(mapping: &Mapping) -> Option<(Self, &Path)> {
+        match &mapping.backing {
+            Backing::File { path, .. } => {
+                Some((Self::File { dev: mapping.dev, inode: mapping.inode }, path.as_path()))
+            }
+            Backing::Pseudo(name) => Some((Self::Pseudo(name.clone()), Path::new(name.as_str()))),
+            Backing::Anonymous => None,
+        }
+    }
 }
 
 /// What a module's content is known by.
@@ -207,13 +230,7 @@ impl Modules {
     /// The module behind `mapping` of process `tgid` (whose paths resolve in `root`); `None` for
     /// anonymous memory.
     pub fn intern(&mut self, tgid: Tgid, root: &Root, mapping: &Mapping) -> Option<ModuleId> {
-        let (key, path) = match &mapping.backing {
-            Backing::File { path, .. } => {
-                (MappedKey::File { dev: mapping.dev, inode: mapping.inode }, path.as_path())
-            }
-            Backing::Pseudo(name) => (MappedKey::Pseudo(name.clone()), Path::new(name.as_str())),
-            Backing::Anonymous => return None,
-        };
+        let (key, path) = MappedKey::of(mapping)?;
         if let Some(&id) = self.by_mapping.get(&key).or_else(|| self.unopened.get(&(tgid, key.clone()))) {
             self.last_used[id.0 as usize] = self.period;
             return Some(id);
@@ -287,11 +304,7 @@ impl Modules {
     pub fn unmapped<'a>(&self, mappings: impl Iterator<Item = (Tgid, &'a Mapping)>) -> Vec<ModuleId> {
         let mut mapped = vec![false; self.modules.len()];
         for (tgid, mapping) in mappings {
-            let key = match &mapping.backing {
-                Backing::File { .. } => MappedKey::File { dev: mapping.dev, inode: mapping.inode },
-                Backing::Pseudo(name) => MappedKey::Pseudo(name.clone()),
-                Backing::Anonymous => continue,
-            };
+            let Some((key, _)) = MappedKey::of(mapping) else { continue };
             let id = self.by_mapping.get(&key).or_else(|| self.unopened.get(&(tgid, key)));
             if let Some(id) = id {
                 mapped[id.0 as usize] = true;

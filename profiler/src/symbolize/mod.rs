@@ -31,7 +31,7 @@ pub use self::perf_map::PerfMap;
 pub use self::{perf_map::PerfMaps, plt::PltStubs};
 use crate::{
     address_space::{
-        AddressSpaces, Charge, ElfFacts, INFLATED_BUDGET, Module, ModuleId, Modules, charge_inflated, open,
+        AddressSpaces, Charge, INFLATED_BUDGET, Module, ModuleId, Modules, charge_inflated, open,
         readable_path,
     },
     frame::Frame,
@@ -84,16 +84,7 @@ impl Namer {
     /// Lets go of what was read of `ids` (about to be evicted from `modules`): blazesym's parsed
     /// files and the PLT stubs.
     pub fn forget_modules(&mut self, ids: &[ModuleId], modules: &Modules) {
-        for &id in ids {
-            self.symbolizer.modules.remove(&id);
-            let module = modules.get(id);
-            let files = module.file().into_iter().chain(module.debug_file().map(|debug| &*debug.file));
-            for file in files {
-                let evict = Evict::Elf(blazesym::symbolize::evict::Elf::new(readable_path(file)));
-                // Not knowing the file is not an error; nothing else can go wrong here.
-                let _ = self.symbolizer.blaze.evict(&evict);
-            }
-        }
+        self.symbolizer.forget(ids, modules);
     }
 
     /// What was refused on the way: perf maps that are not their process's own, debug
@@ -211,6 +202,21 @@ impl Default for Symbolizer {
 }
 
 impl Symbolizer {
+    /// Lets go of what was read of `ids`: the naming state (PLT stubs, the DWARF charge) and
+    /// blazesym's parsed files.
+    fn forget(&mut self, ids: &[ModuleId], modules: &Modules) {
+        for &id in ids {
+            self.modules.remove(&id);
+            let module = modules.get(id);
+            let files = module.file().into_iter().chain(module.debug_file().map(|debug| &*debug.file));
+            for file in files {
+                let evict = Evict::Elf(blazesym::symbolize::evict::Elf::new(readable_path(file)));
+                // Not knowing the file is not an error; nothing else can go wrong here.
+                let _ = self.blaze.evict(&evict);
+            }
+        }
+    }
+
     /// Names every frame in `frames`. Frames that cannot be named get a placeholder that keeps
     /// what is known (`libfoo.so+0x1234`, `[unknown]`); errors never abort symbolization.
     pub fn symbolize(&mut self, frames: &[Frame], modules: &Modules, perf_maps: &PerfMaps) -> Symbols {
@@ -315,17 +321,19 @@ struct DwarfAccess {
 /// sections. A refusal is warned about, naming the file.
 fn dwarf_access(module: &Module, refused: &mut Warnings) -> Option<DwarfAccess> {
     let symbol_file = module.symbol_file().filter(|symbol_file| symbol_file.dwarf)?;
-    let image = open::map(symbol_file.file).ok();
+    let inflates_to = symbol_file.inflated_dwarf;
     let mut inflated = None;
-    let inflates_to = image.as_deref().and_then(ElfFacts::read).map_or(0, |facts| facts.inflated_dwarf);
-    let checked = match &image {
-        _ if inflates_to > 0 && !charge_inflated(&mut inflated, inflates_to) => Err(format!(
+    let checked = if inflates_to > 0 && !charge_inflated(&mut inflated, inflates_to) {
+        Err(format!(
             "its compressed debug info inflates to {} MiB, more than is left of the {} MiB for inflated sections",
             inflates_to.div_ceil(1 << 20),
             INFLATED_BUDGET >> 20
-        )),
-        Some(image) => dwarf_nesting::check(image).map_err(|refusal| refusal.to_string()),
-        None => Err(dwarf_nesting::Refusal::Malformed.to_string()),
+        ))
+    } else {
+        match open::map(symbol_file.file) {
+            Ok(image) => dwarf_nesting::check(&image).map_err(|refusal| refusal.to_string()),
+            Err(_) => Err(dwarf_nesting::Refusal::Malformed.to_string()),
+        }
     };
     let Err(refusal) = checked else { return Some(DwarfAccess { _inflated: inflated }) };
     let file = if symbol_file.virtual_addresses { "'s debug file" } else { "" };
