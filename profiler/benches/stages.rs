@@ -6,8 +6,8 @@ use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_mai
 use profiler::{
     Grouping, Meta, RecordKind, Tgid, ThreadState, Tid,
     stages::{
-        AddressSpaces, Aggregate, Frame, Namer, PerfMaps, PythonFunctions, StackSnapshot, Symbolizer,
-        Tracking, Unwinder, Walked, Want, folded,
+        AddressSpaces, Aggregate, Frame, Namer, NewFrames, PerfMaps, PythonFunctions, StackSnapshot,
+        Symbolizer, Tracking, Unwinder, Walked, Want, folded,
     },
     testing::{Fixture, encode_sample},
 };
@@ -72,8 +72,8 @@ fn aggregate(c: &mut Criterion) {
     let spaces = AddressSpaces::new(Tracking { all: false, follow_forks: false });
     let modules = spaces.modules();
     let mut namer = Namer::default();
-    namer.name(&aggregate.new_frames(), &spaces, &PythonFunctions::default(), 0);
-    let symbols = namer.finish(&spaces, 0);
+    namer.name(NewFrames::new(aggregate.new_frames(), &spaces, &PythonFunctions::default(), 0));
+    let symbols = namer.finish(0);
     group.throughput(Throughput::Elements(100_000));
     group.bench_function("recording_100k_samples", |b| {
         b.iter(|| aggregate.recording(&symbols, modules, 0, Meta::default()).samples.len())
@@ -96,7 +96,10 @@ fn symbolize(c: &mut Criterion) {
         .map(|i| base + i * 16)
         .map(|addr| Frame::user(pid, 0, addr, process.resolve(addr, Want::Any)))
         .collect();
-    let modules = spaces.modules();
+    let modules = &spaces.modules().share(frames.iter().filter_map(|frame| match frame {
+        Frame::Module { module, .. } => Some(*module),
+        _ => None,
+    }));
     let mut group = c.benchmark_group("symbolize");
     group.throughput(Throughput::Elements(frames.len() as u64));
     let (mut symbolizer, perf_maps) = (Symbolizer::default(), PerfMaps::default());

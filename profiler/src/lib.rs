@@ -52,7 +52,7 @@ pub mod stages {
         kernel::task_events::{self, TaskEventReader},
         render::folded,
         runtimes::python::{self, Functions as PythonFunctions},
-        symbolize::{Namer, PerfMap, PerfMaps, PltStubs, Symbolizer},
+        symbolize::{Namer, NewFrames, PerfMap, PerfMaps, PltStubs, Symbolizer},
         unwind::{MAX_FRAMES, StackSnapshot, Unwinder, cfi::ModuleCfi},
         walk::{CallGraph, StackWalker, Walked},
     };

@@ -1,7 +1,7 @@
 //! End to end, as root: `profiler record` on real workloads, checked on its folded output.
 mod common;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::*;
 
@@ -175,4 +175,73 @@ fn quiet_says_nothing() {
     assert!(run.status.success());
     assert_eq!(String::from_utf8(run.stderr).unwrap(), "", "no readiness line, status or summary");
     assert!(Folded::read(&out).total() > 0);
+}
+
+/// A Ctrl-C while naming reads debug information (the DWARF of every pyenv libpython, first
+/// named all at once: about a second) ends the recording, and every frame is still named.
+#[test]
+fn ctrl_c_during_naming_still_names_every_frame() {
+    if !e2e_enabled() {
+        return;
+    }
+    let dir = scratch_dir("sigint-naming");
+    let interpreters: Vec<_> =
+        python::interpreters().iter().filter(|interpreter| interpreter.label.starts_with("pyenv-")).collect();
+    assert!(interpreters.len() >= 2, "this test needs pyenv's interpreters (shared libpython with DWARF)");
+    let script = python::script("shares.py");
+    let workloads: Vec<KillOnDrop> =
+        interpreters.iter().map(|python| spawn(&python.path, &[script.to_str().unwrap(), "120"])).collect();
+    // Each has started running the script's functions (its libpython is mapped).
+    for workload in &workloads {
+        wait_for_cpu(workload.pid(), Duration::from_millis(200));
+    }
+    let out = dir.join("out.folded");
+    let pids: Vec<String> = workloads.iter().map(|workload| workload.pid().to_string()).collect();
+    let mut args = vec!["record", "--per-thread", "-F", "999", "-o", out.to_str().unwrap()];
+    pids.iter().for_each(|pid| args.extend(["-p", pid]));
+    let recording = start_profiler(&args);
+    let naming = named_thread(recording.pid(), "naming");
+    // Naming is under way: running, with 50 ms of work behind it (the first libpython alone
+    // takes over 100 ms).
+    let waiting = Instant::now();
+    while !matches!(thread_state(recording.pid(), naming), ('R', cpu) if cpu >= Duration::from_millis(50)) {
+        assert!(waiting.elapsed() < Duration::from_secs(30), "naming never got busy");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    recording.signal(libc::SIGINT);
+    let (status, stderr) = recording.wait();
+    assert!(status.success() && stderr.contains("profiler: stopped by signal"), "{stderr}");
+    let folded = Folded::read(&out);
+    for (python, workload) in interpreters.iter().zip(&workloads) {
+        let stacks = thread_stacks(&folded, workload.pid());
+        let frames = || stacks.iter().flat_map(|(frames, _)| frames.iter());
+        assert!(frames().any(|frame| frame.starts_with("_PyEval_EvalFrameDefault")), "{}: {stacks:?}", python.label);
+        assert!(frames().any(|frame| frame.starts_with("alpha")), "{}: {stacks:?}", python.label);
+        let unnamed: Vec<_> = frames().filter(|frame| frame.contains("libpython") && frame.contains("+0x")).collect();
+        assert!(unnamed.is_empty(), "{}: frames left unnamed: {unnamed:?}", python.label);
+    }
+}
+
+/// The id of the thread of process `pid` called `name`, waited for.
+fn named_thread(pid: u32, name: &str) -> u32 {
+    let waiting = Instant::now();
+    loop {
+        let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap();
+        let found = tasks.filter_map(|task| task.ok()?.file_name().to_str()?.parse().ok()).find(|tid: &u32| {
+            std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm")).is_ok_and(|comm| comm.trim() == name)
+        });
+        if let Some(tid) = found {
+            return tid;
+        }
+        assert!(waiting.elapsed() < Duration::from_secs(10), "no thread {name:?} in {pid}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// The state (`R`, `S`...) of thread `tid` of `pid`, and the CPU time it used.
+fn thread_state(pid: u32, tid: u32) -> (char, Duration) {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).unwrap();
+    // The state is the field after the command name, in parentheses.
+    let state = stat.rsplit_once(") ").unwrap().1.chars().next().unwrap();
+    (state, stat_cpu_time(&stat, 14))
 }

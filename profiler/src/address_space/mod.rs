@@ -17,7 +17,7 @@ pub use self::{
     budget::Charge,
     copy::{COPY_BUDGET, Parts, StableFile, refused as refused_copies},
     elf::{ElfFacts, INFLATED, INFLATED_BUDGET, MAX_INFLATED_SECTION, charge_inflated},
-    module::{Module, ModuleId, Modules, readable_path},
+    module::{Module, ModuleId, ModuleSet, Modules, readable_path},
     proc_maps::{Backing, Mapping, Mappings, TimedMapping, backing_named},
     process::Identity,
     process::{Process, Processes, Tracking, read_bounded, running},

@@ -12,6 +12,7 @@ use std::{
     io,
     os::{fd::AsRawFd, unix::fs::MetadataExt},
     path::{Path, PathBuf},
+    sync::Arc,
 };
 
 use rustc_hash::FxHashMap;
@@ -112,6 +113,11 @@ impl Module {
         self.file.is_some() || self.debug.is_some()
     }
 
+    /// What is left of it once evicted: its path and what its file says of itself.
+    fn evicted(&self) -> Self {
+        Self { path: self.path.clone(), file: None, facts: self.facts.clone(), debug: None }
+    }
+
     /// The module's file, mapped read-only through the handle kept open.
     pub fn image(&self) -> Option<memmap2::Mmap> {
         open::map(self.file.as_deref()?).ok()
@@ -186,7 +192,8 @@ pub struct Modules {
     /// that maps it. Forgotten with the process.
     unopened: FxHashMap<(Tgid, MappedKey), ModuleId>,
     by_content: FxHashMap<ContentKey, ModuleId>,
-    modules: Vec<Module>,
+    /// Shared with naming, which may still be reading a module the registry let go.
+    modules: Vec<Arc<Module>>,
     /// Files found to be another copy of a known module, held open so that their (device,
     /// inode) cannot name a different file while their key is remembered; the oldest are let
     /// go (and their key forgotten) beyond [`MAX_COPIES`]. Only files themselves are held: a
@@ -271,7 +278,7 @@ impl Modules {
                     _ => None,
                 };
                 let id = ModuleId(self.modules.len() as u32);
-                self.modules.push(Module { path: path.to_owned(), file, facts, debug });
+                self.modules.push(Arc::new(Module { path: path.to_owned(), file, facts, debug }));
                 self.last_used.push(self.period);
                 self.by_content.insert(content, id);
                 id
@@ -319,14 +326,14 @@ impl Modules {
     /// Lets go of modules: their files and what was read of them. Their ids stay, with their
     /// paths and what the files say of themselves (for the recording's table of mappings); a
     /// mapping of the same file later opens it again as a new module. The other stages forget
-    /// their state of these ids first.
+    /// their state of these ids first; the files close once no [`ModuleSet`] holds them.
     pub fn evict(&mut self, ids: &[ModuleId]) {
         if ids.is_empty() {
             return;
         }
         for &id in ids {
             let module = &mut self.modules[id.0 as usize];
-            (module.file, module.debug) = (None, None);
+            *module = Arc::new(module.evicted());
         }
         let evicted: rustc_hash::FxHashSet<ModuleId> = ids.iter().copied().collect();
         self.by_mapping.retain(|_, id| !evicted.contains(id));
@@ -357,9 +364,29 @@ impl Modules {
         &self.modules[id.0 as usize]
     }
 
+    /// The modules `ids`, shared: they stay readable whatever the registry does meanwhile.
+    pub fn share(&self, ids: impl IntoIterator<Item = ModuleId>) -> ModuleSet {
+        ModuleSet(ids.into_iter().map(|id| (id, self.modules[id.0 as usize].clone())).collect())
+    }
+
     /// Files that could not be opened for want of file descriptors.
     pub fn out_of_descriptors(&self) -> u64 {
         self.out_of_descriptors
+    }
+}
+
+/// Some modules, shared with their registry ([`Modules::share`]), to be read elsewhere (naming
+/// runs on its own thread).
+#[derive(Debug, Default)]
+pub struct ModuleSet(FxHashMap<ModuleId, Arc<Module>>);
+
+impl ModuleSet {
+    pub fn get(&self, id: ModuleId) -> Option<&Module> {
+        self.0.get(&id).map(|module| &**module)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (ModuleId, &Module)> {
+        self.0.iter().map(|(&id, module)| (id, &**module))
     }
 }
 

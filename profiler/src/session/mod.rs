@@ -28,7 +28,9 @@ use self::{
     stop::{StopReason, stop_condition},
 };
 use crate::{
-    address_space::{COPY_BUDGET, INFLATED, INFLATED_BUDGET, TaskEvent, Tracking, refused_copies, running},
+    address_space::{
+        COPY_BUDGET, INFLATED, INFLATED_BUDGET, ModuleId, TaskEvent, Tracking, refused_copies, running,
+    },
     aggregate::{Aggregate, Detail, Site},
     clock::{self, Start},
     decode::Payload,
@@ -37,7 +39,7 @@ use crate::{
     named::Named as _,
     output::{self, Outputs},
     render::RenderOptions,
-    symbolize::Namer,
+    symbolize::{Finished, NamingReport, NamingThread, NewFrames, Symbols},
     walk::{CallGraph, StackWalker},
 };
 
@@ -146,7 +148,7 @@ pub async fn run<M: Mode>(mode: M, settings: Settings) -> Result<()> {
     let walker = StackWalker::new(settings.call_graph, tracking);
     let detail = settings.detail.unwrap_or_else(|| settings.outputs.detail(settings.render.grouping));
     let aggregate = Aggregate::new(detail);
-    let mut session = Pipeline::new(mode, walker, aggregate, settings.max_records);
+    let mut session = Pipeline::new(mode, walker, aggregate, settings.max_records)?;
     let mut kernel = session.mode.load(&target)?;
     let ring = RingReader::new(kernel.take_ring()?).context("cannot poll the ring buffer")?;
     let mut intake = Intake::new(ring, TaskEventReader::open()?, Monotonic, M::Kernel::RECORDS);
@@ -209,9 +211,13 @@ pub async fn run<M: Mode>(mode: M, settings: Settings) -> Result<()> {
     if let Some(windows) = &mut windows {
         // The last window, partial: what the outputs below get is only the session's summary.
         windows.base.weight = meta.weight;
-        session.cut(windows, Start::now());
+        session.cut(windows, Start::now()).await.unwrap_or_else(|err| late.push(err));
+        session.hand_over_window().await.unwrap_or_else(|err| late.push(err));
     }
-    let symbols = session.namer.finish(session.walker.address_spaces(), end_ns);
+    let (symbols, naming) = session.stop_naming(end_ns).await.unwrap_or_else(|err| {
+        late.push(err);
+        (Symbols::default(), NamingReport::default())
+    });
     let modules = session.walker.address_spaces().modules();
     let recording = session.aggregate.recording(&symbols, modules, start.monotonic_ns, meta);
     let written = output::write_all(files, &recording, &settings.render);
@@ -239,7 +245,7 @@ pub async fn run<M: Mode>(mode: M, settings: Settings) -> Result<()> {
             }
         }
     }
-    session.warn(M::Kernel::RECORDS.noun());
+    session.warn(M::Kernel::RECORDS.noun(), &naming);
     for warning in kernel.warnings() {
         eprintln!("profiler: warning: {warning}");
     }
@@ -285,8 +291,10 @@ impl Windows {
 struct Pipeline<M> {
     mode: M,
     walker: StackWalker,
-    namer: Namer,
+    naming: NamingThread,
     aggregate: Aggregate,
+    /// The last window cut, while its frames are named.
+    unnamed_window: Option<UnnamedWindow>,
     records: u64,
     max_records: Option<u64>,
     /// Records that did not decode (counted, never fatal).
@@ -305,12 +313,13 @@ struct Pipeline<M> {
 const MAX_UNSETTLED: Duration = Duration::from_secs(1);
 
 impl<M: Mode> Pipeline<M> {
-    fn new(mode: M, walker: StackWalker, aggregate: Aggregate, max_records: Option<u64>) -> Self {
-        Self {
+    fn new(mode: M, walker: StackWalker, aggregate: Aggregate, max_records: Option<u64>) -> Result<Self> {
+        Ok(Self {
             mode,
             walker,
-            namer: Namer::default(),
+            naming: NamingThread::start()?,
             aggregate,
+            unnamed_window: None,
             records: 0,
             max_records,
             malformed: 0,
@@ -318,7 +327,7 @@ impl<M: Mode> Pipeline<M> {
             drained_ns: 0,
             settled_at: Instant::now(),
             unmapped_checked_at: Instant::now(),
-        }
+        })
     }
 
     fn progress(&self) -> Progress {
@@ -348,15 +357,22 @@ impl<M: Mode> Pipeline<M> {
                     None => std::future::pending().await,
                 }
             };
+            let window_named = async {
+                match self.unnamed_window.as_mut() {
+                    Some(window) => (&mut window.symbols).await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 biased;
                 reason = &mut stop => return Ok(reason),
+                symbols = window_named => self.hand_over(symbols?),
                 () = window_closes => {
                     if let Some(windows) = windows.as_deref_mut() {
                         let end = Start::now();
                         self.mode.close_window(kernel, &mut self.aggregate, end.monotonic_ns)?;
                         self.settle();
-                        self.cut(windows, end);
+                        self.cut(windows, end).await?;
                     }
                 }
                 ready = intake.ready() => {
@@ -386,53 +402,89 @@ impl<M: Mode> Pipeline<M> {
         }
     }
 
-    /// Names the frames seen since the last time, and forgets the processes gone by the last
-    /// drain. Done between drains, once the kernel has the stack ends they taught: the first
-    /// names from a module take long (blazesym reads its debug information), and records keep
-    /// coming meanwhile.
+    /// Hands the frames seen since the last time to naming, and forgets the processes gone by
+    /// the last drain. Done between drains, once the kernel has the stack ends they taught.
     fn settle(&mut self) {
         let frames = self.aggregate.new_frames();
         let python = self.walker.python().functions();
-        self.namer.name(&frames, self.walker.address_spaces(), python, self.drained_ns);
+        self.naming.name(NewFrames::new(frames, self.walker.address_spaces(), python, self.drained_ns));
         let gone = self.walker.address_spaces_mut().prune(self.drained_ns);
+        self.naming.forget(&gone);
         for &tgid in &gone {
-            self.namer.forget(tgid);
             self.walker.python_mut().forget(tgid);
         }
-        // The modules only processes now forgotten mapped are let go, their frames named above
-        // (a host starting new programs all day would otherwise hold each one for a while).
+        // The modules only processes now forgotten mapped are let go once their frames handed
+        // over above are named (a host starting new programs all day would otherwise hold each
+        // one for a while).
         if !gone.is_empty() && self.unmapped_checked_at.elapsed() >= UNMAPPED_CHECK_INTERVAL {
             self.unmapped_checked_at = Instant::now();
             let unmapped = self.walker.address_spaces().unmapped_modules();
-            let Self { walker, namer, .. } = self;
-            walker.evict_modules(&unmapped, |unmapped, modules| namer.forget_modules(unmapped, modules));
+            self.evict(&unmapped);
         }
         self.settled_at = Instant::now();
     }
 
-    /// Closes the current window: its samples, named, go to the mode as a recording, and the
-    /// aggregate and the names start afresh (so memory follows one window, not the session).
-    fn cut(&mut self, windows: &mut Windows, end: Start) {
-        let symbols = self.namer.finish(self.walker.address_spaces(), end.monotonic_ns);
-        let aggregate = self.aggregate.take();
+    /// Lets go of `modules`, here and, after what it was handed before, in naming.
+    fn evict(&mut self, modules: &[ModuleId]) {
+        let Self { walker, naming, .. } = self;
+        walker.evict_modules(modules, |evicted, modules| {
+            naming.forget_modules(modules.share(evicted.iter().copied()))
+        });
+    }
+
+    /// Closes the current window: the aggregate and the names start afresh (so memory follows
+    /// one window, not the session), and its samples go to the mode as a recording once named
+    /// ([`Self::hand_over`]). A window still unnamed from the last cut is handed over first.
+    async fn cut(&mut self, windows: &mut Windows, end: Start) -> Result<()> {
+        self.hand_over_window().await?;
         let meta = Meta {
             start_unix_ns: windows.opened.unix_ns,
             duration_ns: end.monotonic_ns.saturating_sub(windows.opened.monotonic_ns),
             unwind: self.walker.stats().summary(),
             ..windows.base.clone()
         };
-        let modules = self.walker.address_spaces().modules();
-        let recording = aggregate.recording(&symbols, modules, windows.opened.monotonic_ns, meta);
-        self.mode.window(recording);
+        self.unnamed_window = Some(UnnamedWindow {
+            aggregate: self.aggregate.take(),
+            meta,
+            opened_ns: windows.opened.monotonic_ns,
+            symbols: self.naming.finish(end.monotonic_ns),
+        });
         windows.opened = end;
         windows.closes_at += windows.every;
-        // What runs for weeks lets go of what it no longer sees: modules idle for a few windows,
-        // and processes whose exit the kernel never reported.
+        // What runs for weeks lets go of what it no longer sees: modules idle for a few windows
+        // (the recording of the window just cut needs only their paths and build ids), and
+        // processes whose exit the kernel never reported.
         let idle = self.walker.address_spaces().modules().idle(IDLE_WINDOWS);
-        let Self { walker, namer, .. } = self;
-        walker.evict_modules(&idle, |idle, modules| namer.forget_modules(idle, modules));
-        walker.address_spaces_mut().modules_mut().next_period();
-        walker.address_spaces_mut().notice_exits(windows.opened.monotonic_ns);
+        self.evict(&idle);
+        let spaces = self.walker.address_spaces_mut();
+        spaces.modules_mut().next_period();
+        spaces.notice_exits(windows.opened.monotonic_ns);
+        Ok(())
+    }
+
+    /// Waits for the names of the window cut last, if any, and hands it over.
+    async fn hand_over_window(&mut self) -> Result<()> {
+        if let Some(window) = &mut self.unnamed_window {
+            let symbols = (&mut window.symbols).await?;
+            self.hand_over(symbols);
+        }
+        Ok(())
+    }
+
+    /// Hands the window cut last over to the mode, named by `symbols`.
+    fn hand_over(&mut self, symbols: Symbols) {
+        let Some(UnnamedWindow { aggregate, meta, opened_ns, .. }) = self.unnamed_window.take() else {
+            return;
+        };
+        let modules = self.walker.address_spaces().modules();
+        self.mode.window(aggregate.recording(&symbols, modules, opened_ns, meta));
+    }
+
+    /// The names of every frame, once naming (on its own thread) is done, and what it has to
+    /// say.
+    async fn stop_naming(&mut self, end_ns: u64) -> Result<(Symbols, NamingReport)> {
+        let symbols = self.naming.finish(end_ns).await?;
+        Ok((symbols, self.naming.stop()?))
     }
 
     /// Adds one record. Corrupt input anywhere (a record, a binary, its CFI) costs at most this
@@ -450,9 +502,9 @@ impl<M: Mode> Pipeline<M> {
         *records += 1;
     }
 
-    /// Warns, on stderr, about what was dropped on the way: task events the kernel lost, and
-    /// records that did not decode or could not be processed.
-    fn warn(&self, records: &str) {
+    /// Warns, on stderr, about what was dropped on the way: task events the kernel lost, records
+    /// that did not decode or could not be processed, and what `naming` refused.
+    fn warn(&self, records: &str, naming: &NamingReport) {
         let lost_task_events = self.walker.address_spaces().lost_events();
         if lost_task_events > 0 {
             eprintln!(
@@ -468,7 +520,13 @@ impl<M: Mode> Pipeline<M> {
                 self.failed
             );
         }
-        for refused in self.namer.refused() {
+        if naming.failed_jobs > 0 {
+            eprintln!(
+                "profiler: warning: naming failed {} times (see the internal errors above): some frames are unnamed",
+                naming.failed_jobs
+            );
+        }
+        for refused in &naming.refused {
             for line in refused.kept() {
                 eprintln!("profiler: warning: {}", printable(line));
             }
@@ -508,6 +566,14 @@ impl<M: Mode> Pipeline<M> {
             );
         }
     }
+}
+
+/// A window cut, waiting for its names.
+struct UnnamedWindow {
+    aggregate: Aggregate,
+    meta: Meta,
+    opened_ns: u64,
+    symbols: Finished,
 }
 
 /// Windows a module may go unsampled before it is let go (a minute at the agent's default).
@@ -595,10 +661,10 @@ mod tests {
         encode_sample(&header, &[], &[], &[0xffff_ffff_8100_0000])
     }
 
-    #[test]
-    fn garbage_and_panics_cost_one_record_each() {
+    #[tokio::test]
+    async fn garbage_and_panics_cost_one_record_each() {
         let walker = StackWalker::new(CallGraph::Fp, Tracking { all: false, follow_forks: false });
-        let mut pipeline = Pipeline::new(Counting, walker, Aggregate::new(Detail::ALL), Some(3));
+        let mut pipeline = Pipeline::new(Counting, walker, Aggregate::new(Detail::ALL), Some(3)).unwrap();
         pipeline.record(&[1, 2, 3]);
         pipeline.record(&record(13));
         pipeline.record(&record(1));
@@ -607,20 +673,14 @@ mod tests {
         assert_eq!((pipeline.malformed, pipeline.failed, pipeline.records), (1, 1, 1));
         assert_eq!(pipeline.aggregate.samples().count(), 1);
         assert!(pipeline.aggregate.new_frames().is_empty(), "the new frames were handed to the namer");
-        assert_eq!(
-            pipeline
-                .namer
-                .finish(pipeline.walker.address_spaces(), 0)
-                .of(&Frame::Kernel(0xffff_ffff_8100_0000))
-                .len(),
-            1
-        );
+        let symbols = pipeline.naming.finish(0).await.unwrap();
+        assert_eq!(symbols.of(&Frame::Kernel(0xffff_ffff_8100_0000)).len(), 1);
     }
 
     #[test]
     fn records_beyond_the_maximum_are_dropped() {
         let walker = StackWalker::new(CallGraph::Fp, Tracking { all: false, follow_forks: false });
-        let mut pipeline = Pipeline::new(Counting, walker, Aggregate::new(Detail::ALL), Some(2));
+        let mut pipeline = Pipeline::new(Counting, walker, Aggregate::new(Detail::ALL), Some(2)).unwrap();
         for tid in 1..=5 {
             pipeline.record(&record(tid));
         }

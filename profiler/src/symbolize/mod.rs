@@ -7,6 +7,7 @@
 //! identity (device, inode, size, mtime): a library shared by many processes is parsed once.
 //! The [`Namer`] names each distinct frame once, as it first appears.
 mod dwarf_nesting;
+mod naming_thread;
 mod perf_map;
 mod plt;
 
@@ -24,14 +25,18 @@ use blazesym::{
     },
 };
 
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 #[cfg(any(test, feature = "testing"))]
 pub use self::perf_map::PerfMap;
-pub use self::{perf_map::PerfMaps, plt::PltStubs};
+pub use self::{
+    naming_thread::{Finished, NamingThread},
+    perf_map::PerfMaps,
+    plt::PltStubs,
+};
 use crate::{
     address_space::{
-        AddressSpaces, Charge, INFLATED_BUDGET, Module, ModuleId, Modules, charge_inflated, open,
+        AddressSpaces, Charge, INFLATED_BUDGET, Identity, Module, ModuleId, ModuleSet, charge_inflated, open,
         readable_path,
     },
     frame::Frame,
@@ -40,67 +45,127 @@ use crate::{
 };
 
 /// The stage that names frames: each distinct frame once, as the recording goes, so that little
-/// is left to do when it stops (the end of a recording is when its user waits).
+/// is left to do when it stops (the end of a recording is when its user waits). It runs on a
+/// thread of its own ([`NamingThread`]), fed [`NewFrames`].
 #[derive(Default)]
 pub struct Namer {
     symbolizer: Symbolizer,
     perf_maps: PerfMaps,
+    /// The processes anonymous frames were seen in, for reading their perf maps.
+    identities: FxHashMap<Tgid, Identity>,
     symbols: Symbols,
+    /// Jobs of its thread that failed (a panic), their frames left unnamed.
+    failed_jobs: u64,
 }
 
 impl Namer {
-    /// Names `frames` (new ones: frames named already are skipped), seen by `now_ns`, in the
-    /// processes of `spaces`; Python frames by the `python` functions they stand for.
-    pub fn name(&mut self, frames: &[Frame], spaces: &AddressSpaces, python: &Functions, now_ns: u64) {
-        let (python_frames, frames): (Vec<Frame>, Vec<Frame>) = frames
-            .iter()
-            .filter(|frame| !self.symbols.contains(frame))
-            .partition(|frame| matches!(frame, Frame::Python { .. }));
-        for frame in python_frames {
-            if let Frame::Python { function, line } = frame {
-                self.symbols.by_frame.insert(frame, vec![python.symbol(function, line)]);
-            }
+    /// Names `new` frames (frames named already are skipped).
+    pub fn name(&mut self, new: NewFrames) {
+        let NewFrames { frames, python, modules, identities, now_ns } = new;
+        self.identities.extend(identities);
+        for (frame, symbol) in python {
+            self.symbols.by_frame.insert(frame, vec![symbol]);
         }
-        self.read_perf_maps(&frames, spaces, now_ns);
+        let frames: Vec<Frame> = frames.into_iter().filter(|frame| !self.symbols.contains(frame)).collect();
+        self.read_perf_maps(&frames, now_ns);
         if !frames.is_empty() {
-            self.symbols.extend(self.symbolizer.symbolize(&frames, spaces.modules(), &self.perf_maps));
+            self.symbols.extend(self.symbolizer.symbolize(&frames, &modules, &self.perf_maps));
         }
     }
 
     /// Every name. A JIT may have described its code in its perf map since its first sample
     /// there: anonymous frames still unnamed are tried again.
-    pub fn finish(&mut self, spaces: &AddressSpaces, now_ns: u64) -> Symbols {
+    pub fn finish(&mut self, now_ns: u64) -> Symbols {
         let unnamed = self.symbols.unnamed_anonymous();
-        self.read_perf_maps(&unnamed, spaces, now_ns);
-        self.symbols.extend(self.symbolizer.symbolize(&unnamed, spaces.modules(), &self.perf_maps));
+        self.read_perf_maps(&unnamed, now_ns);
+        let names = self.symbolizer.symbolize(&unnamed, &ModuleSet::default(), &self.perf_maps);
+        self.symbols.extend(names);
         std::mem::take(&mut self.symbols)
     }
 
     /// Forgets the perf map of a process gone.
     pub fn forget(&mut self, tgid: Tgid) {
         self.perf_maps.forget(tgid);
+        self.identities.remove(&tgid);
     }
 
-    /// Lets go of what was read of `ids` (about to be evicted from `modules`): blazesym's parsed
+    /// Lets go of what was read of `modules` (evicted from the registry): blazesym's parsed
     /// files and the PLT stubs.
-    pub fn forget_modules(&mut self, ids: &[ModuleId], modules: &Modules) {
-        self.symbolizer.forget(ids, modules);
+    pub fn forget_modules(&mut self, modules: &ModuleSet) {
+        self.symbolizer.forget(modules);
     }
 
-    /// What was refused on the way: perf maps that are not their process's own, debug
-    /// information nested too deep or malformed.
-    pub fn refused(&self) -> [&Warnings; 2] {
-        [self.perf_maps.refused(), &self.symbolizer.refused]
+    /// What it has to say once done.
+    pub fn report(self) -> NamingReport {
+        NamingReport {
+            refused: [self.perf_maps.into_refused(), self.symbolizer.refused],
+            failed_jobs: self.failed_jobs,
+        }
     }
 
-    fn read_perf_maps(&mut self, frames: &[Frame], spaces: &AddressSpaces, now_ns: u64) {
+    fn read_perf_maps(&mut self, frames: &[Frame], now_ns: u64) {
         for frame in frames {
             if let Frame::Anonymous { tgid, addr } = *frame
-                && let Some(identity) = spaces.identity(tgid)
+                && let Some(identity) = self.identities.get(&tgid)
             {
                 self.perf_maps.observe(tgid, identity, addr, now_ns);
             }
         }
+    }
+}
+
+/// What naming has to say at the end of a session.
+#[derive(Debug, Default)]
+pub struct NamingReport {
+    /// What was refused on the way: perf maps that are not their process's own, debug
+    /// information nested too deep or malformed.
+    pub refused: [Warnings; 2],
+    /// Jobs of the naming thread that failed (a panic), their frames left unnamed.
+    pub failed_jobs: u64,
+}
+
+/// Frames to name, with what naming them reads of the session's state (their modules, their
+/// processes' identities), taken along so that naming can run beside the session.
+#[derive(Debug, Default)]
+pub struct NewFrames {
+    frames: Vec<Frame>,
+    /// Python frames, named already from the Python stage's functions.
+    python: Vec<(Frame, Symbol)>,
+    modules: ModuleSet,
+    identities: FxHashMap<Tgid, Identity>,
+    /// When they were seen: perf maps are read as they were then.
+    now_ns: u64,
+}
+
+impl NewFrames {
+    /// `frames` of processes in `spaces`, seen by `now_ns`; Python frames named by the `python`
+    /// functions they stand for.
+    pub fn new(frames: Vec<Frame>, spaces: &AddressSpaces, python: &Functions, now_ns: u64) -> Self {
+        let (python_frames, frames): (Vec<Frame>, Vec<Frame>) =
+            frames.into_iter().partition(|frame| matches!(frame, Frame::Python { .. }));
+        let python = python_frames
+            .into_iter()
+            .filter_map(|frame| match frame {
+                Frame::Python { function, line } => Some((frame, python.symbol(function, line))),
+                _ => None,
+            })
+            .collect();
+        let mut modules = FxHashSet::default();
+        let mut processes = FxHashSet::default();
+        for frame in &frames {
+            match *frame {
+                Frame::Module { module, .. } => _ = modules.insert(module),
+                Frame::Anonymous { tgid, .. } => _ = processes.insert(tgid),
+                _ => {}
+            }
+        }
+        let identities =
+            processes.into_iter().filter_map(|tgid| Some((tgid, spaces.identity(tgid)?.clone()))).collect();
+        Self { frames, python, modules: spaces.modules().share(modules), identities, now_ns }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.frames.is_empty() && self.python.is_empty()
     }
 }
 
@@ -202,12 +267,11 @@ impl Default for Symbolizer {
 }
 
 impl Symbolizer {
-    /// Lets go of what was read of `ids`: the naming state (PLT stubs, the DWARF charge) and
-    /// blazesym's parsed files.
-    fn forget(&mut self, ids: &[ModuleId], modules: &Modules) {
-        for &id in ids {
+    /// Lets go of what was read of `modules`: the naming state (PLT stubs, the DWARF charge)
+    /// and blazesym's parsed files.
+    fn forget(&mut self, modules: &ModuleSet) {
+        for (id, module) in modules.iter() {
             self.modules.remove(&id);
-            let module = modules.get(id);
             let files = module.file().into_iter().chain(module.debug_file().map(|debug| &*debug.file));
             for file in files {
                 let evict = Evict::Elf(blazesym::symbolize::evict::Elf::new(readable_path(file)));
@@ -219,7 +283,7 @@ impl Symbolizer {
 
     /// Names every frame in `frames`. Frames that cannot be named get a placeholder that keeps
     /// what is known (`libfoo.so+0x1234`, `[unknown]`); errors never abort symbolization.
-    pub fn symbolize(&mut self, frames: &[Frame], modules: &Modules, perf_maps: &PerfMaps) -> Symbols {
+    pub fn symbolize(&mut self, frames: &[Frame], modules: &ModuleSet, perf_maps: &PerfMaps) -> Symbols {
         let mut kernel = Vec::new();
         let mut by_module: BTreeMap<ModuleId, Vec<u64>> = BTreeMap::new();
         let mut symbols = Symbols::default();
@@ -267,8 +331,14 @@ impl Symbolizer {
             .collect()
     }
 
-    fn module(&mut self, modules: &Modules, id: ModuleId, offsets: &[u64]) -> Vec<Vec<Symbol>> {
-        let module = modules.get(id);
+    fn module(&mut self, modules: &ModuleSet, id: ModuleId, offsets: &[u64]) -> Vec<Vec<Symbol>> {
+        let Some(module) = modules.get(id) else {
+            // Never so: a batch shares the module of each of its frames.
+            return offsets
+                .iter()
+                .map(|offset| vec![Symbol::new(format!("[unknown]+{offset:#x}"), SymbolKind::Function)])
+                .collect();
+        };
         let naming = self.modules.entry(id).or_insert_with(|| ModuleNaming {
             plt: plt_stubs(module),
             dwarf: dwarf_access(module, &mut self.refused),
@@ -379,7 +449,7 @@ fn contained<T: Default>(f: impl FnOnce() -> T) -> T {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::address_space::{AddressSpaces, Mapping, Tracking, Want, open::Root};
+    use crate::address_space::{AddressSpaces, Mapping, Modules, Tracking, Want, open::Root};
 
     #[inline(never)]
     fn a_function_to_find() -> u64 {
@@ -394,8 +464,8 @@ mod tests {
         let addr = a_function_to_find as *const () as usize as u64 + 1;
         let frames = [addr, 0x10].map(|addr| Frame::user(pid, 0, addr, view.resolve(addr, Want::Any)));
         let mut namer = Namer::default();
-        namer.name(&frames, &spaces, &Functions::default(), 0);
-        let symbols = namer.finish(&spaces, 0);
+        namer.name(NewFrames::new(frames.to_vec(), &spaces, &Functions::default(), 0));
+        let symbols = namer.finish(0);
         let names = symbols.of(&frames[0]);
         assert!(names[0].name.ends_with("a_function_to_find"), "{names:?}");
         assert_eq!(names[0].kind, SymbolKind::Function);
@@ -408,7 +478,7 @@ mod tests {
         let heap = Mapping::pseudo("[heap]", 0x1000, 0x3000);
         let module = modules.intern(Tgid(1), &Root::Own, &heap).unwrap();
         let frame = Frame::Module { module, offset: 0x123 };
-        let names = Symbolizer::default().symbolize(&[frame], &modules, &PerfMaps::default());
+        let names = Symbolizer::default().symbolize(&[frame], &modules.share([module]), &PerfMaps::default());
         assert_eq!(names.of(&frame), [Symbol::new("[heap]+0x123", SymbolKind::Function)]);
     }
 }

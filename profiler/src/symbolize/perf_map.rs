@@ -173,8 +173,8 @@ impl PerfMaps {
     }
 
     /// Why maps were refused, one line per process.
-    pub fn refused(&self) -> &Warnings {
-        &self.refused
+    pub fn into_refused(self) -> Warnings {
+        self.refused
     }
 }
 
@@ -307,7 +307,7 @@ mod tests {
         assert_eq!(maps.name(pid, 0x1010), Some("jitted"), "kept after the file is gone");
         maps.forget(pid);
         assert_eq!(maps.name(pid, 0x1010), None);
-        assert_eq!(maps.refused().count(), 0);
+        assert_eq!(maps.refused.count(), 0);
     }
 
     #[test]
@@ -322,6 +322,6 @@ mod tests {
         maps.observe(pid, &identity, 0x1010, 1);
         std::fs::remove_file(&path).unwrap();
         assert_eq!(maps.name(pid, 0x1010), None);
-        assert_eq!(maps.refused().count(), 1, "{:?}", maps.refused());
+        assert_eq!(maps.refused.count(), 1, "{:?}", maps.refused);
     }
 }

@@ -428,8 +428,8 @@ pub fn waited_children_cpu_time(stat: &str) -> Duration {
 }
 
 /// The user time in field `user` of a `/proc/PID/stat` text, as proc(5) numbers them, plus the
-/// system time in the next.
-fn stat_cpu_time(stat: &str, user: usize) -> Duration {
+/// system time in the next (a thread's `/proc/PID/task/TID/stat` too).
+pub fn stat_cpu_time(stat: &str, user: usize) -> Duration {
     // Fields 3 on come after the command name, in parentheses, which may hold spaces.
     let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split_whitespace().collect();
     let ticks: u64 = fields[user - 3].parse::<u64>().unwrap() + fields[user - 2].parse::<u64>().unwrap();
