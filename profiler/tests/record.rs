@@ -215,9 +215,14 @@ fn ctrl_c_during_naming_still_names_every_frame() {
     for (python, workload) in interpreters.iter().zip(&workloads) {
         let stacks = thread_stacks(&folded, workload.pid());
         let frames = || stacks.iter().flat_map(|(frames, _)| frames.iter());
-        assert!(frames().any(|frame| frame.starts_with("_PyEval_EvalFrameDefault")), "{}: {stacks:?}", python.label);
+        assert!(
+            frames().any(|frame| frame.starts_with("_PyEval_EvalFrameDefault")),
+            "{}: {stacks:?}",
+            python.label
+        );
         assert!(frames().any(|frame| frame.starts_with("alpha")), "{}: {stacks:?}", python.label);
-        let unnamed: Vec<_> = frames().filter(|frame| frame.contains("libpython") && frame.contains("+0x")).collect();
+        let unnamed: Vec<_> =
+            frames().filter(|frame| frame.contains("libpython") && frame.contains("+0x")).collect();
         assert!(unnamed.is_empty(), "{}: frames left unnamed: {unnamed:?}", python.label);
     }
 }
@@ -227,9 +232,11 @@ fn named_thread(pid: u32, name: &str) -> u32 {
     let waiting = Instant::now();
     loop {
         let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap();
-        let found = tasks.filter_map(|task| task.ok()?.file_name().to_str()?.parse().ok()).find(|tid: &u32| {
-            std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm")).is_ok_and(|comm| comm.trim() == name)
-        });
+        let found =
+            tasks.filter_map(|task| task.ok()?.file_name().to_str()?.parse().ok()).find(|tid: &u32| {
+                std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
+                    .is_ok_and(|comm| comm.trim() == name)
+            });
         if let Some(tid) = found {
             return tid;
         }

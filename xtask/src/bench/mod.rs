@@ -17,6 +17,7 @@
 //! - [`agent`]: `profiler agent -a` for ten minutes, its CPU and RSS;
 //! - [`long_run`]: a long `record -a` under a churn workload, the profiler's memory over time;
 //! - [`churn`]: `profiler agent` beside programs it has not seen, its memory and descriptors;
+//! - [`naming`]: Ctrl-C while a program with a hundred MiB of DWARF is first named;
 //! - [`stages`]: the criterion micro-benchmarks of the userspace stages.
 //!
 //! Each section of BENCHMARKS.md is marked, so that `--only SECTION` measures and rewrites one.
@@ -28,6 +29,7 @@ mod kernel;
 mod leaks;
 mod long_run;
 mod memory;
+mod naming;
 mod off_cpu;
 mod python;
 mod stages;
@@ -49,7 +51,7 @@ pub struct Options {
 }
 
 /// The sections of BENCHMARKS.md, in order.
-pub const SECTIONS: [&str; 11] = [
+pub const SECTIONS: [&str; 12] = [
     "compare",
     "kernel",
     "memory",
@@ -60,6 +62,7 @@ pub const SECTIONS: [&str; 11] = [
     "agent",
     "long-run",
     "churn",
+    "naming",
     "stages",
 ];
 
@@ -99,6 +102,9 @@ pub fn run(root: &Path, options: &Options) -> Result<()> {
     }
     if wanted("churn") {
         sections.push(("churn", churn::table(&tools.profiler, &src, &dir, options.quick)?));
+    }
+    if wanted("naming") {
+        sections.push(("naming", naming::table(&tools.profiler, root, &dir, options.quick)?));
     }
     if wanted("stages") {
         eprintln!("xtask bench: userspace stages (criterion)");

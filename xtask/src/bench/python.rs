@@ -239,7 +239,7 @@ fn measure(tool: Tool, command: &Path, python: &Path, script: &Path, dir: &Path)
 
 /// A channel told once `output` (the tool's stdout or stderr) prints a line starting with `line`;
 /// the pipe is read to its end so that the tool never blocks on it.
-fn ready_signal(output: impl Read + Send + 'static, line: &'static str, tx: Sender<()>) {
+pub fn ready_signal(output: impl Read + Send + 'static, line: &'static str, tx: Sender<()>) {
     std::thread::spawn(move || {
         for text in BufReader::new(output).lines().map_while(Result::ok) {
             if text.starts_with(line) {
