@@ -219,6 +219,28 @@ fn jit_code_named_from_perf_map() {
     assert!(complete as f64 >= 0.99 * all as f64, "and unwound through");
 }
 
+/// A JIT that writes its perf map only as it exits (as the JVM does with
+/// `-XX:+DumpPerfMapAtExit`), after its frames were first named: they are named at the end.
+#[test]
+fn jit_code_named_from_a_perf_map_written_at_exit() {
+    if !e2e_enabled() {
+        return;
+    }
+    let workload = build_workload("jit.c", "jit", "gcc", &["-O2"]);
+    let folded = record_command(
+        &scratch_dir("jit-map-at-exit"),
+        &["--per-thread"],
+        &workload,
+        &["3", "--map-at-exit"],
+    );
+    let pid = folded.stacks[0].0[0].rsplit_once('-').unwrap().1;
+    std::fs::remove_file(format!("/tmp/perf-{pid}.map")).expect("the workload left its map");
+    let (all, complete) = folded.leaf_samples("jit_spin_[j]", &["main", "jit_spin_[j]"]);
+    eprintln!("{complete} of {all} JIT samples under main, of {} samples", folded.total());
+    assert!(all as f64 >= 0.9 * folded.total() as f64, "the JIT frame is named");
+    assert!(complete as f64 >= 0.99 * all as f64, "and unwound through");
+}
+
 /// The task events every test above depends on: a new process's exec, the files it maps and
 /// its exit. (Without them the profiler falls back to re-reading /proc, late and less often.)
 #[test]

@@ -53,6 +53,10 @@ pub struct Namer {
     perf_maps: PerfMaps,
     /// The processes anonymous frames were seen in, for reading their perf maps.
     identities: FxHashMap<Tgid, Identity>,
+    /// Processes forgotten since the last [`Namer::finish`]: their perf maps and identities are
+    /// kept until then, since a runtime may write its map as it exits (the JVM's
+    /// `-XX:+DumpPerfMapAtExit`), after its frames were first named.
+    gone: Vec<Tgid>,
     symbols: Symbols,
     /// Jobs of its thread that failed (a panic), their frames left unnamed.
     failed_jobs: u64,
@@ -77,16 +81,31 @@ impl Namer {
     /// there: anonymous frames still unnamed are tried again.
     pub fn finish(&mut self, now_ns: u64) -> Symbols {
         let unnamed = self.symbols.unnamed_anonymous();
-        self.read_perf_maps(&unnamed, now_ns);
+        let processes: FxHashSet<Tgid> = unnamed
+            .iter()
+            .filter_map(|frame| match *frame {
+                Frame::Anonymous { tgid, .. } => Some(tgid),
+                _ => None,
+            })
+            .collect();
+        for tgid in processes {
+            if let Some(identity) = self.identities.get(&tgid) {
+                self.perf_maps.read_again(tgid, identity, now_ns);
+            }
+        }
         let names = self.symbolizer.symbolize(&unnamed, &ModuleSet::default(), &self.perf_maps);
         self.symbols.extend(names);
+        for tgid in std::mem::take(&mut self.gone) {
+            self.perf_maps.forget(tgid);
+            self.identities.remove(&tgid);
+        }
         std::mem::take(&mut self.symbols)
     }
 
-    /// Forgets the perf map of a process gone.
+    /// Forgets the perf map of a process gone, once the names of its frames are taken
+    /// ([`Namer::finish`]).
     pub fn forget(&mut self, tgid: Tgid) {
-        self.perf_maps.forget(tgid);
-        self.identities.remove(&tgid);
+        self.gone.push(tgid);
     }
 
     /// Lets go of what was read of `modules` (evicted from the registry): blazesym's parsed

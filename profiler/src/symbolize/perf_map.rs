@@ -8,6 +8,9 @@
 //! perf requires. It is read when a frame first lands in the process's anonymous memory, then
 //! only for what was appended since, when a later frame lands outside every known entry (the
 //! JIT emitted more code), at most once per [`REREAD_INTERVAL_NS`] and up to [`MAX_MAP_BYTES`].
+//! A map may also appear late (the JVM's `-XX:+DumpPerfMapAtExit` writes it as the process
+//! exits) or be written anew as another file (`jcmd PID Compiler.perfmap`): each read looks at
+//! the path again, and reads a file found there that is not the one read so far from its start.
 //! Runtimes may delete the file at exit: what was read is kept until the process is forgotten.
 //!
 //! The file is the target's to fill: entries are kept compactly (16 bytes each, names in one
@@ -108,15 +111,31 @@ impl PerfMap {
         self.entries.push(Entry { start, size: size.min(u64::from(u32::MAX)) as u32, name: at });
     }
 
+    /// Reads on from `file`, found at the map's path: the file read so far, or one written in
+    /// its place, read from its start.
+    fn read_from(&mut self, file: File) {
+        let identity = |file: &File| file.metadata().ok().map(|m| (m.dev(), m.ino()));
+        if self.file.as_ref().map(identity) != Some(identity(&file)) {
+            self.start_over();
+            self.file = Some(file);
+        }
+    }
+
+    fn start_over(&mut self) {
+        (self.read_bytes, self.entries, self.names, self.left_out) = (0, Vec::new(), Vec::new(), 0);
+        self.partial.clear();
+    }
+
     /// Reads what was appended since the last read (everything, if the file shrank: it was
     /// written anew).
     fn read_on(&mut self) {
-        let Some(file) = &self.file else { return };
-        let Ok(size) = file.metadata().map(|m| m.len()) else { return };
+        let Some(size) = self.file.as_ref().and_then(|file| file.metadata().ok()).map(|m| m.len()) else {
+            return;
+        };
         if size < self.read_bytes {
-            (self.read_bytes, self.entries, self.names, self.left_out) = (0, Vec::new(), Vec::new(), 0);
-            self.partial.clear();
+            self.start_over();
         }
+        let Some(file) = &self.file else { return };
         let wanted = size.min(MAX_MAP_BYTES).saturating_sub(self.read_bytes).min(CHUNK_BYTES);
         let mut chunk = vec![0; wanted as usize];
         let Ok(read) = file.read_at(&mut chunk, self.read_bytes) else { return };
@@ -139,21 +158,38 @@ impl PerfMaps {
     pub fn observe(&mut self, tgid: Tgid, identity: &Identity, addr: u64, now_ns: u64) {
         let map = self.by_tgid.entry(tgid).or_default();
         let stale = map.read_at_ns.is_none_or(|at| now_ns.saturating_sub(at) >= REREAD_INTERVAL_NS);
+        if map.find(addr).is_none() && stale {
+            self.read(tgid, identity, now_ns);
+        }
+    }
+
+    /// Reads the map of process `tgid` again, however recently it was read: at the end of a
+    /// recording or window, for the frames no map named yet.
+    pub fn read_again(&mut self, tgid: Tgid, identity: &Identity, now_ns: u64) {
+        self.read(tgid, identity, now_ns);
+    }
+
+    fn read(&mut self, tgid: Tgid, identity: &Identity, now_ns: u64) {
+        let Self { by_tgid, refused } = self;
+        let map = by_tgid.entry(tgid).or_default();
         // A full map is not read on: what follows would be left out anyway.
-        if map.find(addr).is_some() || !stale || map.left_out > 0 {
+        if map.left_out > 0 {
             return;
         }
-        if map.read_at_ns.is_none() {
-            match open(identity) {
-                Ok(file) => map.file = file,
-                Err(why) => self.refused.push(|| format!("the perf map of PID {tgid} was not read: {why}")),
+        match open(identity) {
+            Ok(Some(file)) => map.read_from(file),
+            // Gone since it was read (what was read is kept), or not there yet.
+            Ok(None) => {}
+            // Said once, the first time.
+            Err(why) if map.read_at_ns.is_none() => {
+                refused.push(|| format!("the perf map of PID {tgid} was not read: {why}"))
             }
+            Err(_) => {}
         }
         map.read_at_ns = Some(now_ns);
-        let full = map.left_out > 0;
         map.read_on();
-        if !full && map.left_out > 0 {
-            self.refused.push(|| {
+        if map.left_out > 0 {
+            refused.push(|| {
                 format!(
                     "the perf map of PID {tgid} holds more than {MAX_ENTRIES} entries or {} MiB of names: the rest was left out",
                     MAX_NAME_BYTES >> 20
@@ -307,6 +343,29 @@ mod tests {
         assert_eq!(maps.name(pid, 0x1010), Some("jitted"), "kept after the file is gone");
         maps.forget(pid);
         assert_eq!(maps.name(pid, 0x1010), None);
+        assert_eq!(maps.refused.count(), 0);
+    }
+
+    /// A map that appears after the first frames (written at exit), and one written anew as
+    /// another file (`jcmd PID Compiler.perfmap`), are read when read again.
+    #[test]
+    fn maps_written_late_or_anew_are_read_again() {
+        let pid = Tgid(4_000_000 + std::process::id() % 1_000_000);
+        let path = format!("/tmp/perf-{pid}.map");
+        let _ = std::fs::remove_file(&path);
+        let mut maps = PerfMaps::default();
+        let identity = own_identity(pid.0);
+        maps.observe(pid, &identity, 0x1010, 1);
+        assert_eq!(maps.name(pid, 0x1010), None, "no map yet");
+        std::fs::write(&path, "1000 100 at_exit\n").unwrap();
+        maps.read_again(pid, &identity, 2);
+        assert_eq!(maps.name(pid, 0x1010), Some("at_exit"), "read again however recently");
+        let written_anew = format!("{path}.new");
+        std::fs::write(&written_anew, "1000 100 recompiled\n2000 10 new\n").unwrap();
+        std::fs::rename(&written_anew, &path).unwrap();
+        maps.read_again(pid, &identity, 3);
+        assert_eq!((maps.name(pid, 0x1010), maps.name(pid, 0x2000)), (Some("recompiled"), Some("new")));
+        std::fs::remove_file(&path).unwrap();
         assert_eq!(maps.refused.count(), 0);
     }
 

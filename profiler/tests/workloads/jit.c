@@ -1,8 +1,10 @@
 // A tiny "JIT": copies a busy loop into anonymous executable memory, describes it in
 // /tmp/perf-PID.map as a JIT runtime would, and runs it. With --no-map it writes no map but
 // prints "ADDRESS SIZE" of its code (hex) on a line, for a test to plant a map of its own.
+// With --map-at-exit it writes its map as it exits, and leaves it (as the JVM's
+// -XX:+DumpPerfMapAtExit does).
 //
-// usage: jit [SECONDS] [--no-map]   (0 or absent: until killed)
+// usage: jit [SECONDS] [--no-map | --map-at-exit]   (0 or absent: until killed)
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,9 +21,17 @@ static double now(void) {
     return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
+static int write_map(const char *path, const unsigned char *fn, size_t size) {
+    FILE *map = fopen(path, "w");
+    if (!map) return 1;
+    fprintf(map, "%lx %zx jit_spin\n", (unsigned long)fn, size);
+    return fclose(map) == 0 ? 0 : 1;
+}
+
 int main(int argc, char **argv) {
     double seconds = argc > 1 ? atof(argv[1]) : 0;
     int no_map = argc > 2 && strcmp(argv[2], "--no-map") == 0;
+    int map_at_exit = argc > 2 && strcmp(argv[2], "--map-at-exit") == 0;
     unsigned char *mem = mmap(NULL, 4096, PROT_READ | PROT_WRITE | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (mem == MAP_FAILED) return 1;
     // Somewhere inside the page, as JIT code would be.
@@ -32,14 +42,12 @@ int main(int argc, char **argv) {
     if (no_map) {
         printf("%lx %zx\n", (unsigned long)fn, sizeof code);
         fflush(stdout);
-    } else {
-        FILE *map = fopen(path, "w");
-        if (!map) return 1;
-        fprintf(map, "%lx %zx jit_spin\n", (unsigned long)fn, sizeof code);
-        fclose(map);
+    } else if (!map_at_exit && write_map(path, fn, sizeof code) != 0) {
+        return 1;
     }
     double stop = now() + seconds;
     while (seconds <= 0 || now() < stop) ((void (*)(void))fn)();
+    if (map_at_exit) return write_map(path, fn, sizeof code);
     if (!no_map) unlink(path);
     return 0;
 }

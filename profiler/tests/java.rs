@@ -1,0 +1,127 @@
+//! End to end, as root: Java programs on every JDK installed under /usr/lib/jvm, their JIT frames
+//! named from what the JVM tells external tools.
+mod common;
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use common::*;
+
+/// Every JDK under /usr/lib/jvm (links to another one left out): its `bin` directory.
+fn jdks() -> Vec<PathBuf> {
+    let mut found: Vec<PathBuf> = std::fs::read_dir("/usr/lib/jvm")
+        .expect("/usr/lib/jvm: the Java tests need the JDKs installed there")
+        .filter_map(|entry| {
+            let entry = entry.ok()?;
+            let bin = entry.path().join("bin");
+            let real = entry.file_type().ok()?.is_dir() && bin.join("javac").exists();
+            real.then_some(bin)
+        })
+        .collect();
+    found.sort();
+    assert!(!found.is_empty(), "no JDK with javac under /usr/lib/jvm");
+    found
+}
+
+/// `Shares.java` compiled for the oldest JDK here, in `dir`.
+fn compile_shares(jdks: &[PathBuf], dir: &Path) {
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/java/Shares.java");
+    let javac = jdks[0].join("javac");
+    let status = Command::new(&javac).args(["--release", "17", "-d"]).arg(dir).arg(&source).status().unwrap();
+    assert!(status.success(), "{} failed", javac.display());
+}
+
+/// The JVM's options for a perf map written at exit, with frame pointers kept in JIT code.
+const PERF_MAP_AT_EXIT: [&str; 3] =
+    ["-XX:+PreserveFramePointer", "-XX:+UnlockDiagnosticVMOptions", "-XX:+DumpPerfMapAtExit"];
+
+/// With frame pointers kept and the perf map written as the JVM exits, after its frames were
+/// first named, the profiler names at least the share of samples `perf record -g` names from
+/// the same map (perf reads it later, when its report is made).
+#[test]
+fn java_frames_named_from_a_perf_map_written_at_exit() {
+    if !e2e_enabled() {
+        return;
+    }
+    let jdks = jdks();
+    let dir = scratch_dir("java-perf-map-at-exit");
+    compile_shares(&jdks, &dir);
+    for bin in &jdks {
+        let java = bin.join("java");
+        let mut command: Vec<String> = vec![java.display().to_string()];
+        command.extend(PERF_MAP_AT_EXIT.iter().map(|option| option.to_string()));
+        command.extend(["-cp".into(), dir.display().to_string(), "Shares".into(), "3".into()]);
+        let ours = {
+            let out = dir.join("out.folded");
+            let mut args = vec!["record", "-F", "499", "-o", out.to_str().unwrap(), "--"];
+            args.extend(command.iter().map(String::as_str));
+            let run = run_profiler(&args);
+            assert!(run.status.success());
+            let folded = Folded::read(&out);
+            let named: u64 = folded
+                .stacks
+                .iter()
+                .filter(|(frames, _)| frames.iter().any(|frame| names_a_method(frame)))
+                .map(|(_, n)| n)
+                .sum();
+            (named, folded.total())
+        };
+        let perf = perf_named(&dir, &command);
+        remove_maps_of_shares();
+        let share = |(named, total): (u64, u64)| named as f64 / total as f64;
+        eprintln!("{}: profiler names {ours:?}, perf {perf:?}", java.display());
+        assert!(perf.1 >= 500 && ours.1 >= 500, "both sampled the JVM for seconds");
+        assert!(share(perf) >= 0.5, "perf names the program's methods from the map");
+        assert!(
+            share(ours) >= share(perf) - 0.03,
+            "{}: the profiler names {:.1}% of samples, perf {:.1}%",
+            java.display(),
+            share(ours) * 100.0,
+            share(perf) * 100.0
+        );
+    }
+}
+
+/// Whether a frame names a method of the workload (`void Shares.alpha()` in the JVM's map).
+fn names_a_method(frame: &str) -> bool {
+    frame.contains("Shares.")
+}
+
+/// The samples of `perf record -g -F 499 -- COMMAND` naming a method of the workload, and all.
+fn perf_named(dir: &Path, command: &[String]) -> (u64, u64) {
+    let data = dir.join("perf.data");
+    let status = Command::new("perf")
+        .args(["record", "-q", "-g", "-F", "499", "-o"])
+        .arg(&data)
+        .arg("--")
+        .args(command)
+        .status()
+        .expect("perf, to compare with");
+    assert!(status.success());
+    let script = Command::new("perf").args(["script", "-i"]).arg(&data).output().unwrap();
+    assert!(script.status.success());
+    // A sample is a header line, its frames indented, and a blank line.
+    let (mut named, mut total) = (0, 0);
+    for sample in String::from_utf8_lossy(&script.stdout).split("\n\n").filter(|s| !s.trim().is_empty()) {
+        total += 1;
+        if sample.lines().skip(1).any(names_a_method) {
+            named += 1;
+        }
+    }
+    (named, total)
+}
+
+/// The JVM leaves its map behind: the workload's are removed.
+fn remove_maps_of_shares() {
+    for entry in std::fs::read_dir("/tmp").unwrap().filter_map(Result::ok) {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with("perf-")
+            && name.ends_with(".map")
+            && std::fs::read_to_string(entry.path()).is_ok_and(|map| map.contains("Shares.alpha"))
+        {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}

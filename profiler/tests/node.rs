@@ -1,0 +1,58 @@
+//! End to end, as root: Node programs, their JavaScript frames named from V8's perf map.
+mod common;
+
+use std::path::Path;
+
+use common::*;
+
+/// With `--perf-basic-prof --interpreted-frames-native-stack`, V8 writes a perf map as it
+/// compiles and gives interpreted functions frames of their own: every JavaScript function is
+/// named, and each gets its share.
+#[test]
+fn javascript_functions_named_from_the_perf_map_get_their_shares() {
+    if !e2e_enabled() {
+        return;
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/node/shares.js");
+    let dir = scratch_dir("node-perf-map");
+    let out = dir.join("out.folded");
+    let run = run_profiler(&[
+        "record",
+        "-F",
+        "499",
+        "-o",
+        out.to_str().unwrap(),
+        "--",
+        "node",
+        "--perf-basic-prof",
+        "--interpreted-frames-native-stack",
+        script.to_str().unwrap(),
+        "3",
+    ]);
+    assert!(run.status.success());
+    let folded = Folded::read(&out);
+    // The innermost of the three on each stack (V8 names them `JS:*alpha FILE:LINE:COLUMN`,
+    // `*` optimized, `^` baseline, `~` interpreted).
+    let mut named = [0u64; 3];
+    for (frames, count) in &folded.stacks {
+        let innermost = frames.iter().rev().find_map(|frame| {
+            let name = frame.strip_prefix("JS:")?.trim_start_matches(['*', '^', '~']);
+            ["alpha ", "beta ", "gamma "].iter().position(|function| name.starts_with(function))
+        });
+        if let Some(function) = innermost {
+            named[function] += count;
+        }
+    }
+    let all: u64 = named.iter().sum();
+    eprintln!("alpha, beta, gamma: {named:?} of {} samples", folded.total());
+    assert!(all as f64 >= 0.9 * folded.total() as f64, "{all} of {} samples named", folded.total());
+    for (function, (samples, expected)) in
+        ["alpha", "beta", "gamma"].iter().zip(named.iter().zip([60.0, 30.0, 10.0]))
+    {
+        let share = *samples as f64 * 100.0 / all as f64;
+        assert!(
+            (share - expected).abs() <= 5.0,
+            "{function}: {share:.1}% of the named samples, not {expected}%"
+        );
+    }
+}
