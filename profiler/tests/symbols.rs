@@ -219,6 +219,21 @@ fn jit_code_named_from_perf_map() {
     assert!(complete as f64 >= 0.99 * all as f64, "and unwound through");
 }
 
+/// A JIT whose code is in a memfd, mapped once to write it and once to run it: named from its
+/// perf map, as anonymous memory is.
+#[test]
+fn jit_code_in_a_memfd_named_from_perf_map() {
+    if !e2e_enabled() {
+        return;
+    }
+    let workload = build_workload("jit.c", "jit", "gcc", &["-O2"]);
+    let folded = record_command(&scratch_dir("jit-memfd"), &[], &workload, &["3", "--memfd"]);
+    let (all, complete) = folded.leaf_samples("jit_spin_[j]", &["main", "jit_spin_[j]"]);
+    eprintln!("{complete} of {all} JIT samples under main, of {} samples", folded.total());
+    assert!(all as f64 >= 0.9 * folded.total() as f64, "the JIT frame is named");
+    assert!(complete as f64 >= 0.99 * all as f64, "and unwound through");
+}
+
 /// A JIT that writes its perf map only as it exits (as the JVM does with
 /// `-XX:+DumpPerfMapAtExit`), after its frames were first named: they are named at the end.
 #[test]

@@ -15,7 +15,7 @@ use std::{
     sync::Arc,
 };
 
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::{
     Backing, Mapping, Parts, StableFile, debug_file,
@@ -27,11 +27,14 @@ use crate::model::Tgid;
 
 /// Opens the file behind a mapping of a process (`tgid`, its root, the mapping, the path it
 /// names); the registry calls it once per file. Live processes are read through
-/// [`open::mapped_file`]; recorded fixtures bring their own.
+/// [`open::mapped_file`]; recorded fixtures bring their own. A file of JIT code is refused with
+/// [`open::jit_memory_error`]: its mappings are then anonymous memory.
 pub type FileOpener = Box<dyn Fn(Tgid, &Root, &Mapping, &Path) -> io::Result<StableFile>>;
 
 /// Copies of known modules held open at most (see [`Modules`]).
 const MAX_COPIES: usize = 1024;
+/// Files of JIT code remembered at most (see [`Modules`]).
+const MAX_JIT_FILES: usize = 4096;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ModuleId(u32);
@@ -202,6 +205,9 @@ pub struct Modules {
     /// Files that could not be opened for want of file descriptors (not remembered: tried
     /// again when next seen).
     out_of_descriptors: u64,
+    /// Files that hold JIT code, not an image ([`open::is_jit_memory`]): anonymous memory. At
+    /// most [`MAX_JIT_FILES`] are remembered (then forgotten all at once, and looked at again).
+    jit_files: FxHashSet<MappedKey>,
     /// The period in which each module was last looked up (see [`Modules::idle`]).
     last_used: Vec<u64>,
     period: u64,
@@ -211,9 +217,12 @@ impl Default for Modules {
     /// The modules of live processes, their files opened through `/proc`.
     fn default() -> Self {
         Self::with_opener(Box::new(|tgid, root, mapping, path| {
-            open::mapped_file(tgid, mapping)
-                .or_else(|_| open::mapped_path(root, path, mapping))
-                .and_then(|file| open::stable(file, Parts::Module))
+            let file =
+                open::mapped_file(tgid, mapping).or_else(|_| open::mapped_path(root, path, mapping))?;
+            if open::is_jit_memory(path, &file) {
+                return Err(open::jit_memory_error());
+            }
+            open::stable(file, Parts::Module)
         }))
     }
 }
@@ -229,6 +238,7 @@ impl Modules {
             modules: Vec::new(),
             copies: VecDeque::new(),
             out_of_descriptors: 0,
+            jit_files: FxHashSet::default(),
             last_used: Vec::new(),
             period: 0,
         }
@@ -238,6 +248,9 @@ impl Modules {
     /// anonymous memory.
     pub fn intern(&mut self, tgid: Tgid, root: &Root, mapping: &Mapping) -> Option<ModuleId> {
         let (key, path) = MappedKey::of(mapping)?;
+        if self.jit_files.contains(&key) {
+            return None;
+        }
         if let Some(&id) = self.by_mapping.get(&key).or_else(|| self.unopened.get(&(tgid, key.clone()))) {
             self.last_used[id.0 as usize] = self.period;
             return Some(id);
@@ -247,6 +260,13 @@ impl Modules {
                 Ok(file) => Some(file),
                 Err(err) if rustix::io::Errno::from_io_error(&err) == Some(rustix::io::Errno::MFILE) => {
                     self.out_of_descriptors += 1;
+                    return None;
+                }
+                Err(err) if err.kind() == io::ErrorKind::Unsupported => {
+                    if self.jit_files.len() >= MAX_JIT_FILES {
+                        self.jit_files.clear();
+                    }
+                    self.jit_files.insert(key);
                     return None;
                 }
                 Err(_) => None,
@@ -517,6 +537,30 @@ mod tests {
         let opened = modules.intern(alive, &Root::Own, &mapping).unwrap();
         assert!(modules.get(opened).file().is_some(), "opened through another process");
         assert_eq!(modules.intern(gone, &Root::Own, &mapping), Some(opened), "then known to every process");
+    }
+
+    /// Code a JIT maps from a memfd is anonymous memory; an ELF image in a memfd is a module.
+    #[test]
+    fn memfds_of_jit_code_are_anonymous_memory() {
+        let image = std::fs::read(std::env::current_exe().unwrap()).unwrap();
+        let mut modules = Modules::default();
+        for (name, bytes, module) in
+            [("doublemapper", &b"\x48\xc3 jit code"[..], false), ("an_image", &image[..], true)]
+        {
+            let memfd = File::from(rustix::fs::memfd_create(name, rustix::fs::MemfdFlags::CLOEXEC).unwrap());
+            std::os::unix::fs::FileExt::write_all_at(&memfd, bytes, 0).unwrap();
+            // SAFETY: a private read-only mapping of our own memfd, unmapped when dropped.
+            let map = unsafe { memmap2::Mmap::map(&memfd) }.unwrap();
+            let start = map.as_ptr() as u64;
+            let mapping = Mappings::read(Tgid::own()).unwrap().find(start).unwrap().clone();
+            assert_eq!(
+                mapping.backing,
+                Backing::File { path: format!("/memfd:{name}").into(), deleted: true }
+            );
+            let interned = modules.intern(Tgid::own(), &Root::Own, &mapping);
+            assert_eq!(interned.is_some(), module, "{name}");
+            assert_eq!(modules.intern(Tgid::own(), &Root::Own, &mapping).is_some(), module, "{name}, again");
+        }
     }
 
     #[test]

@@ -98,6 +98,21 @@ pub fn mapped_file(tgid: Tgid, mapping: &Mapping) -> io::Result<File> {
     reopen(handle)
 }
 
+/// A memfd that holds no ELF image (`/memfd:doublemapper`, as .NET and other JITs map their code
+/// twice, writable and executable): JIT code, named as anonymous memory is, from the perf map.
+/// An ELF image in a memfd (runc's `/memfd:runc_cloned:...`) is a module like any other file.
+pub fn is_jit_memory(path: &Path, file: &File) -> bool {
+    let mut magic = [0; 4];
+    path.to_str().is_some_and(|path| path.starts_with("/memfd:"))
+        && !std::os::unix::fs::FileExt::read_exact_at(file, &mut magic, 0)
+            .is_ok_and(|()| magic == *b"\x7fELF")
+}
+
+/// What [`is_jit_memory`] files are refused with by the registry's opener.
+pub fn jit_memory_error() -> io::Error {
+    io::Error::new(io::ErrorKind::Unsupported, "JIT memory, not an image of code")
+}
+
 /// Opens the file at `path` in `root` if it is the inode a mapping was made from (a process gone
 /// before its mapping was read: its files may still be reached by path).
 pub fn mapped_path(root: &Root, path: &Path, mapping: &Mapping) -> io::Result<File> {

@@ -17,9 +17,11 @@ use crate::{
     model::{Tgid, Tid},
 };
 
-/// How long replaced mappings and exited processes are kept: samples are read well within this
-/// (the ring is drained every 20 ms).
-const KEEP_NS: u64 = 2_000_000_000;
+/// How long replaced mappings and exited processes are kept past the time up to which records
+/// were handed over (a drain that falls behind holds that time back): long enough for records
+/// other CPUs took just before it, short enough that a host starting programs all day holds
+/// few that are gone.
+const KEEP_NS: u64 = 250_000_000;
 
 /// Bytes read at most of a `/proc` file other than a process's `maps` (as long as its list of
 /// mappings) and `/proc/kallsyms` (the kernel's).

@@ -29,7 +29,7 @@ pub async fn run(args: AgentArgs) -> Result<()> {
         runqueue: false,
         filter_processes: !pids.is_empty(),
         follow_forks: true,
-        ring_buffer_bytes: sampler::default_ring_bytes()?,
+        ring_buffer_bytes: ring_bytes(&args)?,
     };
     let (cpu, settings) = sampling(&args.sampling, plan);
     let exporter = Exporter::start(ExportConfig {
@@ -51,6 +51,19 @@ pub async fn run(args: AgentArgs) -> Result<()> {
     };
     let agent = Agent { cpu, exporter, services: Services::new(args.service_name), windows: 0, profiles: 0 };
     session::run(agent, settings).await
+}
+
+/// The ring: the default one scaled down to the sampling rate, at least 1 MiB (its pages stay
+/// resident for weeks: at the agent's rates the default would be mostly idle memory); off the
+/// CPU too, the default (spans come with context switches, not with the clock).
+fn ring_bytes(args: &AgentArgs) -> Result<u32> {
+    let default = u64::from(sampler::default_ring_bytes()?);
+    if args.off_cpu {
+        return Ok(default as u32);
+    }
+    let hz = args.sampling.frequency.unwrap_or(AGENT_DEFAULT_HZ);
+    let scaled = (default * hz).div_ceil(sampler::DEFAULT_RING_HZ).next_power_of_two();
+    Ok(scaled.clamp(1 << 20, default) as u32)
 }
 
 /// The processes of a cgroup (v2), from its `cgroup.procs`.

@@ -49,12 +49,15 @@ pub struct OffCpuConfig {
     pub runqueue: bool,
 }
 
-/// The ring's default size: 1 MiB per CPU (a quarter second of 4 KiB samples at 999 Hz: the
-/// reader drains it every 20 ms), at least 4 MiB, a power of two.
+/// The ring's default size: 1 MiB per CPU (a quarter second of 4 KiB samples at
+/// [`DEFAULT_RING_HZ`]: the reader drains it every 20 ms), at least 4 MiB, a power of two.
 pub fn default_ring_bytes() -> Result<u32> {
     let cpus = online_cpus().map_err(|(path, err)| anyhow!("cannot read {path}: {err}"))?.len() as u32;
     Ok(cpus.max(4).next_power_of_two().min(1024) << 20)
 }
+
+/// The sampling rate the default ring is sized for.
+pub const DEFAULT_RING_HZ: u64 = 999;
 
 pub struct Sampler {
     ebpf: Ebpf,

@@ -25,7 +25,8 @@ const END_BUDGET: Duration = Duration::from_secs(2);
 pub trait Sink {
     fn task_event(&mut self, event: TaskEvent);
     fn record(&mut self, record: &[u8]);
-    /// The drain is over: nothing taken before `now_ns` is still to come.
+    /// The drain is over: nothing taken before `now_ns` is still to come (but records other
+    /// CPUs took a few microseconds apart, and off-CPU spans, whose time is their start).
     fn drained(&mut self, now_ns: u64);
 }
 
@@ -125,12 +126,18 @@ impl<R: Records, T: TaskEvents, C: Clock> Intake<R, T, C> {
             sink.record(&record);
         }
         let out_of_time = || clock.now() >= deadline;
+        let mut handed_ns = 0;
         let records_left = ring.drain(out_of_time, |record| match kind.time_ns(record) {
             Some(time_ns) if time_ns > horizon => later.push(record.to_vec()),
-            _ => sink.record(record),
+            time_ns => {
+                handed_ns = handed_ns.max(time_ns.unwrap_or(0));
+                sink.record(record)
+            }
         });
         *behind = events_left || records_left;
-        sink.drained(horizon);
+        // A drain that ran out of time leaves records taken after the last one it handed over
+        // (the ring holds them about in the order they were taken), not after the horizon.
+        sink.drained(if records_left { handed_ns } else { horizon });
     }
 
     /// The last drain, once nothing new comes: until nothing is held back, within
@@ -236,6 +243,7 @@ mod tests {
         clock: Manual,
         records: u64,
         drains: u64,
+        drained_ns: u64,
     }
 
     impl Sink for Slow {
@@ -244,8 +252,9 @@ mod tests {
             self.records += 1;
             self.clock.advance(RECORD_COST);
         }
-        fn drained(&mut self, _: u64) {
+        fn drained(&mut self, now_ns: u64) {
             self.drains += 1;
+            self.drained_ns = now_ns;
         }
     }
 
@@ -254,7 +263,7 @@ mod tests {
         // A record of the distant past: never held back for its task events.
         let ring = Endless { record: vec![0; 64], handed: 0 };
         let intake = Intake::new(ring, NoEvents, clock.clone(), RecordKind::Sample);
-        (intake, Slow { clock, records: 0, drains: 0 })
+        (intake, Slow { clock, records: 0, drains: 0, drained_ns: 0 })
     }
 
     /// The time the records handed to `sink` cost: at least `budget`, and at most one more
@@ -272,6 +281,19 @@ mod tests {
         assert_within(&sink, DRAIN_BUDGET);
         assert!(intake.behind, "the drain says it left work behind");
         assert_eq!(sink.drains, 1);
+    }
+
+    /// Records taken after the last one a drain handed over may still be in the ring: what the
+    /// drain says is over is that record's time, not its horizon (processes gone before the
+    /// horizon are still needed).
+    #[test]
+    fn a_drain_that_falls_behind_vouches_only_for_what_it_handed_over() {
+        let (mut intake, mut sink) = endless();
+        let at = std::mem::offset_of!(profiler_common::SampleHeader, time_ns);
+        intake.ring.record[at..at + 8].copy_from_slice(&12_345u64.to_ne_bytes());
+        intake.drain(&mut sink);
+        assert!(intake.behind);
+        assert_eq!(sink.drained_ns, 12_345);
     }
 
     #[test]

@@ -580,8 +580,9 @@ struct UnnamedWindow {
 const IDLE_WINDOWS: u64 = 4;
 
 /// Least time between two looks for modules no process maps any more (the look goes through
-/// every mapping of every process).
-const UNMAPPED_CHECK_INTERVAL: Duration = Duration::from_secs(1);
+/// every mapping of every process): a host starting programs all day holds those of the last
+/// quarter second or so.
+const UNMAPPED_CHECK_INTERVAL: Duration = Duration::from_millis(250);
 
 impl<M: Mode> Sink for Pipeline<M> {
     fn task_event(&mut self, event: TaskEvent) {
@@ -599,7 +600,7 @@ impl<M: Mode> Sink for Pipeline<M> {
     }
 
     fn drained(&mut self, now_ns: u64) {
-        self.drained_ns = now_ns;
+        self.drained_ns = self.drained_ns.max(now_ns);
     }
 }
 

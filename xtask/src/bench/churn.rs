@@ -8,14 +8,13 @@ use std::{
     fmt::Write as _,
     path::{Path, PathBuf},
     process::{Command, Stdio},
-    thread::sleep,
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use anyhow::{Context as _, Result};
 
 use super::{
-    long_run::{rss_mib, slope, storm},
+    long_run::{slope, storm},
     workloads::KillOnDrop,
 };
 use crate::check;
@@ -49,14 +48,23 @@ pub fn table(profiler: &Path, src: &Path, dir: &Path, quick: bool) -> Result<Str
         .context("cannot start the agent")?;
     let launches = dir.join("churn-launches");
     let _launcher = launch(&programs, &launches)?;
-    let started = Instant::now();
-    let mut points: Vec<(f64, f64, usize)> = Vec::new();
-    while agent.try_wait()?.is_none() {
-        sleep(sample_every);
-        if let (Some(rss), Some(fds)) = (rss_mib(agent.id()), open_fds(agent.id())) {
-            points.push((started.elapsed().as_secs_f64() / 60.0, rss, fds));
-        }
-    }
+    let measures = dir.join("churn-measures");
+    let _measuring = measure(agent.id(), sample_every, &measures)?;
+    // Waiting, not polling: this program (with DWARF of its own) stays off the CPU, so the agent
+    // samples and names only the churn.
+    agent.wait()?;
+    let points: Vec<(f64, f64, usize)> = std::fs::read_to_string(&measures)?
+        .lines()
+        .filter_map(|line| {
+            let mut fields = line.split_whitespace().map(str::parse::<f64>);
+            let (Some(Ok(seconds)), Some(Ok(rss_kib)), Some(Ok(fds))) =
+                (fields.next(), fields.next(), fields.next())
+            else {
+                return None;
+            };
+            Some((seconds / 60.0, rss_kib / 1024.0, fds as usize))
+        })
+        .collect();
     let started_programs = std::fs::metadata(&launches).map_or(0, |m| m.len());
     let at =
         |minute: f64| points.iter().find(|p| p.0 >= minute).or(points.last()).copied().unwrap_or_default();
@@ -73,7 +81,8 @@ pub fn table(profiler: &Path, src: &Path, dir: &Path, quick: bool) -> Result<Str
          `profiler agent -q -F 99 -d {seconds:.0} --output-dir DIR` (15 s windows) while a new program starts every \
          {} ms ({} started: {} distinct executables of {FUNCTIONS} functions each, built with DWARF and a build id of \
          their own, owned and run by nobody, each busy for 100 ms) and `churn` forks and execs `/bin/true`, loads and \
-         unloads a library and creates threads, in loops; the programs are started by a shell. The agent's RSS (VmRSS) and open descriptors every {} s.\n\n\
+         unloads a library and creates threads, in loops; the programs are started by a shell. The agent's RSS (VmRSS) and open descriptors every {} s, read by a \
+         shell while the benchmark's own program waits off the CPU (sampled, its DWARF would be named too).\n\n\
          | goal | measured | |\n|---|---|---|\n\
          | RSS ≤ {RSS_GOAL_MIB} MiB | {:.1} MiB at 1 min, {:.1} at the end, peak {peak:.1} | {} |\n\
          | RSS flat | {rss_slope:+.2} MiB per minute after the first | {} |\n\
@@ -165,7 +174,17 @@ fn launch(programs: &[PathBuf], launches: &Path) -> Result<KillOnDrop> {
     Ok(KillOnDrop(Command::new("sh").args(["-c", &script]).stdin(Stdio::null()).spawn()?))
 }
 
-/// Open descriptors of process `pid`.
-fn open_fds(pid: u32) -> Option<usize> {
-    Some(std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?.count())
+/// Writes to `measures`, every `every` while process `pid` lives, a line of the seconds since
+/// the start, its RSS (KiB) and its open descriptors, from a shell.
+fn measure(pid: u32, every: Duration, measures: &Path) -> Result<KillOnDrop> {
+    let script = format!(
+        "start=$(date +%s.%N); while sleep {every}; do \
+           rss=$(awk '/^VmRSS/ {{print $2}}' /proc/{pid}/status 2>/dev/null); [ -n \"$rss\" ] || break; \
+           fds=$(ls /proc/{pid}/fd | wc -l); \
+           awk -v now=$(date +%s.%N) -v start=$start -v rss=$rss -v fds=$fds 'BEGIN {{ print now - start, rss, fds }}'; \
+         done > '{measures}'",
+        every = every.as_secs_f64(),
+        measures = measures.display()
+    );
+    Ok(KillOnDrop(Command::new("sh").args(["-c", &script]).stdin(Stdio::null()).spawn()?))
 }
