@@ -428,3 +428,46 @@ fn python_in_its_own_mount_and_pid_namespaces() {
         }
     });
 }
+
+/// Python 3.12+ with `-X perf` runs each Python function through a trampoline of JIT code that
+/// keeps no frame pointer (`sub $8, %rsp; call *%rcx`): stacks continue through the trampolines
+/// to the interpreter's `main`, with the Python frames merged as without `-X perf`.
+#[test]
+fn python_perf_trampolines_are_unwound_through() {
+    if !e2e_enabled() {
+        return;
+    }
+    let with_trampolines: Vec<&Interpreter> =
+        interpreters().iter().filter(|python| python.minor >= 12).collect();
+    assert!(!with_trampolines.is_empty(), "no CPython 3.12 or later installed: -X perf needs one");
+    let script = script("shares.py");
+    for python in with_trampolines {
+        let dir = scratch_dir(&format!("python-perf-trampolines-{}", python.label));
+        let out = dir.join("out.folded");
+        let run = run_profiler(&[
+            "record",
+            "-F",
+            "499",
+            "-o",
+            out.to_str().unwrap(),
+            "--",
+            python.path.to_str().unwrap(),
+            "-X",
+            "perf",
+            script.to_str().unwrap(),
+            "3",
+        ]);
+        assert!(run.status.success(), "{}", python.label);
+        let folded = Folded::read(&out);
+        let stacks: Vec<(&[String], u64)> =
+            folded.stacks.iter().map(|(frames, n)| (frames.as_slice(), *n)).collect();
+        let in_script = |frames: &[String]| runs_script(frames, "shares.py");
+        let trampolines = weight(&stacks, |frames| frames.iter().any(|frame| frame.starts_with("py::")));
+        assert!(trampolines as f64 >= 0.5 * folded.total() as f64, "{}: trampolines in use", python.label);
+        let scripted: Vec<(&[String], u64)> =
+            stacks.iter().copied().filter(|(frames, _)| in_script(frames)).collect();
+        assert_most(&scripted, 0.95, "reach the interpreter's main through the trampolines", |frames| {
+            frames.iter().any(|frame| frame == "Py_BytesMain")
+        });
+    }
+}

@@ -165,7 +165,13 @@ impl Unwinder {
                 }
             } else {
                 let lookup = lookup.try_into().expect("return addresses are nonzero");
-                self.step(FrameAddress::ReturnAddress(lookup), &mut unwind_regs, stack)
+                let before = unwind_regs;
+                let step = self.step(FrameAddress::ReturnAddress(lookup), &mut unwind_regs, stack);
+                if without_cfi == Some(None) {
+                    self.retry_as_trampoline(step, &mut unwind_regs, before, stack, space)
+                } else {
+                    step
+                }
             };
             if let Some(frame) = eh_return {
                 match self.eh_return_caller(stack, sp_before, frame, space) {
@@ -215,8 +221,6 @@ impl Unwinder {
         stack: &StackSnapshot<'_>,
         space: &mut ProcessView<'_>,
     ) -> Result<Option<u64>, StepError> {
-        let is_code =
-            |space: &mut ProcessView<'_>, addr| space.resolve(addr, Want::Code) != Resolved::Unmapped;
         if let Ok(Some(return_address)) = step
             && is_code(space, return_address)
         {
@@ -225,6 +229,35 @@ impl Unwinder {
         match stack.read_u64(regs.sp) {
             Some(return_address) if is_code(space, return_address) => {
                 *unwind_regs = UnwindRegsX86_64::new(return_address, regs.sp + 8, regs.bp);
+                Ok(Some(return_address))
+            }
+            _ => step,
+        }
+    }
+
+    /// A frame in JIT code that called another: framehop followed frame pointers (what JITs
+    /// that keep them, as the JVM with `-XX:+PreserveFramePointer`, need). When that leads to
+    /// no code, try the shape of CPython's perf trampolines (`-X perf`, 3.12 and later:
+    /// `sub $8, %rsp; call *%rcx`), which keep no frame pointer: the return address one word
+    /// above the stack pointer, the frame pointer untouched.
+    fn retry_as_trampoline(
+        &self,
+        step: Result<Option<u64>, StepError>,
+        unwind_regs: &mut UnwindRegsX86_64,
+        before: UnwindRegsX86_64,
+        stack: &StackSnapshot<'_>,
+        space: &mut ProcessView<'_>,
+    ) -> Result<Option<u64>, StepError> {
+        if let Ok(Some(return_address)) = step
+            && unwind_regs.sp() > before.sp()
+            && is_code(space, return_address)
+        {
+            return step;
+        }
+        let sp = before.sp();
+        match stack.read_u64(sp + 8) {
+            Some(return_address) if is_code(space, return_address) => {
+                *unwind_regs = UnwindRegsX86_64::new(return_address, sp + 16, before.bp());
                 Ok(Some(return_address))
             }
             _ => step,
@@ -279,6 +312,11 @@ impl Unwinder {
         let svma = cfi.svma(file_offset)?;
         (svma < 1 << MODULE_SPAN_BITS).then(|| synthetic_base(module) + svma)
     }
+}
+
+/// Whether `addr` is in code of the process.
+fn is_code(space: &mut ProcessView<'_>, addr: u64) -> bool {
+    space.resolve(addr, Want::Code) != Resolved::Unmapped
 }
 
 fn synthetic_base(module: ModuleId) -> u64 {
