@@ -2,7 +2,7 @@
 //! no kernel frames.
 use std::collections::HashMap;
 
-use super::{Recording, Tgid, ThreadState, Tid};
+use super::{Recording, Sample, Tgid, ThreadState, Tid};
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Filter {
@@ -26,51 +26,57 @@ impl Recording {
     pub fn filtered(&self, filter: &Filter) -> Recording {
         let keep_comm: Vec<bool> =
             self.comms.iter().map(|c| filter.comms.is_empty() || filter.comms.contains(c)).collect();
-        let mut recording = self.clone();
-        recording.samples.retain(|s| {
-            (filter.pids.is_empty() || filter.pids.contains(&s.pid))
-                && (filter.tids.is_empty() || filter.tids.contains(&s.tid))
-                && keep_comm.get(s.comm as usize).copied().unwrap_or(false)
-                && (filter.states.is_empty() || filter.states.contains(&s.state))
-                && filter.since_ns.is_none_or(|since| s.time_ns >= since)
-                && filter.until_ns.is_none_or(|until| s.time_ns <= until)
-        });
+        let samples = self
+            .samples
+            .iter()
+            .filter(|s| {
+                (filter.pids.is_empty() || filter.pids.contains(&s.pid))
+                    && (filter.tids.is_empty() || filter.tids.contains(&s.tid))
+                    && keep_comm.get(s.comm as usize).copied().unwrap_or(false)
+                    && (filter.states.is_empty() || filter.states.contains(&s.state))
+                    && filter.since_ns.is_none_or(|since| s.time_ns >= since)
+                    && filter.until_ns.is_none_or(|until| s.time_ns <= until)
+            })
+            .copied()
+            .collect();
+        let mut recording = self.part(samples);
         if filter.no_kernel {
             recording.drop_kernel_frames();
+            let samples = std::mem::take(&mut recording.samples);
+            recording = recording.part(samples);
         }
-        recording.keep_referenced();
         recording
     }
 
-    /// Drops the stacks, locations and modules no sample refers to any more, so that a part of
-    /// a recording is no bigger than what it holds.
-    fn keep_referenced(&mut self) {
-        let stack_ids = renumber(self.stacks.len(), self.samples.iter().map(|s| s.stack));
-        let location_ids = renumber(
-            self.locations.len(),
-            self.samples.iter().flat_map(|s| self.stacks[s.stack as usize].iter().copied()),
-        );
-        let module_ids = renumber(
-            self.modules.len(),
-            location_ids
-                .iter()
-                .enumerate()
-                .filter(|(_, id)| id.is_some())
-                .filter_map(|(l, _)| self.locations[l].module),
-        );
-        retain_numbered(&mut self.modules, &module_ids);
-        retain_numbered(&mut self.locations, &location_ids);
-        for location in &mut self.locations {
-            location.module = location.module.and_then(|m| module_ids[m as usize]);
+    /// A recording of `samples` (of this one) with only the stacks, locations and modules they
+    /// refer to, copied: a part is no bigger than what it holds, however big the whole (an
+    /// agent's window is cut into a part per service, each held until it is exported).
+    fn part(&self, mut samples: Vec<Sample>) -> Recording {
+        let stack_ids = renumber(self.stacks.len(), samples.iter().map(|s| s.stack));
+        let kept_stacks = || kept(&self.stacks, &stack_ids);
+        let location_ids = renumber(self.locations.len(), kept_stacks().flatten().copied());
+        let module_ids =
+            renumber(self.modules.len(), kept(&self.locations, &location_ids).filter_map(|l| l.module));
+        let renumbered = |ids: &[Option<u32>], id: u32| ids[id as usize].expect("a kept item's parts are kept");
+        let locations = kept(&self.locations, &location_ids)
+            .map(|location| {
+                let mut location = location.clone();
+                location.module = location.module.map(|m| renumbered(&module_ids, m));
+                location
+            })
+            .collect();
+        let stacks =
+            kept_stacks().map(|stack| stack.iter().map(|&l| renumbered(&location_ids, l)).collect()).collect();
+        for sample in &mut samples {
+            sample.stack = renumbered(&stack_ids, sample.stack);
         }
-        retain_numbered(&mut self.stacks, &stack_ids);
-        for stack in &mut self.stacks {
-            stack
-                .iter_mut()
-                .for_each(|l| *l = location_ids[*l as usize].expect("a kept stack's location is kept"));
-        }
-        for sample in &mut self.samples {
-            sample.stack = stack_ids[sample.stack as usize].expect("a sample's stack is kept");
+        Recording {
+            meta: self.meta.clone(),
+            modules: kept(&self.modules, &module_ids).cloned().collect(),
+            locations,
+            stacks,
+            comms: self.comms.clone(),
+            samples,
         }
     }
 
@@ -108,10 +114,9 @@ fn renumber(count: usize, used: impl Iterator<Item = u32>) -> Vec<Option<u32>> {
     ids
 }
 
-/// Keeps the items [`renumber`] gave a number.
-fn retain_numbered<T>(items: &mut Vec<T>, ids: &[Option<u32>]) {
-    let mut kept = ids.iter().map(Option::is_some);
-    items.retain(|_| kept.next().unwrap_or(false));
+/// The items [`renumber`] gave a number, in order.
+fn kept<'a, T>(items: &'a [T], ids: &'a [Option<u32>]) -> impl Iterator<Item = &'a T> {
+    items.iter().zip(ids).filter(|(_, id)| id.is_some()).map(|(item, _)| item)
 }
 
 #[cfg(test)]
