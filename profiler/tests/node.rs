@@ -14,23 +14,12 @@ fn javascript_functions_named_from_the_perf_map_get_their_shares() {
         return;
     }
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/node/shares.js");
-    let dir = scratch_dir("node-perf-map");
-    let out = dir.join("out.folded");
-    let run = run_profiler(&[
-        "record",
-        "-F",
-        "499",
-        "-o",
-        out.to_str().unwrap(),
-        "--",
-        "node",
-        "--perf-basic-prof",
-        "--interpreted-frames-native-stack",
-        script.to_str().unwrap(),
-        "3",
-    ]);
-    assert!(run.status.success());
-    let folded = Folded::read(&out);
+    let folded = record_command(
+        &scratch_dir("node-perf-map"),
+        &[],
+        Path::new("node"),
+        &["--perf-basic-prof", "--interpreted-frames-native-stack", script.to_str().unwrap(), "3"],
+    );
     // The innermost of the three on each stack (V8 names them `JS:*alpha FILE:LINE:COLUMN`,
     // `*` optimized, `^` baseline, `~` interpreted).
     let mut named = [0u64; 3];

@@ -443,22 +443,7 @@ fn python_perf_trampolines_are_unwound_through() {
     let script = script("shares.py");
     for python in with_trampolines {
         let dir = scratch_dir(&format!("python-perf-trampolines-{}", python.label));
-        let out = dir.join("out.folded");
-        let run = run_profiler(&[
-            "record",
-            "-F",
-            "499",
-            "-o",
-            out.to_str().unwrap(),
-            "--",
-            python.path.to_str().unwrap(),
-            "-X",
-            "perf",
-            script.to_str().unwrap(),
-            "3",
-        ]);
-        assert!(run.status.success(), "{}", python.label);
-        let folded = Folded::read(&out);
+        let folded = record_command(&dir, &[], &python.path, &["-X", "perf", script.to_str().unwrap(), "3"]);
         let stacks: Vec<(&[String], u64)> =
             folded.stacks.iter().map(|(frames, n)| (frames.as_slice(), *n)).collect();
         let in_script = |frames: &[String]| runs_script(frames, "shares.py");

@@ -211,12 +211,8 @@ fn jit_code_named_from_perf_map() {
     if !e2e_enabled() {
         return;
     }
-    let workload = build_workload("jit.c", "jit", "gcc", &["-O2"]);
-    let folded = record_command(&scratch_dir("jit"), &[], &workload, &["3"]);
-    let (all, complete) = folded.leaf_samples("jit_spin_[j]", &["main", "jit_spin_[j]"]);
-    eprintln!("{complete} of {all} JIT samples under main, of {} samples", folded.total());
-    assert!(all as f64 >= 0.9 * folded.total() as f64, "the JIT frame is named");
-    assert!(complete as f64 >= 0.99 * all as f64, "and unwound through");
+    let folded = record_jit("jit", &[], &[]);
+    assert_jit_named(&folded);
 }
 
 /// A JIT whose code is in a memfd, mapped once to write it and once to run it: named from its
@@ -226,12 +222,8 @@ fn jit_code_in_a_memfd_named_from_perf_map() {
     if !e2e_enabled() {
         return;
     }
-    let workload = build_workload("jit.c", "jit", "gcc", &["-O2"]);
-    let folded = record_command(&scratch_dir("jit-memfd"), &[], &workload, &["3", "--memfd"]);
-    let (all, complete) = folded.leaf_samples("jit_spin_[j]", &["main", "jit_spin_[j]"]);
-    eprintln!("{complete} of {all} JIT samples under main, of {} samples", folded.total());
-    assert!(all as f64 >= 0.9 * folded.total() as f64, "the JIT frame is named");
-    assert!(complete as f64 >= 0.99 * all as f64, "and unwound through");
+    let folded = record_jit("jit-memfd", &[], &["--memfd"]);
+    assert_jit_named(&folded);
 }
 
 /// A JIT that writes its perf map only as it exits (as the JVM does with
@@ -241,15 +233,22 @@ fn jit_code_named_from_a_perf_map_written_at_exit() {
     if !e2e_enabled() {
         return;
     }
-    let workload = build_workload("jit.c", "jit", "gcc", &["-O2"]);
-    let folded = record_command(
-        &scratch_dir("jit-map-at-exit"),
-        &["--per-thread"],
-        &workload,
-        &["3", "--map-at-exit"],
-    );
+    let folded = record_jit("jit-map-at-exit", &["--per-thread"], &["--map-at-exit"]);
     let pid = folded.stacks[0].0[0].rsplit_once('-').unwrap().1;
     std::fs::remove_file(format!("/tmp/perf-{pid}.map")).expect("the workload left its map");
+    assert_jit_named(&folded);
+}
+
+/// `profiler record EXTRA -- jit 3 MODE`, in scratch directory `test`.
+fn record_jit(test: &str, extra: &[&str], mode: &[&str]) -> Folded {
+    let workload = build_workload("jit.c", "jit", "gcc", &["-O2"]);
+    let args: Vec<&str> = std::iter::once("3").chain(mode.iter().copied()).collect();
+    record_command(&scratch_dir(test), extra, &workload, &args)
+}
+
+/// Fails unless nearly every sample is in the JIT's function, named and unwound through to
+/// `main`.
+fn assert_jit_named(folded: &Folded) {
     let (all, complete) = folded.leaf_samples("jit_spin_[j]", &["main", "jit_spin_[j]"]);
     eprintln!("{complete} of {all} JIT samples under main, of {} samples", folded.total());
     assert!(all as f64 >= 0.9 * folded.total() as f64, "the JIT frame is named");

@@ -57,7 +57,8 @@ impl Recording {
         let location_ids = renumber(self.locations.len(), kept_stacks().flatten().copied());
         let module_ids =
             renumber(self.modules.len(), kept(&self.locations, &location_ids).filter_map(|l| l.module));
-        let renumbered = |ids: &[Option<u32>], id: u32| ids[id as usize].expect("a kept item's parts are kept");
+        let renumbered =
+            |ids: &[Option<u32>], id: u32| ids[id as usize].expect("a kept item's parts are kept");
         let locations = kept(&self.locations, &location_ids)
             .map(|location| {
                 let mut location = location.clone();
@@ -65,8 +66,9 @@ impl Recording {
                 location
             })
             .collect();
-        let stacks =
-            kept_stacks().map(|stack| stack.iter().map(|&l| renumbered(&location_ids, l)).collect()).collect();
+        let stacks = kept_stacks()
+            .map(|stack| stack.iter().map(|&l| renumbered(&location_ids, l)).collect())
+            .collect();
         for sample in &mut samples {
             sample.stack = renumbered(&stack_ids, sample.stack);
         }

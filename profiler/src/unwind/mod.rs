@@ -154,24 +154,20 @@ impl Unwinder {
             };
             guessed = without_cfi;
             let eh_return = self.eh_return_frame(addr, location);
-            let sp_before = unwind_regs.sp();
-            let step = if frames.len() == 1 {
-                let frame = FrameAddress::InstructionPointer(lookup);
-                let step = self.step(frame, &mut unwind_regs, stack);
-                if without_cfi.is_some() {
-                    self.retry_as_leaf(step, &mut unwind_regs, regs, stack, space)
-                } else {
-                    step
-                }
+            let before = unwind_regs;
+            let sp_before = before.sp();
+            let (frame, frameless) = if frames.len() == 1 {
+                // Code without CFI, innermost: maybe a leaf that set up nothing.
+                (FrameAddress::InstructionPointer(lookup), without_cfi.is_some().then_some(0))
             } else {
+                // JIT code that called another: maybe one of CPython's perf trampolines.
                 let lookup = lookup.try_into().expect("return addresses are nonzero");
-                let before = unwind_regs;
-                let step = self.step(FrameAddress::ReturnAddress(lookup), &mut unwind_regs, stack);
-                if without_cfi == Some(None) {
-                    self.retry_as_trampoline(step, &mut unwind_regs, before, stack, space)
-                } else {
-                    step
-                }
+                (FrameAddress::ReturnAddress(lookup), (without_cfi == Some(None)).then_some(8))
+            };
+            let step = self.step(frame, &mut unwind_regs, stack);
+            let step = match frameless {
+                Some(pushed) => self.or_frameless(step, &mut unwind_regs, before, pushed, stack, space),
+                None => step,
             };
             if let Some(frame) = eh_return {
                 match self.eh_return_caller(stack, sp_before, frame, space) {
@@ -210,41 +206,18 @@ impl Unwinder {
         self.framehop.unwind_frame(frame, regs, &mut self.cache, &mut read)
     }
 
-    /// The innermost frame is in code without CFI, where framehop guessed frame pointers. When
-    /// that guess leads to no code, try the other common shape: a leaf that never set up a frame
-    /// (JIT stubs, hand-written assembly), whose return address is at the stack pointer.
-    fn retry_as_leaf(
-        &self,
-        step: Result<Option<u64>, StepError>,
-        unwind_regs: &mut UnwindRegsX86_64,
-        regs: UserRegs,
-        stack: &StackSnapshot<'_>,
-        space: &mut ProcessView<'_>,
-    ) -> Result<Option<u64>, StepError> {
-        if let Ok(Some(return_address)) = step
-            && is_code(space, return_address)
-        {
-            return step;
-        }
-        match stack.read_u64(regs.sp) {
-            Some(return_address) if is_code(space, return_address) => {
-                *unwind_regs = UnwindRegsX86_64::new(return_address, regs.sp + 8, regs.bp);
-                Ok(Some(return_address))
-            }
-            _ => step,
-        }
-    }
-
-    /// A frame in JIT code that called another: framehop followed frame pointers (what JITs
-    /// that keep them, as the JVM with `-XX:+PreserveFramePointer`, need). When that leads to
-    /// no code, try the shape of CPython's perf trampolines (`-X perf`, 3.12 and later:
-    /// `sub $8, %rsp; call *%rcx`), which keep no frame pointer: the return address one word
-    /// above the stack pointer, the frame pointer untouched.
-    fn retry_as_trampoline(
+    /// A step framehop made by frame pointers, in code without CFI: kept if it leads up the
+    /// stack to code. Otherwise the frame is taken as frameless, `pushed` bytes below its return
+    /// address and the frame pointer untouched: 0 for a leaf that set up nothing (JIT stubs,
+    /// hand-written assembly), 8 for CPython's perf trampolines (`-X perf`, 3.12 and later:
+    /// `sub $8, %rsp; call *%rcx`). JITs that keep frame pointers (the JVM with
+    /// `-XX:+PreserveFramePointer`) take the first way.
+    fn or_frameless(
         &self,
         step: Result<Option<u64>, StepError>,
         unwind_regs: &mut UnwindRegsX86_64,
         before: UnwindRegsX86_64,
+        pushed: u64,
         stack: &StackSnapshot<'_>,
         space: &mut ProcessView<'_>,
     ) -> Result<Option<u64>, StepError> {
@@ -254,10 +227,10 @@ impl Unwinder {
         {
             return step;
         }
-        let sp = before.sp();
-        match stack.read_u64(sp + 8) {
+        let at = before.sp() + pushed;
+        match stack.read_u64(at) {
             Some(return_address) if is_code(space, return_address) => {
-                *unwind_regs = UnwindRegsX86_64::new(return_address, sp + 16, before.bp());
+                *unwind_regs = UnwindRegsX86_64::new(return_address, at + 8, before.bp());
                 Ok(Some(return_address))
             }
             _ => step,
