@@ -14,12 +14,26 @@ fn javascript_functions_named_from_the_perf_map_get_their_shares() {
         return;
     }
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/node/shares.js");
+    let dir = scratch_dir("node-perf-map");
+    // With a perf map V8 also writes a log, by default in the working directory.
+    let log = format!("--logfile={}", dir.join("v8.log").display());
     let folded = record_command(
-        &scratch_dir("node-perf-map"),
-        &[],
+        &dir,
+        &["--per-thread"],
         Path::new("node"),
-        &["--perf-basic-prof", "--interpreted-frames-native-stack", script.to_str().unwrap(), "3"],
+        &[
+            "--perf-basic-prof",
+            "--interpreted-frames-native-stack",
+            &log,
+            "--no-logfile-per-isolate",
+            script.to_str().unwrap(),
+            "3",
+        ],
     );
+    // Node leaves its map: the main thread's (it runs the JavaScript) id is the process's.
+    let main = folded.stacks.iter().find(|(frames, _)| frames.iter().any(|f| f.starts_with("JS:"))).unwrap();
+    let pid = main.0[0].rsplit_once('-').unwrap().1;
+    std::fs::remove_file(format!("/tmp/perf-{pid}.map")).expect("node left its map");
     // The innermost of the three on each stack (V8 names them `JS:*alpha FILE:LINE:COLUMN`,
     // `*` optimized, `^` baseline, `~` interpreted).
     let mut named = [0u64; 3];
