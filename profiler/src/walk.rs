@@ -93,8 +93,9 @@ impl StackWalker {
         &self.stats
     }
 
-    /// Lets go of `modules`, after the unwinder, the Python stage and `also` (the namer) forgot
-    /// them; not of the interpreter of a live Python process, which its frames are merged by.
+    /// Lets go of `modules` here (the unwinder, the Python stage, the registry) and hands them to
+    /// `also` first (naming, which forgets them after what it was handed before); not of the
+    /// interpreter of a live Python process, which its frames are merged by.
     pub fn evict_modules(&mut self, modules: &[ModuleId], also: impl FnOnce(&[ModuleId], &Modules)) {
         let modules: Vec<ModuleId> =
             modules.iter().copied().filter(|&module| !self.python.interpreter_in_use(module)).collect();
@@ -106,11 +107,8 @@ impl StackWalker {
         self.unwinder.forget(modules);
         self.python.forget_modules(modules);
         self.spaces.modules_mut().evict(modules);
-        // What blazesym and framehop parsed of a file is many small allocations, which glibc
-        // keeps in its arenas once freed: an agent seeing programs come and go all day would
-        // keep the most it ever held.
-        // SAFETY: malloc_trim has no preconditions.
-        unsafe { libc::malloc_trim(0) };
+        // What framehop parsed is given back to the system by naming's trim, once it has let
+        // go of its part (`NamingThread::forget_modules`).
     }
 
     /// Applies what a process did to its address space. After an exec, whatever it runs is

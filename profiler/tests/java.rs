@@ -38,8 +38,8 @@ const PERF_MAP_AT_EXIT: [&str; 3] =
     ["-XX:+PreserveFramePointer", "-XX:+UnlockDiagnosticVMOptions", "-XX:+DumpPerfMapAtExit"];
 
 /// With frame pointers kept and the perf map written as the JVM exits, after its frames were
-/// first named, the profiler names at least the share of samples `perf record -g` names from
-/// the same map (perf reads it later, when its report is made).
+/// first named, the profiler names the share of samples `perf record -g` names from the same
+/// map (perf reads it later, when its report is made), within 5 points (two runs).
 #[test]
 fn java_frames_named_from_a_perf_map_written_at_exit() {
     if !e2e_enabled() {
@@ -75,7 +75,7 @@ fn java_frames_named_from_a_perf_map_written_at_exit() {
         assert!(perf.1 >= 500 && ours.1 >= 500, "both sampled the JVM for seconds");
         assert!(share(perf) >= 0.5, "perf names the program's methods from the map");
         assert!(
-            share(ours) >= share(perf) - 0.03,
+            share(ours) >= share(perf) - 0.05,
             "{}: the profiler names {:.1}% of samples, perf {:.1}%",
             java.display(),
             share(ours) * 100.0,

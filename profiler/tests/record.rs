@@ -202,10 +202,18 @@ fn ctrl_c_during_naming_still_names_every_frame() {
     let recording = start_profiler(&args);
     let naming = named_thread(recording.pid(), "naming");
     // Naming is under way: running, with 50 ms of work behind it (the first libpython alone
-    // takes over 100 ms).
+    // takes over 100 ms), and still at it 20 ms later (not a small job of later frames).
     let waiting = Instant::now();
-    while !matches!(thread_state(recording.pid(), naming), ('R', cpu) if cpu >= Duration::from_millis(50)) {
+    let busy = |pid| matches!(thread_state(pid, naming), ('R', cpu) if cpu >= Duration::from_millis(50));
+    loop {
         assert!(waiting.elapsed() < Duration::from_secs(30), "naming never got busy");
+        let before = thread_state(recording.pid(), naming).1;
+        if busy(recording.pid()) {
+            std::thread::sleep(Duration::from_millis(20));
+            if busy(recording.pid()) && thread_state(recording.pid(), naming).1 > before {
+                break;
+            }
+        }
         std::thread::sleep(Duration::from_millis(1));
     }
     recording.signal(libc::SIGINT);

@@ -262,7 +262,7 @@ impl Modules {
                     self.out_of_descriptors += 1;
                     return None;
                 }
-                Err(err) if err.kind() == io::ErrorKind::Unsupported => {
+                Err(err) if open::is_jit_memory_error(&err) => {
                     if self.jit_files.len() >= MAX_JIT_FILES {
                         self.jit_files.clear();
                     }
@@ -345,8 +345,8 @@ impl Modules {
 
     /// Lets go of modules: their files and what was read of them. Their ids stay, with their
     /// paths and what the files say of themselves (for the recording's table of mappings); a
-    /// mapping of the same file later opens it again as a new module. The other stages forget
-    /// their state of these ids first; the files close once no [`ModuleSet`] holds them.
+    /// mapping of the same file later opens it again as a new module. The files close once no
+    /// [`ModuleSet`] holds them (naming, until it has named what it was handed).
     pub fn evict(&mut self, ids: &[ModuleId]) {
         if ids.is_empty() {
             return;

@@ -110,8 +110,24 @@ pub fn is_jit_memory(path: &Path, file: &File) -> bool {
 
 /// What [`is_jit_memory`] files are refused with by the registry's opener.
 pub fn jit_memory_error() -> io::Error {
-    io::Error::new(io::ErrorKind::Unsupported, "JIT memory, not an image of code")
+    io::Error::other(JitMemory)
 }
+
+/// Whether `err` is [`jit_memory_error`]'s.
+pub fn is_jit_memory_error(err: &io::Error) -> bool {
+    err.get_ref().is_some_and(|inner| inner.is::<JitMemory>())
+}
+
+#[derive(Debug)]
+struct JitMemory;
+
+impl std::fmt::Display for JitMemory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("JIT memory, not an image of code")
+    }
+}
+
+impl std::error::Error for JitMemory {}
 
 /// Opens the file at `path` in `root` if it is the inode a mapping was made from (a process gone
 /// before its mapping was read: its files may still be reached by path).

@@ -14,6 +14,7 @@ mod stop;
 mod target;
 
 use std::{
+    collections::VecDeque,
     io::IsTerminal as _,
     path::PathBuf,
     time::{Duration, Instant},
@@ -211,8 +212,10 @@ pub async fn run<M: Mode>(mode: M, settings: Settings) -> Result<()> {
     if let Some(windows) = &mut windows {
         // The last window, partial: what the outputs below get is only the session's summary.
         windows.base.weight = meta.weight;
-        session.cut(windows, Start::now()).await.unwrap_or_else(|err| late.push(err));
-        session.hand_over_window().await.unwrap_or_else(|err| late.push(err));
+        session.cut(windows, Start::now()).await;
+        while !session.unnamed_windows.is_empty() {
+            session.hand_over_window().await;
+        }
     }
     let (symbols, naming) = session.stop_naming(end_ns).await.unwrap_or_else(|err| {
         late.push(err);
@@ -293,8 +296,8 @@ struct Pipeline<M> {
     walker: StackWalker,
     naming: NamingThread,
     aggregate: Aggregate,
-    /// The last window cut, while its frames are named.
-    unnamed_window: Option<UnnamedWindow>,
+    /// The windows cut, oldest first, while their frames are named.
+    unnamed_windows: VecDeque<UnnamedWindow>,
     records: u64,
     max_records: Option<u64>,
     /// Records that did not decode (counted, never fatal).
@@ -319,7 +322,7 @@ impl<M: Mode> Pipeline<M> {
             walker,
             naming: NamingThread::start()?,
             aggregate,
-            unnamed_window: None,
+            unnamed_windows: VecDeque::new(),
             records: 0,
             max_records,
             malformed: 0,
@@ -358,7 +361,7 @@ impl<M: Mode> Pipeline<M> {
                 }
             };
             let window_named = async {
-                match self.unnamed_window.as_mut() {
+                match self.unnamed_windows.front_mut() {
                     Some(window) => (&mut window.symbols).await,
                     None => std::future::pending().await,
                 }
@@ -366,13 +369,13 @@ impl<M: Mode> Pipeline<M> {
             tokio::select! {
                 biased;
                 reason = &mut stop => return Ok(reason),
-                symbols = window_named => self.hand_over(symbols?),
+                symbols = window_named => self.hand_over(symbols),
                 () = window_closes => {
                     if let Some(windows) = windows.as_deref_mut() {
                         let end = Start::now();
                         self.mode.close_window(kernel, &mut self.aggregate, end.monotonic_ns)?;
                         self.settle();
-                        self.cut(windows, end).await?;
+                        self.cut(windows, end).await;
                     }
                 }
                 ready = intake.ready() => {
@@ -385,8 +388,9 @@ impl<M: Mode> Pipeline<M> {
                     for (tgid, python) in self.walker.python_mut().take_registrations() {
                         kernel.set_python_process(tgid, python.as_ref())?;
                     }
-                    // Naming waits while records wait, and while threads are still teaching the
-                    // kernel where their stacks end (until then their records are long).
+                    // Handing frames to naming and pruning wait while records wait, and while
+                    // threads are still teaching the kernel where their stacks end (until then
+                    // their records are long; naming competes with the drain for the CPUs).
                     let busy = intake.behind() || !stack_ends.is_empty();
                     if !busy || self.settled_at.elapsed() >= MAX_UNSETTLED {
                         self.settle();
@@ -409,7 +413,7 @@ impl<M: Mode> Pipeline<M> {
         let python = self.walker.python().functions();
         self.naming.name(NewFrames::new(frames, self.walker.address_spaces(), python, self.drained_ns));
         let gone = self.walker.address_spaces_mut().prune(self.drained_ns);
-        self.naming.forget(&gone);
+        self.naming.forget(&gone, self.drained_ns);
         for &tgid in &gone {
             self.walker.python_mut().forget(tgid);
         }
@@ -434,16 +438,19 @@ impl<M: Mode> Pipeline<M> {
 
     /// Closes the current window: the aggregate and the names start afresh (so memory follows
     /// one window, not the session), and its samples go to the mode as a recording once named
-    /// ([`Self::hand_over`]). A window still unnamed from the last cut is handed over first.
-    async fn cut(&mut self, windows: &mut Windows, end: Start) -> Result<()> {
-        self.hand_over_window().await?;
+    /// ([`Self::hand_over`]), meanwhile records are drained. Only when naming is
+    /// [`MAX_UNNAMED_WINDOWS`] windows behind does the cut wait for the oldest.
+    async fn cut(&mut self, windows: &mut Windows, end: Start) {
+        if self.unnamed_windows.len() >= MAX_UNNAMED_WINDOWS {
+            self.hand_over_window().await;
+        }
         let meta = Meta {
             start_unix_ns: windows.opened.unix_ns,
             duration_ns: end.monotonic_ns.saturating_sub(windows.opened.monotonic_ns),
             unwind: self.walker.stats().summary(),
             ..windows.base.clone()
         };
-        self.unnamed_window = Some(UnnamedWindow {
+        self.unnamed_windows.push_back(UnnamedWindow {
             aggregate: self.aggregate.take(),
             meta,
             opened_ns: windows.opened.monotonic_ns,
@@ -452,30 +459,33 @@ impl<M: Mode> Pipeline<M> {
         windows.opened = end;
         windows.closes_at += windows.every;
         // What runs for weeks lets go of what it no longer sees: modules idle for a few windows
-        // (the recording of the window just cut needs only their paths and build ids), and
-        // processes whose exit the kernel never reported.
+        // (the recordings of windows cut need only their paths and build ids), and processes
+        // whose exit the kernel never reported.
         let idle = self.walker.address_spaces().modules().idle(IDLE_WINDOWS);
         self.evict(&idle);
         let spaces = self.walker.address_spaces_mut();
         spaces.modules_mut().next_period();
         spaces.notice_exits(windows.opened.monotonic_ns);
-        Ok(())
     }
 
-    /// Waits for the names of the window cut last, if any, and hands it over.
-    async fn hand_over_window(&mut self) -> Result<()> {
-        if let Some(window) = &mut self.unnamed_window {
-            let symbols = (&mut window.symbols).await?;
+    /// Waits for the names of the oldest window cut, if any, and hands it over.
+    async fn hand_over_window(&mut self) {
+        if let Some(window) = self.unnamed_windows.front_mut() {
+            let symbols = (&mut window.symbols).await;
             self.hand_over(symbols);
         }
-        Ok(())
     }
 
-    /// Hands the window cut last over to the mode, named by `symbols`.
-    fn hand_over(&mut self, symbols: Symbols) {
-        let Some(UnnamedWindow { aggregate, meta, opened_ns, .. }) = self.unnamed_window.take() else {
+    /// Hands the oldest window cut over to the mode, named by `symbols`; without them (naming
+    /// failed), its frames keep placeholder names.
+    fn hand_over(&mut self, symbols: Result<Symbols>) {
+        let Some(UnnamedWindow { aggregate, meta, opened_ns, .. }) = self.unnamed_windows.pop_front() else {
             return;
         };
+        let symbols = symbols.unwrap_or_else(|err| {
+            eprintln!("profiler: warning: {err:#}");
+            Symbols::default()
+        });
         let modules = self.walker.address_spaces().modules();
         self.mode.window(aggregate.recording(&symbols, modules, opened_ns, meta));
     }
@@ -575,6 +585,10 @@ struct UnnamedWindow {
     opened_ns: u64,
     symbols: Finished,
 }
+
+/// Windows cut whose names may be awaited at once (naming a host's first window can take longer
+/// than a window).
+const MAX_UNNAMED_WINDOWS: usize = 4;
 
 /// Windows a module may go unsampled before it is let go (a minute at the agent's default).
 const IDLE_WINDOWS: u64 = 4;

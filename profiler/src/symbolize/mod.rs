@@ -53,10 +53,6 @@ pub struct Namer {
     perf_maps: PerfMaps,
     /// The processes anonymous frames were seen in, for reading their perf maps.
     identities: FxHashMap<Tgid, Identity>,
-    /// Processes forgotten since the last [`Namer::finish`]: their perf maps and identities are
-    /// kept until then, since a runtime may write its map as it exits (the JVM's
-    /// `-XX:+DumpPerfMapAtExit`), after its frames were first named.
-    gone: Vec<Tgid>,
     symbols: Symbols,
     /// Jobs of its thread that failed (a panic), their frames left unnamed.
     failed_jobs: u64,
@@ -95,17 +91,27 @@ impl Namer {
         }
         let names = self.symbolizer.symbolize(&unnamed, &ModuleSet::default(), &self.perf_maps);
         self.symbols.extend(names);
-        for tgid in std::mem::take(&mut self.gone) {
-            self.perf_maps.forget(tgid);
-            self.identities.remove(&tgid);
-        }
         std::mem::take(&mut self.symbols)
     }
 
-    /// Forgets the perf map of a process gone, once the names of its frames are taken
-    /// ([`Namer::finish`]).
-    pub fn forget(&mut self, tgid: Tgid) {
-        self.gone.push(tgid);
+    /// Forgets the perf map of a process gone, at `now_ns`. A runtime may write its map as it
+    /// exits (the JVM's `-XX:+DumpPerfMapAtExit`), after its frames were first named: the map
+    /// is read once more for those still unnamed.
+    pub fn forget(&mut self, tgid: Tgid, now_ns: u64) {
+        if let Some(identity) = self.identities.remove(&tgid) {
+            let unnamed: Vec<Frame> = self
+                .symbols
+                .unnamed_anonymous()
+                .into_iter()
+                .filter(|frame| matches!(frame, Frame::Anonymous { tgid: of, .. } if *of == tgid))
+                .collect();
+            if !unnamed.is_empty() {
+                self.perf_maps.read_again(tgid, &identity, now_ns);
+                let names = self.symbolizer.symbolize(&unnamed, &ModuleSet::default(), &self.perf_maps);
+                self.symbols.extend(names);
+            }
+        }
+        self.perf_maps.forget(tgid);
     }
 
     /// Lets go of what was read of `modules` (evicted from the registry): blazesym's parsed

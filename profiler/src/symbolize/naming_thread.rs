@@ -20,14 +20,19 @@ use crate::{address_space::ModuleSet, model::Tgid};
 
 enum Job {
     Name(NewFrames),
-    Forget(Vec<Tgid>),
+    Forget { gone: Vec<Tgid>, now_ns: u64 },
     ForgetModules(ModuleSet),
     Finish { now_ns: u64, symbols: oneshot::Sender<Symbols> },
+}
+
+/// What the thread is handed: a job, or the end.
+enum Message {
+    Job(Job),
     Stop,
 }
 
 pub struct NamingThread {
-    jobs: mpsc::Sender<Job>,
+    jobs: mpsc::Sender<Message>,
     /// Until [`NamingThread::stop`].
     thread: Option<JoinHandle<NamingReport>>,
 }
@@ -49,10 +54,10 @@ impl NamingThread {
         }
     }
 
-    /// Forgets the perf maps of processes gone.
-    pub fn forget(&self, gone: &[Tgid]) {
+    /// Forgets the perf maps of processes gone, at `now_ns`.
+    pub fn forget(&self, gone: &[Tgid], now_ns: u64) {
         if !gone.is_empty() {
-            self.send(Job::Forget(gone.to_vec()));
+            self.send(Job::Forget { gone: gone.to_vec(), now_ns });
         }
     }
 
@@ -72,14 +77,15 @@ impl NamingThread {
     /// Waits for the jobs handed over, and says what naming has to say. Naming is over after
     /// it.
     pub fn stop(&mut self) -> Result<NamingReport> {
-        self.send(Job::Stop);
+        // Fails only once the thread is gone, which joining it reports.
+        let _ = self.jobs.send(Message::Stop);
         let thread = self.thread.take().ok_or_else(|| anyhow!("naming was stopped already"))?;
         thread.join().map_err(|_| failed())
     }
 
     fn send(&self, job: Job) {
         // Fails only once the thread is gone, which `finish` and `stop` report.
-        let _ = self.jobs.send(job);
+        let _ = self.jobs.send(Message::Job(job));
     }
 }
 
@@ -101,12 +107,10 @@ fn failed() -> anyhow::Error {
 /// Does the jobs, until told to stop or until nobody can send more (the session ended early).
 /// A job that panics (a dependency tripping on a corrupt file outside the places that contain
 /// it already) costs its own names, not the thread.
-fn work(queue: &mpsc::Receiver<Job>) -> NamingReport {
+fn work(queue: &mpsc::Receiver<Message>) -> NamingReport {
     let mut namer = Namer::default();
-    for job in queue {
-        if matches!(job, Job::Stop) {
-            break;
-        }
+    for message in queue {
+        let Message::Job(job) = message else { break };
         let done = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| do_job(&mut namer, job)));
         if done.is_err() {
             namer.failed_jobs += 1;
@@ -118,7 +122,7 @@ fn work(queue: &mpsc::Receiver<Job>) -> NamingReport {
 fn do_job(namer: &mut Namer, job: Job) {
     match job {
         Job::Name(frames) => namer.name(frames),
-        Job::Forget(gone) => gone.into_iter().for_each(|tgid| namer.forget(tgid)),
+        Job::Forget { gone, now_ns } => gone.into_iter().for_each(|tgid| namer.forget(tgid, now_ns)),
         Job::ForgetModules(modules) => {
             namer.forget_modules(&modules);
             // The files close here, if the registry let them go.
@@ -130,7 +134,6 @@ fn do_job(namer: &mut Namer, job: Job) {
             unsafe { libc::malloc_trim(0) };
         }
         Job::Finish { now_ns, symbols } => _ = symbols.send(namer.finish(now_ns)),
-        Job::Stop => {}
     }
 }
 

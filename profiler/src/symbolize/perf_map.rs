@@ -62,6 +62,8 @@ pub struct PerfMap {
     /// The end of the last read, up to its last line break, not parsed yet.
     partial: Vec<u8>,
     read_at_ns: Option<u64>,
+    /// Its refusal was said (once: a map refused is looked at again at every read).
+    refusal_said: bool,
     /// Lines left out once the map was full.
     left_out: u64,
 }
@@ -180,8 +182,8 @@ impl PerfMaps {
             Ok(Some(file)) => map.read_from(file),
             // Gone since it was read (what was read is kept), or not there yet.
             Ok(None) => {}
-            // Said once, the first time.
-            Err(why) if map.read_at_ns.is_none() => {
+            Err(why) if !map.refusal_said => {
+                map.refusal_said = true;
                 refused.push(|| format!("the perf map of PID {tgid} was not read: {why}"))
             }
             Err(_) => {}

@@ -227,7 +227,9 @@ impl Unwinder {
         {
             return step;
         }
-        let at = before.sp() + pushed;
+        let Some(at) = before.sp().checked_add(pushed).filter(|at| at.checked_add(8).is_some()) else {
+            return step;
+        };
         match stack.read_u64(at) {
             Some(return_address) if is_code(space, return_address) => {
                 *unwind_regs = UnwindRegsX86_64::new(return_address, at + 8, before.bp());
