@@ -178,7 +178,8 @@ fn quiet_says_nothing() {
 }
 
 /// A Ctrl-C while naming reads debug information (the DWARF of every pyenv libpython, first
-/// named all at once: about a second) ends the recording, and every frame is still named.
+/// named all at once: about a second) ends the recording, and every frame is still named (the
+/// native ones: in half a second, Python frames may not have been found yet).
 #[test]
 fn ctrl_c_during_naming_still_names_every_frame() {
     if !e2e_enabled() {
@@ -228,7 +229,6 @@ fn ctrl_c_during_naming_still_names_every_frame() {
             "{}: {stacks:?}",
             python.label
         );
-        assert!(frames().any(|frame| frame.starts_with("alpha")), "{}: {stacks:?}", python.label);
         let unnamed: Vec<_> =
             frames().filter(|frame| frame.contains("libpython") && frame.contains("+0x")).collect();
         assert!(unnamed.is_empty(), "{}: frames left unnamed: {unnamed:?}", python.label);
