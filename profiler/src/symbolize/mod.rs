@@ -76,21 +76,7 @@ impl Namer {
     /// Every name. A JIT may have described its code in its perf map since its first sample
     /// there: anonymous frames still unnamed are tried again.
     pub fn finish(&mut self, now_ns: u64) -> Symbols {
-        let unnamed = self.symbols.unnamed_anonymous();
-        let processes: FxHashSet<Tgid> = unnamed
-            .iter()
-            .filter_map(|frame| match *frame {
-                Frame::Anonymous { tgid, .. } => Some(tgid),
-                _ => None,
-            })
-            .collect();
-        for tgid in processes {
-            if let Some(identity) = self.identities.get(&tgid) {
-                self.perf_maps.read_again(tgid, identity, now_ns);
-            }
-        }
-        let names = self.symbolizer.symbolize(&unnamed, &ModuleSet::default(), &self.perf_maps);
-        self.symbols.extend(names);
+        self.name_unnamed_again(|_| true, now_ns);
         std::mem::take(&mut self.symbols)
     }
 
@@ -98,18 +84,9 @@ impl Namer {
     /// exits (the JVM's `-XX:+DumpPerfMapAtExit`), after its frames were first named: the map
     /// is read once more for those still unnamed.
     pub fn forget(&mut self, tgid: Tgid, now_ns: u64) {
-        if let Some(identity) = self.identities.remove(&tgid) {
-            let unnamed: Vec<Frame> = self
-                .symbols
-                .unnamed_anonymous()
-                .into_iter()
-                .filter(|frame| matches!(frame, Frame::Anonymous { tgid: of, .. } if *of == tgid))
-                .collect();
-            if !unnamed.is_empty() {
-                self.perf_maps.read_again(tgid, &identity, now_ns);
-                let names = self.symbolizer.symbolize(&unnamed, &ModuleSet::default(), &self.perf_maps);
-                self.symbols.extend(names);
-            }
+        if self.identities.contains_key(&tgid) {
+            self.name_unnamed_again(|of| of == tgid, now_ns);
+            self.identities.remove(&tgid);
         }
         self.perf_maps.forget(tgid);
     }
@@ -126,6 +103,34 @@ impl Namer {
             refused: [self.perf_maps.into_refused(), self.symbolizer.refused],
             failed_jobs: self.failed_jobs,
         }
+    }
+
+    /// Names again the anonymous frames still unnamed of the processes `of` picks, from their
+    /// perf maps read anew however recently they were read.
+    fn name_unnamed_again(&mut self, of: impl Fn(Tgid) -> bool, now_ns: u64) {
+        let unnamed: Vec<Frame> = self
+            .symbols
+            .unnamed_anonymous()
+            .into_iter()
+            .filter(|frame| matches!(*frame, Frame::Anonymous { tgid, .. } if of(tgid)))
+            .collect();
+        if unnamed.is_empty() {
+            return;
+        }
+        let processes: FxHashSet<Tgid> = unnamed
+            .iter()
+            .filter_map(|frame| match *frame {
+                Frame::Anonymous { tgid, .. } => Some(tgid),
+                _ => None,
+            })
+            .collect();
+        for tgid in processes {
+            if let Some(identity) = self.identities.get(&tgid) {
+                self.perf_maps.read_again(tgid, identity, now_ns);
+            }
+        }
+        let names = self.symbolizer.symbolize(&unnamed, &ModuleSet::default(), &self.perf_maps);
+        self.symbols.extend(names);
     }
 
     fn read_perf_maps(&mut self, frames: &[Frame], now_ns: u64) {

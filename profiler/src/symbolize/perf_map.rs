@@ -161,17 +161,14 @@ impl PerfMaps {
         let map = self.by_tgid.entry(tgid).or_default();
         let stale = map.read_at_ns.is_none_or(|at| now_ns.saturating_sub(at) >= REREAD_INTERVAL_NS);
         if map.find(addr).is_none() && stale {
-            self.read(tgid, identity, now_ns);
+            self.read_again(tgid, identity, now_ns);
         }
     }
 
-    /// Reads the map of process `tgid` again, however recently it was read: at the end of a
-    /// recording or window, for the frames no map named yet.
+    /// Reads the map of process `tgid` (known as `identity`) again at `now_ns`, however
+    /// recently it was read: also at the end of a recording or window, and as the process is
+    /// forgotten, for the frames no map named yet.
     pub fn read_again(&mut self, tgid: Tgid, identity: &Identity, now_ns: u64) {
-        self.read(tgid, identity, now_ns);
-    }
-
-    fn read(&mut self, tgid: Tgid, identity: &Identity, now_ns: u64) {
         let Self { by_tgid, refused } = self;
         let map = by_tgid.entry(tgid).or_default();
         // A full map is not read on: what follows would be left out anyway.
