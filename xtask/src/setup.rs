@@ -15,7 +15,7 @@ const BPF_LINKER_VERSION: &str = "0.13.0";
 const BPF_LINKER_LLVM_MAJORS: [u32; 3] = [21, 22, 23];
 /// What the tests need, and the Debian packages that provide it: commands (found in PATH) and
 /// libraries (by path: the allocators `leaks` is tested with).
-const PACKAGES: [(&str, &str); 8] = [
+const PACKAGES: [(&str, &str); 11] = [
     ("gcc", "gcc"),
     ("g++", "g++"),
     ("objcopy", "binutils"),
@@ -26,6 +26,11 @@ const PACKAGES: [(&str, &str); 8] = [
     ("go", "golang-go"),
     // The system's CPython, which the Python tests profile (with pyenv's 3.8–3.13 where installed).
     ("/usr/bin/python3", "python3"),
+    // The Java tests compare with `perf record -g` on the JVM's perf map, on the JDKs under
+    // /usr/lib/jvm (Debian's 17 at least); the Node test runs node.
+    ("perf", "linux-perf"),
+    ("/usr/lib/jvm/java-17-openjdk-amd64/bin/javac", "openjdk-17-jdk-headless"),
+    ("node", "nodejs"),
 ];
 
 pub fn ensure(root: &Path) -> Result<()> {
