@@ -340,10 +340,13 @@ pub enum Counter {
     /// Followed threads that left the CPU without being noted: the thread table was full, or
     /// the kernel had no memory for its entry. Their spans are missing.
     OffCpuUnnoted = 9,
+    /// Spans off the CPU (not waits for a CPU) whose kernel stack the kernel would not give:
+    /// recorded without kernel frames.
+    OffCpuNoKernelStack = 10,
 }
 
 impl Counter {
-    pub const COUNT: u32 = 10;
+    pub const COUNT: u32 = 11;
 }
 
 /// What an allocation record has in front of its sample record.
@@ -357,13 +360,13 @@ pub struct AllocationHeader {
     pub size: u64,
 }
 
-/// Value of the `OFF_CPU_THREADS` map: a followed thread that left the CPU, and the span not
-/// sent yet.
+/// Value of the `OFF_CPU_THREADS` map: a followed thread that has left the CPU since sampling
+/// started, and its span not sent yet, if any.
 #[repr(C)]
 #[cfg_attr(feature = "user", derive(bytemuck::Pod, bytemuck::Zeroable))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct OffCpuThread {
-    /// `bpf_ktime_get_ns()` when it left.
+    /// `bpf_ktime_get_ns()` when it left; 0 while it is on the CPU with no span to send.
     pub since_ns: u64,
     /// When it came back; 0 while it is still off the CPU.
     pub resumed_ns: u64,
@@ -374,13 +377,13 @@ pub struct OffCpuThread {
     /// Nonzero when it left inside a system call: its span is sent at the call's return, where
     /// its user stack is as it left it.
     pub in_syscall: u32,
-    /// Valid entries of `kernel_stack`.
+    /// Valid entries of `kernel_stack`: 0 until the span is known to be long enough (as the
+    /// thread comes back, or when userspace counts the spans still open).
     pub kernel_stack_len: u32,
-    /// Leading entries of `kernel_stack` that are the tracepoint's own calls, above
-    /// `__schedule`.
+    /// Leading entries of `kernel_stack` above `__schedule` (the context switch's own).
     pub kernel_stack_skip: u32,
     pub _pad: u32,
-    /// Where it left, in the kernel (`schedule` under the function that waited), innermost
+    /// Where it waits, in the kernel (`__schedule` under the function that waited), innermost
     /// first.
     pub kernel_stack: [u64; MAX_STACK_DEPTH],
 }
@@ -557,9 +560,11 @@ pub mod programs {
     /// thread exits, so that the filter never fills up with the dead and a pid used again by an
     /// unrelated process is not sampled.
     pub const FORGET_EXIT: &str = "forget_exit";
-    /// raw tracepoint `sched_switch`: notes when, why and where a followed thread leaves the
-    /// CPU, and when the one coming in comes back.
+    /// BTF tracepoint `sched_switch`: notes when and why a followed thread leaves the CPU, and
+    /// when the one coming in comes back (and, when it was away long enough, where it waited).
     pub const SCHED_SWITCH: &str = "sched_switch";
+    /// task iterator: takes the kernel stacks of followed threads still off the CPU.
+    pub const OFF_CPU_STACKS: &str = "off_cpu_stacks";
     /// raw tracepoint `sys_exit`: sends the span off the CPU of a thread back from a system call
     /// it blocked in, with its user stack, in its own context.
     pub const SYSCALL_EXIT: &str = "syscall_exit";
@@ -587,12 +592,13 @@ pub mod globals {
     pub const TASK_TGID_OFFSET: &str = "TASK_TGID_OFFSET";
     /// `u32`: byte offset of `comm` in `struct task_struct`.
     pub const TASK_COMM_OFFSET: &str = "TASK_COMM_OFFSET";
-    /// `u64`, `u64`: where the kernel's `__schedule` starts and ends: the frames of a kernel
-    /// stack taken at `sched_switch` above it are the tracepoint's own.
-    pub const SCHEDULE_START: &str = "SCHEDULE_START";
-    pub const SCHEDULE_END: &str = "SCHEDULE_END";
+    /// `u64`: the address of the kernel's `__schedule`, the innermost frame of a blocked
+    /// thread's kernel stack (0 when hidden).
+    pub const SCHEDULE_ADDR: &str = "SCHEDULE_ADDR";
     /// `u32`: byte offset of `start_time` (`CLOCK_MONOTONIC` ns) in `struct task_struct`.
     pub const TASK_START_TIME_OFFSET: &str = "TASK_START_TIME_OFFSET";
+    /// `u32`: byte offset of `__state` in `struct task_struct`.
+    pub const TASK_STATE_OFFSET: &str = "TASK_STATE_OFFSET";
     /// `u32`: byte offset of `signal` (the thread group's `struct signal_struct *`) in
     /// `struct task_struct`.
     pub const TASK_SIGNAL_OFFSET: &str = "TASK_SIGNAL_OFFSET";

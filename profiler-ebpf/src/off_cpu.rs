@@ -1,30 +1,37 @@
 //! `record --off-cpu` and `--wall`: spans of followed threads off the CPU.
 //!
-//! Everything happens at two tracepoints, which every kernel with eBPF has:
+//! A context switch is frequent and most spans are short, so a switch does only what every
+//! switch needs, and what a long span needs is paid for once it is known to be long:
 //!
-//! - `sched_switch`, in the context of the thread leaving the CPU (`prev`): when a followed
-//!   thread leaves, notes when, why (blocked, or runnable and preempted), whether inside a
-//!   system call, and its kernel stack (`schedule` under the function that waits). The same call
-//!   sees the thread coming in (`next`): if it was away shorter than the threshold, its note is
-//!   dropped (two map operations, the whole cost of a short span); otherwise it is marked back.
+//! - `sched_switch` (a BTF tracepoint, run by the thread leaving, `prev`): when a followed
+//!   thread leaves, writes when, why (blocked, or runnable and preempted) and whether inside a
+//!   system call into its entry of the thread table, made once per thread and then written in
+//!   place. The same call sees the thread coming in (`next`): if it was away shorter than the
+//!   threshold, its entry is marked on the CPU (the whole cost of a short span). Otherwise its
+//!   kernel stack is taken then, from where it still waits (`bpf_get_task_stack` on a thread not
+//!   running), and the span is marked back.
 //! - `sys_exit`, in the context of a thread returning from a system call: a span marked back is
 //!   sent there, with the user registers and stack copy of the call, which are as the thread
-//!   left them. The kernel stack comes from the note.
+//!   left them.
+//! - `off_cpu_stacks`, a task iterator userspace runs when it counts the spans still open (at a
+//!   window's end, at the end): takes the kernel stacks of followed threads still away.
 //!
 //! A span that does not end in a system call's return (a wait for a CPU, a page fault, a kernel
 //! thread) is sent at once from `sched_switch` without a user stack: a wait for a CPU shows as
 //! `[runqueue]`. A span marked back whose thread leaves the CPU again before the call returns is
 //! sent then, from its own context.
+use core::ffi::c_void;
+
 use aya_ebpf::{
-    EbpfContext as _,
+    EbpfContext,
     bindings::pt_regs,
     helpers::{
         bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel, bpf_probe_read_kernel_buf,
-        generated::{bpf_get_current_task_btf, bpf_get_stack, bpf_task_pt_regs},
+        generated::{bpf_get_current_task_btf, bpf_get_task_stack, bpf_task_pt_regs},
     },
-    macros::{map, raw_tracepoint},
+    macros::{btf_tracepoint, map, raw_tracepoint},
     maps::{Array, HashMap, PerCpuArray},
-    programs::RawTracePointContext,
+    programs::{BtfTracePointContext, RawTracePointContext},
 };
 use profiler_common::{
     Counter, MAX_STACK_DEPTH, OffCpuState, OffCpuThread, SAMPLE_HEADER_SIZE, SampleHeader, TASK_COMM_LEN,
@@ -38,13 +45,14 @@ use crate::{
     stopped,
 };
 
-/// Followed threads off the CPU, and those back whose span is not sent yet. Entries are made
-/// as threads leave (no preallocation: ~1 KiB each, one per thread off the CPU).
+/// Followed threads that have left the CPU since sampling started, by thread id: an entry is
+/// made the first time a thread leaves (~1 KiB, no preallocation), written in place after that
+/// and removed as the thread exits. `since_ns` is 0 while the thread is on the CPU.
 #[map(name = "OFF_CPU_THREADS")]
 static OFF_CPU_THREADS: HashMap<u32, OffCpuThread> =
     HashMap::with_max_entries(16384, aya_ebpf::bindings::BPF_F_NO_PREALLOC);
 
-/// Where each CPU builds the note of a thread leaving (too big for the BPF stack).
+/// Where each CPU builds a thread's first entry (too big for the BPF stack).
 #[map(name = "OFF_CPU_NOTE")]
 static OFF_CPU_NOTE: PerCpuArray<OffCpuThread> = PerCpuArray::with_max_entries(1, 0);
 
@@ -67,89 +75,105 @@ static TASK_COMM_OFFSET: u32 = 0;
 #[unsafe(no_mangle)]
 static TASK_START_TIME_OFFSET: u32 = 0;
 #[unsafe(no_mangle)]
-static SCHEDULE_START: u64 = 0;
+static TASK_STATE_OFFSET: u32 = 0;
 #[unsafe(no_mangle)]
-static SCHEDULE_END: u64 = 0;
+static SCHEDULE_ADDR: u64 = 0;
 
 /// `TASK_DEAD` in a task's state: it leaves the CPU for good.
 const TASK_DEAD: u64 = 0x80;
 
 const KERNEL_STACK_BYTES: u32 = (MAX_STACK_DEPTH * 8) as u32;
-/// How deep the tracepoint's own calls (`__traceiter_sched_switch`, `bpf_trace_run4`, this
-/// program) can put `__schedule` in a kernel stack taken at `sched_switch`.
-const MAX_TRACEPOINT_FRAMES: usize = 8;
 /// `execve` and `execveat`: a thread returns from them into a new program, whose stack says
 /// nothing of where it waited.
 const EXEC_SYSCALLS: [u64; 2] = [59, 322];
 
-/// Raw tracepoint `sched_switch(bool preempt, struct task_struct *prev, struct task_struct
-/// *next, unsigned int prev_state)`, run by `prev`.
-#[raw_tracepoint(tracepoint = "sched_switch")]
-pub fn sched_switch(ctx: RawTracePointContext) -> i32 {
+/// BTF tracepoint `sched_switch(bool preempt, struct task_struct *prev, struct task_struct
+/// *next, unsigned int prev_state)`, run by `prev`. A BTF tracepoint rather than a raw one: its
+/// `next` is a task pointer the verifier knows, whose kernel stack can be taken.
+#[btf_tracepoint(function = "sched_switch")]
+pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
     if stopped() || setting(&OFF_CPU) == 0 {
         return 0;
     }
     let now = unsafe { bpf_ktime_get_ns() };
-    let next: *const u8 = ctx.arg(2);
+    let next: *mut c_void = ctx.arg(2);
     came_back(next, now);
     let pid_tgid = bpf_get_current_pid_tgid();
+    let prev_state = ctx.arg::<u64>(3) & 0xffff_ffff;
+    if prev_state & TASK_DEAD != 0 {
+        // An exiting thread: gone, not waiting. Before the filter: its process may have left
+        // it already (`forget_exit` runs as the last thread exits, before its last switch).
+        let _ = OFF_CPU_THREADS.remove(pid_tgid as u32);
+        return 0;
+    }
     if !wanted((pid_tgid >> 32) as u32) {
         return 0;
     }
     let preempt: u64 = ctx.arg(0);
-    let prev_state = ctx.arg::<u64>(3) & 0xffff_ffff;
-    if prev_state & TASK_DEAD != 0 {
-        // An exiting thread: gone, not waiting.
-        let _ = OFF_CPU_THREADS.remove(pid_tgid as u32);
-        return 0;
-    }
     left(&ctx, pid_tgid, OffCpuState::at_switch(preempt & 1 != 0, prev_state), now);
     0
 }
 
 /// The current thread leaves the CPU: a span of it still unsent goes now (it is in its own
 /// context), then the new one is noted.
-fn left(ctx: &RawTracePointContext, pid_tgid: u64, state: OffCpuState, now: u64) {
+fn left(ctx: &BtfTracePointContext, pid_tgid: u64, state: OffCpuState, now: u64) {
     let tid = pid_tgid as u32;
-    if let Some(unsent) = OFF_CPU_THREADS.get_ptr_mut(tid)
-        && unsafe { (*unsent).resumed_ns } != 0
-    {
+    let Some(thread) = OFF_CPU_THREADS.get_ptr_mut(tid) else {
+        return first_left(pid_tgid, state, now);
+    };
+    let thread = unsafe { &mut *thread };
+    if thread.resumed_ns != 0 {
         // Without Python frames: the verifier checks the Python walk once per program that makes
         // it, and this one would double sched_switch's load time; these are the spans of threads
         // that came back outside a system call (preempted, or woken from a page fault).
-        send(ctx, pid_tgid, unsafe { &*unsent }, UserStack::Native);
+        send(ctx, pid_tgid, thread, UserStack::Native);
     }
-    let Some(note) = OFF_CPU_NOTE.get_ptr_mut(0) else { return };
-    let note = unsafe { &mut *note };
-    note.since_ns = now;
-    note.resumed_ns = 0;
-    note.tgid = (pid_tgid >> 32) as u32;
-    note.state = state as u32;
-    note.in_syscall = u32::from(in_syscall());
-    // A wait for a CPU shows as `[runqueue]`: the scheduler's frames are not walked for it.
-    (note.kernel_stack_len, note.kernel_stack_skip) = (0, 0);
-    if state != OffCpuState::Runnable {
-        let stack = note.kernel_stack.as_mut_ptr().cast();
-        let bytes = unsafe { bpf_get_stack(ctx.as_ptr(), stack, KERNEL_STACK_BYTES, 0) };
-        note.kernel_stack_len = if bytes > 0 { (bytes as u32 / 8).min(MAX_STACK_DEPTH as u32) } else { 0 };
-        note.kernel_stack_skip = tracepoint_frames(&note.kernel_stack);
-    }
-    insert(tid, note);
+    note(thread, pid_tgid, state, now);
 }
 
-/// The frames above `__schedule` (those of the tracepoint's own calls): how many depends on how
-/// many programs the tracepoint runs. None when `__schedule` is not found near the top.
-fn tracepoint_frames(stack: &[u64; MAX_STACK_DEPTH]) -> u32 {
-    let (start, end) = (setting(&SCHEDULE_START), setting(&SCHEDULE_END));
-    for (i, &addr) in stack.iter().take(MAX_TRACEPOINT_FRAMES).enumerate() {
-        if start <= addr && addr < end {
-            return i as u32;
-        }
-    }
-    0
+/// A followed thread leaves the CPU for the first time: its entry is made.
+fn first_left(pid_tgid: u64, state: OffCpuState, now: u64) {
+    let Some(thread) = OFF_CPU_NOTE.get_ptr_mut(0) else { return };
+    let thread = unsafe { &mut *thread };
+    note(thread, pid_tgid, state, now);
+    insert(pid_tgid as u32, thread);
 }
 
-/// Notes `thread` for `tid`, from the note buffer.
+/// Notes in `thread` that it left at `now`, and why.
+fn note(thread: &mut OffCpuThread, pid_tgid: u64, state: OffCpuState, now: u64) {
+    thread.since_ns = now;
+    thread.resumed_ns = 0;
+    thread.tgid = (pid_tgid >> 32) as u32;
+    thread.state = state as u32;
+    thread.in_syscall = u32::from(in_syscall(unsafe { bpf_get_current_task_btf() }.cast()));
+    (thread.kernel_stack_len, thread.kernel_stack_skip) = (0, 0);
+}
+
+/// Takes the kernel stack of `task`, a thread off the CPU, into `thread`: where it waits. A
+/// wait for a CPU shows as `[runqueue]`: the scheduler's frames are not walked for it.
+///
+/// The kernel leaves the scheduler's own functions out of the stack of a thread not running
+/// (`schedule`, `schedule_timeout`, `do_nanosleep`, mutex slow paths: all of `.sched.text`), so
+/// `__schedule` is put back as the innermost frame: a blocked stack ends there, as one taken by
+/// the thread itself as it leaves would.
+fn take_kernel_stack(task: *mut c_void, thread: &mut OffCpuThread) {
+    if thread.state == OffCpuState::Runnable as u32 {
+        return;
+    }
+    let schedule = setting(&SCHEDULE_ADDR);
+    thread.kernel_stack[0] = schedule;
+    let waiting = unsafe { thread.kernel_stack.as_mut_ptr().add(1) }.cast();
+    let bytes = unsafe { bpf_get_task_stack(task.cast(), waiting, KERNEL_STACK_BYTES - 8, 0) };
+    let frames = if bytes > 0 { bytes as u32 / 8 } else { 0 };
+    if frames == 0 {
+        count(Counter::OffCpuNoKernelStack, 1);
+    }
+    thread.kernel_stack_len = if frames == 0 { 0 } else { (frames + 1).min(MAX_STACK_DEPTH as u32) };
+    // Without `__schedule`'s address (hidden in /proc/kallsyms), its slot is skipped.
+    thread.kernel_stack_skip = u32::from(schedule == 0);
+}
+
+/// Makes `thread` the entry of `tid`.
 #[allow(clippy::needless_borrows_for_generic_args)] // by value would copy 1 KiB onto the 512-byte BPF stack
 fn insert(tid: u32, thread: &OffCpuThread) {
     if OFF_CPU_THREADS.insert(tid, thread, 0).is_err() {
@@ -157,63 +181,127 @@ fn insert(tid: u32, thread: &OffCpuThread) {
     }
 }
 
-/// Whether the current thread is inside a system call (its saved `orig_ax` is a call number).
-fn in_syscall() -> bool {
-    let regs = unsafe { bpf_task_pt_regs(bpf_get_current_task_btf()) } as *const pt_regs;
+/// Whether `task` is inside a system call (its saved `orig_ax` is a call number).
+fn in_syscall(task: *mut c_void) -> bool {
+    let regs = unsafe { bpf_task_pt_regs(task.cast()) } as *const pt_regs;
     !regs.is_null() && unsafe { bpf_probe_read_kernel(&(*regs).orig_rax) }.is_ok_and(|nr| (nr as i64) >= 0)
 }
 
 /// `next` comes back onto the CPU (still in `prev`'s context).
-fn came_back(next: *const u8, now: u64) {
-    let Ok(tid) = (unsafe { task_pid(next) }) else { return };
+fn came_back(next: *mut c_void, now: u64) {
+    let Ok(tid) = (unsafe { task_pid(next.cast()) }) else { return };
     let Some(thread) = OFF_CPU_THREADS.get_ptr_mut(tid) else {
         return came_back_unseen(next, tid, now);
     };
     let thread = unsafe { &mut *thread };
+    if thread.since_ns == 0 {
+        return;
+    }
     let away = now.saturating_sub(thread.since_ns);
     let runnable = thread.state == OffCpuState::Runnable as u32;
     if away < setting(&MIN_OFF_CPU_NS) || (runnable && setting(&RUNQUEUE) == 0) {
         if away < setting(&MIN_OFF_CPU_NS) {
             count(Counter::ShortOffCpu, 1);
         }
-        let _ = OFF_CPU_THREADS.remove(tid);
+        thread.since_ns = 0;
         return;
     }
     thread.resumed_ns = now;
+    take_kernel_stack(next, thread);
     if thread.in_syscall == 0 || runnable {
         // No system call to return from, or nothing to learn from the stack of a wait for a
         // CPU: sent now, without a user stack.
         let pid_tgid = (u64::from(thread.tgid) << 32) | u64::from(tid);
         send_without_user_stack(next, pid_tgid, thread);
-        let _ = OFF_CPU_THREADS.remove(tid);
+        (thread.since_ns, thread.resumed_ns) = (0, 0);
     }
 }
 
 /// A followed thread coming back that was not seen leaving: one that left before sampling
 /// started (not one created since, running for the first time). Its span counts from the
-/// start, sent when its call returns (its kernel stack is lost).
-fn came_back_unseen(next: *const u8, tid: u32, now: u64) {
-    let Ok(tgid) = (unsafe { task_tgid(next) }) else { return };
+/// start, sent when its call returns.
+fn came_back_unseen(next: *mut c_void, tid: u32, now: u64) {
+    let Some(started) = away_since_start(next, now) else { return };
+    let Some(thread) = OFF_CPU_NOTE.get_ptr_mut(0) else { return };
+    let thread = unsafe { &mut *thread };
+    thread.since_ns = started;
+    thread.resumed_ns = now;
+    thread.tgid = unsafe { task_tgid(next.cast()) }.unwrap_or(0);
+    thread.state = OffCpuState::Sleeping as u32;
+    thread.in_syscall = 1;
+    take_kernel_stack(next, thread);
+    insert(tid, thread);
+}
+
+/// When sampling started, if `task` is a followed thread created before and, at `now`, away
+/// longer than the threshold since then.
+fn away_since_start(task: *mut c_void, now: u64) -> Option<u64> {
     let started = match STARTED_NS.get(0) {
         Some(&started) if started != 0 && started < now => started,
+        _ => return None,
+    };
+    if now - started < setting(&MIN_OFF_CPU_NS) || !unsafe { task_tgid(task.cast()) }.is_ok_and(wanted) {
+        return None;
+    }
+    let start_time =
+        unsafe { task.cast::<u8>().add(setting(&TASK_START_TIME_OFFSET) as usize) }.cast::<u64>();
+    let born_before = unsafe { bpf_probe_read_kernel(start_time) }.is_ok_and(|born| born < started);
+    born_before.then_some(started)
+}
+
+/// Task iterator run by userspace before it counts the spans still open: takes the kernel
+/// stack of each followed thread still away that has none yet, and notes the followed threads
+/// away since before sampling started (none of their switches was seen: without this, a thread
+/// blocked all along would not be in the profile).
+#[unsafe(no_mangle)]
+#[unsafe(link_section = "iter/task")]
+pub extern "C" fn off_cpu_stacks(ctx: *mut TaskIterContext) -> i32 {
+    let task = unsafe { (*ctx).task };
+    if task.is_null() {
+        return 0;
+    }
+    let Ok(tid) = (unsafe { task_pid(task.cast()) }) else { return 0 };
+    let Some(thread) = OFF_CPU_THREADS.get_ptr_mut(tid) else {
+        away_all_along(task, tid);
+        return 0;
+    };
+    let thread = unsafe { &mut *thread };
+    if thread.since_ns != 0 && thread.resumed_ns == 0 && thread.kernel_stack_len == 0 {
+        take_kernel_stack(task, thread);
+    }
+    0
+}
+
+/// Notes `task`, a thread not seen leaving the CPU, if it is followed and waits (not running,
+/// nor runnable) since before sampling started.
+fn away_all_along(task: *mut c_void, tid: u32) {
+    let now = unsafe { bpf_ktime_get_ns() };
+    let Some(started) = away_since_start(task, now) else { return };
+    let state = unsafe { task.cast::<u8>().add(setting(&TASK_STATE_OFFSET) as usize) }.cast::<u32>();
+    let state = match unsafe { bpf_probe_read_kernel(state) } {
+        Ok(state) if state != 0 && u64::from(state) & TASK_DEAD == 0 => {
+            OffCpuState::at_switch(false, state.into())
+        }
         _ => return,
     };
-    if !wanted(tgid) || now - started < setting(&MIN_OFF_CPU_NS) {
-        return;
-    }
-    let start_time = unsafe { next.add(setting(&TASK_START_TIME_OFFSET) as usize) }.cast::<u64>();
-    if unsafe { bpf_probe_read_kernel(start_time) }.is_ok_and(|born| born >= started) {
-        return;
-    }
-    let Some(note) = OFF_CPU_NOTE.get_ptr_mut(0) else { return };
-    let note = unsafe { &mut *note };
-    note.since_ns = started;
-    note.resumed_ns = now;
-    note.tgid = tgid;
-    note.state = OffCpuState::Sleeping as u32;
-    note.in_syscall = 1;
-    (note.kernel_stack_len, note.kernel_stack_skip) = (0, 0);
-    insert(tid, note);
+    let Some(thread) = OFF_CPU_NOTE.get_ptr_mut(0) else { return };
+    let thread = unsafe { &mut *thread };
+    thread.since_ns = started;
+    thread.resumed_ns = 0;
+    thread.tgid = unsafe { task_tgid(task.cast()) }.unwrap_or(0);
+    thread.state = state as u32;
+    thread.in_syscall = u32::from(in_syscall(task));
+    (thread.kernel_stack_len, thread.kernel_stack_skip) = (0, 0);
+    take_kernel_stack(task, thread);
+    insert(tid, thread);
+}
+
+/// The context of a task iterator (`struct bpf_iter__task`).
+#[repr(C)]
+pub struct TaskIterContext {
+    meta: *mut c_void,
+    /// Null at the end of the iteration.
+    task: *mut c_void,
 }
 
 /// Raw tracepoint `sys_exit(struct pt_regs *regs, long ret)`, run by the returning thread.
@@ -223,16 +311,16 @@ pub fn syscall_exit(ctx: RawTracePointContext) -> i32 {
         return 0;
     }
     let pid_tgid = bpf_get_current_pid_tgid();
-    let tid = pid_tgid as u32;
-    let Some(thread) = OFF_CPU_THREADS.get_ptr_mut(tid) else { return 0 };
-    if unsafe { (*thread).resumed_ns } != 0 {
+    let Some(thread) = OFF_CPU_THREADS.get_ptr_mut(pid_tgid as u32) else { return 0 };
+    let thread = unsafe { &mut *thread };
+    if thread.resumed_ns != 0 {
         let regs: *const pt_regs = ctx.arg(0);
         let exec =
             unsafe { bpf_probe_read_kernel(&(*regs).orig_rax) }.is_ok_and(|nr| EXEC_SYSCALLS.contains(&nr));
         let user_stack = if exec { UserStack::None } else { UserStack::WithPython };
-        send(&ctx, pid_tgid, unsafe { &*thread }, user_stack);
+        send(&ctx, pid_tgid, thread, user_stack);
+        (thread.since_ns, thread.resumed_ns) = (0, 0);
     }
-    let _ = OFF_CPU_THREADS.remove(tid);
     0
 }
 
@@ -249,7 +337,7 @@ enum UserStack {
 
 /// Sends the span of `thread`, in its own context: its user registers (those of the system
 /// call), stack copy and Python frames as `user_stack` says, and the kernel stack it left with.
-fn send(ctx: &RawTracePointContext, pid_tgid: u64, thread: &OffCpuThread, user_stack: UserStack) {
+fn send(ctx: &impl EbpfContext, pid_tgid: u64, thread: &OffCpuThread, user_stack: UserStack) {
     let Some(draft) = begin_span(pid_tgid, thread) else { return };
     let record = draft.bytes();
     if user_stack != UserStack::None {
@@ -264,12 +352,12 @@ fn send(ctx: &RawTracePointContext, pid_tgid: u64, thread: &OffCpuThread, user_s
 }
 
 /// Sends the span of `thread` (not the current one) with its kernel stack alone.
-fn send_without_user_stack(task: *const u8, pid_tgid: u64, thread: &OffCpuThread) {
+fn send_without_user_stack(task: *mut c_void, pid_tgid: u64, thread: &OffCpuThread) {
     let Some(draft) = begin_span(pid_tgid, thread) else { return };
     let record = draft.bytes();
     let header = unsafe { &mut *record.cast::<SampleHeader>() };
     // The ids took the current thread's name: this is another one's.
-    let comm = unsafe { task.add(setting(&TASK_COMM_OFFSET) as usize) };
+    let comm = unsafe { task.cast::<u8>().add(setting(&TASK_COMM_OFFSET) as usize) };
     let _ = unsafe { bpf_probe_read_kernel_buf(comm, &mut header.comm[..TASK_COMM_LEN]) };
     let len = if thread.state == OffCpuState::Runnable as u32 {
         frames_offset(0)
@@ -300,7 +388,7 @@ fn begin_span(pid_tgid: u64, thread: &OffCpuThread) -> Option<Draft> {
 unsafe fn append_kernel_stack(sample: *mut u8, len: usize, thread: &OffCpuThread) -> usize {
     let header = unsafe { &mut *sample.cast::<SampleHeader>() };
     let len_frames = thread.kernel_stack_len.min(MAX_STACK_DEPTH as u32);
-    let skip = thread.kernel_stack_skip.min(MAX_TRACEPOINT_FRAMES as u32);
+    let skip = thread.kernel_stack_skip.min(1);
     if len_frames <= skip {
         return len;
     }

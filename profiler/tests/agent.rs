@@ -499,7 +499,7 @@ fn off_cpu_profiles_beside_the_cpu_ones() {
                 if stack.contains(&"sleep_inner") {
                     assert!(stack.contains(&"sleeper"), "whole stack: {stack:?}");
                     sleeping_ns += sample.value[1];
-                    if stack.contains(&"do_nanosleep") {
+                    if stack.contains(&"hrtimer_nanosleep") {
                         with_kernel_ns += sample.value[1];
                     }
                 }

@@ -79,7 +79,7 @@ fn c_workload() -> std::path::PathBuf {
 
 /// The chain each waiting thread blocks in, from its thread function.
 const CHAINS: [(&str, &[&str], &str); 3] = [
-    ("sleeper", &["sleeper", "sleep_outer", "sleep_middle", "sleep_inner"], "do_nanosleep_[k]"),
+    ("sleeper", &["sleeper", "sleep_outer", "sleep_middle", "sleep_inner"], "hrtimer_nanosleep_[k]"),
     ("reader", &["reader", "read_outer", "read_middle", "read_inner"], "pipe_read_[k]"),
     ("waiter", &["waiter", "lock_outer", "lock_middle", "lock_inner"], "futex_wait"),
 ];
@@ -208,7 +208,7 @@ fn rust_threads_without_frame_pointers() {
         (
             "sleeper",
             ["off_cpu::sleep_outer", "off_cpu::sleep_middle", "off_cpu::sleep_inner"],
-            "do_nanosleep_[k]",
+            "hrtimer_nanosleep_[k]",
         ),
         (
             "receiver",
@@ -283,4 +283,53 @@ fn system_wide_on_a_busy_machine() {
         "the sleeper: {sleeper} µs, measured {measured_us}\n{stderr}"
     );
     drop(busy);
+}
+
+/// Threads waiting since before the recording started, none of whose switches the kernel side
+/// saw leave: one that waits through the whole recording counts for all of it, one that comes
+/// back during it from the start to its return; both under the kernel stack they wait in
+/// (taken as they come back, or by the task iterator at the end), the second with its user
+/// frames too.
+#[test]
+fn threads_waiting_since_before_the_start_count_under_their_kernel_stacks() {
+    if !e2e_enabled() {
+        return;
+    }
+    let sleep = Path::new("/usr/bin/sleep");
+    let (all_along, comes_back) = (spawn(sleep, &["60"]), spawn(sleep, &["4"]));
+    let out = scratch_dir("off-cpu-since-before").join("out.folded");
+    let (pid_a, pid_b) = (all_along.pid().to_string(), comes_back.pid().to_string());
+    let started = start_profiler(&[
+        "record",
+        "--off-cpu",
+        "--per-thread",
+        "-p",
+        &pid_a,
+        "-p",
+        &pid_b,
+        "-d",
+        "5",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    let started_late = !Path::new(&format!("/proc/{pid_b}")).exists();
+    let (status, stderr) = started.wait();
+    assert!(status.success(), "{stderr}");
+    assert!(!started_late, "`sleep 4` was over before the profiler was recording: {stderr}");
+    let folded = Folded::read(&out);
+    for (sleeper, seconds) in [(&all_along, 5.0..5.5), (&comes_back, 0.5..4.0)] {
+        let stacks = thread_stacks(&folded, sleeper.pid());
+        let all = total(&stacks);
+        assert!(
+            seconds.contains(&(all as f64 / 1e6)),
+            "{} µs off the CPU, expected {seconds:?} s: {stacks:?}",
+            all
+        );
+        let waiting = under(&stacks, &["hrtimer_nanosleep_[k]", "__schedule_[k]"]);
+        assert!(waiting as f64 >= 0.99 * all as f64, "{waiting} of {all} µs under the sleep's kernel stack");
+    }
+    let user =
+        |frames: &[String]| frames.iter().any(|f| f.contains("clock_nanosleep") && !f.ends_with("_[k]"));
+    let comes_back_stacks = thread_stacks(&folded, comes_back.pid());
+    assert!(comes_back_stacks.iter().all(|(frames, _)| user(frames)), "user frames: {comes_back_stacks:?}");
 }

@@ -104,7 +104,7 @@ impl Mode for Agent {
 
     fn finish(
         &mut self,
-        sampler: &Sampler,
+        sampler: &mut Sampler,
         aggregate: &mut Aggregate,
         end_ns: u64,
         meta: &mut Meta,
@@ -112,7 +112,7 @@ impl Mode for Agent {
         self.cpu.finish(sampler, aggregate, end_ns, meta)
     }
 
-    fn close_window(&mut self, sampler: &Sampler, aggregate: &mut Aggregate, end_ns: u64) -> Result<()> {
+    fn close_window(&mut self, sampler: &mut Sampler, aggregate: &mut Aggregate, end_ns: u64) -> Result<()> {
         self.cpu.close_window(sampler, aggregate, end_ns)
     }
 

@@ -119,7 +119,7 @@ impl CpuProfile {
     /// come.
     fn count_open_spans(
         &mut self,
-        sampler: &Sampler,
+        sampler: &mut Sampler,
         aggregate: &mut Aggregate,
         end_ns: u64,
         last: bool,
@@ -221,7 +221,7 @@ impl Mode for CpuProfile {
     /// a thread returns from its system call.
     fn finish(
         &mut self,
-        sampler: &Sampler,
+        sampler: &mut Sampler,
         aggregate: &mut Aggregate,
         end_ns: u64,
         meta: &mut Meta,
@@ -231,7 +231,7 @@ impl Mode for CpuProfile {
     }
 
     /// A window closes at `end_ns`: the spans still open count up to there in it.
-    fn close_window(&mut self, sampler: &Sampler, aggregate: &mut Aggregate, end_ns: u64) -> Result<()> {
+    fn close_window(&mut self, sampler: &mut Sampler, aggregate: &mut Aggregate, end_ns: u64) -> Result<()> {
         self.count_open_spans(sampler, aggregate, end_ns, false)?;
         // A thread whose span was carried through the window before and is no longer open
         // without a record to come (it exited while blocked) is forgotten.

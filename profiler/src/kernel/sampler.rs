@@ -3,10 +3,10 @@
 //! exposes the pid filter, the counters and the ring buffer.
 use anyhow::{Context as _, Result, anyhow};
 use aya::{
-    Ebpf, EbpfLoader,
+    Btf, Ebpf, EbpfLoader,
     maps::{Array, HashMap as BpfHashMap},
     programs::{
-        PerfEvent, RawTracePoint,
+        BtfTracePoint, Iter, PerfEvent, RawTracePoint,
         perf_event::{PerfEventConfig, PerfEventLinkId, PerfEventScope, SamplePolicy, SoftwareEvent},
     },
     util::online_cpus,
@@ -73,6 +73,7 @@ struct TaskLayout {
     tgid: u32,
     comm: u32,
     start_time: u32,
+    state: u32,
     signal: u32,
     live: u32,
 }
@@ -83,32 +84,25 @@ impl TaskLayout {
             tgid: btf::field_offset("task_struct", "tgid")?,
             comm: btf::field_offset("task_struct", "comm")?,
             start_time: btf::field_offset("task_struct", "start_time")?,
+            state: btf::field_offset("task_struct", "__state")?,
             signal: btf::field_offset("task_struct", "signal")?,
             live: btf::field_offset("signal_struct", "live")?,
         })
     }
 }
 
-/// Where the kernel's `__schedule` is (from `/proc/kallsyms`: its address, and the next
-/// symbol's); empty when it is not listed, and kernel stacks keep the tracepoint's own frames.
-fn schedule_range() -> Result<std::ops::Range<u64>> {
+/// The address of the kernel's `__schedule` (from `/proc/kallsyms`); 0 when it is not listed,
+/// and kernel stacks of blocked threads end in the function that waited.
+fn schedule_address() -> Result<u64> {
     const KALLSYMS: &str = "/proc/kallsyms";
     // Not read_bounded: megabytes, all the kernel's own.
     let text = std::fs::read_to_string(KALLSYMS).with_context(|| format!("cannot read {KALLSYMS}"))?;
-    let mut symbols: Vec<(u64, &str)> = text
-        .lines()
-        .filter_map(|line| {
-            let mut fields = line.split_whitespace();
-            let addr = u64::from_str_radix(fields.next()?, 16).ok()?;
-            Some((addr, fields.nth(1)?))
-        })
-        .filter(|&(addr, _)| addr != 0)
-        .collect();
-    symbols.sort_unstable();
-    let Some(at) = symbols.iter().position(|&(_, name)| name == "__schedule") else { return Ok(0..0) };
-    let start = symbols[at].0;
-    let end = symbols[at..].iter().map(|&(addr, _)| addr).find(|&addr| addr > start).unwrap_or(start);
-    Ok(start..end)
+    let address = text.lines().find_map(|line| {
+        let mut fields = line.split_whitespace();
+        let addr = u64::from_str_radix(fields.next()?, 16).ok()?;
+        (fields.nth(1)? == "__schedule").then_some(addr)
+    });
+    Ok(address.unwrap_or(0))
 }
 
 impl Sampler {
@@ -126,7 +120,7 @@ impl Sampler {
         let scratch = |wanted: bool| {
             if wanted { object::scratch_entries() } else { Ok(object::UNUSED_SCRATCH_ENTRIES) }
         };
-        let schedule = if config.off_cpu.is_some() { schedule_range()? } else { 0..0 };
+        let schedule = if config.off_cpu.is_some() { schedule_address()? } else { 0 };
         let fs_base = object::task_fs_base_offset()?;
         let mut ebpf = EbpfLoader::new()
             .override_global(globals::FILTER_BY_TGID, &filter, true)
@@ -139,8 +133,8 @@ impl Sampler {
             .override_global(globals::TASK_SIGNAL_OFFSET, &layout.signal, true)
             .override_global(globals::TASK_COMM_OFFSET, &layout.comm, true)
             .override_global(globals::TASK_START_TIME_OFFSET, &layout.start_time, true)
-            .override_global(globals::SCHEDULE_START, &schedule.start, true)
-            .override_global(globals::SCHEDULE_END, &schedule.end, true)
+            .override_global(globals::TASK_STATE_OFFSET, &layout.state, true)
+            .override_global(globals::SCHEDULE_ADDR, &schedule, true)
             .override_global(globals::SIGNAL_LIVE_OFFSET, &layout.live, true)
             .override_global(globals::OFF_CPU, &off_cpu_on, true)
             .override_global(globals::RUNQUEUE, &runqueue, true)
@@ -157,10 +151,13 @@ impl Sampler {
             sample.load().map_err(verifier_error)?;
         }
         if config.off_cpu.is_some() {
-            for name in [programs::SCHED_SWITCH, programs::SYSCALL_EXIT] {
-                let hook: &mut RawTracePoint = program(&mut ebpf, name)?.try_into()?;
-                hook.load().map_err(verifier_error)?;
-            }
+            let btf = Btf::from_sys_fs().context("cannot read the kernel's BTF")?;
+            let switch: &mut BtfTracePoint = program(&mut ebpf, programs::SCHED_SWITCH)?.try_into()?;
+            switch.load("sched_switch", &btf).map_err(verifier_error)?;
+            let exit: &mut RawTracePoint = program(&mut ebpf, programs::SYSCALL_EXIT)?.try_into()?;
+            exit.load().map_err(verifier_error)?;
+            let stacks: &mut Iter = program(&mut ebpf, programs::OFF_CPU_STACKS)?.try_into()?;
+            stacks.load("task", &btf).map_err(verifier_error)?;
         }
         let tracepoints = [
             (follow_forks, programs::FOLLOW_FORK, "task_newtask"),
@@ -193,30 +190,41 @@ impl Sampler {
         Ok(())
     }
 
-    /// The spans off the CPU not sent when sampling stopped: of threads still off the CPU, and
-    /// of threads back whose system call had not returned. Oldest first.
-    pub fn unsent_off_cpu(&self) -> Result<Vec<(u32, OffCpuThread)>> {
+    /// The spans off the CPU not sent yet: of threads still off the CPU (with the kernel stacks
+    /// they wait in, taken now), and of threads back whose system call had not returned. Oldest
+    /// first.
+    pub fn unsent_off_cpu(&mut self) -> Result<Vec<(u32, OffCpuThread)>> {
+        self.take_waiting_stacks()?;
         let map = self.ebpf.map(maps::OFF_CPU_THREADS).ok_or_else(|| missing(maps::OFF_CPU_THREADS))?;
         let threads: BpfHashMap<_, u32, OffCpuThread> = BpfHashMap::try_from(map)?;
-        // An entry removed while we iterate is skipped.
-        let mut unsent: Vec<(u32, OffCpuThread)> = threads.iter().filter_map(Result::ok).collect();
+        // An entry removed while we iterate is skipped; one whose thread is on the CPU has no span.
+        let mut unsent: Vec<(u32, OffCpuThread)> =
+            threads.iter().filter_map(Result::ok).filter(|(_, thread)| thread.since_ns != 0).collect();
         unsent.sort_unstable_by_key(|(tid, thread)| (thread.since_ns, *tid));
         Ok(unsent)
     }
 
-    /// Attaches the scheduler hooks (raw tracepoints `sched_switch` and `sys_exit`), after
+    /// Runs the task iterator that takes the kernel stacks of followed threads still off the
+    /// CPU (a switch takes a thread's only as it comes back): reading it runs it.
+    fn take_waiting_stacks(&mut self) -> Result<()> {
+        let iter: &mut Iter = program(&mut self.ebpf, programs::OFF_CPU_STACKS)?.try_into()?;
+        let link = iter.attach().context("cannot attach the task iterator")?;
+        let mut run = iter.take_link(link)?.into_file().context("cannot create the task iterator")?;
+        std::io::copy(&mut run, &mut std::io::sink()).context("cannot run the task iterator")?;
+        Ok(())
+    }
+
+    /// Attaches the scheduler hooks (the BTF tracepoint `sched_switch`, the raw tracepoint
+    /// `sys_exit`), after
     /// telling them when sampling starts.
     fn attach_off_cpu(&mut self) -> Result<()> {
         let started = crate::clock::monotonic_ns();
         let map = self.ebpf.map_mut(maps::STARTED_NS).ok_or_else(|| missing(maps::STARTED_NS))?;
         Array::<_, u64>::try_from(map)?.set(0, started, 0).context("cannot set the start time")?;
-        for (name, tracepoint) in
-            [(programs::SCHED_SWITCH, "sched_switch"), (programs::SYSCALL_EXIT, "sys_exit")]
-        {
-            let hook: &mut RawTracePoint = program(&mut self.ebpf, name)?.try_into()?;
-            hook.attach(tracepoint)
-                .with_context(|| format!("cannot attach to raw tracepoint {tracepoint}"))?;
-        }
+        let switch: &mut BtfTracePoint = program(&mut self.ebpf, programs::SCHED_SWITCH)?.try_into()?;
+        switch.attach().context("cannot attach to BTF tracepoint sched_switch")?;
+        let exit: &mut RawTracePoint = program(&mut self.ebpf, programs::SYSCALL_EXIT)?.try_into()?;
+        exit.attach("sys_exit").context("cannot attach to raw tracepoint sys_exit")?;
         Ok(())
     }
 
@@ -255,6 +263,7 @@ impl Sampler {
                     recorded: count(Counter::OffCpu)?,
                     short: count(Counter::ShortOffCpu)?,
                     unnoted: count(Counter::OffCpuUnnoted)?,
+                    without_kernel_stack: count(Counter::OffCpuNoKernelStack)?,
                 })
             })
             .flatten()
@@ -275,6 +284,8 @@ pub struct OffCpuBlocks {
     pub short: u64,
     /// Never noted: the kernel's table of threads off the CPU was full, or had no memory.
     pub unnoted: u64,
+    /// Recorded without kernel frames: the kernel would not give the stack.
+    pub without_kernel_stack: u64,
 }
 
 impl KernelSource for Sampler {

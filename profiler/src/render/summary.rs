@@ -43,7 +43,8 @@ impl Summary<'_> {
         let recording = self.recording;
         let meta = &recording.meta;
         let samples = recording.sample_count();
-        let processes = self.processes;
+        // Spans still open at the end are counted without a record: their processes too.
+        let processes = self.processes.max(recording.process_count() as u64);
         let plural = if processes == 1 { "" } else { "es" };
         let mut text = match meta.weight {
             Weight::OffCpuNs => format!(
@@ -99,6 +100,9 @@ impl Summary<'_> {
         if let Some(blocks) = kernel.blocks {
             let mut line =
                 format!("{} blocks recorded, {} shorter ones dropped", blocks.recorded, blocks.short);
+            if blocks.without_kernel_stack > 0 {
+                line += &format!(", {} without kernel frames", blocks.without_kernel_stack);
+            }
             if blocks.unnoted > 0 {
                 line += &format!(", {} missed (the kernel's thread table was full)", blocks.unnoted);
             }
@@ -183,7 +187,7 @@ fn top_blocking(recording: &Recording, top: usize) -> Vec<String> {
         .collect()
 }
 
-/// `worker_sleep ← do_nanosleep`.
+/// `worker_sleep ← hrtimer_nanosleep`.
 fn blocking_place(recording: &Recording, stack: u32) -> String {
     const SCHEDULER: [&str; 4] = ["__schedule", "schedule", "preempt_schedule", "io_schedule"];
     let names = recording.stacks[stack as usize].iter().map(|&l| &recording.locations[l as usize]);
@@ -224,7 +228,7 @@ mod tests {
             kernel: KernelFigures {
                 cost_us: vec![("sample program run", 2.5), ("context switch", 0.25)],
                 ring_bytes_per_record: Some(3.0 * 1024.0),
-                blocks: Some(OffCpuBlocks { recorded: 7, short: 90, unnoted: 2 }),
+                blocks: Some(OffCpuBlocks { recorded: 7, short: 90, unnoted: 2, without_kernel_stack: 1 }),
             },
             python: &["pid 9: CPython 3.14: native frames only".into()],
             outputs: &outputs,
@@ -238,7 +242,7 @@ mod tests {
         assert_eq!(lines[3], "  python          pid 9: CPython 3.14: native frames only");
         assert_eq!(
             lines[4],
-            "  off CPU         7 blocks recorded, 90 shorter ones dropped, 2 missed (the kernel's thread table was full)"
+            "  off CPU         7 blocks recorded, 90 shorter ones dropped, 1 without kernel frames, 2 missed (the kernel's thread table was full)"
         );
         assert_eq!(
             lines[5],

@@ -205,7 +205,8 @@ fn sampling(privileged: bool) -> Finding {
 /// Loads and attaches the scheduler hooks of `record --off-cpu` and `--wall`, then releases them.
 fn off_cpu(privileged: bool) -> Finding {
     let hooks = OffCpuConfig { min_ns: u64::MAX, runqueue: true };
-    let done = "sched_switch and sys_exit raw tracepoints verified and attached";
+    let done =
+        "sched_switch (BTF tracepoint) and sys_exit (raw tracepoint) attached, the task iterator loaded";
     try_sampler("off-CPU", privileged, false, Some(hooks), done)
 }
 

@@ -61,7 +61,7 @@ pub trait Mode {
     /// in the mode's part of `meta`.
     fn finish(
         &mut self,
-        kernel: &Self::Kernel,
+        kernel: &mut Self::Kernel,
         aggregate: &mut Aggregate,
         end_ns: u64,
         meta: &mut Meta,
@@ -72,7 +72,7 @@ pub trait Mode {
     /// [`Self::finish`] ends): adds to `aggregate` what it holds that no record brought yet.
     fn close_window(
         &mut self,
-        _kernel: &Self::Kernel,
+        _kernel: &mut Self::Kernel,
         _aggregate: &mut Aggregate,
         _end_ns: u64,
     ) -> Result<()> {
@@ -206,7 +206,7 @@ pub async fn run<M: Mode>(mode: M, settings: Settings) -> Result<()> {
         unwind: session.walker.stats().summary(),
         ..base
     };
-    late.extend(session.mode.finish(&kernel, &mut session.aggregate, end_ns, &mut meta).err());
+    late.extend(session.mode.finish(&mut kernel, &mut session.aggregate, end_ns, &mut meta).err());
     // What the last drains and the mode's end brought is named now.
     session.settle();
     if let Some(windows) = &mut windows {
@@ -665,7 +665,7 @@ mod tests {
         fn status(&self, _: &Unloaded, _: &Progress) -> String {
             String::new()
         }
-        fn finish(&mut self, _: &Unloaded, _: &mut Aggregate, _: u64, _: &mut Meta) -> Result<()> {
+        fn finish(&mut self, _: &mut Unloaded, _: &mut Aggregate, _: u64, _: &mut Meta) -> Result<()> {
             Ok(())
         }
         fn report(&self, _: &End<'_, Unloaded>) {}

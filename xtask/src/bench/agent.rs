@@ -1,5 +1,6 @@
-//! `profiler agent -a` at its default frequency, both CPUs busy, pushing to a local receiver
-//! that answers like Pyroscope's ingest API: the agent's CPU (% of one core) and RSS over time.
+//! `profiler agent -a` at its default frequency, pushing to a local receiver that answers like
+//! Pyroscope's ingest API, beside a load on every CPU: busy (CPU profiles), or switching all the
+//! time (`--off-cpu` too). The agent's CPU (% of one core) and RSS over time.
 use std::{
     fmt::Write as _,
     path::Path,
@@ -34,25 +35,46 @@ use crate::check;
 const CPU_GOAL_PERCENT: f64 = 0.5;
 const RSS_GOAL_MIB: f64 = 64.0;
 
-pub fn table(profiler: &Path, src: &Path, dir: &Path, quick: bool) -> Result<String> {
+/// What keeps every CPU of the host busy while the agent runs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Load {
+    /// A copy of `split` per CPU, computing; the agent profiles CPU time.
+    Busy,
+    /// A copy of `handoff` per CPU (two threads handing a token over, ~180,000 context switches
+    /// a second each); the agent profiles CPU and off-CPU time (`--off-cpu`).
+    Switching,
+}
+
+pub fn table(profiler: &Path, src: &Path, dir: &Path, load: Load, quick: bool) -> Result<String> {
     let (minutes, every) =
         if quick { (1.0, Duration::from_secs(10)) } else { (10.0, Duration::from_secs(30)) };
-    let split = dir.join("split-agent");
-    check(
-        Command::new("gcc").args(["-O2", "-g", "-o"]).arg(&split).arg(src.join("split.c")).arg("-lpthread"),
-    )?;
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let (program, source) = match load {
+        Load::Busy => ("split", "split.c"),
+        Load::Switching => ("handoff", "handoff.c"),
+    };
+    let binary = dir.join(format!("{program}-agent"));
+    check(Command::new("gcc").args(["-O2", "-g", "-o"]).arg(&binary).arg(src.join(source)).arg("-lpthread"))?;
     let mut busy = Vec::new();
-    for _ in 0..cpus {
+    for cpu in 0..cpus {
+        let args = match load {
+            Load::Busy => vec!["0".to_string()],
+            // As long as the agent runs, 4 µs of work per hand-off, no lingering, on `cpu`.
+            Load::Switching => {
+                vec![(minutes * 60.0 + 5.0).to_string(), "4000".into(), "0".into(), cpu.to_string()]
+            }
+        };
         busy.push(KillOnDrop(
-            Command::new(&split).arg("0").stdin(Stdio::null()).stdout(Stdio::null()).spawn()?,
+            Command::new(&binary).args(args).stdin(Stdio::null()).stdout(Stdio::null()).spawn()?,
         ));
     }
     let (url, requests) = receiver()?;
     let seconds = minutes * 60.0;
-    eprintln!("xtask bench: agent -a for {minutes} min");
+    let off_cpu: &[&str] = if load == Load::Switching { &["--off-cpu"] } else { &[] };
+    eprintln!("xtask bench: agent -a {} for {minutes} min", off_cpu.join(" "));
     let mut agent = Command::new(profiler)
         .args(["agent", "-q", "--pyroscope", &url, "-d", &seconds.to_string()])
+        .args(off_cpu)
         .stdin(Stdio::null())
         .spawn()
         .context("cannot start the agent")?;
@@ -76,11 +98,22 @@ pub fn table(profiler: &Path, src: &Path, dir: &Path, quick: bool) -> Result<Str
         points.iter().filter(|p| p.0 > 1.0).map(|&(t, _, rss)| (t, rss)).collect();
     let slope = slope(&after_first_minute);
     let verdict = |ok: bool| if ok { "met" } else { "**not met**" };
+    let (title, option, beside) = match load {
+        Load::Busy => ("", "", format!("{cpus} copies of `split` keep every CPU busy")),
+        Load::Switching => (
+            " --off-cpu",
+            " --off-cpu",
+            format!(
+                "{cpus} copies of `handoff` (one per CPU: two threads handing a token over pipes with 4 µs of work \
+                 each time, about 180,000 context switches a second each) keep every CPU switching"
+            ),
+        ),
+    };
     let mut text = format!(
-        "## Agent: `profiler agent -a`\n\n\
-         `profiler agent -q --pyroscope URL -d {seconds:.0}` (19 Hz, 15 s windows) while {cpus} copies of `split` keep \
-         every CPU busy, pushing to a local receiver that answers like Pyroscope's ingest API ({} requests received). \
-         CPU (% of one core) and RSS every {} s.\n\n\
+        "## Agent: `profiler agent -a{title}`\n\n\
+         `profiler agent -q --pyroscope URL -d {seconds:.0}{option}` (19 Hz, 15 s windows) while {beside}, pushing to a \
+         local receiver that answers like Pyroscope's ingest API ({} requests received). CPU (% of one core) and RSS \
+         every {} s.\n\n\
          | goal | measured | |\n|---|---|---|\n\
          | CPU ≤ {CPU_GOAL_PERCENT}% of one core | mean {cpu:.2}% | {} |\n\
          | RSS ≤ {RSS_GOAL_MIB} MiB | peak {rss:.1} MiB | {} |\n\

@@ -51,7 +51,7 @@ pub struct Options {
 }
 
 /// The sections of BENCHMARKS.md, in order.
-pub const SECTIONS: [&str; 12] = [
+pub const SECTIONS: [&str; 13] = [
     "compare",
     "kernel",
     "memory",
@@ -60,6 +60,7 @@ pub const SECTIONS: [&str; 12] = [
     "off-cpu",
     "python",
     "agent",
+    "agent-off-cpu",
     "long-run",
     "churn",
     "naming",
@@ -95,7 +96,12 @@ pub fn run(root: &Path, options: &Options) -> Result<()> {
         sections.push(("python", python::table(&tools.profiler, root, &src, &dir, repetitions)?));
     }
     if wanted("agent") {
-        sections.push(("agent", agent::table(&tools.profiler, &src, &dir, options.quick)?));
+        sections
+            .push(("agent", agent::table(&tools.profiler, &src, &dir, agent::Load::Busy, options.quick)?));
+    }
+    if wanted("agent-off-cpu") {
+        let load = agent::Load::Switching;
+        sections.push(("agent-off-cpu", agent::table(&tools.profiler, &src, &dir, load, options.quick)?));
     }
     if wanted("long-run") {
         sections.push(("long-run", long_run::table(&tools.profiler, &src, &dir, options.quick)?));

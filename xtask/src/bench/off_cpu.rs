@@ -1,8 +1,10 @@
-//! `profiler record --off-cpu` on a program that does nothing but switch: `pingpong`'s round
-//! trips per second alone, under the profiler at the default threshold and with every block
-//! recorded, and under libbpf-tools' `offcputime` (frame pointers only) at the same thresholds;
-//! perf's `--off-cpu` where the installed perf has it. The profiler's summary gives the kernel's
-//! time per context switch and per system call exit, and the ring bytes per recorded block.
+//! `record --off-cpu` and `--wall` on programs that do little but switch: `pingpong`'s round
+//! trips per second, and `handoff`'s (two threads passing a token with a few microseconds of
+//! work each time, like a server's I/O thread and worker) hand-offs per second, alone, under the
+//! profiler (at the default threshold, with every block recorded, and on and off the CPU), and
+//! under libbpf-tools' `offcputime` (frame pointers only) at the same thresholds; perf's
+//! `--off-cpu` where the installed perf has it. The profiler's summary gives the kernel's time
+//! per context switch and per system call exit, and the ring bytes per recorded block.
 use std::{
     fmt::Write as _,
     path::Path,
@@ -20,20 +22,81 @@ use crate::check;
 const OFFCPUTIME: &str = "/usr/sbin/offcputime";
 /// The profiler's default `--min-block`, in microseconds.
 const DEFAULT_MIN_BLOCK_US: u64 = 50;
+/// `handoff`'s work per hand-off, in nanoseconds.
+const HANDOFF_WORK_NS: u64 = 4000;
+
+/// A program that switches.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Program {
+    /// Two processes bouncing a byte: nothing but switches.
+    Pingpong,
+    /// Two threads handing a token over with [`HANDOFF_WORK_NS`] of work each time.
+    Handoff,
+}
+
+impl Program {
+    fn name(self) -> &'static str {
+        match self {
+            Program::Pingpong => "pingpong",
+            Program::Handoff => "handoff",
+        }
+    }
+
+    /// What it counts per second.
+    fn unit(self) -> &'static str {
+        match self {
+            Program::Pingpong => "round trips/s",
+            Program::Handoff => "hand-offs/s",
+        }
+    }
+
+    /// Its arguments for a run of `seconds` that lingers `linger` seconds after.
+    fn args(self, seconds: u64, linger: u64) -> Vec<String> {
+        let mut args = vec![seconds.to_string()];
+        if self == Program::Handoff {
+            args.push(HANDOFF_WORK_NS.to_string());
+        }
+        args.push(linger.to_string());
+        args
+    }
+
+    fn describe(self, seconds: u64) -> String {
+        match self {
+            Program::Pingpong => format!(
+                "`pingpong {seconds}`: two processes bounce a byte over a pair of pipes, so every round trip is two \
+                 blocking reads of a few microseconds."
+            ),
+            Program::Handoff => format!(
+                "`handoff {seconds} {HANDOFF_WORK_NS}`: two threads of one process hand a token over a pair of pipes and \
+                 work {} µs each time they hold it, like a server's I/O thread and worker.",
+                HANDOFF_WORK_NS / 1000
+            ),
+        }
+    }
+}
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Runner {
     Alone,
-    Profiler { min_block_us: u64 },
-    OffCpuTime { min_block_us: u64 },
+    /// `record --off-cpu`, or `--wall` (on and off the CPU) when `wall`.
+    Profiler {
+        min_block_us: u64,
+        wall: bool,
+    },
+    OffCpuTime {
+        min_block_us: u64,
+    },
 }
 
 impl Runner {
     fn label(self) -> String {
         match self {
             Runner::Alone => "alone".into(),
-            Runner::Profiler { min_block_us } => {
+            Runner::Profiler { min_block_us, wall: false } => {
                 format!("`profiler record --off-cpu --min-block {min_block_us}`")
+            }
+            Runner::Profiler { min_block_us, wall: true } => {
+                format!("`profiler record --wall --min-block {min_block_us}`")
             }
             Runner::OffCpuTime { min_block_us } => format!("`offcputime -m {min_block_us}` (libbpf-tools)"),
         }
@@ -43,28 +106,56 @@ impl Runner {
 /// What one run measured; `None` where the runner cannot tell.
 #[derive(Default)]
 struct Run {
-    round_trips: f64,
+    rate: f64,
     switch_us: Option<f64>,
     syscall_exit_us: Option<f64>,
     blocks_per_second: Option<f64>,
     ring_kib_per_block: Option<f64>,
-    /// Of the blocked time in `pipe_read`, the share whose stack reaches `main`.
+    /// Of the blocked time in `pipe_read`, the share whose stack reaches `main` or a thread's
+    /// start.
     complete: Option<f64>,
 }
 
 pub fn table(profiler: &Path, src: &Path, dir: &Path, repetitions: usize, quick: bool) -> Result<String> {
     let seconds = if quick { 3 } else { 5 };
-    let binary = dir.join("pingpong");
+    let mut text = format!(
+        "## Off-CPU time (`profiler record --off-cpu`, `--wall`)\n\n\
+         Programs that do little but switch, both on CPU 0 (every hand-off is a switch there, no idle CPU to wake), \
+         the tools on the last CPU; each counts its own rate, built without frame pointers. Medians of {repetitions} \
+         run(s). *µs per switch* and *per syscall exit*: mean run time of the `sched_switch` and `sys_exit` programs \
+         (BPF run-time statistics, in a second run of each: they cost two clock reads per program run, so the rates \
+         are measured without them; `sys_exit` runs at every system call of the machine, `sched_switch` at every \
+         switch of the machine, followed threads or not). *Complete*: of the time blocked in `pipe_read`, the share \
+         whose stack reaches `main` or the thread's start. {}\n\n",
+        perf_off_cpu_support()
+    );
+    for program in [Program::Handoff, Program::Pingpong] {
+        text.push_str(&program_table(program, profiler, src, dir, repetitions, seconds)?);
+    }
+    Ok(text)
+}
+
+/// The table of one program.
+fn program_table(
+    program: Program,
+    profiler: &Path,
+    src: &Path,
+    dir: &Path,
+    repetitions: usize,
+    seconds: u64,
+) -> Result<String> {
+    let binary = dir.join(program.name());
     check(
         Command::new("gcc")
-            .args(["-O2", "-g", "-fomit-frame-pointer", "-o"])
+            .args(["-O2", "-g", "-fomit-frame-pointer", "-pthread", "-o"])
             .arg(&binary)
-            .arg(src.join("pingpong.c")),
+            .arg(src.join(format!("{}.c", program.name()))),
     )?;
     let mut runners = vec![
         Runner::Alone,
-        Runner::Profiler { min_block_us: DEFAULT_MIN_BLOCK_US },
-        Runner::Profiler { min_block_us: 1 },
+        Runner::Profiler { min_block_us: DEFAULT_MIN_BLOCK_US, wall: false },
+        Runner::Profiler { min_block_us: DEFAULT_MIN_BLOCK_US, wall: true },
+        Runner::Profiler { min_block_us: 1, wall: false },
     ];
     if Path::new(OFFCPUTIME).exists() {
         runners.extend([
@@ -72,41 +163,36 @@ pub fn table(profiler: &Path, src: &Path, dir: &Path, repetitions: usize, quick:
             Runner::OffCpuTime { min_block_us: 1 },
         ]);
     }
-    let _stats = super::kernel::BpfStats::enable()?;
     let mut runs: Vec<Vec<Run>> = runners.iter().map(|_| Vec::new()).collect();
     for repetition in 0..repetitions {
         for (r, &runner) in runners.iter().enumerate() {
-            eprintln!("xtask bench: pingpong · {} · run {}", runner.label(), repetition + 1);
-            runs[r].push(run(runner, profiler, &binary, seconds, dir)?);
+            eprintln!("xtask bench: {} · {} · run {}", program.name(), runner.label(), repetition + 1);
+            runs[r].push(run(program, runner, profiler, &binary, seconds, dir)?);
         }
     }
-    let alone = median(&mut runs[0].iter().map(|r| r.round_trips).collect::<Vec<_>>());
+    let alone = median(&mut runs[0].iter().map(|r| r.rate).collect::<Vec<_>>());
     let mut text = format!(
-        "## Off-CPU time (`profiler record --off-cpu`)\n\n\
-         `pingpong {seconds}`: two processes bounce a byte over a pair of pipes, so every round trip is two blocking \
-         reads of a few microseconds; both run on CPU 0 (two switches per round trip there, no idle CPU to wake) and \
-         the tools on the last CPU; it counts its own round trips per second. Built without frame pointers. \
-         Medians of {repetitions} run(s). *µs per switch* and *per syscall exit*: mean run time of the `sched_switch` and \
-         `sys_exit` programs (BPF run-time statistics; `sys_exit` runs at every system call of the machine). *Complete*: \
-         of the time blocked in `pipe_read`, the share whose stack reaches `main`. {}\n\n\
-         | run | round trips/s | slowdown | blocks recorded/s | µs per switch | µs per syscall exit | ring KiB per block | complete |\n\
+        "### {}\n\n{}\n\n\
+         | run | {} | slowdown | blocks recorded/s | µs per switch | µs per syscall exit | ring KiB per block | complete |\n\
          |---|---|---|---|---|---|---|---|\n",
-        perf_off_cpu_support()
+        program.name(),
+        program.describe(seconds),
+        program.unit(),
     );
     for (runner, runs) in runners.iter().zip(&mut runs) {
         let column = |f: fn(&Run) -> Option<f64>| {
             let mut values: Vec<f64> = runs.iter().filter_map(f).collect();
             (!values.is_empty()).then(|| median(&mut values))
         };
-        let round_trips = column(|r| Some(r.round_trips)).unwrap_or(0.0);
+        let rate = column(|r| Some(r.rate)).unwrap_or(0.0);
         let cell = |value: Option<f64>, digits: usize, unit: &str| {
             value.map_or("–".into(), |v| format!("{v:.digits$}{unit}"))
         };
         writeln!(
             text,
-            "| {} | {round_trips:.0} | {:+.1}% | {} | {} | {} | {} | {} |",
+            "| {} | {rate:.0} | {:+.1}% | {} | {} | {} | {} | {} |",
             runner.label(),
-            100.0 * (alone / round_trips - 1.0),
+            100.0 * (alone / rate - 1.0),
             cell(column(|r| r.blocks_per_second), 0, ""),
             cell(column(|r| r.switch_us), 2, ""),
             cell(column(|r| r.syscall_exit_us), 3, ""),
@@ -118,28 +204,49 @@ pub fn table(profiler: &Path, src: &Path, dir: &Path, repetitions: usize, quick:
     Ok(text)
 }
 
-fn run(runner: Runner, profiler: &Path, binary: &Path, seconds: u64, dir: &Path) -> Result<Run> {
+fn run(
+    program: Program,
+    runner: Runner,
+    profiler: &Path,
+    binary: &Path,
+    seconds: u64,
+    dir: &Path,
+) -> Result<Run> {
+    let rate = |stdout: &str| {
+        parse_after(&format!("> {stdout}"), ">", &format!(" {}", program.unit()))
+            .with_context(|| format!("{} printed no rate", program.name()))
+    };
     match runner {
         Runner::Alone => Ok(Run {
-            round_trips: round_trips(&output(Command::new(binary).arg(seconds.to_string()))?.0)?,
+            rate: rate(&output(Command::new(binary).args(program.args(seconds, 0)))?.0)?,
             ..Run::default()
         }),
-        Runner::Profiler { min_block_us } => {
-            let folded = dir.join("pingpong.folded");
-            let (stdout, stderr) = output(
-                on_last_cpu(profiler)
-                    .args(["record", "--off-cpu", "--min-block", &min_block_us.to_string(), "-o"])
-                    .arg(&folded)
-                    .arg("--")
-                    .arg(binary)
-                    .arg(seconds.to_string()),
-            )?;
+        Runner::Profiler { min_block_us, wall } => {
+            let folded = dir.join(format!("{}.folded", program.name()));
+            let record = || {
+                output(
+                    on_last_cpu(profiler)
+                        .args(["record", if wall { "--wall" } else { "--off-cpu" }])
+                        .args(["--min-block", &min_block_us.to_string(), "-o"])
+                        .arg(&folded)
+                        .arg("--")
+                        .arg(binary)
+                        .args(program.args(seconds, 0)),
+                )
+            };
+            // The kernel's statistics cost two clock reads per program run: the rate is measured
+            // without them, the time per run in a run of its own.
+            let (stdout, stderr) = record()?;
+            let (_, costs) = {
+                let _stats = super::kernel::BpfStats::enable()?;
+                record()?
+            };
             let per = |what: &str| {
-                stderr.lines().find(|l| l.contains("kernel cost")).and_then(|l| number_before(l, what))
+                costs.lines().find(|l| l.contains("kernel cost")).and_then(|l| number_before(l, what))
             };
             let blocks = parse_after(&stderr, "off CPU", " blocks recorded");
             Ok(Run {
-                round_trips: round_trips(&stdout)?,
+                rate: rate(&stdout)?,
                 switch_us: per(" µs per context switch"),
                 syscall_exit_us: per(" µs per system call exit"),
                 blocks_per_second: blocks.map(|b| b / seconds as f64),
@@ -148,8 +255,9 @@ fn run(runner: Runner, profiler: &Path, binary: &Path, seconds: u64, dir: &Path)
             })
         }
         Runner::OffCpuTime { min_block_us } => {
-            // Traces the whole machine (-p takes one process) for a little longer than pingpong
-            // runs; pingpong lingers so that offcputime can still read its maps to name frames.
+            // Traces the whole machine (-p takes one process) for a little longer than the
+            // program runs; the program lingers so that offcputime can still read its maps to
+            // name frames.
             let tracer = on_last_cpu(Path::new(OFFCPUTIME))
                 .args(["-m", &min_block_us.to_string(), &(seconds + 3).to_string()])
                 .stdout(Stdio::piped())
@@ -157,10 +265,10 @@ fn run(runner: Runner, profiler: &Path, binary: &Path, seconds: u64, dir: &Path)
                 .spawn()
                 .context("cannot run offcputime")?;
             thread::sleep(Duration::from_millis(1500));
-            let (stdout, _) = output(Command::new(binary).args([seconds.to_string(), "4".into()]))?;
+            let (stdout, _) = output(Command::new(binary).args(program.args(seconds, 4)))?;
             let report = tracer.wait_with_output()?;
-            let stacks = offcputime_stacks(&String::from_utf8_lossy(&report.stdout), "pingpong");
-            Ok(Run { round_trips: round_trips(&stdout)?, complete: complete_share(stacks), ..Run::default() })
+            let stacks = offcputime_stacks(&String::from_utf8_lossy(&report.stdout), program.name());
+            Ok(Run { rate: rate(&stdout)?, complete: complete_share(stacks), ..Run::default() })
         }
     }
 }
@@ -172,10 +280,6 @@ fn output(command: &mut Command) -> Result<(String, String)> {
         bail!("{command:?} failed: {stderr}");
     }
     Ok((String::from_utf8_lossy(&out.stdout).into_owned(), stderr))
-}
-
-fn round_trips(stdout: &str) -> Result<f64> {
-    parse_after(&format!("> {stdout}"), ">", " round trips/s").context("pingpong printed no round trips")
 }
 
 /// The number that ends right before `suffix` in `line`.
@@ -212,15 +316,16 @@ fn offcputime_stacks(report: &str, comm: &str) -> Vec<(Vec<String>, f64)> {
         .collect()
 }
 
-/// Of the weight of the stacks that block in `pipe_read` (`anon_pipe_read` since Linux 6.16), the share (%) whose stack reaches
-/// `main`; `None` when nothing blocked there.
+/// Of the weight of the stacks that block in `pipe_read` (`anon_pipe_read` since Linux 6.16),
+/// the share (%) whose stack reaches `main` or a thread's start; `None` when nothing blocked
+/// there.
 fn complete_share(stacks: Vec<(Vec<String>, f64)>) -> Option<f64> {
     let name = |frame: &str| frame.trim_end_matches("_[k]").to_owned();
     let (mut reading, mut complete) = (0.0, 0.0);
     for (frames, weight) in stacks {
         if frames.iter().any(|f| name(f).ends_with("pipe_read")) {
             reading += weight;
-            if frames.iter().any(|f| f == "main") {
+            if frames.iter().any(|f| f == "main" || f == "start_thread") {
                 complete += weight;
             }
         }

@@ -91,7 +91,7 @@ impl Mode for Leaks {
     /// One sample per block still outstanding (at least `--min-age` old), on its stack.
     fn finish(
         &mut self,
-        tracer: &Tracer,
+        tracer: &mut Tracer,
         aggregate: &mut Aggregate,
         end_ns: u64,
         meta: &mut Meta,
