@@ -380,7 +380,8 @@ pub struct OffCpuThread {
     /// Valid entries of `kernel_stack`: 0 until the span is known to be long enough (as the
     /// thread comes back, or when userspace counts the spans still open).
     pub kernel_stack_len: u32,
-    /// Leading entries of `kernel_stack` above `__schedule` (the context switch's own).
+    /// Leading entries of `kernel_stack` to leave out: 1 when `__schedule`'s address, put
+    /// first, is not known (0).
     pub kernel_stack_skip: u32,
     pub _pad: u32,
     /// Where it waits, in the kernel (`__schedule` under the function that waited), innermost
@@ -599,6 +600,8 @@ pub mod globals {
     pub const TASK_START_TIME_OFFSET: &str = "TASK_START_TIME_OFFSET";
     /// `u32`: byte offset of `__state` in `struct task_struct`.
     pub const TASK_STATE_OFFSET: &str = "TASK_STATE_OFFSET";
+    /// `u32`: byte offset of `on_cpu` (nonzero while it runs) in `struct task_struct`.
+    pub const TASK_ON_CPU_OFFSET: &str = "TASK_ON_CPU_OFFSET";
     /// `u32`: byte offset of `signal` (the thread group's `struct signal_struct *`) in
     /// `struct task_struct`.
     pub const TASK_SIGNAL_OFFSET: &str = "TASK_SIGNAL_OFFSET";

@@ -14,7 +14,8 @@
 //!   sent there, with the user registers and stack copy of the call, which are as the thread
 //!   left them.
 //! - `off_cpu_stacks`, a task iterator userspace runs when it counts the spans still open (at a
-//!   window's end, at the end): takes the kernel stacks of followed threads still away.
+//!   window's end, at the end): takes the kernel stacks of followed threads still away, and
+//!   notes those away since before sampling started that no switch showed.
 //!
 //! A span that does not end in a system call's return (a wait for a CPU, a page fault, a kernel
 //! thread) is sent at once from `sched_switch` without a user stack: a wait for a CPU shows as
@@ -24,7 +25,7 @@ use core::ffi::c_void;
 
 use aya_ebpf::{
     EbpfContext,
-    bindings::pt_regs,
+    bindings::{BPF_NOEXIST, pt_regs},
     helpers::{
         bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel, bpf_probe_read_kernel_buf,
         generated::{bpf_get_current_task_btf, bpf_get_task_stack, bpf_task_pt_regs},
@@ -41,13 +42,15 @@ use profiler_common::{
 use crate::{
     sample::{self, count, task_pid, task_tgid, wanted},
     setting,
-    stack::{self, Draft, Scratch},
+    stack::{self, Draft, Scratch, USER_MODE_RPL},
     stopped,
 };
 
 /// Followed threads that have left the CPU since sampling started, by thread id: an entry is
-/// made the first time a thread leaves (~1 KiB, no preallocation), written in place after that
-/// and removed as the thread exits. `since_ns` is 0 while the thread is on the CPU.
+/// made the first time a thread is seen away (it leaves, it comes back from a wait begun before
+/// sampling started, or the task iterator finds it waiting since then; ~1 KiB, no
+/// preallocation), written in place after that and removed as the thread exits. `since_ns` is 0
+/// while the thread is on the CPU with no span to send.
 #[map(name = "OFF_CPU_THREADS")]
 static OFF_CPU_THREADS: HashMap<u32, OffCpuThread> =
     HashMap::with_max_entries(16384, aya_ebpf::bindings::BPF_F_NO_PREALLOC);
@@ -55,6 +58,11 @@ static OFF_CPU_THREADS: HashMap<u32, OffCpuThread> =
 /// Where each CPU builds a thread's first entry (too big for the BPF stack).
 #[map(name = "OFF_CPU_NOTE")]
 static OFF_CPU_NOTE: PerCpuArray<OffCpuThread> = PerCpuArray::with_max_entries(1, 0);
+
+/// Where the task iterator builds an entry: not in [`OFF_CPU_NOTE`], as `sched_switch` may
+/// preempt it on its CPU. One iterator runs at a time (userspace's).
+#[map(name = "ITERATOR_NOTE")]
+static ITERATOR_NOTE: Array<OffCpuThread> = Array::with_max_entries(1, 0);
 
 /// Where each CPU builds its off-CPU record. Userspace sets one entry per CPU.
 #[map(name = "OFF_CPU_SCRATCH")]
@@ -77,6 +85,8 @@ static TASK_START_TIME_OFFSET: u32 = 0;
 #[unsafe(no_mangle)]
 static TASK_STATE_OFFSET: u32 = 0;
 #[unsafe(no_mangle)]
+static TASK_ON_CPU_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
 static SCHEDULE_ADDR: u64 = 0;
 
 /// `TASK_DEAD` in a task's state: it leaves the CPU for good.
@@ -97,7 +107,9 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
     }
     let now = unsafe { bpf_ktime_get_ns() };
     let next: *mut c_void = ctx.arg(2);
-    came_back(next, now);
+    if !next.is_null() {
+        came_back(next, now);
+    }
     let pid_tgid = bpf_get_current_pid_tgid();
     let prev_state = ctx.arg::<u64>(3) & 0xffff_ffff;
     if prev_state & TASK_DEAD != 0 {
@@ -125,7 +137,8 @@ fn left(ctx: &BtfTracePointContext, pid_tgid: u64, state: OffCpuState, now: u64)
     if thread.resumed_ns != 0 {
         // Without Python frames: the verifier checks the Python walk once per program that makes
         // it, and this one would double sched_switch's load time; these are the spans of threads
-        // that came back outside a system call (preempted, or woken from a page fault).
+        // that came back inside a system call and leave again before it returns (a wait
+        // retried), rare beside those sent at the return.
         send(ctx, pid_tgid, thread, UserStack::Native);
     }
     note(thread, pid_tgid, state, now);
@@ -165,26 +178,40 @@ fn take_kernel_stack(task: *mut c_void, thread: &mut OffCpuThread) {
     let waiting = unsafe { thread.kernel_stack.as_mut_ptr().add(1) }.cast();
     let bytes = unsafe { bpf_get_task_stack(task.cast(), waiting, KERNEL_STACK_BYTES - 8, 0) };
     let frames = if bytes > 0 { bytes as u32 / 8 } else { 0 };
-    if frames == 0 {
-        count(Counter::OffCpuNoKernelStack, 1);
-    }
     thread.kernel_stack_len = if frames == 0 { 0 } else { (frames + 1).min(MAX_STACK_DEPTH as u32) };
     // Without `__schedule`'s address (hidden in /proc/kallsyms), its slot is skipped.
     thread.kernel_stack_skip = u32::from(schedule == 0);
 }
 
 /// Makes `thread` the entry of `tid`.
-#[allow(clippy::needless_borrows_for_generic_args)] // by value would copy 1 KiB onto the 512-byte BPF stack
 fn insert(tid: u32, thread: &OffCpuThread) {
-    if OFF_CPU_THREADS.insert(tid, thread, 0).is_err() {
-        count(Counter::OffCpuUnnoted, 1);
+    insert_with(tid, thread, 0);
+}
+
+/// Makes `thread` the entry of `tid` with the map update's `flags`; a failure for want of room
+/// is counted.
+#[allow(clippy::needless_borrows_for_generic_args)] // by value would copy 1 KiB onto the 512-byte BPF stack
+fn insert_with(tid: u32, thread: &OffCpuThread, flags: u64) {
+    match OFF_CPU_THREADS.insert(tid, thread, flags) {
+        Err(EEXIST) if flags == u64::from(BPF_NOEXIST) => {}
+        Err(_) => count(Counter::OffCpuUnnoted, 1),
+        Ok(()) => {}
     }
 }
 
-/// Whether `task` is inside a system call (its saved `orig_ax` is a call number).
+/// The map update failed: the entry is there already.
+const EEXIST: i32 = -17;
+
+/// Whether `task` is inside a system call: its registers saved on entering the kernel are a
+/// user's (a kernel thread's are not), and their `orig_ax` is a call number.
 fn in_syscall(task: *mut c_void) -> bool {
     let regs = unsafe { bpf_task_pt_regs(task.cast()) } as *const pt_regs;
-    !regs.is_null() && unsafe { bpf_probe_read_kernel(&(*regs).orig_rax) }.is_ok_and(|nr| (nr as i64) >= 0)
+    if regs.is_null() {
+        return false;
+    }
+    // `orig_rax`, `rip` and `cs` follow each other: one read.
+    let saved = unsafe { bpf_probe_read_kernel(core::ptr::addr_of!((*regs).orig_rax).cast::<[u64; 3]>()) };
+    saved.is_ok_and(|[nr, _, cs]| (nr as i64) >= 0 && cs & 3 == USER_MODE_RPL)
 }
 
 /// `next` comes back onto the CPU (still in `prev`'s context).
@@ -228,7 +255,7 @@ fn came_back_unseen(next: *mut c_void, tid: u32, now: u64) {
     thread.resumed_ns = now;
     thread.tgid = unsafe { task_tgid(next.cast()) }.unwrap_or(0);
     thread.state = OffCpuState::Sleeping as u32;
-    thread.in_syscall = 1;
+    thread.in_syscall = u32::from(in_syscall(next));
     take_kernel_stack(next, thread);
     insert(tid, thread);
 }
@@ -266,10 +293,17 @@ pub extern "C" fn off_cpu_stacks(ctx: *mut TaskIterContext) -> i32 {
         return 0;
     };
     let thread = unsafe { &mut *thread };
-    if thread.since_ns != 0 && thread.resumed_ns == 0 && thread.kernel_stack_len == 0 {
+    if thread.since_ns != 0 && thread.resumed_ns == 0 && thread.kernel_stack_len == 0 && !on_cpu(task) {
         take_kernel_stack(task, thread);
     }
     0
+}
+
+/// Whether `task` is running: its stack is not one it waits in, and its state may be one it set
+/// on its way to waiting.
+fn on_cpu(task: *mut c_void) -> bool {
+    let on_cpu = unsafe { task.cast::<u8>().add(setting(&TASK_ON_CPU_OFFSET) as usize) }.cast::<i32>();
+    unsafe { bpf_probe_read_kernel(on_cpu) }.is_ok_and(|on_cpu| on_cpu != 0)
 }
 
 /// Notes `task`, a thread not seen leaving the CPU, if it is followed and waits (not running,
@@ -277,6 +311,9 @@ pub extern "C" fn off_cpu_stacks(ctx: *mut TaskIterContext) -> i32 {
 fn away_all_along(task: *mut c_void, tid: u32) {
     let now = unsafe { bpf_ktime_get_ns() };
     let Some(started) = away_since_start(task, now) else { return };
+    if on_cpu(task) {
+        return;
+    }
     let state = unsafe { task.cast::<u8>().add(setting(&TASK_STATE_OFFSET) as usize) }.cast::<u32>();
     let state = match unsafe { bpf_probe_read_kernel(state) } {
         Ok(state) if state != 0 && u64::from(state) & TASK_DEAD == 0 => {
@@ -284,7 +321,7 @@ fn away_all_along(task: *mut c_void, tid: u32) {
         }
         _ => return,
     };
-    let Some(thread) = OFF_CPU_NOTE.get_ptr_mut(0) else { return };
+    let Some(thread) = ITERATOR_NOTE.get_ptr_mut(0) else { return };
     let thread = unsafe { &mut *thread };
     thread.since_ns = started;
     thread.resumed_ns = 0;
@@ -293,7 +330,8 @@ fn away_all_along(task: *mut c_void, tid: u32) {
     thread.in_syscall = u32::from(in_syscall(task));
     (thread.kernel_stack_len, thread.kernel_stack_skip) = (0, 0);
     take_kernel_stack(task, thread);
-    insert(tid, thread);
+    // Not over an entry a switch made meanwhile on another CPU: that one is newer.
+    insert_with(tid, thread, u64::from(BPF_NOEXIST));
 }
 
 /// The context of a task iterator (`struct bpf_iter__task`).
@@ -390,6 +428,9 @@ unsafe fn append_kernel_stack(sample: *mut u8, len: usize, thread: &OffCpuThread
     let len_frames = thread.kernel_stack_len.min(MAX_STACK_DEPTH as u32);
     let skip = thread.kernel_stack_skip.min(1);
     if len_frames <= skip {
+        if thread.state != OffCpuState::Runnable as u32 {
+            count(Counter::OffCpuNoKernelStack, 1);
+        }
         return len;
     }
     // Masked, so that the verifier sees the size bounded from below as well (at most 127).

@@ -253,7 +253,7 @@ pub struct AgentArgs {
     pub spool_size: f64,
 
     /// Also export off-CPU profiles: the time threads spend blocked, by the stack they blocked
-    /// at (as `record --off-cpu`; about 2 µs of kernel time per context switch of a followed
+    /// at (as `record --off-cpu`; about 0.15 µs of kernel time per context switch of a followed
     /// thread, see BENCHMARKS.md).
     #[arg(long)]
     pub off_cpu: bool,

@@ -114,7 +114,7 @@ struct Carried {
 
 impl CpuProfile {
     /// Counts each span still open at `end_ns` from where it was counted up to last (its start,
-    /// or a window's end) to `end_ns`, under the kernel stack its thread left with; at the
+    /// or a window's end) to `end_ns`, under the kernel stack its thread waits in; at the
     /// `last` end, the spans back but unsent too (up to their return), as their records never
     /// come.
     fn count_open_spans(
@@ -217,8 +217,8 @@ impl Mode for CpuProfile {
     }
 
     /// Spans not sent when sampling stopped weigh up to the end (or to when their thread came
-    /// back), under the kernel stack their thread left with: the user stack is taken only when
-    /// a thread returns from its system call.
+    /// back), under the kernel stack their thread waits (or waited) in: the user stack is taken
+    /// only when a thread returns from its system call.
     fn finish(
         &mut self,
         sampler: &mut Sampler,

@@ -74,6 +74,7 @@ struct TaskLayout {
     comm: u32,
     start_time: u32,
     state: u32,
+    on_cpu: u32,
     signal: u32,
     live: u32,
 }
@@ -85,6 +86,7 @@ impl TaskLayout {
             comm: btf::field_offset("task_struct", "comm")?,
             start_time: btf::field_offset("task_struct", "start_time")?,
             state: btf::field_offset("task_struct", "__state")?,
+            on_cpu: btf::field_offset("task_struct", "on_cpu")?,
             signal: btf::field_offset("task_struct", "signal")?,
             live: btf::field_offset("signal_struct", "live")?,
         })
@@ -122,7 +124,11 @@ impl Sampler {
         };
         let schedule = if config.off_cpu.is_some() { schedule_address()? } else { 0 };
         let fs_base = object::task_fs_base_offset()?;
+        // Parsed once (tens of MiB at its peak): for the loader's relocations and the programs
+        // that attach by BTF id.
+        let btf = Btf::from_sys_fs().context("cannot read the kernel's BTF")?;
         let mut ebpf = EbpfLoader::new()
+            .btf(Some(&btf))
             .override_global(globals::FILTER_BY_TGID, &filter, true)
             .override_global(globals::FOLLOW_FORKS, &follow, true)
             .override_global(globals::PROFILER_TGID, &own_tgid, true)
@@ -134,6 +140,7 @@ impl Sampler {
             .override_global(globals::TASK_COMM_OFFSET, &layout.comm, true)
             .override_global(globals::TASK_START_TIME_OFFSET, &layout.start_time, true)
             .override_global(globals::TASK_STATE_OFFSET, &layout.state, true)
+            .override_global(globals::TASK_ON_CPU_OFFSET, &layout.on_cpu, true)
             .override_global(globals::SCHEDULE_ADDR, &schedule, true)
             .override_global(globals::SIGNAL_LIVE_OFFSET, &layout.live, true)
             .override_global(globals::OFF_CPU, &off_cpu_on, true)
@@ -151,7 +158,6 @@ impl Sampler {
             sample.load().map_err(verifier_error)?;
         }
         if config.off_cpu.is_some() {
-            let btf = Btf::from_sys_fs().context("cannot read the kernel's BTF")?;
             let switch: &mut BtfTracePoint = program(&mut ebpf, programs::SCHED_SWITCH)?.try_into()?;
             switch.load("sched_switch", &btf).map_err(verifier_error)?;
             let exit: &mut RawTracePoint = program(&mut ebpf, programs::SYSCALL_EXIT)?.try_into()?;

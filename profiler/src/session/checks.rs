@@ -205,8 +205,7 @@ fn sampling(privileged: bool) -> Finding {
 /// Loads and attaches the scheduler hooks of `record --off-cpu` and `--wall`, then releases them.
 fn off_cpu(privileged: bool) -> Finding {
     let hooks = OffCpuConfig { min_ns: u64::MAX, runqueue: true };
-    let done =
-        "sched_switch (BTF tracepoint) and sys_exit (raw tracepoint) attached, the task iterator loaded";
+    let done = "sched_switch (BTF tracepoint) and sys_exit (raw tracepoint) attached, the task iterator run";
     try_sampler("off-CPU", privileged, false, Some(hooks), done)
 }
 
@@ -232,6 +231,10 @@ fn try_sampler(
     };
     let result = Sampler::load(&config).and_then(|mut sampler| {
         sampler.start()?;
+        if off_cpu.is_some() {
+            // Runs the task iterator too, as the end of a recording does.
+            sampler.unsent_off_cpu()?;
+        }
         sampler.detach()
     });
     match result {

@@ -71,7 +71,10 @@ pub fn table(profiler: &Path, src: &Path, dir: &Path, load: Load, quick: bool) -
     let (url, requests) = receiver()?;
     let seconds = minutes * 60.0;
     let off_cpu: &[&str] = if load == Load::Switching { &["--off-cpu"] } else { &[] };
-    eprintln!("xtask bench: agent -a {} for {minutes} min", off_cpu.join(" "));
+    eprintln!(
+        "xtask bench: agent -a{} for {minutes} min",
+        off_cpu.iter().map(|o| format!(" {o}")).collect::<String>()
+    );
     let mut agent = Command::new(profiler)
         .args(["agent", "-q", "--pyroscope", &url, "-d", &seconds.to_string()])
         .args(off_cpu)

@@ -237,6 +237,7 @@ fn run(
             // The kernel's statistics cost two clock reads per program run: the rate is measured
             // without them, the time per run in a run of its own.
             let (stdout, stderr) = record()?;
+            let complete = complete_share(folded_stacks(&std::fs::read_to_string(&folded)?));
             let (_, costs) = {
                 let _stats = super::kernel::BpfStats::enable()?;
                 record()?
@@ -251,7 +252,7 @@ fn run(
                 syscall_exit_us: per(" µs per system call exit"),
                 blocks_per_second: blocks.map(|b| b / seconds as f64),
                 ring_kib_per_block: parse_after(&stderr, "ring", " KiB per record"),
-                complete: complete_share(folded_stacks(&std::fs::read_to_string(&folded)?)),
+                complete,
             })
         }
         Runner::OffCpuTime { min_block_us } => {
