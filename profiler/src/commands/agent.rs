@@ -16,6 +16,11 @@ use crate::{
 };
 
 pub async fn run(args: AgentArgs) -> Result<()> {
+    // Two heaps for its few threads (the event loop, naming, the exporter) rather than glibc's
+    // default of eight per CPU: what one thread frees stays in its own heap as holes the others
+    // cannot fill, and a process that runs for weeks keeps them. glibc's own call.
+    // SAFETY: mallopt has no preconditions; it is called before the other threads start.
+    unsafe { libc::mallopt(libc::M_ARENA_MAX, 2) };
     let pids = match &args.cgroup {
         Some(cgroup) => cgroup_processes(cgroup)?,
         None => args.pids.iter().map(|&pid| Tgid(pid)).collect(),

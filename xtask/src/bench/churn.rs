@@ -57,12 +57,13 @@ pub fn table(profiler: &Path, src: &Path, dir: &Path, quick: bool) -> Result<Str
         .lines()
         .filter_map(|line| {
             let mut fields = line.split_whitespace().map(str::parse::<f64>);
-            let (Some(Ok(seconds)), Some(Ok(rss_kib)), Some(Ok(fds))) =
+            let (Some(Ok(at)), Some(Ok(rss_kib)), Some(Ok(fds))) =
                 (fields.next(), fields.next(), fields.next())
             else {
                 return None;
             };
-            Some((seconds / 60.0, rss_kib / 1024.0, fds as usize))
+            // Not once its run is over: it is letting go of everything then.
+            (at < seconds).then_some((at / 60.0, rss_kib / 1024.0, fds as usize))
         })
         .collect();
     let started_programs = std::fs::metadata(&launches).map_or(0, |m| m.len());

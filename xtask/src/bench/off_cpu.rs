@@ -83,6 +83,9 @@ enum Runner {
         min_block_us: u64,
         wall: bool,
     },
+    /// `record --off-cpu -p` of another process (one that sleeps): what the program's switches
+    /// cost when its threads are not followed.
+    ProfilerElsewhere,
     OffCpuTime {
         min_block_us: u64,
     },
@@ -98,6 +101,7 @@ impl Runner {
             Runner::Profiler { min_block_us, wall: true } => {
                 format!("`profiler record --wall --min-block {min_block_us}`")
             }
+            Runner::ProfilerElsewhere => "`profiler record --off-cpu -p OTHER` (threads not followed)".into(),
             Runner::OffCpuTime { min_block_us } => format!("`offcputime -m {min_block_us}` (libbpf-tools)"),
         }
     }
@@ -156,6 +160,7 @@ fn program_table(
         Runner::Profiler { min_block_us: DEFAULT_MIN_BLOCK_US, wall: false },
         Runner::Profiler { min_block_us: DEFAULT_MIN_BLOCK_US, wall: true },
         Runner::Profiler { min_block_us: 1, wall: false },
+        Runner::ProfilerElsewhere,
     ];
     if Path::new(OFFCPUTIME).exists() {
         runners.extend([
@@ -253,6 +258,41 @@ fn run(
                 blocks_per_second: blocks.map(|b| b / seconds as f64),
                 ring_kib_per_block: parse_after(&stderr, "ring", " KiB per record"),
                 complete,
+            })
+        }
+        Runner::ProfilerElsewhere => {
+            let other =
+                Command::new("sleep").arg((seconds + 10).to_string()).spawn().context("cannot run sleep")?;
+            let other = super::workloads::KillOnDrop(other);
+            // Records the other process for a little longer than the program runs.
+            let record = || -> Result<(String, String)> {
+                let profiler = on_last_cpu(profiler)
+                    .args(["record", "--off-cpu", "-p", &other.0.id().to_string()])
+                    .args(["-d", &(seconds + 3).to_string(), "-o"])
+                    .arg(dir.join("elsewhere.folded"))
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .context("cannot run the profiler")?;
+                thread::sleep(Duration::from_millis(1500));
+                let (stdout, _) = output(Command::new(binary).args(program.args(seconds, 0)))?;
+                let out = profiler.wait_with_output()?;
+                Ok((stdout, String::from_utf8_lossy(&out.stderr).into_owned()))
+            };
+            let (stdout, _) = record()?;
+            let (_, costs) = {
+                let _stats = super::kernel::BpfStats::enable()?;
+                record()?
+            };
+            let per = |what: &str| {
+                costs.lines().find(|l| l.contains("kernel cost")).and_then(|l| number_before(l, what))
+            };
+            Ok(Run {
+                rate: rate(&stdout)?,
+                switch_us: per(" µs per context switch"),
+                syscall_exit_us: per(" µs per system call exit"),
+                ..Run::default()
             })
         }
         Runner::OffCpuTime { min_block_us } => {
