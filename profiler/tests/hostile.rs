@@ -752,3 +752,29 @@ fn children_sharing_a_large_address_space_share_its_table() {
     let children: u64 = line.trim().parse().unwrap();
     assert!(children > 1000, "{children} children started");
 }
+
+/// A process that maps a `libjvm.so` exporting HotSpot's symbols for external tools, with
+/// garbage behind them: tables of random bytes, strides of a terabyte, tables never filled in.
+/// `profiler check` says it did not read them and why, in bounded time, and goes on.
+#[test]
+fn a_fake_libjvm_with_garbage_tables_is_refused() {
+    if !e2e_enabled() {
+        return;
+    }
+    // Named libjvm.so, as the JVM's library is; an executable, so that it maps itself.
+    let fake = build_workload("fake_libjvm.c", "libjvm.so", "gcc", &["-O2", "-rdynamic"]);
+    for (mode, reason) in [
+        ("random", "no entry of gHotSpotVMStructs reads as one"),
+        ("huge-stride", "an entry's stride is 1099511627776"),
+        ("not-filled", "not filled in yet"),
+    ] {
+        let process = spawn(&fake, &[mode, "60"]);
+        // Its tables are set up before it sleeps.
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let out = run_bounded(&["check", "-p", &process.pid().to_string()]);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let line =
+            stdout.lines().find(|l| l.contains("HotSpot JVM")).unwrap_or_else(|| panic!("{mode}: {stdout}"));
+        assert!(line.starts_with("WARN") && line.contains(reason), "{mode}: {line}");
+    }
+}

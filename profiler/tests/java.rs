@@ -125,3 +125,52 @@ fn remove_maps_of_shares() {
         }
     }
 }
+
+/// With no options at all, `profiler check -p` reads the tables HotSpot exports for external
+/// tools from the live JVM (their field offsets exist only in the process) and finds its code
+/// cache: the JIT's executable anonymous memory lies within the bounds it reports.
+#[test]
+fn check_reads_the_tables_hotspot_exports_for_external_tools() {
+    if !e2e_enabled() {
+        return;
+    }
+    let jdks = jdks();
+    let dir = scratch_dir("java-check");
+    compile_shares(&jdks, &dir);
+    for bin in &jdks {
+        let java = spawn(&bin.join("java"), &["-cp", dir.to_str().unwrap(), "Shares", "30"]);
+        // Running Java code, compiled by now.
+        wait_for_cpu(java.pid(), std::time::Duration::from_secs(2));
+        let out = run_bounded(&["check", "-p", &java.pid().to_string()]);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let line = stdout.lines().find(|l| l.contains("HotSpot JVM")).unwrap_or_else(|| panic!("{stdout}"));
+        assert!(line.starts_with("OK"), "{}: {line}", bin.display());
+        let count = |what: &str| -> u64 {
+            let head = &line[..line.find(what).unwrap_or_else(|| panic!("{line}"))];
+            head.trim_end().rsplit(' ').next().unwrap().parse().unwrap()
+        };
+        // JDK 17 exports 788 fields and 768 types, JDK 25 585 and 335.
+        assert!(count(" fields") >= 400 && count(" types") >= 300, "{line}");
+        let bounds = line.rsplit("code cache ").next().unwrap();
+        let (low, high) = bounds.split_once('-').unwrap();
+        let hex = |text: &str| u64::from_str_radix(text.trim().trim_start_matches("0x"), 16).unwrap();
+        let code_cache = hex(low)..hex(high);
+        let maps = std::fs::read_to_string(format!("/proc/{}/maps", java.pid())).unwrap();
+        let jit: Vec<&str> = maps
+            .lines()
+            .filter(|l| {
+                let fields: Vec<&str> = l.split_whitespace().collect();
+                fields.len() == 5 && fields[1].contains('x')
+            })
+            .filter(|l| {
+                let (start, end) = l.split_whitespace().next().unwrap().split_once('-').unwrap();
+                code_cache.contains(&hex(start)) && hex(end) <= code_cache.end
+            })
+            .collect();
+        assert!(
+            !jit.is_empty(),
+            "{}: no executable anonymous memory in {code_cache:x?}:\n{maps}",
+            bin.display()
+        );
+    }
+}

@@ -1,4 +1,5 @@
 //! Language runtimes whose frames live outside the native stack: their frames are read at sample
 //! time (by the eBPF program) and put in place of the interpreter's own native frames here, after
 //! unwinding and before naming.
+pub mod hotspot;
 pub mod python;

@@ -20,6 +20,7 @@ use crate::{
         sampler::{OffCpuConfig, Sampler, SamplerConfig},
     },
     model::{Tgid, printable},
+    runtimes::hotspot,
     unwind::cfi::ModuleCfi,
 };
 
@@ -265,7 +266,27 @@ fn target(pid: Tgid) -> Vec<Finding> {
         seen.push(path.clone());
         findings.push(module(&open::map_files_path(pid, mapping), path));
     }
+    findings.extend(hotspot::find(pid, &space).map(jvm));
     findings
+}
+
+/// What was read of a JVM's tables for external tools (the Java frames' layouts).
+fn jvm(found: Result<hotspot::Jvm>) -> Finding {
+    match found {
+        Ok(jvm) => {
+            let (fields, types, constants) = jvm.tables.counts();
+            Finding::new(
+                Status::Ok,
+                "HotSpot JVM",
+                format!(
+                    "its tables for external tools read: {fields} fields, {types} types, {constants} constants; \
+                     code cache {:#x}-{:#x}",
+                    jvm.code_cache.start, jvm.code_cache.end
+                ),
+            )
+        }
+        Err(err) => Finding::new(Status::Warn, "HotSpot JVM", format!("its tables not read: {err:#}")),
+    }
 }
 
 fn module(readable: &Path, path: &Path) -> Finding {
