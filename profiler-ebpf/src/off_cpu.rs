@@ -40,7 +40,7 @@ use profiler_common::{
 };
 
 use crate::{
-    sample::{self, count, task_pid, task_tgid, wanted},
+    sample::{self, count, task_ids, wanted},
     setting,
     stack::{self, Draft, Scratch, USER_MODE_RPL},
     stopped,
@@ -105,10 +105,9 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
     if stopped() || setting(&OFF_CPU) == 0 {
         return 0;
     }
-    let now = unsafe { bpf_ktime_get_ns() };
     let next: *mut c_void = ctx.arg(2);
     if !next.is_null() {
-        came_back(next, now);
+        came_back(next);
     }
     let pid_tgid = bpf_get_current_pid_tgid();
     let prev_state = ctx.arg::<u64>(3) & 0xffff_ffff;
@@ -122,6 +121,7 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
         return 0;
     }
     let preempt: u64 = ctx.arg(0);
+    let now = unsafe { bpf_ktime_get_ns() };
     left(&ctx, pid_tgid, OffCpuState::at_switch(preempt & 1 != 0, prev_state), now);
     0
 }
@@ -214,16 +214,18 @@ fn in_syscall(task: *mut c_void) -> bool {
     saved.is_ok_and(|[nr, _, cs]| (nr as i64) >= 0 && cs & 3 == USER_MODE_RPL)
 }
 
-/// `next` comes back onto the CPU (still in `prev`'s context).
-fn came_back(next: *mut c_void, now: u64) {
-    let Ok(tid) = (unsafe { task_pid(next.cast()) }) else { return };
+/// `next` comes back onto the CPU (still in `prev`'s context). A thread not followed costs a
+/// read of its ids and a lookup or two here: the clock is read only for one that was away.
+fn came_back(next: *mut c_void) {
+    let Ok((tid, tgid)) = (unsafe { task_ids(next.cast()) }) else { return };
     let Some(thread) = OFF_CPU_THREADS.get_ptr_mut(tid) else {
-        return came_back_unseen(next, tid, now);
+        return came_back_unseen(next, tid, tgid);
     };
     let thread = unsafe { &mut *thread };
     if thread.since_ns == 0 {
         return;
     }
+    let now = unsafe { bpf_ktime_get_ns() };
     let away = now.saturating_sub(thread.since_ns);
     let runnable = thread.state == OffCpuState::Runnable as u32;
     if away < setting(&MIN_OFF_CPU_NS) || (runnable && setting(&RUNQUEUE) == 0) {
@@ -247,27 +249,31 @@ fn came_back(next: *mut c_void, now: u64) {
 /// A followed thread coming back that was not seen leaving: one that left before sampling
 /// started (not one created since, running for the first time). Its span counts from the
 /// start, sent when its call returns.
-fn came_back_unseen(next: *mut c_void, tid: u32, now: u64) {
+fn came_back_unseen(next: *mut c_void, tid: u32, tgid: u32) {
+    if !wanted(tgid) {
+        return;
+    }
+    let now = unsafe { bpf_ktime_get_ns() };
     let Some(started) = away_since_start(next, now) else { return };
     let Some(thread) = OFF_CPU_NOTE.get_ptr_mut(0) else { return };
     let thread = unsafe { &mut *thread };
     thread.since_ns = started;
     thread.resumed_ns = now;
-    thread.tgid = unsafe { task_tgid(next.cast()) }.unwrap_or(0);
+    thread.tgid = tgid;
     thread.state = OffCpuState::Sleeping as u32;
     thread.in_syscall = u32::from(in_syscall(next));
     take_kernel_stack(next, thread);
     insert(tid, thread);
 }
 
-/// When sampling started, if `task` is a followed thread created before and, at `now`, away
-/// longer than the threshold since then.
+/// When sampling started, if `task` (a followed thread) was created before and, at `now`, has
+/// been away longer than the threshold since then.
 fn away_since_start(task: *mut c_void, now: u64) -> Option<u64> {
     let started = match STARTED_NS.get(0) {
         Some(&started) if started != 0 && started < now => started,
         _ => return None,
     };
-    if now - started < setting(&MIN_OFF_CPU_NS) || !unsafe { task_tgid(task.cast()) }.is_ok_and(wanted) {
+    if now - started < setting(&MIN_OFF_CPU_NS) {
         return None;
     }
     let start_time =
@@ -287,9 +293,11 @@ pub extern "C" fn off_cpu_stacks(ctx: *mut TaskIterContext) -> i32 {
     if task.is_null() {
         return 0;
     }
-    let Ok(tid) = (unsafe { task_pid(task.cast()) }) else { return 0 };
+    let Ok((tid, tgid)) = (unsafe { task_ids(task.cast()) }) else { return 0 };
     let Some(thread) = OFF_CPU_THREADS.get_ptr_mut(tid) else {
-        away_all_along(task, tid);
+        if wanted(tgid) {
+            away_all_along(task, tid, tgid);
+        }
         return 0;
     };
     let thread = unsafe { &mut *thread };
@@ -306,9 +314,9 @@ fn on_cpu(task: *mut c_void) -> bool {
     unsafe { bpf_probe_read_kernel(on_cpu) }.is_ok_and(|on_cpu| on_cpu != 0)
 }
 
-/// Notes `task`, a thread not seen leaving the CPU, if it is followed and waits (not running,
-/// nor runnable) since before sampling started.
-fn away_all_along(task: *mut c_void, tid: u32) {
+/// Notes `task`, a followed thread not seen leaving the CPU, if it waits (not running, nor
+/// runnable) since before sampling started.
+fn away_all_along(task: *mut c_void, tid: u32, tgid: u32) {
     let now = unsafe { bpf_ktime_get_ns() };
     let Some(started) = away_since_start(task, now) else { return };
     if on_cpu(task) {
@@ -325,7 +333,7 @@ fn away_all_along(task: *mut c_void, tid: u32) {
     let thread = unsafe { &mut *thread };
     thread.since_ns = started;
     thread.resumed_ns = 0;
-    thread.tgid = unsafe { task_tgid(task.cast()) }.unwrap_or(0);
+    thread.tgid = tgid;
     thread.state = state as u32;
     thread.in_syscall = u32::from(in_syscall(task));
     (thread.kernel_stack_len, thread.kernel_stack_skip) = (0, 0);

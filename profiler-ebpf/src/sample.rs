@@ -174,10 +174,11 @@ pub(crate) unsafe fn task_tgid(task: *const u8) -> Result<u32, i32> {
     unsafe { bpf_probe_read_kernel(tgid) }.map(|tgid| tgid as u32)
 }
 
-/// The thread id (the kernel's pid) of a `task_struct`: the `pid_t` right before `tgid`.
-pub(crate) unsafe fn task_pid(task: *const u8) -> Result<u32, i32> {
-    let pid = unsafe { task.add(setting(&TASK_TGID_OFFSET) as usize - 4) }.cast::<i32>();
-    unsafe { bpf_probe_read_kernel(pid) }.map(|pid| pid as u32)
+/// The thread id (the kernel's pid: the `pid_t` right before `tgid`) and tgid of a
+/// `task_struct`, in one read.
+pub(crate) unsafe fn task_ids(task: *const u8) -> Result<(u32, u32), i32> {
+    let ids = unsafe { task.add(setting(&TASK_TGID_OFFSET) as usize - 4) }.cast::<[u32; 2]>();
+    unsafe { bpf_probe_read_kernel(ids) }.map(|[pid, tgid]| (pid, tgid))
 }
 
 /// The live threads of a task's thread group (`task->signal->live`).

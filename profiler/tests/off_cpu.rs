@@ -266,8 +266,21 @@ fn system_wide_on_a_busy_machine() {
     let waiting = waiting.wait_with_output().unwrap();
     let (status, stderr) = profiler.wait();
     assert!(status.success() && stderr.contains("(0 lost)"), "{stderr}");
-    // Every thread of the machine that waits has an entry in the kernel's table: it never fills.
-    assert!(!stderr.contains("missed"), "{stderr}");
+    // Every thread of the machine that waits has an entry in the kernel's table, let go as it
+    // exits: the table never fills (a full one would miss most blocks; an entry the kernel had
+    // no memory for at a busy moment is a rare miss).
+    let count = |what: &str| -> u64 {
+        let line = stderr.lines().find(|l| l.contains("blocks recorded")).unwrap_or_default();
+        line.split(", ")
+            .find_map(|part| part.trim().strip_suffix(what))
+            .and_then(|n| n.rsplit(' ').next()?.parse().ok())
+            .unwrap_or(0)
+    };
+    assert!(count(" blocks recorded") > 100, "{stderr}");
+    assert!(
+        count(" missed (no room or memory in the kernel's thread table)") * 100 <= count(" blocks recorded"),
+        "{stderr}"
+    );
     let threads = measured(&String::from_utf8_lossy(&waiting.stdout));
     let folded = Folded::read(&out);
     let roots = folded.roots();

@@ -104,7 +104,8 @@ impl Summary<'_> {
                 line += &format!(", {} without kernel frames", blocks.without_kernel_stack);
             }
             if blocks.unnoted > 0 {
-                line += &format!(", {} missed (the kernel's thread table was full)", blocks.unnoted);
+                line +=
+                    &format!(", {} missed (no room or memory in the kernel's thread table)", blocks.unnoted);
             }
             row("off CPU", vec![line]);
         }
@@ -242,7 +243,7 @@ mod tests {
         assert_eq!(lines[3], "  python          pid 9: CPython 3.14: native frames only");
         assert_eq!(
             lines[4],
-            "  off CPU         7 blocks recorded, 90 shorter ones dropped, 1 without kernel frames, 2 missed (the kernel's thread table was full)"
+            "  off CPU         7 blocks recorded, 90 shorter ones dropped, 1 without kernel frames, 2 missed (no room or memory in the kernel's thread table)"
         );
         assert_eq!(
             lines[5],
