@@ -239,22 +239,14 @@ fn run(
                         .args(program.args(seconds, 0)),
                 )
             };
-            // The kernel's statistics cost two clock reads per program run: the rate is measured
-            // without them, the time per run in a run of its own.
             let (stdout, stderr) = record()?;
             let complete = complete_share(folded_stacks(&std::fs::read_to_string(&folded)?));
-            let (_, costs) = {
-                let _stats = super::kernel::BpfStats::enable()?;
-                record()?
-            };
-            let per = |what: &str| {
-                costs.lines().find(|l| l.contains("kernel cost")).and_then(|l| number_before(l, what))
-            };
+            let (switch_us, syscall_exit_us) = kernel_costs(record)?;
             let blocks = parse_after(&stderr, "off CPU", " blocks recorded");
             Ok(Run {
                 rate: rate(&stdout)?,
-                switch_us: per(" µs per context switch"),
-                syscall_exit_us: per(" µs per system call exit"),
+                switch_us,
+                syscall_exit_us,
                 blocks_per_second: blocks.map(|b| b / seconds as f64),
                 ring_kib_per_block: parse_after(&stderr, "ring", " KiB per record"),
                 complete,
@@ -281,19 +273,8 @@ fn run(
                 Ok((stdout, String::from_utf8_lossy(&out.stderr).into_owned()))
             };
             let (stdout, _) = record()?;
-            let (_, costs) = {
-                let _stats = super::kernel::BpfStats::enable()?;
-                record()?
-            };
-            let per = |what: &str| {
-                costs.lines().find(|l| l.contains("kernel cost")).and_then(|l| number_before(l, what))
-            };
-            Ok(Run {
-                rate: rate(&stdout)?,
-                switch_us: per(" µs per context switch"),
-                syscall_exit_us: per(" µs per system call exit"),
-                ..Run::default()
-            })
+            let (switch_us, syscall_exit_us) = kernel_costs(record)?;
+            Ok(Run { rate: rate(&stdout)?, switch_us, syscall_exit_us, ..Run::default() })
         }
         Runner::OffCpuTime { min_block_us } => {
             // Traces the whole machine (-p takes one process) for a little longer than the
@@ -312,6 +293,19 @@ fn run(
             Ok(Run { rate: rate(&stdout)?, complete: complete_share(stacks), ..Run::default() })
         }
     }
+}
+
+/// The µs per context switch and per system call exit the profiler's summary gives for a
+/// second run of `record` (its stdout and stderr), with the kernel's statistics on: they cost
+/// two clock reads per program run, so rates are measured in a run without them.
+fn kernel_costs(record: impl Fn() -> Result<(String, String)>) -> Result<(Option<f64>, Option<f64>)> {
+    let (_, stderr) = {
+        let _stats = super::kernel::BpfStats::enable()?;
+        record()?
+    };
+    let per =
+        |what: &str| stderr.lines().find(|l| l.contains("kernel cost")).and_then(|l| number_before(l, what));
+    Ok((per(" µs per context switch"), per(" µs per system call exit")))
 }
 
 fn output(command: &mut Command) -> Result<(String, String)> {
