@@ -2,4 +2,5 @@
 //! time (by the eBPF program) and put in place of the interpreter's own native frames here, after
 //! unwinding and before naming.
 pub mod hotspot;
+pub mod memory;
 pub mod python;

@@ -5,14 +5,13 @@
 //! Java frames walked with them come next (see docs/hotspot-layouts.md for the layouts).
 pub mod vm_structs;
 
-use std::{fs::File, os::unix::fs::FileExt as _};
-
 use anyhow::{Context as _, Result, bail};
 
 use self::vm_structs::{Image, VmStructs};
 use crate::{
     address_space::{Backing, Mapping, Mappings, Parts, open},
     model::Tgid,
+    runtimes::memory::ProcessMemory,
 };
 
 /// A JVM found in a process: its tables, and its code cache's bounds.
@@ -41,11 +40,10 @@ fn read(pid: Tgid, mapping: &Mapping) -> Result<Jvm> {
         .and_then(|file| open::map(&file))
         .context("cannot read its libjvm.so")?;
     let Some(image) = Image::read(&bytes) else { bail!("libjvm.so exports none of HotSpot's tables") };
-    let memory =
-        File::open(format!("/proc/{pid}/mem")).with_context(|| format!("cannot open /proc/{pid}/mem"))?;
-    let mut read = |addr: u64, buf: &mut [u8]| memory.read_at(buf, addr).is_ok_and(|n| n == buf.len());
+    let mut memory = ProcessMemory::new(pid);
+    let mut read = |addr: u64, buf: &mut [u8]| memory.read(addr, buf);
     let tables = VmStructs::read(&image, &bytes, bias, &mut read)?;
-    let bound = |field: &str| -> Result<u64> {
+    let mut bound = |field: &str| -> Result<u64> {
         let address = tables
             .static_address("CodeCache", field)
             .with_context(|| format!("the tables have no CodeCache::{field}"))?;

@@ -278,22 +278,7 @@ fn for_each_entry<const N: usize>(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A process's memory: `(address, bytes)` regions.
-    struct Memory(Vec<(u64, Vec<u8>)>);
-
-    impl Memory {
-        fn read(&self, address: u64, buf: &mut [u8]) -> bool {
-            self.0.iter().any(|(start, bytes)| {
-                let Some(offset) = address.checked_sub(*start).and_then(|o| usize::try_from(o).ok()) else {
-                    return false;
-                };
-                let Some(src) = bytes.get(offset..offset + buf.len()) else { return false };
-                buf.copy_from_slice(src);
-                true
-            })
-        }
-    }
+    use crate::runtimes::memory::tests::Pieces;
 
     const BIAS: u64 = 0x7f00_0000_0000;
     /// Where the fixture's "file" keeps its names (link-time address = file offset).
@@ -303,7 +288,7 @@ mod tests {
 
     /// A file of names, an image over it, and a process with HotSpot's layouts (strides 48, 40,
     /// 16, 16) and one entry of each table.
-    fn fixture() -> (Vec<u8>, Image, Memory) {
+    fn fixture() -> (Vec<u8>, Image, Pieces) {
         let mut file = vec![0u8; 0x2000];
         let mut names = Vec::new();
         for (i, text) in
@@ -342,7 +327,7 @@ mod tests {
         put(&mut data, TABLES_AT + 0x800 + 8, 8);
         put(&mut data, TABLES_AT + 0xc00, names[5]);
         put(&mut data, TABLES_AT + 0xc00 + 8, 42);
-        (file, image, Memory(vec![(BIAS + SYMBOLS, symbols), (BIAS + TABLES_AT, data)]))
+        (file, image, Pieces(vec![(BIAS + SYMBOLS, symbols), (BIAS + TABLES_AT, data)]))
     }
 
     #[test]
@@ -363,12 +348,12 @@ mod tests {
     #[test]
     fn refuses_tables_not_filled_in_or_out_of_bounds() {
         let (file, image, mut memory) = fixture();
-        fn scalars(memory: &mut Memory) -> &mut [u8] {
+        fn scalars(memory: &mut Pieces) -> &mut [u8] {
             &mut memory.0[0].1[32..32 + 160]
         }
         let saved = scalars(&mut memory).to_vec();
         scalars(&mut memory).fill(0);
-        let read = |memory: &Memory| VmStructs::read(&image, &file, BIAS, &mut |a, b| memory.read(a, b));
+        let read = |memory: &Pieces| VmStructs::read(&image, &file, BIAS, &mut |a, b| memory.read(a, b));
         assert_eq!(read(&memory).unwrap_err(), Refusal::NotReady);
         scalars(&mut memory).copy_from_slice(&saved);
         // A stride of 1 MiB; then a member beyond its stride.

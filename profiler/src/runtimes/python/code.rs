@@ -291,28 +291,13 @@ mod tests {
     use std::path::Path;
 
     use super::*;
-    use crate::runtimes::python::{
-        layout::{Version, layout},
-        line_table::tests::{expand_runs, hex},
+    use crate::runtimes::{
+        memory::tests::Pieces,
+        python::{
+            layout::{Version, layout},
+            line_table::tests::{expand_runs, hex},
+        },
     };
-
-    /// Memory made of pieces at their addresses; a read must fall inside one piece.
-    struct Pieces(Vec<(u64, Vec<u8>)>);
-
-    impl Pieces {
-        fn read(&self, addr: u64, buffer: &mut [u8]) -> bool {
-            self.0.iter().any(|(start, bytes)| {
-                let Some(from) = addr.checked_sub(*start).and_then(|from| usize::try_from(from).ok()) else {
-                    return false;
-                };
-                let Some(piece) = from.checked_add(buffer.len()).and_then(|to| bytes.get(from..to)) else {
-                    return false;
-                };
-                buffer.copy_from_slice(piece);
-                true
-            })
-        }
-    }
 
     /// What the eBPF program would send for a frame at `offset` (in the line table's unit):
     /// up to 3.10, `f_lasti` read with the 4 bytes after it (`f_lineno`, here 77).

@@ -18,7 +18,7 @@ mod layout_check;
 pub mod line_table;
 mod merge;
 
-use std::{collections::BTreeMap, fs::File, os::unix::fs::FileExt as _, sync::Arc};
+use std::{collections::BTreeMap, sync::Arc};
 
 use indexmap::IndexSet;
 use profiler_common::{MAX_PYTHON_FRAMES, PythonFrame, PythonProcess, PythonWalk, python_frame_flags};
@@ -33,6 +33,7 @@ use crate::{
     decode::SampleRecord,
     frame::Frame,
     model::{SourceLine, Symbol, SymbolKind, Tgid},
+    runtimes::memory::ProcessMemory,
 };
 
 /// How often a process that maps no interpreter yet is looked at again.
@@ -72,7 +73,7 @@ struct Running {
     interpreter: Arc<Interpreter>,
     module: ModuleId,
     types: code::Types,
-    memory: Memory,
+    memory: ProcessMemory,
     codes: FxHashMap<(u64, u32), Option<Code>>,
     frames: FxHashMap<(u64, u32, u64), Frame>,
 }
@@ -251,7 +252,7 @@ impl Python {
             interpreter,
             module,
             types,
-            memory: Memory { tgid, file: None },
+            memory: ProcessMemory::new(tgid),
             codes: FxHashMap::default(),
             frames: FxHashMap::default(),
         }))
@@ -353,38 +354,6 @@ impl Running {
         }
         self.codes.insert(key, code.clone());
         code
-    }
-}
-
-/// A process's memory, through `/proc/PID/mem`, opened when first read.
-struct Memory {
-    tgid: Tgid,
-    file: Option<File>,
-}
-
-impl Memory {
-    /// Fills `buf` from `addr`; false if that memory cannot be read.
-    fn read(&mut self, addr: u64, buf: &mut [u8]) -> bool {
-        for _ in 0..2 {
-            let Some(file) = self.file() else { return false };
-            match file.read_at(buf, addr) {
-                Ok(read) if read == buf.len() => return true,
-                Ok(0) if !buf.is_empty() => {
-                    // The address space the file was opened on is gone: the process ran exec since
-                    // (or exited, and opening again fails).
-                    self.file = None;
-                }
-                _ => return false,
-            }
-        }
-        false
-    }
-
-    fn file(&mut self) -> Option<&File> {
-        if self.file.is_none() {
-            self.file = File::open(format!("/proc/{}/mem", self.tgid)).ok();
-        }
-        self.file.as_ref()
     }
 }
 
