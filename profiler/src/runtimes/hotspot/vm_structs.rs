@@ -188,39 +188,27 @@ impl VmStructs {
         let longs = Entry::<2>::new(&scalars[17..20])?;
         let name = |pointer: u64| image.name(bytes, pointer.wrapping_sub(bias));
         let mut vm = Self::default();
-        let mut skipped = 0;
-        for_each_entry(read, tables[0], &structs, "gHotSpotVMStructs", |entry| {
+        let skipped = &mut vm.skipped;
+        for_each_entry(read, tables[0], &structs, "gHotSpotVMStructs", skipped, |entry| {
             let [type_name, field_name, _, is_static, offset, address] =
                 structs.members.map(|m| word(entry, m));
-            let (Some(type_name), Some(field_name)) = (name(type_name), name(field_name)) else {
-                skipped += 1;
-                return;
-            };
             let field = if is_static as u32 != 0 { Field::Static(address) } else { Field::Offset(offset) };
-            vm.fields.insert((type_name, field_name), field);
+            vm.fields.insert((name(type_name)?, name(field_name)?), field);
+            Some(())
         })?;
-        for_each_entry(read, tables[1], &types, "gHotSpotVMTypes", |entry| {
-            let Some(type_name) = name(word(entry, types.members[0])) else {
-                skipped += 1;
-                return;
-            };
-            vm.type_sizes.insert(type_name, word(entry, types.members[5]));
+        for_each_entry(read, tables[1], &types, "gHotSpotVMTypes", skipped, |entry| {
+            vm.type_sizes.insert(name(word(entry, types.members[0]))?, word(entry, types.members[5]));
+            Some(())
         })?;
-        for_each_entry(read, tables[2], &ints, "gHotSpotVMIntConstants", |entry| {
-            let Some(constant) = name(word(entry, ints.members[0])) else {
-                skipped += 1;
-                return;
-            };
-            vm.int_constants.insert(constant, word(entry, ints.members[1]) as u32 as i32);
+        for_each_entry(read, tables[2], &ints, "gHotSpotVMIntConstants", skipped, |entry| {
+            let value = word(entry, ints.members[1]) as u32 as i32;
+            vm.int_constants.insert(name(word(entry, ints.members[0]))?, value);
+            Some(())
         })?;
-        for_each_entry(read, tables[3], &longs, "gHotSpotVMLongConstants", |entry| {
-            let Some(constant) = name(word(entry, longs.members[0])) else {
-                skipped += 1;
-                return;
-            };
-            vm.long_constants.insert(constant, word(entry, longs.members[1]));
+        for_each_entry(read, tables[3], &longs, "gHotSpotVMLongConstants", skipped, |entry| {
+            vm.long_constants.insert(name(word(entry, longs.members[0]))?, word(entry, longs.members[1]));
+            Some(())
         })?;
-        vm.skipped = skipped;
         for (table, empty) in
             [("gHotSpotVMStructs", vm.fields.is_empty()), ("gHotSpotVMTypes", vm.type_sizes.is_empty())]
         {
@@ -251,13 +239,15 @@ fn word(entry: &[u8], offset: usize) -> u64 {
 }
 
 /// Calls `visit` with each entry of the table at `address` (in chunks, up to its end marker: an
-/// entry whose first member, a name, is NULL), at most [`MAX_ENTRIES`].
+/// entry whose first member, a name, is NULL), at most [`MAX_ENTRIES`]; counts in `skipped` the
+/// entries it refuses (`None`: a name that is not one).
 fn for_each_entry<const N: usize>(
     read: &mut ReadMemory<'_>,
     address: u64,
     entry: &Entry<N>,
     table: &'static str,
-    mut visit: impl FnMut(&[u8]),
+    skipped: &mut usize,
+    mut visit: impl FnMut(&[u8]) -> Option<()>,
 ) -> Result<(), Refusal> {
     let mut chunk = vec![0; entry.stride * CHUNK_ENTRIES];
     for first in (0..MAX_ENTRIES).step_by(CHUNK_ENTRIES) {
@@ -269,7 +259,9 @@ fn for_each_entry<const N: usize>(
             if word(one, entry.members[0]) == 0 {
                 return Ok(());
             }
-            visit(one);
+            if visit(one).is_none() {
+                *skipped += 1;
+            }
         }
     }
     Ok(())
