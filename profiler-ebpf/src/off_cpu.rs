@@ -141,24 +141,30 @@ fn left(ctx: &BtfTracePointContext, pid_tgid: u64, state: OffCpuState, now: u64)
         // retried), rare beside those sent at the return.
         send(ctx, pid_tgid, thread, UserStack::Native);
     }
-    note(thread, pid_tgid, state, now);
+    note(thread, current_task(), (pid_tgid >> 32) as u32, state, now);
 }
 
 /// A followed thread leaves the CPU for the first time: its entry is made.
 fn first_left(pid_tgid: u64, state: OffCpuState, now: u64) {
     let Some(thread) = OFF_CPU_NOTE.get_ptr_mut(0) else { return };
     let thread = unsafe { &mut *thread };
-    note(thread, pid_tgid, state, now);
+    note(thread, current_task(), (pid_tgid >> 32) as u32, state, now);
     insert(pid_tgid as u32, thread);
 }
 
-/// Notes in `thread` that it left at `now`, and why.
-fn note(thread: &mut OffCpuThread, pid_tgid: u64, state: OffCpuState, now: u64) {
-    thread.since_ns = now;
+/// The running task, as a pointer the verifier knows.
+fn current_task() -> *mut c_void {
+    unsafe { bpf_get_current_task_btf() }.cast()
+}
+
+/// Notes in `thread` that `task`, of process `tgid`, is away since `since_ns`, and why; not
+/// back yet, its kernel stack not taken.
+fn note(thread: &mut OffCpuThread, task: *mut c_void, tgid: u32, state: OffCpuState, since_ns: u64) {
+    thread.since_ns = since_ns;
     thread.resumed_ns = 0;
-    thread.tgid = (pid_tgid >> 32) as u32;
+    thread.tgid = tgid;
     thread.state = state as u32;
-    thread.in_syscall = u32::from(in_syscall(unsafe { bpf_get_current_task_btf() }.cast()));
+    thread.in_syscall = u32::from(in_syscall(task));
     (thread.kernel_stack_len, thread.kernel_stack_skip) = (0, 0);
 }
 
@@ -257,11 +263,8 @@ fn came_back_unseen(next: *mut c_void, tid: u32, tgid: u32) {
     let Some(started) = away_since_start(next, now) else { return };
     let Some(thread) = OFF_CPU_NOTE.get_ptr_mut(0) else { return };
     let thread = unsafe { &mut *thread };
-    thread.since_ns = started;
+    note(thread, next, tgid, OffCpuState::Sleeping, started);
     thread.resumed_ns = now;
-    thread.tgid = tgid;
-    thread.state = OffCpuState::Sleeping as u32;
-    thread.in_syscall = u32::from(in_syscall(next));
     take_kernel_stack(next, thread);
     insert(tid, thread);
 }
@@ -331,12 +334,7 @@ fn away_all_along(task: *mut c_void, tid: u32, tgid: u32) {
     };
     let Some(thread) = ITERATOR_NOTE.get_ptr_mut(0) else { return };
     let thread = unsafe { &mut *thread };
-    thread.since_ns = started;
-    thread.resumed_ns = 0;
-    thread.tgid = tgid;
-    thread.state = state as u32;
-    thread.in_syscall = u32::from(in_syscall(task));
-    (thread.kernel_stack_len, thread.kernel_stack_skip) = (0, 0);
+    note(thread, task, tgid, state, started);
     take_kernel_stack(task, thread);
     // Not over an entry a switch made meanwhile on another CPU: that one is newer.
     insert_with(tid, thread, u64::from(BPF_NOEXIST));
@@ -382,7 +380,7 @@ enum UserStack {
 }
 
 /// Sends the span of `thread`, in its own context: its user registers (those of the system
-/// call), stack copy and Python frames as `user_stack` says, and the kernel stack it left with.
+/// call), stack copy and Python frames as `user_stack` says, and the kernel stack it waited in.
 fn send(ctx: &impl EbpfContext, pid_tgid: u64, thread: &OffCpuThread, user_stack: UserStack) {
     let Some(draft) = begin_span(pid_tgid, thread) else { return };
     let record = draft.bytes();

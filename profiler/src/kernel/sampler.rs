@@ -221,8 +221,7 @@ impl Sampler {
     }
 
     /// Attaches the scheduler hooks (the BTF tracepoint `sched_switch`, the raw tracepoint
-    /// `sys_exit`), after
-    /// telling them when sampling starts.
+    /// `sys_exit`), after telling them when sampling starts.
     fn attach_off_cpu(&mut self) -> Result<()> {
         let started = crate::clock::monotonic_ns();
         let map = self.ebpf.map_mut(maps::STARTED_NS).ok_or_else(|| missing(maps::STARTED_NS))?;
