@@ -6,7 +6,7 @@ use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_mai
 use profiler::{
     Grouping, Meta, RecordKind, Tgid, ThreadState, Tid,
     stages::{
-        AddressSpaces, Aggregate, Frame, Namer, NewFrames, PerfMaps, PythonFunctions, StackSnapshot,
+        AddressSpaces, Aggregate, Frame, Functions, Namer, NewFrames, NoRuntime, PerfMaps, StackSnapshot,
         Symbolizer, Tracking, Unwinder, Walked, Want, folded,
     },
     testing::{Fixture, encode_sample},
@@ -35,11 +35,11 @@ fn unwind_stack(c: &mut Criterion) {
     let mut space = Fixture::view(&mut spaces);
     let stack = StackSnapshot::new(fixture.regs.sp, &fixture.stack, false);
     let mut unwinder = Unwinder::default();
-    let frames = unwinder.unwind(fixture.regs, &stack, &mut space).frames.len();
+    let frames = unwinder.unwind(fixture.regs, &stack, &mut space, &mut NoRuntime).frames.len();
     let mut group = c.benchmark_group("unwind");
     group.throughput(Throughput::Elements(1));
     group.bench_function(format!("warm_{frames}_frames"), |b| {
-        b.iter(|| unwinder.unwind(black_box(fixture.regs), &stack, &mut space).frames.len())
+        b.iter(|| unwinder.unwind(black_box(fixture.regs), &stack, &mut space, &mut NoRuntime).frames.len())
     });
     group.finish();
 }
@@ -72,7 +72,7 @@ fn aggregate(c: &mut Criterion) {
     let spaces = AddressSpaces::new(Tracking { all: false, follow_forks: false });
     let modules = spaces.modules();
     let mut namer = Namer::default();
-    namer.name(NewFrames::new(aggregate.new_frames(), &spaces, &PythonFunctions::default(), 0));
+    namer.name(NewFrames::new(aggregate.new_frames(), &spaces, &Functions::default(), 0));
     let symbols = namer.finish(0);
     group.throughput(Throughput::Elements(100_000));
     group.bench_function("recording_100k_samples", |b| {

@@ -244,7 +244,7 @@ impl Builder {
                 Location { module: None, address, symbols }
             }
             Frame::Marker(_) => Location { module: None, address: 0, symbols },
-            Frame::Python { line, .. } => Location { module: None, address: line.into(), symbols },
+            Frame::Runtime { line, .. } => Location { module: None, address: line.into(), symbols },
             Frame::Module { module, offset } => {
                 Location { module: Some(self.module(module, modules)), address: offset, symbols }
             }

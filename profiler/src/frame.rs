@@ -14,9 +14,9 @@ pub enum Frame {
     Module { module: ModuleId, offset: u64 },
     /// A user address in anonymous memory or in no mapping at all.
     Anonymous { tgid: Tgid, addr: u64 },
-    /// A Python function at a line: an index into the Python stage's functions
-    /// (`runtimes::python::Functions`), and the line its frame was at.
-    Python { function: u32, line: u32 },
+    /// A function of a runtime (Python, Java) at a line: an index into the runtimes' functions
+    /// (`runtimes::functions::Functions`), and the line its frame was at.
+    Runtime { function: u32, line: u32 },
     /// No code: what a thread did instead of running some.
     Marker(Marker),
 }

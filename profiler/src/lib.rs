@@ -51,9 +51,9 @@ pub mod stages {
         frame::Frame,
         kernel::task_events::{self, TaskEventReader},
         render::folded,
-        runtimes::python::{self, Functions as PythonFunctions},
+        runtimes::{functions::Functions, python},
         symbolize::{Namer, NewFrames, PerfMap, PerfMaps, PltStubs, Symbolizer},
-        unwind::{MAX_FRAMES, StackSnapshot, Unwinder, cfi::ModuleCfi},
+        unwind::{MAX_FRAMES, NoRuntime, StackSnapshot, Unwinder, cfi::ModuleCfi},
         walk::{CallGraph, StackWalker, Walked},
     };
 }

@@ -11,9 +11,9 @@ use crate::{
     frame::{Frame, Marker},
     model::{ThreadState, Tid},
     named::Named,
-    runtimes::python::Python,
+    runtimes::{functions::Functions, hotspot::HotSpot, python::Python},
     unwind::{
-        StackSnapshot, UnwindEnd, UnwindStats, Unwinder, Unwound,
+        NoRuntime, RuntimeCode, StackSnapshot, UnwindEnd, UnwindStats, Unwinder, Unwound,
         hybrid::{self, StackSource},
     },
 };
@@ -59,6 +59,9 @@ pub struct StackWalker {
     stats: UnwindStats,
     stack_ends: StackEnds,
     python: Python,
+    hotspot: HotSpot,
+    /// The functions runtimes' frames name.
+    functions: Functions,
     /// Scratch space for one stack, reused across samples.
     frames: Vec<Frame>,
     /// The sample's frame-pointer chain, likewise.
@@ -74,6 +77,8 @@ impl StackWalker {
             stats: UnwindStats::default(),
             stack_ends: StackEnds::default(),
             python: Python::default(),
+            hotspot: HotSpot::default(),
+            functions: Functions::default(),
             frames: Vec::new(),
             chain: Vec::new(),
         }
@@ -116,6 +121,7 @@ impl StackWalker {
     pub fn apply(&mut self, event: TaskEvent) {
         if let TaskEvent::Exec { pid, .. } = event {
             self.python.forget(pid);
+            self.hotspot.forget(pid);
         }
         self.spaces.apply(event);
     }
@@ -130,6 +136,20 @@ impl StackWalker {
         &mut self.python
     }
 
+    /// The HotSpot stage: the JVMs found, what became of their frames.
+    pub fn hotspot(&self) -> &HotSpot {
+        &self.hotspot
+    }
+
+    pub fn hotspot_mut(&mut self) -> &mut HotSpot {
+        &mut self.hotspot
+    }
+
+    /// The functions runtimes' frames name.
+    pub fn functions(&self) -> &Functions {
+        &self.functions
+    }
+
     /// Stack ends learned since the last call, for the kernel's `STACK_ENDS` map.
     pub fn take_stack_ends(&mut self) -> Vec<(Tid, u64)> {
         std::mem::take(&mut self.stack_ends.new)
@@ -137,10 +157,22 @@ impl StackWalker {
 
     /// The stack of a sample, walked and pinned to modules.
     pub fn walk(&mut self, sample: &SampleRecord<'_>) -> Walked<'_> {
-        let Self { call_graph, spaces, unwinder, stats, stack_ends, python, frames, chain } = self;
+        let Self {
+            call_graph,
+            spaces,
+            unwinder,
+            stats,
+            stack_ends,
+            python,
+            hotspot,
+            functions,
+            frames,
+            chain,
+        } = self;
         let tid = sample.tid();
         let mut process = spaces.observe(sample.tgid(), tid, &sample.comm(), sample.time_ns());
         python.observe(&mut process, sample.time_ns());
+        hotspot.observe(&mut process, sample.time_ns());
         frames.clear();
         if sample.state() == ThreadState::Runnable {
             // The scheduler's frames say nothing of a wait for a CPU: one marker instead.
@@ -156,7 +188,12 @@ impl StackWalker {
             (CallGraph::Fp, _) | (_, None) => (&chain[..], 0),
             (call_graph, Some(regs)) => {
                 let snapshot = StackSnapshot::new(regs.sp, sample.stack_copy(), sample.stack_truncated());
-                let unwound = unwinder.unwind(regs, &snapshot, &mut process);
+                let tgid = process.tgid();
+                let runtime: &mut dyn RuntimeCode = match hotspot.stepper(tgid) {
+                    Some(jvm) => jvm,
+                    None => &mut NoRuntime,
+                };
+                let unwound = unwinder.unwind(regs, &snapshot, &mut process, runtime);
                 let mapping_end = process.mapping(regs.sp).map(|stack| stack.end);
                 stack_ends.learn(tid, mapping_end, Needed::of(&unwound, &snapshot));
                 let (tail, source) = match call_graph {
@@ -164,14 +201,17 @@ impl StackWalker {
                     _ => (&[][..], StackSource::Dwarf(unwound.end)),
                 };
                 stats.record(source);
-                let tgid = process.tgid();
                 let located = unwound.frames.iter().zip(&unwound.locations).enumerate();
-                frames.extend(located.map(|(depth, (&addr, &at))| Frame::user(tgid, depth, addr, at)));
+                for (depth, (&addr, &at)) in located {
+                    if !hotspot.push_frames(tgid, depth, functions, frames) {
+                        frames.push(Frame::user(tgid, depth, addr, at));
+                    }
+                }
                 (tail, unwound.frames.len())
             }
         };
         push_resolved(&mut process, fp_addrs, first_depth, frames);
-        python.merge_into(sample, frames);
+        python.merge_into(sample, frames, functions);
         Walked { comm: process.into_comm(), frames }
     }
 }

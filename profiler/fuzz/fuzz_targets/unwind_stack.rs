@@ -7,7 +7,7 @@ use std::{path::Path, sync::LazyLock};
 use libfuzzer_sys::fuzz_target;
 use profiler::{
     UserRegs,
-    stages::{MAX_FRAMES, Resolved, StackSnapshot, Unwinder, Want},
+    stages::{MAX_FRAMES, NoRuntime, Resolved, StackSnapshot, Unwinder, Want},
     testing::Fixture,
 };
 
@@ -30,7 +30,7 @@ fuzz_target!(|data: &[u8]| {
     let snapshot = StackSnapshot::new(regs.sp, &stack, word(2) % 2 == 0);
     let mut spaces = fixture.address_spaces(DIR.join("snapshot"));
     let mut space = Fixture::view(&mut spaces);
-    let unwound = Unwinder::default().unwind(regs, &snapshot, &mut space);
+    let unwound = Unwinder::default().unwind(regs, &snapshot, &mut space, &mut NoRuntime);
     assert!(unwound.frames.len() <= MAX_FRAMES);
     assert!(unwound.frames.len() <= stack.len() / 8 + 1);
     for &frame in &unwound.frames {

@@ -251,6 +251,7 @@ impl Mode for CpuProfile {
                 blocks: end.kernel.off_cpu_blocks(),
             },
             python: &end.python,
+            java: &end.java,
             outputs: end.outputs,
         };
         summary.print();

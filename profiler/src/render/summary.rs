@@ -19,6 +19,7 @@ pub struct Summary<'a> {
     pub kernel: KernelFigures,
     /// What reading Python stacks found, a line each.
     pub python: &'a [String],
+    pub java: &'a [String],
     pub outputs: &'a [(PathBuf, Format)],
 }
 
@@ -96,6 +97,7 @@ impl Summary<'_> {
             row("no CFI in", vec![top.join(", ")]);
         }
         row("python", self.python.to_vec());
+        row("java", self.java.to_vec());
         let kernel = &self.kernel;
         if let Some(blocks) = kernel.blocks {
             let mut line =
@@ -232,6 +234,7 @@ mod tests {
                 blocks: Some(OffCpuBlocks { recorded: 7, short: 90, unnoted: 2, without_kernel_stack: 1 }),
             },
             python: &["pid 9: CPython 3.14: native frames only".into()],
+            java: &[],
             outputs: &outputs,
         };
         let text = summary.render();
@@ -272,6 +275,7 @@ mod tests {
             processes: 2,
             kernel: KernelFigures::default(),
             python: &[],
+            java: &[],
             outputs: &[],
         };
         let text = summary.render();
@@ -296,6 +300,7 @@ mod tests {
             processes: 1,
             kernel: KernelFigures::default(),
             python: &[],
+            java: &[],
             outputs: &[],
         };
         let text = summary.render();

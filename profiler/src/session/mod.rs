@@ -134,6 +134,8 @@ pub struct End<'a, K> {
     pub progress: Progress,
     /// What the Python stage has to say, a line each.
     pub python: Vec<String>,
+    /// What the HotSpot stage has to say, likewise.
+    pub java: Vec<String>,
 }
 
 /// Runs a session of `mode` to its end.
@@ -238,6 +240,7 @@ pub async fn run<M: Mode>(mode: M, settings: Settings) -> Result<()> {
             options,
             progress,
             python: session.walker.python().stats().describe(),
+            java: session.walker.hotspot().stats().describe(),
         });
         match reason {
             Some(StopReason::Signal) => eprintln!("profiler: stopped by signal"),
@@ -410,12 +413,13 @@ impl<M: Mode> Pipeline<M> {
     /// the last drain. Done between drains, once the kernel has the stack ends they taught.
     fn settle(&mut self) {
         let frames = self.aggregate.new_frames();
-        let python = self.walker.python().functions();
-        self.naming.name(NewFrames::new(frames, self.walker.address_spaces(), python, self.drained_ns));
+        let functions = self.walker.functions();
+        self.naming.name(NewFrames::new(frames, self.walker.address_spaces(), functions, self.drained_ns));
         let gone = self.walker.address_spaces_mut().prune(self.drained_ns);
         self.naming.forget(&gone, self.drained_ns);
         for &tgid in &gone {
             self.walker.python_mut().forget(tgid);
+            self.walker.hotspot_mut().forget(tgid);
         }
         // The modules only processes now forgotten mapped are let go once their frames handed
         // over above are named (a host starting new programs all day would otherwise hold each

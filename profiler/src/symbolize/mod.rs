@@ -41,7 +41,7 @@ use crate::{
     },
     frame::Frame,
     model::{SourceLine, Symbol, SymbolKind, Tgid},
-    runtimes::python::Functions,
+    runtimes::functions::Functions,
 };
 
 /// The stage that names frames: each distinct frame once, as the recording goes, so that little
@@ -61,9 +61,9 @@ pub struct Namer {
 impl Namer {
     /// Names `new` frames (frames named already are skipped).
     pub fn name(&mut self, new: NewFrames) {
-        let NewFrames { frames, python, modules, identities, now_ns } = new;
+        let NewFrames { frames, runtime, modules, identities, now_ns } = new;
         self.identities.extend(identities);
-        for (frame, symbol) in python {
+        for (frame, symbol) in runtime {
             self.symbols.by_frame.insert(frame, vec![symbol]);
         }
         let frames: Vec<Frame> = frames.into_iter().filter(|frame| !self.symbols.contains(frame)).collect();
@@ -159,8 +159,8 @@ pub struct NamingReport {
 #[derive(Debug, Default)]
 pub struct NewFrames {
     frames: Vec<Frame>,
-    /// Python frames, named already from the Python stage's functions.
-    python: Vec<(Frame, Symbol)>,
+    /// Runtimes' frames, named already from the functions they stand for.
+    runtime: Vec<(Frame, Symbol)>,
     modules: ModuleSet,
     identities: FxHashMap<Tgid, Identity>,
     /// When they were seen: perf maps are read as they were then.
@@ -168,15 +168,15 @@ pub struct NewFrames {
 }
 
 impl NewFrames {
-    /// `frames` of processes in `spaces`, seen by `now_ns`; Python frames named by the `python`
-    /// functions they stand for.
-    pub fn new(frames: Vec<Frame>, spaces: &AddressSpaces, python: &Functions, now_ns: u64) -> Self {
-        let (python_frames, frames): (Vec<Frame>, Vec<Frame>) =
-            frames.into_iter().partition(|frame| matches!(frame, Frame::Python { .. }));
-        let python = python_frames
+    /// `frames` of processes in `spaces`, seen by `now_ns`; runtimes' frames named by the
+    /// `functions` they stand for.
+    pub fn new(frames: Vec<Frame>, spaces: &AddressSpaces, functions: &Functions, now_ns: u64) -> Self {
+        let (runtime_frames, frames): (Vec<Frame>, Vec<Frame>) =
+            frames.into_iter().partition(|frame| matches!(frame, Frame::Runtime { .. }));
+        let runtime = runtime_frames
             .into_iter()
             .filter_map(|frame| match frame {
-                Frame::Python { function, line } => Some((frame, python.symbol(function, line))),
+                Frame::Runtime { function, line } => Some((frame, functions.symbol(function, line))),
                 _ => None,
             })
             .collect();
@@ -191,11 +191,11 @@ impl NewFrames {
         }
         let identities =
             processes.into_iter().filter_map(|tgid| Some((tgid, spaces.identity(tgid)?.clone()))).collect();
-        Self { frames, python, modules: spaces.modules().share(modules), identities, now_ns }
+        Self { frames, runtime, modules: spaces.modules().share(modules), identities, now_ns }
     }
 
     pub fn is_empty(&self) -> bool {
-        self.frames.is_empty() && self.python.is_empty()
+        self.frames.is_empty() && self.runtime.is_empty()
     }
 }
 
@@ -331,8 +331,8 @@ impl Symbolizer {
                 Frame::Marker(marker) => {
                     symbols.by_frame.insert(frame, vec![Symbol::new(marker.name(), SymbolKind::Function)]);
                 }
-                // Named from the Python stage's functions by the Namer, never handed here.
-                Frame::Python { .. } => {}
+                // Named from the runtimes' functions by the Namer, never handed here.
+                Frame::Runtime { .. } => {}
             }
         }
         for (addr, names) in kernel.iter().zip(self.kernel(&kernel)) {

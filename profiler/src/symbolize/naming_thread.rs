@@ -144,7 +144,7 @@ mod tests {
         address_space::{AddressSpaces, Tracking, Want},
         frame::Frame,
         model::SymbolKind,
-        runtimes::python::Functions,
+        runtimes::functions::Functions,
     };
 
     #[inline(never)]

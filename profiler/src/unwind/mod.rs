@@ -97,6 +97,47 @@ pub struct Unwound {
     pub end: UnwindEnd,
 }
 
+/// Code a runtime steps through itself (a JVM's compiled code and interpreter), where there is no
+/// CFI and frame pointers mean nothing: the unwinder asks it first about every frame in
+/// anonymous memory.
+pub trait RuntimeCode {
+    /// The caller of the frame at `depth` (0: innermost) whose registers are `regs`, reading the
+    /// stack from `stack` only; `is_code` tells whether an address is code of the process.
+    fn step(
+        &mut self,
+        depth: usize,
+        regs: &UnwindRegsX86_64,
+        stack: &StackSnapshot<'_>,
+        is_code: &mut dyn FnMut(u64) -> bool,
+    ) -> RuntimeStep;
+}
+
+/// What a [`RuntimeCode`] made of a frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RuntimeStep {
+    /// Not its code: the unwinder steps it as usual.
+    NotMine,
+    /// Its code, whose caller has these registers.
+    Caller(UnwindRegsX86_64),
+    /// Its code, but the frame could not be stepped.
+    Lost,
+}
+
+/// A [`RuntimeCode`] that owns no code.
+pub struct NoRuntime;
+
+impl RuntimeCode for NoRuntime {
+    fn step(
+        &mut self,
+        _: usize,
+        _: &UnwindRegsX86_64,
+        _: &StackSnapshot<'_>,
+        _: &mut dyn FnMut(u64) -> bool,
+    ) -> RuntimeStep {
+        RuntimeStep::NotMine
+    }
+}
+
 /// What the unwinder knows of a module: `None` when its file could not be read.
 type LoadedModule = Option<ModuleCfi>;
 
@@ -128,6 +169,7 @@ impl Unwinder {
         regs: UserRegs,
         stack: &StackSnapshot<'_>,
         space: &mut ProcessView<'_>,
+        runtime: &mut dyn RuntimeCode,
     ) -> Unwound {
         let mut frames = Vec::new();
         let mut locations = Vec::new();
@@ -143,6 +185,20 @@ impl Unwinder {
             }
             frames.push(addr);
             locations.push(location);
+            if location == Resolved::Anonymous {
+                let depth = frames.len() - 1;
+                let mut is_code = |addr| is_code(space, addr);
+                match runtime.step(depth, &unwind_regs, stack, &mut is_code) {
+                    RuntimeStep::NotMine => {}
+                    RuntimeStep::Caller(caller) if caller.sp() > unwind_regs.sp() && caller.ip() != 0 => {
+                        guessed = None;
+                        unwind_regs = caller;
+                        addr = caller.ip();
+                        continue;
+                    }
+                    RuntimeStep::Caller(_) | RuntimeStep::Lost => break UnwindEnd::Lost,
+                }
+            }
             let (lookup, without_cfi) = match location {
                 Resolved::Module { module, file_offset } => {
                     match self.synthetic_address(module, file_offset, space) {

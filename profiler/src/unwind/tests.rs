@@ -43,7 +43,7 @@ fn names_in(binary: &str, frames: &[u64]) -> Vec<String> {
 
 fn unwind(stack: &StackSnapshot<'_>, regs: UserRegs, binary: &str) -> Unwound {
     let mut spaces = recorded().address_spaces(fixture(binary));
-    Unwinder::default().unwind(regs, stack, &mut Fixture::view(&mut spaces))
+    Unwinder::default().unwind(regs, stack, &mut Fixture::view(&mut spaces), &mut NoRuntime)
 }
 
 /// The fixture's one module: what its code addresses resolve to.
@@ -78,7 +78,8 @@ fn through_the_exception_unwinder() {
     let fixture = Fixture::read(&self::fixture("eh_return")).unwrap();
     let stack = StackSnapshot::new(fixture.regs.sp, &fixture.stack, false);
     let mut spaces = fixture.address_spaces(self::fixture("eh_return/stoll_throw"));
-    let unwound = Unwinder::default().unwind(fixture.regs, &stack, &mut Fixture::view(&mut spaces));
+    let unwound =
+        Unwinder::default().unwind(fixture.regs, &stack, &mut Fixture::view(&mut spaces), &mut NoRuntime);
     assert_eq!(
         names_in("eh_return/stoll_throw", &unwound.frames),
         [
@@ -173,7 +174,7 @@ proptest! {
         let sp = if sp % 2 == 0 { fixture.regs.sp } else { sp };
         let stack = StackSnapshot::new(sp, &bytes, truncated);
         let regs = UserRegs { ip: 0x401000 + ip_offset, sp, bp };
-        let unwound = Unwinder::default().unwind(regs, &stack, &mut space);
+        let unwound = Unwinder::default().unwind(regs, &stack, &mut space, &mut NoRuntime);
         prop_assert!(unwound.frames.len() <= MAX_FRAMES);
         prop_assert!(unwound.frames.len() <= bytes.len() / 8 + 1);
         for &frame in &unwound.frames {

@@ -1,61 +1,544 @@
-//! HotSpot, the JVM, from outside the process: the tables its `libjvm.so` exports for external
-//! tools (the Serviceability Agent's `gHotSpotVMStructs` and the others: every field offset,
-//! type size and constant a walker of Java frames needs), read from a live process
-//! ([`vm_structs`]). `profiler check -p PID` reads them and says where the code cache is; the
-//! Java frames walked with them come next (see docs/hotspot-layouts.md for the layouts).
+//! HotSpot, the JVM, from outside the process, with no options asked of it.
+//!
+//! `libjvm.so` exports tables for external tools (the Serviceability Agent's `gHotSpotVMStructs`
+//! and the others: every field offset, type size and constant a walker of Java frames needs),
+//! read from the live process ([`vm_structs`]) into the [`layout`] the walk uses. Java frames are
+//! on the native stack the kernel copies: the unwinder hands every frame in the JVM's code cache
+//! to [`Jvm`] ([`stack`]), which finds its code blob ([`code_cache`]) and steps it by HotSpot's
+//! own rules (compiled frames by their size, interpreted ones by their frame pointer, the call
+//! stub back into `libjvm.so`), and names it: a compiled frame by its nmethod's scopes (one
+//! Java frame per inlined method, [`debug_info`]), an interpreted one by the `Method*` and
+//! bytecode pointer in its frame ([`method`]). Everything is read through `/proc/PID/mem` soon
+//! after the sample, checked, and cached per JVM: an nmethod by its address and compile id (code
+//! freed and reused since is another compile id, never misnamed), a method by its address.
+//! See docs/hotspot-layouts.md for the layouts and rules.
+pub mod code_cache;
+pub mod debug_info;
+pub mod layout;
+pub mod method;
+mod stack;
 pub mod vm_structs;
 
-use anyhow::{Context as _, Result, bail};
+use std::{collections::BTreeMap, ops::Range, sync::Arc};
 
-use self::vm_structs::{Image, VmStructs};
+use anyhow::{Context as _, Result, bail};
+use rustc_hash::FxHashMap;
+
+pub use self::stack::Physical;
+use self::{
+    code_cache::{BlobKind, Heap},
+    layout::Layout,
+    method::MethodInfo,
+    vm_structs::{Image, VmStructs},
+};
 use crate::{
-    address_space::{Backing, Mapping, Mappings, Parts, open},
+    address_space::{Backing, Mapping, Parts, ProcessView, open},
+    frame::Frame,
     model::Tgid,
-    runtimes::memory::ProcessMemory,
+    runtimes::{
+        functions::{Functions, Kind},
+        memory::ProcessMemory,
+    },
 };
 
-/// A JVM found in a process: its tables, and its code cache's bounds.
+/// Reads `buf.len()` bytes of the process at an address; false when it cannot.
+pub type ReadMemory<'a> = dyn FnMut(u64, &mut [u8]) -> bool + 'a;
+
+/// How often a process that maps no `libjvm.so`, or one not started yet, is looked at again:
+/// often, since the JVM runs Java code (its own start-up) as soon as it has started.
+const RECHECK_NS: u64 = 20_000_000;
+/// How long a JVM may take to fill in its tables and code cache before it is given up on.
+const START_TIMEOUT_NS: u64 = 60_000_000_000;
+/// Nmethods and methods remembered per JVM; beyond, the memory starts over.
+const MAX_NMETHODS: usize = 1 << 14;
+const MAX_METHODS: usize = 1 << 15;
+/// Most bytes of an nmethod's debug information read (PcDescs, scopes and metadata together).
+const MAX_DEBUG_INFO: u64 = 1 << 20;
+/// JVMs whose refusal the summary names.
+const MAX_REFUSED_NAMED: usize = 16;
+
+/// The HotSpot stage of the walk: the JVMs of the processes sampled.
+#[derive(Default)]
+pub struct HotSpot {
+    processes: FxHashMap<Tgid, State>,
+    stats: JavaStats,
+}
+
+enum State {
+    /// No `libjvm.so` mapped when last looked at.
+    Native {
+        checked_ns: u64,
+    },
+    /// A JVM still starting: its tables or code cache not ready when last looked at.
+    Starting {
+        first_ns: u64,
+        checked_ns: u64,
+    },
+    /// A `libjvm.so` whose tables were refused: native frames only.
+    Refused,
+    Running(Box<Jvm>),
+}
+
+/// What became of Java frames, for the run summary.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct JavaStats {
+    /// Java frames named, and those whose method could not be read.
+    pub frames: u64,
+    pub unreadable: u64,
+    /// Frames in a code cache the walk could not step (no blob there, or a blob that failed its
+    /// checks): their stacks end there.
+    pub lost: u64,
+    /// JVMs not read, and why.
+    pub refused: BTreeMap<Tgid, String>,
+}
+
+impl JavaStats {
+    /// The run summary's lines: nothing when no JVM was met.
+    pub fn describe(&self) -> Vec<String> {
+        let mut lines = Vec::new();
+        if self.frames + self.lost > 0 {
+            lines.push(format!(
+                "{} Java frames; {} of methods that could not be read, {} stacks cut in the code cache",
+                self.frames, self.unreadable, self.lost
+            ));
+        }
+        lines.extend(
+            self.refused.iter().map(|(tgid, why)| format!("pid {tgid}: HotSpot JVM not read: {why}")),
+        );
+        lines
+    }
+}
+
+impl HotSpot {
+    pub fn stats(&self) -> JavaStats {
+        let lost = self.processes.values().map(|state| match state {
+            State::Running(jvm) => jvm.lost,
+            _ => 0,
+        });
+        JavaStats { lost: self.stats.lost + lost.sum::<u64>(), ..self.stats.clone() }
+    }
+
+    /// Forgets a process gone, or that ran exec.
+    pub fn forget(&mut self, tgid: Tgid) {
+        if let Some(State::Running(jvm)) = self.processes.remove(&tgid) {
+            self.stats.lost += jvm.lost;
+        }
+    }
+
+    /// Looks for a JVM in the process of `view` if it is time to.
+    pub fn observe(&mut self, view: &mut ProcessView<'_>, time_ns: u64) {
+        let tgid = view.tgid();
+        let first_ns = match self.processes.get(&tgid) {
+            Some(State::Refused | State::Running(_)) => return,
+            Some(State::Native { checked_ns } | State::Starting { checked_ns, .. })
+                if time_ns < checked_ns.saturating_add(RECHECK_NS) =>
+            {
+                return;
+            }
+            Some(State::Starting { first_ns, .. }) => *first_ns,
+            _ => time_ns,
+        };
+        let state = match libjvm(view.mappings()).map(|mapping| read(tgid, mapping)) {
+            None => State::Native { checked_ns: time_ns },
+            Some(Ok(jvm)) => State::Running(Box::new(jvm)),
+            Some(Err(Refused::NotYet(_))) if time_ns < first_ns.saturating_add(START_TIMEOUT_NS) => {
+                State::Starting { first_ns, checked_ns: time_ns }
+            }
+            Some(Err(Refused::NotYet(err) | Refused::Never(err))) => {
+                if self.stats.refused.len() < MAX_REFUSED_NAMED {
+                    self.stats.refused.insert(tgid, format!("{err:#}"));
+                }
+                State::Refused
+            }
+        };
+        self.processes.insert(tgid, state);
+    }
+
+    /// The JVM of `tgid`, if it runs one that is read, ready to step a new stack.
+    pub fn stepper(&mut self, tgid: Tgid) -> Option<&mut Jvm> {
+        match self.processes.get_mut(&tgid) {
+            Some(State::Running(jvm)) => {
+                jvm.stepped.clear();
+                Some(jvm)
+            }
+            _ => None,
+        }
+    }
+
+    /// Pushes the Java frames of the frame at `depth` of the stack `jvm` last stepped (none when
+    /// it stepped no frame there); false when there are none.
+    pub fn push_frames(
+        &mut self,
+        tgid: Tgid,
+        depth: usize,
+        functions: &mut Functions,
+        frames: &mut Vec<Frame>,
+    ) -> bool {
+        let Some(State::Running(jvm)) = self.processes.get_mut(&tgid) else { return false };
+        let Some(physical) = jvm.stepped(depth) else { return false };
+        let before = frames.len();
+        jvm.java_frames(physical, functions, frames, &mut self.stats);
+        frames.len() > before
+    }
+}
+
+/// Why a JVM's tables were not taken: `NotYet` may change as the JVM starts.
+enum Refused {
+    NotYet(anyhow::Error),
+    Never(anyhow::Error),
+}
+
+/// A JVM found in a process: its layout, its code cache, and what was read of it.
 pub struct Jvm {
     pub tables: VmStructs,
+    pub layout: Layout,
     /// `CodeCache::_low_bound .. _high_bound`: where compiled Java code and stubs are.
-    pub code_cache: std::ops::Range<u64>,
+    pub code_cache: Range<u64>,
+    heaps: Vec<Heap>,
+    call_stub_return: u64,
+    /// Blob names (`CodeBlob::_name`, strings of `libjvm.so`) by address, as kinds.
+    kinds: FxHashMap<u64, BlobKind>,
+    /// The functions of stubs, likewise (0: the call stub).
+    stub_functions: FxHashMap<u64, u32>,
+    image: Image,
+    file: Arc<memmap2::Mmap>,
+    bias: u64,
+    memory: ProcessMemory,
+    nmethods: FxHashMap<(u64, u32), Option<Arc<Nmethod>>>,
+    methods: FxHashMap<u64, Option<Arc<MethodInfo>>>,
+    /// The function each method is under each kind of frame, once interned.
+    method_functions: FxHashMap<(u64, Kind), u32>,
+    /// The frames the last stack walked stepped, by depth.
+    stepped: Vec<(usize, Physical)>,
+    /// Frames in the code cache that could not be stepped.
+    lost: u64,
+}
+
+/// What an nmethod says of its pcs.
+struct Nmethod {
+    code_begin: u64,
+    method: u64,
+    descs: Vec<debug_info::PcDesc>,
+    scopes: Vec<u8>,
+    metadata: Vec<u64>,
 }
 
 /// The JVM of process `pid`, if it maps a `libjvm.so`: `None` when it maps none, an error when
 /// its tables cannot be read (not HotSpot after all, not started yet, or garbage).
-pub fn find(pid: Tgid, space: &Mappings) -> Option<Result<Jvm>> {
-    let mapping = space.mappings().find(|m| {
+pub fn find<'a>(pid: Tgid, mappings: impl Iterator<Item = &'a Mapping>) -> Option<Result<Jvm>> {
+    Some(read(pid, libjvm(mappings)?).map_err(|refused| match refused {
+        Refused::NotYet(err) | Refused::Never(err) => err,
+    }))
+}
+
+/// The mapping of the start of a `libjvm.so`.
+fn libjvm<'a>(mut mappings: impl Iterator<Item = &'a Mapping>) -> Option<&'a Mapping> {
+    mappings.find(|m| {
         m.offset == 0
             && matches!(&m.backing, Backing::File { path, .. } if path.file_name().is_some_and(|name| name == "libjvm.so"))
-    })?;
-    Some(read(pid, mapping))
+    })
 }
 
 /// Reads the JVM of `pid` whose `libjvm.so` starts with `mapping` (its load bias is the
 /// mapping's start: HotSpot's segments have file offsets equal to their addresses).
-fn read(pid: Tgid, mapping: &Mapping) -> Result<Jvm> {
+fn read(pid: Tgid, mapping: &Mapping) -> Result<Jvm, Refused> {
     let bias = mapping.start;
-    let bytes = open::mapped_file(pid, mapping)
+    let file = open::mapped_file(pid, mapping)
         .and_then(|file| open::stable(file, Parts::Whole))
         .and_then(|file| open::map(&file))
-        .context("cannot read its libjvm.so")?;
-    let Some(image) = Image::read(&bytes) else { bail!("libjvm.so exports none of HotSpot's tables") };
+        .context("cannot read its libjvm.so")
+        .map_err(Refused::Never)?;
+    let Some(image) = Image::read(&file) else {
+        return Err(Refused::Never(anyhow::anyhow!("libjvm.so exports none of HotSpot's tables")));
+    };
     let mut memory = ProcessMemory::new(pid);
     let mut read = |addr: u64, buf: &mut [u8]| memory.read(addr, buf);
-    let tables = VmStructs::read(&image, &bytes, bias, &mut read)?;
-    let mut bound = |field: &str| -> Result<u64> {
-        let address = tables
-            .static_address("CodeCache", field)
-            .with_context(|| format!("the tables have no CodeCache::{field}"))?;
-        let mut value = [0; 8];
-        if !read(address, &mut value) {
-            bail!("cannot read CodeCache::{field} at {address:#x}");
+    let tables = match VmStructs::read(&image, &file, bias, &mut read) {
+        Ok(tables) => tables,
+        Err(vm_structs::Refusal::NotReady) => {
+            return Err(Refused::NotYet(vm_structs::Refusal::NotReady.into()));
         }
-        Ok(u64::from_ne_bytes(value))
+        Err(refusal) => return Err(Refused::Never(refusal.into())),
     };
-    let code_cache = bound("_low_bound")?..bound("_high_bound")?;
-    if code_cache.is_empty() {
-        bail!("no code cache yet (the JVM is starting)");
+    let major = tables
+        .static_address("Abstract_VM_Version", "_vm_major_version")
+        .and_then(|address| read_u32(&mut read, address))
+        .unwrap_or(0);
+    let layout = Layout::new(&tables, major).map_err(Refused::Never)?;
+    let started = (|| -> Result<_> {
+        let mut word = |type_name: &str, field: &str| -> Result<u64> {
+            let address = tables
+                .static_address(type_name, field)
+                .with_context(|| format!("the tables have no {type_name}::{field}"))?;
+            read_u64(&mut read, address)
+                .with_context(|| format!("cannot read {type_name}::{field} at {address:#x}"))
+        };
+        let code_cache = word("CodeCache", "_low_bound")?..word("CodeCache", "_high_bound")?;
+        let call_stub_return = word("StubRoutines", "_call_stub_return_address")?;
+        if code_cache.is_empty() || call_stub_return == 0 {
+            bail!("no code cache yet (the JVM is starting)");
+        }
+        let heaps = code_cache::read_heaps(&layout, &mut read).context("its code heaps cannot be read")?;
+        if heaps.iter().any(|heap| heap.code.start < code_cache.start || heap.code.end > code_cache.end) {
+            bail!("a code heap lies outside the code cache");
+        }
+        Ok((code_cache, call_stub_return, heaps))
+    })();
+    let (code_cache, call_stub_return, heaps) = started.map_err(Refused::NotYet)?;
+    Ok(Jvm {
+        tables,
+        layout,
+        code_cache,
+        heaps,
+        call_stub_return,
+        kinds: FxHashMap::default(),
+        stub_functions: FxHashMap::default(),
+        image,
+        file: Arc::new(file),
+        bias,
+        memory,
+        nmethods: FxHashMap::default(),
+        methods: FxHashMap::default(),
+        method_functions: FxHashMap::default(),
+        stepped: Vec::new(),
+        lost: 0,
+    })
+}
+
+impl Jvm {
+    /// What the walk stepped at `depth` of the last stack.
+    fn stepped(&self, depth: usize) -> Option<Physical> {
+        self.stepped.iter().find(|(at, _)| *at == depth).map(|(_, physical)| *physical)
     }
-    Ok(Jvm { tables, code_cache })
+
+    /// Reads the heaps again (the code cache grows as code is compiled).
+    fn reread_heaps(&mut self) {
+        let memory = &mut self.memory;
+        let mut read = |addr: u64, buf: &mut [u8]| memory.read(addr, buf);
+        if let Some(heaps) = code_cache::read_heaps(&self.layout, &mut read) {
+            self.heaps = heaps;
+        }
+    }
+
+    /// The kind of blob named by the string at `name` (an address in `libjvm.so`).
+    fn kind(&mut self, name: u64) -> BlobKind {
+        if let Some(&kind) = self.kinds.get(&name) {
+            return kind;
+        }
+        let kind = self.name(name).map_or(BlobKind::Stub, |name| BlobKind::of_name(&name));
+        self.kinds.insert(name, kind);
+        kind
+    }
+
+    /// The frame of the stub named by the string at `name`, or of the call stub.
+    fn stub_frame(&mut self, name: Option<u64>, functions: &mut Functions) -> Frame {
+        let key = name.unwrap_or(0);
+        let function = match self.stub_functions.get(&key) {
+            Some(&function) => function,
+            None => {
+                let text = match name {
+                    Some(name) => format!("[{}]", self.name(name).as_deref().unwrap_or("unknown stub")),
+                    None => "StubRoutines::call_stub".to_owned(),
+                };
+                let function = functions.intern(&text, "", Kind::JavaStub);
+                self.stub_functions.insert(key, function);
+                function
+            }
+        };
+        Frame::Runtime { function, line: 0 }
+    }
+
+    /// The string at `name`, if it is one of `libjvm.so`'s read-only data.
+    fn name(&self, name: u64) -> Option<String> {
+        self.image.name(&self.file, name.wrapping_sub(self.bias))
+    }
+
+    /// Pushes the Java frames `physical` stands for, innermost first.
+    fn java_frames(
+        &mut self,
+        physical: Physical,
+        functions: &mut Functions,
+        frames: &mut Vec<Frame>,
+        stats: &mut JavaStats,
+    ) {
+        match physical {
+            Physical::Interpreted { method, bcp } => {
+                let frame = self.method_frame(method, Kind::JavaInterpreted, functions, |info| {
+                    info.bci(bcp).map_or(0, |bci| info.line(bci))
+                });
+                stats.count(frame.is_some());
+                frames.extend(frame);
+            }
+            Physical::Native { method } => {
+                let frame = self.method_frame(method, Kind::JavaInterpreted, functions, |_| 0);
+                stats.count(frame.is_some());
+                frames.extend(frame);
+            }
+            Physical::Stub { name } => frames.push(self.stub_frame(Some(name), functions)),
+            Physical::CallStub => frames.push(self.stub_frame(None, functions)),
+            Physical::Compiled { blob, compile_id, pc, exact } => {
+                let Some(nmethod) = self.nmethod(blob, compile_id) else {
+                    stats.count(false);
+                    return;
+                };
+                let offset = i32::try_from(pc.wrapping_sub(nmethod.code_begin)).unwrap_or(i32::MAX);
+                let scopes = debug_info::pc_desc(&nmethod.descs, offset, exact)
+                    .and_then(|desc| u32::try_from(desc.scope_offset).ok())
+                    .map(|at| debug_info::scopes(&nmethod.scopes, at, self.layout.unsigned5_base))
+                    .unwrap_or_default();
+                if scopes.is_empty() {
+                    // No debug information for this pc: the compiled method, with no line.
+                    let frame = self.method_frame(nmethod.method, Kind::JavaCompiled, functions, |_| 0);
+                    stats.count(frame.is_some());
+                    frames.extend(frame);
+                    return;
+                }
+                let outermost = scopes.len() - 1;
+                for (i, scope) in scopes.iter().enumerate() {
+                    let method = scope
+                        .method_index
+                        .checked_sub(1)
+                        .and_then(|index| nmethod.metadata.get(index as usize).copied())
+                        .unwrap_or(0);
+                    let kind = if i == outermost { Kind::JavaCompiled } else { Kind::JavaInlined };
+                    let frame = self.method_frame(method, kind, functions, |info| info.line(scope.bci));
+                    stats.count(frame.is_some());
+                    frames.extend(frame);
+                }
+            }
+        }
+    }
+
+    /// The frame of `method` as `kind`, at the line `line` finds.
+    fn method_frame(
+        &mut self,
+        method: u64,
+        kind: Kind,
+        functions: &mut Functions,
+        line: impl FnOnce(&MethodInfo) -> u32,
+    ) -> Option<Frame> {
+        let info = self.method(method)?;
+        let function = *self
+            .method_functions
+            .entry((method, kind))
+            .or_insert_with(|| functions.intern(&info.name, &info.file, kind));
+        Some(Frame::Runtime { function, line: line(&info) })
+    }
+
+    fn method(&mut self, method: u64) -> Option<Arc<MethodInfo>> {
+        if let Some(known) = self.methods.get(&method) {
+            return known.clone();
+        }
+        let memory = &mut self.memory;
+        let mut read = |addr: u64, buf: &mut [u8]| memory.read(addr, buf);
+        let read =
+            (method != 0).then(|| method::read(&self.layout, method, &mut read)).flatten().map(Arc::new);
+        if self.methods.len() >= MAX_METHODS {
+            self.methods.clear();
+            self.method_functions.clear();
+        }
+        self.methods.insert(method, read.clone());
+        read
+    }
+
+    /// The debug information of the nmethod at `blob`, compiled as `compile_id`.
+    fn nmethod(&mut self, blob: u64, compile_id: u32) -> Option<Arc<Nmethod>> {
+        if let Some(known) = self.nmethods.get(&(blob, compile_id)) {
+            return known.clone();
+        }
+        let memory = &mut self.memory;
+        let mut read = |addr: u64, buf: &mut [u8]| memory.read(addr, buf);
+        let read = read_nmethod(&self.layout, blob, compile_id, &mut read).map(Arc::new);
+        if self.nmethods.len() >= MAX_NMETHODS {
+            self.nmethods.clear();
+        }
+        self.nmethods.insert((blob, compile_id), read.clone());
+        read
+    }
+}
+
+impl JavaStats {
+    fn count(&mut self, named: bool) {
+        if named {
+            self.frames += 1;
+        } else {
+            self.unreadable += 1;
+        }
+    }
+}
+
+/// Reads the debug information of the nmethod at `blob`: its header again (the compile id must
+/// still be `compile_id`), then its PcDescs, scopes and metadata, each in one bounded read.
+fn read_nmethod(layout: &Layout, blob: u64, compile_id: u32, read: &mut ReadMemory<'_>) -> Option<Nmethod> {
+    let mut header = vec![0u8; layout.nmethod_header];
+    if !read(blob, &mut header) || layout.nmethod_compile_id.get(&header)? as u32 != compile_id {
+        return None;
+    }
+    let field = |int: layout::Int| int.get_u64(&header);
+    let scopes_pcs = field(layout.nmethod_scopes_pcs_offset)?;
+    let (code_begin, descs, scopes, metadata) = match layout.blob {
+        layout::BlobLayout::Absolute {
+            code_begin,
+            scopes_data_begin,
+            metadata_offset,
+            dependencies_offset,
+            ..
+        } => {
+            let scopes_begin = field(scopes_data_begin)?;
+            (
+                field(code_begin)?,
+                blob + scopes_pcs..blob + field(dependencies_offset)?,
+                scopes_begin..blob + scopes_pcs,
+                blob + field(metadata_offset)?..scopes_begin,
+            )
+        }
+        layout::BlobLayout::Relative {
+            code_offset,
+            immutable_data,
+            immutable_data_size,
+            scopes_data_offset,
+            mutable_data,
+            mutable_data_size,
+            relocation_size,
+            ..
+        } => {
+            let immutable = field(immutable_data)?;
+            let scopes_data = immutable + field(scopes_data_offset)?;
+            let mutable = field(mutable_data)?;
+            (
+                blob + field(code_offset)?,
+                immutable + scopes_pcs..scopes_data,
+                scopes_data..immutable + field(immutable_data_size)?,
+                mutable + field(relocation_size)?..mutable + field(mutable_data_size)?,
+            )
+        }
+    };
+    let total = [&descs, &scopes, &metadata]
+        .iter()
+        .map(|range| range.end.checked_sub(range.start))
+        .sum::<Option<u64>>()?;
+    if total > MAX_DEBUG_INFO {
+        return None;
+    }
+    let mut bytes = |range: Range<u64>| {
+        let mut buf = vec![0u8; (range.end - range.start) as usize];
+        read(range.start, &mut buf).then_some(buf)
+    };
+    let descs = debug_info::pc_descs(&bytes(descs)?);
+    let scopes = bytes(scopes)?;
+    let metadata = bytes(metadata)?
+        .chunks_exact(8)
+        .map(|w| u64::from_le_bytes(w.try_into().unwrap_or_default()))
+        .collect();
+    Some(Nmethod { code_begin, method: field(layout.nmethod_method)?, descs, scopes, metadata })
+}
+
+fn read_u64(read: &mut ReadMemory<'_>, address: u64) -> Option<u64> {
+    let mut raw = [0u8; 8];
+    read(address, &mut raw).then(|| u64::from_le_bytes(raw))
+}
+
+fn read_u32(read: &mut ReadMemory<'_>, address: u64) -> Option<u32> {
+    let mut raw = [0u8; 4];
+    read(address, &mut raw).then(|| u32::from_le_bytes(raw))
 }

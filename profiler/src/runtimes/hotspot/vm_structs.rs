@@ -9,6 +9,7 @@
 //! name), entries that fail skipped.
 use std::{collections::HashMap, fmt, ops::Range};
 
+use super::ReadMemory;
 use object::{Object as _, ObjectSegment as _, ObjectSymbol as _, SegmentFlags, read::elf::ElfFile64};
 
 /// The exported pointers to the four tables.
@@ -80,7 +81,7 @@ impl Image {
 
     /// The NUL-terminated name at link-time address `svma` of the file `bytes`, if it lies in a
     /// read-only segment and is short printable text.
-    fn name(&self, bytes: &[u8], svma: u64) -> Option<String> {
+    pub fn name(&self, bytes: &[u8], svma: u64) -> Option<String> {
         let (range, offset) = self.read_only.iter().find(|(range, _)| range.contains(&svma))?;
         let start = usize::try_from(offset + (svma - range.start)).ok()?;
         let end = usize::try_from(offset + (range.end - range.start)).ok()?.min(bytes.len());
@@ -130,15 +131,14 @@ impl std::error::Error for Refusal {}
 #[derive(Debug, Default)]
 pub struct VmStructs {
     fields: HashMap<(String, String), Field>,
+    /// The C++ type of each field, when the table names one (`int`, `u2`, `address`...).
+    field_types: HashMap<(String, String), String>,
     type_sizes: HashMap<String, u64>,
     int_constants: HashMap<String, i32>,
     long_constants: HashMap<String, u64>,
     /// Entries skipped: a name outside the file's read-only data, or unreadable.
     pub skipped: usize,
 }
-
-/// Reads `buf.len()` bytes of the process at an address; false when it cannot.
-pub type ReadMemory<'a> = dyn FnMut(u64, &mut [u8]) -> bool + 'a;
 
 /// One kind of entry: its stride and the offsets of the members read.
 struct Entry<const N: usize> {
@@ -190,10 +190,14 @@ impl VmStructs {
         let mut vm = Self::default();
         let skipped = &mut vm.skipped;
         for_each_entry(read, tables[0], &structs, "gHotSpotVMStructs", skipped, |entry| {
-            let [type_name, field_name, _, is_static, offset, address] =
+            let [type_name, field_name, type_string, is_static, offset, address] =
                 structs.members.map(|m| word(entry, m));
             let field = if is_static as u32 != 0 { Field::Static(address) } else { Field::Offset(offset) };
-            vm.fields.insert((name(type_name)?, name(field_name)?), field);
+            let key = (name(type_name)?, name(field_name)?);
+            if let Some(type_string) = name(type_string) {
+                vm.field_types.insert(key.clone(), type_string);
+            }
+            vm.fields.insert(key, field);
             Some(())
         })?;
         for_each_entry(read, tables[1], &types, "gHotSpotVMTypes", skipped, |entry| {
@@ -225,6 +229,24 @@ impl VmStructs {
             Field::Static(address) => Some(*address),
             Field::Offset(_) => None,
         }
+    }
+
+    /// The offset of field `field` of each `type_name` object, and its size when its type has
+    /// one in the tables.
+    pub fn field(&self, type_name: &str, field: &str) -> Option<(u64, Option<u64>)> {
+        let key = (type_name.to_owned(), field.to_owned());
+        let Field::Offset(offset) = *self.fields.get(&key)? else { return None };
+        let size = self.field_types.get(&key).and_then(|type_string| self.type_size(type_string));
+        Some((offset, size))
+    }
+
+    /// The size of type `type_name`.
+    pub fn type_size(&self, type_name: &str) -> Option<u64> {
+        self.type_sizes.get(type_name).copied()
+    }
+
+    pub fn int_constant(&self, name: &str) -> Option<i32> {
+        self.int_constants.get(name).copied()
     }
 
     /// How many fields, types and constants were read.

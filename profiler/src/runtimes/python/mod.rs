@@ -20,9 +20,8 @@ mod merge;
 
 use std::{collections::BTreeMap, sync::Arc};
 
-use indexmap::IndexSet;
 use profiler_common::{MAX_PYTHON_FRAMES, PythonFrame, PythonProcess, PythonWalk, python_frame_flags};
-use rustc_hash::{FxBuildHasher, FxHashMap};
+use rustc_hash::FxHashMap;
 
 use self::{
     code::CodeObject,
@@ -32,8 +31,11 @@ use crate::{
     address_space::{Backing, ModuleId, ProcessView},
     decode::SampleRecord,
     frame::Frame,
-    model::{SourceLine, Symbol, SymbolKind, Tgid},
-    runtimes::memory::ProcessMemory,
+    model::Tgid,
+    runtimes::{
+        functions::{Functions, Kind},
+        memory::ProcessMemory,
+    },
 };
 
 /// How often a process that maps no interpreter yet is looked at again.
@@ -49,7 +51,6 @@ const MAX_UNSUPPORTED_NAMED: usize = 16;
 pub struct Python {
     images: FxHashMap<ModuleId, Option<Arc<Interpreter>>>,
     processes: FxHashMap<Tgid, State>,
-    functions: Functions,
     registrations: Vec<(Tgid, Option<PythonProcess>)>,
     stats: PythonStats,
     /// Scratch: one sample's frames, and its runs' bounds.
@@ -120,36 +121,7 @@ impl PythonStats {
     }
 }
 
-/// The Python functions frames name: (name, file), each once, by index.
-#[derive(Default)]
-pub struct Functions {
-    set: IndexSet<(String, String), FxBuildHasher>,
-}
-
-impl Functions {
-    fn intern(&mut self, name: &str, file: &str) -> u32 {
-        match self.set.get_index_of(&(name.to_owned(), file.to_owned())) {
-            Some(index) => index as u32,
-            None => self.set.insert_full((name.to_owned(), file.to_owned())).0 as u32,
-        }
-    }
-
-    /// The name of a [`Frame::Python`].
-    pub fn symbol(&self, function: u32, line: u32) -> Symbol {
-        let Some((name, file)) = self.set.get_index(function as usize) else {
-            return Symbol::new("[unknown Python code]", SymbolKind::Python);
-        };
-        let source = (!file.is_empty()).then(|| SourceLine { file: file.clone(), line });
-        Symbol::new(name.as_str(), SymbolKind::Python).at(source)
-    }
-}
-
 impl Python {
-    /// Names of the functions Python frames name.
-    pub fn functions(&self) -> &Functions {
-        &self.functions
-    }
-
     pub fn stats(&self) -> &PythonStats {
         &self.stats
     }
@@ -260,7 +232,12 @@ impl Python {
 
     /// Puts the Python frames of `sample` in place of the eval loop's frames in `frames` (the
     /// sample's stack, walked and pinned to modules, innermost first).
-    pub fn merge_into(&mut self, sample: &SampleRecord<'_>, frames: &mut Vec<Frame>) {
+    pub fn merge_into(
+        &mut self,
+        sample: &SampleRecord<'_>,
+        frames: &mut Vec<Frame>,
+        functions: &mut Functions,
+    ) {
         let walk = sample.python_walk();
         match walk {
             PythonWalk::NotPython => return,
@@ -274,7 +251,7 @@ impl Python {
             return;
         }
         self.stats.with_frames += 1;
-        let Self { functions, stats, translated, run_ends, native, .. } = self;
+        let Self { stats, translated, run_ends, native, .. } = self;
         translated.clear();
         run_ends.clear();
         for record in sample.python_frames() {
@@ -321,11 +298,14 @@ impl Running {
                 let layout = self.interpreter.layout;
                 let offset = code::instruction_offset(layout, record.code, record.instr);
                 let line = code.object.line(offset).unwrap_or(code.object.first_line);
-                Frame::Python { function: code.function, line }
+                Frame::Runtime { function: code.function, line }
             }
             None => {
                 stats.unreadable_code += 1;
-                Frame::Python { function: u32::MAX, line: 0 }
+                Frame::Runtime {
+                    function: functions.intern("[unknown Python code]", "", Kind::Python),
+                    line: 0,
+                }
             }
         };
         if self.frames.len() >= MAX_FRAMES {
@@ -346,7 +326,7 @@ impl Running {
             code::read(&mut read, self.interpreter.layout, &self.types, record.code, record.first_line)
                 .ok()
                 .map(|object| Code {
-                    function: functions.intern(&object.name, &object.file),
+                    function: functions.intern(&object.name, &object.file, Kind::Python),
                     object: Arc::new(object),
                 });
         if self.codes.len() >= MAX_CODES {

@@ -1,0 +1,172 @@
+//! The code cache of a JVM: its heaps, and the blob of compiled code holding a pc, found the way
+//! `CodeHeap::find_start` finds it (the segment map walked back to the block's first segment)
+//! and read from the target with every value checked.
+use std::ops::Range;
+
+use super::layout::{BlobLayout, Layout};
+use crate::runtimes::hotspot::ReadMemory;
+
+/// Most heaps taken (HotSpot has three with a segmented code cache, one without).
+const MAX_HEAPS: usize = 8;
+/// Bytes of segment map read at once, and windows read for one blob: a blob of up to
+/// `4 × 4 KiB` segments (8 MiB of code at 128-byte segments) is found.
+const SEGMAP_WINDOW: usize = 4096;
+const MAX_WINDOWS: usize = 4;
+/// A segment map byte marking a free segment.
+const FREE_SEGMENT: u8 = 0xff;
+/// Largest blob header read (an nmethod's is 352 bytes in JDK 17, 224 in 25).
+const MAX_HEADER: usize = 1024;
+/// Largest frame of compiled code taken, in words.
+const MAX_FRAME_WORDS: i64 = 1 << 16;
+
+/// One heap of the code cache: its committed code and its segment map.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Heap {
+    pub code: Range<u64>,
+    segmap: u64,
+    log2_segment: u32,
+}
+
+/// The heaps of a JVM's code cache, read from `CodeCache::_heaps`.
+pub fn read_heaps(layout: &Layout, read: &mut ReadMemory<'_>) -> Option<Vec<Heap>> {
+    let array = read_u64(read, layout.heaps)?;
+    let mut header = [0u8; 16];
+    (array != 0 && read(array, &mut header)).then_some(())?;
+    let len = usize::try_from(layout.array_len.get(&header)?).ok()?.min(MAX_HEAPS);
+    let data = layout.array_data.get_u64(&header)?;
+    let mut heaps = Vec::with_capacity(len);
+    for i in 0..len as u64 {
+        let heap = read_u64(read, data.checked_add(8 * i)?)?;
+        let mut object = vec![0u8; layout.heap_log2_segment_size.offset + 8];
+        if heap == 0 || !read(heap, &mut object) {
+            return None;
+        }
+        let space = |at: usize, field: super::layout::Int| {
+            field.get_u64(object.get(at..)?).filter(|&address| address != 0)
+        };
+        let code =
+            space(layout.heap_memory, layout.space_low)?..space(layout.heap_memory, layout.space_high)?;
+        let segmap = space(layout.heap_segmap, layout.space_low)?;
+        let log2_segment = u32::try_from(layout.heap_log2_segment_size.get(&object)?).ok()?;
+        if !(4..=16).contains(&log2_segment) || code.is_empty() {
+            return None;
+        }
+        heaps.push(Heap { code, segmap, log2_segment });
+    }
+    (!heaps.is_empty()).then_some(heaps)
+}
+
+/// What a blob is, as its name says (`CodeBlob::_name`, the same in JDK 17 and 25).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BlobKind {
+    /// A compiled Java method.
+    Nmethod,
+    /// The wrapper of a native method.
+    NativeWrapper,
+    /// The template interpreter.
+    Interpreter,
+    /// Anything else: stubs, adapters, the call stub.
+    Stub,
+}
+
+impl BlobKind {
+    pub fn of_name(name: &str) -> Self {
+        match name {
+            "nmethod" => Self::Nmethod,
+            "native nmethod" => Self::NativeWrapper,
+            "Interpreter" => Self::Interpreter,
+            _ => Self::Stub,
+        }
+    }
+}
+
+/// A blob's header, as read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Blob {
+    pub address: u64,
+    pub name: u64,
+    pub code: Range<u64>,
+    /// Where its frame is complete: before, the innermost frame may be half built.
+    pub frame_complete: u64,
+    /// Its frame's size in bytes, return address and saved frame pointer included.
+    pub frame_size: u64,
+    /// For nmethods: the method, the compile id, and where their debug information is.
+    pub method: u64,
+    pub compile_id: u32,
+    pub header: Vec<u8>,
+}
+
+/// The blob of `heaps` holding `pc`, read through `read`.
+pub fn find_blob(layout: &Layout, heaps: &[Heap], pc: u64, read: &mut ReadMemory<'_>) -> Option<Blob> {
+    let heap = heaps.iter().find(|heap| heap.code.contains(&pc))?;
+    let mut segment = (pc - heap.code.start) >> heap.log2_segment;
+    let mut window = vec![0u8; SEGMAP_WINDOW];
+    'windows: for _ in 0..MAX_WINDOWS {
+        let start = segment.saturating_sub(SEGMAP_WINDOW as u64 - 1);
+        let len = (segment - start + 1) as usize;
+        if !read(heap.segmap + start, &mut window[..len]) {
+            return None;
+        }
+        loop {
+            let byte = window[(segment - start) as usize];
+            if byte == FREE_SEGMENT {
+                return None;
+            }
+            if byte == 0 {
+                break 'windows;
+            }
+            segment = segment.checked_sub(u64::from(byte))?;
+            if segment < start {
+                continue 'windows;
+            }
+        }
+    }
+    let block = heap.code.start + (segment << heap.log2_segment);
+    read_blob(layout, heap, block, pc, read)
+}
+
+fn read_blob(layout: &Layout, heap: &Heap, block: u64, pc: u64, read: &mut ReadMemory<'_>) -> Option<Blob> {
+    let address = block + layout.block_size;
+    // As much of an nmethod's header as the walk reads, not past the heap's committed code.
+    let wanted = (layout.block_size as usize + layout.nmethod_header).min(MAX_HEADER) as u64;
+    let mut header = vec![0u8; wanted.min(heap.code.end - block) as usize];
+    if !read(block, &mut header) || layout.block_used.get(&header)? == 0 {
+        return None;
+    }
+    header.drain(..layout.block_size as usize);
+    let size = layout.blob_size.get_u64(&header)?;
+    if address.checked_add(size).is_none_or(|end| end > heap.code.end || pc >= end) {
+        return None;
+    }
+    let code = match layout.blob {
+        BlobLayout::Absolute { code_begin, code_end, .. } => {
+            code_begin.get_u64(&header)?..code_end.get_u64(&header)?
+        }
+        BlobLayout::Relative { code_offset, data_offset, .. } => {
+            address + code_offset.get_u64(&header)?..address + data_offset.get_u64(&header)?
+        }
+    };
+    if code.start < address || code.end > address + size || !code.contains(&pc) {
+        return None;
+    }
+    let frame_words = layout.blob_frame_size.get(&header)?;
+    let frame_complete = layout.blob_frame_complete.get(&header)?;
+    if !(0..MAX_FRAME_WORDS).contains(&frame_words) {
+        return None;
+    }
+    Some(Blob {
+        address,
+        name: layout.blob_name.get_u64(&header)?,
+        frame_complete: code.start.saturating_add_signed(frame_complete.max(0)),
+        code,
+        frame_size: 8 * frame_words as u64,
+        method: layout.nmethod_method.get_u64(&header).unwrap_or(0),
+        compile_id: layout.nmethod_compile_id.get(&header).unwrap_or(0) as u32,
+        header,
+    })
+}
+
+fn read_u64(read: &mut ReadMemory<'_>, address: u64) -> Option<u64> {
+    let mut raw = [0u8; 8];
+    read(address, &mut raw).then(|| u64::from_le_bytes(raw))
+}

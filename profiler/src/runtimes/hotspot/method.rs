@@ -1,0 +1,170 @@
+//! A Java method's name, source file and line table, read from its `Method` in the target:
+//! `Method` → `ConstMethod` (indexes into the constant pool, the bytecodes, the line table right
+//! after them) → `ConstantPool` (the class, and `Symbol`s at those indexes) → `Klass::_name`.
+use super::{ReadMemory, debug_info, layout::Layout};
+
+/// Longest symbol taken (class names, method names, file names).
+const MAX_SYMBOL: usize = 4096;
+/// Most bytes of line table read (a few per line).
+const MAX_LINE_TABLE: usize = 16 * 1024;
+/// The line table is read in pieces of this size until its end marker.
+const LINE_TABLE_PIECE: usize = 512;
+const SMALL_PIECE: usize = 16;
+
+/// What names a method's frames.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MethodInfo {
+    /// `package.Class.method`.
+    pub name: String,
+    /// The class's source file (`Shares.java`), or empty.
+    pub file: String,
+    pub const_method: u64,
+    /// Where its bytecodes start: a bcp minus this is a bci.
+    pub bytecodes: u64,
+    pub code_size: u64,
+    pub lines: Vec<(u32, u32)>,
+}
+
+impl MethodInfo {
+    /// The line of bytecode index `bci`, 0 when unknown.
+    pub fn line(&self, bci: i32) -> u32 {
+        debug_info::line_of(&self.lines, bci).unwrap_or(0)
+    }
+
+    /// The bci of bytecode pointer `bcp`, if it points into this method's bytecodes.
+    pub fn bci(&self, bcp: u64) -> Option<i32> {
+        let bci = bcp.checked_sub(self.bytecodes)?;
+        (bci < self.code_size).then_some(bci as i32)
+    }
+}
+
+/// Reads the method at `method`.
+pub fn read(layout: &Layout, method: u64, read: &mut ReadMemory<'_>) -> Option<MethodInfo> {
+    let object = read_object(read, method, layout.method_const_method.offset + 8)?;
+    let const_method = pointer(layout.method_const_method.get_u64(&object)?)?;
+    let object = read_object(read, const_method, layout.const_method_size as usize)?;
+    let field = |int: super::layout::Int| int.get_u64(&object);
+    let pool = pointer(field(layout.const_method_constants)?)?;
+    let flags = field(layout.const_method_flags)?;
+    let code_size = field(layout.const_method_code_size)?;
+    let name_index = field(layout.const_method_name_index)?;
+    let pool_object = read_object(read, pool, layout.pool_size as usize)?;
+    let length = layout.pool_length.get_u64(&pool_object)?;
+    let slot = |read: &mut ReadMemory<'_>, index: u64| -> Option<String> {
+        (index > 0 && index < length).then_some(())?;
+        let symbol = read_u64(read, pool.checked_add(layout.pool_size + 8 * index)?)?;
+        read_symbol(layout, read, symbol & !1)
+    };
+    let holder = pointer(layout.pool_holder.get_u64(&pool_object)?)?;
+    let klass = read_object(read, holder, layout.klass_name.offset + 8)?;
+    let class = read_symbol(layout, read, layout.klass_name.get_u64(&klass)?)?;
+    let method_name = slot(read, name_index)?;
+    let file = layout.pool_source_file_index.get_u64(&pool_object).and_then(|index| slot(read, index));
+    let bytecodes = const_method + layout.const_method_size;
+    let lines = if flags & u64::from(layout.has_line_table) != 0 {
+        read_line_table(read, bytecodes + code_size, layout.unsigned5_base)
+    } else {
+        Vec::new()
+    };
+    Some(MethodInfo {
+        name: format!("{}.{method_name}", class_name(&class)),
+        file: file.unwrap_or_default(),
+        const_method,
+        bytecodes,
+        code_size,
+        lines,
+    })
+}
+
+/// A class's name as Java writes it: dots for slashes, and a hidden class's address (lambdas:
+/// `Shares$$Lambda+0x00007f...`) left out, or every JVM would have names of its own.
+pub fn class_name(internal: &str) -> String {
+    let name = match internal.find("+0x") {
+        Some(at) => &internal[..at],
+        None => internal,
+    };
+    name.replace('/', ".")
+}
+
+/// The line table at `at`, read a piece at a time until its end marker (smaller pieces near
+/// the end of readable memory).
+fn read_line_table(read: &mut ReadMemory<'_>, at: u64, base: u8) -> Vec<(u32, u32)> {
+    let mut bytes = Vec::new();
+    let mut piece = LINE_TABLE_PIECE;
+    while bytes.len() < MAX_LINE_TABLE && !ends_within(&bytes, base) {
+        let Some(address) = at.checked_add(bytes.len() as u64) else { break };
+        let start = bytes.len();
+        bytes.resize(start + piece, 0);
+        if !read(address, &mut bytes[start..]) {
+            bytes.truncate(start);
+            if piece == SMALL_PIECE {
+                break;
+            }
+            piece = SMALL_PIECE;
+        }
+    }
+    debug_info::line_table(&bytes, base)
+}
+
+/// Whether the line table in `bytes` reaches its end marker.
+fn ends_within(bytes: &[u8], base: u8) -> bool {
+    let mut at = 0;
+    while let Some(&byte) = bytes.get(at) {
+        at += 1;
+        match byte {
+            0 => return true,
+            0xff => {
+                let mut stream = debug_info::Unsigned5::new(bytes, at, base);
+                if stream.read().is_none() || stream.read().is_none() {
+                    return false;
+                }
+                at = stream.position();
+            }
+            _ => {}
+        }
+    }
+    false
+}
+
+fn read_symbol(layout: &Layout, read: &mut ReadMemory<'_>, symbol: u64) -> Option<String> {
+    let symbol = pointer(symbol)?;
+    let header = read_object(read, symbol, layout.symbol_body)?;
+    let length = (layout.symbol_length.get_u64(&header)? as usize).min(MAX_SYMBOL);
+    let body = read_object(read, symbol.checked_add(layout.symbol_body as u64)?, length)?;
+    // Modified UTF-8: close enough to UTF-8 for names; anything else is shown escaped.
+    Some(String::from_utf8_lossy(&body).into_owned())
+}
+
+fn read_object(read: &mut ReadMemory<'_>, address: u64, size: usize) -> Option<Vec<u8>> {
+    let mut object = vec![0u8; size];
+    read(address, &mut object).then_some(object)
+}
+
+fn read_u64(read: &mut ReadMemory<'_>, address: u64) -> Option<u64> {
+    let mut raw = [0u8; 8];
+    read(address, &mut raw).then(|| u64::from_le_bytes(raw))
+}
+
+/// A pointer worth following: not NULL, aligned, in the user half of the address space.
+fn pointer(address: u64) -> Option<u64> {
+    (address != 0 && address.is_multiple_of(8) && address < 1 << 47).then_some(address)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn class_names_dotted_without_hidden_addresses() {
+        assert_eq!(class_name("java/lang/Thread"), "java.lang.Thread");
+        assert_eq!(class_name("Shares$$Lambda+0x00007f0001234567"), "Shares$$Lambda");
+        assert_eq!(class_name("Shares"), "Shares");
+    }
+
+    #[test]
+    fn line_tables_end_at_their_marker() {
+        assert!(ends_within(&[0x29, 0], 0));
+        assert!(!ends_within(&[0x29, 0x11], 0));
+        assert!(!ends_within(&[0xff, 200], 0), "a long entry cut short");
+    }
+}
