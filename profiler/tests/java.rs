@@ -84,6 +84,120 @@ fn java_frames_named_from_a_perf_map_written_at_exit() {
     }
 }
 
+/// The three methods of Shares.java and their shares of its work.
+const SHARES: [(&str, f64); 3] = [("Shares.alpha", 60.0), ("Shares.beta", 30.0), ("Shares.gamma", 10.0)];
+
+/// With no options at all, on every JDK here, the JVM's Java frames are named from what HotSpot
+/// exports for external tools: interpreted, compiled and inlined methods (alpha, beta and gamma
+/// are inlined into main's compiled loop by default), each under `Shares.main` and the native
+/// frames that started the JVM, with their shares of the work and their source lines, whether
+/// the JVM is started by the profiler (its start-up included) or profiled once running.
+#[test]
+fn java_methods_named_with_no_options() {
+    if !e2e_enabled() {
+        return;
+    }
+    let jdks = jdks();
+    let dir = scratch_dir("java-no-options");
+    compile_shares(&jdks, &dir);
+    let classes = dir.to_str().unwrap();
+    for bin in &jdks {
+        let java = bin.join("java");
+        let java = java.to_str().unwrap();
+        let folded = dir.join("out.folded");
+        let pprof = dir.join("out.pb.gz");
+        let outputs = ["-o", folded.to_str().unwrap(), "-o", pprof.to_str().unwrap()];
+        let from_start = {
+            let mut args = vec!["record", "--per-thread", "-F", "199"];
+            args.extend(outputs);
+            args.extend(["--", java, "-cp", classes, "Shares", "6"]);
+            assert!(run_profiler(&args).status.success());
+            Folded::read(&folded)
+        };
+        assert_java_named(&from_start, &format!("{java} (started by the profiler)"));
+        assert_pprof_lines(&pprof, java);
+        let running = {
+            let jvm = spawn(Path::new(java), &["-cp", classes, "Shares", "30"]);
+            wait_for_cpu(jvm.pid(), std::time::Duration::from_secs(2));
+            let pid = jvm.pid().to_string();
+            let mut args = vec!["record", "--per-thread", "-F", "199", "-d", "5", "-p", &pid];
+            args.extend(outputs);
+            assert!(run_profiler(&args).status.success());
+            Folded::read(&folded)
+        };
+        assert_java_named(&running, &format!("{java} (running)"));
+    }
+}
+
+/// Fails unless at least 90% of the samples of the JVM's busiest Java thread (`java-TID`, the
+/// one running `main`) name one of the three methods, with their shares ± 5 points, under
+/// `Shares.main` and the JVM's native start (`JavaMain`, reached from the thread's start).
+fn assert_java_named(folded: &Folded, what: &str) {
+    let mut threads: Vec<(&String, u64)> = folded
+        .roots()
+        .into_iter()
+        .filter(|(root, _)| root.starts_with("java-"))
+        .map(|(root, n)| (folded.stacks.iter().find(|(f, _)| &f[0] == &root).map(|(f, _)| &f[0]).unwrap(), n))
+        .collect();
+    threads.sort_by_key(|(_, n)| std::cmp::Reverse(*n));
+    let (root, total) = threads.first().copied().unwrap_or_else(|| panic!("{what}: no java thread"));
+    assert!(total >= 500, "{what}: {total} samples of {root}");
+    let stacks: Vec<&Vec<String>> =
+        folded.stacks.iter().filter(|(f, _)| &f[0] == root).map(|(f, _)| f).collect();
+    let count = |test: &dyn Fn(&[String]) -> bool| -> u64 {
+        folded.stacks.iter().filter(|(f, _)| &f[0] == root && test(f)).map(|(_, n)| n).sum()
+    };
+    let method = |frame: &str, name: &str| {
+        frame.strip_prefix(name).is_some_and(|rest| rest.is_empty() || rest.starts_with("_["))
+    };
+    let named = count(&|f| f.iter().any(|frame| SHARES.iter().any(|(name, _)| method(frame, name))));
+    let share = 100.0 * named as f64 / total as f64;
+    eprintln!("{what}: {named} of {total} samples of {root} name a method of Shares ({share:.1}%)");
+    assert!(share >= 90.0, "{what}: {share:.1}% of the samples name alpha, beta or gamma");
+    for (name, expected) in SHARES {
+        let samples = count(&|f| f.iter().any(|frame| method(frame, name)));
+        let measured = 100.0 * samples as f64 / named as f64;
+        eprintln!("{what}: {name} {measured:.1}%");
+        assert!(
+            (measured - expected).abs() <= 5.0,
+            "{what}: {name} has {measured:.1}%, expected {expected} ± 5"
+        );
+    }
+    let complete = count(&|f| {
+        let at = |name: &str| f.iter().position(|frame| method(frame, name));
+        let work = SHARES.iter().find_map(|(name, _)| at(name));
+        let (Some(start), Some(java_main), Some(main), Some(work)) =
+            (at("start_thread"), at("JavaMain"), at("Shares.main"), work)
+        else {
+            return false;
+        };
+        start < java_main && java_main < main && main < work
+    });
+    assert!(
+        complete as f64 >= 0.97 * named as f64,
+        "{what}: {complete} of {named} stacks run from start_thread through JavaMain and Shares.main: {stacks:#?}",
+        stacks = &stacks[..stacks.len().min(5)]
+    );
+}
+
+/// Fails unless the pprof profile at `path` has `Shares.spin` at a line of its loop (8 or 9)
+/// of Shares.java.
+fn assert_pprof_lines(path: &Path, what: &str) {
+    use prost::Message as _;
+    use std::io::Read as _;
+    let mut raw = Vec::new();
+    flate2::read::GzDecoder::new(std::fs::File::open(path).unwrap()).read_to_end(&mut raw).unwrap();
+    let profile = profiler::pprof::Profile::decode(&*raw).unwrap();
+    let string = |index: i64| profile.string_table[index as usize].as_str();
+    let found = profile.location.iter().flat_map(|location| &location.line).any(|line| {
+        let function = &profile.function[line.function_id as usize - 1];
+        string(function.name) == "Shares.spin"
+            && string(function.filename) == "Shares.java"
+            && (8..=9).contains(&line.line)
+    });
+    assert!(found, "{what}: pprof has no Shares.spin at Shares.java:8-9");
+}
+
 /// Whether a frame names a method of the workload (`void Shares.alpha()` in the JVM's map).
 fn names_a_method(frame: &str) -> bool {
     frame.contains("Shares.")

@@ -23,8 +23,9 @@ const MAX_FRAME_WORDS: i64 = 1 << 16;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Heap {
     pub code: Range<u64>,
-    segmap: u64,
-    log2_segment: u32,
+    /// The segment map: a byte per segment.
+    pub segmap: u64,
+    pub log2_segment: u32,
 }
 
 /// The heaps of a JVM's code cache, read from `CodeCache::_heaps`.

@@ -200,10 +200,8 @@ pub struct Jvm {
     kinds: FxHashMap<u64, BlobKind>,
     /// The functions of stubs, likewise (0: the call stub).
     stub_functions: FxHashMap<u64, u32>,
-    image: Image,
-    file: Arc<memmap2::Mmap>,
-    bias: u64,
-    memory: ProcessMemory,
+    names: Option<BlobNames>,
+    memory: Memory,
     nmethods: FxHashMap<(u64, u32), Option<Arc<Nmethod>>>,
     methods: FxHashMap<u64, Option<Arc<MethodInfo>>>,
     /// The function each method is under each kind of frame, once interned.
@@ -212,6 +210,23 @@ pub struct Jvm {
     stepped: Vec<(usize, Physical)>,
     /// Frames in the code cache that could not be stepped.
     lost: u64,
+}
+
+/// The memory of a JVM's process, as the walk reads it (`/proc/PID/mem`; fixture bytes in tests).
+type Memory = Box<dyn FnMut(u64, &mut [u8]) -> bool + Send>;
+
+/// Where blob names are: strings of `libjvm.so`'s read-only data, read from the file.
+struct BlobNames {
+    image: Image,
+    file: memmap2::Mmap,
+    bias: u64,
+}
+
+/// What is read of a JVM once it has started: its code cache and the call stub's return.
+struct Started {
+    code_cache: Range<u64>,
+    heaps: Vec<Heap>,
+    call_stub_return: u64,
 }
 
 /// What an nmethod says of its pcs.
@@ -282,30 +297,40 @@ fn read(pid: Tgid, mapping: &Mapping) -> Result<Jvm, Refused> {
         if heaps.iter().any(|heap| heap.code.start < code_cache.start || heap.code.end > code_cache.end) {
             bail!("a code heap lies outside the code cache");
         }
-        Ok((code_cache, call_stub_return, heaps))
+        Ok(Started { code_cache, heaps, call_stub_return })
     })();
-    let (code_cache, call_stub_return, heaps) = started.map_err(Refused::NotYet)?;
-    Ok(Jvm {
-        tables,
-        layout,
-        code_cache,
-        heaps,
-        call_stub_return,
-        kinds: FxHashMap::default(),
-        stub_functions: FxHashMap::default(),
-        image,
-        file: Arc::new(file),
-        bias,
-        memory,
-        nmethods: FxHashMap::default(),
-        methods: FxHashMap::default(),
-        method_functions: FxHashMap::default(),
-        stepped: Vec::new(),
-        lost: 0,
-    })
+    let started = started.map_err(Refused::NotYet)?;
+    let names = BlobNames { image, file, bias };
+    Ok(Jvm::new(tables, layout, started, Some(names), Box::new(move |addr, buf| memory.read(addr, buf))))
 }
 
 impl Jvm {
+    fn new(
+        tables: VmStructs,
+        layout: Layout,
+        started: Started,
+        names: Option<BlobNames>,
+        memory: Memory,
+    ) -> Self {
+        let Started { code_cache, heaps, call_stub_return } = started;
+        Self {
+            tables,
+            layout,
+            code_cache,
+            heaps,
+            call_stub_return,
+            kinds: FxHashMap::default(),
+            stub_functions: FxHashMap::default(),
+            names,
+            memory,
+            nmethods: FxHashMap::default(),
+            methods: FxHashMap::default(),
+            method_functions: FxHashMap::default(),
+            stepped: Vec::new(),
+            lost: 0,
+        }
+    }
+
     /// What the walk stepped at `depth` of the last stack.
     fn stepped(&self, depth: usize) -> Option<Physical> {
         self.stepped.iter().find(|(at, _)| *at == depth).map(|(_, physical)| *physical)
@@ -313,9 +338,8 @@ impl Jvm {
 
     /// Reads the heaps again (the code cache grows as code is compiled).
     fn reread_heaps(&mut self) {
-        let memory = &mut self.memory;
-        let mut read = |addr: u64, buf: &mut [u8]| memory.read(addr, buf);
-        if let Some(heaps) = code_cache::read_heaps(&self.layout, &mut read) {
+        let read = &mut *self.memory;
+        if let Some(heaps) = code_cache::read_heaps(&self.layout, read) {
             self.heaps = heaps;
         }
     }
@@ -350,7 +374,8 @@ impl Jvm {
 
     /// The string at `name`, if it is one of `libjvm.so`'s read-only data.
     fn name(&self, name: u64) -> Option<String> {
-        self.image.name(&self.file, name.wrapping_sub(self.bias))
+        let names = self.names.as_ref()?;
+        names.image.name(&names.file, name.wrapping_sub(names.bias))
     }
 
     /// Pushes the Java frames `physical` stands for, innermost first.
@@ -429,10 +454,8 @@ impl Jvm {
         if let Some(known) = self.methods.get(&method) {
             return known.clone();
         }
-        let memory = &mut self.memory;
-        let mut read = |addr: u64, buf: &mut [u8]| memory.read(addr, buf);
-        let read =
-            (method != 0).then(|| method::read(&self.layout, method, &mut read)).flatten().map(Arc::new);
+        let read = &mut *self.memory;
+        let read = (method != 0).then(|| method::read(&self.layout, method, read)).flatten().map(Arc::new);
         if self.methods.len() >= MAX_METHODS {
             self.methods.clear();
             self.method_functions.clear();
@@ -446,9 +469,8 @@ impl Jvm {
         if let Some(known) = self.nmethods.get(&(blob, compile_id)) {
             return known.clone();
         }
-        let memory = &mut self.memory;
-        let mut read = |addr: u64, buf: &mut [u8]| memory.read(addr, buf);
-        let read = read_nmethod(&self.layout, blob, compile_id, &mut read).map(Arc::new);
+        let read = &mut *self.memory;
+        let read = read_nmethod(&self.layout, blob, compile_id, read).map(Arc::new);
         if self.nmethods.len() >= MAX_NMETHODS {
             self.nmethods.clear();
         }
@@ -532,6 +554,9 @@ fn read_nmethod(layout: &Layout, blob: u64, compile_id: u32, read: &mut ReadMemo
         .collect();
     Some(Nmethod { code_begin, method: field(layout.nmethod_method)?, descs, scopes, metadata })
 }
+
+#[cfg(test)]
+mod tests;
 
 fn read_u64(read: &mut ReadMemory<'_>, address: u64) -> Option<u64> {
     let mut raw = [0u8; 8];

@@ -138,9 +138,7 @@ impl Jvm {
     }
 
     fn find_blob(&mut self, pc: u64) -> Option<super::code_cache::Blob> {
-        let memory = &mut self.memory;
-        let mut read = |addr: u64, buf: &mut [u8]| memory.read(addr, buf);
-        super::code_cache::find_blob(&self.layout, &self.heaps, pc, &mut read)
+        super::code_cache::find_blob(&self.layout, &self.heaps, pc, &mut *self.memory)
     }
 }
 

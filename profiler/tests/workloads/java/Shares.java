@@ -1,5 +1,5 @@
-// alpha, beta and gamma take 60%, 30% and 10% of the work, each round calling them with 6, 3
-// and 1 times the same, until SECONDS (the first argument) have passed.
+// alpha, beta and gamma take 60%, 30% and 10% of the work, each round calling them, and they
+// the same spin 6, 3 and 1 times, until SECONDS (the first argument) have passed.
 public class Shares {
     static volatile long sink;
 
@@ -12,11 +12,15 @@ public class Shares {
     }
 
     static void alpha() {
-        sink += spin(6000);
+        for (int i = 0; i < 6; i++) {
+            sink += spin(1000);
+        }
     }
 
     static void beta() {
-        sink += spin(3000);
+        for (int i = 0; i < 3; i++) {
+            sink += spin(1000);
+        }
     }
 
     static void gamma() {
