@@ -133,14 +133,12 @@ fn java_methods_named_with_no_options() {
 /// one running `main`) name one of the three methods, with their shares ± 5 points, under
 /// `Shares.main` and the JVM's native start (`JavaMain`, reached from the thread's start).
 fn assert_java_named(folded: &Folded, what: &str) {
-    let mut threads: Vec<(&String, u64)> = folded
-        .roots()
-        .into_iter()
+    let roots = folded.roots();
+    let (root, &total) = roots
+        .iter()
         .filter(|(root, _)| root.starts_with("java-"))
-        .map(|(root, n)| (folded.stacks.iter().find(|(f, _)| &f[0] == &root).map(|(f, _)| &f[0]).unwrap(), n))
-        .collect();
-    threads.sort_by_key(|(_, n)| std::cmp::Reverse(*n));
-    let (root, total) = threads.first().copied().unwrap_or_else(|| panic!("{what}: no java thread"));
+        .max_by_key(|(_, n)| **n)
+        .unwrap_or_else(|| panic!("{what}: no java thread"));
     assert!(total >= 500, "{what}: {total} samples of {root}");
     let stacks: Vec<&Vec<String>> =
         folded.stacks.iter().filter(|(f, _)| &f[0] == root).map(|(f, _)| f).collect();
