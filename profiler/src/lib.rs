@@ -51,7 +51,7 @@ pub mod stages {
         frame::Frame,
         kernel::task_events::{self, TaskEventReader},
         render::folded,
-        runtimes::{functions::Functions, python},
+        runtimes::{functions::Functions, hotspot, python},
         symbolize::{Namer, NewFrames, PerfMap, PerfMaps, PltStubs, Symbolizer},
         unwind::{MAX_FRAMES, NoRuntime, StackSnapshot, Unwinder, cfi::ModuleCfi},
         walk::{CallGraph, StackWalker, Walked},

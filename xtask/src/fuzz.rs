@@ -9,7 +9,7 @@ use crate::check;
 
 /// Seconds per target when `cargo xtask test` runs them.
 pub const BRIEF_SECONDS: u32 = 15;
-const TARGETS: [&str; 9] = [
+const TARGETS: [&str; 10] = [
     "decode_record",
     "unwind_stack",
     "raw_recording",
@@ -19,6 +19,7 @@ const TARGETS: [&str; 9] = [
     "hostile_names",
     "python_line_table",
     "python_code_object",
+    "hotspot_walk",
 ];
 
 pub fn run(root: &Path, seconds: u32, targets: &[String]) -> Result<()> {

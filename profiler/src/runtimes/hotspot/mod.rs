@@ -14,6 +14,8 @@
 //! See docs/hotspot-layouts.md for the layouts and rules.
 pub mod code_cache;
 pub mod debug_info;
+#[cfg(any(test, feature = "testing"))]
+pub mod fixture;
 pub mod layout;
 pub mod method;
 mod stack;

@@ -4,13 +4,13 @@
 use framehop::x86_64::UnwindRegsX86_64;
 
 use super::{
-    layout::{BlobLayout, Int},
+    fixture::{self, jdk25_layout},
     *,
 };
 use crate::{
     model::SymbolKind,
     runtimes::memory::tests::Pieces,
-    unwind::{RuntimeCode, RuntimeStep, StackSnapshot},
+    unwind::{RuntimeStep, StackSnapshot},
 };
 
 const CODE: u64 = 0x10_0000;
@@ -33,60 +33,6 @@ const LEAF_PC: u64 = NMETHOD + 0x100 + 0x50;
 const INTERPRETER_RETURN: u64 = INTERPRETER + 0x80 + 0x40;
 const NATIVE_RETURN: u64 = 0x40_1000;
 const FP: u64 = STACK + 0x100;
-
-fn int(offset: usize, width: usize) -> Int {
-    Int { offset, width, signed: false }
-}
-
-/// JDK 25's offsets (docs/hotspot-layouts.md §2.1).
-fn layout() -> Layout {
-    Layout {
-        heaps: 0,
-        call_stub_return_address: 0,
-        array_len: int(0, 4),
-        array_data: int(8, 8),
-        heap_memory: 0,
-        heap_segmap: 112,
-        heap_log2_segment_size: int(248, 4),
-        space_low: int(16, 8),
-        space_high: int(24, 8),
-        block_used: int(4, 1),
-        block_size: 8,
-        blob_name: int(8, 8),
-        blob_size: int(24, 4),
-        blob_frame_complete: Int { offset: 54, width: 2, signed: true },
-        blob_frame_size: Int { offset: 44, width: 4, signed: true },
-        blob: BlobLayout::Relative {
-            code_offset: int(36, 4),
-            data_offset: int(40, 4),
-            immutable_data: int(96, 8),
-            immutable_data_size: int(160, 4),
-            scopes_data_offset: int(200, 4),
-            mutable_data: int(16, 8),
-            mutable_data_size: int(48, 4),
-            relocation_size: int(28, 4),
-        },
-        nmethod_header: 224,
-        nmethod_method: int(80, 8),
-        nmethod_compile_id: int(212, 4),
-        nmethod_scopes_pcs_offset: int(196, 4),
-        method_const_method: int(8, 8),
-        const_method_constants: int(8, 8),
-        const_method_flags: int(28, 4),
-        const_method_code_size: int(34, 2),
-        const_method_name_index: int(36, 2),
-        const_method_size: 56,
-        has_line_table: 1,
-        pool_holder: int(24, 8),
-        pool_source_file_index: int(54, 2),
-        pool_length: int(60, 4),
-        pool_size: 72,
-        klass_name: int(24, 8),
-        symbol_length: int(4, 2),
-        symbol_body: 6,
-        unsigned5_base: 1,
-    }
-}
 
 fn put(bytes: &mut [u8], at: usize, value: u64, width: usize) {
     bytes[at..at + width].copy_from_slice(&value.to_le_bytes()[..width]);
@@ -206,36 +152,16 @@ fn memory() -> Pieces {
 
 fn jvm(memory: Pieces) -> Jvm {
     let heap = code_cache::Heap { code: CODE..CODE + 0x10000, segmap: SEGMAP, log2_segment: 7 };
-    let started = Started { code_cache: CODE..CODE + 0x10000, heaps: vec![heap], call_stub_return: 0x1 };
-    let mut jvm = Jvm::new(
-        VmStructs::default(),
-        layout(),
-        started,
-        None,
-        Box::new(move |addr, buf| memory.read(addr, buf)),
-    );
-    jvm.kinds.extend([(NMETHOD_NAME, BlobKind::Nmethod), (INTERPRETER_NAME, BlobKind::Interpreter)]);
-    jvm
+    let kinds = [(NMETHOD_NAME, BlobKind::Nmethod), (INTERPRETER_NAME, BlobKind::Interpreter)];
+    fixture::jvm(jdk25_layout(), heap, &kinds, Box::new(move |addr, buf| memory.read(addr, buf)))
 }
 
-/// Steps the fixture's stack from the leaf: the registers of each caller, until native code.
-fn walk(jvm: &mut Jvm, stack: &[u8]) -> Vec<RuntimeStep> {
+/// Steps the fixture's stack from the leaf until native code, and names its frames.
+fn walk(jvm: &mut Jvm, stack: &[u8]) -> fixture::Walked {
     let snapshot = StackSnapshot::new(STACK, stack, false);
-    let mut regs = UnwindRegsX86_64::new(LEAF_PC, STACK, 0xdead);
-    let mut steps = Vec::new();
-    for depth in 0..4 {
-        let step = jvm.step(depth, &regs, &snapshot, &mut |addr| NATIVE.contains(&addr) || jvm_code(addr));
-        steps.push(step);
-        match step {
-            RuntimeStep::Caller(caller) => regs = caller,
-            _ => break,
-        }
-    }
-    steps
-}
-
-fn jvm_code(addr: u64) -> bool {
-    (CODE..CODE + 0x10000).contains(&addr)
+    let leaf = [LEAF_PC, STACK, 0xdead];
+    let code = CODE..CODE + 0x10000;
+    fixture::walk(jvm, leaf, &snapshot, &mut |addr| NATIVE.contains(&addr) || code.contains(&addr), 4)
 }
 
 fn stack_bytes(memory: &Pieces) -> Vec<u8> {
@@ -248,7 +174,7 @@ fn compiled_and_interpreted_frames_step_to_their_native_caller() {
     let stack = stack_bytes(&memory);
     let mut jvm = jvm(memory);
     assert_eq!(
-        walk(&mut jvm, &stack),
+        walk(&mut jvm, &stack).steps,
         [
             RuntimeStep::Caller(UnwindRegsX86_64::new(INTERPRETER_RETURN, STACK + 32, FP)),
             RuntimeStep::Caller(UnwindRegsX86_64::new(NATIVE_RETURN, FP + 16, 0)),
@@ -268,14 +194,7 @@ fn compiled_and_interpreted_frames_step_to_their_native_caller() {
 fn compiled_frames_name_their_inlined_methods_interpreted_ones_their_method() {
     let memory = memory();
     let stack = stack_bytes(&memory);
-    let mut jvm = jvm(memory);
-    walk(&mut jvm, &stack);
-    let (mut functions, mut stats) = (Functions::default(), JavaStats::default());
-    let mut frames = Vec::new();
-    for depth in 0..2 {
-        let physical = jvm.stepped(depth).unwrap();
-        jvm.java_frames(physical, &mut functions, &mut frames, &mut stats);
-    }
+    let fixture::Walked { frames, functions, stats, .. } = walk(&mut jvm(memory), &stack);
     let named: Vec<(String, SymbolKind, u32)> = frames
         .iter()
         .map(|frame| {
@@ -302,18 +221,18 @@ fn code_freed_or_garbage_is_never_named_nor_stepped() {
     let mut memory = memory();
     let stack = stack_bytes(&memory);
     memory.0[1].1[4] = 0;
-    assert_eq!(walk(&mut jvm(memory), &stack), [RuntimeStep::Lost]);
+    assert_eq!(walk(&mut jvm(memory), &stack).steps, [RuntimeStep::Lost]);
     // Its segment map marking the pc's segment free, or hopping out of the heap.
     for byte in [0xff, 0x40] {
         let mut memory = self::memory();
         memory.0[0].1[2] = byte;
-        assert_eq!(walk(&mut jvm(memory), &stack), [RuntimeStep::Lost], "segment map byte {byte:#x}");
+        assert_eq!(walk(&mut jvm(memory), &stack).steps, [RuntimeStep::Lost], "segment map byte {byte:#x}");
     }
     // A frame size of 2^31 words, or one that puts the return address outside any code.
     for (words, end) in [(i32::MAX as u64, RuntimeStep::Lost), (6, RuntimeStep::Lost)] {
         let mut memory = self::memory();
         put(&mut memory.0[1].1, 8 + 44, words, 4);
-        assert_eq!(walk(&mut jvm(memory), &stack)[0], end, "frame size {words}");
+        assert_eq!(walk(&mut jvm(memory), &stack).steps[0], end, "frame size {words}");
     }
     // Recompiled since the sample: another compile id, so the frame is not named.
     let memory = self::memory();

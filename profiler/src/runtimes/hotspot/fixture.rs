@@ -1,0 +1,107 @@
+//! A JVM over any memory, for tests and fuzz targets: JDK 25's layout, a code heap, blob kinds
+//! given by name address, and a walk of a stack through it that names every frame it steps.
+use framehop::x86_64::UnwindRegsX86_64;
+
+use super::{
+    BlobKind, Frame, Functions, JavaStats, Jvm, Memory, Started, VmStructs,
+    code_cache::Heap,
+    layout::{BlobLayout, Int, Layout},
+};
+use crate::unwind::{RuntimeCode, RuntimeStep, StackSnapshot};
+
+/// A JVM whose code cache is `heap`, blob names at the addresses of `kinds` telling their kind.
+pub fn jvm(layout: Layout, heap: Heap, kinds: &[(u64, BlobKind)], memory: Memory) -> Jvm {
+    let started = Started { code_cache: heap.code.clone(), heaps: vec![heap], call_stub_return: 0x1 };
+    let mut jvm = Jvm::new(VmStructs::default(), layout, started, None, memory);
+    jvm.kinds.extend(kinds.iter().copied());
+    jvm
+}
+
+/// Steps `jvm`'s frames from the leaf (`pc`, `sp`, `fp`) on `stack`, at most `depth` of them, as the unwinder would
+/// (stopping at the first frame not in the code cache, or lost); then names those it stepped.
+pub fn walk(
+    jvm: &mut Jvm,
+    [pc, sp, fp]: [u64; 3],
+    stack: &StackSnapshot<'_>,
+    is_code: &mut dyn FnMut(u64) -> bool,
+    depth: usize,
+) -> Walked {
+    jvm.stepped.clear();
+    let mut regs = UnwindRegsX86_64::new(pc, sp, fp);
+    let mut steps = Vec::new();
+    for depth in 0..depth {
+        let step = jvm.step(depth, &regs, stack, is_code);
+        steps.push(step);
+        match step {
+            RuntimeStep::Caller(caller) if caller.sp() > regs.sp() => regs = caller,
+            _ => break,
+        }
+    }
+    let (mut functions, mut stats, mut frames) = (Functions::default(), JavaStats::default(), Vec::new());
+    for (_, physical) in jvm.stepped.clone() {
+        jvm.java_frames(physical, &mut functions, &mut frames, &mut stats);
+    }
+    Walked { steps, frames, functions, stats }
+}
+
+/// What [`walk`] did: its steps, and the frames it named with their functions.
+pub struct Walked {
+    pub steps: Vec<RuntimeStep>,
+    pub frames: Vec<Frame>,
+    pub functions: Functions,
+    pub stats: JavaStats,
+}
+
+fn int(offset: usize, width: usize) -> Int {
+    Int { offset, width, signed: false }
+}
+
+/// JDK 25's offsets (docs/hotspot-layouts.md §2.1).
+pub fn jdk25_layout() -> Layout {
+    Layout {
+        heaps: 0,
+        call_stub_return_address: 0,
+        array_len: int(0, 4),
+        array_data: int(8, 8),
+        heap_memory: 0,
+        heap_segmap: 112,
+        heap_log2_segment_size: int(248, 4),
+        space_low: int(16, 8),
+        space_high: int(24, 8),
+        block_used: int(4, 1),
+        block_size: 8,
+        blob_name: int(8, 8),
+        blob_size: int(24, 4),
+        blob_frame_complete: Int { offset: 54, width: 2, signed: true },
+        blob_frame_size: Int { offset: 44, width: 4, signed: true },
+        blob: BlobLayout::Relative {
+            code_offset: int(36, 4),
+            data_offset: int(40, 4),
+            immutable_data: int(96, 8),
+            immutable_data_size: int(160, 4),
+            scopes_data_offset: int(200, 4),
+            mutable_data: int(16, 8),
+            mutable_data_size: int(48, 4),
+            relocation_size: int(28, 4),
+        },
+        nmethod_header: 224,
+        nmethod_method: int(80, 8),
+        nmethod_compile_id: int(212, 4),
+        nmethod_scopes_pcs_offset: int(196, 4),
+        method_const_method: int(8, 8),
+        const_method_constants: int(8, 8),
+        const_method_flags: int(28, 4),
+        const_method_code_size: int(34, 2),
+        const_method_name_index: int(36, 2),
+        const_method_size: 56,
+        has_line_table: 1,
+        pool_holder: int(24, 8),
+        pool_source_file_index: int(54, 2),
+        pool_length: int(60, 4),
+        pool_size: 72,
+        klass_name: int(24, 8),
+        symbol_length: int(4, 2),
+        symbol_body: 6,
+        unsigned5_base: 1,
+    }
+}
