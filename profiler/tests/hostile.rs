@@ -769,12 +769,24 @@ fn a_fake_libjvm_with_garbage_tables_is_refused() {
         ("not-filled", "not filled in yet"),
     ] {
         let process = spawn(&fake, &[mode, "60"]);
-        // Its tables are set up before it sleeps.
+        // Its tables are set up before it works.
         std::thread::sleep(std::time::Duration::from_millis(300));
-        let out = run_bounded(&["check", "-p", &process.pid().to_string()]);
+        let pid = process.pid().to_string();
+        let out = run_bounded(&["check", "-p", &pid]);
         let stdout = String::from_utf8_lossy(&out.stdout);
         let line =
             stdout.lines().find(|l| l.contains("HotSpot JVM")).unwrap_or_else(|| panic!("{mode}: {stdout}"));
         assert!(line.starts_with("WARN") && line.contains(reason), "{mode}: {line}");
+        // Recorded: its own native frames, and the JVM it is not said once in the summary.
+        let dir = scratch_dir(&format!("fake-libjvm-{mode}"));
+        let folded = dir.join("out.folded");
+        let out = run_bounded(&["record", "-p", &pid, "-d", "2", "-o", folded.to_str().unwrap()]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{mode}: {stderr}");
+        let said: Vec<&str> = stderr.lines().filter(|l| l.contains("HotSpot JVM not read")).collect();
+        assert!(said.len() == 1 && said[0].contains(&pid) && said[0].contains(reason), "{mode}: {stderr}");
+        let folded = Folded::read(&folded);
+        let (working, total) = (folded.leaf_samples("fake_work", &["main", "fake_work"]).1, folded.total());
+        assert!(total >= 100 && working * 10 >= total * 9, "{mode}: {working} of {total} samples in main;fake_work");
     }
 }

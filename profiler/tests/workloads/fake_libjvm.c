@@ -1,5 +1,6 @@
 // Not a JVM: an executable named libjvm.so (built with -rdynamic) that exports the 24 symbols
-// HotSpot exports for external tools, with what a hostile process could put there, then sleeps.
+// HotSpot exports for external tools, with what a hostile process could put there, then works
+// (in native code of its own) for SECONDS.
 //
 // usage: libjvm.so random|huge-stride|not-filled SECONDS
 //   random:      sane strides and member offsets, tables pointing at 4 MiB of random bytes
@@ -8,6 +9,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 uint64_t gHotSpotVMStructs, gHotSpotVMTypes, gHotSpotVMIntConstants, gHotSpotVMLongConstants;
@@ -41,6 +43,15 @@ static void sane_layout(void) {
     gHotSpotVMLongConstantEntryArrayStride = 16;
 }
 
+static volatile uint64_t sink;
+
+__attribute__((noinline)) static void fake_work(int seconds) {
+    time_t end = time(NULL) + seconds;
+    while (time(NULL) < end)
+        for (int i = 0; i < 1000000; i++)
+            sink += i;
+}
+
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "random";
     size_t bytes = 4 << 20;
@@ -56,6 +67,6 @@ int main(int argc, char **argv) {
     } else if (strcmp(mode, "random") == 0) {
         sane_layout();
     }
-    sleep(argc > 2 ? atoi(argv[2]) : 30);
+    fake_work(argc > 2 ? atoi(argv[2]) : 30);
     return 0;
 }

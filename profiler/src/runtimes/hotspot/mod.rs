@@ -49,6 +49,8 @@ pub type ReadMemory<'a> = dyn FnMut(u64, &mut [u8]) -> bool + 'a;
 /// How often a process that maps no `libjvm.so`, or one not started yet, is looked at again:
 /// often, since the JVM runs Java code (its own start-up) as soon as it has started.
 const RECHECK_NS: u64 = 20_000_000;
+/// How long a JVM takes to start, at most, before it is looked at less often.
+const SLOW_START_NS: u64 = 1_000_000_000;
 /// How long a JVM may take to fill in its tables and code cache before it is given up on.
 const START_TIMEOUT_NS: u64 = 60_000_000_000;
 /// Nmethods and methods remembered per JVM; beyond, the memory starts over.
@@ -71,10 +73,11 @@ enum State {
     Native {
         checked_ns: u64,
     },
-    /// A JVM still starting: its tables or code cache not ready when last looked at.
+    /// A JVM still starting: its tables or code cache not ready when last looked at, and why.
     Starting {
         first_ns: u64,
         checked_ns: u64,
+        why: String,
     },
     /// A `libjvm.so` whose tables were refused: native frames only.
     Refused,
@@ -112,12 +115,19 @@ impl JavaStats {
 }
 
 impl HotSpot {
+    /// What became of Java frames; JVMs still starting are named with why.
     pub fn stats(&self) -> JavaStats {
-        let lost = self.processes.values().map(|state| match state {
-            State::Running(jvm) => jvm.lost,
-            _ => 0,
-        });
-        JavaStats { lost: self.stats.lost + lost.sum::<u64>(), ..self.stats.clone() }
+        let mut stats = self.stats.clone();
+        for (tgid, state) in &self.processes {
+            match state {
+                State::Running(jvm) => stats.lost += jvm.lost,
+                State::Starting { why, .. } if stats.refused.len() < MAX_REFUSED_NAMED => {
+                    stats.refused.insert(*tgid, format!("{why} (still so at the end)"));
+                }
+                _ => {}
+            }
+        }
+        stats
     }
 
     /// Forgets a process gone, or that ran exec.
@@ -132,19 +142,24 @@ impl HotSpot {
         let tgid = view.tgid();
         let first_ns = match self.processes.get(&tgid) {
             Some(State::Refused | State::Running(_)) => return,
-            Some(State::Native { checked_ns } | State::Starting { checked_ns, .. })
-                if time_ns < checked_ns.saturating_add(RECHECK_NS) =>
-            {
-                return;
+            Some(State::Native { checked_ns }) if time_ns < checked_ns.saturating_add(RECHECK_NS) => return,
+            // Each look at a starting JVM reads its libjvm.so's symbols again: less often after
+            // a second (a JVM is ready in a fraction of one).
+            Some(State::Starting { first_ns, checked_ns, .. }) => {
+                let slow = time_ns.saturating_sub(*first_ns) > SLOW_START_NS;
+                let every = if slow { 10 * RECHECK_NS } else { RECHECK_NS };
+                if time_ns < checked_ns.saturating_add(every) {
+                    return;
+                }
+                *first_ns
             }
-            Some(State::Starting { first_ns, .. }) => *first_ns,
             _ => time_ns,
         };
         let state = match libjvm(view.mappings()).map(|mapping| read(tgid, mapping)) {
             None => State::Native { checked_ns: time_ns },
             Some(Ok(jvm)) => State::Running(Box::new(jvm)),
-            Some(Err(Refused::NotYet(_))) if time_ns < first_ns.saturating_add(START_TIMEOUT_NS) => {
-                State::Starting { first_ns, checked_ns: time_ns }
+            Some(Err(Refused::NotYet(err))) if time_ns < first_ns.saturating_add(START_TIMEOUT_NS) => {
+                State::Starting { first_ns, checked_ns: time_ns, why: format!("{err:#}") }
             }
             Some(Err(Refused::NotYet(err) | Refused::Never(err))) => {
                 if self.stats.refused.len() < MAX_REFUSED_NAMED {
