@@ -156,6 +156,11 @@ pub struct SamplingArgs {
     #[arg(long, default_value = "auto", value_parser = named::<CallGraph>())]
     pub call_graph: CallGraph,
 
+    /// Native frames only: Python's and Java's own frames are not read from their processes
+    /// (their interpreters and compiled code show as native frames and `[unknown]`).
+    #[arg(long)]
+    pub native_only: bool,
+
     /// With --off-cpu or --wall: blocks shorter than this many microseconds are not recorded.
     #[arg(long, value_name = "USEC", default_value_t = DEFAULT_MIN_BLOCK_US)]
     pub min_block: u64,

@@ -54,6 +54,8 @@ pub struct Walked<'a> {
 
 pub struct StackWalker {
     call_graph: CallGraph,
+    /// Runtimes' frames are not read.
+    native_only: bool,
     spaces: AddressSpaces,
     unwinder: Unwinder,
     stats: UnwindStats,
@@ -69,9 +71,10 @@ pub struct StackWalker {
 }
 
 impl StackWalker {
-    pub fn new(call_graph: CallGraph, tracking: Tracking) -> Self {
+    pub fn new(call_graph: CallGraph, tracking: Tracking, native_only: bool) -> Self {
         Self {
             call_graph,
+            native_only,
             spaces: AddressSpaces::new(tracking),
             unwinder: Unwinder::default(),
             stats: UnwindStats::default(),
@@ -159,6 +162,7 @@ impl StackWalker {
     pub fn walk(&mut self, sample: &SampleRecord<'_>) -> Walked<'_> {
         let Self {
             call_graph,
+            native_only,
             spaces,
             unwinder,
             stats,
@@ -171,8 +175,10 @@ impl StackWalker {
         } = self;
         let tid = sample.tid();
         let mut process = spaces.observe(sample.tgid(), tid, &sample.comm(), sample.time_ns());
-        python.observe(&mut process, sample.time_ns());
-        hotspot.observe(&mut process, sample.time_ns());
+        if !*native_only {
+            python.observe(&mut process, sample.time_ns());
+            hotspot.observe(&mut process, sample.time_ns());
+        }
         frames.clear();
         if sample.state() == ThreadState::Runnable {
             // The scheduler's frames say nothing of a wait for a CPU: one marker instead.
@@ -334,7 +340,7 @@ mod tests {
         let kernel = [0xffff_ffff_8100_0000, 0xffff_ffff_8100_0100];
         let record = encode_sample(&own_header(), &[], &[ip, 0x10], &kernel);
         let sample = RecordKind::Sample.decode(&record).unwrap().sample;
-        let mut walker = StackWalker::new(CallGraph::Fp, TRACKING);
+        let mut walker = StackWalker::new(CallGraph::Fp, TRACKING, false);
         let walked = walker.walk(&sample);
         assert_eq!(walked.comm, "self", "the main thread's name is the process's");
         let frames = walked.frames;
@@ -354,7 +360,7 @@ mod tests {
         header.user_sp = stack.as_ptr() as u64;
         let record = encode_sample(&header, &stack, &[], &[]);
         let sample = RecordKind::Sample.decode(&record).unwrap().sample;
-        let mut walker = StackWalker::new(CallGraph::Dwarf, TRACKING);
+        let mut walker = StackWalker::new(CallGraph::Dwarf, TRACKING, false);
         let frames = walker.walk(&sample).frames.to_vec();
         assert_eq!(walker.stats().summary().total(), 1);
         assert!(matches!(frames[0], Frame::Module { .. }), "the ip resolves: {frames:?}");

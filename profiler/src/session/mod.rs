@@ -96,6 +96,8 @@ pub struct Settings {
     /// Stop after this many seconds (otherwise at a signal, or when the targets exit).
     pub duration: Option<f64>,
     pub call_graph: CallGraph,
+    /// Runtimes' frames (Python, Java) are not read: native frames only.
+    pub native_only: bool,
     /// KiB of user stack the kernel side copies per record (0: none).
     pub stack_copy_kib: u32,
     /// Processes forked by the targets are followed.
@@ -148,7 +150,7 @@ pub async fn run<M: Mode>(mode: M, settings: Settings) -> Result<()> {
     let target = Target::open(&settings.pids, &settings.command)?;
     let description = printable_owned(target.describe());
     let tracking = Tracking { all: matches!(target, Target::System), follow_forks: settings.follow_forks };
-    let walker = StackWalker::new(settings.call_graph, tracking);
+    let walker = StackWalker::new(settings.call_graph, tracking, settings.native_only);
     let detail = settings.detail.unwrap_or_else(|| settings.outputs.detail(settings.render.grouping));
     let aggregate = Aggregate::new(detail);
     let mut session = Pipeline::new(mode, walker, aggregate, settings.max_records)?;
@@ -682,7 +684,7 @@ mod tests {
 
     #[tokio::test]
     async fn garbage_and_panics_cost_one_record_each() {
-        let walker = StackWalker::new(CallGraph::Fp, Tracking { all: false, follow_forks: false });
+        let walker = StackWalker::new(CallGraph::Fp, Tracking { all: false, follow_forks: false }, false);
         let mut pipeline = Pipeline::new(Counting, walker, Aggregate::new(Detail::ALL), Some(3)).unwrap();
         pipeline.record(&[1, 2, 3]);
         pipeline.record(&record(13));
@@ -698,7 +700,7 @@ mod tests {
 
     #[test]
     fn records_beyond_the_maximum_are_dropped() {
-        let walker = StackWalker::new(CallGraph::Fp, Tracking { all: false, follow_forks: false });
+        let walker = StackWalker::new(CallGraph::Fp, Tracking { all: false, follow_forks: false }, false);
         let mut pipeline = Pipeline::new(Counting, walker, Aggregate::new(Detail::ALL), Some(2)).unwrap();
         for tid in 1..=5 {
             pipeline.record(&record(tid));
