@@ -25,6 +25,7 @@ mod agent;
 mod churn;
 mod compare;
 mod folded;
+mod java;
 mod kernel;
 mod leaks;
 mod long_run;
@@ -51,7 +52,7 @@ pub struct Options {
 }
 
 /// The sections of BENCHMARKS.md, in order.
-pub const SECTIONS: [&str; 13] = [
+pub const SECTIONS: [&str; 14] = [
     "compare",
     "kernel",
     "memory",
@@ -59,6 +60,7 @@ pub const SECTIONS: [&str; 13] = [
     "leaks",
     "off-cpu",
     "python",
+    "java",
     "agent",
     "agent-off-cpu",
     "long-run",
@@ -94,6 +96,9 @@ pub fn run(root: &Path, options: &Options) -> Result<()> {
     }
     if wanted("python") {
         sections.push(("python", python::table(&tools.profiler, root, &src, &dir, repetitions)?));
+    }
+    if wanted("java") {
+        sections.push(("java", java::table(&tools.profiler, &tools.collapse, &src, &dir, repetitions)?));
     }
     if wanted("agent") {
         sections

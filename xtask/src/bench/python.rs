@@ -251,7 +251,7 @@ pub fn ready_signal(output: impl Read + Send + 'static, line: &'static str, tx: 
 
 /// CPU time of every thread of process `pid` so far, in nanoseconds (schedstat: finer than the
 /// clock ticks of `/proc/PID/stat`, which a few percent of a core over seconds barely moves).
-fn cpu_ns(pid: u32) -> u64 {
+pub fn cpu_ns(pid: u32) -> u64 {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return 0 };
     tasks
         .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("schedstat")).ok())
@@ -260,7 +260,7 @@ fn cpu_ns(pid: u32) -> u64 {
 }
 
 /// Folded stacks: frames root first, and counts.
-fn read_folded(text: &str) -> Vec<(Vec<&str>, u64)> {
+pub fn read_folded(text: &str) -> Vec<(Vec<&str>, u64)> {
     text.lines()
         .filter_map(|line| {
             let (stack, count) = line.rsplit_once(' ')?;
