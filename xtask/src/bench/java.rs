@@ -185,12 +185,19 @@ fn measure(
     // The JVM's perf map is written as it exits: after its time alone.
     let progress = running.finish()?;
     let slowdown = slowdown(&progress, start_t, stop_t)?;
-    if let Tool::Perf = tool {
-        usage.cpu_seconds += perf_folded(&perf_data, collapse, &folded)?;
-    }
+    // inferno weighs perf's samples by their period (ns of CPU): the samples are counted apart.
+    let counted = match tool {
+        Tool::Perf => {
+            let (cpu_seconds, samples) = perf_folded(&perf_data, collapse, &folded)?;
+            usage.cpu_seconds += cpu_seconds;
+            Some(samples)
+        }
+        Tool::Profiler | Tool::NativeOnly => None,
+    };
     let text = std::fs::read_to_string(&folded).unwrap_or_default();
     let stacks = read_folded(&text);
-    let samples: u64 = stacks.iter().map(|(_, n)| n).sum();
+    let weight: u64 = stacks.iter().map(|(_, n)| n).sum();
+    let samples = counted.unwrap_or(weight);
     let naming = |test: &dyn Fn(&str) -> bool| -> u64 {
         stacks.iter().filter(|(frames, _)| frames.iter().any(|f| test(f))).map(|(_, n)| n).sum()
     };
@@ -202,7 +209,7 @@ fn measure(
             (100.0 * naming(&|frame| frame.contains(name)) as f64 / with_work as f64 - share).abs()
         })
         .fold(0.0, f64::max);
-    let percent = |n: u64| 100.0 * n as f64 / samples.max(1) as f64;
+    let percent = |n: u64| 100.0 * n as f64 / weight.max(1) as f64;
     let in_window = samples as f64 * window / recorded_for;
     Ok(Run {
         slowdown,
@@ -216,8 +223,8 @@ fn measure(
     })
 }
 
-/// `perf script` of `data` collapsed into `folded`; the CPU seconds that took.
-fn perf_folded(data: &Path, collapse: &Path, folded: &Path) -> Result<f64> {
+/// `perf script` of `data` collapsed into `folded`; the CPU seconds that took, and the samples.
+fn perf_folded(data: &Path, collapse: &Path, folded: &Path) -> Result<(f64, u64)> {
     let script_out = data.with_extension("script");
     let mut script = Command::new("perf")
         .args(["script", "-i"])
@@ -232,5 +239,8 @@ fn perf_folded(data: &Path, collapse: &Path, folded: &Path) -> Result<f64> {
         bail!("inferno-collapse-perf failed");
     }
     std::fs::write(folded, out.stdout)?;
-    Ok(usage.cpu_seconds)
+    // A sample is a header line, its frames, and a blank line.
+    let script = std::fs::read_to_string(&script_out)?;
+    let samples = script.split("\n\n").filter(|sample| !sample.trim().is_empty()).count();
+    Ok((usage.cpu_seconds, samples as u64))
 }
