@@ -91,10 +91,13 @@ pub struct Blob {
     pub frame_complete: u64,
     /// Its frame's size in bytes, return address and saved frame pointer included.
     pub frame_size: u64,
-    /// For nmethods: the method, the compile id, and where their debug information is.
+    /// For nmethods: the method and the compile id.
     pub method: u64,
     pub compile_id: u32,
-    pub header: Vec<u8>,
+    /// For nmethods: where its deoptimization handlers are (0: not known), and where a frame
+    /// being deoptimized keeps its original pc, from its stack pointer.
+    pub deopt_handlers: [u64; 2],
+    pub orig_pc_offset: Option<u64>,
 }
 
 /// The blob of `heaps` holding `pc`, read through `read`.
@@ -155,6 +158,15 @@ fn read_blob(layout: &Layout, heap: &Heap, block: u64, pc: u64, read: &mut ReadM
     if !(0..MAX_FRAME_WORDS).contains(&frame_words) {
         return None;
     }
+    let (deopt_handlers, orig_pc_offset) = match layout.deopt {
+        Some(deopt) => {
+            let base = if deopt.from_blob { address } else { 0 };
+            let handler =
+                |int: super::layout::Int| int.get_u64(&header).map_or(0, |at| base.wrapping_add(at));
+            (deopt.handlers.map(handler), deopt.orig_pc_offset.get_u64(&header))
+        }
+        None => ([0; 2], None),
+    };
     Some(Blob {
         address,
         name: layout.blob_name.get_u64(&header)?,
@@ -163,7 +175,8 @@ fn read_blob(layout: &Layout, heap: &Heap, block: u64, pc: u64, read: &mut ReadM
         frame_size: 8 * frame_words as u64,
         method: layout.nmethod_method.get_u64(&header).unwrap_or(0),
         compile_id: layout.nmethod_compile_id.get(&header).unwrap_or(0) as u32,
-        header,
+        deopt_handlers,
+        orig_pc_offset,
     })
 }
 

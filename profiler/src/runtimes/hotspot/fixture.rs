@@ -5,7 +5,7 @@ use framehop::x86_64::UnwindRegsX86_64;
 use super::{
     BlobKind, Frame, Functions, JavaStats, Jvm, Memory, Started, VmStructs,
     code_cache::Heap,
-    layout::{BlobLayout, Int, Layout},
+    layout::{BlobLayout, Deopt, Int, Layout},
 };
 use crate::unwind::{RuntimeCode, RuntimeStep, StackSnapshot};
 
@@ -88,6 +88,11 @@ pub fn jdk25_layout() -> Layout {
         nmethod_method: int(80, 8),
         nmethod_compile_id: int(212, 4),
         nmethod_scopes_pcs_offset: int(196, 4),
+        deopt: Some(Deopt {
+            handlers: [int(176, 4), int(180, 4)],
+            from_blob: true,
+            orig_pc_offset: Int { offset: 208, width: 4, signed: true },
+        }),
         method_const_method: int(8, 8),
         const_method_constants: int(8, 8),
         const_method_flags: int(28, 4),

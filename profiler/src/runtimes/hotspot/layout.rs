@@ -65,6 +65,15 @@ pub enum BlobLayout {
     },
 }
 
+/// Where an nmethod's deoptimization handlers are (absolute, or from the blob), and where a
+/// frame being deoptimized keeps its original pc (from its stack pointer).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Deopt {
+    pub handlers: [Int; 2],
+    pub from_blob: bool,
+    pub orig_pc_offset: Int,
+}
+
 /// Everything the walk reads of a JVM, by offset.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Layout {
@@ -90,6 +99,9 @@ pub struct Layout {
     pub nmethod_method: Int,
     pub nmethod_compile_id: Int,
     pub nmethod_scopes_pcs_offset: Int,
+    /// `None` when the tables do not say (the walk then names deoptimized frames by their
+    /// method alone).
+    pub deopt: Option<Deopt>,
     pub method_const_method: Int,
     pub const_method_constants: Int,
     pub const_method_flags: Int,
@@ -174,6 +186,23 @@ impl Layout {
                 relocation_size,
             ],
         };
+        let deopt = (|| -> Result<Deopt> {
+            let (handlers, from_blob) = match blob {
+                BlobLayout::Absolute { .. } => (
+                    [
+                        pointer(compiled, "_deopt_handler_begin")?,
+                        pointer(compiled, "_deopt_mh_handler_begin")?,
+                    ],
+                    false,
+                ),
+                BlobLayout::Relative { .. } => (
+                    [int("nmethod", "_deopt_handler_offset")?, int("nmethod", "_deopt_mh_handler_offset")?],
+                    true,
+                ),
+            };
+            Ok(Deopt { handlers, from_blob, orig_pc_offset: int("nmethod", "_orig_pc_offset")? })
+        })()
+        .ok();
         let blob_name = pointer("CodeBlob", "_name")?;
         let blob_size = int("CodeBlob", "_size")?;
         let blob_frame_complete = signed("CodeBlob", "_frame_complete_offset")?;
@@ -216,6 +245,7 @@ impl Layout {
             nmethod_method,
             nmethod_compile_id,
             nmethod_scopes_pcs_offset,
+            deopt,
             method_const_method: pointer("Method", "_constMethod")?,
             const_method_constants: pointer("ConstMethod", "_constants")?,
             const_method_flags: int("ConstMethod", major_key)?,

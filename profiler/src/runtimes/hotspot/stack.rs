@@ -9,7 +9,10 @@
 //! the walk.
 use framehop::x86_64::UnwindRegsX86_64;
 
-use super::{Jvm, code_cache::BlobKind};
+use super::{
+    Jvm,
+    code_cache::{Blob, BlobKind},
+};
 use crate::unwind::{RuntimeCode, RuntimeStep, StackSnapshot};
 
 /// Interpreter frame slots, in words from its frame pointer (docs/hotspot-layouts.md §2.6):
@@ -109,12 +112,18 @@ impl Jvm {
             }
             kind => {
                 let physical = match kind {
-                    BlobKind::Nmethod => Some(Physical::Compiled {
-                        blob: blob.address,
-                        compile_id: blob.compile_id,
-                        pc,
-                        exact: !innermost,
-                    }),
+                    BlobKind::Nmethod => {
+                        let (pc, exact) = match deoptimized_pc(&blob, pc, sp, stack) {
+                            Some(original) => (original, true),
+                            None => (pc, !innermost),
+                        };
+                        Some(Physical::Compiled {
+                            blob: blob.address,
+                            compile_id: blob.compile_id,
+                            pc,
+                            exact,
+                        })
+                    }
                     BlobKind::NativeWrapper => Some(Physical::Native { method: blob.method }),
                     _ => Some(Physical::Stub { name: blob.name }),
                 };
@@ -137,9 +146,20 @@ impl Jvm {
         }
     }
 
-    fn find_blob(&mut self, pc: u64) -> Option<super::code_cache::Blob> {
+    fn find_blob(&mut self, pc: u64) -> Option<Blob> {
         super::code_cache::find_blob(&self.layout, &self.heaps, pc, &mut *self.memory)
     }
+}
+
+/// The pc a frame being deoptimized was at, when `pc` is its nmethod's deoptimization handler:
+/// HotSpot put the handler in place of the frame's return address and kept the original in
+/// the frame (its debug information is at the original, the handler has none).
+fn deoptimized_pc(blob: &Blob, pc: u64, sp: u64, stack: &StackSnapshot<'_>) -> Option<u64> {
+    if pc == 0 || !blob.deopt_handlers.contains(&pc) {
+        return None;
+    }
+    let original = stack.read_u64(sp.checked_add(blob.orig_pc_offset?)?)?;
+    blob.code.contains(&original).then_some(original)
 }
 
 /// The caller of a frame whose frame pointer `fp` points at the caller's saved one, the return

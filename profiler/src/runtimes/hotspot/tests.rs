@@ -216,6 +216,40 @@ fn compiled_frames_name_their_inlined_methods_interpreted_ones_their_method() {
 }
 
 #[test]
+fn a_frame_being_deoptimized_is_named_at_its_original_pc() {
+    // Its callee returns to the nmethod's deoptimization handler; the original return address
+    // (at the PcDesc of pc offset 0x60) is kept at the frame's sp + `_orig_pc_offset`.
+    let mut memory = memory();
+    let handler = NMETHOD + 0x2f0;
+    put(&mut memory.0[1].1, 8 + 176, handler - NMETHOD, 4);
+    put(&mut memory.0[1].1, 8 + 208, 8, 4);
+    let stack_at = memory.0.iter().position(|(at, _)| *at == STACK).unwrap();
+    put(&mut memory.0[stack_at].1, 8, NMETHOD + 0x100 + 0x60, 8);
+    let stack = stack_bytes(&memory);
+    let code = CODE..CODE + 0x10000;
+    let walked = fixture::walk(
+        &mut jvm(memory),
+        [handler, STACK, 0],
+        &StackSnapshot::new(STACK, &stack, false),
+        &mut |addr| NATIVE.contains(&addr) || code.contains(&addr),
+        1,
+    );
+    assert_eq!(
+        walked.steps,
+        [RuntimeStep::Caller(UnwindRegsX86_64::new(INTERPRETER_RETURN, STACK + 32, FP))]
+    );
+    let names: Vec<String> = walked
+        .frames
+        .iter()
+        .map(|frame| match *frame {
+            Frame::Runtime { function, line } => walked.functions.symbol(function, line).name,
+            _ => panic!("{frame:?}"),
+        })
+        .collect();
+    assert_eq!(names, ["pkg.Outer.b", "pkg.Outer.A"], "the scopes of the original pc, not the method alone");
+}
+
+#[test]
 fn code_freed_or_garbage_is_never_named_nor_stepped() {
     // The nmethod's block freed since: the walk stops at it.
     let mut memory = memory();
