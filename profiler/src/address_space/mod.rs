@@ -80,9 +80,11 @@ impl AddressSpaces {
         self.processes.notice_exits(now_ns);
     }
 
-    /// What process `tgid` is, while it is followed.
-    pub fn identity(&self, tgid: Tgid) -> Option<&Identity> {
-        self.processes.get(tgid).map(Process::identity)
+    /// What process `tgid` is, while it is followed, with the jitdump it maps now.
+    pub fn identity(&self, tgid: Tgid) -> Option<Identity> {
+        let process = self.processes.get(tgid)?;
+        let jitdump = process.jitdump().cloned();
+        Some(Identity { jitdump, ..process.identity().clone() })
     }
 
     /// How many processes samples came from.

@@ -11,7 +11,7 @@
 //! children that run exec at once) costs one table, not one per child.
 use std::{collections::HashMap, io::Read as _, sync::Arc};
 
-use super::{Mapping, Mappings, TaskEvent, TimedMapping, open::Root};
+use super::{Backing, Mapping, Mappings, TaskEvent, TimedMapping, open::Root};
 use crate::{
     clock::monotonic_ns,
     model::{Tgid, Tid},
@@ -77,6 +77,9 @@ pub struct Identity {
     pub uid: Option<u32>,
     /// Its pid in its own pid namespace (a container names its perf map after it).
     pub ns_pid: u32,
+    /// Its jitdump (`jit-NSPID.dump`), which a JIT writing one maps for tools to find, as it
+    /// was mapped when last looked at (see `AddressSpaces::identity`).
+    pub jitdump: Option<Mapping>,
 }
 
 impl Identity {
@@ -89,12 +92,13 @@ impl Identity {
             // Uid: real, effective, saved, filesystem.
             uid: field("Uid:").and_then(|mut ids| ids.nth(1)?.parse().ok()),
             ns_pid: field("NSpid:").and_then(|ids| ids.last()?.parse().ok()).unwrap_or(tgid.0),
+            jitdump: None,
         }
     }
 
     #[cfg(any(test, feature = "testing"))]
     fn unknown(tgid: Tgid) -> Self {
-        Self { root: Root::Unknown, uid: None, ns_pid: tgid.0 }
+        Self { root: Root::Unknown, uid: None, ns_pid: tgid.0, jitdump: None }
     }
 }
 
@@ -154,6 +158,12 @@ impl Process {
 
     pub fn identity(&self) -> &Identity {
         &self.identity
+    }
+
+    /// The mapping of its jitdump, if it maps one now.
+    pub fn jitdump(&self) -> Option<&Mapping> {
+        let name = format!("jit-{}.dump", self.identity.ns_pid);
+        self.mappings().find(|m| matches!(&m.backing, Backing::File { path, .. } if path.file_name().is_some_and(|n| *n == *name)))
     }
 
     /// Its mappings now.
@@ -420,7 +430,6 @@ mod tests {
     use rustix::mm::{MapFlags, ProtFlags, mmap_anonymous, munmap};
 
     use super::*;
-    use crate::address_space::Backing;
 
     const TRACK_ALL: Tracking = Tracking { all: true, follow_forks: true };
 

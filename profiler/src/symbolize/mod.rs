@@ -7,6 +7,7 @@
 //! identity (device, inode, size, mtime): a library shared by many processes is parsed once.
 //! The [`Namer`] names each distinct frame once, as it first appears.
 mod dwarf_nesting;
+mod jitdump;
 mod naming_thread;
 mod perf_map;
 mod plt;
@@ -190,7 +191,7 @@ impl NewFrames {
             }
         }
         let identities =
-            processes.into_iter().filter_map(|tgid| Some((tgid, spaces.identity(tgid)?.clone()))).collect();
+            processes.into_iter().filter_map(|tgid| Some((tgid, spaces.identity(tgid)?))).collect();
         Self { frames, runtime, modules: spaces.modules().share(modules), identities, now_ns }
     }
 

@@ -13,6 +13,12 @@
 //! the path again, and reads a file found there that is not the one read so far from its start.
 //! Runtimes may delete the file at exit: what was read is kept until the process is forgotten.
 //!
+//! A process's jitdump (`jit-PID.dump`, perf's binary format: V8's `--perf-prof`, the JVM's perf
+//! agent) names its code the same way, into the same entries: it is found as perf finds it, by
+//! the mapping the JIT makes of it for tools, opened through that mapping (the kernel's link to
+//! the very file mapped, whatever its path), under the same rules of ownership, and read on as
+//! it grows ([`jitdump`](super::jitdump)).
+//!
 //! The file is the target's to fill: entries are kept compactly (16 bytes each, names in one
 //! buffer per process, no allocation per line), and a process's map stops growing at
 //! [`MAX_ENTRIES`] entries or [`MAX_NAME_BYTES`] of names, which is said once.
@@ -24,8 +30,14 @@ use std::{
 
 use rustc_hash::FxHashMap;
 
-use super::Warnings;
-use crate::{address_space::Identity, model::Tgid};
+use super::{
+    Warnings,
+    jitdump::{Event, JitDump},
+};
+use crate::{
+    address_space::{Identity, open as target_open},
+    model::Tgid,
+};
 
 /// How often a process's perf map may be read again.
 const REREAD_INTERVAL_NS: u64 = 100_000_000;
@@ -66,6 +78,17 @@ pub struct PerfMap {
     refusal_said: bool,
     /// Lines left out once the map was full.
     left_out: u64,
+    /// The process's jitdump, once found, and whether its refusal was said.
+    dump: Option<DumpFile>,
+    dump_refusal_said: bool,
+}
+
+/// A jitdump being read.
+#[derive(Debug)]
+struct DumpFile {
+    file: File,
+    read_bytes: u64,
+    parser: JitDump,
 }
 
 impl PerfMap {
@@ -77,10 +100,7 @@ impl PerfMap {
 
     /// The JIT symbol at `addr`, if the map names one.
     pub fn name(&self, addr: u64) -> Option<&str> {
-        let at = self.find(addr)?.name as usize;
-        let len = u16::from_le_bytes([self.names[at], self.names[at + 1]]) as usize;
-        // Stored from a `&str`, cut at a character boundary.
-        std::str::from_utf8(&self.names[at + 2..at + 2 + len]).ok()
+        Some(self.name_at(self.find(addr)?.name as usize))
     }
 
     /// Takes the next bytes of the file: its complete lines are parsed, the rest waits for what
@@ -126,6 +146,59 @@ impl PerfMap {
     fn start_over(&mut self) {
         (self.read_bytes, self.entries, self.names, self.left_out) = (0, Vec::new(), Vec::new(), 0);
         self.partial.clear();
+        // Its entries are gone with the map's: it is read again from its start.
+        if let Some(dump) = &mut self.dump {
+            (dump.read_bytes, dump.parser) = (0, JitDump::default());
+        }
+    }
+
+    /// Reads on from `file`, found as the process's jitdump: the file read so far, or another
+    /// one, read from its start.
+    fn read_dump_from(&mut self, file: File) {
+        let identity = |file: &File| file.metadata().ok().map(|m| (m.dev(), m.ino()));
+        if self.dump.as_ref().map(|dump| identity(&dump.file)) != Some(identity(&file)) {
+            self.dump = Some(DumpFile { file, read_bytes: 0, parser: JitDump::default() });
+        }
+    }
+
+    /// Reads what was appended to the jitdump since the last read, within the map's bounds.
+    fn read_dump_on(&mut self) {
+        let Some(dump) = &mut self.dump else { return };
+        let Some(size) = dump.file.metadata().ok().map(|m| m.len()) else { return };
+        let wanted = size.min(MAX_MAP_BYTES).saturating_sub(dump.read_bytes).min(CHUNK_BYTES);
+        let mut chunk = vec![0; wanted as usize];
+        let Ok(read) = dump.file.read_at(&mut chunk, dump.read_bytes) else { return };
+        chunk.truncate(read);
+        dump.read_bytes += read as u64;
+        let mut parser = std::mem::take(&mut dump.parser);
+        let known = self.entries.len();
+        parser.append(&chunk, &mut |event| match event {
+            Event::Load { start, size, name } => self.push(start, size, name),
+            Event::Move { old, new, size } => {
+                if let Some(name) = self.name_of_start(old) {
+                    self.push(new, size, &name);
+                }
+            }
+        });
+        if let Some(dump) = &mut self.dump {
+            dump.parser = parser;
+        }
+        if self.entries.len() > known {
+            keep_latest_by_start(&mut self.entries);
+        }
+    }
+
+    /// The name of the entry starting at `start` (entries pushed since the last sort
+    /// included).
+    fn name_of_start(&self, start: u64) -> Option<String> {
+        let entry = self.entries.iter().rev().find(|e| e.start == start)?;
+        Some(self.name_at(entry.name as usize).to_owned())
+    }
+
+    fn name_at(&self, at: usize) -> &str {
+        let len = u16::from_le_bytes([self.names[at], self.names[at + 1]]) as usize;
+        // Stored from a `&str`, cut at a character boundary.
+        std::str::from_utf8(&self.names[at + 2..at + 2 + len]).unwrap_or_default()
     }
 
     /// Reads what was appended since the last read (everything, if the file shrank: it was
@@ -185,8 +258,24 @@ impl PerfMaps {
             }
             Err(_) => {}
         }
+        match open_dump(tgid, identity) {
+            Ok(Some(file)) => map.read_dump_from(file),
+            Ok(None) => {}
+            Err(why) if !map.dump_refusal_said => {
+                map.dump_refusal_said = true;
+                refused.push(|| format!("the jitdump of PID {tgid} was not read: {why}"))
+            }
+            Err(_) => {}
+        }
         map.read_at_ns = Some(now_ns);
         map.read_on();
+        map.read_dump_on();
+        if let Some(why) = map.dump.as_ref().and_then(|dump| dump.parser.refused())
+            && !map.dump_refusal_said
+        {
+            map.dump_refusal_said = true;
+            refused.push(|| format!("the jitdump of PID {tgid} was read no further: {why}"));
+        }
         if map.left_out > 0 {
             refused.push(|| {
                 format!(
@@ -224,7 +313,29 @@ fn open(identity: &Identity) -> Result<Option<File>, String> {
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(err) => return Err(format!("{}: {err}", path.display())),
     };
+    owned_by_the_process(file, identity, &path).map(Some)
+}
+
+/// The jitdump of process `tgid`, if it maps one: opened through its mapping, and taken under
+/// the perf map's rules (owned by the process's user, writable by nobody else).
+fn open_dump(tgid: Tgid, identity: &Identity) -> Result<Option<File>, String> {
+    let Some(mapping) = &identity.jitdump else { return Ok(None) };
+    let file = match target_open::mapped_file(tgid, mapping) {
+        Ok(file) => file,
+        // Unmapped since (the process exited): what was read is kept.
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(err) => return Err(err.to_string()),
+    };
+    owned_by_the_process(file, identity, &target_open::map_files_path(tgid, mapping)).map(Some)
+}
+
+/// `file` (at `path`), if it is a regular file owned by the process's user and writable by
+/// nobody else.
+fn owned_by_the_process(file: File, identity: &Identity, path: &std::path::Path) -> Result<File, String> {
     let metadata = file.metadata().map_err(|err| err.to_string())?;
+    if !metadata.is_file() {
+        return Err(format!("{} is not a regular file", path.display()));
+    }
     let (owner, mode) = (metadata.uid(), metadata.mode() & 0o7777);
     if identity.uid != Some(owner) {
         let user = identity.uid.map_or("unknown".to_owned(), |uid| format!("uid {uid}"));
@@ -236,7 +347,7 @@ fn open(identity: &Identity) -> Result<Option<File>, String> {
     if mode & 0o022 != 0 {
         return Err(format!("{} is writable by other users (mode {mode:o})", path.display()));
     }
-    Ok(Some(file))
+    Ok(file)
 }
 
 /// A line's start, size and name (`START SIZE NAME`, hex numbers), if it is one with code.
@@ -276,6 +387,30 @@ mod tests {
     use crate::address_space::open::Root;
 
     #[test]
+    fn a_jitdump_names_code_beside_the_perf_map_and_is_read_on_as_it_grows() {
+        use crate::symbolize::jitdump::tests::{code_load, header};
+        let path = std::env::temp_dir().join(format!("jit-test-{}.dump", std::process::id()));
+        let mut file = File::create(&path).unwrap();
+        file.write_all(&header()).unwrap();
+        file.write_all(&code_load(0x5000, 0x20, "JS:*alpha a.js:1")).unwrap();
+        let mut map = PerfMap::default();
+        map.append(b"7f0000001000 40 from the map\n");
+        map.read_dump_from(File::open(&path).unwrap());
+        map.read_dump_on();
+        assert_eq!(map.name(0x5010), Some("JS:*alpha a.js:1"));
+        assert_eq!(map.name(0x7f0000001000), Some("from the map"));
+        // Half a record, then the rest: named once whole.
+        let record = code_load(0x6000, 0x20, "JS:~beta a.js:5");
+        file.write_all(&record[..30]).unwrap();
+        map.read_dump_on();
+        assert_eq!(map.name(0x6000), None);
+        file.write_all(&record[30..]).unwrap();
+        map.read_dump_on();
+        assert_eq!(map.name(0x6000), Some("JS:~beta a.js:5"));
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
     fn parses_perf_map_lines() {
         let text = "7f0000001000 40 LazyCompile:*foo bar.js:1\n0x7f0000002000 0x10 stub\ngarbage\n7f0000003000 0 empty\n";
         let mut map = PerfMap::default();
@@ -313,7 +448,7 @@ mod tests {
     }
 
     fn own_identity(ns_pid: u32) -> Identity {
-        Identity { root: Root::Own, uid: Some(rustix::process::geteuid().as_raw()), ns_pid }
+        Identity { root: Root::Own, uid: Some(rustix::process::geteuid().as_raw()), ns_pid, jitdump: None }
     }
 
     #[test]
@@ -376,7 +511,7 @@ mod tests {
         std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
         let mut maps = PerfMaps::default();
         // A process of another user than the file's owner (us, or root), who cannot read it.
-        let identity = Identity { root: Root::Own, uid: Some(65534), ns_pid: pid.0 };
+        let identity = Identity { root: Root::Own, uid: Some(65534), ns_pid: pid.0, jitdump: None };
         maps.observe(pid, &identity, 0x1010, 1);
         std::fs::remove_file(&path).unwrap();
         assert_eq!(maps.name(pid, 0x1010), None);
