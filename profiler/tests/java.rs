@@ -123,7 +123,27 @@ fn java_methods_named_with_no_options() {
             let mut args = vec!["record", "--per-thread", "-F", "199", "-d", "5", "-p", &pid];
             args.extend(outputs);
             assert!(run_profiler(&args).status.success());
-            Folded::read(&folded)
+            let named = Folded::read(&folded);
+            // And with --native-only, none of its frames are Java's.
+            let args = [
+                "record",
+                "-F",
+                "199",
+                "-d",
+                "1",
+                "--native-only",
+                "-p",
+                &pid,
+                "-o",
+                folded.to_str().unwrap(),
+            ];
+            assert!(run_profiler(&args).status.success());
+            let native = Folded::read(&folded);
+            assert!(
+                native.total() > 0
+                    && !native.stacks.iter().flat_map(|(f, _)| f).any(|f| f.contains("Shares."))
+            );
+            named
         };
         assert_java_named(&running, &format!("{java} (running)"));
     }
@@ -176,6 +196,87 @@ fn assert_java_named(folded: &Folded, what: &str) {
         "{what}: {complete} of {named} stacks run from start_thread through JavaMain and Shares.main: {stacks:#?}",
         stacks = &stacks[..stacks.len().min(5)]
     );
+}
+
+/// Java calling C through JNI calling Java again, with no options, on every JDK here: one
+/// stack from the thread's start through the JVM's native frames, the Java caller, the native
+/// method, the C code, and back through the JVM into the Java it called.
+#[test]
+fn java_native_and_java_again_in_one_stack() {
+    if !e2e_enabled() {
+        return;
+    }
+    let jdks = jdks();
+    let dir = scratch_dir("java-mixed");
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads");
+    let javac = jdks[0].join("javac");
+    let status = Command::new(&javac)
+        .args(["--release", "17", "-d"])
+        .arg(&dir)
+        .arg(source.join("java/Mixed.java"))
+        .status()
+        .unwrap();
+    assert!(status.success(), "{} failed", javac.display());
+    let include = jdks[0].parent().unwrap().join("include");
+    let library = dir.join("libmixed.so");
+    let status = Command::new("gcc")
+        .args(["-shared", "-fPIC", "-O2", "-g"])
+        .arg(format!("-I{}", include.display()))
+        .arg(format!("-I{}", include.join("linux").display()))
+        .arg("-o")
+        .arg(&library)
+        .arg(source.join("mixed_jni.c"))
+        .status()
+        .unwrap();
+    assert!(status.success(), "gcc failed");
+    for bin in &jdks {
+        let java = bin.join("java");
+        let out = dir.join("out.folded");
+        let args = ["record", "--per-thread", "-F", "499", "-o", out.to_str().unwrap(), "--"];
+        let mut args: Vec<&str> = args.to_vec();
+        args.extend([java.to_str().unwrap(), "-cp", dir.to_str().unwrap(), "Mixed", "4"]);
+        args.push(library.to_str().unwrap());
+        assert!(run_profiler(&args).status.success());
+        let folded = Folded::read(&out);
+        let roots = folded.roots();
+        let (root, &total) =
+            roots.iter().filter(|(root, _)| root.starts_with("java-")).max_by_key(|(_, n)| **n).unwrap();
+        let what = java.display();
+        let with = |leaf: &str, chain: &[&str]| -> (u64, u64) {
+            let stacks = folded.stacks.iter().filter(|(f, _)| &f[0] == root);
+            let leaves: Vec<_> = stacks.filter(|(f, _)| f.last().is_some_and(|l| is(l, leaf))).collect();
+            let all = leaves.iter().map(|(_, n)| n).sum();
+            let complete = leaves.iter().filter(|(f, _)| in_order(f, chain)).map(|(_, n)| n).sum();
+            (all, complete)
+        };
+        let native = ["start_thread", "JavaMain", "Mixed.main", "Mixed.viaNative", "Mixed.nativeSpin"];
+        let in_c = [&native[..], &["Java_Mixed_nativeSpin", "c_spin"]].concat();
+        let back_in_java =
+            [&native[..], &["Java_Mixed_nativeSpin", "JavaCalls::call_helper", "Mixed.callback"]].concat();
+        for (leaf, chain) in [("c_spin", &in_c), ("Mixed.callback", &back_in_java)] {
+            let (all, complete) = with(leaf, chain);
+            eprintln!("{what}: {leaf}: {all} of {total} samples, {complete} through {chain:?}");
+            assert!(all * 5 >= total, "{what}: {all} of {total} samples in {leaf}");
+            assert!(
+                complete as f64 >= 0.97 * all as f64,
+                "{what}: {complete} of {all} {leaf} stacks through {chain:?}"
+            );
+        }
+    }
+}
+
+/// Whether `frame` is (a frame of) the function `name`: the name alone, or with a kind suffix
+/// (`_[j]`) or parameters.
+fn is(frame: &str, name: &str) -> bool {
+    frame
+        .strip_prefix(name)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with("_[") || rest.starts_with('('))
+}
+
+/// Whether `frames` (outermost first) hold frames of `names` in that order.
+fn in_order(frames: &[String], names: &[&str]) -> bool {
+    let mut frames = frames.iter();
+    names.iter().all(|name| frames.any(|frame| is(frame, name)))
 }
 
 /// Fails unless the pprof profile at `path` has `Shares.spin` at a line of its loop (8 or 9)
