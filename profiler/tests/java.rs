@@ -279,8 +279,8 @@ fn in_order(frames: &[String], names: &[&str]) -> bool {
     names.iter().all(|name| frames.any(|frame| is(frame, name)))
 }
 
-/// Fails unless the pprof profile at `path` has `Shares.spin` at a line of its loop (8 or 9)
-/// of Shares.java.
+/// Fails unless the pprof profile at `path` has `Shares.spin` at a line of its loop in
+/// Shares.java (the `for` and the line in it).
 fn assert_pprof_lines(path: &Path, what: &str) {
     use prost::Message as _;
     use std::io::Read as _;
@@ -288,13 +288,19 @@ fn assert_pprof_lines(path: &Path, what: &str) {
     flate2::read::GzDecoder::new(std::fs::File::open(path).unwrap()).read_to_end(&mut raw).unwrap();
     let profile = profiler::pprof::Profile::decode(&*raw).unwrap();
     let string = |index: i64| profile.string_table[index as usize].as_str();
+    let source = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/java/Shares.java"),
+    );
+    let body =
+        source.unwrap().lines().position(|line| line.contains("total += i * i % 7")).unwrap() as i64 + 1;
+    let loop_lines = body - 1..=body;
     let found = profile.location.iter().flat_map(|location| &location.line).any(|line| {
         let function = &profile.function[line.function_id as usize - 1];
         string(function.name) == "Shares.spin"
             && string(function.filename) == "Shares.java"
-            && (8..=9).contains(&line.line)
+            && loop_lines.contains(&line.line)
     });
-    assert!(found, "{what}: pprof has no Shares.spin at Shares.java:8-9");
+    assert!(found, "{what}: pprof has no Shares.spin at Shares.java:{loop_lines:?}");
 }
 
 /// Whether a frame names a method of the workload (`void Shares.alpha()` in the JVM's map).
