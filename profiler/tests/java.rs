@@ -9,6 +9,15 @@ use std::{
 
 use common::*;
 
+/// Held by each test while it runs JVMs: a JVM busy on both CPUs of the test machine beside
+/// another one spends seconds more compiling, and a share measured while its code is half
+/// interpreted, half compiled is the JIT's, not the program's.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn alone() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// Every JDK under /usr/lib/jvm (links to another one left out): its `bin` directory.
 fn jdks() -> Vec<PathBuf> {
     let mut found: Vec<PathBuf> = std::fs::read_dir("/usr/lib/jvm")
@@ -45,6 +54,7 @@ fn java_frames_named_from_a_perf_map_written_at_exit() {
     if !e2e_enabled() {
         return;
     }
+    let _alone = alone();
     let jdks = jdks();
     let dir = scratch_dir("java-perf-map-at-exit");
     compile_shares(&jdks, &dir);
@@ -97,6 +107,7 @@ fn java_methods_named_with_no_options() {
     if !e2e_enabled() {
         return;
     }
+    let _alone = alone();
     let jdks = jdks();
     let dir = scratch_dir("java-no-options");
     compile_shares(&jdks, &dir);
@@ -206,6 +217,7 @@ fn java_native_and_java_again_in_one_stack() {
     if !e2e_enabled() {
         return;
     }
+    let _alone = alone();
     let jdks = jdks();
     let dir = scratch_dir("java-mixed");
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads");
@@ -353,6 +365,7 @@ fn check_reads_the_tables_hotspot_exports_for_external_tools() {
     if !e2e_enabled() {
         return;
     }
+    let _alone = alone();
     let jdks = jdks();
     let dir = scratch_dir("java-check");
     compile_shares(&jdks, &dir);

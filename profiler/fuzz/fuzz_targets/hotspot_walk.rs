@@ -8,7 +8,7 @@ use profiler::stages::{
     StackSnapshot,
     hotspot::{
         code_cache::{BlobKind, Heap},
-        fixture::{self, jdk25_layout},
+        fixture::{self, jdk17_layout, jdk25_layout},
     },
 };
 
@@ -21,11 +21,18 @@ const INTERPRETER_NAME: u64 = BASE + 8;
 const MAX_READ: usize = 1 << 20;
 
 fuzz_target!(|data: &[u8]| {
-    let Some((head, bytes)) = data.split_first_chunk::<17>() else { return };
+    // The leaf's pc and frame pointer, the segment size and layout (JDK 25's or 17's), where the
+    // heap ends; then the memory.
+    let Some((head, bytes)) = data.split_first_chunk::<18>() else { return };
     let bytes = bytes.to_vec();
     let word = |i: usize| u64::from_le_bytes(head[i..i + 8].try_into().unwrap());
-    let code = BASE..BASE + bytes.len() as u64 + 1;
+    // The heap ends within the memory or just past it: headers cut by its end are read.
+    let code = BASE..(BASE + bytes.len() as u64 + 1).saturating_sub(u64::from(head[17]));
+    if code.is_empty() {
+        return;
+    }
     let heap = Heap { code: code.clone(), segmap: BASE, log2_segment: 4 + u32::from(head[16] % 13) };
+    let layout = if head[16] & 0x80 == 0 { jdk25_layout() } else { jdk17_layout() };
     let memory = bytes.clone();
     let read = move |addr: u64, buffer: &mut [u8]| {
         assert!(buffer.len() <= MAX_READ, "a read of {} bytes", buffer.len());
@@ -34,7 +41,7 @@ fuzz_target!(|data: &[u8]| {
         piece.map(|piece| buffer.copy_from_slice(piece)).is_some()
     };
     let kinds = [(NMETHOD_NAME, BlobKind::Nmethod), (INTERPRETER_NAME, BlobKind::Interpreter)];
-    let mut jvm = fixture::jvm(jdk25_layout(), heap, &kinds, Box::new(read));
+    let mut jvm = fixture::jvm(layout, heap, &kinds, Box::new(read));
     let stack = StackSnapshot::new(BASE, &bytes, false);
     let leaf = [BASE + word(0) % (bytes.len() as u64 + 1), BASE, word(8)];
     let walked = fixture::walk(&mut jvm, leaf, &stack, &mut |addr| code.contains(&addr), 64);

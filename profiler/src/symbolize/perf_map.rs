@@ -161,10 +161,14 @@ impl PerfMap {
         }
     }
 
-    /// Reads what was appended to the jitdump since the last read, within the map's bounds.
+    /// Reads what was appended to the jitdump since the last read (all of it again, if it
+    /// shrank: it was written anew), within the map's bounds.
     fn read_dump_on(&mut self) {
         let Some(dump) = &mut self.dump else { return };
         let Some(size) = dump.file.metadata().ok().map(|m| m.len()) else { return };
+        if size < dump.read_bytes {
+            (dump.read_bytes, dump.parser) = (0, JitDump::default());
+        }
         let wanted = size.min(MAX_MAP_BYTES).saturating_sub(dump.read_bytes).min(CHUNK_BYTES);
         let mut chunk = vec![0; wanted as usize];
         let Ok(read) = dump.file.read_at(&mut chunk, dump.read_bytes) else { return };
@@ -172,13 +176,10 @@ impl PerfMap {
         dump.read_bytes += read as u64;
         let mut parser = std::mem::take(&mut dump.parser);
         let known = self.entries.len();
+        let mut moves = Vec::new();
         parser.append(&chunk, &mut |event| match event {
             Event::Load { start, size, name } => self.push(start, size, name),
-            Event::Move { old, new, size } => {
-                if let Some(name) = self.name_of_start(old) {
-                    self.push(new, size, &name);
-                }
-            }
+            Event::Move { old, new, size } => moves.push((old, new, size)),
         });
         if let Some(dump) = &mut self.dump {
             dump.parser = parser;
@@ -186,13 +187,20 @@ impl PerfMap {
         if self.entries.len() > known {
             keep_latest_by_start(&mut self.entries);
         }
-    }
-
-    /// The name of the entry starting at `start` (entries pushed since the last sort
-    /// included).
-    fn name_of_start(&self, start: u64) -> Option<String> {
-        let entry = self.entries.iter().rev().find(|e| e.start == start)?;
-        Some(self.name_at(entry.name as usize).to_owned())
+        // Moved code keeps its name: looked up once the loads before it are in place.
+        let moved: Vec<(u64, u64, String)> = moves
+            .into_iter()
+            .filter_map(|(old, new, size)| {
+                let entry = self.find(old).filter(|entry| entry.start == old)?;
+                Some((new, size, self.name_at(entry.name as usize).to_owned()))
+            })
+            .collect();
+        if !moved.is_empty() {
+            for (new, size, name) in moved {
+                self.push(new, size, &name);
+            }
+            keep_latest_by_start(&mut self.entries);
+        }
     }
 
     fn name_at(&self, at: usize) -> &str {

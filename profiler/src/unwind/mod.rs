@@ -119,7 +119,8 @@ pub enum RuntimeStep {
     NotMine,
     /// Its code, whose caller has these registers.
     Caller(UnwindRegsX86_64),
-    /// Its code, but the frame could not be stepped.
+    /// Its code, but the frame could not be stepped: the unwinder tries what it does for code
+    /// without CFI.
     Lost,
 }
 
@@ -188,15 +189,16 @@ impl Unwinder {
             if location == Resolved::Anonymous {
                 let depth = frames.len() - 1;
                 let mut is_code = |addr| is_code(space, addr);
-                match runtime.step(depth, &unwind_regs, stack, &mut is_code) {
-                    RuntimeStep::NotMine => {}
-                    RuntimeStep::Caller(caller) if caller.sp() > unwind_regs.sp() && caller.ip() != 0 => {
-                        guessed = None;
-                        unwind_regs = caller;
-                        addr = caller.ip();
-                        continue;
-                    }
-                    RuntimeStep::Caller(_) | RuntimeStep::Lost => break UnwindEnd::Lost,
+                // A frame the runtime could not step is stepped as any code without CFI (by
+                // frame pointers, which a JIT may keep, or as a leaf).
+                if let RuntimeStep::Caller(caller) = runtime.step(depth, &unwind_regs, stack, &mut is_code)
+                    && caller.sp() > unwind_regs.sp()
+                    && caller.ip() != 0
+                {
+                    guessed = None;
+                    unwind_regs = caller;
+                    addr = caller.ip();
+                    continue;
                 }
             }
             let (lookup, without_cfi) = match location {

@@ -8,14 +8,16 @@ use crate::runtimes::hotspot::ReadMemory;
 
 /// Most heaps taken (HotSpot has three with a segmented code cache, one without).
 const MAX_HEAPS: usize = 8;
-/// Bytes of segment map read at once, and windows read for one blob: a blob of up to
-/// `4 × 4 KiB` segments (8 MiB of code at 128-byte segments) is found.
+/// Bytes of segment map read at once, and windows read for one blob: a pc up to `4 × 4 KiB`
+/// segments into its blob (2 MiB of code at 128-byte segments) is found.
 const SEGMAP_WINDOW: usize = 4096;
 const MAX_WINDOWS: usize = 4;
 /// A segment map byte marking a free segment.
 const FREE_SEGMENT: u8 = 0xff;
 /// Largest blob header read (an nmethod's is 352 bytes in JDK 17, 224 in 25).
 const MAX_HEADER: usize = 1024;
+/// The end of the user half of the address space: no heap or map lies beyond.
+const USER_END: u64 = 1 << 47;
 /// Largest frame of compiled code taken, in words.
 const MAX_FRAME_WORDS: i64 = 1 << 16;
 
@@ -38,12 +40,18 @@ pub fn read_heaps(layout: &Layout, read: &mut ReadMemory<'_>) -> Option<Vec<Heap
     let mut heaps = Vec::with_capacity(len);
     for i in 0..len as u64 {
         let heap = read_u64(read, data.checked_add(8 * i)?)?;
-        let mut object = vec![0u8; layout.heap_log2_segment_size.offset + 8];
+        // As much of the heap as holds the fields read.
+        let size = [
+            layout.heap_log2_segment_size.end(),
+            layout.heap_memory + layout.space_high.end(),
+            layout.heap_segmap + layout.space_low.end(),
+        ];
+        let mut object = vec![0u8; size.into_iter().max().unwrap_or(0)];
         if heap == 0 || !read(heap, &mut object) {
             return None;
         }
         let space = |at: usize, field: super::layout::Int| {
-            field.get_u64(object.get(at..)?).filter(|&address| address != 0)
+            field.get_u64(object.get(at..)?).filter(|&address| address != 0 && address < USER_END)
         };
         let code =
             space(layout.heap_memory, layout.space_low)?..space(layout.heap_memory, layout.space_high)?;
@@ -103,30 +111,31 @@ pub struct Blob {
 /// The blob of `heaps` holding `pc`, read through `read`.
 pub fn find_blob(layout: &Layout, heaps: &[Heap], pc: u64, read: &mut ReadMemory<'_>) -> Option<Blob> {
     let heap = heaps.iter().find(|heap| heap.code.contains(&pc))?;
-    let mut segment = (pc - heap.code.start) >> heap.log2_segment;
-    let mut window = vec![0u8; SEGMAP_WINDOW];
-    'windows: for _ in 0..MAX_WINDOWS {
+    let segment = first_segment(heap, (pc - heap.code.start) >> heap.log2_segment, read)?;
+    let block = heap.code.start + (segment << heap.log2_segment);
+    read_blob(layout, heap, block, pc, read)
+}
+
+/// The first segment of the block holding `segment`: the segment map walked back (each byte
+/// says how far, 0 at a block's first segment), a window of it read at a time, at most
+/// [`MAX_WINDOWS`].
+fn first_segment(heap: &Heap, mut segment: u64, read: &mut ReadMemory<'_>) -> Option<u64> {
+    let mut window = [0u8; SEGMAP_WINDOW];
+    for _ in 0..MAX_WINDOWS {
         let start = segment.saturating_sub(SEGMAP_WINDOW as u64 - 1);
         let len = (segment - start + 1) as usize;
-        if !read(heap.segmap + start, &mut window[..len]) {
+        if !read(heap.segmap.checked_add(start)?, &mut window[..len]) {
             return None;
         }
-        loop {
-            let byte = window[(segment - start) as usize];
-            if byte == FREE_SEGMENT {
-                return None;
-            }
-            if byte == 0 {
-                break 'windows;
-            }
-            segment = segment.checked_sub(u64::from(byte))?;
-            if segment < start {
-                continue 'windows;
+        while segment >= start {
+            match window[(segment - start) as usize] {
+                FREE_SEGMENT => return None,
+                0 => return Some(segment),
+                hop => segment = segment.checked_sub(u64::from(hop))?,
             }
         }
     }
-    let block = heap.code.start + (segment << heap.log2_segment);
-    read_blob(layout, heap, block, pc, read)
+    None
 }
 
 fn read_blob(layout: &Layout, heap: &Heap, block: u64, pc: u64, read: &mut ReadMemory<'_>) -> Option<Blob> {
@@ -134,7 +143,10 @@ fn read_blob(layout: &Layout, heap: &Heap, block: u64, pc: u64, read: &mut ReadM
     // As much of an nmethod's header as the walk reads, not past the heap's committed code.
     let wanted = (layout.block_size as usize + layout.nmethod_header).min(MAX_HEADER) as u64;
     let mut header = vec![0u8; wanted.min(heap.code.end - block) as usize];
-    if !read(block, &mut header) || layout.block_used.get(&header)? == 0 {
+    if header.len() <= layout.block_size as usize
+        || !read(block, &mut header)
+        || layout.block_used.get(&header)? == 0
+    {
         return None;
     }
     header.drain(..layout.block_size as usize);

@@ -130,11 +130,20 @@ pub fn line_table(bytes: &[u8], base: u8) -> Vec<(u32, u32)> {
     table
 }
 
-/// The line of `bci`: that of its own entry, else of the closest entry below it (the table is
-/// not sorted).
+/// The line of `bci`, as HotSpot finds it: that of the first entry at it, else of the last of
+/// the entries closest below it (the table is not sorted).
 pub fn line_of(table: &[(u32, u32)], bci: i32) -> Option<u32> {
     let bci = u32::try_from(bci).unwrap_or(0);
-    table.iter().filter(|(start, _)| *start <= bci).max_by_key(|(start, _)| *start).map(|&(_, line)| line)
+    if let Some(&(_, line)) = table.iter().find(|(start, _)| *start == bci) {
+        return Some(line);
+    }
+    let below = table.iter().filter(|(start, _)| *start < bci);
+    below
+        .fold(None, |best: Option<(u32, u32)>, &(start, line)| match best {
+            Some((closest, _)) if start < closest => best,
+            _ => Some((start, line)),
+        })
+        .map(|(_, line)| line)
 }
 
 #[cfg(test)]
@@ -223,5 +232,9 @@ mod tests {
         assert_eq!(line_of(&table, 7), Some(11));
         assert_eq!(line_of(&table, 9), Some(13));
         assert_eq!(line_of(&[], 3), None);
+        // Several entries at one bci: the first for it, the last of them for a bci above.
+        let repeated = [(0, 1), (4, 7), (4, 8)];
+        assert_eq!(line_of(&repeated, 4), Some(7));
+        assert_eq!(line_of(&repeated, 5), Some(8));
     }
 }

@@ -91,7 +91,7 @@ pub fn jdk25_layout() -> Layout {
         deopt: Some(Deopt {
             handlers: [int(176, 4), int(180, 4)],
             from_blob: true,
-            orig_pc_offset: Int { offset: 208, width: 4, signed: true },
+            orig_pc_offset: int(208, 4),
         }),
         method_const_method: int(8, 8),
         const_method_constants: int(8, 8),
@@ -108,5 +108,43 @@ pub fn jdk25_layout() -> Layout {
         symbol_length: int(4, 2),
         symbol_body: 6,
         unsigned5_base: 1,
+    }
+}
+
+/// JDK 17's offsets (docs/hotspot-layouts.md §2.1): absolute code pointers, debug information in
+/// the blob.
+pub fn jdk17_layout() -> Layout {
+    Layout {
+        heap_memory: 8,
+        heap_segmap: 120,
+        heap_log2_segment_size: int(256, 4),
+        block_used: int(8, 1),
+        block_size: 16,
+        blob_name: int(96, 8),
+        blob_size: int(12, 4),
+        blob_frame_complete: Int { offset: 20, width: 4, signed: true },
+        blob_frame_size: Int { offset: 28, width: 4, signed: true },
+        blob: BlobLayout::Absolute {
+            code_begin: int(32, 8),
+            code_end: int(40, 8),
+            scopes_data_begin: int(120, 8),
+            metadata_offset: int(260, 4),
+            dependencies_offset: int(272, 4),
+        },
+        nmethod_header: 308,
+        nmethod_method: int(112, 8),
+        nmethod_compile_id: int(304, 4),
+        nmethod_scopes_pcs_offset: int(268, 4),
+        deopt: Some(Deopt {
+            handlers: [int(128, 8), int(136, 8)],
+            from_blob: false,
+            orig_pc_offset: int(300, 4),
+        }),
+        const_method_flags: int(28, 2),
+        const_method_code_size: int(32, 2),
+        const_method_name_index: int(34, 2),
+        const_method_size: 48,
+        unsigned5_base: 0,
+        ..jdk25_layout()
     }
 }

@@ -35,7 +35,7 @@ impl Int {
     }
 
     /// The end of the field: how much of an object must be read to get it.
-    fn end(self) -> usize {
+    pub fn end(self) -> usize {
         self.offset + self.width
     }
 }

@@ -26,6 +26,11 @@ pub struct MethodInfo {
 }
 
 impl MethodInfo {
+    /// About the bytes it holds.
+    pub fn size(&self) -> usize {
+        64 + self.name.len() + self.file.len() + 8 * self.lines.len()
+    }
+
     /// The line of bytecode index `bci`, 0 when unknown.
     pub fn line(&self, bci: i32) -> u32 {
         debug_info::line_of(&self.lines, bci).unwrap_or(0)
@@ -52,7 +57,7 @@ pub fn read(layout: &Layout, method: u64, read: &mut ReadMemory<'_>) -> Option<M
     let length = layout.pool_length.get_u64(&pool_object)?;
     let slot = |read: &mut ReadMemory<'_>, index: u64| -> Option<String> {
         (index > 0 && index < length).then_some(())?;
-        let symbol = read_u64(read, pool.checked_add(layout.pool_size + 8 * index)?)?;
+        let symbol = read_u64(read, pool.checked_add(index.checked_mul(8)?.checked_add(layout.pool_size)?)?)?;
         read_symbol(layout, read, symbol & !1)
     };
     let holder = pointer(layout.pool_holder.get_u64(&pool_object)?)?;

@@ -53,11 +53,19 @@ const RECHECK_NS: u64 = 20_000_000;
 const SLOW_START_NS: u64 = 1_000_000_000;
 /// How long a JVM may take to fill in its tables and code cache before it is given up on.
 const START_TIMEOUT_NS: u64 = 60_000_000_000;
-/// Nmethods and methods remembered per JVM; beyond, the memory starts over.
-const MAX_NMETHODS: usize = 1 << 14;
-const MAX_METHODS: usize = 1 << 15;
+/// Bytes of metadata (nmethods' debug information, methods' names and lines) remembered per
+/// JVM, and blob names; beyond, the memory starts over.
+const MAX_KNOWN_BYTES: usize = 32 << 20;
+const MAX_BLOB_NAMES: usize = 4096;
+/// How long a method read is trusted before its `ConstMethod` is checked again (a class
+/// unloaded and its memory reused would be another method at the same address).
+const METHOD_RECHECK_NS: u64 = 1_000_000_000;
+/// How often the code heaps may be read again, for code in a part committed since.
+const HEAPS_REREAD_NS: u64 = 100_000_000;
 /// Most bytes of an nmethod's debug information read (PcDescs, scopes and metadata together).
 const MAX_DEBUG_INFO: u64 = 1 << 20;
+/// Frames of one stack past which compiled frames are not expanded into their inlined methods.
+const MAX_STACK_FRAMES: usize = 4 * crate::unwind::MAX_FRAMES;
 /// JVMs whose refusal the summary names.
 const MAX_REFUSED_NAMED: usize = 16;
 
@@ -155,7 +163,14 @@ impl HotSpot {
             }
             _ => time_ns,
         };
-        let state = match libjvm(view.mappings()).map(|mapping| read(tgid, mapping)) {
+        let found = libjvm(view.mappings()).cloned().map(|mapping| {
+            // The module's own copy of the file: one for every JVM of the same JDK, and the
+            // one its CFI and symbols come from.
+            let file = view.intern(&mapping).and_then(|module| view.module(module).image());
+            let file = file.context("cannot read its libjvm.so").map_err(Refused::Never)?;
+            read(tgid, &mapping, file)
+        });
+        let state = match found {
             None => State::Native { checked_ns: time_ns },
             Some(Ok(jvm)) => State::Running(Box::new(jvm)),
             Some(Err(Refused::NotYet(err))) if time_ns < first_ns.saturating_add(START_TIMEOUT_NS) => {
@@ -171,11 +186,13 @@ impl HotSpot {
         self.processes.insert(tgid, state);
     }
 
-    /// The JVM of `tgid`, if it runs one that is read, ready to step a new stack.
-    pub fn stepper(&mut self, tgid: Tgid) -> Option<&mut Jvm> {
+    /// The JVM of `tgid`, if it runs one that is read, ready to step a new stack sampled at
+    /// `time_ns`.
+    pub fn stepper(&mut self, tgid: Tgid, time_ns: u64) -> Option<&mut Jvm> {
         match self.processes.get_mut(&tgid) {
             Some(State::Running(jvm)) => {
                 jvm.stepped.clear();
+                jvm.now_ns = time_ns;
                 Some(jvm)
             }
             _ => None,
@@ -192,6 +209,10 @@ impl HotSpot {
         frames: &mut Vec<Frame>,
     ) -> bool {
         let Some(State::Running(jvm)) = self.processes.get_mut(&tgid) else { return false };
+        // A stack of Java frames, each standing for up to 64 inlined ones, stops growing here.
+        if frames.len() >= MAX_STACK_FRAMES {
+            return false;
+        }
         let Some(physical) = jvm.stepped(depth) else { return false };
         let before = frames.len();
         jvm.java_frames(physical, functions, frames, &mut self.stats);
@@ -220,9 +241,15 @@ pub struct Jvm {
     names: Option<BlobNames>,
     memory: Memory,
     nmethods: FxHashMap<(u64, u32), Option<Arc<Nmethod>>>,
-    methods: FxHashMap<u64, Option<Arc<MethodInfo>>>,
+    /// Methods by address, and when each was read or checked.
+    methods: FxHashMap<u64, (Option<Arc<MethodInfo>>, u64)>,
     /// The function each method is under each kind of frame, once interned.
     method_functions: FxHashMap<(u64, Kind), u32>,
+    /// Bytes of what `nmethods` and `methods` hold.
+    known_bytes: usize,
+    /// The time of the sample being walked, and when the heaps were last read.
+    now_ns: u64,
+    heaps_read_ns: u64,
     /// The frames the last stack walked stepped, by depth.
     stepped: Vec<(usize, Physical)>,
     /// Frames in the code cache that could not be stepped.
@@ -255,11 +282,25 @@ struct Nmethod {
     metadata: Vec<u64>,
 }
 
+impl Nmethod {
+    /// About the bytes it holds.
+    fn size(&self) -> usize {
+        64 + 8 * self.descs.len() + self.scopes.len() + 8 * self.metadata.len()
+    }
+}
+
 /// The JVM of process `pid`, if it maps a `libjvm.so`: `None` when it maps none, an error when
 /// its tables cannot be read (not HotSpot after all, not started yet, or garbage).
 pub fn find<'a>(pid: Tgid, mappings: impl Iterator<Item = &'a Mapping>) -> Option<Result<Jvm>> {
-    Some(read(pid, libjvm(mappings)?).map_err(|refused| match refused {
-        Refused::NotYet(err) | Refused::Never(err) => err,
+    let mapping = libjvm(mappings)?;
+    let file = open::mapped_file(pid, mapping)
+        .and_then(|file| open::stable(file, Parts::Whole))
+        .and_then(|file| open::map(&file))
+        .context("cannot read its libjvm.so");
+    Some(file.and_then(|file| {
+        read(pid, mapping, file).map_err(|refused| match refused {
+            Refused::NotYet(err) | Refused::Never(err) => err,
+        })
     }))
 }
 
@@ -271,15 +312,10 @@ fn libjvm<'a>(mut mappings: impl Iterator<Item = &'a Mapping>) -> Option<&'a Map
     })
 }
 
-/// Reads the JVM of `pid` whose `libjvm.so` starts with `mapping` (its load bias is the
-/// mapping's start: HotSpot's segments have file offsets equal to their addresses).
-fn read(pid: Tgid, mapping: &Mapping) -> Result<Jvm, Refused> {
+/// Reads the JVM of `pid` whose `libjvm.so` (the bytes `file`) starts with `mapping` (its load
+/// bias is the mapping's start: HotSpot's segments have file offsets equal to their addresses).
+fn read(pid: Tgid, mapping: &Mapping, file: memmap2::Mmap) -> Result<Jvm, Refused> {
     let bias = mapping.start;
-    let file = open::mapped_file(pid, mapping)
-        .and_then(|file| open::stable(file, Parts::Whole))
-        .and_then(|file| open::map(&file))
-        .context("cannot read its libjvm.so")
-        .map_err(Refused::Never)?;
     let Some(image) = Image::read(&file) else {
         return Err(Refused::Never(anyhow::anyhow!("libjvm.so exports none of HotSpot's tables")));
     };
@@ -292,10 +328,13 @@ fn read(pid: Tgid, mapping: &Mapping) -> Result<Jvm, Refused> {
         }
         Err(refusal) => return Err(Refused::Never(refusal.into())),
     };
+    // The version tells how its compressed numbers are written, which nothing else says.
     let major = tables
         .static_address("Abstract_VM_Version", "_vm_major_version")
         .and_then(|address| read_u32(&mut read, address))
-        .unwrap_or(0);
+        .filter(|major| (8..1000).contains(major))
+        .context("its major version cannot be read")
+        .map_err(Refused::Never)?;
     let layout = Layout::new(&tables, major).map_err(Refused::Never)?;
     let started = (|| -> Result<_> {
         let mut word = |type_name: &str, field: &str| -> Result<u64> {
@@ -306,7 +345,8 @@ fn read(pid: Tgid, mapping: &Mapping) -> Result<Jvm, Refused> {
                 .with_context(|| format!("cannot read {type_name}::{field} at {address:#x}"))
         };
         let code_cache = word("CodeCache", "_low_bound")?..word("CodeCache", "_high_bound")?;
-        let call_stub_return = word("StubRoutines", "_call_stub_return_address")?;
+        let call_stub_return = read_u64(&mut read, layout.call_stub_return_address)
+            .context("cannot read StubRoutines::_call_stub_return_address")?;
         if code_cache.is_empty() || call_stub_return == 0 {
             bail!("no code cache yet (the JVM is starting)");
         }
@@ -343,6 +383,9 @@ impl Jvm {
             nmethods: FxHashMap::default(),
             methods: FxHashMap::default(),
             method_functions: FxHashMap::default(),
+            known_bytes: 0,
+            now_ns: 0,
+            heaps_read_ns: 0,
             stepped: Vec::new(),
             lost: 0,
         }
@@ -353,8 +396,13 @@ impl Jvm {
         self.stepped.iter().find(|(at, _)| *at == depth).map(|(_, physical)| *physical)
     }
 
-    /// Reads the heaps again (the code cache grows as code is compiled).
+    /// Reads the heaps again (the code cache grows as code is compiled), at most every
+    /// [`HEAPS_REREAD_NS`].
     fn reread_heaps(&mut self) {
+        if self.now_ns < self.heaps_read_ns.saturating_add(HEAPS_REREAD_NS) {
+            return;
+        }
+        self.heaps_read_ns = self.now_ns;
         let read = &mut *self.memory;
         if let Some(heaps) = code_cache::read_heaps(&self.layout, read) {
             self.heaps = heaps;
@@ -367,6 +415,9 @@ impl Jvm {
             return kind;
         }
         let kind = self.name(name).map_or(BlobKind::Stub, |name| BlobKind::of_name(&name));
+        if self.kinds.len() >= MAX_BLOB_NAMES {
+            self.kinds.clear();
+        }
         self.kinds.insert(name, kind);
         kind
     }
@@ -382,6 +433,9 @@ impl Jvm {
                     None => "StubRoutines::call_stub".to_owned(),
                 };
                 let function = functions.intern(&text, "", Kind::JavaStub);
+                if self.stub_functions.len() >= MAX_BLOB_NAMES {
+                    self.stub_functions.clear();
+                }
                 self.stub_functions.insert(key, function);
                 function
             }
@@ -467,18 +521,46 @@ impl Jvm {
         Some(Frame::Runtime { function, line: line(&info) })
     }
 
+    /// The method at `method`, read once and checked again every [`METHOD_RECHECK_NS`].
     fn method(&mut self, method: u64) -> Option<Arc<MethodInfo>> {
-        if let Some(known) = self.methods.get(&method) {
-            return known.clone();
+        if let Some((known, checked_ns)) = self.methods.get(&method) {
+            if self.now_ns < checked_ns.saturating_add(METHOD_RECHECK_NS) {
+                return known.clone();
+            }
+            let known = known.clone();
+            if let Some(info) = &known
+                && self.const_method_of(method) == Some(info.const_method)
+            {
+                self.methods.insert(method, (known.clone(), self.now_ns));
+                return known;
+            }
+            for kind in [Kind::JavaInterpreted, Kind::JavaCompiled, Kind::JavaInlined] {
+                self.method_functions.remove(&(method, kind));
+            }
         }
         let read = &mut *self.memory;
         let read = (method != 0).then(|| method::read(&self.layout, method, read)).flatten().map(Arc::new);
-        if self.methods.len() >= MAX_METHODS {
+        self.charge(read.as_ref().map_or(64, |info| info.size()));
+        self.methods.insert(method, (read.clone(), self.now_ns));
+        read
+    }
+
+    /// The `ConstMethod` the method at `method` points to now.
+    fn const_method_of(&mut self, method: u64) -> Option<u64> {
+        let at = method.checked_add(self.layout.method_const_method.offset as u64)?;
+        read_u64(&mut *self.memory, at)
+    }
+
+    /// Counts `bytes` more of metadata remembered: past [`MAX_KNOWN_BYTES`], all of it is
+    /// forgotten first.
+    fn charge(&mut self, bytes: usize) {
+        self.known_bytes += bytes;
+        if self.known_bytes > MAX_KNOWN_BYTES {
+            self.nmethods.clear();
             self.methods.clear();
             self.method_functions.clear();
+            self.known_bytes = bytes;
         }
-        self.methods.insert(method, read.clone());
-        read
     }
 
     /// The debug information of the nmethod at `blob`, compiled as `compile_id`.
@@ -488,9 +570,7 @@ impl Jvm {
         }
         let read = &mut *self.memory;
         let read = read_nmethod(&self.layout, blob, compile_id, read).map(Arc::new);
-        if self.nmethods.len() >= MAX_NMETHODS {
-            self.nmethods.clear();
-        }
+        self.charge(read.as_ref().map_or(64, |nmethod| nmethod.size()));
         self.nmethods.insert((blob, compile_id), read.clone());
         read
     }

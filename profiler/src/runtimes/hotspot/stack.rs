@@ -158,7 +158,9 @@ fn deoptimized_pc(blob: &Blob, pc: u64, sp: u64, stack: &StackSnapshot<'_>) -> O
     if pc == 0 || !blob.deopt_handlers.contains(&pc) {
         return None;
     }
-    let original = stack.read_u64(sp.checked_add(blob.orig_pc_offset?)?)?;
+    // Within the frame: a slot of it.
+    let offset = blob.orig_pc_offset.filter(|offset| offset.saturating_add(8) <= blob.frame_size)?;
+    let original = stack.read_u64(sp.checked_add(offset)?)?;
     blob.code.contains(&original).then_some(original)
 }
 
