@@ -7,8 +7,6 @@ use std::{
     fmt::Write as _,
     path::Path,
     process::{Command, Stdio},
-    thread::sleep,
-    time::{Duration, Instant},
 };
 
 use anyhow::{Context as _, Result, bail};
@@ -16,8 +14,8 @@ use anyhow::{Context as _, Result, bail};
 use super::{
     compare::wait_with_usage,
     median,
-    python::{cpu_ns, read_folded, ready_signal},
-    workloads::{RunningWorkload, slowdown},
+    python::read_folded,
+    workloads::{RunningWorkload, record_while, slowdown},
 };
 use crate::check;
 
@@ -143,7 +141,7 @@ fn measure(
     let pid = running.pid().to_string();
     let folded = dir.join("java.folded");
     let perf_data = dir.join("java-perf.data");
-    let mut record = match tool {
+    let record = match tool {
         Tool::Perf => {
             let mut perf = Command::new("perf");
             perf.args(["record", "-q", "-g", "-F", HZ, "-p", &pid, "-o"]).arg(&perf_data);
@@ -158,38 +156,20 @@ fn measure(
             record
         }
     };
-    let mut recorder = record
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .with_context(|| format!("cannot run {record:?}"))?;
     // perf says nothing once it samples: its start-up is short.
-    let (tx, ready) = std::sync::mpsc::channel();
-    ready_signal(recorder.stderr.take().unwrap(), "profiler: recording", tx);
-    let started = Instant::now();
-    match tool {
-        Tool::Perf => sleep(Duration::from_millis(300)),
-        _ => ready.recv_timeout(Duration::from_secs(30)).context("the profiler never said it samples")?,
-    }
-    let sampling = Instant::now();
-    sleep(Duration::from_millis(500));
-    let (cpu_from, from) = (cpu_ns(recorder.id()), Instant::now());
-    sleep(Duration::from_secs_f64(PROFILED).saturating_sub(started.elapsed()).max(Duration::from_secs(2)));
-    let (cpu, window) = (cpu_ns(recorder.id()) - cpu_from, from.elapsed().as_secs_f64());
-    let recorded_for = sampling.elapsed().as_secs_f64();
-    let stop_t = running.now();
-    // SAFETY: kill(2) on our own child.
-    unsafe { libc::kill(recorder.id() as i32, libc::SIGINT) };
-    let mut usage = wait_with_usage(&mut recorder)?;
+    let ready = match tool {
+        Tool::Perf => None,
+        Tool::Profiler | Tool::NativeOnly => Some("profiler: recording"),
+    };
+    let mut recorded = record_while(&running, record, ready, PROFILED)?;
     // The JVM's perf map is written as it exits: after its time alone.
     let progress = running.finish()?;
-    let slowdown = slowdown(&progress, start_t, stop_t)?;
+    let slowdown = slowdown(&progress, start_t, recorded.stop_t)?;
     // inferno weighs perf's samples by their period (ns of CPU): the samples are counted apart.
     let counted = match tool {
         Tool::Perf => {
             let (cpu_seconds, samples) = perf_folded(&perf_data, collapse, &folded)?;
-            usage.cpu_seconds += cpu_seconds;
+            recorded.usage.cpu_seconds += cpu_seconds;
             Some(samples)
         }
         Tool::Profiler | Tool::NativeOnly => None,
@@ -210,12 +190,11 @@ fn measure(
         })
         .fold(0.0, f64::max);
     let percent = |n: u64| 100.0 * n as f64 / weight.max(1) as f64;
-    let in_window = samples as f64 * window / recorded_for;
     Ok(Run {
         slowdown,
-        recording_cpu: cpu as f64 / 1e9 / window * 100.0,
-        us_per_sample: if in_window > 0.0 { cpu as f64 / 1e3 / in_window } else { 0.0 },
-        cpu_seconds: usage.cpu_seconds,
+        recording_cpu: recorded.cpu_percent(),
+        us_per_sample: recorded.us_per_sample(samples),
+        cpu_seconds: recorded.usage.cpu_seconds,
         samples,
         with_java: percent(with_java),
         with_work: percent(with_work),

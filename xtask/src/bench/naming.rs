@@ -14,7 +14,10 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 
-use super::{median, python::ready_signal, workloads::KillOnDrop};
+use super::{
+    median,
+    workloads::{KillOnDrop, ready_signal},
+};
 use crate::cargo;
 
 /// The copy of the debug build the loop runs, named so that its samples are told apart from

@@ -5,21 +5,16 @@
 //! sample on that program and on a native one (split.c).
 use std::{
     fmt::Write as _,
-    io::{BufRead as _, BufReader, Read},
     path::{Path, PathBuf},
     process::{Command, Stdio},
-    sync::mpsc::Sender,
-    thread::sleep,
-    time::{Duration, Instant},
 };
 
 use anyhow::{Context as _, Result};
 
 use super::{
-    compare::wait_with_usage,
     kernel::{BpfStats, parse_after},
     median,
-    workloads::{KillOnDrop, RunningWorkload, on_last_cpu, slowdown},
+    workloads::{KillOnDrop, RunningWorkload, on_last_cpu, record_while, slowdown},
 };
 use crate::check;
 
@@ -194,69 +189,21 @@ fn measure(tool: Tool, command: &Path, python: &Path, script: &Path, dir: &Path)
             .args(["record", "--nonblocking", "-r", HZ, "-p", &pid, "--format", "raw", "-o"])
             .arg(&folded),
     };
-    let started = Instant::now();
-    let mut recorder = record
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .with_context(|| format!("cannot run {command:?}"))?;
-    // py-spy says it on stdout, the profiler on stderr.
-    let (tx, ready) = std::sync::mpsc::channel();
-    ready_signal(recorder.stdout.take().unwrap(), tool.ready_line(), tx.clone());
-    ready_signal(recorder.stderr.take().unwrap(), tool.ready_line(), tx);
-    ready
-        .recv_timeout(Duration::from_secs(30))
-        .with_context(|| format!("{command:?} never said it samples"))?;
-    let sampling = Instant::now();
-    // The tool's CPU while it records, past its first half second of sampling.
-    sleep(Duration::from_millis(500));
-    let (cpu_from, from) = (cpu_ns(recorder.id()), Instant::now());
-    sleep(Duration::from_secs_f64(PROFILED).saturating_sub(started.elapsed()).max(Duration::from_secs(2)));
-    let (cpu, window) = (cpu_ns(recorder.id()) - cpu_from, from.elapsed().as_secs_f64());
-    let recorded_for = sampling.elapsed().as_secs_f64();
-    let stop_t = running.now();
-    // SAFETY: kill(2) on our own child.
-    unsafe { libc::kill(recorder.id() as i32, libc::SIGINT) };
-    let usage = wait_with_usage(&mut recorder)?;
+    let recorded = record_while(&running, record, Some(tool.ready_line()), PROFILED)?;
     let progress = running.finish()?;
-    let slowdown = slowdown(&progress, start_t, stop_t)?;
+    let slowdown = slowdown(&progress, start_t, recorded.stop_t)?;
     let text = std::fs::read_to_string(&folded).unwrap_or_default();
     let stacks = read_folded(&text);
     let (samples, with_python, share_error) = python_quality(&stacks);
-    // The samples of the window, at the rate the tool kept over its whole recording.
-    let in_window = samples as f64 * window / recorded_for;
     Ok(Run {
         slowdown,
-        recording_cpu: cpu as f64 / 1e9 / window * 100.0,
-        us_per_sample: if in_window > 0.0 { cpu as f64 / 1e3 / in_window } else { 0.0 },
-        cpu_seconds: usage.cpu_seconds,
+        recording_cpu: recorded.cpu_percent(),
+        us_per_sample: recorded.us_per_sample(samples),
+        cpu_seconds: recorded.usage.cpu_seconds,
         samples,
         with_python,
         share_error,
     })
-}
-
-/// A channel told once `output` (the tool's stdout or stderr) prints a line starting with `line`;
-/// the pipe is read to its end so that the tool never blocks on it.
-pub fn ready_signal(output: impl Read + Send + 'static, line: &'static str, tx: Sender<()>) {
-    std::thread::spawn(move || {
-        for text in BufReader::new(output).lines().map_while(Result::ok) {
-            if text.starts_with(line) {
-                let _ = tx.send(());
-            }
-        }
-    });
-}
-
-/// CPU time of every thread of process `pid` so far, in nanoseconds (schedstat: finer than the
-/// clock ticks of `/proc/PID/stat`, which a few percent of a core over seconds barely moves).
-pub fn cpu_ns(pid: u32) -> u64 {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return 0 };
-    tasks
-        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("schedstat")).ok())
-        .filter_map(|schedstat| schedstat.split_whitespace().next()?.parse::<u64>().ok())
-        .sum()
 }
 
 /// Folded stacks: frames root first, and counts.

@@ -1,16 +1,17 @@
 //! The benchmark workloads: built from `profiler/tests/workloads`, run with `PROGRESS=1` so that
 //! their own speed can be read while they are profiled.
 use std::{
-    io::{BufRead as _, BufReader},
+    io::{BufRead as _, BufReader, Read},
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
-    sync::{Arc, Mutex},
+    sync::{Arc, Mutex, mpsc::Sender},
     thread,
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use anyhow::{Context as _, Result};
 
+use super::compare::{Usage, wait_with_usage};
 use crate::check;
 
 /// What a workload's flame graph must show: each hot leaf, its share of the samples in all the
@@ -271,6 +272,97 @@ impl Drop for KillOnDrop {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// A tool's recording of a running workload, as [`record_while`] measured it.
+pub struct Recorded {
+    /// The workload's clock when the tool was stopped.
+    pub stop_t: f64,
+    /// The tool's CPU over the measured window (from half a second after it started sampling
+    /// until it was stopped), in nanoseconds, and that window in seconds.
+    pub cpu_ns: u64,
+    pub window: f64,
+    /// Seconds from the tool saying it samples to its stop.
+    pub recorded_for: f64,
+    pub usage: Usage,
+}
+
+impl Recorded {
+    /// The tool's CPU while recording, in percent of one core.
+    pub fn cpu_percent(&self) -> f64 {
+        self.cpu_ns as f64 / 1e9 / self.window * 100.0
+    }
+
+    /// Its CPU per sample, in microseconds, of `samples` taken over the whole recording (those
+    /// of the window counted at the rate of the whole).
+    pub fn us_per_sample(&self, samples: u64) -> f64 {
+        let in_window = samples as f64 * self.window / self.recorded_for;
+        if in_window > 0.0 { self.cpu_ns as f64 / 1e3 / in_window } else { 0.0 }
+    }
+}
+
+/// Runs `record` (a tool recording `running`) for `seconds`, stopping it with SIGINT: it samples
+/// once it prints a line starting with `ready` (on its standard output or error), or, with
+/// none, a moment after it starts.
+pub fn record_while(
+    running: &RunningWorkload,
+    mut record: Command,
+    ready: Option<&'static str>,
+    seconds: f64,
+) -> Result<Recorded> {
+    let started = Instant::now();
+    let mut recorder = record
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("cannot run {record:?}"))?;
+    let (tx, said) = std::sync::mpsc::channel();
+    let line = ready.unwrap_or("");
+    ready_signal(recorder.stdout.take().unwrap(), line, tx.clone());
+    ready_signal(recorder.stderr.take().unwrap(), line, tx);
+    match ready {
+        Some(_) => said
+            .recv_timeout(Duration::from_secs(30))
+            .with_context(|| format!("{record:?} never said it samples"))?,
+        None => thread::sleep(Duration::from_millis(300)),
+    }
+    let sampling = Instant::now();
+    // The tool's CPU while it records, past its first half second of sampling.
+    thread::sleep(Duration::from_millis(500));
+    let (cpu_from, from) = (cpu_ns(recorder.id()), Instant::now());
+    thread::sleep(
+        Duration::from_secs_f64(seconds).saturating_sub(started.elapsed()).max(Duration::from_secs(2)),
+    );
+    let (cpu_ns, window) = (cpu_ns(recorder.id()) - cpu_from, from.elapsed().as_secs_f64());
+    let recorded_for = sampling.elapsed().as_secs_f64();
+    let stop_t = running.now();
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(recorder.id() as i32, libc::SIGINT) };
+    let usage = wait_with_usage(&mut recorder)?;
+    Ok(Recorded { stop_t, cpu_ns, window, recorded_for, usage })
+}
+
+/// A channel told once `output` (the tool's stdout or stderr) prints a line starting with `line`;
+/// the pipe is read to its end so that the tool never blocks on it.
+pub fn ready_signal(output: impl Read + Send + 'static, line: &'static str, tx: Sender<()>) {
+    thread::spawn(move || {
+        for text in BufReader::new(output).lines().map_while(Result::ok) {
+            if text.starts_with(line) {
+                let _ = tx.send(());
+            }
+        }
+    });
+}
+
+/// CPU time of every thread of process `pid` so far, in nanoseconds (schedstat: finer than the
+/// clock ticks of `/proc/PID/stat`, which a few percent of a core over seconds barely moves).
+pub fn cpu_ns(pid: u32) -> u64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return 0 };
+    tasks
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("schedstat")).ok())
+        .filter_map(|schedstat| schedstat.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
 }
 
 #[cfg(test)]
