@@ -27,8 +27,11 @@ const KEEP_NS: u64 = 250_000_000;
 /// mappings) and `/proc/kallsyms` (the kernel's).
 const MAX_PROC_FILE: u64 = 64 * 1024;
 
-/// Least time between two reads of a process's `/proc/PID/maps`.
+/// Least time between two reads of a process's `/proc/PID/maps`, and the most it grows to while
+/// the reads find nothing new (addresses in no mapping at all keep coming: garbage from a
+/// frame-pointer walk through JIT code without frame pointers).
 const REREAD_INTERVAL_NS: u64 = 100_000_000;
+const MAX_REREAD_INTERVAL_NS: u64 = 16 * REREAD_INTERVAL_NS;
 
 /// A mapping that was valid from `since_ns` to `until_ns`.
 #[derive(Clone, Debug)]
@@ -59,8 +62,9 @@ pub struct Process {
     space: Arc<Mappings>,
     history: Vec<PastMapping>,
     past_spaces: Vec<PastSpace>,
-    /// When `/proc/PID/maps` was last read.
+    /// When `/proc/PID/maps` was last read, and how long until it may be read again.
     read_at_ns: u64,
+    reread_interval_ns: u64,
     /// `/proc/PID` is gone: no more reads.
     gone: bool,
     exited_at_ns: Option<u64>,
@@ -128,6 +132,7 @@ impl Process {
             history: Vec::new(),
             past_spaces: Vec::new(),
             read_at_ns,
+            reread_interval_ns: REREAD_INTERVAL_NS,
             exited_at_ns: None,
             sampled: false,
         }
@@ -145,6 +150,7 @@ impl Process {
             history: Vec::new(),
             past_spaces: Vec::new(),
             read_at_ns: 0,
+            reread_interval_ns: REREAD_INTERVAL_NS,
             gone: true,
             exited_at_ns: None,
             sampled: false,
@@ -178,12 +184,14 @@ impl Process {
     }
 
     /// When no known mapping contained `addr` at `time_ns`, and the sample is newer than our last
-    /// read of `/proc/PID/maps` by [`REREAD_INTERVAL_NS`], reads the maps again: task events can
-    /// be lost, and some mappings make none (code made executable with mprotect). The interval
-    /// bounds the cost of addresses in no mapping at all (garbage from a frame-pointer walk
-    /// through code without frame pointers) to a read every so often, not one per sample.
+    /// read of `/proc/PID/maps` by the interval (from [`REREAD_INTERVAL_NS`]), reads the maps
+    /// again: task events can be lost, and some mappings make none (code made executable with
+    /// mprotect). The interval bounds the cost of addresses in no mapping at all (garbage from a
+    /// frame-pointer walk through code without frame pointers) to a read every so often, not one
+    /// per sample, and doubles, up to [`MAX_REREAD_INTERVAL_NS`], while reads find the mappings
+    /// unchanged.
     pub fn refresh_for(&mut self, addr: u64, time_ns: u64) {
-        let stale = time_ns > self.read_at_ns.saturating_add(REREAD_INTERVAL_NS);
+        let stale = time_ns > self.read_at_ns.saturating_add(self.reread_interval_ns);
         if self.lookup(addr, time_ns).is_none() && !self.gone && stale {
             self.reread();
         }
@@ -243,8 +251,14 @@ impl Process {
     fn reread(&mut self) {
         self.read_at_ns = monotonic_ns();
         match Mappings::read(self.tgid) {
+            Ok(space) if space.mappings().eq(self.space.mappings()) => {
+                self.reread_interval_ns = (2 * self.reread_interval_ns).min(MAX_REREAD_INTERVAL_NS);
+            }
             // Unknown since when: the new reading is trusted for any time, as seeding is.
-            Ok(space) => self.replace_space(space, self.read_at_ns),
+            Ok(space) => {
+                self.replace_space(space, self.read_at_ns);
+                self.reread_interval_ns = REREAD_INTERVAL_NS;
+            }
             Err(_) => self.gone = true,
         }
     }
@@ -262,6 +276,7 @@ impl Process {
             history: Vec::new(),
             past_spaces: Vec::new(),
             read_at_ns: self.read_at_ns,
+            reread_interval_ns: REREAD_INTERVAL_NS,
             gone: self.gone,
             exited_at_ns: None,
             sampled: false,
@@ -463,6 +478,30 @@ mod tests {
         assert_eq!(process.comm(), expected.trim_end());
         let here = loads_a_live_process as *const () as usize as u64;
         assert!(process.mapping(here, 0).is_some());
+    }
+
+    #[test]
+    fn addresses_in_no_mapping_read_the_maps_less_often_while_nothing_changes() {
+        // A process whose mappings stay as they are (this one's change as other tests run).
+        let mut sleeper = std::process::Command::new("sleep").arg("10").spawn().unwrap();
+        let pid = Tgid(sleeper.id());
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let mut processes = Processes::new(TRACK_ALL);
+        let process = processes.observe(pid, Tid(pid.0), "test", 0);
+        let garbage = 0x10;
+        let mut reads = 0;
+        for _ in 0..100 {
+            // A sample every 20 ms, for two seconds.
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            let before = process.read_at_ns;
+            process.refresh_for(garbage, monotonic_ns());
+            reads += u32::from(process.read_at_ns != before);
+        }
+        let past_spaces = process.past_spaces.len();
+        let _ = sleeper.kill();
+        let _ = sleeper.wait();
+        assert!(reads <= 6, "{reads} reads of unchanged maps in 2 s (every 0.1 s would be 20)");
+        assert_eq!(past_spaces, 0, "an unchanged reading replaces nothing");
     }
 
     #[test]
