@@ -211,7 +211,8 @@ fn assert_java_named(folded: &Folded, what: &str) {
 
 /// Java calling C through JNI calling Java again, with no options, on every JDK here: one
 /// stack from the thread's start through the JVM's native frames, the Java caller, the native
-/// method, the C code, and back through the JVM into the Java it called.
+/// method, the C code, and back through the JVM into the Java it called (overloaded, so named
+/// with its signature).
 #[test]
 fn java_native_and_java_again_in_one_stack() {
     if !e2e_enabled() {
@@ -264,8 +265,9 @@ fn java_native_and_java_again_in_one_stack() {
         let native = ["start_thread", "JavaMain", "Mixed.main", "Mixed.viaNative", "Mixed.nativeSpin"];
         let in_c = [&native[..], &["Java_Mixed_nativeSpin", "c_spin"]].concat();
         let back_in_java =
-            [&native[..], &["Java_Mixed_nativeSpin", "JavaCalls::call_helper", "Mixed.callback"]].concat();
-        for (leaf, chain) in [("c_spin", &in_c), ("Mixed.callback", &back_in_java)] {
+            [&native[..], &["Java_Mixed_nativeSpin", "JavaCalls::call_helper", "Mixed.callback(J)J"]]
+                .concat();
+        for (leaf, chain) in [("c_spin", &in_c), ("Mixed.callback(J)J", &back_in_java)] {
             let (all, complete) = with(leaf, chain);
             eprintln!("{what}: {leaf}: {all} of {total} samples, {complete} through {chain:?}");
             assert!(all * 5 >= total, "{what}: {all} of {total} samples in {leaf}");

@@ -5,7 +5,7 @@ use framehop::x86_64::UnwindRegsX86_64;
 use super::{
     BlobKind, Frame, Functions, JavaStats, Jvm, Memory, Started, VmStructs,
     code_cache::Heap,
-    layout::{BlobLayout, Deopt, Int, Layout},
+    layout::{BlobLayout, Deopt, Int, Layout, Overloads},
 };
 use crate::unwind::{RuntimeCode, RuntimeStep, StackSnapshot};
 
@@ -105,6 +105,12 @@ pub fn jdk25_layout() -> Layout {
         pool_length: int(60, 4),
         pool_size: 72,
         klass_name: int(24, 8),
+        overloads: Some(Overloads {
+            klass_methods: int(400, 8),
+            array_length: int(0, 4),
+            array_data: 8,
+            signature_index: int(38, 2),
+        }),
         symbol_length: int(4, 2),
         symbol_body: 6,
         unsigned5_base: 1,
@@ -144,6 +150,12 @@ pub fn jdk17_layout() -> Layout {
         const_method_code_size: int(32, 2),
         const_method_name_index: int(34, 2),
         const_method_size: 48,
+        overloads: Some(Overloads {
+            klass_methods: int(408, 8),
+            array_length: int(0, 4),
+            array_data: 8,
+            signature_index: int(36, 2),
+        }),
         unsigned5_base: 0,
         ..jdk25_layout()
     }

@@ -74,6 +74,16 @@ pub struct Deopt {
     pub orig_pc_offset: Int,
 }
 
+/// Where a class's methods are (`InstanceKlass::_methods`, an array of `Method*`) and a method's
+/// signature: for telling overloaded methods apart by their signatures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Overloads {
+    pub klass_methods: Int,
+    pub array_length: Int,
+    pub array_data: usize,
+    pub signature_index: Int,
+}
+
 /// Everything the walk reads of a JVM, by offset.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Layout {
@@ -114,6 +124,8 @@ pub struct Layout {
     pub pool_length: Int,
     pub pool_size: u64,
     pub klass_name: Int,
+    /// `None` when the tables do not say: overloaded methods are then named alike.
+    pub overloads: Option<Overloads>,
     pub symbol_length: Int,
     pub symbol_body: usize,
     /// UNSIGNED5's excluded bytes: 0 before JDK 20, 1 from it (JDK-8292758).
@@ -258,6 +270,16 @@ impl Layout {
             pool_length: int("ConstantPool", "_length")?,
             pool_size: fields.size("ConstantPool")?,
             klass_name: pointer("Klass", "_name")?,
+            overloads: (|| -> Result<Overloads> {
+                Ok(Overloads {
+                    klass_methods: pointer("InstanceKlass", "_methods")?,
+                    // The same for every `Array<T>`: its first member.
+                    array_length: int("Array<int>", "_length")?,
+                    array_data: fields.embedded("Array<Method*>", "_data")?,
+                    signature_index: int("ConstMethod", "_signature_index")?,
+                })
+            })()
+            .ok(),
             symbol_length: int("Symbol", "_length")?,
             symbol_body: fields.embedded("Symbol", "_body")?,
             unsigned5_base: u8::from(major >= 20),

@@ -7,6 +7,8 @@ use super::{ReadMemory, debug_info, layout::Layout};
 const MAX_SYMBOL: usize = 4096;
 /// Most bytes of line table read (a few per line).
 const MAX_LINE_TABLE: usize = 16 * 1024;
+/// Methods of a class looked at, at most, for others of the same name.
+const MAX_CLASS_METHODS: usize = 1024;
 /// The line table is read in pieces of this size until its end marker.
 const LINE_TABLE_PIECE: usize = 512;
 const SMALL_PIECE: usize = 16;
@@ -63,7 +65,13 @@ pub fn read(layout: &Layout, method: u64, read: &mut ReadMemory<'_>) -> Option<M
     let holder = pointer(layout.pool_holder.get_u64(&pool_object)?)?;
     let klass = read_object(read, holder, layout.klass_name.offset + 8)?;
     let class = read_symbol(layout, read, layout.klass_name.get_u64(&klass)?)?;
-    let method_name = slot(read, name_index)?;
+    let mut method_name = slot(read, name_index)?;
+    if let Some(overloads) = layout.overloads
+        && overloaded(layout, &overloads, holder, method, name_index, read) == Some(true)
+        && let Some(signature) = field(overloads.signature_index).and_then(|index| slot(read, index))
+    {
+        method_name.push_str(&signature);
+    }
     let file = layout.pool_source_file_index.get_u64(&pool_object).and_then(|index| slot(read, index));
     let bytecodes = const_method + layout.const_method_size;
     let lines = if flags & u64::from(layout.has_line_table) != 0 {
@@ -79,6 +87,44 @@ pub fn read(layout: &Layout, method: u64, read: &mut ReadMemory<'_>) -> Option<M
         code_size,
         lines,
     })
+}
+
+/// Whether class `holder` has another method than `method` named by the same constant pool
+/// entry `name_index` (overloads: `alpha(J)J` and `alpha(I)I`); `None` when that cannot be
+/// told (a class too large, memory that cannot be read).
+fn overloaded(
+    layout: &Layout,
+    overloads: &super::layout::Overloads,
+    holder: u64,
+    method: u64,
+    name_index: u64,
+    read: &mut ReadMemory<'_>,
+) -> Option<bool> {
+    let at = holder.checked_add(overloads.klass_methods.offset as u64)?;
+    let array = pointer(read_u64(read, at)?)?;
+    let header = read_object(read, array, overloads.array_length.end())?;
+    let length = overloads.array_length.get_u64(&header)? as usize;
+    if length > MAX_CLASS_METHODS {
+        return None;
+    }
+    let methods = read_object(read, array.checked_add(overloads.array_data as u64)?, 8 * length)?;
+    let name_field = layout.const_method_name_index;
+    for other in methods.chunks_exact(8).map(|word| u64::from_le_bytes(word.try_into().unwrap_or_default())) {
+        if other == method {
+            continue;
+        }
+        let Some(const_method) = pointer(other)
+            .and_then(|other| read_u64(read, other.checked_add(layout.method_const_method.offset as u64)?))
+            .and_then(pointer)
+        else {
+            continue;
+        };
+        let object = read_object(read, const_method, name_field.end());
+        if object.and_then(|object| name_field.get_u64(&object)) == Some(name_index) {
+            return Some(true);
+        }
+    }
+    Some(false)
 }
 
 /// A class's name as Java writes it: dots for slashes, and a hidden class's address (lambdas:

@@ -23,6 +23,9 @@ const IMMUTABLE: u64 = 0x28_0000;
 const MUTABLE: u64 = 0x29_0000;
 const METHOD_A: u64 = 0x30_0000;
 const METHOD_B: u64 = 0x30_1000;
+/// Another method named as A, with another signature (an overload).
+const METHOD_A2: u64 = 0x30_2000;
+const METHODS: u64 = 0x33_1000;
 const POOL: u64 = 0x32_0000;
 const KLASS: u64 = 0x33_0000;
 const SYMBOLS: u64 = 0x34_0000;
@@ -57,7 +60,7 @@ fn symbol(text: &str) -> Vec<u8> {
 
 /// A method named by constant pool slot `name_index`: its `Method`, and its `ConstMethod` with
 /// 10 bytes of bytecodes and a line table (bci 0: line 5, bci 2: line 6).
-fn method(at: u64, name_index: u64) -> [(u64, Vec<u8>); 2] {
+fn method(at: u64, name_index: u64, signature_index: u64) -> [(u64, Vec<u8>); 2] {
     let const_method = at + 0x10_000;
     let mut method = vec![0u8; 88];
     put(&mut method, 8, const_method, 8);
@@ -66,6 +69,7 @@ fn method(at: u64, name_index: u64) -> [(u64, Vec<u8>); 2] {
     put(&mut constant, 28, 1, 4);
     put(&mut constant, 34, 10, 2);
     put(&mut constant, 36, name_index, 2);
+    put(&mut constant, 38, signature_index, 2);
     constant.extend([5, (2 << 3) | 1, 0]);
     constant.resize(constant.len() + 512, 0);
     [(at, method), (const_method, constant)]
@@ -114,15 +118,29 @@ fn memory() -> Pieces {
     immutable.extend(&scopes);
     immutable.resize(0x100, 0);
     let metadata = [METHOD_A, METHOD_B].iter().flat_map(|m| m.to_le_bytes()).collect();
-    let mut pool = vec![0u8; 72 + 8 * 4];
+    let mut pool = vec![0u8; 72 + 8 * 6];
     put(&mut pool, 24, KLASS, 8);
     put(&mut pool, 54, 3, 2);
-    put(&mut pool, 60, 4, 4);
-    for (slot, at) in [(1, SYMBOLS), (2, SYMBOLS + 0x100), (3, SYMBOLS + 0x200)] {
+    put(&mut pool, 60, 6, 4);
+    let slots = [
+        (1, SYMBOLS),
+        (2, SYMBOLS + 0x100),
+        (3, SYMBOLS + 0x200),
+        (4, SYMBOLS + 0x400),
+        (5, SYMBOLS + 0x500),
+    ];
+    for (slot, at) in slots {
         put(&mut pool, 72 + 8 * slot, at, 8);
     }
-    let mut klass = vec![0u8; 32];
+    let mut klass = vec![0u8; 408];
     put(&mut klass, 24, SYMBOLS + 0x300, 8);
+    // Its methods: A, B and A's overload.
+    put(&mut klass, 400, METHODS, 8);
+    let mut methods = vec![0u8; 8 + 8 * 3];
+    put(&mut methods, 0, 3, 4);
+    for (i, method) in [METHOD_A, METHOD_B, METHOD_A2].into_iter().enumerate() {
+        put(&mut methods, 8 + 8 * i, method, 8);
+    }
     let mut stack = vec![0u8; 0x200];
     put(&mut stack, 24, INTERPRETER_RETURN, 8);
     put(&mut stack, 16, FP, 8);
@@ -139,14 +157,18 @@ fn memory() -> Pieces {
         (MUTABLE, metadata),
         (POOL, pool),
         (KLASS, klass),
+        (METHODS, methods),
         (SYMBOLS, symbol("A")),
         (SYMBOLS + 0x100, symbol("b")),
         (SYMBOLS + 0x200, symbol("Outer.java")),
         (SYMBOLS + 0x300, symbol("pkg/Outer")),
+        (SYMBOLS + 0x400, symbol("(J)J")),
+        (SYMBOLS + 0x500, symbol("(I)I")),
         (STACK, stack),
     ];
-    pieces.extend(method(METHOD_A, 1));
-    pieces.extend(method(METHOD_B, 2));
+    pieces.extend(method(METHOD_A, 1, 4));
+    pieces.extend(method(METHOD_B, 2, 4));
+    pieces.extend(method(METHOD_A2, 1, 5));
     Pieces(pieces)
 }
 
@@ -208,8 +230,9 @@ fn compiled_frames_name_their_inlined_methods_interpreted_ones_their_method() {
         named,
         [
             ("pkg.Outer.b".to_owned(), SymbolKind::Inlined, 5),
-            ("pkg.Outer.A".to_owned(), SymbolKind::Jit, 6),
-            ("pkg.Outer.A".to_owned(), SymbolKind::Function, 6),
+            // Overloaded: told apart by its signature.
+            ("pkg.Outer.A(J)J".to_owned(), SymbolKind::Jit, 6),
+            ("pkg.Outer.A(J)J".to_owned(), SymbolKind::Function, 6),
         ]
     );
     assert_eq!((stats.frames, stats.unreadable), (3, 0));
@@ -246,7 +269,11 @@ fn a_frame_being_deoptimized_is_named_at_its_original_pc() {
             _ => panic!("{frame:?}"),
         })
         .collect();
-    assert_eq!(names, ["pkg.Outer.b", "pkg.Outer.A"], "the scopes of the original pc, not the method alone");
+    assert_eq!(
+        names,
+        ["pkg.Outer.b", "pkg.Outer.A(J)J"],
+        "the scopes of the original pc, not the method alone"
+    );
 }
 
 #[test]

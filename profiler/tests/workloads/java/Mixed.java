@@ -1,6 +1,7 @@
 // Java calling native code calling Java: viaNative calls the native method nativeSpin (in
 // mixed_jni.c, loaded from the second argument), which spins in C and then calls back into
-// Java's callback, for SECONDS (the first argument).
+// Java's callback(long), for SECONDS (the first argument). callback is overloaded: its frames
+// need its signature.
 public class Mixed {
     static volatile long sink;
 
@@ -12,6 +13,10 @@ public class Mixed {
             total += i * i % 7;
         }
         return total;
+    }
+
+    static int callback(int n) {
+        return (int) callback((long) n);
     }
 
     static void viaNative() {
