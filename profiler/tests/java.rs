@@ -279,6 +279,58 @@ fn java_native_and_java_again_in_one_stack() {
     }
 }
 
+/// With `--off-cpu`, a Java thread's waits are under the Java methods that waited, through the
+/// JDK's `Thread.sleep` (overloaded, so with its signature) and the JVM's native code
+/// (`JVM_Sleep`, `JVM_SleepNanos` in 25) into the kernel, on every JDK here.
+#[test]
+fn java_waits_under_the_methods_that_waited() {
+    if !e2e_enabled() {
+        return;
+    }
+    let _alone = alone();
+    let jdks = jdks();
+    let dir = scratch_dir("java-off-cpu");
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/java/Sleeper.java");
+    let javac = jdks[0].join("javac");
+    let status =
+        Command::new(&javac).args(["--release", "17", "-d"]).arg(&dir).arg(&source).status().unwrap();
+    assert!(status.success(), "{} failed", javac.display());
+    for bin in &jdks {
+        let java = bin.join("java");
+        let out = dir.join("out.folded");
+        let args = ["record", "--off-cpu", "--per-thread", "-o", out.to_str().unwrap(), "--"];
+        let mut args: Vec<&str> = args.to_vec();
+        args.extend([java.to_str().unwrap(), "-cp", dir.to_str().unwrap(), "Sleeper", "4"]);
+        assert!(run_profiler(&args).status.success());
+        let folded = Folded::read(&out);
+        // The thread running main: the one whose stacks name Sleeper.
+        let root = &folded
+            .stacks
+            .iter()
+            .find(|(f, _)| f.iter().any(|frame| frame.starts_with("Sleeper.")))
+            .unwrap()
+            .0[0];
+        let stacks = || folded.stacks.iter().filter(|(f, _)| &f[0] == root);
+        let total: u64 = stacks().map(|(_, n)| n).sum();
+        let chain = [
+            "JavaMain",
+            "Sleeper.main",
+            "Sleeper.waitHere",
+            "Sleeper.nap",
+            "java.lang.Thread.sleep(J)V",
+            "___pthread_cond_timedwait64",
+            "__schedule",
+        ];
+        let waiting: u64 = stacks().filter(|(f, _)| in_order(f, &chain)).map(|(_, n)| n).sum();
+        eprintln!("{}: {waiting} of {total} µs off the CPU through {chain:?}", java.display());
+        assert!(
+            waiting as f64 >= 0.9 * total as f64,
+            "{}: {waiting} of {total} µs through {chain:?}",
+            java.display()
+        );
+    }
+}
+
 /// Whether `frame` is (a frame of) the function `name`: the name alone, or with a kind suffix
 /// (`_[j]`) or parameters.
 fn is(frame: &str, name: &str) -> bool {
