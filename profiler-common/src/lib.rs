@@ -86,6 +86,9 @@ pub struct SampleHeader {
     pub user_ip: u64,
     pub user_sp: u64,
     pub user_bp: u64,
+    /// r13 likewise: the bytecode pointer while HotSpot's interpreter runs a method (the frame
+    /// slot it is saved to is only brought up to date at calls).
+    pub user_r13: u64,
     /// Bytes of user stack copied after the header.
     pub stack_copy_len: u32,
     /// Frames of the frame-pointer user stack and of the kernel stack after the copy, each at

@@ -259,7 +259,8 @@ fn record_stack(ctx: &RetProbeContext, pid_tgid: u64, time_ns: u64, allocation: 
     stack::fill_ids(header, pid_tgid, time_ns);
     let regs = unsafe { &*ctx.regs };
     header.flags = sample_flags::USER_REGS;
-    (header.user_ip, header.user_sp, header.user_bp) = (regs.rip, regs.rsp, regs.rbp);
+    (header.user_ip, header.user_sp, header.user_bp, header.user_r13) =
+        (regs.rip, regs.rsp, regs.rbp, regs.r13);
     // A short copy only shortens the stack; the sampler's counters have no leak analogue.
     let (len, _) = stack::take_stacks(ctx, sample, false);
     let len = ALLOCATION_HEADER_SIZE + len;

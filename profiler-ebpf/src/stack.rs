@@ -147,7 +147,7 @@ pub fn fill_ids(h: &mut SampleHeader, pid_tgid: u64, time_ns: u64) {
     h.time_ns = time_ns;
     h.comm = bpf_get_current_comm().unwrap_or_default();
     h.flags = 0;
-    (h.user_ip, h.user_sp, h.user_bp) = (0, 0, 0);
+    (h.user_ip, h.user_sp, h.user_bp, h.user_r13) = (0, 0, 0, 0);
     h.stack_copy_len = 0;
     h.user_stack_len = 0;
     h.kernel_stack_len = 0;
@@ -168,7 +168,7 @@ pub fn fill_saved_user_regs(h: &mut SampleHeader) {
         && saved.cs & 3 == USER_MODE_RPL
     {
         h.flags |= sample_flags::USER_REGS;
-        (h.user_ip, h.user_sp, h.user_bp) = (saved.rip, saved.rsp, saved.rbp);
+        (h.user_ip, h.user_sp, h.user_bp, h.user_r13) = (saved.rip, saved.rsp, saved.rbp, saved.r13);
     }
 }
 

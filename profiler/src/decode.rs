@@ -125,6 +125,8 @@ pub struct UserRegs {
     pub ip: u64,
     pub sp: u64,
     pub bp: u64,
+    /// HotSpot's interpreter keeps its bytecode pointer there.
+    pub r13: u64,
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -221,6 +223,7 @@ impl<'a> SampleRecord<'a> {
             ip: h.user_ip,
             sp: h.user_sp,
             bp: h.user_bp,
+            r13: h.user_r13,
         })
     }
 
@@ -294,7 +297,7 @@ mod tests {
     #[test]
     fn header_has_no_padding() {
         // encode_sample() and the eBPF program rely on it.
-        assert_eq!(SAMPLE_HEADER_SIZE, 4 * 4 + 8 + 16 + 3 * 8 + 4 * 4 + 8 + 2 * 4);
+        assert_eq!(SAMPLE_HEADER_SIZE, 4 * 4 + 8 + 16 + 4 * 8 + 4 * 4 + 8 + 2 * 4);
     }
 
     #[test]
@@ -309,7 +312,7 @@ mod tests {
         assert_eq!(sample.user_stack().iter().collect::<Vec<_>>(), USER);
         assert_eq!(
             sample.user_regs(),
-            Some(UserRegs { ip: 0x5555_0000_1234, sp: 0x7ffc_0000_1000, bp: 0x7ffc_0000_1040 })
+            Some(UserRegs { ip: 0x5555_0000_1234, sp: 0x7ffc_0000_1000, bp: 0x7ffc_0000_1040, r13: 0 })
         );
         assert!(!sample.stack_truncated());
         assert_eq!(sample.stack_copy(), [1, 2, 3, 4, 5, 6, 7, 8]);

@@ -195,7 +195,7 @@ impl StackWalker {
             (call_graph, Some(regs)) => {
                 let snapshot = StackSnapshot::new(regs.sp, sample.stack_copy(), sample.stack_truncated());
                 let tgid = process.tgid();
-                let runtime: &mut dyn RuntimeCode = match hotspot.stepper(tgid, sample.time_ns()) {
+                let runtime: &mut dyn RuntimeCode = match hotspot.stepper(tgid, sample.time_ns(), regs.r13) {
                     Some(jvm) => jvm,
                     None => &mut NoRuntime,
                 };

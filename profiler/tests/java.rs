@@ -345,21 +345,71 @@ fn in_order(frames: &[String], names: &[&str]) -> bool {
     names.iter().all(|name| frames.any(|frame| is(frame, name)))
 }
 
-/// Fails unless the pprof profile at `path` has `Shares.spin` at a line of its loop in
-/// Shares.java (the `for` and the line in it).
-fn assert_pprof_lines(path: &Path, what: &str) {
+/// With only the interpreter (`-Xint`), the innermost interpreted frame is at the line it runs,
+/// from the bytecode pointer the interpreter keeps in a register (its frame's slot is only
+/// written at calls: it would put every sample of `Shares.spin` at its first line).
+#[test]
+fn interpreted_frames_at_the_line_they_run() {
+    if !e2e_enabled() {
+        return;
+    }
+    let _alone = alone();
+    let jdks = jdks();
+    let dir = scratch_dir("java-interpreted-lines");
+    compile_shares(&jdks, &dir);
+    for bin in &jdks {
+        let java = bin.join("java");
+        let pprof = dir.join("out.pb.gz");
+        let args = ["record", "-F", "499", "-o", pprof.to_str().unwrap(), "--", java.to_str().unwrap()];
+        let mut args: Vec<&str> = args.to_vec();
+        args.extend(["-Xint", "-cp", dir.to_str().unwrap(), "Shares", "3"]);
+        assert!(run_profiler(&args).status.success());
+        let profile = read_pprof(&pprof);
+        let string = |index: i64| profile.string_table[index as usize].as_str();
+        let (mut in_spin, mut in_loop) = (0, 0);
+        let loop_lines = spin_loop_lines();
+        for sample in &profile.sample {
+            let leaf = &profile.location[sample.location_id[0] as usize - 1];
+            let Some(line) = leaf.line.first() else { continue };
+            if string(profile.function[line.function_id as usize - 1].name) == "Shares.spin" {
+                in_spin += sample.value[0];
+                in_loop += if loop_lines.contains(&line.line) { sample.value[0] } else { 0 };
+            }
+        }
+        eprintln!("{}: {in_loop} of {in_spin} of Shares.spin's samples at {loop_lines:?}", java.display());
+        assert!(
+            in_spin > 0 && in_loop as f64 >= 0.9 * in_spin as f64,
+            "{}: {in_loop} of {in_spin}",
+            java.display()
+        );
+    }
+}
+
+/// The pprof profile at `path`.
+fn read_pprof(path: &Path) -> profiler::pprof::Profile {
     use prost::Message as _;
     use std::io::Read as _;
     let mut raw = Vec::new();
     flate2::read::GzDecoder::new(std::fs::File::open(path).unwrap()).read_to_end(&mut raw).unwrap();
-    let profile = profiler::pprof::Profile::decode(&*raw).unwrap();
-    let string = |index: i64| profile.string_table[index as usize].as_str();
+    profiler::pprof::Profile::decode(&*raw).unwrap()
+}
+
+/// The lines of `Shares.spin`'s loop in Shares.java: the `for` and the line in it.
+fn spin_loop_lines() -> std::ops::RangeInclusive<i64> {
     let source = std::fs::read_to_string(
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/java/Shares.java"),
     );
     let body =
         source.unwrap().lines().position(|line| line.contains("total += i * i % 7")).unwrap() as i64 + 1;
-    let loop_lines = body - 1..=body;
+    body - 1..=body
+}
+
+/// Fails unless the pprof profile at `path` has `Shares.spin` at a line of its loop in
+/// Shares.java (the `for` and the line in it).
+fn assert_pprof_lines(path: &Path, what: &str) {
+    let profile = read_pprof(path);
+    let string = |index: i64| profile.string_table[index as usize].as_str();
+    let loop_lines = spin_loop_lines();
     let found = profile.location.iter().flat_map(|location| &location.line).any(|line| {
         let function = &profile.function[line.function_id as usize - 1];
         string(function.name) == "Shares.spin"

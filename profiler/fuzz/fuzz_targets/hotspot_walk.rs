@@ -43,7 +43,7 @@ fuzz_target!(|data: &[u8]| {
     let kinds = [(NMETHOD_NAME, BlobKind::Nmethod), (INTERPRETER_NAME, BlobKind::Interpreter)];
     let mut jvm = fixture::jvm(layout, heap, &kinds, Box::new(read));
     let stack = StackSnapshot::new(BASE, &bytes, false);
-    let leaf = [BASE + word(0) % (bytes.len() as u64 + 1), BASE, word(8)];
+    let leaf = [BASE + word(0) % (bytes.len() as u64 + 1), BASE, word(8), word(8) ^ word(0)];
     let walked = fixture::walk(&mut jvm, leaf, &stack, &mut |addr| code.contains(&addr), 64);
     assert!(walked.steps.len() <= 64);
     assert!(walked.frames.len() <= 64 * 64, "at most 64 scopes per frame");

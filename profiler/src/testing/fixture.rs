@@ -34,7 +34,7 @@ impl Fixture {
         let [ip, sp, bp] = values[..] else { anyhow::bail!("fixture regs must hold ip sp bp") };
         let maps = String::from_utf8(read("maps")?)?;
         Ok(Self {
-            regs: UserRegs { ip, sp, bp },
+            regs: UserRegs { ip, sp, bp, r13: 0 },
             stack: read("stack.bin")?,
             mappings: Mappings::parse(&maps)?,
         })

@@ -17,16 +17,17 @@ pub fn jvm(layout: Layout, heap: Heap, kinds: &[(u64, BlobKind)], memory: Memory
     jvm
 }
 
-/// Steps `jvm`'s frames from the leaf (`pc`, `sp`, `fp`) on `stack`, at most `depth` of them, as the unwinder would
+/// Steps `jvm`'s frames from the leaf (`pc`, `sp`, `fp`, `r13`) on `stack`, at most `depth` of them, as the unwinder would
 /// (stopping at the first frame not in the code cache, or lost); then names those it stepped.
 pub fn walk(
     jvm: &mut Jvm,
-    [pc, sp, fp]: [u64; 3],
+    [pc, sp, fp, r13]: [u64; 4],
     stack: &StackSnapshot<'_>,
     is_code: &mut dyn FnMut(u64) -> bool,
     depth: usize,
 ) -> Walked {
     jvm.stepped.clear();
+    jvm.innermost_r13 = r13;
     let mut regs = UnwindRegsX86_64::new(pc, sp, fp);
     let mut steps = Vec::new();
     for depth in 0..depth {

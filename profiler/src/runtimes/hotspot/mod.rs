@@ -187,12 +187,13 @@ impl HotSpot {
     }
 
     /// The JVM of `tgid`, if it runs one that is read, ready to step a new stack sampled at
-    /// `time_ns`.
-    pub fn stepper(&mut self, tgid: Tgid, time_ns: u64) -> Option<&mut Jvm> {
+    /// `time_ns` with r13 holding `r13`.
+    pub fn stepper(&mut self, tgid: Tgid, time_ns: u64, r13: u64) -> Option<&mut Jvm> {
         match self.processes.get_mut(&tgid) {
             Some(State::Running(jvm)) => {
                 jvm.stepped.clear();
                 jvm.now_ns = time_ns;
+                jvm.innermost_r13 = r13;
                 Some(jvm)
             }
             _ => None,
@@ -247,8 +248,9 @@ pub struct Jvm {
     method_functions: FxHashMap<(u64, Kind), u32>,
     /// Bytes of what `nmethods` and `methods` hold.
     known_bytes: usize,
-    /// The time of the sample being walked, and when the heaps were last read.
+    /// The time of the sample being walked, its r13, and when the heaps were last read.
     now_ns: u64,
+    innermost_r13: u64,
     heaps_read_ns: u64,
     /// The frames the last stack walked stepped, by depth.
     stepped: Vec<(usize, Physical)>,
@@ -385,6 +387,7 @@ impl Jvm {
             method_functions: FxHashMap::default(),
             known_bytes: 0,
             now_ns: 0,
+            innermost_r13: 0,
             heaps_read_ns: 0,
             stepped: Vec::new(),
             lost: 0,
@@ -458,9 +461,9 @@ impl Jvm {
         stats: &mut JavaStats,
     ) {
         match physical {
-            Physical::Interpreted { method, bcp } => {
+            Physical::Interpreted { method, bcp, saved_bcp } => {
                 let frame = self.method_frame(method, Kind::JavaInterpreted, functions, |info| {
-                    info.bci(bcp).map_or(0, |bci| info.line(bci))
+                    info.bci(bcp).or_else(|| info.bci(saved_bcp)).map_or(0, |bci| info.line(bci))
                 });
                 stats.count(frame.is_some());
                 frames.extend(frame);

@@ -31,8 +31,9 @@ pub enum Physical {
     /// Compiled code at `pc` of the nmethod at `blob`: `exact` for a return address, which has
     /// debug information of its own.
     Compiled { blob: u64, compile_id: u32, pc: u64, exact: bool },
-    /// The interpreter running `method`, at bytecode pointer `bcp`.
-    Interpreted { method: u64, bcp: u64 },
+    /// The interpreter running `method`, at bytecode pointer `bcp`, or at `saved_bcp` (the
+    /// frame's slot, up to date at calls) when `bcp` is not one of the method's.
+    Interpreted { method: u64, bcp: u64, saved_bcp: u64 },
     /// The wrapper of native method `method`.
     Native { method: u64 },
     /// A stub (an adapter, a runtime stub) named by the string at `name` of `libjvm.so`.
@@ -97,7 +98,9 @@ impl Jvm {
             BlobKind::Interpreter => {
                 let caller = by_frame_pointer(stack, sp, fp).filter(|caller| is_code(caller.ip()))?;
                 let method = stack.read_u64(fp.checked_sub(8 * METHOD_SLOT)?)?;
-                let bcp = stack.read_u64(fp.checked_sub(8 * BCP_SLOT)?)?;
+                let saved_bcp = stack.read_u64(fp.checked_sub(8 * BCP_SLOT)?)?;
+                // The innermost frame's live bytecode pointer is in r13, when it is running.
+                let bcp = if innermost { self.innermost_r13 } else { saved_bcp };
                 // The caller's own stack pointer, for a compiled caller whose frame the call
                 // extended with arguments.
                 let sender_sp = stack.read_u64(fp.checked_sub(8 * SENDER_SP_SLOT)?)?;
@@ -108,7 +111,7 @@ impl Jvm {
                     caller_sp
                 };
                 let caller = UnwindRegsX86_64::new(caller.ip(), sp, caller.bp());
-                Some((caller, Some(Physical::Interpreted { method, bcp })))
+                Some((caller, Some(Physical::Interpreted { method, bcp, saved_bcp })))
             }
             kind => {
                 let physical = match kind {

@@ -181,7 +181,7 @@ fn jvm(memory: Pieces) -> Jvm {
 /// Steps the fixture's stack from the leaf until native code, and names its frames.
 fn walk(jvm: &mut Jvm, stack: &[u8]) -> fixture::Walked {
     let snapshot = StackSnapshot::new(STACK, stack, false);
-    let leaf = [LEAF_PC, STACK, 0xdead];
+    let leaf = [LEAF_PC, STACK, 0xdead, 0];
     let code = CODE..CODE + 0x10000;
     fixture::walk(jvm, leaf, &snapshot, &mut |addr| NATIVE.contains(&addr) || code.contains(&addr), 4)
 }
@@ -207,7 +207,14 @@ fn compiled_and_interpreted_frames_step_to_their_native_caller() {
         jvm.stepped,
         [
             (0, Physical::Compiled { blob: NMETHOD, compile_id: 7, pc: LEAF_PC, exact: false }),
-            (1, Physical::Interpreted { method: METHOD_A, bcp: METHOD_A + 0x10_000 + 56 + 2 }),
+            (
+                1,
+                Physical::Interpreted {
+                    method: METHOD_A,
+                    bcp: METHOD_A + 0x10_000 + 56 + 2,
+                    saved_bcp: METHOD_A + 0x10_000 + 56 + 2
+                }
+            ),
         ]
     );
 }
@@ -252,7 +259,7 @@ fn a_frame_being_deoptimized_is_named_at_its_original_pc() {
     let code = CODE..CODE + 0x10000;
     let walked = fixture::walk(
         &mut jvm(memory),
-        [handler, STACK, 0],
+        [handler, STACK, 0, 0],
         &StackSnapshot::new(STACK, &stack, false),
         &mut |addr| NATIVE.contains(&addr) || code.contains(&addr),
         1,
@@ -274,6 +281,33 @@ fn a_frame_being_deoptimized_is_named_at_its_original_pc() {
         ["pkg.Outer.b", "pkg.Outer.A(J)J"],
         "the scopes of the original pc, not the method alone"
     );
+}
+
+#[test]
+fn an_innermost_interpreted_frame_is_at_its_live_bytecode_pointer() {
+    // The frame's bcp slot still at bci 0 (line 5), r13 at bci 2 (line 6).
+    let mut memory = memory();
+    let stack_at = memory.0.iter().position(|(at, _)| *at == STACK).unwrap();
+    let bytecodes = METHOD_A + 0x10_000 + 56;
+    put(&mut memory.0[stack_at].1, (FP - STACK - 64) as usize, bytecodes, 8);
+    let stack = stack_bytes(&memory);
+    let code = CODE..CODE + 0x10000;
+    let mut jvm = jvm(memory);
+    let mut line = |r13| {
+        let walked = fixture::walk(
+            &mut jvm,
+            [INTERPRETER_RETURN, STACK + 32, FP, r13],
+            &StackSnapshot::new(STACK, &stack, false),
+            &mut |addr| NATIVE.contains(&addr) || code.contains(&addr),
+            1,
+        );
+        match walked.frames[..] {
+            [Frame::Runtime { line, .. }] => line,
+            _ => panic!("{:?}", walked.frames),
+        }
+    };
+    assert_eq!(line(bytecodes + 2), 6);
+    assert_eq!(line(0x1234), 5, "r13 not in the method's bytecodes: the slot's");
 }
 
 #[test]
