@@ -99,7 +99,7 @@ pub struct JavaStats {
     pub frames: u64,
     pub unreadable: u64,
     /// Frames in a code cache the walk could not step (no blob there, or a blob that failed its
-    /// checks): their stacks end there.
+    /// checks): stepped as code without CFI instead.
     pub lost: u64,
     /// JVMs not read, and why.
     pub refused: BTreeMap<Tgid, String>,
@@ -111,7 +111,7 @@ impl JavaStats {
         let mut lines = Vec::new();
         if self.frames + self.lost > 0 {
             lines.push(format!(
-                "{} Java frames; {} of methods that could not be read, {} stacks cut in the code cache",
+                "{} Java frames; {} of methods that could not be read; {} frames of the code cache not stepped by its rules",
                 self.frames, self.unreadable, self.lost
             ));
         }
