@@ -136,7 +136,6 @@ impl PerfMap {
     /// Reads on from `file`, found at the map's path: the file read so far, or one written in
     /// its place, read from its start.
     fn read_from(&mut self, file: File) {
-        let identity = |file: &File| file.metadata().ok().map(|m| (m.dev(), m.ino()));
         if self.file.as_ref().map(identity) != Some(identity(&file)) {
             self.start_over();
             self.file = Some(file);
@@ -155,7 +154,6 @@ impl PerfMap {
     /// Reads on from `file`, found as the process's jitdump: the file read so far, or another
     /// one, read from its start.
     fn read_dump_from(&mut self, file: File) {
-        let identity = |file: &File| file.metadata().ok().map(|m| (m.dev(), m.ino()));
         if self.dump.as_ref().map(|dump| identity(&dump.file)) != Some(identity(&file)) {
             self.dump = Some(DumpFile { file, read_bytes: 0, parser: JitDump::default() });
         }
@@ -169,11 +167,8 @@ impl PerfMap {
         if size < dump.read_bytes {
             (dump.read_bytes, dump.parser) = (0, JitDump::default());
         }
-        let wanted = size.min(MAX_MAP_BYTES).saturating_sub(dump.read_bytes).min(CHUNK_BYTES);
-        let mut chunk = vec![0; wanted as usize];
-        let Ok(read) = dump.file.read_at(&mut chunk, dump.read_bytes) else { return };
-        chunk.truncate(read);
-        dump.read_bytes += read as u64;
+        let Some(chunk) = chunk_at(&dump.file, size, dump.read_bytes) else { return };
+        dump.read_bytes += chunk.len() as u64;
         let mut parser = std::mem::take(&mut dump.parser);
         let known = self.entries.len();
         let mut moves = Vec::new();
@@ -219,13 +214,32 @@ impl PerfMap {
             self.start_over();
         }
         let Some(file) = &self.file else { return };
-        let wanted = size.min(MAX_MAP_BYTES).saturating_sub(self.read_bytes).min(CHUNK_BYTES);
-        let mut chunk = vec![0; wanted as usize];
-        let Ok(read) = file.read_at(&mut chunk, self.read_bytes) else { return };
-        chunk.truncate(read);
-        self.read_bytes += read as u64;
+        let Some(chunk) = chunk_at(file, size, self.read_bytes) else { return };
+        self.read_bytes += chunk.len() as u64;
         self.append(&chunk);
     }
+}
+
+/// Adds `line` to `refused` unless `said` says it was already.
+fn say_once(said: &mut bool, refused: &mut Warnings, line: impl FnOnce() -> String) {
+    if !std::mem::replace(said, true) {
+        refused.push(line);
+    }
+}
+
+/// A file's identity: another file at the same path (written anew) has another.
+fn identity(file: &File) -> Option<(u64, u64)> {
+    file.metadata().ok().map(|m| (m.dev(), m.ino()))
+}
+
+/// The bytes of `file` (of `size` bytes) from `from` on: at most [`CHUNK_BYTES`], and none past
+/// [`MAX_MAP_BYTES`].
+fn chunk_at(file: &File, size: u64, from: u64) -> Option<Vec<u8>> {
+    let wanted = size.min(MAX_MAP_BYTES).saturating_sub(from).min(CHUNK_BYTES);
+    let mut chunk = vec![0; wanted as usize];
+    let read = file.read_at(&mut chunk, from).ok()?;
+    chunk.truncate(read);
+    Some(chunk)
 }
 
 #[derive(Debug, Default)]
@@ -260,29 +274,24 @@ impl PerfMaps {
             Ok(Some(file)) => map.read_from(file),
             // Gone since it was read (what was read is kept), or not there yet.
             Ok(None) => {}
-            Err(why) if !map.refusal_said => {
-                map.refusal_said = true;
-                refused.push(|| format!("the perf map of PID {tgid} was not read: {why}"))
-            }
-            Err(_) => {}
+            Err(why) => say_once(&mut map.refusal_said, refused, || {
+                format!("the perf map of PID {tgid} was not read: {why}")
+            }),
         }
         match open_dump(tgid, identity) {
             Ok(Some(file)) => map.read_dump_from(file),
             Ok(None) => {}
-            Err(why) if !map.dump_refusal_said => {
-                map.dump_refusal_said = true;
-                refused.push(|| format!("the jitdump of PID {tgid} was not read: {why}"))
-            }
-            Err(_) => {}
+            Err(why) => say_once(&mut map.dump_refusal_said, refused, || {
+                format!("the jitdump of PID {tgid} was not read: {why}")
+            }),
         }
         map.read_at_ns = Some(now_ns);
         map.read_on();
         map.read_dump_on();
-        if let Some(why) = map.dump.as_ref().and_then(|dump| dump.parser.refused())
-            && !map.dump_refusal_said
-        {
-            map.dump_refusal_said = true;
-            refused.push(|| format!("the jitdump of PID {tgid} was read no further: {why}"));
+        if let Some(why) = map.dump.as_ref().and_then(|dump| dump.parser.refused()) {
+            say_once(&mut map.dump_refusal_said, refused, || {
+                format!("the jitdump of PID {tgid} was read no further: {why}")
+            });
         }
         if map.left_out > 0 {
             refused.push(|| {
