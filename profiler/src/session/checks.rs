@@ -274,7 +274,7 @@ fn target(pid: Tgid) -> Vec<Finding> {
 fn jvm(found: Result<hotspot::Jvm>) -> Finding {
     match found {
         Ok(jvm) => {
-            let (fields, types, constants) = jvm.tables.counts();
+            let (fields, types, constants) = jvm.tables;
             Finding::new(
                 Status::Ok,
                 "HotSpot JVM",

@@ -3,8 +3,11 @@
 //! and read from the target with every value checked.
 use std::ops::Range;
 
-use super::layout::{BlobLayout, Layout};
-use crate::runtimes::hotspot::ReadMemory;
+use super::{
+    ReadMemory, USER_END,
+    layout::{BlobLayout, Layout},
+    read_u64,
+};
 
 /// Most heaps taken (HotSpot has three with a segmented code cache, one without).
 const MAX_HEAPS: usize = 8;
@@ -16,8 +19,6 @@ const MAX_WINDOWS: usize = 4;
 const FREE_SEGMENT: u8 = 0xff;
 /// Largest blob header read (an nmethod's is 352 bytes in JDK 17, 224 in 25).
 const MAX_HEADER: usize = 1024;
-/// The end of the user half of the address space: no heap or map lies beyond.
-const USER_END: u64 = 1 << 47;
 /// Largest frame of compiled code taken, in words.
 const MAX_FRAME_WORDS: i64 = 1 << 16;
 
@@ -190,9 +191,4 @@ fn read_blob(layout: &Layout, heap: &Heap, block: u64, pc: u64, read: &mut ReadM
         deopt_handlers,
         orig_pc_offset,
     })
-}
-
-fn read_u64(read: &mut ReadMemory<'_>, address: u64) -> Option<u64> {
-    let mut raw = [0u8; 8];
-    read(address, &mut raw).then(|| u64::from_le_bytes(raw))
 }

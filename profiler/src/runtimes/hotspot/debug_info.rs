@@ -35,11 +35,6 @@ impl<'a> Unsigned5<'a> {
         u32::try_from(value).ok()
     }
 
-    /// Where the next number starts.
-    pub fn position(&self) -> usize {
-        self.at
-    }
-
     pub fn read_signed(&mut self) -> Option<i32> {
         let value = self.read()?;
         Some(((value >> 1) as i32) ^ -((value & 1) as i32))
@@ -102,15 +97,16 @@ pub fn scopes(scopes: &[u8], mut offset: u32, base: u8) -> Vec<Scope> {
     chain
 }
 
-/// A method's line number table: (bci, line) pairs in the order written.
-pub fn line_table(bytes: &[u8], base: u8) -> Vec<(u32, u32)> {
+/// A method's line number table: (bci, line) pairs in the order written, and whether `bytes`
+/// held its end marker (the table has no length: one cut short by the bytes read is not).
+pub fn line_table(bytes: &[u8], base: u8) -> (Vec<(u32, u32)>, bool) {
     let mut table = Vec::new();
     let (mut bci, mut line) = (0i64, 0i64);
     let mut stream = Unsigned5::new(bytes, 0, base);
     while let Some(&byte) = bytes.get(stream.at) {
         stream.at += 1;
         match byte {
-            0 => return table,
+            0 => return (table, true),
             0xff => {
                 let (Some(bci_delta), Some(line_delta)) = (stream.read_signed(), stream.read_signed()) else {
                     break;
@@ -127,7 +123,7 @@ pub fn line_table(bytes: &[u8], base: u8) -> Vec<(u32, u32)> {
             table.push((bci, line));
         }
     }
-    table
+    (table, false)
 }
 
 /// The line of `bci`, as HotSpot finds it: that of the first entry at it, else of the last of
@@ -227,11 +223,16 @@ mod tests {
         bytes.push((5 << 3) | 1);
         bytes.push((4 << 3) | 2);
         bytes.extend([0, 0x7f]);
-        let table = line_table(&bytes, 0);
+        let (table, ended) = line_table(&bytes, 0);
+        assert!(ended);
         assert_eq!(table, [(0, 10), (5, 11), (9, 13)]);
         assert_eq!(line_of(&table, 7), Some(11));
         assert_eq!(line_of(&table, 9), Some(13));
         assert_eq!(line_of(&[], 3), None);
+        // Cut short: the entries read, not ended.
+        assert_eq!(line_table(&[0x29], 0), (vec![(5, 1)], false));
+        assert_eq!(line_table(&[0x29, 0x11], 0), (vec![(5, 1), (7, 2)], false));
+        assert_eq!(line_table(&[0xff, 200], 0), (vec![], false), "a long entry cut short");
         // Several entries at one bci: the first for it, the last of them for a bci above.
         let repeated = [(0, 1), (4, 7), (4, 8)];
         assert_eq!(line_of(&repeated, 4), Some(7));

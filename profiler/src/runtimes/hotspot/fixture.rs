@@ -3,7 +3,7 @@
 use framehop::x86_64::UnwindRegsX86_64;
 
 use super::{
-    BlobKind, Frame, Functions, JavaStats, Jvm, Memory, Started, VmStructs,
+    BlobKind, Frame, Functions, JavaStats, Jvm, Memory, Started,
     code_cache::Heap,
     layout::{BlobLayout, Deopt, Int, Layout, Overloads},
 };
@@ -12,7 +12,7 @@ use crate::unwind::{RuntimeCode, RuntimeStep, StackSnapshot};
 /// A JVM whose code cache is `heap`, blob names at the addresses of `kinds` telling their kind.
 pub fn jvm(layout: Layout, heap: Heap, kinds: &[(u64, BlobKind)], memory: Memory) -> Jvm {
     let started = Started { code_cache: heap.code.clone(), heaps: vec![heap], call_stub_return: 0x1 };
-    let mut jvm = Jvm::new(VmStructs::default(), layout, started, None, memory);
+    let mut jvm = Jvm::new((0, 0, 0), layout, started, None, memory);
     jvm.kinds.extend(kinds.iter().copied());
     jvm
 }
@@ -61,6 +61,8 @@ fn int(offset: usize, width: usize) -> Int {
 pub fn jdk25_layout() -> Layout {
     Layout {
         heaps: 0,
+        low_bound: 0,
+        high_bound: 0,
         call_stub_return_address: 0,
         array_len: int(0, 4),
         array_data: int(8, 8),

@@ -87,7 +87,11 @@ pub struct Overloads {
 /// Everything the walk reads of a JVM, by offset.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Layout {
+    /// Static variables: `CodeCache::_heaps`, `_low_bound`, `_high_bound`,
+    /// `StubRoutines::_call_stub_return_address`.
     pub heaps: u64,
+    pub low_bound: u64,
+    pub high_bound: u64,
     pub call_stub_return_address: u64,
     pub array_len: Int,
     pub array_data: Int,
@@ -238,6 +242,8 @@ impl Layout {
         ensure!(block_size == 8 || block_size == 16, "HeapBlock is {block_size} bytes");
         Ok(Self {
             heaps: statics("CodeCache", "_heaps")?,
+            low_bound: statics("CodeCache", "_low_bound")?,
+            high_bound: statics("CodeCache", "_high_bound")?,
             call_stub_return_address: statics("StubRoutines", "_call_stub_return_address")?,
             array_len: int("GrowableArrayBase", "_len")?,
             array_data: pointer("GrowableArray<int>", "_data")?,

@@ -1,7 +1,7 @@
 //! A Java method's name, source file and line table, read from its `Method` in the target:
 //! `Method` → `ConstMethod` (indexes into the constant pool, the bytecodes, the line table right
 //! after them) → `ConstantPool` (the class, and `Symbol`s at those indexes) → `Klass::_name`.
-use super::{ReadMemory, debug_info, layout::Layout};
+use super::{ReadMemory, debug_info, layout::Layout, pointer, read_bytes, read_u64};
 
 /// Longest symbol taken (class names, method names, file names).
 const MAX_SYMBOL: usize = 4096;
@@ -47,15 +47,15 @@ impl MethodInfo {
 
 /// Reads the method at `method`.
 pub fn read(layout: &Layout, method: u64, read: &mut ReadMemory<'_>) -> Option<MethodInfo> {
-    let object = read_object(read, method, layout.method_const_method.offset + 8)?;
+    let object = read_bytes(read, method, layout.method_const_method.offset + 8)?;
     let const_method = pointer(layout.method_const_method.get_u64(&object)?)?;
-    let object = read_object(read, const_method, layout.const_method_size as usize)?;
+    let object = read_bytes(read, const_method, layout.const_method_size as usize)?;
     let field = |int: super::layout::Int| int.get_u64(&object);
     let pool = pointer(field(layout.const_method_constants)?)?;
     let flags = field(layout.const_method_flags)?;
     let code_size = field(layout.const_method_code_size)?;
     let name_index = field(layout.const_method_name_index)?;
-    let pool_object = read_object(read, pool, layout.pool_size as usize)?;
+    let pool_object = read_bytes(read, pool, layout.pool_size as usize)?;
     let length = layout.pool_length.get_u64(&pool_object)?;
     let slot = |read: &mut ReadMemory<'_>, index: u64| -> Option<String> {
         (index > 0 && index < length).then_some(())?;
@@ -63,7 +63,7 @@ pub fn read(layout: &Layout, method: u64, read: &mut ReadMemory<'_>) -> Option<M
         read_symbol(layout, read, symbol & !1)
     };
     let holder = pointer(layout.pool_holder.get_u64(&pool_object)?)?;
-    let klass = read_object(read, holder, layout.klass_name.offset + 8)?;
+    let klass = read_bytes(read, holder, layout.klass_name.offset + 8)?;
     let class = read_symbol(layout, read, layout.klass_name.get_u64(&klass)?)?;
     let mut method_name = slot(read, name_index)?;
     if let Some(overloads) = layout.overloads
@@ -102,12 +102,12 @@ fn overloaded(
 ) -> Option<bool> {
     let at = holder.checked_add(overloads.klass_methods.offset as u64)?;
     let array = pointer(read_u64(read, at)?)?;
-    let header = read_object(read, array, overloads.array_length.end())?;
+    let header = read_bytes(read, array, overloads.array_length.end())?;
     let length = overloads.array_length.get_u64(&header)? as usize;
     if length > MAX_CLASS_METHODS {
         return None;
     }
-    let methods = read_object(read, array.checked_add(overloads.array_data as u64)?, 8 * length)?;
+    let methods = read_bytes(read, array.checked_add(overloads.array_data as u64)?, 8 * length)?;
     let name_field = layout.const_method_name_index;
     for other in methods.chunks_exact(8).map(|word| u64::from_le_bytes(word.try_into().unwrap_or_default())) {
         if other == method {
@@ -119,7 +119,7 @@ fn overloaded(
         else {
             continue;
         };
-        let object = read_object(read, const_method, name_field.end());
+        let object = read_bytes(read, const_method, name_field.end());
         if object.and_then(|object| name_field.get_u64(&object)) == Some(name_index) {
             return Some(true);
         }
@@ -142,7 +142,11 @@ pub fn class_name(internal: &str) -> String {
 fn read_line_table(read: &mut ReadMemory<'_>, at: u64, base: u8) -> Vec<(u32, u32)> {
     let mut bytes = Vec::new();
     let mut piece = LINE_TABLE_PIECE;
-    while bytes.len() < MAX_LINE_TABLE && !ends_within(&bytes, base) {
+    while bytes.len() < MAX_LINE_TABLE {
+        let (table, ended) = debug_info::line_table(&bytes, base);
+        if ended {
+            return table;
+        }
         let Some(address) = at.checked_add(bytes.len() as u64) else { break };
         let start = bytes.len();
         bytes.resize(start + piece, 0);
@@ -154,51 +158,16 @@ fn read_line_table(read: &mut ReadMemory<'_>, at: u64, base: u8) -> Vec<(u32, u3
             piece = SMALL_PIECE;
         }
     }
-    debug_info::line_table(&bytes, base)
-}
-
-/// Whether the line table in `bytes` reaches its end marker.
-fn ends_within(bytes: &[u8], base: u8) -> bool {
-    let mut at = 0;
-    while let Some(&byte) = bytes.get(at) {
-        at += 1;
-        match byte {
-            0 => return true,
-            0xff => {
-                let mut stream = debug_info::Unsigned5::new(bytes, at, base);
-                if stream.read().is_none() || stream.read().is_none() {
-                    return false;
-                }
-                at = stream.position();
-            }
-            _ => {}
-        }
-    }
-    false
+    debug_info::line_table(&bytes, base).0
 }
 
 fn read_symbol(layout: &Layout, read: &mut ReadMemory<'_>, symbol: u64) -> Option<String> {
     let symbol = pointer(symbol)?;
-    let header = read_object(read, symbol, layout.symbol_body)?;
+    let header = read_bytes(read, symbol, layout.symbol_body)?;
     let length = (layout.symbol_length.get_u64(&header)? as usize).min(MAX_SYMBOL);
-    let body = read_object(read, symbol.checked_add(layout.symbol_body as u64)?, length)?;
+    let body = read_bytes(read, symbol.checked_add(layout.symbol_body as u64)?, length)?;
     // Modified UTF-8: close enough to UTF-8 for names; anything else is shown escaped.
     Some(String::from_utf8_lossy(&body).into_owned())
-}
-
-fn read_object(read: &mut ReadMemory<'_>, address: u64, size: usize) -> Option<Vec<u8>> {
-    let mut object = vec![0u8; size];
-    read(address, &mut object).then_some(object)
-}
-
-fn read_u64(read: &mut ReadMemory<'_>, address: u64) -> Option<u64> {
-    let mut raw = [0u8; 8];
-    read(address, &mut raw).then(|| u64::from_le_bytes(raw))
-}
-
-/// A pointer worth following: not NULL, aligned, in the user half of the address space.
-fn pointer(address: u64) -> Option<u64> {
-    (address != 0 && address.is_multiple_of(8) && address < 1 << 47).then_some(address)
 }
 
 #[cfg(test)]
@@ -210,12 +179,5 @@ mod tests {
         assert_eq!(class_name("java/lang/Thread"), "java.lang.Thread");
         assert_eq!(class_name("Shares$$Lambda+0x00007f0001234567"), "Shares$$Lambda");
         assert_eq!(class_name("Shares"), "Shares");
-    }
-
-    #[test]
-    fn line_tables_end_at_their_marker() {
-        assert!(ends_within(&[0x29, 0], 0));
-        assert!(!ends_within(&[0x29, 0x11], 0));
-        assert!(!ends_within(&[0xff, 200], 0), "a long entry cut short");
     }
 }

@@ -229,7 +229,8 @@ enum Refused {
 
 /// A JVM found in a process: its layout, its code cache, and what was read of it.
 pub struct Jvm {
-    pub tables: VmStructs,
+    /// How many fields, types and constants its tables had.
+    pub tables: (usize, usize, usize),
     pub layout: Layout,
     /// `CodeCache::_low_bound .. _high_bound`: where compiled Java code and stubs are.
     pub code_cache: Range<u64>,
@@ -339,16 +340,13 @@ fn read(pid: Tgid, mapping: &Mapping, file: memmap2::Mmap) -> Result<Jvm, Refuse
         .map_err(Refused::Never)?;
     let layout = Layout::new(&tables, major).map_err(Refused::Never)?;
     let started = (|| -> Result<_> {
-        let mut word = |type_name: &str, field: &str| -> Result<u64> {
-            let address = tables
-                .static_address(type_name, field)
-                .with_context(|| format!("the tables have no {type_name}::{field}"))?;
-            read_u64(&mut read, address)
-                .with_context(|| format!("cannot read {type_name}::{field} at {address:#x}"))
+        let mut word = |address: u64, what: &str| {
+            read_u64(&mut read, address).with_context(|| format!("cannot read {what} at {address:#x}"))
         };
-        let code_cache = word("CodeCache", "_low_bound")?..word("CodeCache", "_high_bound")?;
-        let call_stub_return = read_u64(&mut read, layout.call_stub_return_address)
-            .context("cannot read StubRoutines::_call_stub_return_address")?;
+        let code_cache = word(layout.low_bound, "CodeCache::_low_bound")?
+            ..word(layout.high_bound, "CodeCache::_high_bound")?;
+        let call_stub_return =
+            word(layout.call_stub_return_address, "StubRoutines::_call_stub_return_address")?;
         if code_cache.is_empty() || call_stub_return == 0 {
             bail!("no code cache yet (the JVM is starting)");
         }
@@ -360,12 +358,13 @@ fn read(pid: Tgid, mapping: &Mapping, file: memmap2::Mmap) -> Result<Jvm, Refuse
     })();
     let started = started.map_err(Refused::NotYet)?;
     let names = BlobNames { image, file, bias };
-    Ok(Jvm::new(tables, layout, started, Some(names), Box::new(move |addr, buf| memory.read(addr, buf))))
+    let memory = Box::new(move |addr, buf: &mut [u8]| memory.read(addr, buf));
+    Ok(Jvm::new(tables.counts(), layout, started, Some(names), memory))
 }
 
 impl Jvm {
     fn new(
-        tables: VmStructs,
+        tables: (usize, usize, usize),
         layout: Layout,
         started: Started,
         names: Option<BlobNames>,
@@ -465,19 +464,17 @@ impl Jvm {
                 let frame = self.method_frame(method, Kind::JavaInterpreted, functions, |info| {
                     info.bci(bcp).or_else(|| info.bci(saved_bcp)).map_or(0, |bci| info.line(bci))
                 });
-                stats.count(frame.is_some());
-                frames.extend(frame);
+                frames.extend(stats.counted(frame));
             }
             Physical::Native { method } => {
                 let frame = self.method_frame(method, Kind::JavaInterpreted, functions, |_| 0);
-                stats.count(frame.is_some());
-                frames.extend(frame);
+                frames.extend(stats.counted(frame));
             }
             Physical::Stub { name } => frames.push(self.stub_frame(Some(name), functions)),
             Physical::CallStub => frames.push(self.stub_frame(None, functions)),
             Physical::Compiled { blob, compile_id, pc, exact } => {
                 let Some(nmethod) = self.nmethod(blob, compile_id) else {
-                    stats.count(false);
+                    stats.counted(None);
                     return;
                 };
                 let offset = i32::try_from(pc.wrapping_sub(nmethod.code_begin)).unwrap_or(i32::MAX);
@@ -488,8 +485,7 @@ impl Jvm {
                 if scopes.is_empty() {
                     // No debug information for this pc: the compiled method, with no line.
                     let frame = self.method_frame(nmethod.method, Kind::JavaCompiled, functions, |_| 0);
-                    stats.count(frame.is_some());
-                    frames.extend(frame);
+                    frames.extend(stats.counted(frame));
                     return;
                 }
                 let outermost = scopes.len() - 1;
@@ -501,8 +497,7 @@ impl Jvm {
                         .unwrap_or(0);
                     let kind = if i == outermost { Kind::JavaCompiled } else { Kind::JavaInlined };
                     let frame = self.method_frame(method, kind, functions, |info| info.line(scope.bci));
-                    stats.count(frame.is_some());
-                    frames.extend(frame);
+                    frames.extend(stats.counted(frame));
                 }
             }
         }
@@ -580,12 +575,14 @@ impl Jvm {
 }
 
 impl JavaStats {
-    fn count(&mut self, named: bool) {
-        if named {
+    /// `frame`, counted as named or not.
+    fn counted(&mut self, frame: Option<Frame>) -> Option<Frame> {
+        if frame.is_some() {
             self.frames += 1;
         } else {
             self.unreadable += 1;
         }
+        frame
     }
 }
 
@@ -642,10 +639,7 @@ fn read_nmethod(layout: &Layout, blob: u64, compile_id: u32, read: &mut ReadMemo
     if total > MAX_DEBUG_INFO {
         return None;
     }
-    let mut bytes = |range: Range<u64>| {
-        let mut buf = vec![0u8; (range.end - range.start) as usize];
-        read(range.start, &mut buf).then_some(buf)
-    };
+    let mut bytes = |range: Range<u64>| read_bytes(read, range.start, (range.end - range.start) as usize);
     let descs = debug_info::pc_descs(&bytes(descs)?);
     let scopes = bytes(scopes)?;
     let metadata = bytes(metadata)?
@@ -657,6 +651,22 @@ fn read_nmethod(layout: &Layout, blob: u64, compile_id: u32, read: &mut ReadMemo
 
 #[cfg(test)]
 mod tests;
+
+// Reading the target: every read whole or refused, every pointer checked before it is followed.
+
+/// The end of the user half of the address space: nothing of a JVM's lies beyond.
+const USER_END: u64 = 1 << 47;
+
+/// A pointer worth following: not NULL, aligned, in the user half of the address space.
+fn pointer(address: u64) -> Option<u64> {
+    (address != 0 && address.is_multiple_of(8) && address < USER_END).then_some(address)
+}
+
+/// `size` bytes of the target at `address`.
+fn read_bytes(read: &mut ReadMemory<'_>, address: u64, size: usize) -> Option<Vec<u8>> {
+    let mut bytes = vec![0u8; size];
+    read(address, &mut bytes).then_some(bytes)
+}
 
 fn read_u64(read: &mut ReadMemory<'_>, address: u64) -> Option<u64> {
     let mut raw = [0u8; 8];

@@ -57,9 +57,7 @@ impl RuntimeCode for Jvm {
         let step = self.step_frame(depth, regs, stack, is_code);
         match step {
             Some((caller, physical)) => {
-                if let Some(physical) = physical {
-                    self.stepped.push((depth, physical));
-                }
+                self.stepped.push((depth, physical));
                 RuntimeStep::Caller(caller)
             }
             None => {
@@ -70,7 +68,8 @@ impl RuntimeCode for Jvm {
     }
 }
 
-type Stepped = Option<(UnwindRegsX86_64, Option<Physical>)>;
+/// The caller of a frame, and what the frame was.
+type Stepped = Option<(UnwindRegsX86_64, Physical)>;
 
 impl Jvm {
     fn step_frame(
@@ -82,7 +81,7 @@ impl Jvm {
     ) -> Stepped {
         let (pc, sp, fp) = (regs.ip(), regs.sp(), regs.bp());
         if pc == self.call_stub_return {
-            return Some((by_frame_pointer(stack, sp, fp)?, Some(Physical::CallStub)));
+            return Some((by_frame_pointer(stack, sp, fp)?, Physical::CallStub));
         }
         let blob = match self.find_blob(pc) {
             Some(blob) => blob,
@@ -111,7 +110,7 @@ impl Jvm {
                     caller_sp
                 };
                 let caller = UnwindRegsX86_64::new(caller.ip(), sp, caller.bp());
-                Some((caller, Some(Physical::Interpreted { method, bcp, saved_bcp })))
+                Some((caller, Physical::Interpreted { method, bcp, saved_bcp }))
             }
             kind => {
                 let physical = match kind {
@@ -120,15 +119,10 @@ impl Jvm {
                             Some(original) => (original, true),
                             None => (pc, !innermost),
                         };
-                        Some(Physical::Compiled {
-                            blob: blob.address,
-                            compile_id: blob.compile_id,
-                            pc,
-                            exact,
-                        })
+                        Physical::Compiled { blob: blob.address, compile_id: blob.compile_id, pc, exact }
                     }
-                    BlobKind::NativeWrapper => Some(Physical::Native { method: blob.method }),
-                    _ => Some(Physical::Stub { name: blob.name }),
+                    BlobKind::NativeWrapper => Physical::Native { method: blob.method },
+                    _ => Physical::Stub { name: blob.name },
                 };
                 let complete = pc >= blob.frame_complete;
                 let by_size = (blob.frame_size > 0 && (complete || !innermost))
