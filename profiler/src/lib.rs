@@ -52,7 +52,7 @@ pub mod stages {
         kernel::task_events::{self, TaskEventReader},
         render::folded,
         runtimes::{functions::Functions, hotspot, python},
-        symbolize::{Namer, NewFrames, PerfMap, PerfMaps, PltStubs, Symbolizer},
+        symbolize::{Namer, NewFrames, PerfMap, PerfMaps, PltStubs, Symbolizer, jitdump},
         unwind::{MAX_FRAMES, NoRuntime, StackSnapshot, Unwinder, cfi::ModuleCfi},
         walk::{CallGraph, StackWalker, Walked},
     };

@@ -9,7 +9,7 @@ use crate::check;
 
 /// Seconds per target when `cargo xtask test` runs them.
 pub const BRIEF_SECONDS: u32 = 15;
-const TARGETS: [&str; 10] = [
+const TARGETS: [&str; 11] = [
     "decode_record",
     "unwind_stack",
     "raw_recording",
@@ -20,6 +20,7 @@ const TARGETS: [&str; 10] = [
     "python_line_table",
     "python_code_object",
     "hotspot_walk",
+    "jitdump",
 ];
 
 pub fn run(root: &Path, seconds: u32, targets: &[String]) -> Result<()> {

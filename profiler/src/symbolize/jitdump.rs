@@ -9,6 +9,8 @@
 const MAGIC: u32 = 0x4a69_5444;
 const HEADER_MIN: u32 = 40;
 const RECORD_HEADER: usize = 16;
+/// The most bytes a record keeps pending (a code load's fixed part and the longest name read).
+pub const MAX_PENDING: usize = RECORD_HEADER + CODE_LOAD_FIXED + MAX_NAME;
 const CODE_LOAD: u32 = 0;
 const CODE_MOVE: u32 = 1;
 /// A code load's fixed part, after the record header: pid, tid, vma, code address, code size,
@@ -49,6 +51,12 @@ pub enum Event<'a> {
 }
 
 impl JitDump {
+    /// Bytes kept of a header or record not complete yet.
+    #[cfg(any(test, feature = "testing"))]
+    pub fn pending(&self) -> usize {
+        self.pending.len()
+    }
+
     /// Why the file was given up, if it was.
     pub fn refused(&self) -> Option<&'static str> {
         match self.state {
@@ -98,7 +106,7 @@ impl JitDump {
                     }
                     // The part of the record read: its fixed fields and name, at most.
                     let wanted = match id {
-                        CODE_LOAD => RECORD_HEADER + CODE_LOAD_FIXED + MAX_NAME,
+                        CODE_LOAD => MAX_PENDING,
                         CODE_MOVE => RECORD_HEADER + CODE_MOVE_FIXED,
                         _ => RECORD_HEADER,
                     }

@@ -7,7 +7,7 @@
 //! identity (device, inode, size, mtime): a library shared by many processes is parsed once.
 //! The [`Namer`] names each distinct frame once, as it first appears.
 mod dwarf_nesting;
-mod jitdump;
+pub mod jitdump;
 mod naming_thread;
 mod perf_map;
 mod plt;
