@@ -60,7 +60,16 @@ fn java_frames_named_from_a_perf_map_written_at_exit() {
     compile_shares(&jdks, &dir);
     for bin in &jdks {
         let java = bin.join("java");
-        let mut command: Vec<String> = vec![java.display().to_string()];
+        // Through a shell that notes its pid and execs the JVM: the maps left behind are known
+        // by name, and no other file of /tmp is looked at.
+        let pid_file = dir.join("jvm.pid");
+        let mut command: Vec<String> = vec![
+            "sh".into(),
+            "-c".into(),
+            r#"echo $$ > "$0" && exec "$@""#.into(),
+            pid_file.display().to_string(),
+            java.display().to_string(),
+        ];
         command.extend(PERF_MAP_AT_EXIT.iter().map(|option| option.to_string()));
         command.extend(["-cp".into(), dir.display().to_string(), "Shares".into(), "3".into()]);
         let ours = {
@@ -68,6 +77,7 @@ fn java_frames_named_from_a_perf_map_written_at_exit() {
             let mut args = vec!["record", "-F", "499", "-o", out.to_str().unwrap(), "--"];
             args.extend(command.iter().map(String::as_str));
             let run = run_profiler(&args);
+            remove_map_of(&pid_file);
             assert!(run.status.success());
             let folded = Folded::read(&out);
             let named: u64 = folded
@@ -79,7 +89,7 @@ fn java_frames_named_from_a_perf_map_written_at_exit() {
             (named, folded.total())
         };
         let perf = perf_named(&dir, &command);
-        remove_maps_of_shares();
+        remove_map_of(&pid_file);
         let share = |(named, total): (u64, u64)| named as f64 / total as f64;
         eprintln!("{}: profiler names {ours:?}, perf {perf:?}", java.display());
         assert!(perf.1 >= 500 && ours.1 >= 500, "both sampled the JVM for seconds");
@@ -448,16 +458,15 @@ fn perf_named(dir: &Path, command: &[String]) -> (u64, u64) {
     (named, total)
 }
 
-/// The JVM leaves its map behind: the workload's are removed.
-fn remove_maps_of_shares() {
-    for entry in std::fs::read_dir("/tmp").unwrap().filter_map(Result::ok) {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if name.starts_with("perf-")
-            && name.ends_with(".map")
-            && std::fs::read_to_string(entry.path()).is_ok_and(|map| map.contains("Shares.alpha"))
-        {
-            let _ = std::fs::remove_file(entry.path());
-        }
+/// The JVM leaves its map behind: the one of the JVM whose pid `pid_file` holds is removed, if
+/// it is the JVM's (a regular file of root's; a link or anything else another user put at that
+/// name is left alone, never followed or read).
+fn remove_map_of(pid_file: &Path) {
+    use std::os::unix::fs::MetadataExt as _;
+    let pid = std::fs::read_to_string(pid_file).expect("the JVM's pid");
+    let map = PathBuf::from(format!("/tmp/perf-{}.map", pid.trim()));
+    if std::fs::symlink_metadata(&map).is_ok_and(|meta| meta.file_type().is_file() && meta.uid() == 0) {
+        let _ = std::fs::remove_file(&map);
     }
 }
 
