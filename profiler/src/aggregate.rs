@@ -68,6 +68,9 @@ pub struct Aggregate {
     comms: IndexSet<String, FxBuildHasher>,
     samples: Samples,
     detail: Detail,
+    /// Kernel frames keep their addresses in the recording (`--kernel-addresses`); else they
+    /// have none, so that no output tells where the kernel is loaded (KASLR).
+    kernel_addresses: bool,
     total_weight: u64,
     /// Stacks whose frames [`Self::new_frames`] has handed out (stacks are numbered in order).
     stacks_handed_out: usize,
@@ -96,6 +99,11 @@ impl Aggregate {
         let samples =
             if detail.time { Samples::Each(Vec::new()) } else { Samples::Counted(FxHashMap::default()) };
         Self { samples, detail, ..Self::default() }
+    }
+
+    /// The same, keeping the addresses of kernel frames in the recordings it builds.
+    pub fn with_kernel_addresses(self, keep: bool) -> Self {
+        Self { kernel_addresses: keep, ..self }
     }
 
     /// The site of a record of thread `tid` of process `tgid` at `time_ns`, in `state`, its
@@ -129,7 +137,7 @@ impl Aggregate {
 
     /// The samples so far, leaving an empty aggregate that keeps the same detail.
     pub fn take(&mut self) -> Aggregate {
-        std::mem::replace(self, Aggregate::new(self.detail))
+        std::mem::replace(self, Aggregate::new(self.detail).with_kernel_addresses(self.kernel_addresses))
     }
 
     /// The samples' weights, summed.
@@ -189,8 +197,11 @@ impl Aggregate {
         start_monotonic_ns: u64,
         meta: Meta,
     ) -> Recording {
-        let mut builder =
-            Builder { recording: Recording { meta, ..Default::default() }, ..Default::default() };
+        let mut builder = Builder {
+            recording: Recording { meta, ..Default::default() },
+            kernel_addresses: self.kernel_addresses,
+            ..Default::default()
+        };
         for Weighted { site, weight } in self.samples() {
             let stack = match builder.stack_ids.get(&site.stack) {
                 Some(&index) => index,
@@ -223,6 +234,7 @@ struct Builder {
     module_ids: HashMap<ModuleId, u32>,
     stack_ids: HashMap<StackId, u32>,
     comm_ids: HashMap<CommId, u32>,
+    kernel_addresses: bool,
 }
 
 impl Builder {
@@ -240,9 +252,10 @@ impl Builder {
         }
         let symbols = symbols.of(frame).to_vec();
         let location = match *frame {
-            Frame::Kernel(address) | Frame::Anonymous { addr: address, .. } => {
-                Location { module: None, address, symbols }
+            Frame::Kernel(address) => {
+                Location { module: None, address: if self.kernel_addresses { address } else { 0 }, symbols }
             }
+            Frame::Anonymous { addr: address, .. } => Location { module: None, address, symbols },
             Frame::Marker(_) => Location { module: None, address: 0, symbols },
             Frame::Runtime { line, .. } => Location { module: None, address: line.into(), symbols },
             Frame::Module { module, offset } => {
@@ -360,6 +373,22 @@ mod tests {
         assert_eq!(recording.stacks, [vec![0, 1], vec![1]]);
         assert!(recording.locations[0].is_kernel());
         assert_eq!(recording.locations[1].symbols[0].name, "main");
+    }
+
+    #[test]
+    fn kernel_frames_are_located_nowhere_unless_asked() {
+        let (kernel, user) =
+            (Frame::Kernel(0xffff_ffff_8100_0010), Frame::Anonymous { tgid: Tgid(1), addr: 0x10 });
+        for keep in [false, true] {
+            let mut aggregate = Aggregate::new(Detail::default()).with_kernel_addresses(keep);
+            add(&mut aggregate, 1, 1, 1, "app", &[kernel, user]);
+            let window = aggregate.take();
+            assert_eq!(aggregate.kernel_addresses, keep, "a new window keeps the choice");
+            let recording = window.recording(&Symbols::default(), &Modules::default(), 0, Meta::default());
+            let addresses: Vec<u64> = recording.locations.iter().map(|l| l.address).collect();
+            let expected = if keep { 0xffff_ffff_8100_0010 } else { 0 };
+            assert_eq!(addresses, [expected, 0x10], "user addresses stay");
+        }
     }
 
     #[test]

@@ -161,6 +161,12 @@ pub struct SamplingArgs {
     #[arg(long)]
     pub native_only: bool,
 
+    /// Keep the addresses of kernel frames in the outputs (pprof, OTLP and Pyroscope locations,
+    /// raw recordings). Without it kernel frames are named but located nowhere, so that a
+    /// profile read off this host does not tell where its kernel is loaded (KASLR).
+    #[arg(long)]
+    pub kernel_addresses: bool,
+
     /// With --off-cpu or --wall: blocks shorter than this many microseconds are not recorded.
     #[arg(long, value_name = "USEC", default_value_t = DEFAULT_MIN_BLOCK_US)]
     pub min_block: u64,

@@ -98,6 +98,8 @@ pub struct Settings {
     pub call_graph: CallGraph,
     /// Runtimes' frames (Python, Java) are not read: native frames only.
     pub native_only: bool,
+    /// Kernel frames keep their addresses in the outputs.
+    pub kernel_addresses: bool,
     /// KiB of user stack the kernel side copies per record (0: none).
     pub stack_copy_kib: u32,
     /// Processes forked by the targets are followed.
@@ -152,7 +154,7 @@ pub async fn run<M: Mode>(mode: M, settings: Settings) -> Result<()> {
     let tracking = Tracking { all: matches!(target, Target::System), follow_forks: settings.follow_forks };
     let walker = StackWalker::new(settings.call_graph, tracking, settings.native_only);
     let detail = settings.detail.unwrap_or_else(|| settings.outputs.detail(settings.render.grouping));
-    let aggregate = Aggregate::new(detail);
+    let aggregate = Aggregate::new(detail).with_kernel_addresses(settings.kernel_addresses);
     let mut session = Pipeline::new(mode, walker, aggregate, settings.max_records)?;
     let mut kernel = session.mode.load(&target)?;
     let ring = RingReader::new(kernel.take_ring()?).context("cannot poll the ring buffer")?;

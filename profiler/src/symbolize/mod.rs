@@ -349,15 +349,18 @@ impl Symbolizer {
     }
 
     fn kernel(&self, addrs: &[u64]) -> Vec<Vec<Symbol>> {
+        /// The name of a kernel address kallsyms does not know.
+        const UNKNOWN_KERNEL: &str = "[unknown kernel]";
         let source =
             Source::Kernel(Kernel { vmlinux: MaybeDefault::None, debug_syms: false, ..Kernel::default() });
         let resolved = contained(|| self.blaze.symbolize(&source, Input::AbsAddr(addrs)).unwrap_or_default());
         addrs
             .iter()
             .enumerate()
-            .map(|(i, addr)| match resolved.get(i) {
+            .map(|(i, _)| match resolved.get(i) {
                 Some(Symbolized::Sym(sym)) => vec![Symbol::new(&*sym.name, SymbolKind::Kernel)],
-                _ => vec![Symbol::new(format!("{addr:#x}"), SymbolKind::Kernel)],
+                // Not its address: names reach every output (see `--kernel-addresses`).
+                _ => vec![Symbol::new(UNKNOWN_KERNEL, SymbolKind::Kernel)],
             })
             .collect()
     }
