@@ -6,8 +6,7 @@ use libfuzzer_sys::fuzz_target;
 use profiler::stages::{Mappings, PerfMap};
 
 fuzz_target!(|data: &[u8]| {
-    let text = String::from_utf8_lossy(data);
-    if let Ok(mappings) = Mappings::parse(&text) {
+    if let Ok(mappings) = Mappings::parse(data) {
         for mapping in mappings.mappings() {
             let _ = (mappings.find(mapping.start), mapping.file_offset(mapping.start));
         }

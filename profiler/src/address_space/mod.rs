@@ -18,7 +18,7 @@ pub use self::{
     copy::{COPY_BUDGET, Parts, StableFile, refused as refused_copies},
     elf::{ElfFacts, INFLATED, INFLATED_BUDGET, MAX_INFLATED_SECTION, charge_inflated},
     module::{Module, ModuleId, ModuleSet, Modules, readable_path},
-    proc_maps::{Backing, Mapping, Mappings, TimedMapping, backing_named},
+    proc_maps::{Backing, MAX_MAPS_BYTES, Mapping, Mappings, TimedMapping, backing_named, cut_readings},
     process::Identity,
     process::{Process, Processes, Tracking, read_bounded, running},
     resolve::{ProcessView, Resolved, Want},

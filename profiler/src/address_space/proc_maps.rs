@@ -1,6 +1,13 @@
 //! A process's memory mappings, as read from `/proc/PID/maps`: which file and file offset an
 //! address belonged to.
-use std::{fmt, io, path::PathBuf};
+use std::{
+    ffi::OsStr,
+    fmt,
+    io::{self, BufRead as _, BufReader, Read as _},
+    os::unix::ffi::OsStrExt as _,
+    path::PathBuf,
+    sync::atomic::{AtomicU64, Ordering},
+};
 
 use crate::model::Tgid;
 
@@ -77,7 +84,26 @@ pub struct TimedMapping {
 #[derive(Clone, Debug, Default)]
 pub struct Mappings {
     entries: Vec<TimedMapping>,
+    /// Read from a `/proc/PID/maps` longer than [`MAX_MAPS_BYTES`]: only up to there.
+    cut: bool,
 }
+
+/// Bytes of a `/proc/PID/maps` read at most. A process may map as many files as the kernel
+/// allows (65530 by default), each under a name of up to 4096 bytes of its choosing: 256 MiB of
+/// text. Every mapping of that many with a name of 100 bytes fits.
+pub const MAX_MAPS_BYTES: u64 = 16 << 20;
+
+/// Readings of a `/proc/PID/maps` cut at [`MAX_MAPS_BYTES`], for the summary.
+static CUT_READINGS: AtomicU64 = AtomicU64::new(0);
+
+/// How many readings of a `/proc/PID/maps` stopped at [`MAX_MAPS_BYTES`] so far.
+pub fn cut_readings() -> u64 {
+    CUT_READINGS.load(Ordering::Relaxed)
+}
+
+/// The longest line of a `/proc/PID/maps` (a path is at most 4096 bytes): past it, a line is
+/// not one.
+const MAX_LINE_BYTES: u64 = 8192;
 
 #[derive(Debug, PartialEq, Eq)]
 pub struct ParseError {
@@ -93,24 +119,46 @@ impl fmt::Display for ParseError {
 impl std::error::Error for ParseError {}
 
 impl Mappings {
-    /// Reads `/proc/PID/maps`.
+    /// Reads `/proc/PID/maps`, up to [`MAX_MAPS_BYTES`], a line at a time.
     pub fn read(pid: Tgid) -> io::Result<Self> {
-        // Not read_bounded: the file is as long as the process's list of mappings.
-        let text = std::fs::read_to_string(format!("/proc/{pid}/maps"))?;
-        Self::parse(&text).map_err(|err| io::Error::new(io::ErrorKind::InvalidData, err))
+        let file = std::fs::File::open(format!("/proc/{pid}/maps"))?;
+        let mappings = Self::parse_from(BufReader::with_capacity(64 << 10, file.take(MAX_MAPS_BYTES)))
+            .map_err(|err| io::Error::new(io::ErrorKind::InvalidData, err))?;
+        if mappings.cut {
+            CUT_READINGS.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(mappings)
     }
 
-    /// Parses the text of a `/proc/PID/maps` file.
-    pub fn parse(text: &str) -> Result<Self, ParseError> {
-        let mut mappings = text
-            .lines()
-            .enumerate()
-            .filter(|(_, line)| !line.trim().is_empty())
-            .map(|(index, line)| parse_line(line).ok_or(ParseError { line: index + 1 }))
-            .collect::<Result<Vec<_>, _>>()?;
+    /// Parses the text of a `/proc/PID/maps` file: paths are bytes, as the kernel gives them.
+    #[cfg(any(test, feature = "testing"))]
+    pub fn parse(text: &[u8]) -> Result<Self, ParseError> {
+        Self::parse_from(text).map_err(ParseLinesError::into_parse_error)
+    }
+
+    /// Parses lines until `reader` ends, as [`Self::parse`]. A last line cut (the text was
+    /// longer than the reader lets through) is left out, and the mappings say they were cut.
+    fn parse_from(mut reader: impl io::BufRead) -> Result<Self, ParseLinesError> {
+        let mut mappings = Vec::new();
+        let mut line = Vec::new();
+        let mut cut = false;
+        for number in 1.. {
+            line.clear();
+            (&mut reader).take(MAX_LINE_BYTES).read_until(b'\n', &mut line)?;
+            let Some(text) = line.strip_suffix(b"\n") else {
+                // The end, or a line cut by the bound.
+                cut = !line.is_empty();
+                break;
+            };
+            if text.trim_ascii().is_empty() {
+                continue;
+            }
+            mappings.push(parse_line(text).ok_or(ParseError { line: number })?);
+        }
         mappings.sort_by_key(|m| m.start);
         Ok(Self {
             entries: mappings.into_iter().map(|mapping| TimedMapping { mapping, since_ns: 0 }).collect(),
+            cut,
         })
     }
 
@@ -166,15 +214,58 @@ fn slice(mapping: &Mapping, start: u64, end: u64) -> Mapping {
     Mapping { start, end, offset, backing: mapping.backing.clone(), ..*mapping }
 }
 
-fn parse_line(line: &str) -> Option<Mapping> {
-    // start-end perms offset major:minor inode [path]; the path may contain spaces.
-    let mut fields = line.splitn(6, ' ');
-    let (start, end) = fields.next()?.split_once('-')?;
-    let perms = fields.next()?;
-    let offset = fields.next()?;
-    let (major, minor) = fields.next()?.split_once(':')?;
-    let inode: u64 = fields.next()?.parse().ok()?;
-    let name = fields.next().unwrap_or("").trim_start();
+/// Why lines could not be parsed: one that is not a mapping, or a failed read.
+#[derive(Debug)]
+enum ParseLinesError {
+    Line(ParseError),
+    Read(io::Error),
+}
+
+impl From<ParseError> for ParseLinesError {
+    fn from(err: ParseError) -> Self {
+        Self::Line(err)
+    }
+}
+
+impl From<io::Error> for ParseLinesError {
+    fn from(err: io::Error) -> Self {
+        Self::Read(err)
+    }
+}
+
+#[cfg(any(test, feature = "testing"))]
+impl ParseLinesError {
+    /// The error of a text in memory, which cannot fail to be read.
+    fn into_parse_error(self) -> ParseError {
+        match self {
+            Self::Line(err) => err,
+            Self::Read(_) => ParseError { line: 0 },
+        }
+    }
+}
+
+impl fmt::Display for ParseLinesError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Line(err) => err.fmt(f),
+            Self::Read(err) => err.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for ParseLinesError {}
+
+fn parse_line(line: &[u8]) -> Option<Mapping> {
+    // start-end perms offset major:minor inode [path]; the path may contain spaces, and is any
+    // bytes but a line break.
+    let mut fields = line.splitn(6, |&b| b == b' ');
+    let mut text = || std::str::from_utf8(fields.next()?).ok();
+    let (start, end) = text()?.split_once('-')?;
+    let perms = text()?;
+    let offset = text()?;
+    let (major, minor) = text()?.split_once(':')?;
+    let inode: u64 = text()?.parse().ok()?;
+    let name = fields.next().unwrap_or_default().trim_ascii_start();
     let dev = (u64::from_str_radix(major, 16).ok()? << 32) | u64::from_str_radix(minor, 16).ok()?;
     Some(Mapping {
         start: u64::from_str_radix(start, 16).ok()?,
@@ -187,18 +278,20 @@ fn parse_line(line: &str) -> Option<Mapping> {
     })
 }
 
-/// The backing of a mapping named `name` (the last field of a maps line). Anonymous memory a
-/// process named itself (`[anon:NAME]`, `[anon_shmem:NAME]`, prctl's `PR_SET_VMA_ANON_NAME`) is
-/// anonymous memory: a name any process chooses, as many as it likes, is not a module.
-pub fn backing_named(name: &str, inode: u64) -> Backing {
-    if name.is_empty() || (inode == 0 && (name.starts_with("[anon:") || name.starts_with("[anon_shmem:"))) {
+/// The backing of a mapping named `name` (the last field of a maps line, a path of any bytes).
+/// Anonymous memory a process named itself (`[anon:NAME]`, `[anon_shmem:NAME]`, prctl's
+/// `PR_SET_VMA_ANON_NAME`) is anonymous memory: a name any process chooses, as many as it likes,
+/// is not a module.
+pub fn backing_named(name: &[u8], inode: u64) -> Backing {
+    if name.is_empty() || (inode == 0 && (name.starts_with(b"[anon:") || name.starts_with(b"[anon_shmem:"))) {
         Backing::Anonymous
-    } else if inode == 0 && !name.starts_with('/') {
-        Backing::Pseudo(name.to_owned())
+    } else if inode == 0 && !name.starts_with(b"/") {
+        Backing::Pseudo(String::from_utf8_lossy(name).into_owned())
     } else {
-        match name.strip_suffix(" (deleted)") {
-            Some(path) => Backing::File { path: path.into(), deleted: true },
-            None => Backing::File { path: name.into(), deleted: false },
+        let path = |bytes: &[u8]| PathBuf::from(OsStr::from_bytes(bytes));
+        match name.strip_suffix(b" (deleted)") {
+            Some(name) => Backing::File { path: path(name), deleted: true },
+            None => Backing::File { path: path(name), deleted: false },
         }
     }
 }
@@ -221,8 +314,9 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
 
     #[test]
     fn parses_every_kind_of_line() {
-        let space = Mappings::parse(MAPS).unwrap();
+        let space = Mappings::parse(MAPS.as_bytes()).unwrap();
         assert_eq!(space.mappings().count(), 9);
+        assert!(!space.cut);
         let text = space.find(0x5583c2a01234).unwrap();
         assert!(text.executable);
         assert_eq!(text.file_offset(0x5583c2a01234), 0x1234);
@@ -236,7 +330,7 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
         assert_eq!(deleted.backing, Backing::File { path: "/tmp/my lib.so".into(), deleted: true });
         assert_eq!(space.find(0x7ffd2c5ff500).unwrap().backing, Backing::Pseudo("[vdso]".into()));
         for named in ["[anon:jit code]", "[anon_shmem:doublemapper]"] {
-            assert_eq!(backing_named(named, 0), Backing::Anonymous, "{named}");
+            assert_eq!(backing_named(named.as_bytes(), 0), Backing::Anonymous, "{named}");
         }
         assert_eq!(space.find(0x7f3a1c000010).unwrap().backing, Backing::Anonymous);
         assert!(!space.find(0x5583c2a00000).unwrap().executable);
@@ -244,7 +338,7 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
 
     #[test]
     fn addresses_outside_any_mapping() {
-        let space = Mappings::parse(MAPS).unwrap();
+        let space = Mappings::parse(MAPS.as_bytes()).unwrap();
         assert_eq!(space.find(0), None);
         assert_eq!(space.find(0x5583c2a02000), None); // end is exclusive
         assert_eq!(space.find(u64::MAX), None);
@@ -252,8 +346,26 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
 
     #[test]
     fn rejects_garbage() {
-        assert_eq!(Mappings::parse("hello world\n").unwrap_err(), ParseError { line: 1 });
-        assert_eq!(Mappings::parse("1000-2000 r-xp zz 00:00 0\n").unwrap_err(), ParseError { line: 1 });
+        assert_eq!(Mappings::parse(b"hello world\n").unwrap_err(), ParseError { line: 1 });
+        assert_eq!(Mappings::parse(b"1000-2000 r-xp zz 00:00 0\n").unwrap_err(), ParseError { line: 1 });
+    }
+
+    #[test]
+    fn paths_are_any_bytes() {
+        let line = b"1000-2000 r-xp 00000000 fe:01 7 /tmp/caf\xe9/lib\xff.so (deleted)\n";
+        let space = Mappings::parse(line).unwrap();
+        let Backing::File { path, deleted: true } = &space.find(0x1000).unwrap().backing else { panic!() };
+        assert_eq!(path.as_os_str().as_bytes(), b"/tmp/caf\xe9/lib\xff.so", "not UTF-8, kept as it is");
+    }
+
+    #[test]
+    fn a_text_longer_than_the_bound_is_read_up_to_it() {
+        let line = "1000-2000 r-xp 00000000 fe:01 7 /lib/x.so\n";
+        let text = format!("{line}{}", &line[..20]);
+        let space = Mappings::parse_from(text.as_bytes()).unwrap();
+        assert_eq!((space.mappings().count(), space.cut), (1, true), "the cut line left out");
+        let long = format!("1000-2000 r-xp 00000000 fe:01 7 /{}\n", "x".repeat(MAX_LINE_BYTES as usize));
+        assert!(Mappings::parse(long.as_bytes()).unwrap().cut, "no line is that long");
     }
 
     fn file(start: u64, end: u64, offset: u64) -> Mapping {

@@ -172,8 +172,8 @@ fn task_event(record: PerfRecord<'_>, time_ns: u64, exec: bool) -> Option<TaskEv
 /// The backing of a mapping from its perf file name (`//anon` for anonymous memory, the rest as
 /// in `/proc/PID/maps`).
 fn backing(filename: &[u8], inode: u64) -> Backing {
-    match &*String::from_utf8_lossy(filename) {
-        "//anon" => Backing::Anonymous,
+    match filename {
+        b"//anon" => Backing::Anonymous,
         name => backing_named(name, inode),
     }
 }

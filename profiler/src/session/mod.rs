@@ -30,7 +30,8 @@ use self::{
 };
 use crate::{
     address_space::{
-        COPY_BUDGET, INFLATED, INFLATED_BUDGET, ModuleId, TaskEvent, Tracking, refused_copies, running,
+        COPY_BUDGET, INFLATED, INFLATED_BUDGET, MAX_MAPS_BYTES, ModuleId, TaskEvent, Tracking, cut_readings,
+        refused_copies, running,
     },
     aggregate::{Aggregate, Detail, Site},
     clock::{self, Start},

@@ -32,7 +32,7 @@ impl Fixture {
         let values =
             regs.split_whitespace().map(|v| u64::from_str_radix(v, 16)).collect::<Result<Vec<_>, _>>()?;
         let [ip, sp, bp] = values[..] else { anyhow::bail!("fixture regs must hold ip sp bp") };
-        let maps = String::from_utf8(read("maps")?)?;
+        let maps = read("maps")?;
         Ok(Self {
             regs: UserRegs { ip, sp, bp, r13: 0 },
             stack: read("stack.bin")?,
