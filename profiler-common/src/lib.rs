@@ -346,11 +346,28 @@ pub enum Counter {
     /// Spans off the CPU (not waits for a CPU) whose kernel stack the kernel would not give:
     /// recorded without kernel frames.
     OffCpuNoKernelStack = 10,
+    /// Threads (system-wide) that left the CPU without being noted because their user held
+    /// [`OFF_CPU_USER_SHARE`] entries of the thread table already. Their spans are missing.
+    OffCpuOverShare = 11,
 }
 
 impl Counter {
-    pub const COUNT: u32 = 11;
+    pub const COUNT: u32 = 12;
 }
+
+/// Entries of the `PYTHON_PROCESSES` table.
+pub const PYTHON_PROCESSES_MAX: u32 = 4096;
+
+/// Entries of `PYTHON_PROCESSES` one user's processes may hold when the whole system is
+/// followed (userspace keeps to it).
+pub const PYTHON_USER_SHARE: u32 = PYTHON_PROCESSES_MAX / 4;
+
+/// Entries of the `OFF_CPU_THREADS` table.
+pub const OFF_CPU_THREADS_MAX: u32 = 16384;
+
+/// Entries of `OFF_CPU_THREADS` one user's threads may hold when the whole system is followed:
+/// a quarter, so that no user's processes take every slot from the others'.
+pub const OFF_CPU_USER_SHARE: u32 = OFF_CPU_THREADS_MAX / 4;
 
 /// What an allocation record has in front of its sample record.
 #[repr(C)]
@@ -386,7 +403,8 @@ pub struct OffCpuThread {
     /// Leading entries of `kernel_stack` to leave out: 1 when `__schedule`'s address, put
     /// first, is not known (0).
     pub kernel_stack_skip: u32,
-    pub _pad: u32,
+    /// The thread's user (effective uid, as the entry was made): whose share it counts in.
+    pub uid: u32,
     /// Where it waits, in the kernel (`__schedule` under the function that waited), innermost
     /// first.
     pub kernel_stack: [u64; MAX_STACK_DEPTH],
@@ -543,6 +561,9 @@ pub mod maps {
     /// `HashMap<u32 tid, OffCpuThread>`: followed threads off the CPU now, or back and their
     /// span not sent yet.
     pub const OFF_CPU_THREADS: &str = "OFF_CPU_THREADS";
+    /// `HashMap<u32 uid, u32>`: entries of `OFF_CPU_THREADS` each user's threads hold, when the
+    /// whole system is followed.
+    pub const OFF_CPU_USERS: &str = "OFF_CPU_USERS";
     /// `HashMap<u32 tgid, PythonProcess>`: processes whose Python frames are walked, filled in
     /// by userspace as it finds their interpreter.
     pub const PYTHON_PROCESSES: &str = "PYTHON_PROCESSES";
@@ -611,6 +632,10 @@ pub mod globals {
     /// `u32`: byte offset of `live` (the group's live threads, an `atomic_t`) in
     /// `struct signal_struct`.
     pub const SIGNAL_LIVE_OFFSET: &str = "SIGNAL_LIVE_OFFSET";
+    /// `u32`: byte offset of `real_cred` (`const struct cred *`) in `struct task_struct`.
+    pub const TASK_REAL_CRED_OFFSET: &str = "TASK_REAL_CRED_OFFSET";
+    /// `u32`: byte offset of `euid` (a `kuid_t`) in `struct cred`.
+    pub const CRED_EUID_OFFSET: &str = "CRED_EUID_OFFSET";
     /// `u32`: a [`crate::FramePointers`]: when the kernel walks the user frame-pointer chain.
     pub const FRAME_POINTERS: &str = "FRAME_POINTERS";
     /// `u32`: byte offset of `thread.fsbase` in `struct task_struct`: a user thread's FS base,

@@ -21,7 +21,10 @@
 //! thread) is sent at once from `sched_switch` without a user stack: a wait for a CPU shows as
 //! `[runqueue]`. A span marked back whose thread leaves the CPU again before the call returns is
 //! sent then, from its own context.
-use core::ffi::c_void;
+use core::{
+    ffi::c_void,
+    intrinsics::{AtomicOrdering, atomic_xadd},
+};
 
 use aya_ebpf::{
     EbpfContext,
@@ -35,8 +38,8 @@ use aya_ebpf::{
     programs::{BtfTracePointContext, RawTracePointContext},
 };
 use profiler_common::{
-    Counter, MAX_STACK_DEPTH, OffCpuState, OffCpuThread, SAMPLE_HEADER_SIZE, SampleHeader, TASK_COMM_LEN,
-    frames_offset, sample_flags,
+    Counter, MAX_STACK_DEPTH, OFF_CPU_THREADS_MAX, OFF_CPU_USER_SHARE, OffCpuState, OffCpuThread,
+    SAMPLE_HEADER_SIZE, SampleHeader, TASK_COMM_LEN, frames_offset, sample_flags,
 };
 
 use crate::{
@@ -53,7 +56,13 @@ use crate::{
 /// while the thread is on the CPU with no span to send.
 #[map(name = "OFF_CPU_THREADS")]
 static OFF_CPU_THREADS: HashMap<u32, OffCpuThread> =
-    HashMap::with_max_entries(16384, aya_ebpf::bindings::BPF_F_NO_PREALLOC);
+    HashMap::with_max_entries(OFF_CPU_THREADS_MAX, aya_ebpf::bindings::BPF_F_NO_PREALLOC);
+
+/// Entries of [`OFF_CPU_THREADS`] each user's threads hold, when the whole system is followed:
+/// none may take more than [`OFF_CPU_USER_SHARE`], so that one user's threads, however many,
+/// leave room for everyone else's.
+#[map(name = "OFF_CPU_USERS")]
+static OFF_CPU_USERS: HashMap<u32, u64> = HashMap::with_max_entries(4096, 0);
 
 /// Where each CPU builds a thread's first entry (too big for the BPF stack).
 #[map(name = "OFF_CPU_NOTE")]
@@ -88,6 +97,10 @@ static TASK_STATE_OFFSET: u32 = 0;
 static TASK_ON_CPU_OFFSET: u32 = 0;
 #[unsafe(no_mangle)]
 static SCHEDULE_ADDR: u64 = 0;
+#[unsafe(no_mangle)]
+static TASK_REAL_CRED_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static CRED_EUID_OFFSET: u32 = 0;
 
 /// `TASK_DEAD` in a task's state: it leaves the CPU for good.
 const TASK_DEAD: u64 = 0x80;
@@ -114,7 +127,7 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
     if prev_state & TASK_DEAD != 0 {
         // An exiting thread: gone, not waiting. Before the filter: its process may have left
         // it already (`forget_exit` runs as the last thread exits, before its last switch).
-        let _ = OFF_CPU_THREADS.remove(pid_tgid as u32);
+        remove(pid_tgid as u32);
         return 0;
     }
     if !wanted((pid_tgid >> 32) as u32) {
@@ -163,6 +176,7 @@ fn note(thread: &mut OffCpuThread, task: *mut c_void, tgid: u32, state: OffCpuSt
     thread.since_ns = since_ns;
     thread.resumed_ns = 0;
     thread.tgid = tgid;
+    thread.uid = task_uid(task);
     thread.state = state as u32;
     thread.in_syscall = u32::from(in_syscall(task));
     (thread.kernel_stack_len, thread.kernel_stack_skip) = (0, 0);
@@ -195,14 +209,68 @@ fn insert(tid: u32, thread: &OffCpuThread) {
 }
 
 /// Makes `thread` the entry of `tid` with the map update's `flags`; a failure for want of room
-/// is counted.
+/// is counted, and so is a thread whose user holds its share of the table.
 #[allow(clippy::needless_borrows_for_generic_args)] // by value would copy 1 KiB onto the 512-byte BPF stack
 fn insert_with(tid: u32, thread: &OffCpuThread, flags: u64) {
-    match OFF_CPU_THREADS.insert(tid, thread, flags) {
-        Err(EEXIST) if flags == u64::from(BPF_NOEXIST) => {}
-        Err(_) => count(Counter::OffCpuUnnoted, 1),
-        Ok(()) => {}
+    let share = if system_wide() {
+        let Some(held) = user_share(thread.uid) else {
+            count(Counter::OffCpuOverShare, 1);
+            return;
+        };
+        // Taken before the entry is made, given back if it is not: the check and the add are
+        // not one step, so a share may be passed by as many threads as there are CPUs.
+        unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(held, 1) };
+        Some(held)
+    } else {
+        None
+    };
+    let made = match OFF_CPU_THREADS.insert(tid, thread, flags) {
+        Err(EEXIST) if flags == u64::from(BPF_NOEXIST) => false,
+        Err(_) => {
+            count(Counter::OffCpuUnnoted, 1);
+            false
+        }
+        Ok(()) => true,
+    };
+    if let (Some(held), false) = (share, made) {
+        unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(held, 1u64.wrapping_neg()) };
     }
+}
+
+/// Removes the entry of `tid` (an exiting thread), giving its place back to its user's share.
+fn remove(tid: u32) {
+    let Some(uid) = (unsafe { OFF_CPU_THREADS.get(tid) }).map(|thread| thread.uid) else { return };
+    if OFF_CPU_THREADS.remove(tid).is_ok()
+        && system_wide()
+        && let Some(held) = OFF_CPU_USERS.get_ptr_mut(uid)
+    {
+        unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(held, 1u64.wrapping_neg()) };
+    }
+}
+
+/// The count of entries `uid`'s threads hold, if it has room for one more.
+fn user_share(uid: u32) -> Option<*mut u64> {
+    if OFF_CPU_USERS.get_ptr_mut(uid).is_none() {
+        // A user with no entry yet; a full table of users is a share with no room. The zero by
+        // value, on the stack: a reference to a constant is one to `.rodata`, where LLVM may
+        // merge it with a load-time setting that is zero only at build time.
+        OFF_CPU_USERS.insert(uid, 0u64, u64::from(BPF_NOEXIST)).ok()?;
+    }
+    let held = OFF_CPU_USERS.get_ptr_mut(uid)?;
+    (unsafe { *held } < u64::from(OFF_CPU_USER_SHARE)).then_some(held)
+}
+
+/// Whether the whole system is followed (then users share the thread table).
+fn system_wide() -> bool {
+    setting(&sample::FILTER_BY_TGID) == 0
+}
+
+/// The effective user of `task` (`task->real_cred->euid`); 0 when it cannot be read.
+fn task_uid(task: *mut c_void) -> u32 {
+    let cred = unsafe { task.cast::<u8>().add(setting(&TASK_REAL_CRED_OFFSET) as usize) }.cast::<*const u8>();
+    let Ok(cred) = (unsafe { bpf_probe_read_kernel(cred) }) else { return 0 };
+    let euid = unsafe { cred.add(setting(&CRED_EUID_OFFSET) as usize) }.cast::<u32>();
+    unsafe { bpf_probe_read_kernel(euid) }.unwrap_or(0)
 }
 
 /// The map update failed: the entry is there already.

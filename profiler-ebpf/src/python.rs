@@ -18,14 +18,14 @@ use aya_ebpf::{
     maps::{HashMap, LruHashMap, PerCpuArray},
 };
 use profiler_common::{
-    MAX_PYTHON_FRAMES, PythonFrame, PythonOffsets, PythonProcess, PythonRuns, PythonWalk, SampleHeader,
-    python_frame_flags,
+    MAX_PYTHON_FRAMES, PYTHON_PROCESSES_MAX, PythonFrame, PythonOffsets, PythonProcess, PythonRuns,
+    PythonWalk, SampleHeader, python_frame_flags,
 };
 
 use crate::{setting, stack::read_user};
 
 #[map(name = "PYTHON_PROCESSES")]
-static PYTHON_PROCESSES: HashMap<u32, PythonProcess> = HashMap::with_max_entries(4096, 0);
+static PYTHON_PROCESSES: HashMap<u32, PythonProcess> = HashMap::with_max_entries(PYTHON_PROCESSES_MAX, 0);
 
 #[map(name = "PYTHON_THREADS")]
 static PYTHON_THREADS: LruHashMap<u32, u64> = LruHashMap::with_max_entries(16384, 0);

@@ -35,7 +35,7 @@ static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(Counter::COUNT
 // Load-time settings (see `profiler_common::globals`). They live in `.rodata`, which the loader
 // freezes, so the verifier treats them as constants.
 #[unsafe(no_mangle)]
-static FILTER_BY_TGID: u32 = 0;
+pub(crate) static FILTER_BY_TGID: u32 = 0;
 #[unsafe(no_mangle)]
 static FOLLOW_FORKS: u32 = 0;
 #[unsafe(no_mangle)]

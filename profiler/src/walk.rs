@@ -79,7 +79,7 @@ impl StackWalker {
             unwinder: Unwinder::default(),
             stats: UnwindStats::default(),
             stack_ends: StackEnds::default(),
-            python: Python::default(),
+            python: Python::new(tracking.all),
             hotspot: HotSpot::default(),
             functions: Functions::default(),
             frames: Vec::new(),

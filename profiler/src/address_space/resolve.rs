@@ -68,6 +68,11 @@ impl<'a> ProcessView<'a> {
         }
     }
 
+    /// What the process is, for reading what it controls: its root, its user.
+    pub fn identity(&self) -> &super::Identity {
+        self.process.identity()
+    }
+
     pub fn module(&self, id: ModuleId) -> &Module {
         self.modules.get(id)
     }

@@ -77,6 +77,8 @@ struct TaskLayout {
     on_cpu: u32,
     signal: u32,
     live: u32,
+    real_cred: u32,
+    euid: u32,
 }
 
 impl TaskLayout {
@@ -89,6 +91,8 @@ impl TaskLayout {
             on_cpu: btf::field_offset("task_struct", "on_cpu")?,
             signal: btf::field_offset("task_struct", "signal")?,
             live: btf::field_offset("signal_struct", "live")?,
+            real_cred: btf::field_offset("task_struct", "real_cred")?,
+            euid: btf::field_offset("cred", "euid")?,
         })
     }
 }
@@ -143,6 +147,8 @@ impl Sampler {
             .override_global(globals::TASK_ON_CPU_OFFSET, &layout.on_cpu, true)
             .override_global(globals::SCHEDULE_ADDR, &schedule, true)
             .override_global(globals::SIGNAL_LIVE_OFFSET, &layout.live, true)
+            .override_global(globals::TASK_REAL_CRED_OFFSET, &layout.real_cred, true)
+            .override_global(globals::CRED_EUID_OFFSET, &layout.euid, true)
             .override_global(globals::OFF_CPU, &off_cpu_on, true)
             .override_global(globals::RUNQUEUE, &runqueue, true)
             .override_global(globals::MIN_OFF_CPU_NS, &off_cpu.min_ns, true)
@@ -268,6 +274,7 @@ impl Sampler {
                     recorded: count(Counter::OffCpu)?,
                     short: count(Counter::ShortOffCpu)?,
                     unnoted: count(Counter::OffCpuUnnoted)?,
+                    over_share: count(Counter::OffCpuOverShare)?,
                     without_kernel_stack: count(Counter::OffCpuNoKernelStack)?,
                 })
             })
@@ -289,6 +296,8 @@ pub struct OffCpuBlocks {
     pub short: u64,
     /// Never noted: the kernel's table of threads off the CPU was full, or had no memory.
     pub unnoted: u64,
+    /// Never noted: their user held its share of that table (system-wide).
+    pub over_share: u64,
     /// Recorded without kernel frames: the kernel would not give the stack.
     pub without_kernel_stack: u64,
 }

@@ -109,6 +109,12 @@ impl Summary<'_> {
                 line +=
                     &format!(", {} missed (no room or memory in the kernel's thread table)", blocks.unnoted);
             }
+            if blocks.over_share > 0 {
+                line += &format!(
+                    ", {} missed (threads of a user holding its share, a quarter, of that table)",
+                    blocks.over_share
+                );
+            }
             row("off CPU", vec![line]);
         }
         if !kernel.cost_us.is_empty() {
@@ -231,7 +237,13 @@ mod tests {
             kernel: KernelFigures {
                 cost_us: vec![("sample program run", 2.5), ("context switch", 0.25)],
                 ring_bytes_per_record: Some(3.0 * 1024.0),
-                blocks: Some(OffCpuBlocks { recorded: 7, short: 90, unnoted: 2, without_kernel_stack: 1 }),
+                blocks: Some(OffCpuBlocks {
+                    recorded: 7,
+                    short: 90,
+                    unnoted: 2,
+                    over_share: 3,
+                    without_kernel_stack: 1,
+                }),
             },
             python: &["pid 9: CPython 3.14: native frames only".into()],
             java: &[],
@@ -246,7 +258,7 @@ mod tests {
         assert_eq!(lines[3], "  python          pid 9: CPython 3.14: native frames only");
         assert_eq!(
             lines[4],
-            "  off CPU         7 blocks recorded, 90 shorter ones dropped, 1 without kernel frames, 2 missed (no room or memory in the kernel's thread table)"
+            "  off CPU         7 blocks recorded, 90 shorter ones dropped, 1 without kernel frames, 2 missed (no room or memory in the kernel's thread table), 3 missed (threads of a user holding its share, a quarter, of that table)"
         );
         assert_eq!(
             lines[5],

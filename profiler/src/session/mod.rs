@@ -394,7 +394,11 @@ impl<M: Mode> Pipeline<M> {
                         kernel.set_stack_end(tid, end)?;
                     }
                     for (tgid, python) in self.walker.python_mut().take_registrations() {
-                        kernel.set_python_process(tgid, python.as_ref())?;
+                        // A table the kernel will not fill costs that process its Python
+                        // frames, never the session.
+                        if let Err(err) = kernel.set_python_process(tgid, python.as_ref()) {
+                            self.walker.python_mut().refused_by_kernel(tgid, &err);
+                        }
                     }
                     // Handing frames to naming and pruning wait while records wait, and while
                     // threads are still teaching the kernel where their stacks end (until then
@@ -562,6 +566,14 @@ impl<M: Mode> Pipeline<M> {
                 "profiler: warning: {out_of_descriptors} times a mapped file could not be opened: too many open files \
                  ({}); its frames are named by address",
                 limits::describe_open_files()
+            );
+        }
+        let cut = cut_readings();
+        if cut > 0 {
+            eprintln!(
+                "profiler: warning: {cut} readings of a process's /proc/PID/maps stopped at {} MiB (more mappings, \
+                 or longer names, than any program has): its mappings past there are unknown",
+                MAX_MAPS_BYTES >> 20
             );
         }
         let inflations = INFLATED.refused();

@@ -20,7 +20,10 @@ mod merge;
 
 use std::{collections::BTreeMap, sync::Arc};
 
-use profiler_common::{MAX_PYTHON_FRAMES, PythonFrame, PythonProcess, PythonWalk, python_frame_flags};
+use profiler_common::{
+    MAX_PYTHON_FRAMES, PYTHON_PROCESSES_MAX, PYTHON_USER_SHARE, PythonFrame, PythonProcess, PythonWalk,
+    python_frame_flags,
+};
 use rustc_hash::FxHashMap;
 
 use self::{
@@ -52,6 +55,7 @@ pub struct Python {
     images: FxHashMap<ModuleId, Option<Arc<Interpreter>>>,
     processes: FxHashMap<Tgid, State>,
     registrations: Vec<(Tgid, Option<PythonProcess>)>,
+    table: KernelTable,
     stats: PythonStats,
     /// Scratch: one sample's frames, and its runs' bounds.
     translated: Vec<Frame>,
@@ -60,7 +64,7 @@ pub struct Python {
 }
 
 enum State {
-    /// No interpreter mapped when last looked at.
+    /// No interpreter mapped when last looked at, or no room for it in the kernel's table.
     Native {
         checked_ns: u64,
     },
@@ -71,6 +75,8 @@ enum State {
 
 /// A process running a CPython that is read.
 struct Running {
+    /// Its user, whose share of the kernel's table it holds.
+    uid: Option<u32>,
     interpreter: Arc<Interpreter>,
     module: ModuleId,
     types: code::Types,
@@ -100,6 +106,10 @@ pub struct PythonStats {
     pub unreadable_code: u64,
     /// Processes whose CPython is not read, and what it is.
     pub unsupported: BTreeMap<Tgid, String>,
+    /// Looks at a process running a CPython that found no room for it in the kernel's table of
+    /// Python processes: it was full, or (system-wide) its user held its share.
+    pub no_room: u64,
+    pub over_share: u64,
 }
 
 impl PythonStats {
@@ -114,6 +124,14 @@ impl PythonStats {
                 self.with_frames, self.no_thread_state, self.read_errors, self.truncated, self.unreadable_code
             ));
         }
+        if self.no_room + self.over_share > 0 {
+            lines.push(format!(
+                "Python processes turned away {} times by the kernel's table of them ({PYTHON_PROCESSES_MAX} \
+                 processes) being full, {} times by their user holding its share ({PYTHON_USER_SHARE}, \
+                 system-wide): native frames only until there is room",
+                self.no_room, self.over_share
+            ));
+        }
         lines.extend(
             self.unsupported.iter().map(|(tgid, what)| format!("pid {tgid}: {what}: native frames only")),
         );
@@ -121,7 +139,56 @@ impl PythonStats {
     }
 }
 
+/// The kernel's table of Python processes, as filled from here: at most
+/// [`PYTHON_PROCESSES_MAX`], and, when the whole system is followed, at most
+/// [`PYTHON_USER_SHARE`] of one user's, so that no user's processes take every place.
+#[derive(Default)]
+struct KernelTable {
+    shared: bool,
+    held: u32,
+    by_user: FxHashMap<u32, u32>,
+}
+
+/// Why a process found no place in the table.
+enum NoPlace {
+    Full,
+    OverShare,
+}
+
+impl KernelTable {
+    /// Takes a place for a process of `uid` (`None`: not known, which counts as root's).
+    fn take(&mut self, uid: Option<u32>) -> Result<(), NoPlace> {
+        if self.held >= PYTHON_PROCESSES_MAX {
+            return Err(NoPlace::Full);
+        }
+        let held = self.by_user.entry(uid.unwrap_or(0)).or_default();
+        if self.shared && *held >= PYTHON_USER_SHARE {
+            return Err(NoPlace::OverShare);
+        }
+        *held += 1;
+        self.held += 1;
+        Ok(())
+    }
+
+    fn give_back(&mut self, uid: Option<u32>) {
+        let uid = uid.unwrap_or(0);
+        if let Some(held) = self.by_user.get_mut(&uid) {
+            *held -= 1;
+            self.held -= 1;
+            if *held == 0 {
+                self.by_user.remove(&uid);
+            }
+        }
+    }
+}
+
 impl Python {
+    /// The stage, for a session that follows the whole system (`system_wide`: users share the
+    /// kernel's table) or some processes.
+    pub fn new(system_wide: bool) -> Self {
+        Self { table: KernelTable { shared: system_wide, ..KernelTable::default() }, ..Self::default() }
+    }
+
     pub fn stats(&self) -> &PythonStats {
         &self.stats
     }
@@ -134,8 +201,19 @@ impl Python {
 
     /// Forgets a process gone, or that ran exec.
     pub fn forget(&mut self, tgid: Tgid) {
-        if let Some(State::Running(_)) = self.processes.remove(&tgid) {
+        if let Some(State::Running(running)) = self.processes.remove(&tgid) {
+            self.table.give_back(running.uid);
             self.registrations.push((tgid, None));
+        }
+    }
+
+    /// The kernel would not take the registration of `tgid` (`why`): its frames are not read.
+    pub fn refused_by_kernel(&mut self, tgid: Tgid, why: &anyhow::Error) {
+        if let Some(State::Running(running)) = self.processes.insert(tgid, State::Unsupported) {
+            self.table.give_back(running.uid);
+        }
+        if self.stats.unsupported.len() < MAX_UNSUPPORTED_NAMED {
+            self.stats.unsupported.insert(tgid, format!("the kernel refused its Python frames ({why:#})"));
         }
     }
 
@@ -189,7 +267,14 @@ impl Python {
             let facts = view.module(module).facts()?;
             let bias =
                 interpreter::load_bias(facts, mapping.start, mapping.offset, mapping.end - mapping.start)?;
-            return Some(self.start(view.tgid(), interpreter, module, bias));
+            let uid = view.identity().uid;
+            match self.table.take(uid) {
+                Ok(()) => return Some(self.start(view.tgid(), uid, interpreter, module, bias)),
+                // Looked at again later, when there may be room.
+                Err(NoPlace::Full) => self.stats.no_room += 1,
+                Err(NoPlace::OverShare) => self.stats.over_share += 1,
+            }
+            return None;
         }
         None
     }
@@ -209,7 +294,14 @@ impl Python {
         }
     }
 
-    fn start(&mut self, tgid: Tgid, interpreter: Arc<Interpreter>, module: ModuleId, bias: u64) -> State {
+    fn start(
+        &mut self,
+        tgid: Tgid,
+        uid: Option<u32>,
+        interpreter: Arc<Interpreter>,
+        module: ModuleId,
+        bias: u64,
+    ) -> State {
         let process = PythonProcess {
             runtime: interpreter.runtime_svma.wrapping_add(bias),
             code_type: interpreter.code_type_svma.wrapping_add(bias),
@@ -221,6 +313,7 @@ impl Python {
             unicode: interpreter.unicode_type_svma.wrapping_add(bias),
         };
         State::Running(Box::new(Running {
+            uid,
             interpreter,
             module,
             types,
