@@ -2,16 +2,21 @@
 //! from the copied stack bytes (DWARF, completed with the frame-pointer chain) or taken from the
 //! frame-pointer chain alone, every address pinned to (module, file offset) with the mappings of
 //! the moment the sample was taken.
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
 use profiler_common::FramePointers;
 use rustc_hash::FxHashMap;
 
 use crate::{
-    address_space::{AddressSpaces, ModuleId, Modules, ProcessView, TaskEvent, Tracking, Want},
+    address_space::{AddressSpaces, DESCRIBED, ModuleId, Modules, ProcessView, TaskEvent, Tracking, Want},
     decode::SampleRecord,
     frame::{Frame, Marker},
     model::{ThreadState, Tid},
     named::Named,
-    runtimes::{functions::Functions, hotspot::HotSpot, python::Python},
+    runtimes::{functions::Functions, hotspot::HotSpot, memory::Allowance, python::Python},
     unwind::{
         NoRuntime, RuntimeCode, StackSnapshot, UnwindEnd, UnwindStats, Unwinder, Unwound,
         hybrid::{self, StackSource},
@@ -60,10 +65,14 @@ pub struct StackWalker {
     unwinder: Unwinder,
     stats: UnwindStats,
     stack_ends: StackEnds,
+    /// What each sample's runtime frames may cost in reads of target memory.
+    allowance: Arc<Allowance>,
     python: Python,
     hotspot: HotSpot,
     /// The functions runtimes' frames name.
     functions: Functions,
+    /// When the budget of what targets describe started its epoch.
+    epoch_started: Instant,
     /// Scratch space for one stack, reused across samples.
     frames: Vec<Frame>,
     /// The sample's frame-pointer chain, likewise.
@@ -72,6 +81,7 @@ pub struct StackWalker {
 
 impl StackWalker {
     pub fn new(call_graph: CallGraph, tracking: Tracking, native_only: bool) -> Self {
+        let allowance = Arc::new(Allowance::default());
         Self {
             call_graph,
             native_only,
@@ -79,9 +89,11 @@ impl StackWalker {
             unwinder: Unwinder::default(),
             stats: UnwindStats::default(),
             stack_ends: StackEnds::default(),
-            python: Python::new(tracking.all),
-            hotspot: HotSpot::default(),
+            python: Python::new(tracking.all, allowance.clone()),
+            hotspot: HotSpot::new(allowance.clone()),
+            allowance,
             functions: Functions::default(),
+            epoch_started: Instant::now(),
             frames: Vec::new(),
             chain: Vec::new(),
         }
@@ -153,6 +165,21 @@ impl StackWalker {
         &self.functions
     }
 
+    /// Once the frames walked so far are handed to naming, and an epoch (a second) has passed:
+    /// what targets describe about themselves that nothing needs now is let go (functions no
+    /// cache holds and no frame named since, cache entries idle for long, or for an epoch when
+    /// the budget was short), and a new epoch of the budget starts.
+    pub fn end_epoch(&mut self) {
+        if self.epoch_started.elapsed() < EPOCH {
+            return;
+        }
+        self.epoch_started = Instant::now();
+        self.functions.prune();
+        self.python.relieve();
+        self.hotspot.relieve();
+        DESCRIBED.next_epoch();
+    }
+
     /// Stack ends learned since the last call, for the kernel's `STACK_ENDS` map.
     pub fn take_stack_ends(&mut self) -> Vec<(Tid, u64)> {
         std::mem::take(&mut self.stack_ends.new)
@@ -167,12 +194,15 @@ impl StackWalker {
             unwinder,
             stats,
             stack_ends,
+            allowance,
             python,
             hotspot,
             functions,
             frames,
             chain,
+            ..
         } = self;
+        allowance.reset();
         let tid = sample.tid();
         let mut process = spaces.observe(sample.tgid(), tid, &sample.comm(), sample.time_ns());
         if !*native_only {
@@ -229,6 +259,9 @@ fn push_resolved(process: &mut ProcessView<'_>, addrs: &[u64], first_depth: usiz
         frames.push(Frame::user(tgid, depth, addr, process.resolve(addr, Want::Any)));
     }
 }
+
+/// How long an epoch of the budget of what targets describe lasts, at least.
+const EPOCH: Duration = Duration::from_secs(1);
 
 /// Threads whose stack end is remembered; beyond this the memory starts over (the kernel's map
 /// is an LRU of its own).

@@ -5,7 +5,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use profiler::stages::python::{
-    code::{MAX_FILE_CHARS, MAX_LINE_TABLE_BYTES, MAX_NAME_CHARS, Types, instruction_offset, read},
+    code::{LineTables, MAX_FILE_CHARS, MAX_LINE_TABLE_BYTES, MAX_NAME_CHARS, Types, instruction_offset, read},
     layout::{OB_TYPE, layouts},
 };
 
@@ -31,7 +31,8 @@ fuzz_target!(|data: &[u8]| {
         let bytes = start.and_then(|start| memory.get(start..start.checked_add(buffer.len())?));
         bytes.map(|bytes| buffer.copy_from_slice(bytes)).is_some()
     };
-    let Ok(code) = read(&mut read_from_memory, layout, &types, BASE, first_line) else { return };
+    let tables = &mut LineTables::default();
+    let Ok(code) = read(&mut read_from_memory, layout, &types, BASE, first_line, tables) else { return };
     assert!(code.name.chars().count() <= MAX_NAME_CHARS);
     assert!(code.file.chars().count() <= MAX_FILE_CHARS);
     let instr = word(&head[9..17]);

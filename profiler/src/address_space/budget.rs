@@ -1,6 +1,8 @@
-//! Memory whose size a target decides (copies of its files, sections it compressed) is charged
-//! to a budget shared by everything of its kind that is alive at once, and given back when it
-//! goes. A charge that does not fit is refused, and counted: the caller goes without.
+//! Memory whose size a target decides (copies of its files, sections it compressed, what it
+//! describes about itself) is charged to a budget shared by everything of its kind that is
+//! alive at once, and given back when it goes. A charge that does not fit is refused, and
+//! counted: the caller goes without, or makes room (see `cache`). A budget also keeps the time
+//! its holders go by: epochs, which the session advances, and the last one in which it was short.
 use std::sync::atomic::{AtomicU64, Ordering};
 
 #[derive(Debug)]
@@ -8,11 +10,34 @@ pub struct Budget {
     limit: u64,
     held: AtomicU64,
     refused: AtomicU64,
+    epoch: AtomicU64,
+    /// The last epoch a charge was refused in (0: none yet; epochs start at 1).
+    short_in: AtomicU64,
 }
 
 impl Budget {
     pub const fn new(limit: u64) -> Self {
-        Self { limit, held: AtomicU64::new(0), refused: AtomicU64::new(0) }
+        Self {
+            limit,
+            held: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
+            epoch: AtomicU64::new(1),
+            short_in: AtomicU64::new(0),
+        }
+    }
+
+    /// Starts a new epoch: what was used before it is older than anything used from now on.
+    pub fn next_epoch(&self) {
+        self.epoch.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Relaxed)
+    }
+
+    /// The last epoch in which a charge was refused (0: never).
+    pub fn short_in(&self) -> u64 {
+        self.short_in.load(Ordering::Relaxed)
     }
 
     /// Charges `bytes`, if there is room for them; a refusal is counted.
@@ -37,6 +62,7 @@ impl Budget {
         });
         if taken.is_err() {
             self.refused.fetch_add(1, Ordering::Relaxed);
+            self.short_in.store(self.epoch(), Ordering::Relaxed);
         }
         taken.is_ok()
     }

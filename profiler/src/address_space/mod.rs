@@ -2,6 +2,7 @@
 //! kernel's [`TaskEvent`]s), and the files behind them ([`module`]). The stage of the data flow
 //! that turns an address into a module and file offset is [`resolve`].
 mod budget;
+mod cache;
 mod copy;
 mod debug_file;
 mod elf;
@@ -14,7 +15,8 @@ mod task_event;
 mod vdso;
 
 pub use self::{
-    budget::Charge,
+    budget::{Budget, Charge},
+    cache::{Cache, DESCRIBED, DESCRIBED_BUDGET, unkept},
     copy::{COPY_BUDGET, Parts, StableFile, refused as refused_copies},
     elf::{ElfFacts, INFLATED, INFLATED_BUDGET, MAX_INFLATED_SECTION, charge_inflated},
     module::{Module, ModuleId, ModuleSet, Modules, readable_path},

@@ -1,14 +1,34 @@
-//! The functions runtimes' frames name (Python functions, Java methods), each once, by index:
-//! a [`Frame::Runtime`](crate::frame::Frame::Runtime) names one of them and a line.
-use indexmap::IndexSet;
-use rustc_hash::FxBuildHasher;
+//! The functions runtimes' frames name (Python functions, Java methods), each once, by id: a
+//! [`Frame::Runtime`](crate::frame::Frame::Runtime) names one of them and a line.
+//!
+//! Names are the targets' (a process may make up new ones all day), so the table is charged to
+//! the budget of what targets describe about themselves ([`DESCRIBED`]) and pruned: a function
+//! goes once no runtime's cache holds it ([`FunctionRef`]) and no frame has named it since
+//! frames were last handed to naming. An id is never given to another function: a frame named
+//! already keeps its name.
+use std::sync::Arc;
 
-use crate::model::{SourceLine, Symbol, SymbolKind};
+use rustc_hash::FxHashMap;
 
-/// (name, source file, kind), each once, by index.
-#[derive(Default)]
-pub struct Functions {
-    set: IndexSet<(String, String, Kind), FxBuildHasher>,
+use crate::{
+    address_space::{Budget, Charge, DESCRIBED},
+    model::{SourceLine, Symbol, SymbolKind},
+};
+
+/// A function a runtime's frame names.
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct Function {
+    pub name: String,
+    /// Its source file; empty when not known.
+    pub file: String,
+    pub kind: Kind,
+}
+
+impl Function {
+    /// About the bytes it holds.
+    fn size(&self) -> usize {
+        std::mem::size_of::<Self>() + self.name.len() + self.file.len()
+    }
 }
 
 /// What a runtime's function is, as its frames are shown.
@@ -36,22 +56,112 @@ impl Kind {
     }
 }
 
+/// A function of the table, held: the table keeps it while this lives.
+#[derive(Clone, Debug)]
+pub struct FunctionRef {
+    pub id: u32,
+    _held: Arc<Function>,
+}
+
+/// The functions, by id and by what they are.
+pub struct Functions {
+    budget: &'static Budget,
+    by_id: FxHashMap<u32, Entry>,
+    by_function: FxHashMap<Arc<Function>, u32>,
+    next_id: u32,
+    /// Functions not kept for want of room, named by [`UNKEPT`]'s placeholder instead.
+    unkept: u64,
+}
+
+struct Entry {
+    function: Arc<Function>,
+    /// The epoch of [`DESCRIBED`] it was last interned in.
+    used: u64,
+    _charge: Option<Charge>,
+}
+
+/// The id of the function frames get when the budget has no room for theirs.
+const UNKEPT: u32 = 0;
+
+impl Default for Functions {
+    /// Functions charged to the budget of what targets describe.
+    fn default() -> Self {
+        Self::new(&DESCRIBED)
+    }
+}
+
 impl Functions {
-    pub fn intern(&mut self, name: &str, file: &str, kind: Kind) -> u32 {
-        let key = (name.to_owned(), file.to_owned(), kind);
-        match self.set.get_index_of(&key) {
-            Some(index) => index as u32,
-            None => self.set.insert_full(key).0 as u32,
+    /// Functions charged to `budget`.
+    pub fn new(budget: &'static Budget) -> Self {
+        let unkept = Arc::new(Function {
+            name: "[not named: the memory for what targets describe was spent]".into(),
+            file: String::new(),
+            kind: Kind::Python,
+        });
+        let entry = Entry { function: unkept.clone(), used: u64::MAX, _charge: None };
+        Self {
+            budget,
+            by_id: FxHashMap::from_iter([(UNKEPT, entry)]),
+            by_function: FxHashMap::from_iter([(unkept, UNKEPT)]),
+            next_id: UNKEPT + 1,
+            unkept: 0,
         }
+    }
+
+    /// The function (name, file, kind), held; the placeholder of [`UNKEPT`] when the budget has
+    /// no room for a new one.
+    pub fn intern(&mut self, name: &str, file: &str, kind: Kind) -> FunctionRef {
+        let function = Function { name: name.to_owned(), file: file.to_owned(), kind };
+        let epoch = self.budget.epoch();
+        if let Some(&id) = self.by_function.get(&function) {
+            let entry = self.by_id.get_mut(&id).expect("both maps hold every function");
+            entry.used = entry.used.max(epoch);
+            return FunctionRef { id, _held: entry.function.clone() };
+        }
+        let Some(charge) = self.budget.charge(2 * function.size() as u64) else {
+            self.unkept += 1;
+            return self.held(UNKEPT);
+        };
+        let id = self.next_id;
+        self.next_id += 1;
+        let function = Arc::new(function);
+        self.by_function.insert(function.clone(), id);
+        self.by_id.insert(id, Entry { function, used: epoch, _charge: Some(charge) });
+        self.held(id)
+    }
+
+    fn held(&self, id: u32) -> FunctionRef {
+        FunctionRef { id, _held: self.by_id[&id].function.clone() }
     }
 
     /// The name of a [`Frame::Runtime`](crate::frame::Frame::Runtime).
     pub fn symbol(&self, function: u32, line: u32) -> Symbol {
-        let Some((name, file, kind)) = self.set.get_index(function as usize) else {
+        let Some(Entry { function, .. }) = self.by_id.get(&function) else {
             return Symbol::new("[unknown runtime code]", SymbolKind::Function);
         };
-        let source = (!file.is_empty()).then(|| SourceLine { file: file.clone(), line });
-        Symbol::new(name.as_str(), kind.symbol_kind()).at(source)
+        let source = (!function.file.is_empty()).then(|| SourceLine { file: function.file.clone(), line });
+        Symbol::new(function.name.as_str(), function.kind.symbol_kind()).at(source)
+    }
+
+    /// Lets go of the functions no cache holds and no frame named in this epoch: called once
+    /// the frames walked so far are handed to naming, just before a new epoch starts.
+    pub fn prune(&mut self) {
+        let epoch = self.budget.epoch();
+        let Self { by_id, by_function, .. } = self;
+        by_id.retain(|_, entry| {
+            // The table's two references alone.
+            let held = Arc::strong_count(&entry.function) > 2 || entry.used >= epoch;
+            if !held {
+                by_function.remove(&entry.function);
+            }
+            held
+        });
+    }
+
+
+    /// Functions not kept for want of room so far.
+    pub fn unkept(&self) -> u64 {
+        self.unkept
     }
 }
 
@@ -64,11 +174,38 @@ mod tests {
         let mut functions = Functions::default();
         let a = functions.intern("Shares.alpha", "Shares.java", Kind::JavaCompiled);
         let b = functions.intern("Shares.alpha", "Shares.java", Kind::JavaInlined);
-        assert_ne!(a, b, "another kind is another function");
-        assert_eq!(functions.intern("Shares.alpha", "Shares.java", Kind::JavaCompiled), a);
-        let symbol = functions.symbol(b, 15);
+        assert_ne!(a.id, b.id, "another kind is another function");
+        assert_eq!(functions.intern("Shares.alpha", "Shares.java", Kind::JavaCompiled).id, a.id);
+        let symbol = functions.symbol(b.id, 15);
         assert_eq!((symbol.name.as_str(), symbol.kind), ("Shares.alpha", SymbolKind::Inlined));
         assert_eq!(symbol.source, Some(SourceLine { file: "Shares.java".into(), line: 15 }));
         assert_eq!(functions.symbol(99, 1).name, "[unknown runtime code]");
+    }
+
+    #[test]
+    fn functions_go_once_nothing_holds_them_and_their_ids_stay_theirs() {
+        let budget: &'static Budget = Box::leak(Box::new(Budget::new(1 << 20)));
+        let mut functions = Functions::new(budget);
+        let kept = functions.intern("kept", "a.py", Kind::Python);
+        let dropped = functions.intern("dropped", "a.py", Kind::Python).id;
+        functions.prune();
+        assert_eq!(functions.by_id.len(), 3, "interned in this epoch: both stay (and the placeholder)");
+        budget.next_epoch();
+        functions.prune();
+        assert_eq!(functions.symbol(kept.id, 1).name, "kept", "held by a cache");
+        assert_eq!(functions.symbol(dropped, 1).name, "[unknown runtime code]", "held by nothing: gone");
+        let again = functions.intern("dropped", "a.py", Kind::Python);
+        assert_ne!(again.id, dropped, "a new id: frames of the old one were named already");
+    }
+
+    #[test]
+    fn no_room_names_frames_by_a_placeholder() {
+        let budget: &'static Budget = Box::leak(Box::new(Budget::new(200)));
+        let mut functions = Functions::new(budget);
+        let long = "x".repeat(200);
+        let unkept = functions.intern(&long, "", Kind::Python);
+        assert_eq!(unkept.id, UNKEPT);
+        assert!(functions.symbol(unkept.id, 0).name.starts_with("[not named"));
+        assert_eq!(functions.unkept(), 1);
     }
 }

@@ -30,8 +30,8 @@ use self::{
 };
 use crate::{
     address_space::{
-        COPY_BUDGET, INFLATED, INFLATED_BUDGET, MAX_MAPS_BYTES, ModuleId, TaskEvent, Tracking, cut_readings,
-        refused_copies, running,
+        COPY_BUDGET, DESCRIBED_BUDGET, INFLATED, INFLATED_BUDGET, MAX_MAPS_BYTES, ModuleId, TaskEvent,
+        Tracking, cut_readings, refused_copies, running, unkept,
     },
     aggregate::{Aggregate, Detail, Site},
     clock::{self, Start},
@@ -424,6 +424,7 @@ impl<M: Mode> Pipeline<M> {
         let frames = self.aggregate.new_frames();
         let functions = self.walker.functions();
         self.naming.name(NewFrames::new(frames, self.walker.address_spaces(), functions, self.drained_ns));
+        self.walker.end_epoch();
         let gone = self.walker.address_spaces_mut().prune(self.drained_ns);
         self.naming.forget(&gone, self.drained_ns);
         for &tgid in &gone {
@@ -566,6 +567,15 @@ impl<M: Mode> Pipeline<M> {
                 "profiler: warning: {out_of_descriptors} times a mapped file could not be opened: too many open files \
                  ({}); its frames are named by address",
                 limits::describe_open_files()
+            );
+        }
+        let (values, functions) = (unkept(), self.walker.functions().unkept());
+        if values + functions > 0 {
+            eprintln!(
+                "profiler: warning: the {} MiB for what targets describe about themselves (runtimes' code objects \
+                 and methods, the functions they name, perf maps) was spent: {values} things read were not kept \
+                 (read again when needed), {functions} frames' functions were left unnamed",
+                DESCRIBED_BUDGET >> 20
             );
         }
         let cut = cut_readings();

@@ -20,9 +20,13 @@
 //! it grows ([`jitdump`](super::jitdump)).
 //!
 //! The file is the target's to fill: entries are kept compactly (16 bytes each, names in one
-//! buffer per process, no allocation per line), and a process's map stops growing at
-//! [`MAX_ENTRIES`] entries or [`MAX_NAME_BYTES`] of names, which is said once.
+//! buffer per process, no allocation per line), charged to the budget of what targets describe
+//! about themselves ([`DESCRIBED`]), and a process's map stops growing at [`MAX_ENTRIES`]
+//! entries or [`MAX_NAME_BYTES`] of names, or when that budget has no room, which is said once.
+//! When the budget was short, the maps of processes none of whose frames were named in the last
+//! epoch are let go (read again from their start if needed).
 use std::{
+    cell::Cell,
     fs::File,
     os::unix::fs::{FileExt as _, MetadataExt as _},
     path::PathBuf,
@@ -35,7 +39,7 @@ use super::{
     jitdump::{Event, JitDump},
 };
 use crate::{
-    address_space::{Identity, open as target_open},
+    address_space::{Charge, DESCRIBED, Identity, open as target_open},
     model::Tgid,
 };
 
@@ -76,8 +80,13 @@ pub struct PerfMap {
     read_at_ns: Option<u64>,
     /// Its refusal was said (once: a map refused is looked at again at every read).
     refusal_said: bool,
-    /// Lines left out once the map was full.
+    /// Lines left out once the map was full, and whether for want of room in the budget.
     left_out: u64,
+    short: bool,
+    /// What its entries and names hold of the budget.
+    charge: Option<Charge>,
+    /// The epoch of the budget in which it was last looked up.
+    used: Cell<u64>,
     /// The process's jitdump, once found, and whether its refusal was said.
     dump: Option<DumpFile>,
     dump_refusal_said: bool,
@@ -100,6 +109,7 @@ impl PerfMap {
 
     /// The JIT symbol at `addr`, if the map names one.
     pub fn name(&self, addr: u64) -> Option<&str> {
+        self.used.set(DESCRIBED.epoch());
         Some(self.name_at(self.find(addr)?.name as usize))
     }
 
@@ -127,6 +137,15 @@ impl PerfMap {
             self.left_out += 1;
             return;
         }
+        let bytes = (std::mem::size_of::<Entry>() + 2 + name.len()) as u64;
+        let charged = match &mut self.charge {
+            Some(charge) => charge.grow(bytes),
+            None => DESCRIBED.charge(bytes).map(|charge| self.charge = Some(charge)).is_some(),
+        };
+        if !charged {
+            (self.left_out, self.short) = (self.left_out + 1, true);
+            return;
+        }
         let at = self.names.len() as u32;
         self.names.extend_from_slice(&(name.len() as u16).to_le_bytes());
         self.names.extend_from_slice(name.as_bytes());
@@ -144,6 +163,7 @@ impl PerfMap {
 
     fn start_over(&mut self) {
         (self.read_bytes, self.entries, self.names, self.left_out) = (0, Vec::new(), Vec::new(), 0);
+        (self.short, self.charge) = (false, None);
         self.partial.clear();
         // Its entries are gone with the map's: it is read again from its start.
         if let Some(dump) = &mut self.dump {
@@ -247,13 +267,17 @@ pub struct PerfMaps {
     by_tgid: FxHashMap<Tgid, PerfMap>,
     /// Why maps were refused, one line per process.
     refused: Warnings,
+    /// The last epoch of the budget in which the maps were relieved.
+    relieved: u64,
 }
 
 impl PerfMaps {
     /// Notes that a frame of process `tgid` (known as `identity`) ran at `addr` in anonymous
     /// memory, at `now_ns`: reads its perf map when the address is new to it.
     pub fn observe(&mut self, tgid: Tgid, identity: &Identity, addr: u64, now_ns: u64) {
+        self.relieve();
         let map = self.by_tgid.entry(tgid).or_default();
+        map.used.set(DESCRIBED.epoch());
         let stale = map.read_at_ns.is_none_or(|at| now_ns.saturating_sub(at) >= REREAD_INTERVAL_NS);
         if map.find(addr).is_none() && stale {
             self.read_again(tgid, identity, now_ns);
@@ -264,7 +288,7 @@ impl PerfMaps {
     /// recently it was read: also at the end of a recording or window, and as the process is
     /// forgotten, for the frames no map named yet.
     pub fn read_again(&mut self, tgid: Tgid, identity: &Identity, now_ns: u64) {
-        let Self { by_tgid, refused } = self;
+        let Self { by_tgid, refused, .. } = self;
         let map = by_tgid.entry(tgid).or_default();
         // A full map is not read on: what follows would be left out anyway.
         if map.left_out > 0 {
@@ -294,11 +318,14 @@ impl PerfMaps {
             });
         }
         if map.left_out > 0 {
-            refused.push(|| {
-                format!(
+            refused.push(|| match map.short {
+                true => format!(
+                    "the perf map of PID {tgid} was read only in part: the memory for what targets describe was spent"
+                ),
+                false => format!(
                     "the perf map of PID {tgid} holds more than {MAX_ENTRIES} entries or {} MiB of names: the rest was left out",
                     MAX_NAME_BYTES >> 20
-                )
+                ),
             });
         }
     }
@@ -311,6 +338,19 @@ impl PerfMaps {
     /// Forgets the map of a process gone.
     pub fn forget(&mut self, tgid: Tgid) {
         self.by_tgid.remove(&tgid);
+    }
+
+    /// Once per epoch: if the budget was short since, lets go of the maps not looked up in the
+    /// last epoch.
+    fn relieve(&mut self) {
+        let now = DESCRIBED.epoch();
+        if self.relieved == now {
+            return;
+        }
+        if DESCRIBED.short_in() >= self.relieved {
+            self.by_tgid.retain(|_, map| map.used.get() + 1 >= now);
+        }
+        self.relieved = now;
     }
 
     /// Why maps were refused, one line per process.

@@ -34,12 +34,12 @@ use self::{
     vm_structs::{Image, VmStructs},
 };
 use crate::{
-    address_space::{Backing, Mapping, Parts, ProcessView, open},
+    address_space::{Backing, Cache, Mapping, Parts, ProcessView, open},
     frame::Frame,
     model::Tgid,
     runtimes::{
-        functions::{Functions, Kind},
-        memory::ProcessMemory,
+        functions::{FunctionRef, Functions, Kind},
+        memory::{Allowance, BYTES_PER_SAMPLE, ProcessMemory, READS_PER_SAMPLE},
     },
 };
 
@@ -53,10 +53,10 @@ const RECHECK_NS: u64 = 20_000_000;
 const SLOW_START_NS: u64 = 1_000_000_000;
 /// How long a JVM may take to fill in its tables and code cache before it is given up on.
 const START_TIMEOUT_NS: u64 = 60_000_000_000;
-/// Bytes of metadata (nmethods' debug information, methods' names and lines) remembered per
-/// JVM, and blob names; beyond, the memory starts over.
-const MAX_KNOWN_BYTES: usize = 32 << 20;
+/// Blob names' kinds remembered per JVM (16 bytes each); beyond, the memory starts over.
 const MAX_BLOB_NAMES: usize = 4096;
+/// What a method's function or one not read holds in a cache, about.
+const ENTRY_BYTES: u64 = 64;
 /// How long a method read is trusted before its `ConstMethod` is checked again (a class
 /// unloaded and its memory reused would be another method at the same address).
 const METHOD_RECHECK_NS: u64 = 1_000_000_000;
@@ -70,10 +70,11 @@ const MAX_STACK_FRAMES: usize = 4 * crate::unwind::MAX_FRAMES;
 const MAX_REFUSED_NAMED: usize = 16;
 
 /// The HotSpot stage of the walk: the JVMs of the processes sampled.
-#[derive(Default)]
 pub struct HotSpot {
     processes: FxHashMap<Tgid, State>,
     stats: JavaStats,
+    /// What a sample's frames may cost in reads of a JVM's memory.
+    allowance: Arc<Allowance>,
 }
 
 enum State {
@@ -95,9 +96,11 @@ enum State {
 /// What became of Java frames, for the run summary.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct JavaStats {
-    /// Java frames named, and those whose method could not be read.
+    /// Java frames named, those whose method could not be read, and those not read in their
+    /// sample for want of its allowance of reads (read at a later one).
     pub frames: u64,
     pub unreadable: u64,
+    pub deferred: u64,
     /// Frames in a code cache the walk could not step (no blob there, or a blob that failed its
     /// checks): stepped as code without CFI instead.
     pub lost: u64,
@@ -115,6 +118,14 @@ impl JavaStats {
                 self.frames, self.unreadable, self.lost
             ));
         }
+        if self.deferred > 0 {
+            lines.push(format!(
+                "{} Java frames left unnamed in their sample: it had spent its {READS_PER_SAMPLE} reads or {} MiB \
+                 of the JVM's memory",
+                self.deferred,
+                BYTES_PER_SAMPLE >> 20
+            ));
+        }
         lines.extend(
             self.refused.iter().map(|(tgid, why)| format!("pid {tgid}: HotSpot JVM not read: {why}")),
         );
@@ -123,6 +134,11 @@ impl JavaStats {
 }
 
 impl HotSpot {
+    /// The stage, its frames' reads within `allowance`.
+    pub fn new(allowance: Arc<Allowance>) -> Self {
+        Self { processes: FxHashMap::default(), stats: JavaStats::default(), allowance }
+    }
+
     /// What became of Java frames; JVMs still starting are named with why.
     pub fn stats(&self) -> JavaStats {
         let mut stats = self.stats.clone();
@@ -142,6 +158,16 @@ impl HotSpot {
     pub fn forget(&mut self, tgid: Tgid) {
         if let Some(State::Running(jvm)) = self.processes.remove(&tgid) {
             self.stats.lost += jvm.lost;
+        }
+    }
+
+    /// Once per epoch of the budget of what targets describe: the JVMs' caches give room back
+    /// if it was short.
+    pub fn relieve(&mut self) {
+        for state in self.processes.values_mut() {
+            if let State::Running(jvm) = state {
+                jvm.relieve();
+            }
         }
     }
 
@@ -168,7 +194,7 @@ impl HotSpot {
             // one its CFI and symbols come from.
             let file = view.intern(&mapping).and_then(|module| view.module(module).image());
             let file = file.context("cannot read its libjvm.so").map_err(Refused::Never)?;
-            read(tgid, &mapping, file)
+            read(tgid, &mapping, file, self.allowance.clone())
         });
         let state = match found {
             None => State::Native { checked_ns: time_ns },
@@ -239,16 +265,17 @@ pub struct Jvm {
     /// Blob names (`CodeBlob::_name`, strings of `libjvm.so`) by address, as kinds.
     kinds: FxHashMap<u64, BlobKind>,
     /// The functions of stubs, likewise (0: the call stub).
-    stub_functions: FxHashMap<u64, u32>,
+    stub_functions: Cache<u64, FunctionRef>,
     names: Option<BlobNames>,
     memory: Memory,
-    nmethods: FxHashMap<(u64, u32), Option<Arc<Nmethod>>>,
-    /// Methods by address, and when each was read or checked.
-    methods: FxHashMap<u64, (Option<Arc<MethodInfo>>, u64)>,
-    /// The function each method is under each kind of frame, once interned.
-    method_functions: FxHashMap<(u64, Kind), u32>,
-    /// Bytes of what `nmethods` and `methods` hold.
-    known_bytes: usize,
+    /// What a sample's frames may cost in reads of `memory`.
+    allowance: Arc<Allowance>,
+    /// What is read of the JVM's metadata, under the budget of what targets describe:
+    /// nmethods' debug information by (address, compile id), methods by address (with when
+    /// each was read or checked), and the function each method is under each kind of frame.
+    nmethods: Cache<(u64, u32), Option<Arc<Nmethod>>>,
+    methods: Cache<u64, (Option<Arc<MethodInfo>>, u64)>,
+    method_functions: Cache<(u64, Kind), FunctionRef>,
     /// The time of the sample being walked, its r13, and when the heaps were last read.
     now_ns: u64,
     innermost_r13: u64,
@@ -301,7 +328,7 @@ pub fn find<'a>(pid: Tgid, mappings: impl Iterator<Item = &'a Mapping>) -> Optio
         .and_then(|file| open::map(&file))
         .context("cannot read its libjvm.so");
     Some(file.and_then(|file| {
-        read(pid, mapping, file).map_err(|refused| match refused {
+        read(pid, mapping, file, Allowance::unbounded()).map_err(|refused| match refused {
             Refused::NotYet(err) | Refused::Never(err) => err,
         })
     }))
@@ -317,12 +344,18 @@ fn libjvm<'a>(mut mappings: impl Iterator<Item = &'a Mapping>) -> Option<&'a Map
 
 /// Reads the JVM of `pid` whose `libjvm.so` (the bytes `file`) starts with `mapping` (its load
 /// bias is the mapping's start: HotSpot's segments have file offsets equal to their addresses).
-fn read(pid: Tgid, mapping: &Mapping, file: memmap2::Mmap) -> Result<Jvm, Refused> {
+/// Its tables are read whole; its frames, later, within `allowance`.
+fn read(
+    pid: Tgid,
+    mapping: &Mapping,
+    file: memmap2::Mmap,
+    allowance: Arc<Allowance>,
+) -> Result<Jvm, Refused> {
     let bias = mapping.start;
     let Some(image) = Image::read(&file) else {
         return Err(Refused::Never(anyhow::anyhow!("libjvm.so exports none of HotSpot's tables")));
     };
-    let mut memory = ProcessMemory::new(pid);
+    let mut memory = ProcessMemory::new(pid, Allowance::unbounded());
     let mut read = |addr: u64, buf: &mut [u8]| memory.read(addr, buf);
     let tables = match VmStructs::read(&image, &file, bias, &mut read) {
         Ok(tables) => tables,
@@ -358,8 +391,9 @@ fn read(pid: Tgid, mapping: &Mapping, file: memmap2::Mmap) -> Result<Jvm, Refuse
     })();
     let started = started.map_err(Refused::NotYet)?;
     let names = BlobNames { image, file, bias };
+    let mut memory = ProcessMemory::new(pid, allowance.clone());
     let memory = Box::new(move |addr, buf: &mut [u8]| memory.read(addr, buf));
-    Ok(Jvm::new(tables.counts(), layout, started, Some(names), memory))
+    Ok(Jvm::new(tables.counts(), layout, started, Some(names), memory, allowance))
 }
 
 impl Jvm {
@@ -369,22 +403,23 @@ impl Jvm {
         started: Started,
         names: Option<BlobNames>,
         memory: Memory,
+        allowance: Arc<Allowance>,
     ) -> Self {
         let Started { code_cache, heaps, call_stub_return } = started;
         Self {
+            allowance,
             tables,
             layout,
             code_cache,
             heaps,
             call_stub_return,
             kinds: FxHashMap::default(),
-            stub_functions: FxHashMap::default(),
+            stub_functions: Cache::default(),
             names,
             memory,
-            nmethods: FxHashMap::default(),
-            methods: FxHashMap::default(),
-            method_functions: FxHashMap::default(),
-            known_bytes: 0,
+            nmethods: Cache::default(),
+            methods: Cache::default(),
+            method_functions: Cache::default(),
             now_ns: 0,
             innermost_r13: 0,
             heaps_read_ns: 0,
@@ -428,18 +463,16 @@ impl Jvm {
     fn stub_frame(&mut self, name: Option<u64>, functions: &mut Functions) -> Frame {
         let key = name.unwrap_or(0);
         let function = match self.stub_functions.get(&key) {
-            Some(&function) => function,
+            Some(function) => function.id,
             None => {
                 let text = match name {
                     Some(name) => format!("[{}]", self.name(name).as_deref().unwrap_or("unknown stub")),
                     None => "StubRoutines::call_stub".to_owned(),
                 };
                 let function = functions.intern(&text, "", Kind::JavaStub);
-                if self.stub_functions.len() >= MAX_BLOB_NAMES {
-                    self.stub_functions.clear();
-                }
-                self.stub_functions.insert(key, function);
-                function
+                let id = function.id;
+                self.stub_functions.insert(key, function, ENTRY_BYTES);
+                id
             }
         };
         Frame::Runtime { function, line: 0 }
@@ -464,17 +497,17 @@ impl Jvm {
                 let frame = self.method_frame(method, Kind::JavaInterpreted, functions, |info| {
                     info.bci(bcp).or_else(|| info.bci(saved_bcp)).map_or(0, |bci| info.line(bci))
                 });
-                frames.extend(stats.counted(frame));
+                frames.extend(stats.counted(frame, self.allowance.spent()));
             }
             Physical::Native { method } => {
                 let frame = self.method_frame(method, Kind::JavaInterpreted, functions, |_| 0);
-                frames.extend(stats.counted(frame));
+                frames.extend(stats.counted(frame, self.allowance.spent()));
             }
             Physical::Stub { name } => frames.push(self.stub_frame(Some(name), functions)),
             Physical::CallStub => frames.push(self.stub_frame(None, functions)),
             Physical::Compiled { blob, compile_id, pc, exact } => {
                 let Some(nmethod) = self.nmethod(blob, compile_id) else {
-                    stats.counted(None);
+                    stats.counted(None, self.allowance.spent());
                     return;
                 };
                 let offset = i32::try_from(pc.wrapping_sub(nmethod.code_begin)).unwrap_or(i32::MAX);
@@ -485,7 +518,7 @@ impl Jvm {
                 if scopes.is_empty() {
                     // No debug information for this pc: the compiled method, with no line.
                     let frame = self.method_frame(nmethod.method, Kind::JavaCompiled, functions, |_| 0);
-                    frames.extend(stats.counted(frame));
+                    frames.extend(stats.counted(frame, self.allowance.spent()));
                     return;
                 }
                 let outermost = scopes.len() - 1;
@@ -497,7 +530,7 @@ impl Jvm {
                         .unwrap_or(0);
                     let kind = if i == outermost { Kind::JavaCompiled } else { Kind::JavaInlined };
                     let frame = self.method_frame(method, kind, functions, |info| info.line(scope.bci));
-                    frames.extend(stats.counted(frame));
+                    frames.extend(stats.counted(frame, self.allowance.spent()));
                 }
             }
         }
@@ -512,10 +545,15 @@ impl Jvm {
         line: impl FnOnce(&MethodInfo) -> u32,
     ) -> Option<Frame> {
         let info = self.method(method)?;
-        let function = *self
-            .method_functions
-            .entry((method, kind))
-            .or_insert_with(|| functions.intern(&info.name, &info.file, kind));
+        let function = match self.method_functions.get(&(method, kind)) {
+            Some(function) => function.id,
+            None => {
+                let function = functions.intern(&info.name, &info.file, kind);
+                let id = function.id;
+                self.method_functions.insert((method, kind), function, ENTRY_BYTES);
+                id
+            }
+        };
         Some(Frame::Runtime { function, line: line(&info) })
     }
 
@@ -529,7 +567,7 @@ impl Jvm {
             if let Some(info) = &known
                 && self.const_method_of(method) == Some(info.const_method)
             {
-                self.methods.insert(method, (known.clone(), self.now_ns));
+                self.methods.insert(method, (known.clone(), self.now_ns), method_bytes(&known));
                 return known;
             }
             for kind in [Kind::JavaInterpreted, Kind::JavaCompiled, Kind::JavaInlined] {
@@ -538,8 +576,10 @@ impl Jvm {
         }
         let read = &mut *self.memory;
         let read = (method != 0).then(|| method::read(&self.layout, method, read)).flatten().map(Arc::new);
-        self.charge(read.as_ref().map_or(64, |info| info.size()));
-        self.methods.insert(method, (read.clone(), self.now_ns));
+        // A read refused for want of the sample's allowance says nothing of the method.
+        if read.is_some() || !self.allowance.spent() {
+            self.methods.insert(method, (read.clone(), self.now_ns), method_bytes(&read));
+        }
         read
     }
 
@@ -549,16 +589,12 @@ impl Jvm {
         read_u64(&mut *self.memory, at)
     }
 
-    /// Counts `bytes` more of metadata remembered: past [`MAX_KNOWN_BYTES`], all of it is
-    /// forgotten first.
-    fn charge(&mut self, bytes: usize) {
-        self.known_bytes += bytes;
-        if self.known_bytes > MAX_KNOWN_BYTES {
-            self.nmethods.clear();
-            self.methods.clear();
-            self.method_functions.clear();
-            self.known_bytes = bytes;
-        }
+    /// Lets its caches give room back when the budget was short (see [`Cache::relieve`]).
+    fn relieve(&mut self) {
+        self.stub_functions.relieve();
+        self.nmethods.relieve();
+        self.methods.relieve();
+        self.method_functions.relieve();
     }
 
     /// The debug information of the nmethod at `blob`, compiled as `compile_id`.
@@ -568,19 +604,26 @@ impl Jvm {
         }
         let read = &mut *self.memory;
         let read = read_nmethod(&self.layout, blob, compile_id, read).map(Arc::new);
-        self.charge(read.as_ref().map_or(64, |nmethod| nmethod.size()));
-        self.nmethods.insert((blob, compile_id), read.clone());
+        if read.is_some() || !self.allowance.spent() {
+            let bytes = read.as_ref().map_or(ENTRY_BYTES, |nmethod| nmethod.size() as u64);
+            self.nmethods.insert((blob, compile_id), read.clone(), bytes);
+        }
         read
     }
 }
 
+/// What a method read (or not) holds in the cache, about.
+fn method_bytes(info: &Option<Arc<MethodInfo>>) -> u64 {
+    info.as_ref().map_or(ENTRY_BYTES, |info| info.size() as u64)
+}
+
 impl JavaStats {
-    /// `frame`, counted as named or not.
-    fn counted(&mut self, frame: Option<Frame>) -> Option<Frame> {
-        if frame.is_some() {
-            self.frames += 1;
-        } else {
-            self.unreadable += 1;
+    /// `frame`, counted as named or not (for want of the sample's allowance, when `spent`).
+    fn counted(&mut self, frame: Option<Frame>, spent: bool) -> Option<Frame> {
+        match (&frame, spent) {
+            (Some(_), _) => self.frames += 1,
+            (None, true) => self.deferred += 1,
+            (None, false) => self.unreadable += 1,
         }
         frame
     }

@@ -3,12 +3,13 @@
 //! instruction (docs/cpython-layouts.md §3–§5). Everything read is the target's: every pointer
 //! is checked for its type or bounded before it is followed, every length before it is read,
 //! and the name and file name come back raw (printing sanitizes them).
-use std::fmt;
+use std::{fmt, sync::Arc};
 
 use super::{
-    layout::{BYTES_DATA, BYTES_LENGTH, CodeLayout, Instruction, Layout, LineTable, OB_TYPE, StringLayout},
-    line_table,
+    layout::{BYTES_DATA, BYTES_LENGTH, CodeLayout, Instruction, Layout, OB_TYPE, StringLayout},
+    line_table::Lines,
 };
+use crate::address_space::Cache;
 
 /// Names longer than this, in characters, are cut, ending with [`CUT`].
 pub const MAX_NAME_CHARS: usize = 1024;
@@ -38,18 +39,37 @@ pub struct CodeObject {
     pub file: String,
     /// `co_firstlineno`.
     pub first_line: u32,
-    /// `None` when longer than [`MAX_LINE_TABLE_BYTES`].
-    line_table: Option<Box<[u8]>>,
-    format: LineTable,
+    /// Its line table, decoded (shared with the code objects that share the table); `None`
+    /// when longer than [`MAX_LINE_TABLE_BYTES`].
+    lines: Option<Arc<Lines>>,
 }
 
 impl CodeObject {
     /// The line of the instruction at `offset` (from [`instruction_offset`]).
     pub fn line(&self, offset: i64) -> Option<u32> {
-        match &self.line_table {
-            Some(table) => line_table::line(self.format, table, self.first_line, offset),
+        match &self.lines {
+            Some(lines) => lines.line(self.first_line, offset),
             None => (offset < 0).then_some(self.first_line),
         }
+    }
+
+    /// About the bytes it holds, but its lines (see [`LineTables`]).
+    pub fn size(&self) -> usize {
+        std::mem::size_of::<Self>() + self.name.len() + self.file.len()
+    }
+}
+
+/// Line tables decoded, by the address and length of their `bytes` object, under the budget of
+/// what targets describe: code objects that share a table (any number of them may) cost its
+/// reading and its lines once. A table freed and another of the same length made at its address
+/// since would give its code objects the old table's lines (never their names).
+#[derive(Default)]
+pub struct LineTables(Cache<(u64, u64), Arc<Lines>>);
+
+impl LineTables {
+    /// Lets the cache give room back when the budget was short (see [`Cache::relieve`]).
+    pub fn relieve(&mut self) {
+        self.0.relieve();
     }
 }
 
@@ -138,13 +158,14 @@ impl std::error::Error for CodeError {}
 /// Reads the code object at `addr` with `memory` (which fills the buffer from the target's
 /// address, or says it could not), checking that it is a code object and still the one that
 /// started on `expected_first_line`. Its line table is left out when longer than
-/// [`MAX_LINE_TABLE_BYTES`].
+/// [`MAX_LINE_TABLE_BYTES`], and read only when `tables` does not know it.
 pub fn read(
     memory: &mut impl FnMut(u64, &mut [u8]) -> bool,
     layout: &Layout,
     types: &Types,
     addr: u64,
     expected_first_line: u32,
+    tables: &mut LineTables,
 ) -> Result<CodeObject, CodeError> {
     let fields = &layout.code;
     let header = read_bytes(memory, addr, 0, header_len(fields))?;
@@ -163,8 +184,8 @@ pub fn read(
     };
     let name = strings.read(memory, name_field, u64_at(&header, name_offset), MAX_NAME_CHARS)?;
     let file = strings.read(memory, "co_filename", u64_at(&header, fields.filename), MAX_FILE_CHARS)?;
-    let line_table = read_line_table(memory, u64_at(&header, fields.line_table))?;
-    Ok(CodeObject { name, file, first_line, line_table, format: layout.line_table })
+    let lines = read_lines(memory, layout, u64_at(&header, fields.line_table), tables)?;
+    Ok(CodeObject { name, file, first_line, lines })
 }
 
 /// The bytes of a code object that hold every field read.
@@ -272,18 +293,27 @@ fn decode(bytes: &[u8], kind: u32, ascii: bool) -> String {
         .collect()
 }
 
-/// The bytes of the line table at `addr`; `None` when it is too long to read.
-fn read_line_table(
+/// The lines of the line table at `addr`, decoded, from `tables` when it knows them; `None`
+/// when the table is too long to read.
+fn read_lines(
     memory: &mut impl FnMut(u64, &mut [u8]) -> bool,
+    layout: &Layout,
     addr: u64,
-) -> Result<Option<Box<[u8]>>, CodeError> {
+    tables: &mut LineTables,
+) -> Result<Option<Arc<Lines>>, CodeError> {
     let header = read_bytes(memory, addr, 0, BYTES_LENGTH as usize + 8)?;
     let length = u64_at(&header, BYTES_LENGTH) as i64;
     let length = u64::try_from(length).map_err(|_| CodeError::BadLineTable { addr, length })?;
     if length > MAX_LINE_TABLE_BYTES {
         return Ok(None);
     }
-    Ok(Some(read_bytes(memory, addr, BYTES_DATA, length as usize)?.into_boxed_slice()))
+    if let Some(lines) = tables.0.get(&(addr, length)) {
+        return Ok(Some(lines.clone()));
+    }
+    let table = read_bytes(memory, addr, BYTES_DATA, length as usize)?;
+    let lines = Arc::new(Lines::decode(layout.line_table, &table));
+    tables.0.insert((addr, length), lines.clone(), lines.size() as u64);
+    Ok(Some(lines))
 }
 
 #[cfg(test)]
@@ -335,7 +365,8 @@ mod tests {
         for code in fixture["codes"].as_array().unwrap() {
             let addr = code["addr"].as_u64().unwrap();
             let first_line = code["first_line"].as_u64().unwrap() as u32;
-            let object = read(&mut memory, layout, &types, addr, first_line).unwrap();
+            let object =
+                read(&mut memory, layout, &types, addr, first_line, &mut LineTables::default()).unwrap();
             assert_eq!(object.name, code["name"].as_str().unwrap(), "{name}");
             assert_eq!(object.file, code["file"].as_str().unwrap(), "{name}");
             assert_eq!(object.first_line, first_line);
@@ -347,7 +378,8 @@ mod tests {
             }
             let not_started = instruction_offset(layout, addr, instr_at(layout, addr, -step));
             assert_eq!(object.line(not_started), Some(first_line), "{name}");
-            let replaced = read(&mut memory, layout, &types, addr, first_line + 1);
+            let replaced =
+                read(&mut memory, layout, &types, addr, first_line + 1, &mut LineTables::default());
             assert_eq!(
                 replaced,
                 Err(CodeError::Replaced { addr, expected: first_line + 1, found: first_line })
@@ -452,7 +484,14 @@ mod tests {
 
         fn read(&self, first_line: u32) -> Result<CodeObject, CodeError> {
             let memory = Pieces(vec![(BASE, self.0.clone())]);
-            read(&mut |addr, buffer| memory.read(addr, buffer), layout_3_12(), &TYPES, BASE, first_line)
+            read(
+                &mut |addr, buffer| memory.read(addr, buffer),
+                layout_3_12(),
+                &TYPES,
+                BASE,
+                first_line,
+                &mut LineTables::default(),
+            )
         }
     }
 
@@ -525,7 +564,8 @@ mod tests {
             longest = longest.max(buffer.len());
             memory.read(addr, buffer)
         };
-        let object = read(&mut memory, layout_3_12(), &TYPES, BASE, FIRST_LINE).unwrap();
+        let object =
+            read(&mut memory, layout_3_12(), &TYPES, BASE, FIRST_LINE, &mut LineTables::default()).unwrap();
         assert_eq!((object.file.chars().count(), longest), (MAX_FILE_CHARS, MAX_FILE_CHARS - 1));
     }
 
@@ -564,7 +604,8 @@ mod tests {
         forged.put_u64(TABLE + BYTES_LENGTH as usize, 0);
         let memory = Pieces(vec![(BASE, forged.0.clone())]);
         let mut memory = |addr, buffer: &mut [u8]| !buffer.is_empty() && memory.read(addr, buffer);
-        let object = read(&mut memory, layout_3_12(), &TYPES, BASE, FIRST_LINE).unwrap();
+        let object =
+            read(&mut memory, layout_3_12(), &TYPES, BASE, FIRST_LINE, &mut LineTables::default()).unwrap();
         assert_eq!((object.name.as_str(), object.line(0)), ("", None));
     }
 
@@ -574,7 +615,14 @@ mod tests {
         forged.put_u64(CODE + layout_3_12().code.filename as usize, u64::MAX - 4);
         assert_eq!(forged.read(FIRST_LINE), Err(CodeError::Unreadable { addr: u64::MAX - 4, len: 36 }));
         let memory = Pieces(vec![]);
-        let error = read(&mut |addr, buffer| memory.read(addr, buffer), layout_3_12(), &TYPES, u64::MAX, 1);
+        let error = read(
+            &mut |addr, buffer| memory.read(addr, buffer),
+            layout_3_12(),
+            &TYPES,
+            u64::MAX,
+            1,
+            &mut LineTables::default(),
+        );
         assert!(matches!(error, Err(CodeError::Unreadable { .. })), "{error:?}");
     }
 
@@ -609,7 +657,9 @@ mod tests {
                 let memory = Pieces(vec![(BASE, forged.0)]);
                 let first_line = u32_at(&memory.0[0].1, layout.code.first_line);
                 let mut memory = |addr, buffer: &mut [u8]| memory.read(addr, buffer);
-                if let Ok(object) = read(&mut memory, layout, &TYPES, BASE, first_line) {
+                if let Ok(object) =
+                    read(&mut memory, layout, &TYPES, BASE, first_line, &mut LineTables::default())
+                {
                     for offset in [-1, 0, 1, 1000, i64::MAX] {
                         let _ = object.line(offset);
                     }

@@ -1,41 +1,95 @@
-//! The source line of an instruction, from a code object's line table, in each of CPython's three
-//! encodings (docs/cpython-layouts.md §3.2). The table is the target's: every step is bounded by
-//! its length, a malformed entry ends the walk with no line, and lines are added up in `i64` so
-//! that no delta overflows; a line outside `u32` is no line.
+//! The source lines of a code object's instructions, from its line table in each of CPython's
+//! three encodings (docs/cpython-layouts.md §3.2), decoded once into [`Lines`]: where each line
+//! starts, which is what naming needs, in less room than the bytes that encode it. The table is
+//! the target's: every step is bounded by its length, a malformed entry ends the lines there,
+//! and lines are added up in `i64` so that no delta overflows; a line outside `u32` is no line.
 use super::layout::LineTable;
 
-/// The line of the instruction at `offset`, in the format's unit (bytes for
-/// [`LineTable::Lnotab`] and [`LineTable::Pep626`], code units for [`LineTable::Pep657`]).
-/// A negative offset is a frame that has not started its first instruction: `first_line`.
-/// `None` when the table says the instruction has no line, does not reach `offset`, or is
-/// malformed.
-pub fn line(format: LineTable, table: &[u8], first_line: u32, offset: i64) -> Option<u32> {
-    if offset < 0 {
-        return Some(first_line);
+/// The lines of a code object's instructions: runs of instructions on one line (or on none),
+/// by the offset they start at, in the format's unit (bytes for [`LineTable::Lnotab`] and
+/// [`LineTable::Pep626`], code units for [`LineTable::Pep657`]). Lines are kept from the code
+/// object's first line, which the table is written from: code objects that share a table (it
+/// is an immutable `bytes` object) share its lines.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Lines {
+    /// (start, line - first line), starts increasing; [`NONE`] for instructions with no line.
+    /// The last run goes on past the table (3.8 and 3.9 leave an instruction past it on the
+    /// last line; the later formats end with a run of no line).
+    runs: Box<[(u32, i32)]>,
+}
+
+/// The line of instructions that have none.
+const NONE: i32 = i32::MIN;
+
+impl Lines {
+    /// Decodes `table`, in `format`.
+    pub fn decode(format: LineTable, table: &[u8]) -> Self {
+        let mut runs = Runs::default();
+        match format {
+            LineTable::Lnotab => lnotab(table, &mut runs),
+            LineTable::Pep626 => pep626(table, &mut runs),
+            LineTable::Pep657 => pep657(table, &mut runs),
+        }
+        Self { runs: runs.0.into_boxed_slice() }
     }
-    let first_line = i64::from(first_line);
-    let line = match format {
-        LineTable::Lnotab => Some(lnotab(table, first_line, offset)),
-        LineTable::Pep626 => pep626(table, first_line, offset),
-        LineTable::Pep657 => pep657(table, first_line, offset),
-    }?;
-    u32::try_from(line).ok()
+
+    /// The line of the instruction at `offset` of a code object starting on `first_line`. A
+    /// negative offset is a frame that has not started its first instruction: the first line.
+    /// `None` when the table says the instruction has no line, does not reach `offset`, or is
+    /// malformed there, or the line is outside `u32`.
+    pub fn line(&self, first_line: u32, offset: i64) -> Option<u32> {
+        if offset < 0 {
+            return Some(first_line);
+        }
+        let offset = u32::try_from(offset).unwrap_or(u32::MAX);
+        let run = self.runs.partition_point(|&(start, _)| start <= offset).checked_sub(1)?;
+        let delta = self.runs[run].1;
+        (delta != NONE).then(|| u32::try_from(i64::from(first_line) + i64::from(delta)).ok()).flatten()
+    }
+
+    /// About the bytes it holds.
+    pub fn size(&self) -> usize {
+        std::mem::size_of::<Self>() + 8 * self.runs.len()
+    }
+}
+
+/// Runs being decoded.
+#[derive(Default)]
+struct Runs(Vec<(u32, i32)>);
+
+impl Runs {
+    /// Instructions from `start` on are `line` lines from the first (`None`: none), until the
+    /// next run. A start past `u32` ends the lines; a line further than `i32` from the first is
+    /// none (a table that moves that far is garbage).
+    fn push(&mut self, start: i64, line: Option<i64>) -> Option<()> {
+        let start = u32::try_from(start).ok()?;
+        let line =
+            line.and_then(|line| i32::try_from(line).ok()).filter(|&line| line != NONE).unwrap_or(NONE);
+        match self.0.last_mut() {
+            Some(last) if last.1 == line => {}
+            Some(last) if last.0 == start => last.1 = line,
+            _ => self.0.push((start, line)),
+        }
+        Some(())
+    }
 }
 
 /// 3.8, 3.9: (address increment, signed line increment) pairs; the line is the one reached when
-/// the next address would pass `offset`. An offset past the table is on its last line, as the
-/// interpreter has it.
-fn lnotab(table: &[u8], first_line: i64, offset: i64) -> i64 {
-    let mut line = first_line;
+/// the next address would pass the instruction's offset. An offset past the table is on its
+/// last line, as the interpreter has it.
+fn lnotab(table: &[u8], runs: &mut Runs) {
+    let mut line = 0i64;
     let mut address = 0i64;
+    if runs.push(0, Some(line)).is_none() {
+        return;
+    }
     for pair in table.chunks_exact(2) {
         address += i64::from(pair[0]);
-        if address > offset {
-            break;
-        }
         line += i64::from(pair[1] as i8);
+        if runs.push(address, Some(line)).is_none() {
+            return;
+        }
     }
-    line
 }
 
 /// The 3.10 line delta of instructions with no line.
@@ -43,8 +97,8 @@ const NO_LINE: i8 = -128;
 
 /// 3.10 (PEP 626): (length, signed line delta) pairs, each a range of instructions; a delta of
 /// [`NO_LINE`] leaves the running line alone and gives its range none.
-fn pep626(table: &[u8], first_line: i64, offset: i64) -> Option<i64> {
-    let mut line = first_line;
+fn pep626(table: &[u8], runs: &mut Runs) {
+    let mut line = 0i64;
     let mut start = 0i64;
     for pair in table.chunks_exact(2) {
         let end = start + i64::from(pair[0]);
@@ -53,26 +107,26 @@ fn pep626(table: &[u8], first_line: i64, offset: i64) -> Option<i64> {
         if has_line {
             line += i64::from(delta);
         }
-        if (start..end).contains(&offset) {
-            return has_line.then_some(line);
+        if end > start && runs.push(start, has_line.then_some(line)).is_none() {
+            return;
         }
         start = end;
     }
-    None
+    runs.push(start, None);
 }
 
 /// 3.11+ (PEP 657): entries of one to eight code units, each a kind code and what it needs.
-fn pep657(table: &[u8], first_line: i64, offset: i64) -> Option<i64> {
-    let mut entries = Pep657Entries { bytes: table, line: first_line };
+fn pep657(table: &[u8], runs: &mut Runs) {
+    let mut entries = Pep657Entries { bytes: table, line: 0 };
     let mut start = 0i64;
     while !entries.bytes.is_empty() {
-        let (units, line) = entries.next_entry()?;
-        if offset < start + units {
-            return line;
+        let Some((units, line)) = entries.next_entry() else { break };
+        if runs.push(start, line).is_none() {
+            return;
         }
         start += units;
     }
-    None
+    runs.push(start, None);
 }
 
 /// A walk through a PEP 657 table, keeping the running line.
@@ -162,6 +216,12 @@ pub(super) mod tests {
     use std::path::Path;
 
     use super::*;
+
+    /// The line of the instruction at `offset` of a code object starting on `first_line`, from
+    /// its `table` in `format`.
+    fn line(format: LineTable, table: &[u8], first_line: u32, offset: i64) -> Option<u32> {
+        Lines::decode(format, table).line(first_line, offset)
+    }
 
     /// Bytes from hexadecimal digits, whatever separates them.
     pub(in crate::runtimes::python) fn hex(text: &str) -> Vec<u8> {

@@ -31,31 +31,31 @@ use self::{
     interpreter::{Image, Interpreter},
 };
 use crate::{
-    address_space::{Backing, ModuleId, ProcessView},
+    address_space::{Backing, Cache, ModuleId, ProcessView},
     decode::SampleRecord,
     frame::Frame,
     model::Tgid,
     runtimes::{
-        functions::{Functions, Kind},
-        memory::ProcessMemory,
+        functions::{FunctionRef, Functions, Kind},
+        memory::{Allowance, BYTES_PER_SAMPLE, ProcessMemory, READS_PER_SAMPLE},
     },
 };
 
 /// How often a process that maps no interpreter yet is looked at again.
 const RECHECK_NS: u64 = 200_000_000;
-/// Code objects and frames remembered per process; beyond, the memory starts over.
-const MAX_CODES: usize = 1 << 14;
-const MAX_FRAMES: usize = 1 << 16;
+/// What a frame or a code object that could not be read holds in a cache, about.
+const ENTRY_BYTES: u64 = 64;
 /// Processes whose unsupported Python the summary names.
 const MAX_UNSUPPORTED_NAMED: usize = 16;
 
 /// The Python stage of the walk.
-#[derive(Default)]
 pub struct Python {
     images: FxHashMap<ModuleId, Option<Arc<Interpreter>>>,
     processes: FxHashMap<Tgid, State>,
     registrations: Vec<(Tgid, Option<PythonProcess>)>,
     table: KernelTable,
+    /// What a sample's frames may cost in reads of a process's memory.
+    allowance: Arc<Allowance>,
     stats: PythonStats,
     /// Scratch: one sample's frames, and its runs' bounds.
     translated: Vec<Frame>,
@@ -81,13 +81,16 @@ struct Running {
     module: ModuleId,
     types: code::Types,
     memory: ProcessMemory,
-    codes: FxHashMap<(u64, u32), Option<Code>>,
-    frames: FxHashMap<(u64, u32, u64), Frame>,
+    /// Code objects by (address, first line), and frames by (code object, first line,
+    /// instruction), under the budget of what targets describe.
+    codes: Cache<(u64, u32), Option<Code>>,
+    frames: Cache<(u64, u32, u64), (Frame, FunctionRef)>,
+    line_tables: code::LineTables,
 }
 
 #[derive(Clone)]
 struct Code {
-    function: u32,
+    function: FunctionRef,
     object: Arc<CodeObject>,
 }
 
@@ -104,6 +107,9 @@ pub struct PythonStats {
     pub truncated: u64,
     /// Frames whose code object could not be read, or had been replaced, by the time it was.
     pub unreadable_code: u64,
+    /// Frames whose code object was not read in their sample for want of its allowance of
+    /// reads (read at a later one).
+    pub deferred: u64,
     /// Processes whose CPython is not read, and what it is.
     pub unsupported: BTreeMap<Tgid, String>,
     /// Looks at a process running a CPython that found no room for it in the kernel's table of
@@ -122,6 +128,14 @@ impl PythonStats {
                 "{} samples with Python frames; {} of threads without a Python thread state, {} cut by a failed read, \
                  {} deeper than {MAX_PYTHON_FRAMES} frames; {} frames of code freed before it was read",
                 self.with_frames, self.no_thread_state, self.read_errors, self.truncated, self.unreadable_code
+            ));
+        }
+        if self.deferred > 0 {
+            lines.push(format!(
+                "{} Python frames left unnamed in their sample: it had spent its {READS_PER_SAMPLE} reads or {} MiB \
+                 of the process's memory",
+                self.deferred,
+                BYTES_PER_SAMPLE >> 20
             ));
         }
         if self.no_room + self.over_share > 0 {
@@ -184,9 +198,19 @@ impl KernelTable {
 
 impl Python {
     /// The stage, for a session that follows the whole system (`system_wide`: users share the
-    /// kernel's table) or some processes.
-    pub fn new(system_wide: bool) -> Self {
-        Self { table: KernelTable { shared: system_wide, ..KernelTable::default() }, ..Self::default() }
+    /// kernel's table) or some processes, its frames' reads within `allowance`.
+    pub fn new(system_wide: bool, allowance: Arc<Allowance>) -> Self {
+        Self {
+            images: FxHashMap::default(),
+            processes: FxHashMap::default(),
+            registrations: Vec::new(),
+            table: KernelTable { shared: system_wide, ..KernelTable::default() },
+            allowance,
+            stats: PythonStats::default(),
+            translated: Vec::new(),
+            run_ends: Vec::new(),
+            native: Vec::new(),
+        }
     }
 
     pub fn stats(&self) -> &PythonStats {
@@ -287,6 +311,16 @@ impl Python {
             .any(|state| matches!(state, State::Running(running) if running.module == module))
     }
 
+    /// Once per epoch of the budget of what targets describe: the processes' caches give room
+    /// back if it was short.
+    pub fn relieve(&mut self) {
+        for state in self.processes.values_mut() {
+            if let State::Running(running) = state {
+                running.relieve();
+            }
+        }
+    }
+
     /// Forgets what was found of `modules` (evicted), none of them an interpreter in use.
     pub fn forget_modules(&mut self, modules: &[ModuleId]) {
         for module in modules {
@@ -317,9 +351,10 @@ impl Python {
             interpreter,
             module,
             types,
-            memory: ProcessMemory::new(tgid),
-            codes: FxHashMap::default(),
-            frames: FxHashMap::default(),
+            memory: ProcessMemory::new(tgid, self.allowance.clone()),
+            codes: Cache::default(),
+            frames: Cache::default(),
+            line_tables: code::LineTables::default(),
         }))
     }
 
@@ -383,28 +418,29 @@ impl Running {
     /// The frame a record stands for.
     fn frame(&mut self, record: &PythonFrame, functions: &mut Functions, stats: &mut PythonStats) -> Frame {
         let key = (record.code, record.first_line, record.instr);
-        if let Some(&frame) = self.frames.get(&key) {
-            return frame;
+        if let Some((frame, _)) = self.frames.get(&key) {
+            return *frame;
         }
-        let frame = match self.code(record, functions) {
+        let (frame, function) = match self.code(record, functions) {
             Some(code) => {
                 let layout = self.interpreter.layout;
                 let offset = code::instruction_offset(layout, record.code, record.instr);
                 let line = code.object.line(offset).unwrap_or(code.object.first_line);
-                Frame::Runtime { function: code.function, line }
+                (Frame::Runtime { function: code.function.id, line }, code.function)
+            }
+            None if self.memory.allowance_spent() => {
+                // Read at a later sample: not remembered.
+                stats.deferred += 1;
+                let function = functions.intern("[Python code not read yet]", "", Kind::Python);
+                return Frame::Runtime { function: function.id, line: 0 };
             }
             None => {
                 stats.unreadable_code += 1;
-                Frame::Runtime {
-                    function: functions.intern("[unknown Python code]", "", Kind::Python),
-                    line: 0,
-                }
+                let function = functions.intern("[unknown Python code]", "", Kind::Python);
+                (Frame::Runtime { function: function.id, line: 0 }, function)
             }
         };
-        if self.frames.len() >= MAX_FRAMES {
-            self.frames.clear();
-        }
-        self.frames.insert(key, frame);
+        self.frames.insert(key, (frame, function), ENTRY_BYTES);
         frame
     }
 
@@ -415,18 +451,27 @@ impl Running {
         }
         let memory = &mut self.memory;
         let mut read = |addr: u64, buf: &mut [u8]| memory.read(addr, buf);
+        let layout = self.interpreter.layout;
         let code =
-            code::read(&mut read, self.interpreter.layout, &self.types, record.code, record.first_line)
+            code::read(&mut read, layout, &self.types, record.code, record.first_line, &mut self.line_tables)
                 .ok()
                 .map(|object| Code {
                     function: functions.intern(&object.name, &object.file, Kind::Python),
                     object: Arc::new(object),
                 });
-        if self.codes.len() >= MAX_CODES {
-            self.codes.clear();
+        // A read refused for want of the sample's allowance says nothing of the code object.
+        if code.is_some() || !self.memory.allowance_spent() {
+            let bytes = code.as_ref().map_or(0, |code| code.object.size() as u64) + ENTRY_BYTES;
+            self.codes.insert(key, code.clone(), bytes);
         }
-        self.codes.insert(key, code.clone());
         code
+    }
+
+    /// Lets its caches give room back when the budget was short (see [`Cache::relieve`]).
+    fn relieve(&mut self) {
+        self.codes.relieve();
+        self.frames.relieve();
+        self.line_tables.relieve();
     }
 }
 
