@@ -116,7 +116,6 @@ impl<K: Hash + Eq, V> Cache<K, V> {
             self.entries.pop_lru();
         }
     }
-
 }
 
 #[cfg(test)]

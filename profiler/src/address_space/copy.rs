@@ -67,17 +67,49 @@ pub struct StableFile {
     file: File,
     /// What a copy holds of the budget.
     charge: Option<Charge>,
+    /// Who could change the file it is (or is a copy of).
+    writer: Writer,
+}
+
+/// Who can change a file, and so who chose what it says: root alone (a system file), one user
+/// (its owner), or anyone (writable by its group or by others).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Writer {
+    Root,
+    User(u32),
+    Anyone,
+}
+
+impl Writer {
+    /// Who can change a file of owner `uid` and permission bits `mode`.
+    pub fn of(uid: u32, mode: u32) -> Self {
+        match (uid, mode & 0o022) {
+            (_, 0o022 | 0o020 | 0o002) => Self::Anyone,
+            (0, _) => Self::Root,
+            (uid, _) => Self::User(uid),
+        }
+    }
 }
 
 impl StableFile {
     /// The file itself: nobody but root can change it.
     pub fn unchanged(file: File) -> Self {
-        Self { file, charge: None }
+        Self { file, charge: None, writer: Writer::Root }
     }
 
     /// Whether this is a copy, not the file itself.
     pub fn is_copy(&self) -> bool {
         self.charge.is_some()
+    }
+
+    /// Who could change the file it is, or is a copy of.
+    pub fn writer(&self) -> Writer {
+        self.writer
+    }
+
+    /// The same, a copy of a file `writer` can change.
+    pub fn written_by(self, writer: Writer) -> Self {
+        Self { writer, ..self }
     }
 }
 
@@ -126,7 +158,8 @@ fn copy_within(budget: &'static Budget, file: &File, size: u64, parts: Parts) ->
         }
     }
     fcntl_add_seals(&copy, SealFlags::SHRINK | SealFlags::GROW | SealFlags::WRITE | SealFlags::SEAL)?;
-    Ok(StableFile { file: copy, charge: Some(charge) })
+    // A copy is of a file someone other than root could change: `open::stable` says who.
+    Ok(StableFile { file: copy, charge: Some(charge), writer: Writer::Anyone })
 }
 
 /// The ranges of a file to copy.

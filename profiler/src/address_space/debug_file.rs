@@ -11,7 +11,7 @@ use std::{
 };
 
 use super::{
-    Parts, StableFile,
+    Parts, StableFile, Writer,
     elf::ElfFacts,
     open::{self, Root},
 };
@@ -20,11 +20,18 @@ use super::{
 const DEBUG_DIRS: [&str; 2] = ["/usr/lib/debug", "/lib/debug"];
 
 /// The debug file of a module mapped from `path` (as its process names it, in `root`), whose
-/// facts are `facts`; made [`open::stable`].
-pub fn find(root: &Root, path: &Path, facts: &ElfFacts) -> Option<StableFile> {
+/// facts are `facts`, a file `writer` can change; made [`open::stable`]. A debug file names the
+/// module's frames: it is taken only from root, or from the user who could change the module
+/// anyway (a user's mount namespace may put their own files at the debug directories' paths).
+pub fn find(root: &Root, path: &Path, facts: &ElfFacts, writer: Writer) -> Option<StableFile> {
     candidates(path, facts).into_iter().filter(|candidate| candidate != path).find_map(|candidate| {
         let file = root.open(&candidate).and_then(|file| open::stable(file, Parts::Whole)).ok()?;
-        matches(&file, facts).then_some(file)
+        let trusted = match (file.writer(), writer) {
+            (Writer::Root, _) => true,
+            (Writer::User(debug), Writer::User(module)) => debug == module,
+            _ => false,
+        };
+        (trusted && matches(&file, facts)).then_some(file)
     })
 }
 

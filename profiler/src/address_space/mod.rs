@@ -17,7 +17,7 @@ mod vdso;
 pub use self::{
     budget::{Budget, Charge},
     cache::{Cache, DESCRIBED, DESCRIBED_BUDGET, unkept},
-    copy::{COPY_BUDGET, Parts, StableFile, refused as refused_copies},
+    copy::{COPY_BUDGET, Parts, StableFile, Writer, refused as refused_copies},
     elf::{ElfFacts, INFLATED, INFLATED_BUDGET, MAX_INFLATED_SECTION, charge_inflated},
     module::{Module, ModuleId, ModuleSet, Modules, readable_path},
     proc_maps::{Backing, MAX_MAPS_BYTES, Mapping, Mappings, TimedMapping, backing_named, cut_readings},

@@ -1,9 +1,12 @@
 //! Registry of the modules (executables, libraries, vdso) seen in samples.
 //!
-//! A module is identified by its content: the GNU build id where the file has one, else the file
-//! itself (device, inode, modification time). Every process that maps the same library, even a
-//! copy of it in another container's file system, shares one entry, so the unwinder and the
-//! symbolizer parse it once. The file is opened while the target still maps it and the handle is
+//! A module is what its file is. Files are one module when the profiler can show they are the
+//! same: the same file (device and inode), files with one GNU build id that only root can
+//! change (the same library in twenty containers' file systems is parsed once), or files of one
+//! user with one build id and the same content. A build id is only what a file says of itself:
+//! a user's copy of root's library, its names changed and its build id kept, never stands for
+//! root's, nor one user's file for another's. Every other file is its own module (device,
+//! inode, modification time). The unwinder and the symbolizer parse a module once. The file is opened while the target still maps it and the handle is
 //! kept, so a module still symbolizes after the process exited, the library was dlclose'd or the
 //! file was deleted.
 use std::{
@@ -18,7 +21,7 @@ use std::{
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::{
-    Backing, Mapping, Parts, StableFile, debug_file,
+    Backing, Mapping, Parts, StableFile, Writer, debug_file,
     elf::ElfFacts,
     open::{self, Root},
     vdso,
@@ -35,6 +38,9 @@ pub type FileOpener = Box<dyn Fn(Tgid, &Root, &Mapping, &Path) -> io::Result<Sta
 const MAX_COPIES: usize = 1024;
 /// Files of JIT code remembered at most (see [`Modules`]).
 const MAX_JIT_FILES: usize = 4096;
+/// Contents of one user's build id compared with at most: a user making copies of one build
+/// id, each different, makes a module of each, compared with the first few only.
+const MAX_CONTENTS: usize = 8;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ModuleId(u32);
@@ -175,7 +181,12 @@ impl MappedKey {
 /// What a module's content is known by.
 #[derive(Debug, PartialEq, Eq, Hash)]
 enum ContentKey {
-    BuildId(Vec<u8>),
+    /// A build id in a file only root, or only one user, can change: root's files are one
+    /// module per build id, a user's only when their content is the same too.
+    BuildId {
+        build_id: Vec<u8>,
+        writer: Writer,
+    },
     /// No build id: the file itself, as it was when opened (`mtime` is `None` when it could not be).
     File {
         dev: u64,
@@ -185,8 +196,8 @@ enum ContentKey {
     Pseudo(String),
 }
 
-/// The modules seen in samples. A module is its content: every file with one build id is one
-/// module. Mappings are looked up by (device, inode) first, so a file is opened and read once.
+/// The modules seen in samples. A module is what its file is (see the module's documentation).
+/// Mappings are looked up by (device, inode) first, so a file is opened and read once.
 pub struct Modules {
     open: FileOpener,
     by_mapping: FxHashMap<MappedKey, ModuleId>,
@@ -194,7 +205,8 @@ pub struct Modules {
     /// process: that says nothing of the file, which is tried again through the next process
     /// that maps it. Forgotten with the process.
     unopened: FxHashMap<(Tgid, MappedKey), ModuleId>,
-    by_content: FxHashMap<ContentKey, ModuleId>,
+    /// Modules by content key: one for each, but for a user's build id, one per content.
+    by_content: FxHashMap<ContentKey, Vec<ModuleId>>,
     /// Shared with naming, which may still be reading a module the registry let go.
     modules: Vec<Arc<Module>>,
     /// Files found to be another copy of a known module, held open so that their (device,
@@ -276,22 +288,36 @@ impl Modules {
         };
         let unopened = matches!(key, MappedKey::File { .. }) && file.is_none();
         let facts = file.as_ref().and_then(|file| ElfFacts::read(&open::map(file).ok()?));
-        let content = match (facts.as_ref().and_then(|f| f.build_id.clone()), &key) {
-            (Some(build_id), _) => ContentKey::BuildId(build_id),
-            (None, &MappedKey::File { dev, inode }) => {
+        let build_id = facts.as_ref().and_then(|f| f.build_id.clone());
+        let writer = file.as_ref().map(|file| file.writer());
+        let content = match (build_id, writer, &key) {
+            (Some(build_id), Some(writer @ (Writer::Root | Writer::User(_))), _) => {
+                ContentKey::BuildId { build_id, writer }
+            }
+            (_, _, &MappedKey::File { dev, inode }) => {
                 ContentKey::File { dev, inode, mtime: file.as_deref().and_then(mtime) }
             }
-            (None, MappedKey::Pseudo(name)) => ContentKey::Pseudo(name.clone()),
+            (_, _, MappedKey::Pseudo(name)) => ContentKey::Pseudo(name.clone()),
         };
-        let id = match self.by_content.get(&content) {
-            Some(&id) => {
+        let known = self.by_content.get(&content).and_then(|ids| {
+            ids.iter().copied().find(|&id| match (&content, file.as_deref()) {
+                (ContentKey::BuildId { writer: Writer::User(_), .. }, Some(file)) => {
+                    self.modules[id.0 as usize].file().is_some_and(|known| same_content(known, file))
+                }
+                _ => true,
+            })
+        });
+        let id = match known {
+            Some(id) => {
                 self.hold_copy(&key, file);
                 id
             }
             None => {
-                let debug = match (&key, &facts) {
-                    (MappedKey::File { .. }, Some(facts)) if !facts.has_dwarf || !facts.has_cfi => {
-                        debug_file::find(root, path, facts).and_then(|file| {
+                let debug = match (&key, &facts, writer) {
+                    (MappedKey::File { .. }, Some(facts), Some(writer))
+                        if !facts.has_dwarf || !facts.has_cfi =>
+                    {
+                        debug_file::find(root, path, facts, writer).and_then(|file| {
                             Some(DebugFile { facts: ElfFacts::read(&open::map(&file).ok()?)?, file })
                         })
                     }
@@ -300,7 +326,10 @@ impl Modules {
                 let id = ModuleId(self.modules.len() as u32);
                 self.modules.push(Arc::new(Module { path: path.to_owned(), file, facts, debug }));
                 self.last_used.push(self.period);
-                self.by_content.insert(content, id);
+                let ids = self.by_content.entry(content).or_default();
+                if ids.len() < MAX_CONTENTS {
+                    ids.push(id);
+                }
                 id
             }
         };
@@ -357,7 +386,10 @@ impl Modules {
         }
         let evicted: rustc_hash::FxHashSet<ModuleId> = ids.iter().copied().collect();
         self.by_mapping.retain(|_, id| !evicted.contains(id));
-        self.by_content.retain(|_, id| !evicted.contains(id));
+        self.by_content.retain(|_, ids| {
+            ids.retain(|id| !evicted.contains(id));
+            !ids.is_empty()
+        });
         self.unopened.retain(|_, id| !evicted.contains(id));
         let by_mapping = &self.by_mapping;
         self.copies.retain(|(key, _)| by_mapping.contains_key(key));
@@ -407,6 +439,14 @@ impl ModuleSet {
 
     pub fn iter(&self) -> impl Iterator<Item = (ModuleId, &Module)> {
         self.0.iter().map(|(&id, module)| (id, &**module))
+    }
+}
+
+/// Whether two files (copies made the same way, of what the stages read) hold the same bytes.
+fn same_content(a: &File, b: &File) -> bool {
+    match (open::map(a), open::map(b)) {
+        (Ok(a), Ok(b)) => a[..] == b[..],
+        _ => false,
     }
 }
 
@@ -494,6 +534,50 @@ mod tests {
         );
         assert_eq!(modules.intern(Tgid::own(), &Root::Own, &file_mapping(&b)), Some(id));
         assert_eq!(modules.get(id).path(), a);
+    }
+
+    /// A build id is what a file says of itself: files of one build id are one module when only
+    /// root can change them, or when they are one user's with the same bytes; a user's file
+    /// with other bytes, or another user's, is a module of its own.
+    #[test]
+    fn a_build_id_alone_does_not_make_files_one_module() {
+        let dir = tempfile::tempdir().unwrap();
+        let own = own_mapping();
+        let Backing::File { path: exe, .. } = &own.backing else { panic!("{own:?}") };
+        let image = std::fs::read(exe).unwrap();
+        let mut renamed = image.clone();
+        let at = renamed.len() - 100;
+        renamed[at] ^= 0xff;
+        let written = [
+            ("root", &image, Writer::Root),
+            ("root-changed", &renamed, Writer::Root),
+            ("user", &image, Writer::User(7)),
+            ("user-same", &image, Writer::User(7)),
+            ("user-changed", &renamed, Writer::User(7)),
+            ("other-user", &image, Writer::User(8)),
+            ("anyone", &image, Writer::Anyone),
+        ];
+        let writers: FxHashMap<PathBuf, Writer> = written
+            .iter()
+            .map(|&(name, bytes, writer)| {
+                std::fs::write(dir.path().join(name), bytes).unwrap();
+                (dir.path().join(name), writer)
+            })
+            .collect();
+        let mut modules = Modules::with_opener(Box::new(move |_, _, _, path| {
+            Ok(StableFile::unchanged(File::open(path)?).written_by(writers[path]))
+        }));
+        let mut id = |name: &str| {
+            modules.intern(Tgid::own(), &Root::Own, &file_mapping(&dir.path().join(name))).unwrap()
+        };
+        let root = id("root");
+        assert_eq!(id("root-changed"), root, "root's files of one build id: one module");
+        let user = id("user");
+        assert_ne!(user, root, "a user's file never stands for root's");
+        assert_eq!(id("user-same"), user, "the same user's, the same bytes");
+        assert!(![root, user].contains(&id("user-changed")), "other bytes");
+        assert!(![root, user].contains(&id("other-user")), "another user's");
+        assert!(![root, user].contains(&id("anyone")), "anyone's");
     }
 
     #[test]

@@ -24,7 +24,7 @@ use rustix::fs::{CWD, FileType, Mode, OFlags, ResolveFlags, Stat, fstat, openat2
 
 use super::{
     Mapping,
-    copy::{self, Parts, StableFile},
+    copy::{self, Parts, StableFile, Writer},
 };
 use crate::model::Tgid;
 
@@ -172,8 +172,8 @@ fn reopen(handle: OwnedFd) -> io::Result<File> {
 /// sealed copy in memory of its `parts`, which nobody can truncate or change.
 pub fn stable(file: File, parts: Parts) -> io::Result<StableFile> {
     let stat = fstat(&file)?;
-    let target_writable = stat.st_uid != 0 || stat.st_mode & 0o022 != 0;
-    if !target_writable {
+    let writer = Writer::of(stat.st_uid, stat.st_mode);
+    if writer == Writer::Root {
         return Ok(StableFile::unchanged(file));
     }
     let size = u64::try_from(stat.st_size).unwrap_or(u64::MAX);
@@ -181,7 +181,7 @@ pub fn stable(file: File, parts: Parts) -> io::Result<StableFile> {
         return Err(io::Error::new(io::ErrorKind::FileTooLarge, "too large to copy"));
     }
     // At most the size seen is read: a file growing under us is cut there.
-    copy::sealed_copy(&file, size, parts)
+    Ok(copy::sealed_copy(&file, size, parts)?.written_by(writer))
 }
 
 /// A file's bytes, mapped read-only. Only files made [`stable`] (or our own) are mapped.

@@ -158,7 +158,6 @@ impl Functions {
         });
     }
 
-
     /// Functions not kept for want of room so far.
     pub fn unkept(&self) -> u64 {
         self.unkept
