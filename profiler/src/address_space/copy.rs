@@ -16,6 +16,7 @@ use std::{
 
 use super::{
     budget::{Budget, Charge},
+    descriptors::Slot,
     elf::is_dwarf,
 };
 use object::{
@@ -69,6 +70,8 @@ pub struct StableFile {
     charge: Option<Charge>,
     /// Who could change the file it is (or is a copy of).
     writer: Writer,
+    /// Its place among the descriptors kept.
+    _slot: Option<Slot>,
 }
 
 /// Who can change a file, and so who chose what it says: root alone (a system file), one user
@@ -94,7 +97,7 @@ impl Writer {
 impl StableFile {
     /// The file itself: nobody but root can change it.
     pub fn unchanged(file: File) -> Self {
-        Self { file, charge: None, writer: Writer::Root }
+        Self { file, charge: None, writer: Writer::Root, _slot: None }
     }
 
     /// Whether this is a copy, not the file itself.
@@ -110,6 +113,11 @@ impl StableFile {
     /// The same, a copy of a file `writer` can change.
     pub fn written_by(self, writer: Writer) -> Self {
         Self { writer, ..self }
+    }
+
+    /// The same, counted among the descriptors kept as `slot`.
+    pub fn in_slot(self, slot: Slot) -> Self {
+        Self { _slot: Some(slot), ..self }
     }
 }
 
@@ -159,7 +167,7 @@ fn copy_within(budget: &'static Budget, file: &File, size: u64, parts: Parts) ->
     }
     fcntl_add_seals(&copy, SealFlags::SHRINK | SealFlags::GROW | SealFlags::WRITE | SealFlags::SEAL)?;
     // A copy is of a file someone other than root could change: `open::stable` says who.
-    Ok(StableFile { file: copy, charge: Some(charge), writer: Writer::Anyone })
+    Ok(StableFile { file: copy, charge: Some(charge), writer: Writer::Anyone, _slot: None })
 }
 
 /// The ranges of a file to copy.

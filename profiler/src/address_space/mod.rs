@@ -5,11 +5,14 @@ mod budget;
 mod cache;
 mod copy;
 mod debug_file;
+pub mod descriptors;
 mod elf;
 mod module;
+pub mod mounts;
 pub mod open;
 mod proc_maps;
 mod process;
+pub mod remote;
 mod resolve;
 mod task_event;
 mod vdso;
@@ -22,7 +25,7 @@ pub use self::{
     module::{Module, ModuleId, ModuleSet, Modules, readable_path},
     proc_maps::{Backing, MAX_MAPS_BYTES, Mapping, Mappings, TimedMapping, backing_named, cut_readings},
     process::Identity,
-    process::{Process, Processes, Tracking, read_bounded, running},
+    process::{Process, Processes, Tracking, read_bounded, read_bounded_bytes, running},
     resolve::{ProcessView, Resolved, Want},
     task_event::TaskEvent,
 };

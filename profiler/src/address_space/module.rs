@@ -21,18 +21,15 @@ use std::{
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::{
-    Backing, Mapping, Parts, StableFile, Writer, debug_file,
-    elf::ElfFacts,
-    open::{self, Root},
-    vdso,
+    Backing, Identity, Mapping, Parts, StableFile, Writer, debug_file, elf::ElfFacts, open, remote, vdso,
 };
 use crate::model::Tgid;
 
-/// Opens the file behind a mapping of a process (`tgid`, its root, the mapping, the path it
+/// Opens the file behind a mapping of a process (`tgid`, what it is, the mapping, the path it
 /// names); the registry calls it once per file. Live processes are read through
 /// [`open::mapped_file`]; recorded fixtures bring their own. A file of JIT code is refused with
 /// [`open::jit_memory_error`]: its mappings are then anonymous memory.
-pub type FileOpener = Box<dyn Fn(Tgid, &Root, &Mapping, &Path) -> io::Result<StableFile>>;
+pub type FileOpener = Box<dyn Fn(Tgid, &Identity, &Mapping, &Path) -> io::Result<StableFile>>;
 
 /// Copies of known modules held open at most (see [`Modules`]).
 const MAX_COPIES: usize = 1024;
@@ -215,22 +212,31 @@ pub struct Modules {
     /// copy made of one pins nothing, and its memory would be spent for nothing.
     copies: VecDeque<(MappedKey, StableFile)>,
     /// Files that could not be opened for want of file descriptors (not remembered: tried
-    /// again when next seen).
+    /// again when next seen), and whether one was since the least recently used modules were
+    /// last let go.
     out_of_descriptors: u64,
+    short_of_descriptors: bool,
     /// Files that hold JIT code, not an image ([`open::is_jit_memory`]): anonymous memory. At
     /// most [`MAX_JIT_FILES`] are remembered (then forgotten all at once, and looked at again).
     jit_files: FxHashSet<MappedKey>,
-    /// The period in which each module was last looked up (see [`Modules::idle`]).
+    /// The period in which each module was last looked up (see [`Modules::idle`]), and the
+    /// lookup (counted from the start) it was last looked up by.
     last_used: Vec<u64>,
     period: u64,
+    last_lookup: Vec<u64>,
+    lookups: u64,
 }
 
 impl Default for Modules {
-    /// The modules of live processes, their files opened through `/proc`.
+    /// The modules of live processes, their files opened through `/proc`; those of file systems
+    /// the kernel does not answer for, off the pipeline (see `remote`).
     fn default() -> Self {
-        Self::with_opener(Box::new(|tgid, root, mapping, path| {
-            let file =
-                open::mapped_file(tgid, mapping).or_else(|_| open::mapped_path(root, path, mapping))?;
+        Self::with_opener(Box::new(|tgid, identity, mapping, path| {
+            if !identity.kernel_answers(tgid, mapping.dev) {
+                return remote::open(tgid, mapping);
+            }
+            let file = open::mapped_file(tgid, mapping)
+                .or_else(|_| open::mapped_path(&identity.root, path, mapping))?;
             if open::is_jit_memory(path, &file) {
                 return Err(open::jit_memory_error());
             }
@@ -250,30 +256,38 @@ impl Modules {
             modules: Vec::new(),
             copies: VecDeque::new(),
             out_of_descriptors: 0,
+            short_of_descriptors: false,
             jit_files: FxHashSet::default(),
             last_used: Vec::new(),
             period: 0,
+            last_lookup: Vec::new(),
+            lookups: 0,
         }
     }
 
-    /// The module behind `mapping` of process `tgid` (whose paths resolve in `root`); `None` for
+    /// The module behind `mapping` of process `tgid` (what it is: `identity`); `None` for
     /// anonymous memory.
-    pub fn intern(&mut self, tgid: Tgid, root: &Root, mapping: &Mapping) -> Option<ModuleId> {
+    pub fn intern(&mut self, tgid: Tgid, identity: &Identity, mapping: &Mapping) -> Option<ModuleId> {
         let (key, path) = MappedKey::of(mapping)?;
         if self.jit_files.contains(&key) {
             return None;
         }
+        self.lookups += 1;
         if let Some(&id) = self.by_mapping.get(&key).or_else(|| self.unopened.get(&(tgid, key.clone()))) {
             self.last_used[id.0 as usize] = self.period;
+            self.last_lookup[id.0 as usize] = self.lookups;
             return Some(id);
         }
         let file = match &key {
-            MappedKey::File { .. } => match (self.open)(tgid, root, mapping, path) {
+            MappedKey::File { .. } => match (self.open)(tgid, identity, mapping, path) {
                 Ok(file) => Some(file),
                 Err(err) if rustix::io::Errno::from_io_error(&err) == Some(rustix::io::Errno::MFILE) => {
                     self.out_of_descriptors += 1;
+                    self.short_of_descriptors = true;
                     return None;
                 }
+                // Being copied off the pipeline: asked again when next seen.
+                Err(err) if remote::is_not_yet(&err) => return None,
                 Err(err) if open::is_jit_memory_error(&err) => {
                     if self.jit_files.len() >= MAX_JIT_FILES {
                         self.jit_files.clear();
@@ -313,11 +327,14 @@ impl Modules {
                 id
             }
             None => {
+                // Not next to a file of a file system the kernel does not answer for: looking
+                // there could wait for ever.
                 let debug = match (&key, &facts, writer) {
                     (MappedKey::File { .. }, Some(facts), Some(writer))
-                        if !facts.has_dwarf || !facts.has_cfi =>
+                        if (!facts.has_dwarf || !facts.has_cfi)
+                            && identity.kernel_answers(tgid, mapping.dev) =>
                     {
-                        debug_file::find(root, path, facts, writer).and_then(|file| {
+                        debug_file::find(&identity.root, path, facts, writer).and_then(|file| {
                             Some(DebugFile { facts: ElfFacts::read(&open::map(&file).ok()?)?, file })
                         })
                     }
@@ -326,6 +343,7 @@ impl Modules {
                 let id = ModuleId(self.modules.len() as u32);
                 self.modules.push(Arc::new(Module { path: path.to_owned(), file, facts, debug }));
                 self.last_used.push(self.period);
+                self.last_lookup.push(self.lookups);
                 let ids = self.by_content.entry(content).or_default();
                 if ids.len() < MAX_CONTENTS {
                     ids.push(id);
@@ -353,6 +371,22 @@ impl Modules {
             .filter(|&i| self.last_used[i] < since && self.modules[i].held())
             .map(|i| ModuleId(i as u32))
             .collect()
+    }
+
+    /// When a file could not be opened for want of descriptors since the last call: the
+    /// least recently looked up quarter of the modules still held, to let go of, so that
+    /// what is sampled now gets descriptors (whoever mapped the files holding them).
+    pub fn short_of_descriptors(&mut self) -> Vec<ModuleId> {
+        if !std::mem::take(&mut self.short_of_descriptors) {
+            return Vec::new();
+        }
+        let mut held: Vec<(u64, ModuleId)> = (0..self.modules.len())
+            .filter(|&i| self.modules[i].held())
+            .map(|i| (self.last_lookup[i], ModuleId(i as u32)))
+            .collect();
+        held.sort_unstable();
+        held.truncate(held.len().div_ceil(4));
+        held.into_iter().map(|(_, id)| id).collect()
     }
 
     /// The modules still held that none of `mappings` (those of every process known, past ones
@@ -469,11 +503,11 @@ mod tests {
     fn same_file_is_one_module() {
         let mut modules = Modules::default();
         let mapping = own_mapping();
-        let a = modules.intern(Tgid::own(), &Root::Own, &mapping).unwrap();
+        let a = modules.intern(Tgid::own(), &Identity::own(), &mapping).unwrap();
         let mut moved = mapping.clone();
         moved.start += 0x1000_0000;
         moved.end += 0x1000_0000;
-        let b = modules.intern(Tgid::own(), &Root::Own, &moved).unwrap();
+        let b = modules.intern(Tgid::own(), &Identity::own(), &moved).unwrap();
         assert_eq!(a, b);
         let module = modules.get(a);
         let path = readable_path(module.file().expect("own executable opens"));
@@ -484,12 +518,12 @@ mod tests {
     fn modules_idle_for_a_while_are_let_go() {
         let mut modules = Modules::default();
         let mapping = own_mapping();
-        let id = modules.intern(Tgid::own(), &Root::Own, &mapping).unwrap();
+        let id = modules.intern(Tgid::own(), &Identity::own(), &mapping).unwrap();
         for _ in 0..4 {
             modules.next_period();
         }
         assert!(modules.idle(4).is_empty(), "used four periods ago");
-        assert_eq!(modules.intern(Tgid::own(), &Root::Own, &mapping), Some(id));
+        assert_eq!(modules.intern(Tgid::own(), &Identity::own(), &mapping), Some(id));
         for _ in 0..5 {
             modules.next_period();
         }
@@ -497,7 +531,7 @@ mod tests {
         modules.evict(&[id]);
         assert!(modules.get(id).file().is_none() && modules.get(id).facts().is_some());
         assert!(modules.idle(4).is_empty(), "nothing left to let go");
-        let again = modules.intern(Tgid::own(), &Root::Own, &mapping).unwrap();
+        let again = modules.intern(Tgid::own(), &Identity::own(), &mapping).unwrap();
         assert_ne!(again, id, "read anew, as a new module");
         assert!(modules.get(again).file().is_some());
     }
@@ -506,7 +540,7 @@ mod tests {
     fn modules_no_process_maps_are_found() {
         let mut modules = Modules::default();
         let mapping = own_mapping();
-        let id = modules.intern(Tgid::own(), &Root::Own, &mapping).unwrap();
+        let id = modules.intern(Tgid::own(), &Identity::own(), &mapping).unwrap();
         assert!(modules.unmapped([(Tgid::own(), &mapping)].into_iter()).is_empty());
         assert_eq!(modules.unmapped(std::iter::empty()), [id]);
         modules.evict(&[id]);
@@ -527,12 +561,12 @@ mod tests {
         std::fs::copy(exe, &a).unwrap();
         std::fs::copy(exe, &b).unwrap();
         let mut modules = Modules::default();
-        let id = modules.intern(Tgid::own(), &Root::Own, &file_mapping(&a)).unwrap();
+        let id = modules.intern(Tgid::own(), &Identity::own(), &file_mapping(&a)).unwrap();
         assert!(
             modules.get(id).build_id().is_some_and(|id| !id.is_empty()),
             "the test binary has a build id"
         );
-        assert_eq!(modules.intern(Tgid::own(), &Root::Own, &file_mapping(&b)), Some(id));
+        assert_eq!(modules.intern(Tgid::own(), &Identity::own(), &file_mapping(&b)), Some(id));
         assert_eq!(modules.get(id).path(), a);
     }
 
@@ -568,7 +602,7 @@ mod tests {
             Ok(StableFile::unchanged(File::open(path)?).written_by(writers[path]))
         }));
         let mut id = |name: &str| {
-            modules.intern(Tgid::own(), &Root::Own, &file_mapping(&dir.path().join(name))).unwrap()
+            modules.intern(Tgid::own(), &Identity::own(), &file_mapping(&dir.path().join(name))).unwrap()
         };
         let root = id("root");
         assert_eq!(id("root-changed"), root, "root's files of one build id: one module");
@@ -587,11 +621,11 @@ mod tests {
         std::fs::write(&a, b"same bytes").unwrap();
         std::fs::write(&b, b"same bytes").unwrap();
         let mut modules = Modules::default();
-        let first = modules.intern(Tgid::own(), &Root::Own, &file_mapping(&a)).unwrap();
-        let second = modules.intern(Tgid::own(), &Root::Own, &file_mapping(&b)).unwrap();
+        let first = modules.intern(Tgid::own(), &Identity::own(), &file_mapping(&a)).unwrap();
+        let second = modules.intern(Tgid::own(), &Identity::own(), &file_mapping(&b)).unwrap();
         assert_ne!(first, second);
         assert_eq!(modules.get(first).build_id(), None);
-        assert_eq!(modules.intern(Tgid::own(), &Root::Own, &file_mapping(&a)), Some(first));
+        assert_eq!(modules.intern(Tgid::own(), &Identity::own(), &file_mapping(&a)), Some(first));
     }
 
     #[test]
@@ -611,16 +645,20 @@ mod tests {
             }
         }));
         let mapping = file_mapping(&path);
-        let unopened = modules.intern(gone, &Root::Own, &mapping).unwrap();
+        let unopened = modules.intern(gone, &Identity::own(), &mapping).unwrap();
         assert!(modules.get(unopened).file().is_none());
-        assert_eq!(modules.intern(gone, &Root::Own, &mapping), Some(unopened));
+        assert_eq!(modules.intern(gone, &Identity::own(), &mapping), Some(unopened));
         assert_eq!(tries.get(), 1, "not tried again through the same process");
         modules.forget(&[gone]);
-        modules.intern(gone, &Root::Own, &mapping);
+        modules.intern(gone, &Identity::own(), &mapping);
         assert_eq!(tries.get(), 2, "tried again once the process is forgotten");
-        let opened = modules.intern(alive, &Root::Own, &mapping).unwrap();
+        let opened = modules.intern(alive, &Identity::own(), &mapping).unwrap();
         assert!(modules.get(opened).file().is_some(), "opened through another process");
-        assert_eq!(modules.intern(gone, &Root::Own, &mapping), Some(opened), "then known to every process");
+        assert_eq!(
+            modules.intern(gone, &Identity::own(), &mapping),
+            Some(opened),
+            "then known to every process"
+        );
     }
 
     /// Code a JIT maps from a memfd is anonymous memory; an ELF image in a memfd is a module.
@@ -641,9 +679,13 @@ mod tests {
                 mapping.backing,
                 Backing::File { path: format!("/memfd:{name}").into(), deleted: true }
             );
-            let interned = modules.intern(Tgid::own(), &Root::Own, &mapping);
+            let interned = modules.intern(Tgid::own(), &Identity::own(), &mapping);
             assert_eq!(interned.is_some(), module, "{name}");
-            assert_eq!(modules.intern(Tgid::own(), &Root::Own, &mapping).is_some(), module, "{name}, again");
+            assert_eq!(
+                modules.intern(Tgid::own(), &Identity::own(), &mapping).is_some(),
+                module,
+                "{name}, again"
+            );
         }
     }
 
@@ -652,7 +694,7 @@ mod tests {
         let mut modules = Modules::default();
         let space = Mappings::read(Tgid::own()).unwrap();
         let vdso = space.mappings().find(|m| m.backing == Backing::Pseudo("[vdso]".into())).unwrap();
-        let id = modules.intern(Tgid::own(), &Root::Own, vdso).unwrap();
+        let id = modules.intern(Tgid::own(), &Identity::own(), vdso).unwrap();
         let image = std::fs::read(readable_path(modules.get(id).file().unwrap())).unwrap();
         assert_eq!(&image[..4], b"\x7fELF");
         assert_eq!(image.len() as u64, vdso.end - vdso.start);
@@ -662,10 +704,10 @@ mod tests {
     fn pseudo_and_anonymous_mappings() {
         let mut modules = Modules::default();
         let heap = Mapping::pseudo("[heap]", 0x1000, 0x3000);
-        let id = modules.intern(Tgid(1), &Root::Own, &heap).unwrap();
+        let id = modules.intern(Tgid(1), &Identity::own(), &heap).unwrap();
         assert_eq!(modules.get(id).name(), "[heap]");
         assert!(modules.get(id).file().is_none());
         let anon = Mapping { backing: Backing::Anonymous, ..heap };
-        assert_eq!(modules.intern(Tgid(1), &Root::Own, &anon), None);
+        assert_eq!(modules.intern(Tgid(1), &Identity::own(), &anon), None);
     }
 }

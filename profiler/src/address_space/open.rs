@@ -25,6 +25,7 @@ use rustix::fs::{CWD, FileType, Mode, OFlags, ResolveFlags, Stat, fstat, openat2
 use super::{
     Mapping,
     copy::{self, Parts, StableFile, Writer},
+    descriptors::{self, Slot},
 };
 use crate::model::Tgid;
 
@@ -39,8 +40,9 @@ pub enum Root {
     Own,
     /// Another root (a container's, a chroot's), held open so that its files can be reached
     /// after the process that showed it to us is gone.
-    Foreign(Arc<OwnedFd>),
-    /// Not known (the process was gone when first seen): nothing is opened by path.
+    Foreign(Arc<(OwnedFd, Slot)>),
+    /// Not known (the process was gone when first seen, or no descriptor could be kept for
+    /// it): nothing is opened by path.
     Unknown,
 }
 
@@ -52,7 +54,11 @@ impl Root {
             rustix::fs::open(&path, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
         let ours = rustix::fs::stat("/")?;
         let same = fstat(&theirs).map(|st| (st.st_dev, st.st_ino) == (ours.st_dev, ours.st_ino))?;
-        Ok(if same { Self::Own } else { Self::Foreign(Arc::new(theirs)) })
+        if same {
+            return Ok(Self::Own);
+        }
+        let slot = descriptors::take().ok_or_else(descriptors::refusal)?;
+        Ok(Self::Foreign(Arc::new((theirs, slot))))
     }
 
     /// Opens `path`, as a process with this root names it, for reading: a regular file only,
@@ -75,7 +81,7 @@ impl Root {
             // Our own root is `/`: nothing to stay inside, and a relative path is the user's,
             // from the current directory.
             Self::Own => openat2(CWD, path, how, Mode::empty(), ResolveFlags::NO_MAGICLINKS)?,
-            Self::Foreign(root) => openat2(root.as_fd(), path, how, Mode::empty(), resolve)?,
+            Self::Foreign(root) => openat2(root.0.as_fd(), path, how, Mode::empty(), resolve)?,
             Self::Unknown => {
                 return Err(io::Error::new(io::ErrorKind::NotFound, "the process's root is not known"));
             }
@@ -169,19 +175,33 @@ fn reopen(handle: OwnedFd) -> io::Result<File> {
 }
 
 /// The file, safe to map: as it is when root owns it and only root can write it; otherwise a
-/// sealed copy in memory of its `parts`, which nobody can truncate or change.
+/// sealed copy in memory of its `parts`, which nobody can truncate or change. Either is a
+/// descriptor kept: refused (as `EMFILE`) when the cap on those has no room.
 pub fn stable(file: File, parts: Parts) -> io::Result<StableFile> {
     let stat = fstat(&file)?;
     let writer = Writer::of(stat.st_uid, stat.st_mode);
     if writer == Writer::Root {
-        return Ok(StableFile::unchanged(file));
+        let slot = descriptors::take().ok_or_else(descriptors::refusal)?;
+        return Ok(StableFile::unchanged(file).in_slot(slot));
     }
+    copy_of(&file, &stat, parts, writer)
+}
+
+/// A sealed copy of `file`'s `parts`, whoever it says owns it: for a file of a file system the
+/// kernel does not answer for (see `mounts`), whose owner is what its daemon says, and whose
+/// bytes must not be read by mapping it (a page fault could wait for ever). Trusted as anyone's.
+pub fn copied(file: File, parts: Parts) -> io::Result<StableFile> {
+    copy_of(&file, &fstat(&file)?, parts, Writer::Anyone)
+}
+
+fn copy_of(file: &File, stat: &Stat, parts: Parts, writer: Writer) -> io::Result<StableFile> {
+    let slot = descriptors::take().ok_or_else(descriptors::refusal)?;
     let size = u64::try_from(stat.st_size).unwrap_or(u64::MAX);
     if size > MAX_COPY_BYTES {
         return Err(io::Error::new(io::ErrorKind::FileTooLarge, "too large to copy"));
     }
     // At most the size seen is read: a file growing under us is cut there.
-    Ok(copy::sealed_copy(&file, size, parts)?.written_by(writer))
+    Ok(copy::sealed_copy(file, size, parts)?.written_by(writer).in_slot(slot))
 }
 
 /// A file's bytes, mapped read-only. Only files made [`stable`] (or our own) are mapped.
@@ -237,7 +257,7 @@ mod tests {
         symlink("/etc/hostname", root.path().join("absolute")).unwrap();
         symlink("../../../../etc/hostname", root.path().join("dotdot")).unwrap();
         let handle = rustix::fs::open(root.path(), OFlags::PATH | OFlags::DIRECTORY, Mode::empty()).unwrap();
-        let root = Root::Foreign(Arc::new(handle));
+        let root = Root::Foreign(Arc::new((handle, descriptors::take().unwrap())));
         for path in ["/absolute", "/dotdot", "/etc/hostname", "../../etc/hostname"] {
             let mut text = String::new();
             root.open(Path::new(path)).unwrap().read_to_string(&mut text).unwrap();

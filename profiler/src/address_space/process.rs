@@ -11,7 +11,11 @@
 //! children that run exec at once) costs one table, not one per child.
 use std::{collections::HashMap, io::Read as _, sync::Arc};
 
-use super::{Backing, Mapping, Mappings, TaskEvent, TimedMapping, open::Root};
+use super::{
+    Backing, Mapping, Mappings, TaskEvent, TimedMapping,
+    mounts::{self, Mounts},
+    open::Root,
+};
 use crate::{
     clock::monotonic_ns,
     model::{Tgid, Tid},
@@ -84,6 +88,9 @@ pub struct Identity {
     /// Its jitdump (`jit-NSPID.dump`), which a JIT writing one maps for tools to find, as it
     /// was mapped when last looked at (see `AddressSpaces::identity`).
     pub jitdump: Option<Mapping>,
+    /// Its mount namespace's mounts, as read when it was seen (see `mounts`): which of its
+    /// files the kernel answers for, also once it is gone.
+    pub mounts: Option<Arc<Mounts>>,
 }
 
 impl Identity {
@@ -97,13 +104,35 @@ impl Identity {
             uid: field("Uid:").and_then(|mut ids| ids.nth(1)?.parse().ok()),
             ns_pid: field("NSpid:").and_then(|ids| ids.last()?.parse().ok()).unwrap_or(tgid.0),
             jitdump: None,
+            mounts: mounts::of(tgid),
         }
+    }
+
+    /// Whether the kernel answers for the files of `dev`, as process `tgid` (this one) maps
+    /// them: as its mounts say, read again while it lives if they do not list the device
+    /// (mounted since). Not when nothing is known of it.
+    pub fn kernel_answers(&self, tgid: Tgid, dev: u64) -> bool {
+        let known = self.mounts.as_ref().and_then(|mounts| mounts.kernel_answers(dev));
+        known.or_else(|| mounts::of(tgid)?.kernel_answers(dev)).unwrap_or(false)
+    }
+
+    /// The identity of this very process (tests).
+    #[cfg(test)]
+    pub fn own() -> Self {
+        Self::read(Tgid::own())
     }
 
     #[cfg(any(test, feature = "testing"))]
     fn unknown(tgid: Tgid) -> Self {
-        Self { root: Root::Unknown, uid: None, ns_pid: tgid.0, jitdump: None }
+        Self { root: Root::Unknown, uid: None, ns_pid: tgid.0, jitdump: None, mounts: None }
     }
+}
+
+/// The bytes of a `/proc` file, at most `max`.
+pub fn read_bounded_bytes(path: &str, max: u64) -> Option<Vec<u8>> {
+    let mut bytes = Vec::new();
+    std::fs::File::open(path).ok()?.take(max).read_to_end(&mut bytes).ok()?;
+    Some(bytes)
 }
 
 /// The text of a small `/proc` file, bounded (what a process writes there, its name, or what

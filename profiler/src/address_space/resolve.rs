@@ -62,7 +62,7 @@ impl<'a> ProcessView<'a> {
         if want == Want::Code && !mapping.executable {
             return Resolved::Unmapped;
         }
-        match self.modules.intern(self.tgid, &process.identity().root, mapping) {
+        match self.modules.intern(self.tgid, process.identity(), mapping) {
             Some(module) => Resolved::Module { module, file_offset: mapping.file_offset(addr) },
             None => Resolved::Anonymous,
         }
@@ -84,7 +84,7 @@ impl<'a> ProcessView<'a> {
 
     /// The module behind one of the process's mappings (`None`: anonymous memory).
     pub fn intern(&mut self, mapping: &Mapping) -> Option<ModuleId> {
-        self.modules.intern(self.tgid, &self.process.identity().root, mapping)
+        self.modules.intern(self.tgid, self.process.identity(), mapping)
     }
 }
 

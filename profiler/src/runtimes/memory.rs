@@ -9,7 +9,10 @@ use std::{
     },
 };
 
-use crate::model::Tgid;
+use crate::{
+    address_space::descriptors::{self, Slot},
+    model::Tgid,
+};
 
 /// Reads of target memory one sample's runtime frames may cost, whatever the target's
 /// metadata claims (a method with a thousand overloads, a stack of fresh code objects), and
@@ -79,17 +82,66 @@ impl Allowance {
     }
 }
 
-/// A process's memory, through `/proc/PID/mem`, opened when first read.
+/// A process's memory, through `/proc/PID/mem`: only pages present in memory are read (as its
+/// `/proc/PID/pagemap` says), so that a read never faults a page in. A fault can wait for ever:
+/// on a file of a FUSE daemon that never answers (`allow_other`), of a network file system, or
+/// swapped out; and the read holds up the pipeline for every process. A page the target has not
+/// touched, or that was swapped out, is left unread, as unreadable memory is.
 pub struct ProcessMemory {
-    tgid: Tgid,
-    file: Option<File>,
     allowance: Arc<Allowance>,
+    mem: ProcFile,
+    pagemap: ProcFile,
 }
+
+/// A file of a process's `/proc` directory, opened when first read, and kept open while the cap
+/// on descriptors kept has room (else opened at each read).
+struct ProcFile {
+    path: String,
+    file: Option<(File, Option<Slot>)>,
+}
+
+impl ProcFile {
+    fn new(path: String) -> Self {
+        Self { path, file: None }
+    }
+
+    /// Fills `buf` from `offset`, whole or not at all. A read of nothing at all from an
+    /// address space gone (the process ran exec since, or exited) opens the file once more.
+    fn read_at(&mut self, buf: &mut [u8], offset: u64) -> bool {
+        for _ in 0..2 {
+            if self.file.is_none() {
+                let Ok(file) = File::open(&self.path) else { return false };
+                self.file = Some((file, descriptors::take()));
+            }
+            let Some((file, slot)) = &self.file else { return false };
+            let read = file.read_at(buf, offset);
+            if slot.is_none() {
+                self.file = None;
+            }
+            match read {
+                Ok(read) if read == buf.len() => return true,
+                Ok(0) if !buf.is_empty() => self.file = None,
+                _ => return false,
+            }
+        }
+        false
+    }
+}
+
+/// Pages of `/proc/PID/pagemap`, and the bit of an entry that says a page is present.
+const PAGE: u64 = 4096;
+const PRESENT: u64 = 1 << 63;
+/// Pagemap entries looked at in one read, at most (a read of up to 2 MiB).
+const MAX_PAGES: usize = 512;
 
 impl ProcessMemory {
     /// The memory of `tgid`, read within `allowance`.
     pub fn new(tgid: Tgid, allowance: Arc<Allowance>) -> Self {
-        Self { tgid, file: None, allowance }
+        Self {
+            allowance,
+            mem: ProcFile::new(format!("/proc/{tgid}/mem")),
+            pagemap: ProcFile::new(format!("/proc/{tgid}/pagemap")),
+        }
     }
 
     /// Whether its allowance was spent in this sample (see [`Allowance::spent`]).
@@ -97,32 +149,38 @@ impl ProcessMemory {
         self.allowance.spent()
     }
 
-    /// Fills `buf` from `addr`; false if that memory cannot be read, or the sample's allowance
-    /// has no room for it.
+    /// Fills `buf` from `addr`; false if that memory cannot be read, a page of it is not
+    /// present, or the sample's allowance has no room for it.
     pub fn read(&mut self, addr: u64, buf: &mut [u8]) -> bool {
-        if !self.allowance.take(buf.len() as u64) {
-            return false;
+        if buf.is_empty() {
+            return true;
         }
-        for _ in 0..2 {
-            let Some(file) = self.file() else { return false };
-            match file.read_at(buf, addr) {
-                Ok(read) if read == buf.len() => return true,
-                Ok(0) if !buf.is_empty() => {
-                    // The address space the file was opened on is gone: the process ran exec since
-                    // (or exited, and opening again fails).
-                    self.file = None;
-                }
-                _ => return false,
-            }
-        }
-        false
+        self.allowance.take(buf.len() as u64)
+            && self.present(addr, buf.len() as u64)
+            && self.mem.read_at(buf, addr)
     }
 
-    fn file(&mut self) -> Option<&File> {
-        if self.file.is_none() {
-            self.file = File::open(format!("/proc/{}/mem", self.tgid)).ok();
+    /// Whether every page of `len` bytes at `addr` is present in memory.
+    fn present(&mut self, addr: u64, len: u64) -> bool {
+        let Some(last) = addr.checked_add(len - 1) else { return false };
+        let (first, last) = (addr / PAGE, last / PAGE);
+        let mut entries = [0u8; 8 * MAX_PAGES];
+        let mut page = first;
+        while page <= last {
+            let count = (last - page + 1).min(MAX_PAGES as u64) as usize;
+            let entries = &mut entries[..8 * count];
+            if !self.pagemap.read_at(entries, page * 8) {
+                return false;
+            }
+            let all = entries
+                .chunks_exact(8)
+                .all(|entry| u64::from_le_bytes(entry.try_into().unwrap_or_default()) & PRESENT != 0);
+            if !all {
+                return false;
+            }
+            page += count as u64;
         }
-        self.file.as_ref()
+        true
     }
 }
 
@@ -144,6 +202,21 @@ pub mod tests {
         assert!(!memory.read(at, &mut buf), "no reads left");
         allowance.reset();
         assert!(!memory.allowance_spent() && memory.read(at, &mut buf), "the next sample");
+    }
+
+    #[test]
+    fn pages_not_present_are_not_read() {
+        let mut memory = ProcessMemory::new(Tgid::own(), Allowance::unbounded());
+        // SAFETY: a private anonymous mapping of our own, unmapped when dropped.
+        let map = memmap2::MmapMut::map_anon(3 * PAGE as usize).unwrap();
+        let start = map.as_ptr() as u64;
+        let mut buf = [1u8; 16];
+        assert!(!memory.read(start, &mut buf), "never touched: not present, not faulted in by the read");
+        let mut map = map;
+        map[PAGE as usize] = 7;
+        assert!(memory.read(start + PAGE, &mut buf) && buf[0] == 7, "touched: present");
+        assert!(!memory.read(start + PAGE - 8, &mut buf), "a read across a page not present");
+        assert!(memory.read(start, &mut []), "nothing to read");
     }
 
     /// Memory made of pieces at their addresses; a read must fall inside one piece.

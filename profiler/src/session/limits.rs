@@ -25,6 +25,11 @@ pub fn raise_open_files() -> Option<String> {
     })
 }
 
+/// The soft limit on open files now.
+pub fn open_files() -> u64 {
+    getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX)
+}
+
 /// `RLIMIT_NOFILE soft N, hard M`.
 pub fn describe_open_files() -> String {
     let limit = getrlimit(Resource::Nofile);

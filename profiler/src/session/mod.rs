@@ -31,7 +31,7 @@ use self::{
 use crate::{
     address_space::{
         COPY_BUDGET, DESCRIBED_BUDGET, INFLATED, INFLATED_BUDGET, MAX_MAPS_BYTES, ModuleId, TaskEvent,
-        Tracking, cut_readings, refused_copies, running, unkept,
+        Tracking, cut_readings, descriptors, refused_copies, remote, running, unkept,
     },
     aggregate::{Aggregate, Detail, Site},
     clock::{self, Start},
@@ -149,6 +149,7 @@ pub async fn run<M: Mode>(mode: M, settings: Settings) -> Result<()> {
     if let Some(warning) = limits::raise_open_files() {
         eprintln!("profiler: warning: {warning}");
     }
+    descriptors::set_cap(limits::open_files());
     let files = settings.outputs.create()?;
     let target = Target::open(&settings.pids, &settings.command)?;
     let description = printable_owned(target.describe());
@@ -439,6 +440,10 @@ impl<M: Mode> Pipeline<M> {
             let unmapped = self.walker.address_spaces().unmapped_modules();
             self.evict(&unmapped);
         }
+        // Files that could not be opened for want of descriptors kept: the least recently used
+        // modules make room (once named), whoever mapped them.
+        let least_used = self.walker.address_spaces_mut().modules_mut().short_of_descriptors();
+        self.evict(&least_used);
         self.settled_at = Instant::now();
     }
 
@@ -564,8 +569,10 @@ impl<M: Mode> Pipeline<M> {
         let out_of_descriptors = self.walker.address_spaces().modules().out_of_descriptors();
         if out_of_descriptors > 0 {
             eprintln!(
-                "profiler: warning: {out_of_descriptors} times a mapped file could not be opened: too many open files \
-                 ({}); its frames are named by address",
+                "profiler: warning: {out_of_descriptors} times a mapped file could not be opened: the {} descriptors \
+                 kept for targets' files ({}) were in use; the least recently used modules were let go, and the \
+                 frames of files not opened are named by address",
+                descriptors::cap(),
                 limits::describe_open_files()
             );
         }
@@ -576,6 +583,16 @@ impl<M: Mode> Pipeline<M> {
                  and methods, the functions they name, perf maps) was spent: {values} things read were not kept \
                  (read again when needed), {functions} frames' functions were left unnamed",
                 DESCRIBED_BUDGET >> 20
+            );
+        }
+        let given_up = remote::given_up();
+        if given_up > 0 {
+            eprintln!(
+                "profiler: warning: {given_up} times a file of a file system the kernel does not answer for \
+                 (FUSE, network) was given up on: not copied within {} s, or after {} reads that never came \
+                 back; its frames are named by address",
+                remote::DEADLINE.as_secs(),
+                remote::MAX_STUCK
             );
         }
         let cut = cut_readings();

@@ -483,7 +483,7 @@ fn contained<T: Default>(f: impl FnOnce() -> T) -> T {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::address_space::{AddressSpaces, Mapping, Modules, Tracking, Want, open::Root};
+    use crate::address_space::{AddressSpaces, Identity, Mapping, Modules, Tracking, Want};
 
     #[inline(never)]
     fn a_function_to_find() -> u64 {
@@ -510,7 +510,7 @@ mod tests {
     fn unreadable_module_keeps_name_and_offset() {
         let mut modules = Modules::default();
         let heap = Mapping::pseudo("[heap]", 0x1000, 0x3000);
-        let module = modules.intern(Tgid(1), &Root::Own, &heap).unwrap();
+        let module = modules.intern(Tgid(1), &Identity::own(), &heap).unwrap();
         let frame = Frame::Module { module, offset: 0x123 };
         let names = Symbolizer::default().symbolize(&[frame], &modules.share([module]), &PerfMaps::default());
         assert_eq!(names.of(&frame), [Symbol::new("[heap]+0x123", SymbolKind::Function)]);

@@ -72,8 +72,10 @@ pub struct PerfMap {
     entries: Vec<Entry>,
     /// Every name, each as its length (2 bytes) and then its bytes, lossily UTF-8.
     names: Vec<u8>,
-    /// The file, once opened: read on from `read_bytes`.
-    file: Option<File>,
+    /// The file read so far (device, inode), and how far: the file found at the map's path is
+    /// read on from there while it is the same one. Nothing is held open between reads, so that
+    /// no number of processes multiplies the profiler's descriptors.
+    file: Option<(u64, u64)>,
     read_bytes: u64,
     /// The end of the last read, up to its last line break, not parsed yet.
     partial: Vec<u8>,
@@ -92,10 +94,11 @@ pub struct PerfMap {
     dump_refusal_said: bool,
 }
 
-/// A jitdump being read.
+/// A jitdump being read: which file (device, inode), how far, and what its records so far left
+/// pending.
 #[derive(Debug)]
 struct DumpFile {
-    file: File,
+    file: Option<(u64, u64)>,
     read_bytes: u64,
     parser: JitDump,
 }
@@ -153,12 +156,19 @@ impl PerfMap {
     }
 
     /// Reads on from `file`, found at the map's path: the file read so far, or one written in
-    /// its place, read from its start.
-    fn read_from(&mut self, file: File) {
-        if self.file.as_ref().map(identity) != Some(identity(&file)) {
+    /// its place, read from its start (everything, too, if it shrank: it was written anew).
+    fn read_from(&mut self, file: &File) {
+        if self.file != identity(file) {
             self.start_over();
-            self.file = Some(file);
+            self.file = identity(file);
         }
+        let Some(size) = file.metadata().ok().map(|m| m.len()) else { return };
+        if size < self.read_bytes {
+            self.start_over();
+        }
+        let Some(chunk) = chunk_at(file, size, self.read_bytes) else { return };
+        self.read_bytes += chunk.len() as u64;
+        self.append(&chunk);
     }
 
     fn start_over(&mut self) {
@@ -171,23 +181,19 @@ impl PerfMap {
         }
     }
 
-    /// Reads on from `file`, found as the process's jitdump: the file read so far, or another
-    /// one, read from its start.
-    fn read_dump_from(&mut self, file: File) {
-        if self.dump.as_ref().map(|dump| identity(&dump.file)) != Some(identity(&file)) {
-            self.dump = Some(DumpFile { file, read_bytes: 0, parser: JitDump::default() });
+    /// Reads on from `file`, found as the process's jitdump: what was appended since the last
+    /// read of the same file (all of it again, if it shrank: it was written anew), or another
+    /// one from its start, within the map's bounds.
+    fn read_dump_from(&mut self, file: &File) {
+        if self.dump.as_ref().map(|dump| dump.file) != Some(identity(file)) {
+            self.dump = Some(DumpFile { file: identity(file), read_bytes: 0, parser: JitDump::default() });
         }
-    }
-
-    /// Reads what was appended to the jitdump since the last read (all of it again, if it
-    /// shrank: it was written anew), within the map's bounds.
-    fn read_dump_on(&mut self) {
         let Some(dump) = &mut self.dump else { return };
-        let Some(size) = dump.file.metadata().ok().map(|m| m.len()) else { return };
+        let Some(size) = file.metadata().ok().map(|m| m.len()) else { return };
         if size < dump.read_bytes {
             (dump.read_bytes, dump.parser) = (0, JitDump::default());
         }
-        let Some(chunk) = chunk_at(&dump.file, size, dump.read_bytes) else { return };
+        let Some(chunk) = chunk_at(file, size, dump.read_bytes) else { return };
         dump.read_bytes += chunk.len() as u64;
         let mut parser = std::mem::take(&mut dump.parser);
         let known = self.entries.len();
@@ -222,21 +228,6 @@ impl PerfMap {
         let len = u16::from_le_bytes([self.names[at], self.names[at + 1]]) as usize;
         // Stored from a `&str`, cut at a character boundary.
         std::str::from_utf8(&self.names[at + 2..at + 2 + len]).unwrap_or_default()
-    }
-
-    /// Reads what was appended since the last read (everything, if the file shrank: it was
-    /// written anew).
-    fn read_on(&mut self) {
-        let Some(size) = self.file.as_ref().and_then(|file| file.metadata().ok()).map(|m| m.len()) else {
-            return;
-        };
-        if size < self.read_bytes {
-            self.start_over();
-        }
-        let Some(file) = &self.file else { return };
-        let Some(chunk) = chunk_at(file, size, self.read_bytes) else { return };
-        self.read_bytes += chunk.len() as u64;
-        self.append(&chunk);
     }
 }
 
@@ -295,7 +286,7 @@ impl PerfMaps {
             return;
         }
         match open(identity) {
-            Ok(Some(file)) => map.read_from(file),
+            Ok(Some(file)) => map.read_from(&file),
             // Gone since it was read (what was read is kept), or not there yet.
             Ok(None) => {}
             Err(why) => say_once(&mut map.refusal_said, refused, || {
@@ -303,15 +294,13 @@ impl PerfMaps {
             }),
         }
         match open_dump(tgid, identity) {
-            Ok(Some(file)) => map.read_dump_from(file),
+            Ok(Some(file)) => map.read_dump_from(&file),
             Ok(None) => {}
             Err(why) => say_once(&mut map.dump_refusal_said, refused, || {
                 format!("the jitdump of PID {tgid} was not read: {why}")
             }),
         }
         map.read_at_ns = Some(now_ns);
-        map.read_on();
-        map.read_dump_on();
         if let Some(why) = map.dump.as_ref().and_then(|dump| dump.parser.refused()) {
             say_once(&mut map.dump_refusal_said, refused, || {
                 format!("the jitdump of PID {tgid} was read no further: {why}")
@@ -365,6 +354,10 @@ impl PerfMaps {
 /// point it anywhere) owned by the process's effective user and writable by nobody else.
 fn open(identity: &Identity) -> Result<Option<File>, String> {
     let path = PathBuf::from(format!("/tmp/perf-{}.map", identity.ns_pid));
+    if !identity.mounts.as_ref().is_some_and(|mounts| mounts.kernel_answers_at("/tmp")) {
+        // Looking there could wait for ever.
+        return Err(format!("{}: its file system is not the kernel's (FUSE or network)", path.display()));
+    }
     let file = match identity.root.open_unlinked(&path) {
         Ok(file) => file,
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -377,6 +370,9 @@ fn open(identity: &Identity) -> Result<Option<File>, String> {
 /// the perf map's rules (owned by the process's user, writable by nobody else).
 fn open_dump(tgid: Tgid, identity: &Identity) -> Result<Option<File>, String> {
     let Some(mapping) = &identity.jitdump else { return Ok(None) };
+    if !identity.kernel_answers(tgid, mapping.dev) {
+        return Err("its file system is not the kernel's (FUSE or network)".into());
+    }
     let file = match target_open::mapped_file(tgid, mapping) {
         Ok(file) => file,
         // Unmapped since (the process exited): what was read is kept.
@@ -441,7 +437,6 @@ mod tests {
     use std::io::Write as _;
 
     use super::*;
-    use crate::address_space::open::Root;
 
     #[test]
     fn a_jitdump_names_code_beside_the_perf_map_and_is_read_on_as_it_grows() {
@@ -452,17 +447,17 @@ mod tests {
         file.write_all(&code_load(0x5000, 0x20, "JS:*alpha a.js:1")).unwrap();
         let mut map = PerfMap::default();
         map.append(b"7f0000001000 40 from the map\n");
-        map.read_dump_from(File::open(&path).unwrap());
-        map.read_dump_on();
+        let read = |map: &mut PerfMap| map.read_dump_from(&File::open(&path).unwrap());
+        read(&mut map);
         assert_eq!(map.name(0x5010), Some("JS:*alpha a.js:1"));
         assert_eq!(map.name(0x7f0000001000), Some("from the map"));
         // Half a record, then the rest: named once whole.
         let record = code_load(0x6000, 0x20, "JS:~beta a.js:5");
         file.write_all(&record[..30]).unwrap();
-        map.read_dump_on();
+        read(&mut map);
         assert_eq!(map.name(0x6000), None);
         file.write_all(&record[30..]).unwrap();
-        map.read_dump_on();
+        read(&mut map);
         assert_eq!(map.name(0x6000), Some("JS:~beta a.js:5"));
         std::fs::remove_file(&path).unwrap();
     }
@@ -505,7 +500,7 @@ mod tests {
     }
 
     fn own_identity(ns_pid: u32) -> Identity {
-        Identity { root: Root::Own, uid: Some(rustix::process::geteuid().as_raw()), ns_pid, jitdump: None }
+        Identity { uid: Some(rustix::process::geteuid().as_raw()), ns_pid, ..Identity::own() }
     }
 
     #[test]
@@ -568,7 +563,7 @@ mod tests {
         std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
         let mut maps = PerfMaps::default();
         // A process of another user than the file's owner (us, or root), who cannot read it.
-        let identity = Identity { root: Root::Own, uid: Some(65534), ns_pid: pid.0, jitdump: None };
+        let identity = Identity { uid: Some(65534), ns_pid: pid.0, ..Identity::own() };
         maps.observe(pid, &identity, 0x1010, 1);
         std::fs::remove_file(&path).unwrap();
         assert_eq!(maps.name(pid, 0x1010), None);

@@ -137,7 +137,7 @@ mod tests {
 
     use object::ObjectSymbol as _;
 
-    use crate::address_space::{Mapping, Modules, Parts, open::Root};
+    use crate::address_space::{Identity, Mapping, Modules, Parts};
 
     #[test]
     fn reads_cfi_and_segments() {
@@ -233,11 +233,11 @@ mod tests {
 
     /// The CFI of the module the registry makes of the file at `path`.
     fn module_cfi(path: &Path) -> ModuleCfi {
-        let mut modules = Modules::with_opener(Box::new(|_, root, _, path| {
-            root.open(path).and_then(|file| open::stable(file, Parts::Module))
+        let mut modules = Modules::with_opener(Box::new(|_, identity, _, path| {
+            identity.root.open(path).and_then(|file| open::stable(file, Parts::Module))
         }));
         let mapping = Mapping::of_file(path, 0x400000, 0x401000);
-        let id = modules.intern(crate::model::Tgid(1), &Root::Own, &mapping).unwrap();
+        let id = modules.intern(crate::model::Tgid(1), &Identity::own(), &mapping).unwrap();
         let module = modules.get(id);
         ModuleCfi::load(module.file().unwrap(), module.debug_file().map(|debug| &*debug.file)).unwrap()
     }

@@ -43,6 +43,8 @@ use crate::{
 
 /// How often a process that maps no interpreter yet is looked at again.
 const RECHECK_NS: u64 = 200_000_000;
+/// Files of a process looked at for an interpreter at most, at each look.
+const MAX_CANDIDATES: usize = 16;
 /// What a frame or a code object that could not be read holds in a cache, about.
 const ENTRY_BYTES: u64 = 64;
 /// Processes whose unsupported Python the summary names.
@@ -253,16 +255,30 @@ impl Python {
         self.processes.insert(tgid, state);
     }
 
+    /// Looks for the interpreter among the process's executable mappings of files named like
+    /// `python` (a `python3.N` with the interpreter linked in, or a `libpython3.N.so`): the
+    /// first [`MAX_CANDIDATES`] such files, each once, however many the process maps.
     fn discover(&mut self, view: &mut ProcessView<'_>) -> Option<State> {
+        let mut files = Vec::new();
         let candidates: Vec<_> = view
             .mappings()
-            .filter(|mapping| match &mapping.backing {
-                Backing::File { path, .. } => path
-                    .file_name()
-                    .and_then(|name| name.to_str())
-                    .is_some_and(|name| name.contains("python")),
-                _ => false,
+            .filter(|mapping| {
+                mapping.executable
+                    && match &mapping.backing {
+                        Backing::File { path, .. } => path
+                            .file_name()
+                            .and_then(|name| name.to_str())
+                            .is_some_and(|name| name.contains("python")),
+                        _ => false,
+                    }
             })
+            .filter(|mapping| {
+                let file = (mapping.dev, mapping.inode);
+                let new = !files.contains(&file);
+                files.push(file);
+                new
+            })
+            .take(MAX_CANDIDATES)
             .cloned()
             .collect();
         for mapping in candidates {
