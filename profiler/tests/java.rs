@@ -395,15 +395,6 @@ fn interpreted_frames_at_the_line_they_run() {
     }
 }
 
-/// The pprof profile at `path`.
-fn read_pprof(path: &Path) -> profiler::pprof::Profile {
-    use prost::Message as _;
-    use std::io::Read as _;
-    let mut raw = Vec::new();
-    flate2::read::GzDecoder::new(std::fs::File::open(path).unwrap()).read_to_end(&mut raw).unwrap();
-    profiler::pprof::Profile::decode(&*raw).unwrap()
-}
-
 /// The lines of `Shares.spin`'s loop in Shares.java: the `for` and the line in it.
 fn spin_loop_lines() -> std::ops::RangeInclusive<i64> {
     let source = std::fs::read_to_string(

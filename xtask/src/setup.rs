@@ -15,7 +15,7 @@ const BPF_LINKER_VERSION: &str = "0.13.0";
 const BPF_LINKER_LLVM_MAJORS: [u32; 3] = [21, 22, 23];
 /// What the tests need, and the Debian packages that provide it: commands (found in PATH) and
 /// libraries (by path: the allocators `leaks` is tested with).
-const PACKAGES: [(&str, &str); 11] = [
+const PACKAGES: [(&str, &str); 13] = [
     ("gcc", "gcc"),
     ("g++", "g++"),
     ("objcopy", "binutils"),
@@ -31,6 +31,10 @@ const PACKAGES: [(&str, &str); 11] = [
     ("perf", "linux-perf"),
     ("/usr/lib/jvm/java-17-openjdk-amd64/bin/javac", "openjdk-17-jdk-headless"),
     ("node", "nodejs"),
+    // A FUSE file system run by an unprivileged user, which the hostile tests mount with
+    // `allow_other` (see `ensure_fuse_allow_other`) and which never answers root.
+    ("fusermount3", "fuse3"),
+    ("/usr/include/fuse3/fuse.h", "libfuse3-dev"),
 ];
 
 pub fn ensure(root: &Path) -> Result<()> {
@@ -185,7 +189,39 @@ fn find_libllvm(lib_dir: &Path) -> Result<PathBuf> {
 }
 
 fn ensure_packages() -> Result<()> {
-    install_packages(&PACKAGES)
+    install_packages(&PACKAGES)?;
+    ensure_fuse_allow_other()
+}
+
+/// The FUSE settings the hostile tests need, as most distributions have them but this machine:
+/// users may open `/dev/fuse` (through fusermount3) and mount with `allow_other`, so that
+/// root's reads of a user's FUSE files go to the user's daemon (which may never answer them).
+/// An administrator's choice this machine makes for the tests.
+fn ensure_fuse_allow_other() -> Result<()> {
+    use std::os::unix::fs::PermissionsExt as _;
+    const CONF: &str = "/etc/fuse.conf";
+    const DEVICE: &str = "/dev/fuse";
+    let text = fs::read_to_string(CONF).unwrap_or_default();
+    let allowed = text.lines().any(|line| line.trim() == "user_allow_other");
+    let open = fs::metadata(DEVICE).is_ok_and(|meta| meta.permissions().mode() & 0o666 == 0o666);
+    if allowed && open {
+        return Ok(());
+    }
+    if !is_root() {
+        bail!(
+            "{CONF} needs `user_allow_other` and {DEVICE} mode 0666 for the FUSE tests: run `sudo cargo xtask setup` once"
+        );
+    }
+    eprintln!(
+        "xtask: letting users mount FUSE file systems with `allow_other` ({CONF}, {DEVICE}), for the hostile tests"
+    );
+    if !allowed {
+        let separator = if text.is_empty() || text.ends_with('\n') { "" } else { "\n" };
+        fs::write(CONF, format!("{text}{separator}user_allow_other\n"))
+            .with_context(|| format!("cannot write {CONF}"))?;
+    }
+    fs::set_permissions(DEVICE, fs::Permissions::from_mode(0o666))
+        .with_context(|| format!("cannot open up {DEVICE}"))
 }
 
 /// Installs the Debian packages of the commands and files that are missing.

@@ -39,6 +39,11 @@ pub fn unkept() -> u64 {
     UNKEPT.load(Ordering::Relaxed)
 }
 
+/// Counts a value that found no room, charged other than through a [`Cache`].
+pub fn unkept_once() {
+    UNKEPT.fetch_add(1, Ordering::Relaxed);
+}
+
 /// Values by key, each charged to a budget ([`DESCRIBED`]) while kept, least recently used
 /// first out.
 pub struct Cache<K: Hash + Eq, V> {
@@ -87,7 +92,7 @@ impl<K: Hash + Eq, V> Cache<K, V> {
             match self.entries.peek_lru() {
                 Some((_, oldest)) if oldest.used < now => drop(self.entries.pop_lru()),
                 _ => {
-                    UNKEPT.fetch_add(1, Ordering::Relaxed);
+                    unkept_once();
                     return false;
                 }
             }

@@ -19,7 +19,7 @@ mod vdso;
 
 pub use self::{
     budget::{Budget, Charge},
-    cache::{Cache, DESCRIBED, DESCRIBED_BUDGET, unkept},
+    cache::{Cache, DESCRIBED, DESCRIBED_BUDGET, unkept, unkept_once},
     copy::{COPY_BUDGET, Parts, StableFile, Writer, refused as refused_copies},
     elf::{ElfFacts, INFLATED, INFLATED_BUDGET, MAX_INFLATED_SECTION, charge_inflated},
     module::{Module, ModuleId, ModuleSet, Modules, readable_path},

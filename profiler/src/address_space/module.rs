@@ -21,7 +21,8 @@ use std::{
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::{
-    Backing, Identity, Mapping, Parts, StableFile, Writer, debug_file, elf::ElfFacts, open, remote, vdso,
+    Backing, Identity, Mapping, Parts, StableFile, Writer, debug_file, elf::ElfFacts, mounts::Answerer, open,
+    remote, vdso,
 };
 use crate::model::Tgid;
 
@@ -232,11 +233,15 @@ impl Default for Modules {
     /// the kernel does not answer for, off the pipeline (see `remote`).
     fn default() -> Self {
         Self::with_opener(Box::new(|tgid, identity, mapping, path| {
-            if !identity.kernel_answers(tgid, mapping.dev) {
-                return remote::open(tgid, mapping);
+            match identity.answerer(tgid, mapping.dev) {
+                Answerer::Kernel => {}
+                Answerer::Server => return remote::open(tgid, mapping),
+                Answerer::Daemon => return Err(remote::not_asked()),
             }
-            let file = open::mapped_file(tgid, mapping)
-                .or_else(|_| open::mapped_path(&identity.root, path, mapping))?;
+            let file = open::mapped_file(tgid, mapping).or_else(|err| match identity.answerer_at(path) {
+                Answerer::Kernel => open::mapped_path(&identity.root, path, mapping),
+                _ => Err(err),
+            })?;
             if open::is_jit_memory(path, &file) {
                 return Err(open::jit_memory_error());
             }
@@ -332,9 +337,9 @@ impl Modules {
                 let debug = match (&key, &facts, writer) {
                     (MappedKey::File { .. }, Some(facts), Some(writer))
                         if (!facts.has_dwarf || !facts.has_cfi)
-                            && identity.kernel_answers(tgid, mapping.dev) =>
+                            && identity.answerer(tgid, mapping.dev) == Answerer::Kernel =>
                     {
-                        debug_file::find(&identity.root, path, facts, writer).and_then(|file| {
+                        debug_file::find(identity, path, facts, writer).and_then(|file| {
                             Some(DebugFile { facts: ElfFacts::read(&open::map(&file).ok()?)?, file })
                         })
                     }

@@ -1,15 +1,19 @@
-//! Which file systems answer for themselves. Most are the kernel's (ext4, xfs, tmpfs, overlay):
-//! reading their files waits for a disk at worst. Others are answered by someone else: a FUSE
-//! daemon, which a user may run and mount (with `allow_other`, where the administrator allows
-//! it) and which need never answer, or a network server. Opening or reading a file of those
-//! may block for ever, and a file there says whatever its daemon likes, its owner too. So the
-//! profiler opens them only off its pipeline, with a deadline (`remote`), and trusts them as
-//! anyone's.
+//! Who answers for a file system's files. Most file systems are the kernel's (ext4, xfs, tmpfs,
+//! overlay): reading their files waits for a disk at worst. A network file system's are its
+//! server's: a read may wait long, but a fatal signal ends the wait, so the profiler reads them
+//! off its pipeline, with a deadline (`remote`), and its exit is never held up. A FUSE file
+//! system's are its daemon's, which a user may run and mount (with `allow_other`, where the
+//! administrator allows it): a request the daemon has taken is waited for uninterruptibly, even
+//! by a process being killed, until the daemon answers, which it need never do. The profiler
+//! never asks anything of those: no open, no stat, no read, no lookup through them. What any
+//! file system but the kernel's says of a file (its owner, its bytes) is its answerer's, so
+//! such files are trusted as anyone's.
 //!
 //! A process's mounts are read from its `/proc/PID/mountinfo` (the kernel's text, which asks no
 //! daemon), once per mount namespace and again when a file of a device it did not list shows up.
 use std::{
-    os::unix::fs::MetadataExt as _,
+    os::unix::{ffi::OsStrExt as _, fs::MetadataExt as _},
+    path::Path,
     sync::{Arc, Mutex, OnceLock},
     time::{Duration, Instant},
 };
@@ -18,6 +22,17 @@ use rustc_hash::FxHashMap;
 
 use super::read_bounded_bytes;
 use crate::model::Tgid;
+
+/// Who answers for a file system's files.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Answerer {
+    /// The kernel, from a disk or from memory.
+    Kernel,
+    /// A server, over a network: a wait a fatal signal ends.
+    Server,
+    /// A daemon (FUSE): a wait nothing ends but its answer. Never asked.
+    Daemon,
+}
 
 /// File system types the kernel answers for itself.
 const KERNELS: &[&str] = &[
@@ -66,6 +81,21 @@ const KERNELS: &[&str] = &[
     "nsfs",
 ];
 
+impl Answerer {
+    /// Who answers for a file system of type `fs_type` (mountinfo's): FUSE's, and virtiofs's
+    /// (FUSE's requests, its host's daemon), are a daemon's; the kernel's own types its own;
+    /// anything else a server's.
+    fn of(fs_type: &str) -> Self {
+        if fs_type.starts_with("fuse") || fs_type == "virtiofs" {
+            Self::Daemon
+        } else if KERNELS.contains(&fs_type) {
+            Self::Kernel
+        } else {
+            Self::Server
+        }
+    }
+}
+
 /// Bytes of a `/proc/PID/mountinfo` read at most.
 const MAX_MOUNTINFO_BYTES: u64 = 4 << 20;
 /// Mount namespaces remembered at most; beyond, the memory starts over.
@@ -73,85 +103,82 @@ const MAX_NAMESPACES: usize = 256;
 /// How often a namespace's mounts may be read again, for a device they did not list.
 const REREAD: Duration = Duration::from_secs(1);
 
-/// The mounts of one mount namespace: the devices whose files the kernel answers for, and
-/// where each mount is (as the namespace's processes name it).
+/// The mounts of one mount namespace: who answers for each device's files, and where each
+/// mount is (as the namespace's processes name it).
 #[derive(Debug)]
 pub struct Mounts {
-    kernels: FxHashMap<u64, bool>,
-    /// (mount point, answered by the kernel), in the order listed: a later mount over the
-    /// same point hides an earlier one.
-    points: Vec<(String, bool)>,
+    by_dev: FxHashMap<u64, Answerer>,
+    /// Mount points, as the bytes of their paths.
+    points: Vec<(Vec<u8>, Answerer)>,
     read_at: Instant,
 }
 
 impl Mounts {
     /// Parses a `/proc/PID/mountinfo`: `ID PARENT MAJOR:MINOR ROOT POINT OPTIONS... - TYPE ...`.
     fn parse(text: &[u8]) -> Self {
-        let mounts: Vec<(u64, String, bool)> = text
+        let mounts: Vec<(u64, Vec<u8>, Answerer)> = text
             .split(|&b| b == b'\n')
             .filter_map(|line| {
-                let line = std::str::from_utf8(line).ok()?;
-                let (head, tail) = line.split_once(" - ")?;
-                let mut fields = head.split_whitespace();
-                let (major, minor) = fields.nth(2)?.split_once(':')?;
+                let separator = line.windows(3).position(|window| window == b" - ")?;
+                let (head, tail) = (&line[..separator], &line[separator + 3..]);
+                let mut fields = head.split(|&b| b == b' ');
+                let device = std::str::from_utf8(fields.nth(2)?).ok()?;
+                let (major, minor) = device.split_once(':')?;
                 let point = unescape(fields.nth(1)?);
                 let dev = (major.parse::<u64>().ok()? << 32) | minor.parse::<u64>().ok()?;
-                let fs_type = tail.split_whitespace().next()?;
-                Some((dev, point, KERNELS.contains(&fs_type)))
+                let fs_type = std::str::from_utf8(tail.split(|&b| b == b' ').next()?).ok()?;
+                Some((dev, point, Answerer::of(fs_type)))
             })
             .collect();
         Self {
-            kernels: mounts.iter().map(|&(dev, _, kernel)| (dev, kernel)).collect(),
-            points: mounts.into_iter().map(|(_, point, kernel)| (point, kernel)).collect(),
+            by_dev: mounts.iter().map(|&(dev, _, answerer)| (dev, answerer)).collect(),
+            points: mounts.into_iter().map(|(_, point, answerer)| (point, answerer)).collect(),
             read_at: Instant::now(),
         }
     }
 
-    /// Whether the kernel answers for the mount `path` (absolute, as the namespace's processes
-    /// name it) is under: the last one listed at the longest mount point it is under.
-    pub fn kernel_answers_at(&self, path: &str) -> bool {
-        let under = |point: &str| {
-            point == "/"
-                || path.strip_prefix(point).is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
-        };
-        self.points
-            .iter()
-            .rev()
-            .filter(|(point, _)| under(point))
-            .max_by_key(|(point, _)| point.len())
-            .is_some_and(|&(_, kernel)| kernel)
+    /// Who answers for the files of `dev` (as `/proc/PID/maps` numbers it): its mount's
+    /// answerer, or the kernel's for its own shared memory (memfds, shared anonymous memory).
+    /// `None`: not listed.
+    pub fn answerer(&self, dev: u64) -> Option<Answerer> {
+        if Some(dev) == shared_memory_dev() {
+            return Some(Answerer::Kernel);
+        }
+        self.by_dev.get(&dev).copied()
     }
 
-    /// Whether the kernel answers for the files of `dev` (as `/proc/PID/maps` numbers it): its
-    /// mount is listed with a type of [`KERNELS`], or it is the kernel's own shared memory
-    /// (memfds, shared anonymous memory). `None`: not listed.
-    pub fn kernel_answers(&self, dev: u64) -> Option<bool> {
-        if Some(dev) == shared_memory_dev() {
-            return Some(true);
-        }
-        self.kernels.get(&dev).copied()
+    /// Who answers for looking up `path` (absolute, as the namespace's processes name it): the
+    /// least trusted answerer of the mounts it goes through.
+    pub fn answerer_at(&self, path: &Path) -> Answerer {
+        let path = path.as_os_str().as_bytes();
+        let under = |point: &[u8]| {
+            point == b"/"
+                || path.strip_prefix(point).is_some_and(|rest| rest.is_empty() || rest.starts_with(b"/"))
+        };
+        let through = self.points.iter().filter(|(point, _)| under(point));
+        through.map(|&(_, answerer)| answerer).max().unwrap_or(Answerer::Server)
     }
 }
 
 /// A mount point as mountinfo writes it: space, tab, line break and backslash as octal escapes.
-fn unescape(field: &str) -> String {
-    let mut out = String::with_capacity(field.len());
+fn unescape(field: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(field.len());
     let mut rest = field;
-    while let Some(at) = rest.find('\\') {
-        out.push_str(&rest[..at]);
-        let code = rest.get(at + 1..at + 4).and_then(|digits| u8::from_str_radix(digits, 8).ok());
-        match code {
+    while let Some(at) = rest.iter().position(|&b| b == b'\\') {
+        out.extend_from_slice(&rest[..at]);
+        let digits = rest.get(at + 1..at + 4).and_then(|digits| std::str::from_utf8(digits).ok());
+        match digits.and_then(|digits| u8::from_str_radix(digits, 8).ok()) {
             Some(byte) => {
-                out.push(char::from(byte));
+                out.push(byte);
                 rest = &rest[at + 4..];
             }
             None => {
-                out.push('\\');
+                out.push(b'\\');
                 rest = &rest[at + 1..];
             }
         }
     }
-    out.push_str(rest);
+    out.extend_from_slice(rest);
     out
 }
 
@@ -196,22 +223,32 @@ mod tests {
             27 1 254:1 / / rw,relatime - ext4 /dev/vda rw\n\
             31 27 0:45 / /home/u/mnt rw,nosuid,nodev,relatime - fuse.sshfs host:/ rw,user_id=1000\n\
             32 27 0:46 / /mnt/n rw - nfs4 server:/export rw\n\
+            33 31 254:1 / /home/u/mnt/bound rw - ext4 /dev/vda rw\n\
             garbage\n";
         let mounts = Mounts::parse(text);
-        assert_eq!(mounts.kernel_answers(254 << 32 | 1), Some(true));
-        assert_eq!(mounts.kernel_answers(21), Some(true));
-        assert_eq!(mounts.kernel_answers(45), Some(false), "a FUSE daemon's");
-        assert_eq!(mounts.kernel_answers(46), Some(false), "a server's");
-        assert_eq!(mounts.kernel_answers(99), None, "not listed");
-        assert!(mounts.kernel_answers_at("/tmp/perf-1.map"));
-        assert!(!mounts.kernel_answers_at("/home/u/mnt/lib.so"));
-        assert!(mounts.kernel_answers_at("/home/u/mntx/lib.so"), "another directory");
-        assert!(!mounts.kernel_answers_at("/mnt/n"));
+        assert_eq!(mounts.answerer(254 << 32 | 1), Some(Answerer::Kernel));
+        assert_eq!(mounts.answerer(21), Some(Answerer::Kernel));
+        assert_eq!(mounts.answerer(45), Some(Answerer::Daemon), "a FUSE daemon's");
+        assert_eq!(mounts.answerer(46), Some(Answerer::Server), "a server's");
+        assert_eq!(mounts.answerer(99), None, "not listed");
+        assert_eq!(mounts.answerer_at(Path::new("/tmp/perf-1.map")), Answerer::Kernel);
+        assert_eq!(mounts.answerer_at(Path::new("/home/u/mnt/lib.so")), Answerer::Daemon);
+        assert_eq!(
+            mounts.answerer_at(Path::new("/home/u/mntx/lib.so")),
+            Answerer::Kernel,
+            "another directory"
+        );
+        assert_eq!(mounts.answerer_at(Path::new("/mnt/n")), Answerer::Server);
+        assert_eq!(
+            mounts.answerer_at(Path::new("/home/u/mnt/bound/lib.so")),
+            Answerer::Daemon,
+            "looked up through the daemon's mount"
+        );
     }
 
     #[test]
     fn mount_points_are_unescaped() {
-        assert_eq!(unescape("/a\\040b\\134c\\"), "/a b\\c\\");
+        assert_eq!(unescape(b"/a\\040b\\134c\\\xff"), b"/a b\\c\\\xff");
     }
 
     #[test]
@@ -219,9 +256,9 @@ mod tests {
         let exe = std::fs::metadata(std::env::current_exe().unwrap()).unwrap().dev();
         let dev = (u64::from(rustix::fs::major(exe)) << 32) | u64::from(rustix::fs::minor(exe));
         let mounts = of(Tgid::own()).unwrap();
-        assert_eq!(mounts.kernel_answers(dev), Some(true), "this test's own executable");
-        assert_eq!(mounts.kernel_answers(shared_memory_dev().unwrap()), Some(true), "memfds");
-        assert!(mounts.kernel_answers_at("/proc/self"));
+        assert_eq!(mounts.answerer(dev), Some(Answerer::Kernel), "this test's own executable");
+        assert_eq!(mounts.answerer(shared_memory_dev().unwrap()), Some(Answerer::Kernel), "memfds");
+        assert_eq!(mounts.answerer_at(Path::new("/proc/self")), Answerer::Kernel);
         assert!(of(Tgid(u32::MAX)).is_none(), "no such process");
     }
 }

@@ -20,7 +20,9 @@ use std::{
 };
 
 use anyhow::{Context as _, Result};
-use rustix::fs::{CWD, FileType, Mode, OFlags, ResolveFlags, Stat, fstat, openat2};
+use rustix::fs::{
+    AtFlags, CWD, FileType, Mode, OFlags, ResolveFlags, Stat, StatxFlags, fstat, openat2, statx,
+};
 
 use super::{
     Mapping,
@@ -53,7 +55,11 @@ impl Root {
         let theirs =
             rustix::fs::open(&path, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
         let ours = rustix::fs::stat("/")?;
-        let same = fstat(&theirs).map(|st| (st.st_dev, st.st_ino) == (ours.st_dev, ours.st_ino))?;
+        // Its cached attributes only: its root may be a FUSE daemon's, which need never answer.
+        let flags = AtFlags::EMPTY_PATH | AtFlags::STATX_DONT_SYNC;
+        let theirs_stat = statx(&theirs, "", flags, StatxFlags::INO)?;
+        let dev = rustix::fs::makedev(theirs_stat.stx_dev_major, theirs_stat.stx_dev_minor);
+        let same = (dev, theirs_stat.stx_ino) == (ours.st_dev, ours.st_ino);
         if same {
             return Ok(Self::Own);
         }

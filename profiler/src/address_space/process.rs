@@ -9,11 +9,11 @@
 //! A forked child shares its parent's table of mappings until either maps something: a process
 //! with tens of thousands of mappings that starts children all day (`posix_spawn`, `vfork`:
 //! children that run exec at once) costs one table, not one per child.
-use std::{collections::HashMap, io::Read as _, sync::Arc};
+use std::{collections::HashMap, io::Read as _, path::Path, sync::Arc};
 
 use super::{
     Backing, Mapping, Mappings, TaskEvent, TimedMapping,
-    mounts::{self, Mounts},
+    mounts::{self, Answerer, Mounts},
     open::Root,
 };
 use crate::{
@@ -108,12 +108,18 @@ impl Identity {
         }
     }
 
-    /// Whether the kernel answers for the files of `dev`, as process `tgid` (this one) maps
-    /// them: as its mounts say, read again while it lives if they do not list the device
-    /// (mounted since). Not when nothing is known of it.
-    pub fn kernel_answers(&self, tgid: Tgid, dev: u64) -> bool {
-        let known = self.mounts.as_ref().and_then(|mounts| mounts.kernel_answers(dev));
-        known.or_else(|| mounts::of(tgid)?.kernel_answers(dev)).unwrap_or(false)
+    /// Who answers for the files of `dev`, as process `tgid` (this one) maps them: as its mounts
+    /// say, read again while it lives if they do not list the device (mounted since). A daemon
+    /// (never asked) when nothing is known of it.
+    pub fn answerer(&self, tgid: Tgid, dev: u64) -> Answerer {
+        let known = self.mounts.as_ref().and_then(|mounts| mounts.answerer(dev));
+        known.or_else(|| mounts::of(tgid)?.answerer(dev)).unwrap_or(Answerer::Daemon)
+    }
+
+    /// Who answers for looking up `path` in the process's mount namespace; a daemon (never
+    /// asked) when its mounts are not known.
+    pub fn answerer_at(&self, path: &Path) -> Answerer {
+        self.mounts.as_ref().map_or(Answerer::Daemon, |mounts| mounts.answerer_at(path))
     }
 
     /// The identity of this very process (tests).
@@ -136,11 +142,10 @@ pub fn read_bounded_bytes(path: &str, max: u64) -> Option<Vec<u8>> {
 }
 
 /// The text of a small `/proc` file, bounded (what a process writes there, its name, or what
-/// a container's runtime names its cgroups, is its own).
+/// a container's runtime names its cgroups, is its own), any bytes that are not UTF-8 replaced.
 pub fn read_bounded(path: &str) -> Option<String> {
-    let mut text = String::new();
-    std::fs::File::open(path).ok()?.take(MAX_PROC_FILE).read_to_string(&mut text).ok()?;
-    Some(text)
+    // Lossily: a process names itself (and so its `status`) with any bytes.
+    read_bounded_bytes(path, MAX_PROC_FILE).map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
 }
 
 impl Process {

@@ -1,10 +1,11 @@
-//! Files on file systems the kernel does not answer for (a FUSE daemon's, a network server's:
-//! see `mounts`) are opened and copied on threads of their own, never on the pipeline: a daemon
-//! that never answers holds up one of those threads, not the draining of samples, nor the stop
-//! at `-d` or Ctrl-C. Until its copy is ready a file is "not yet" (its frames are named by
+//! Files of network file systems (a server answers for them: see `mounts`) are opened and copied
+//! on threads of their own, never on the pipeline: a server that does not answer holds up one of
+//! those threads, not the draining of samples, nor the stop at `-d` or Ctrl-C (such a wait ends
+//! with the process). Until its copy is ready a file is "not yet" (its frames are named by
 //! address meanwhile); a copy not ready after [`DEADLINE`] is given up on, and once
 //! [`MAX_STUCK`] threads never came back no such file is opened any more. What such a file says
-//! of its owner is its daemon's: it is copied whole into memory and trusted as anyone's.
+//! of its owner is its server's: it is copied into memory and trusted as anyone's. A FUSE
+//! daemon's files are not asked for at all ([`not_asked`]).
 use std::{
     io,
     sync::{
@@ -73,6 +74,21 @@ pub fn open(tgid: Tgid, mapping: &Mapping) -> io::Result<StableFile> {
     started?;
     jobs.insert(key, Job { started: Instant::now(), done });
     Err(not_yet())
+}
+
+/// Files of a daemon's file system not read (see `mounts`), for the summary.
+static NOT_ASKED: AtomicU64 = AtomicU64::new(0);
+
+/// What a file of a daemon's file system (FUSE) is refused with: nothing is asked of its daemon,
+/// which need never answer, and whose wait nothing ends. Counted.
+pub fn not_asked() -> io::Error {
+    NOT_ASKED.fetch_add(1, Ordering::Relaxed);
+    io::Error::new(io::ErrorKind::PermissionDenied, "a FUSE daemon answers for it: not asked")
+}
+
+/// Files of daemons' file systems not read, for the summary.
+pub fn not_asked_count() -> u64 {
+    NOT_ASKED.load(Ordering::Relaxed)
 }
 
 /// What a file whose copy is under way is refused with, for now.

@@ -18,7 +18,7 @@ pub fn raise_open_files() -> Option<String> {
     let open_files = getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX);
     (open_files < ENOUGH_OPEN_FILES).then(|| {
         format!(
-            "the limit on open files is {open_files} ({}): a long or system-wide recording may run short of them \\
+            "the limit on open files is {open_files} ({}): a long or system-wide recording may run short of them \
              (raise it with `ulimit -Hn`)",
             describe_open_files()
         )

@@ -588,11 +588,18 @@ impl<M: Mode> Pipeline<M> {
         let given_up = remote::given_up();
         if given_up > 0 {
             eprintln!(
-                "profiler: warning: {given_up} times a file of a file system the kernel does not answer for \
-                 (FUSE, network) was given up on: not copied within {} s, or after {} reads that never came \
-                 back; its frames are named by address",
+                "profiler: warning: {given_up} times a file of a network file system was given up on: not \
+                 copied within {} s, or after {} reads that never came back; its frames are named by address",
                 remote::DEADLINE.as_secs(),
                 remote::MAX_STUCK
+            );
+        }
+        let not_asked = remote::not_asked_count();
+        if not_asked > 0 {
+            eprintln!(
+                "profiler: warning: {not_asked} files of FUSE file systems were not read: their daemons answer \
+                 root when they like, and a read that waits for one cannot be stopped; their frames are named \
+                 by address"
             );
         }
         let cut = cut_readings();

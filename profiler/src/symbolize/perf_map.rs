@@ -39,7 +39,7 @@ use super::{
     jitdump::{Event, JitDump},
 };
 use crate::{
-    address_space::{Charge, DESCRIBED, Identity, open as target_open},
+    address_space::{Charge, DESCRIBED, Identity, mounts::Answerer, open as target_open},
     model::Tgid,
 };
 
@@ -354,9 +354,14 @@ impl PerfMaps {
 /// point it anywhere) owned by the process's effective user and writable by nobody else.
 fn open(identity: &Identity) -> Result<Option<File>, String> {
     let path = PathBuf::from(format!("/tmp/perf-{}.map", identity.ns_pid));
-    if !identity.mounts.as_ref().is_some_and(|mounts| mounts.kernel_answers_at("/tmp")) {
+    match &identity.mounts {
+        Some(mounts) if mounts.answerer_at(&path) == Answerer::Kernel => {}
         // Looking there could wait for ever.
-        return Err(format!("{}: its file system is not the kernel's (FUSE or network)", path.display()));
+        Some(_) => {
+            return Err(format!("{}: its file system is not the kernel's (FUSE or network)", path.display()));
+        }
+        // Gone before it was seen: nothing of it is known (its root neither).
+        None => return Ok(None),
     }
     let file = match identity.root.open_unlinked(&path) {
         Ok(file) => file,
@@ -370,7 +375,7 @@ fn open(identity: &Identity) -> Result<Option<File>, String> {
 /// the perf map's rules (owned by the process's user, writable by nobody else).
 fn open_dump(tgid: Tgid, identity: &Identity) -> Result<Option<File>, String> {
     let Some(mapping) = &identity.jitdump else { return Ok(None) };
-    if !identity.kernel_answers(tgid, mapping.dev) {
+    if identity.answerer(tgid, mapping.dev) != Answerer::Kernel {
         return Err("its file system is not the kernel's (FUSE or network)".into());
     }
     let file = match target_open::mapped_file(tgid, mapping) {

@@ -417,9 +417,10 @@ impl Started {
 
 /// CPU time process `pid` has used so far (user and system, all its threads).
 pub fn cpu_time(pid: u32) -> Duration {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+    // Its name is any bytes.
+    let stat = std::fs::read(format!("/proc/{pid}/stat"))
         .unwrap_or_else(|err| panic!("process {pid} is gone: {err}"));
-    stat_cpu_time(&stat, 14)
+    stat_cpu_time(&String::from_utf8_lossy(&stat), 14)
 }
 
 /// CPU time of the children a process waited for, from the text of its `/proc/PID/stat`.
@@ -518,6 +519,15 @@ impl Drop for MemoryCgroup {
         // Empty once its processes are gone.
         let _ = std::fs::remove_dir(&self.path);
     }
+}
+
+/// The pprof profile (gzipped) at `path`.
+pub fn read_pprof(path: &Path) -> profiler::pprof::Profile {
+    use prost::Message as _;
+    use std::io::Read as _;
+    let mut raw = Vec::new();
+    flate2::read::GzDecoder::new(std::fs::File::open(path).unwrap()).read_to_end(&mut raw).unwrap();
+    profiler::pprof::Profile::decode(&*raw).unwrap()
 }
 
 /// The peak resident memory of process `pid` so far (`VmHWM`), in bytes.

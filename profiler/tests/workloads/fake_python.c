@@ -3,10 +3,14 @@
  * hostile or broken target could: with no argument, a thread list that loops on itself; with
  * "frames", a thread state for the calling thread whose current frame is its own caller (an
  * endless frame chain) running a "code object" whose names are made of folded-format separators
- * and terminal escapes. It then spins in a function named
- * like the eval loop for argv's seconds. Built with -rdynamic so the symbols are exported. */
+ * and terminal escapes; with "names-in FILE", the same frames, the names of whose code object are
+ * in a page of FILE mapped and never touched (a reader's fault there goes to FILE's file system).
+ * It then spins in a function named like the eval loop for argv's seconds. Built with -rdynamic
+ * so the symbols are exported. */
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <sys/mman.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -20,7 +24,7 @@ static char interp[8192], tstate[512], cframe[64], frame[128], code[256], name[6
 
 static void put(char *base, size_t offset, const void *value) { memcpy(base + offset, &value, 8); }
 
-static void setup(int with_frames) {
+static void setup(int with_frames, const char *names_in) {
     put(_PyRuntime, 48, interp);          /* interpreters.main */
     if (!with_frames) {
         put(interp, 72, _PyRuntime);      /* threads.head: the runtime itself, whose "next" ... */
@@ -50,6 +54,15 @@ static void setup(int with_frames) {
     put(code, 128, name);
     put(code, 112, name);
     put(code, 136, no_lines);
+    if (names_in) {
+        int fd = open(names_in, O_RDONLY);
+        char *file = fd < 0 ? MAP_FAILED : mmap(NULL, 1 << 20, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (file == MAP_FAILED) exit(3);
+        /* Not touched: the names' page is not present in memory. */
+        put(code, 120, file + 4096);
+        put(code, 128, file + 4096);
+        put(code, 112, file + 4096);
+    }
 }
 
 __attribute__((noinline)) void _PyEval_EvalFrameDefault(double seconds) {
@@ -63,7 +76,8 @@ __attribute__((noinline)) void _PyEval_EvalFrameDefault(double seconds) {
 }
 
 int main(int argc, char **argv) {
-    setup(argc > 2 && strcmp(argv[2], "frames") == 0);
+    int names_in = argc > 3 && strcmp(argv[2], "names-in") == 0;
+    setup(argc > 2 && (strcmp(argv[2], "frames") == 0 || names_in), names_in ? argv[3] : NULL);
     _PyEval_EvalFrameDefault(argc > 1 ? atof(argv[1]) : 2.0);
     return 0;
 }

@@ -9,7 +9,7 @@ use super::{
     layout::{BYTES_DATA, BYTES_LENGTH, CodeLayout, Instruction, Layout, OB_TYPE, StringLayout},
     line_table::Lines,
 };
-use crate::address_space::Cache;
+use crate::address_space::{Cache, Charge, DESCRIBED, unkept_once};
 
 /// Names longer than this, in characters, are cut, ending with [`CUT`].
 pub const MAX_NAME_CHARS: usize = 1024;
@@ -40,15 +40,32 @@ pub struct CodeObject {
     /// `co_firstlineno`.
     pub first_line: u32,
     /// Its line table, decoded (shared with the code objects that share the table); `None`
-    /// when longer than [`MAX_LINE_TABLE_BYTES`].
-    lines: Option<Arc<Lines>>,
+    /// when longer than [`MAX_LINE_TABLE_BYTES`], or when the budget of what targets describe
+    /// had no room for its lines (its frames are then on its first line).
+    lines: Option<Arc<KeptLines>>,
 }
+
+/// Lines decoded, and what they hold of the budget of what targets describe, for as long as
+/// any code object or cache holds them.
+#[derive(Debug)]
+pub struct KeptLines {
+    lines: Lines,
+    _charge: Charge,
+}
+
+impl PartialEq for KeptLines {
+    fn eq(&self, other: &Self) -> bool {
+        self.lines == other.lines
+    }
+}
+
+impl Eq for KeptLines {}
 
 impl CodeObject {
     /// The line of the instruction at `offset` (from [`instruction_offset`]).
     pub fn line(&self, offset: i64) -> Option<u32> {
         match &self.lines {
-            Some(lines) => lines.line(self.first_line, offset),
+            Some(kept) => kept.lines.line(self.first_line, offset),
             None => (offset < 0).then_some(self.first_line),
         }
     }
@@ -59,12 +76,13 @@ impl CodeObject {
     }
 }
 
-/// Line tables decoded, by the address and length of their `bytes` object, under the budget of
-/// what targets describe: code objects that share a table (any number of them may) cost its
-/// reading and its lines once. A table freed and another of the same length made at its address
-/// since would give its code objects the old table's lines (never their names).
+/// Line tables decoded, by the address and length of their `bytes` object: code objects that
+/// share a table (any number of them may) cost its reading and its lines once. The lines are
+/// charged themselves ([`KeptLines`]); an entry here holds a reference. A table freed and
+/// another of the same length made at its address since would give its code objects the old
+/// table's lines (never their names).
 #[derive(Default)]
-pub struct LineTables(Cache<(u64, u64), Arc<Lines>>);
+pub struct LineTables(Cache<(u64, u64), Arc<KeptLines>>);
 
 impl LineTables {
     /// Lets the cache give room back when the budget was short (see [`Cache::relieve`]).
@@ -300,7 +318,7 @@ fn read_lines(
     layout: &Layout,
     addr: u64,
     tables: &mut LineTables,
-) -> Result<Option<Arc<Lines>>, CodeError> {
+) -> Result<Option<Arc<KeptLines>>, CodeError> {
     let header = read_bytes(memory, addr, 0, BYTES_LENGTH as usize + 8)?;
     let length = u64_at(&header, BYTES_LENGTH) as i64;
     let length = u64::try_from(length).map_err(|_| CodeError::BadLineTable { addr, length })?;
@@ -311,10 +329,18 @@ fn read_lines(
         return Ok(Some(lines.clone()));
     }
     let table = read_bytes(memory, addr, BYTES_DATA, length as usize)?;
-    let lines = Arc::new(Lines::decode(layout.line_table, &table));
-    tables.0.insert((addr, length), lines.clone(), lines.size() as u64);
-    Ok(Some(lines))
+    let lines = Lines::decode(layout.line_table, &table);
+    let Some(charge) = DESCRIBED.charge(lines.size() as u64) else {
+        unkept_once();
+        return Ok(None);
+    };
+    let kept = Arc::new(KeptLines { lines, _charge: charge });
+    tables.0.insert((addr, length), kept.clone(), TABLE_ENTRY_BYTES);
+    Ok(Some(kept))
 }
+
+/// What an entry of [`LineTables`] holds itself, about (its lines are charged on their own).
+const TABLE_ENTRY_BYTES: u64 = 64;
 
 #[cfg(test)]
 mod tests {

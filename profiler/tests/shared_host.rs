@@ -1,0 +1,587 @@
+//! End to end, as root on a host shared with other users: what one unprivileged user (nobody)
+//! can make the runtime readers and the tables the profiler shares between processes do. Each
+//! test runs the attack as nobody, checks that its path was taken (the hostile input was read),
+//! and that the profiler stayed within its bounds, ended on time and named everyone else's
+//! processes: a memory budget for what targets describe about themselves, descriptors no
+//! target can multiply, modules that are what their files are, bounded reads per sample, kernel
+//! tables shared fairly, reads that never wait for a FUSE daemon, `/proc/PID/maps` read with a
+//! bound, no kernel addresses in exports, and an agent whose tables stay flat.
+mod common;
+
+use std::{
+    io::{BufRead as _, BufReader},
+    os::unix::fs::{MetadataExt as _, PermissionsExt as _},
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use common::*;
+
+/// The tests keep the CPUs busy with their floods: one at a time.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn alone() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Debian's CPython, which nobody can run (pyenv's live under /root).
+const SYSTEM_PYTHON: &str = "/usr/bin/python3.11";
+
+/// A scratch directory nobody owns.
+fn nobodys_dir(test: &str) -> PathBuf {
+    let dir = scratch_dir(test);
+    std::os::unix::fs::chown(&dir, Some(NOBODY), Some(NOBODY)).unwrap();
+    dir
+}
+
+/// `program ARGS` run as nobody, once it has printed its first line (`ready`, `main TID`).
+fn start_as_nobody(program: impl AsRef<std::ffi::OsStr>, args: &[&str]) -> KillOnDrop {
+    let mut child =
+        as_nobody(program).args(args).stdout(Stdio::piped()).stdin(Stdio::null()).spawn().unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    assert!(!line.is_empty(), "the workload ended before it was ready");
+    KillOnDrop(child)
+}
+
+/// The lines of `stderr` that contain `text`.
+fn said<'a>(stderr: &'a str, text: &str) -> Vec<&'a str> {
+    stderr.lines().filter(|line| line.contains(text)).collect()
+}
+
+/// A megabyte line table shared by 3000 code objects, and 200 tables of their own: a few
+/// megabytes of the target's, which a reader keeping each code object's table whole would
+/// hold 3 GiB of (OOM-killed at 1.5 GiB within seconds). The profiler, in a 512 MiB memory
+/// cgroup, stays within its budget, and names the functions it read.
+#[test]
+fn python_code_that_describes_itself_at_length_costs_a_bounded_memory() {
+    if !e2e_enabled() {
+        return;
+    }
+    let _alone = alone();
+    let script = common::python::script("line_table_flood.py");
+    for (case, count, distinct) in [("shared", "3000", "0"), ("distinct", "200", "1")] {
+        let dir = scratch_dir(&format!("line-tables-{case}"));
+        let workload = {
+            let mut command = as_nobody(SYSTEM_PYTHON);
+            command.env("DISTINCT", distinct).arg(&script).args(["60", count]);
+            let mut child = command.stdout(Stdio::piped()).spawn().unwrap();
+            let mut line = String::new();
+            BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+            KillOnDrop(child)
+        };
+        let cgroup = MemoryCgroup::new(&format!("line-tables-{case}"), 512 << 20);
+        let out = dir.join("out.folded");
+        let pid = workload.pid().to_string();
+        let run = cgroup
+            .profiler(&["record", "-p", &pid, "-F", "999", "-d", "6", "-o", out.to_str().unwrap()])
+            .output();
+        let run = run.unwrap();
+        let stderr = String::from_utf8_lossy(&run.stderr);
+        eprintln!("{case}: {stderr}");
+        assert!(run.status.success(), "{case}: {stderr}");
+        let peak = cgroup.peak();
+        eprintln!("{case}: {} MiB at the peak", peak >> 20);
+        assert!(peak < 192 << 20, "{case}: {} MiB at the peak", peak >> 20);
+        let text = std::fs::read_to_string(&out).unwrap();
+        let named: std::collections::BTreeSet<&str> =
+            text.split(';').filter_map(|frame| frame.strip_prefix("fresh_")?.split(' ').next()).collect();
+        assert!(named.len() >= 100, "{case}: the code objects were read: {} named", named.len());
+    }
+}
+
+/// One process of nobody's maps 25,000 small files named like an interpreter, which a reader
+/// of runtimes looks into; the profiler runs with 1024 descriptors. A program root starts
+/// afterwards in the same system-wide recording is named in full: descriptors kept for targets'
+/// files are capped, and the least recently used make room.
+#[test]
+fn a_process_mapping_thousands_of_files_leaves_descriptors_for_others() {
+    if !e2e_enabled() {
+        return;
+    }
+    let _alone = alone();
+    let dir = nobodys_dir("descriptors");
+    let flood = build_workload("maps_flood.c", "maps_flood", "gcc", &["-O2"]);
+    let files = dir.join("files");
+    std::fs::create_dir(&files).unwrap();
+    std::os::unix::fs::chown(&files, Some(NOBODY), Some(NOBODY)).unwrap();
+    let _flood = start_as_nobody(&flood, &["files", files.to_str().unwrap(), "25000", "60"]);
+    let out = dir.join("out.folded");
+    let profiler = env!("CARGO_BIN_EXE_profiler");
+    let recording = Command::new("prlimit")
+        .args(["--nofile=1024:1024", "--", profiler, "record", "-a", "-F", "499", "-d", "10", "-o"])
+        .arg(&out)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The flood looked at first; then a program of root's.
+    std::thread::sleep(Duration::from_secs(4));
+    let split = split_with_frame_pointers();
+    let status = Command::new(&split).arg("3").stdout(Stdio::null()).status().unwrap();
+    assert!(status.success());
+    let run = recording.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    eprintln!("{stderr}");
+    assert!(run.status.success());
+    assert!(
+        !said(&stderr, "descriptors kept for targets' files").is_empty(),
+        "the flood's files took every descriptor kept at some point:\n{stderr}"
+    );
+    let folded = Folded::read(&out);
+    let mine =
+        Folded { stacks: folded.stacks.into_iter().filter(|(frames, _)| frames[0] == "split-fp").collect() };
+    assert_split(&mine, "main", 10.0, 0.9);
+}
+
+/// Builds `libwork.so` into `dir` with `inner` as the name of its hot function and the build id
+/// `build_id`.
+fn libwork(dir: &Path, inner: &str, build_id: &str) -> PathBuf {
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/container_lib.c");
+    let out = dir.join("libwork.so");
+    let status = Command::new("gcc")
+        .args([
+            "-O2",
+            "-g",
+            "-shared",
+            "-fPIC",
+            &format!("-DINNER={inner}"),
+            &format!("-Wl,--build-id={build_id}"),
+        ])
+        .arg("-o")
+        .arg(&out)
+        .arg(source)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    out
+}
+
+/// Root's program uses root's library; nobody made a copy of it with another name for its hot
+/// function and the same build id, and ran it first. Root's process is named from its own
+/// file, nobody's from nobody's.
+#[test]
+fn a_users_copy_of_a_library_does_not_name_roots_frames() {
+    if !e2e_enabled() {
+        return;
+    }
+    let _alone = alone();
+    let dir = scratch_dir("same-build-id");
+    let (roots, nobodys) = (dir.join("root"), dir.join("nobody"));
+    std::fs::create_dir_all(&roots).unwrap();
+    std::fs::create_dir_all(&nobodys).unwrap();
+    let build_id = "0x5ea1ed00c0ffee00000000000000000000000033";
+    let root_lib = libwork(&roots, "inner_of_root", build_id);
+    let copy = libwork(&nobodys, "inner_of_nobody", build_id);
+    std::os::unix::fs::chown(&nobodys, Some(NOBODY), Some(NOBODY)).unwrap();
+    std::os::unix::fs::chown(&copy, Some(NOBODY), Some(NOBODY)).unwrap();
+    let app = |dir: &Path, lib: &Path| {
+        let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/container_app.c");
+        let out = dir.join("app");
+        let rpath = format!("-Wl,-rpath,{}", dir.display());
+        let status = Command::new("gcc")
+            .args(["-O2", "-o"])
+            .arg(&out)
+            .arg(source)
+            .arg(lib)
+            .arg(rpath)
+            .status()
+            .unwrap();
+        assert!(status.success());
+        out
+    };
+    let (root_app, nobody_app) = (app(&roots, &root_lib), app(&nobodys, &copy));
+    std::os::unix::fs::chown(&nobody_app, Some(NOBODY), Some(NOBODY)).unwrap();
+    let nobody = KillOnDrop(as_nobody(&nobody_app).arg("30").spawn().unwrap());
+    wait_for_cpu(nobody.pid(), Duration::from_millis(300));
+    let out = dir.join("out.folded");
+    let recording =
+        start_profiler(&["record", "-a", "--per-pid", "-F", "499", "-d", "5", "-o", out.to_str().unwrap()]);
+    // nobody's copy is sampled (and read) first.
+    std::thread::sleep(Duration::from_secs(1));
+    let root = spawn(&root_app, &["2"]);
+    let root_pid = root.pid();
+    let (status, _) = recording.wait();
+    assert!(status.success());
+    drop((root, nobody));
+    let folded = Folded::read(&out);
+    let of = |pid: u32, name: &str| -> u64 {
+        let root = format!("app-{pid}");
+        folded
+            .stacks
+            .iter()
+            .filter(|(frames, _)| frames[0] == root && frames.iter().any(|f| f == name))
+            .map(|(_, n)| n)
+            .sum()
+    };
+    let nobody_pid = nobody_app_pid(&folded);
+    assert!(of(nobody_pid, "inner_of_nobody") > 100, "nobody's copy was read for nobody's process");
+    assert!(of(root_pid, "inner_of_root") > 100, "root's process named from root's file");
+    assert_eq!(of(root_pid, "inner_of_nobody"), 0, "never from nobody's copy");
+}
+
+/// The pid of the `app` process that ran nobody's copy (its frames name `inner_of_nobody`).
+fn nobody_app_pid(folded: &Folded) -> u32 {
+    let root = folded
+        .stacks
+        .iter()
+        .find(|(frames, _)| frames.iter().any(|f| f == "inner_of_nobody"))
+        .map(|(frames, _)| frames[0].clone())
+        .expect("nobody's process was sampled");
+    root.rsplit('-').next().unwrap().parse().unwrap()
+}
+
+/// Python code that is never the same twice, 300 fresh functions deep in every sample (each
+/// with kilobytes of names): naming a sample's frames would take thousands of reads of the
+/// target's memory. Each sample costs at most its allowance (the rest is named at later
+/// samples, and counted), and root's program in the same system-wide recording keeps its
+/// samples.
+#[test]
+fn fresh_code_in_every_sample_costs_a_bounded_number_of_reads() {
+    if !e2e_enabled() {
+        return;
+    }
+    let _alone = alone();
+    let dir = scratch_dir("fresh-code");
+    let script = common::python::script("fresh_code.py");
+    let _fresh = start_as_nobody(SYSTEM_PYTHON, &[script.to_str().unwrap(), "60", "300"]);
+    let out = dir.join("out.folded");
+    let recording = start_profiler(&["record", "-a", "-F", "499", "-d", "6", "-o", out.to_str().unwrap()]);
+    let split = split_with_frame_pointers();
+    let started = Instant::now();
+    let status = Command::new(&split).arg("3").stdout(Stdio::null()).status().unwrap();
+    assert!(status.success());
+    let ran = started.elapsed();
+    let (status, stderr) = recording.wait();
+    assert!(status.success());
+    assert!(
+        !said(&stderr, "Python frames left unnamed in their sample").is_empty(),
+        "samples spent their allowance of reads:\n{stderr}"
+    );
+    let folded = Folded::read(&out);
+    let mine =
+        Folded { stacks: folded.stacks.into_iter().filter(|(frames, _)| frames[0] == "split-fp").collect() };
+    // split ran on one CPU of two beside the Python flood: at least a third of its time sampled.
+    let expected = ran.as_secs_f64() * 499.0 / 2.0;
+    assert!(
+        mine.total() as f64 >= expected * 0.66,
+        "{} samples of split, {expected:.0} expected",
+        mine.total()
+    );
+    assert_split(&mine, "main", 10.0, 0.9);
+}
+
+/// nobody fills what the kernel side shares between processes: 6000 threads off the CPU (the
+/// table of followed threads holds 16384) and 1100 Python processes (the table of Python
+/// processes holds 4096). The recordings last their `-d`, and root's programs keep their
+/// samples: its thread off the CPU under its waits, its Python under its functions.
+#[test]
+fn a_user_filling_the_kernel_tables_takes_no_more_than_its_share() {
+    if !e2e_enabled() {
+        return;
+    }
+    let _alone = alone();
+    let dir = scratch_dir("kernel-tables");
+    let threads = build_workload("threads_flood.c", "threads_flood", "gcc", &["-O2", "-lpthread"]);
+    let _flood = start_as_nobody(&threads, &["6000", "60"]);
+    let waits = build_workload("off_cpu.c", "off_cpu", "gcc", &["-O2", "-g", "-lpthread"]);
+    let out = dir.join("off-cpu.folded");
+    let started = Instant::now();
+    let recording = start_profiler(&["record", "-a", "--off-cpu", "-d", "5", "-o", out.to_str().unwrap()]);
+    let status = Command::new(&waits).arg("3").stdout(Stdio::null()).status().unwrap();
+    assert!(status.success());
+    let (status, stderr) = recording.wait();
+    assert!(status.success());
+    assert!(started.elapsed() < Duration::from_secs(20), "the recording lasted its -d");
+    assert!(
+        !said(&stderr, "threads of a user holding its share").is_empty(),
+        "nobody's threads took their share of the table:\n{stderr}"
+    );
+    let folded = Folded::read(&out);
+    // Microseconds, in folded stacks of time.
+    let slept = weight_with(&folded, |frame| frame == "sleep_inner");
+    assert!(slept > 2_000_000, "root's sleeper kept its time off the CPU: {slept} µs of 3 s");
+    drop(_flood);
+
+    let flood = common::python::script("prefork_flood.py");
+    // Niced, so that the recording (and root's Python) is not starved of the CPUs: what is
+    // tested is the table, not the scheduler.
+    let _pythons =
+        start_as_nobody("nice", &["-n", "19", SYSTEM_PYTHON, flood.to_str().unwrap(), "1100", "60"]);
+    let shares = common::python::script("shares.py");
+    let out = dir.join("python.folded");
+    let recording = start_profiler(&["record", "-a", "-F", "999", "-d", "8", "-o", out.to_str().unwrap()]);
+    // Root's Python, favoured by the scheduler over the flood so that it is sampled.
+    let status = Command::new("nice")
+        .args(["-n", "-20", SYSTEM_PYTHON])
+        .arg(&shares)
+        .arg("3")
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let (status, stderr) = recording.wait();
+    assert!(status.success());
+    assert!(
+        said(&stderr, "by their user holding its share").iter().any(|line| !line.contains(", 0 times by")),
+        "nobody's Python processes took their share of the table:\n{stderr}"
+    );
+    let folded = Folded::read(&out);
+    let named = weight_with(&folded, |frame| frame.starts_with("alpha (") || frame.starts_with("beta ("));
+    assert!(named > 100, "root's Python is named: {named} samples of alpha and beta");
+}
+
+/// The weight of the stacks with a frame that `is` picks.
+fn weight_with(folded: &Folded, is: impl Fn(&str) -> bool) -> u64 {
+    folded.stacks.iter().filter(|(frames, _)| frames.iter().any(|frame| is(frame))).map(|(_, n)| n).sum()
+}
+
+/// A FUSE file system of nobody's (mounted with `allow_other`) that answers everyone but root,
+/// and never root: a request it has taken is waited for uninterruptibly, even by a process being
+/// killed. nobody's process runs a library from it, and a program posing as CPython keeps its
+/// code objects' names in a page of it never touched. Nothing of root's reaches the daemon: the
+/// library's frames are named by address, the names are left unread, the recording ends on
+/// time, and root's program in it is named.
+#[test]
+fn a_file_system_that_never_answers_stalls_nothing() {
+    if !e2e_enabled() {
+        return;
+    }
+    let _alone = alone();
+    let dir = nobodys_dir("fuse-stall");
+    let daemon = dir.join("fuse_stall");
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/fuse_stall.c");
+    let built = Command::new("gcc")
+        .args(["-O2", "-I/usr/include/fuse3", "-o"])
+        .arg(&daemon)
+        .arg(source)
+        .args(["-lfuse3", "-lpthread"])
+        .status()
+        .unwrap();
+    assert!(built.success(), "building the FUSE daemon (libfuse3-dev) failed");
+    let plugin = build_workload("plugin.c", "libplugin-fuse.so", "gcc", &["-O2", "-g", "-shared", "-fPIC"]);
+    let mount = dir.join("mnt");
+    std::fs::create_dir(&mount).unwrap();
+    std::os::unix::fs::chown(&mount, Some(NOBODY), Some(NOBODY)).unwrap();
+    let log = dir.join("daemon.log");
+    // As nobody logged in: with the bounding set of capabilities a user has, so that the
+    // setuid fusermount3 can mount for it.
+    let fuse = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(&daemon)
+        .arg(&mount)
+        .arg(&plugin)
+        .arg(&log)
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    let fuse = KillOnDrop(fuse);
+    let mounted = Instant::now();
+    while !std::fs::read_to_string("/proc/self/mountinfo").unwrap().contains(mount.to_str().unwrap()) {
+        assert!(mounted.elapsed() < Duration::from_secs(10), "the FUSE file system was not mounted");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let unmount = Unmount(mount.clone());
+    let library = mount.join("lib.so");
+    let many_libs = build_workload("many_libs.c", "many_libs", "gcc", &["-O2", "-ldl"]);
+    let _user = KillOnDrop(as_nobody(&many_libs).arg("60").arg(&library).spawn().unwrap());
+    let fake = build_workload("fake_python.c", "fake/python3.12", "gcc", &["-O1", "-g", "-rdynamic"]);
+    let data = mount.join("data");
+    let _posing = KillOnDrop(as_nobody(&fake).args(["60", "names-in"]).arg(&data).spawn().unwrap());
+    std::thread::sleep(Duration::from_millis(500));
+    let out = dir.join("out.folded");
+    let started = Instant::now();
+    let recording = start_profiler(&["record", "-a", "-F", "499", "-d", "8", "-o", out.to_str().unwrap()]);
+    let split = split_with_frame_pointers();
+    let status = Command::new(&split).arg("3").stdout(Stdio::null()).status().unwrap();
+    assert!(status.success());
+    let (status, stderr) = recording.wait();
+    let took = started.elapsed();
+    assert!(status.success());
+    assert!(took < Duration::from_secs(20), "the recording took {took:?} for its 8 s");
+    let held = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(!held.contains("held 0"), "a request of root's reached the daemon:\n{held}");
+    assert!(
+        !said(&stderr, "files of FUSE file systems were not read").is_empty(),
+        "the library was not read, and that was said:\n{stderr}"
+    );
+    let folded = Folded::read(&out);
+    let by_address = weight_with(&folded, |frame| frame.starts_with("lib.so+0x"));
+    assert!(by_address > 100, "the library's frames were sampled, and named by address");
+    let posing = weight_with(&folded, |frame| frame.starts_with("[unknown Python code]"));
+    assert!(posing > 50, "the posing interpreter's frames were walked to its code object");
+    let mine =
+        Folded { stacks: folded.stacks.into_iter().filter(|(frames, _)| frames[0] == "split-fp").collect() };
+    assert_split(&mine, "main", 10.0, 0.9);
+    drop(fuse);
+    drop(unmount);
+}
+
+/// Unmounts a FUSE file system when dropped (its daemon killed first).
+struct Unmount(PathBuf);
+
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// A process whose `/proc/PID/maps` is 80 MB (20,000 mappings of hard links under paths of
+/// 4 KB), and one that runs from a path that is not UTF-8: the first is read up to the bound
+/// (said in the summary), the profiler within 192 MiB in a 512 MiB cgroup; the second is named.
+#[test]
+fn proc_maps_are_read_with_a_bound_and_any_bytes() {
+    if !e2e_enabled() {
+        return;
+    }
+    let _alone = alone();
+    let dir = nobodys_dir("proc-maps");
+    let flood = build_workload("maps_flood.c", "maps_flood", "gcc", &["-O2"]);
+    let links = dir.join("links");
+    std::fs::create_dir(&links).unwrap();
+    std::os::unix::fs::chown(&links, Some(NOBODY), Some(NOBODY)).unwrap();
+    let long = start_as_nobody(&flood, &["links", links.to_str().unwrap(), "20000", "60"]);
+    let maps_len = std::fs::read(format!("/proc/{}/maps", long.pid())).unwrap().len();
+    assert!(maps_len > 64 << 20, "the maps are long: {maps_len} bytes");
+    let odd = dir.join(std::ffi::OsStr::from_bytes(b"caf\xe9-\xff"));
+    std::fs::copy(split_with_frame_pointers(), &odd).unwrap();
+    std::fs::set_permissions(&odd, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let odd_run = KillOnDrop(as_nobody(&odd).arg("30").stdout(Stdio::null()).spawn().unwrap());
+    wait_for_cpu(odd_run.pid(), Duration::from_millis(300));
+    let out = dir.join("out.folded");
+    let cgroup = MemoryCgroup::new("proc-maps", 512 << 20);
+    let (long_pid, odd_pid) = (long.pid().to_string(), odd_run.pid().to_string());
+    let args =
+        ["record", "-p", &long_pid, "-p", &odd_pid, "-F", "499", "-d", "5", "-o", out.to_str().unwrap()];
+    let run = cgroup.profiler(&args).output().unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    eprintln!("{stderr}");
+    assert!(run.status.success());
+    let peak = cgroup.peak();
+    assert!(peak < 192 << 20, "{} MiB at the peak", peak >> 20);
+    assert!(!said(&stderr, "/proc/PID/maps stopped at").is_empty(), "the long maps were cut:\n{stderr}");
+    let folded = Folded::read(&out);
+    let (hot, _) = folded.leaf_samples("hot_a", &["main", "burn"]);
+    assert!(hot > 200, "the program at a path that is not UTF-8 is named");
+    let (spun, _) = folded.leaf_samples("spin_in_flood", &[]);
+    assert!(spun > 200, "the one with long maps too");
+}
+
+use std::os::unix::ffi::OsStrExt as _;
+
+/// A recording's pprof and the agent's profiles locate kernel frames nowhere (named, at address
+/// 0, no function named by its hex), unless `--kernel-addresses` asks for them.
+#[test]
+fn exports_carry_no_kernel_addresses_unless_asked() {
+    if !e2e_enabled() {
+        return;
+    }
+    let dir = scratch_dir("kernel-addresses");
+    // A program in the kernel often: reads of /proc.
+    let busy = KillOnDrop(
+        Command::new("sh").args(["-c", "while :; do cat /proc/self/maps > /dev/null; done"]).spawn().unwrap(),
+    );
+    let pid = busy.pid().to_string();
+    for asked in [false, true] {
+        let out = dir.join(format!("{asked}.pb.gz"));
+        let mut args = vec!["record", "-p", &pid, "-F", "999", "-d", "2", "-o", out.to_str().unwrap()];
+        if asked {
+            args.push("--kernel-addresses");
+        }
+        assert!(run_bounded(&args).status.success());
+        let addresses = kernel_addresses(&out);
+        assert!(!addresses.is_empty(), "kernel frames were sampled");
+        if asked {
+            assert!(addresses.iter().all(|&a| a >= 0xffff_8000_0000_0000), "{addresses:x?}");
+        } else {
+            assert!(addresses.iter().all(|&a| a == 0), "{addresses:x?}");
+        }
+    }
+    let files = dir.join("agent");
+    std::fs::create_dir(&files).unwrap();
+    let agent = start_profiler(&[
+        "agent",
+        "-p",
+        &pid,
+        "-F",
+        "999",
+        "--interval",
+        "1",
+        "--output-dir",
+        files.to_str().unwrap(),
+    ]);
+    std::thread::sleep(Duration::from_millis(2500));
+    agent.signal(libc::SIGTERM);
+    assert!(agent.wait().0.success());
+    let profiles: Vec<PathBuf> = std::fs::read_dir(&files).unwrap().map(|e| e.unwrap().path()).collect();
+    assert!(!profiles.is_empty());
+    for profile in profiles {
+        let addresses = kernel_addresses(&profile);
+        assert!(addresses.iter().all(|&a| a == 0), "{}: {addresses:x?}", profile.display());
+    }
+}
+
+/// The addresses of the locations of kernel frames in a pprof file, after checking that no
+/// function is named by a kernel address.
+fn kernel_addresses(path: &Path) -> Vec<u64> {
+    let profile = read_pprof(path);
+    let kernel =
+        profile.mapping.iter().position(|m| profile.string_table[m.filename as usize] == "[kernel.kallsyms]");
+    let Some(kernel) = kernel else { return Vec::new() };
+    for function in &profile.function {
+        let name = &profile.string_table[function.name as usize];
+        assert!(!name.starts_with("0xffff"), "a function named by a kernel address: {name}");
+    }
+    profile.location.iter().filter(|l| l.mapping_id as usize == kernel + 1).map(|l| l.address).collect()
+}
+
+/// A host that makes up new Python functions all day, each with kilobytes of names: the
+/// agent, cutting a window a second, names the new ones in its latest windows and holds no
+/// more after half a minute than after 15 s.
+#[test]
+fn the_agents_tables_stay_flat_on_a_host_making_up_code() {
+    if !e2e_enabled() {
+        return;
+    }
+    let _alone = alone();
+    let dir = scratch_dir("agent-flat");
+    let script = common::python::script("fresh_code.py");
+    let fresh = start_as_nobody(SYSTEM_PYTHON, &[script.to_str().unwrap(), "120", "1"]);
+    let files = dir.join("windows");
+    std::fs::create_dir(&files).unwrap();
+    let pid = fresh.pid().to_string();
+    let agent = start_profiler(&[
+        "agent",
+        "-p",
+        &pid,
+        "-F",
+        "999",
+        "--interval",
+        "1",
+        "--output-dir",
+        files.to_str().unwrap(),
+    ]);
+    std::thread::sleep(Duration::from_secs(15));
+    let early = rss(agent.pid());
+    std::thread::sleep(Duration::from_secs(20));
+    let late = rss(agent.pid());
+    agent.signal(libc::SIGTERM);
+    assert!(agent.wait().0.success());
+    eprintln!("agent RSS {} MiB after 15 s, {} MiB after 35 s", early >> 20, late >> 20);
+    assert!(late <= early + (16 << 20), "the agent grew from {} to {} MiB", early >> 20, late >> 20);
+    let mut windows: Vec<PathBuf> = std::fs::read_dir(&files).unwrap().map(|e| e.unwrap().path()).collect();
+    windows.sort_by_key(|path| {
+        std::fs::metadata(path).unwrap().mtime_nsec()
+            + std::fs::metadata(path).unwrap().mtime() * 1_000_000_000
+    });
+    let last = read_pprof(windows.last().unwrap());
+    let fresh_names = last.string_table.iter().filter(|s| s.starts_with("fresh_")).count();
+    assert!(fresh_names > 10, "the last window names the functions made up lately: {fresh_names}");
+}
+
+/// The resident memory of process `pid` now, in bytes.
+fn rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).expect("VmRSS");
+    line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 1024
+}
