@@ -403,7 +403,8 @@ pub struct OffCpuThread {
     /// Leading entries of `kernel_stack` to leave out: 1 when `__schedule`'s address, put
     /// first, is not known (0).
     pub kernel_stack_skip: u32,
-    /// The thread's user (effective uid, as the entry was made): whose share it counts in.
+    /// The user whose share of the table the entry counts in, as it was made (see the eBPF
+    /// side's `task_user`): set only when the whole system is followed.
     pub uid: u32,
     /// Where it waits, in the kernel (`__schedule` under the function that waited), innermost
     /// first.
@@ -636,6 +637,13 @@ pub mod globals {
     pub const TASK_REAL_CRED_OFFSET: &str = "TASK_REAL_CRED_OFFSET";
     /// `u32`: byte offset of `euid` (a `kuid_t`) in `struct cred`.
     pub const CRED_EUID_OFFSET: &str = "CRED_EUID_OFFSET";
+    /// `u32`: byte offset of `user_ns` (`struct user_namespace *`) in `struct cred`.
+    pub const CRED_USER_NS_OFFSET: &str = "CRED_USER_NS_OFFSET";
+    /// `u32`: byte offsets of `level` (`int`), `parent` and `owner` (a `kuid_t`) in
+    /// `struct user_namespace`.
+    pub const USER_NS_LEVEL_OFFSET: &str = "USER_NS_LEVEL_OFFSET";
+    pub const USER_NS_PARENT_OFFSET: &str = "USER_NS_PARENT_OFFSET";
+    pub const USER_NS_OWNER_OFFSET: &str = "USER_NS_OWNER_OFFSET";
     /// `u32`: a [`crate::FramePointers`]: when the kernel walks the user frame-pointer chain.
     pub const FRAME_POINTERS: &str = "FRAME_POINTERS";
     /// `u32`: byte offset of `thread.fsbase` in `struct task_struct`: a user thread's FS base,

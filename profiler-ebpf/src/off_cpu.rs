@@ -62,7 +62,7 @@ static OFF_CPU_THREADS: HashMap<u32, OffCpuThread> =
 /// none may take more than [`OFF_CPU_USER_SHARE`], so that one user's threads, however many,
 /// leave room for everyone else's.
 #[map(name = "OFF_CPU_USERS")]
-static OFF_CPU_USERS: HashMap<u32, u64> = HashMap::with_max_entries(4096, 0);
+static OFF_CPU_USERS: HashMap<u32, u64> = HashMap::with_max_entries(16384, 0);
 
 /// Where each CPU builds a thread's first entry (too big for the BPF stack).
 #[map(name = "OFF_CPU_NOTE")]
@@ -101,6 +101,14 @@ static SCHEDULE_ADDR: u64 = 0;
 static TASK_REAL_CRED_OFFSET: u32 = 0;
 #[unsafe(no_mangle)]
 static CRED_EUID_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static CRED_USER_NS_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static USER_NS_LEVEL_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static USER_NS_PARENT_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static USER_NS_OWNER_OFFSET: u32 = 0;
 
 /// `TASK_DEAD` in a task's state: it leaves the CPU for good.
 const TASK_DEAD: u64 = 0x80;
@@ -161,8 +169,9 @@ fn left(ctx: &BtfTracePointContext, pid_tgid: u64, state: OffCpuState, now: u64)
 fn first_left(pid_tgid: u64, state: OffCpuState, now: u64) {
     let Some(thread) = OFF_CPU_NOTE.get_ptr_mut(0) else { return };
     let thread = unsafe { &mut *thread };
-    note(thread, current_task(), (pid_tgid >> 32) as u32, state, now);
-    insert(pid_tgid as u32, thread);
+    let task = current_task();
+    note(thread, task, (pid_tgid >> 32) as u32, state, now);
+    insert(pid_tgid as u32, thread, task);
 }
 
 /// The running task, as a pointer the verifier knows.
@@ -176,7 +185,6 @@ fn note(thread: &mut OffCpuThread, task: *mut c_void, tgid: u32, state: OffCpuSt
     thread.since_ns = since_ns;
     thread.resumed_ns = 0;
     thread.tgid = tgid;
-    thread.uid = task_uid(task);
     thread.state = state as u32;
     thread.in_syscall = u32::from(in_syscall(task));
     (thread.kernel_stack_len, thread.kernel_stack_skip) = (0, 0);
@@ -203,16 +211,14 @@ fn take_kernel_stack(task: *mut c_void, thread: &mut OffCpuThread) {
     thread.kernel_stack_skip = u32::from(schedule == 0);
 }
 
-/// Makes `thread` the entry of `tid`.
-fn insert(tid: u32, thread: &OffCpuThread) {
-    insert_with(tid, thread, 0);
-}
-
-/// Makes `thread` the entry of `tid` with the map update's `flags`; a failure for want of room
-/// is counted, and so is a thread whose user holds its share of the table.
+/// Makes `thread` the entry of `tid` (of `task`), unless it has one already (the task iterator
+/// may have made it on another CPU meanwhile: that one stays). A failure for want of room is
+/// counted, and so is a thread whose user holds its share of the table. The user is the task's
+/// as the entry is made, and stays the entry's: the one its place is given back to.
 #[allow(clippy::needless_borrows_for_generic_args)] // by value would copy 1 KiB onto the 512-byte BPF stack
-fn insert_with(tid: u32, thread: &OffCpuThread, flags: u64) {
+fn insert(tid: u32, thread: &mut OffCpuThread, task: *mut c_void) {
     let share = if system_wide() {
+        thread.uid = task_user(task);
         let Some(held) = user_share(thread.uid) else {
             count(Counter::OffCpuOverShare, 1);
             return;
@@ -224,8 +230,8 @@ fn insert_with(tid: u32, thread: &OffCpuThread, flags: u64) {
     } else {
         None
     };
-    let made = match OFF_CPU_THREADS.insert(tid, thread, flags) {
-        Err(EEXIST) if flags == u64::from(BPF_NOEXIST) => false,
+    let made = match OFF_CPU_THREADS.insert(tid, &*thread, u64::from(BPF_NOEXIST)) {
+        Err(EEXIST) => false,
         Err(_) => {
             count(Counter::OffCpuUnnoted, 1);
             false
@@ -233,7 +239,7 @@ fn insert_with(tid: u32, thread: &OffCpuThread, flags: u64) {
         Ok(()) => true,
     };
     if let (Some(held), false) = (share, made) {
-        unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(held, 1u64.wrapping_neg()) };
+        give_back(held);
     }
 }
 
@@ -244,19 +250,28 @@ fn remove(tid: u32) {
         && system_wide()
         && let Some(held) = OFF_CPU_USERS.get_ptr_mut(uid)
     {
+        give_back(held);
+    }
+}
+
+/// Gives a place back to a user's count, which never goes below zero (a count that wrapped
+/// would lock the user out).
+fn give_back(held: *mut u64) {
+    if unsafe { core::ptr::read_volatile(held) } > 0 {
         unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(held, 1u64.wrapping_neg()) };
     }
 }
 
-/// The count of entries `uid`'s threads hold, if it has room for one more.
-fn user_share(uid: u32) -> Option<*mut u64> {
-    if OFF_CPU_USERS.get_ptr_mut(uid).is_none() {
-        // A user with no entry yet; a full table of users is a share with no room. The zero by
-        // value, on the stack: a reference to a constant is one to `.rodata`, where LLVM may
-        // merge it with a load-time setting that is zero only at build time.
-        OFF_CPU_USERS.insert(uid, 0u64, u64::from(BPF_NOEXIST)).ok()?;
+/// The count of entries `user`'s threads hold, if it has room for one more.
+fn user_share(user: u32) -> Option<*mut u64> {
+    if OFF_CPU_USERS.get_ptr_mut(user).is_none() {
+        // A user with no entry yet (made on another CPU meanwhile: found below); a full table
+        // of users is a share with no room. The zero by value, on the stack: a reference to a
+        // constant is one to `.rodata`, where LLVM may merge it with a load-time setting that
+        // is zero only at build time.
+        let _ = OFF_CPU_USERS.insert(user, 0u64, u64::from(BPF_NOEXIST));
     }
-    let held = OFF_CPU_USERS.get_ptr_mut(uid)?;
+    let held = OFF_CPU_USERS.get_ptr_mut(user)?;
     (unsafe { *held } < u64::from(OFF_CPU_USER_SHARE)).then_some(held)
 }
 
@@ -265,12 +280,40 @@ fn system_wide() -> bool {
     setting(&sample::FILTER_BY_TGID) == 0
 }
 
-/// The effective user of `task` (`task->real_cred->euid`); 0 when it cannot be read.
-fn task_uid(task: *mut c_void) -> u32 {
-    let cred = unsafe { task.cast::<u8>().add(setting(&TASK_REAL_CRED_OFFSET) as usize) }.cast::<*const u8>();
+/// User namespaces a task's is nested in, at most (the kernel's limit is 32).
+const MAX_USER_NAMESPACE_DEPTH: u32 = 33;
+
+/// The user `task` counts as: its effective uid (`real_cred->euid`), or, in a user namespace,
+/// the user who made the outermost one below the host's (its `owner`): however many uids of
+/// its own (subordinate ones) a user's namespaces map, they are one user. 0 when unreadable.
+fn task_user(task: *mut c_void) -> u32 {
+    let read_at = |base: *const u8, offset: &'static u32| unsafe { base.add(setting(offset) as usize) };
+    let cred = read_at(task.cast(), &TASK_REAL_CRED_OFFSET).cast::<*const u8>();
     let Ok(cred) = (unsafe { bpf_probe_read_kernel(cred) }) else { return 0 };
-    let euid = unsafe { cred.add(setting(&CRED_EUID_OFFSET) as usize) }.cast::<u32>();
-    unsafe { bpf_probe_read_kernel(euid) }.unwrap_or(0)
+    let euid = unsafe { bpf_probe_read_kernel(read_at(cred, &CRED_EUID_OFFSET).cast::<u32>()) }.unwrap_or(0);
+    let Ok(mut namespace) =
+        (unsafe { bpf_probe_read_kernel(read_at(cred, &CRED_USER_NS_OFFSET).cast::<*const u8>()) })
+    else {
+        return euid;
+    };
+    for _ in 0..MAX_USER_NAMESPACE_DEPTH {
+        let level = unsafe { bpf_probe_read_kernel(read_at(namespace, &USER_NS_LEVEL_OFFSET).cast::<i32>()) };
+        match level {
+            Ok(0) | Err(_) => return euid,
+            Ok(1) => {
+                let owner = read_at(namespace, &USER_NS_OWNER_OFFSET).cast::<u32>();
+                return unsafe { bpf_probe_read_kernel(owner) }.unwrap_or(euid);
+            }
+            Ok(_) => {
+                let parent = read_at(namespace, &USER_NS_PARENT_OFFSET).cast::<*const u8>();
+                match unsafe { bpf_probe_read_kernel(parent) } {
+                    Ok(parent) => namespace = parent,
+                    Err(_) => return euid,
+                }
+            }
+        }
+    }
+    euid
 }
 
 /// The map update failed: the entry is there already.
@@ -334,7 +377,7 @@ fn came_back_unseen(next: *mut c_void, tid: u32, tgid: u32) {
     note(thread, next, tgid, OffCpuState::Sleeping, started);
     thread.resumed_ns = now;
     take_kernel_stack(next, thread);
-    insert(tid, thread);
+    insert(tid, thread, next);
 }
 
 /// When sampling started, if `task` (a followed thread) was created before and, at `now`, has
@@ -405,7 +448,7 @@ fn away_all_along(task: *mut c_void, tid: u32, tgid: u32) {
     note(thread, task, tgid, state, started);
     take_kernel_stack(task, thread);
     // Not over an entry a switch made meanwhile on another CPU: that one is newer.
-    insert_with(tid, thread, u64::from(BPF_NOEXIST));
+    insert(tid, thread, task);
 }
 
 /// The context of a task iterator (`struct bpf_iter__task`).

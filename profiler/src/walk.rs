@@ -202,9 +202,9 @@ impl StackWalker {
             chain,
             ..
         } = self;
-        allowance.reset();
         let tid = sample.tid();
         let mut process = spaces.observe(sample.tgid(), tid, &sample.comm(), sample.time_ns());
+        allowance.begin(process.file_pages());
         if !*native_only {
             python.observe(&mut process, sample.time_ns());
             hotspot.observe(&mut process, sample.time_ns());

@@ -10,21 +10,28 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use super::{Identity, Parts, StableFile, Writer, elf::ElfFacts, mounts::Answerer, open};
+use super::{Identity, Parts, StableFile, Writer, elf::ElfFacts, open};
+use crate::model::Tgid;
 
 /// The directories searched for separate debug files.
 const DEBUG_DIRS: [&str; 2] = ["/usr/lib/debug", "/lib/debug"];
 
-/// The debug file of a module mapped from `path` by the process `identity` says, whose facts
+/// The debug file of a module mapped from `path` by process `tgid` (what `identity` says), whose facts
 /// are `facts`, a file `writer` can change; made [`open::stable`]. A debug file names the
 /// module's frames: it is taken only from root, or from the user who could change the module
 /// anyway (a user's mount namespace may put their own files at the debug directories' paths).
-/// Only paths the kernel answers for are looked up (see `mounts`).
-pub fn find(identity: &Identity, path: &Path, facts: &ElfFacts, writer: Writer) -> Option<StableFile> {
-    let candidates = candidates(path, facts).into_iter().filter(|candidate| candidate != path);
-    let mut asked = candidates.filter(|candidate| identity.answerer_at(candidate) == Answerer::Kernel);
-    asked.find_map(|candidate| {
-        let file = identity.root.open(&candidate).and_then(|file| open::stable(file, Parts::Whole)).ok()?;
+/// Nothing is looked up in a file system the kernel does not answer for (see `mounts`).
+pub fn find(
+    tgid: Tgid,
+    identity: &Identity,
+    path: &Path,
+    facts: &ElfFacts,
+    writer: Writer,
+) -> Option<StableFile> {
+    let asked = identity.asked(tgid);
+    candidates(path, facts).into_iter().filter(|candidate| candidate != path).find_map(|candidate| {
+        let file =
+            identity.root.open(&candidate, &asked).and_then(|file| open::stable(file, Parts::Whole)).ok()?;
         let trusted = match (file.writer(), writer) {
             (Writer::Root, _) => true,
             (Writer::User(debug), Writer::User(module)) => debug == module,

@@ -26,7 +26,7 @@ pub use self::{
     proc_maps::{Backing, MAX_MAPS_BYTES, Mapping, Mappings, TimedMapping, backing_named, cut_readings},
     process::Identity,
     process::{Process, Processes, Tracking, read_bounded, read_bounded_bytes, running},
-    resolve::{ProcessView, Resolved, Want},
+    resolve::{FileMappings, ProcessView, Resolved, Want},
     task_event::TaskEvent,
 };
 use crate::model::{Tgid, Tid};

@@ -36,6 +36,8 @@ pub type FileOpener = Box<dyn Fn(Tgid, &Identity, &Mapping, &Path) -> io::Result
 const MAX_COPIES: usize = 1024;
 /// Files of JIT code remembered at most (see [`Modules`]).
 const MAX_JIT_FILES: usize = 4096;
+/// Files let go remembered at most (see [`Modules::place`]); beyond, the memory starts over.
+const MAX_LET_GO: usize = 1 << 16;
 /// Contents of one user's build id compared with at most: a user making copies of one build
 /// id, each different, makes a module of each, compared with the first few only.
 const MAX_CONTENTS: usize = 8;
@@ -220,6 +222,8 @@ pub struct Modules {
     /// Files that hold JIT code, not an image ([`open::is_jit_memory`]): anonymous memory. At
     /// most [`MAX_JIT_FILES`] are remembered (then forgotten all at once, and looked at again).
     jit_files: FxHashSet<MappedKey>,
+    /// Modules let go, by the file that made them: opened again, that file gets its id back.
+    let_go: FxHashMap<MappedKey, ModuleId>,
     /// The period in which each module was last looked up (see [`Modules::idle`]), and the
     /// lookup (counted from the start) it was last looked up by.
     last_used: Vec<u64>,
@@ -238,10 +242,8 @@ impl Default for Modules {
                 Answerer::Server => return remote::open(tgid, mapping),
                 Answerer::Daemon => return Err(remote::not_asked()),
             }
-            let file = open::mapped_file(tgid, mapping).or_else(|err| match identity.answerer_at(path) {
-                Answerer::Kernel => open::mapped_path(&identity.root, path, mapping),
-                _ => Err(err),
-            })?;
+            let file = open::mapped_file(tgid, mapping)
+                .or_else(|_| open::mapped_path(&identity.root, path, mapping, &identity.asked(tgid)))?;
             if open::is_jit_memory(path, &file) {
                 return Err(open::jit_memory_error());
             }
@@ -263,6 +265,7 @@ impl Modules {
             out_of_descriptors: 0,
             short_of_descriptors: false,
             jit_files: FxHashSet::default(),
+            let_go: FxHashMap::default(),
             last_used: Vec::new(),
             period: 0,
             last_lookup: Vec::new(),
@@ -339,16 +342,14 @@ impl Modules {
                         if (!facts.has_dwarf || !facts.has_cfi)
                             && identity.answerer(tgid, mapping.dev) == Answerer::Kernel =>
                     {
-                        debug_file::find(identity, path, facts, writer).and_then(|file| {
+                        debug_file::find(tgid, identity, path, facts, writer).and_then(|file| {
                             Some(DebugFile { facts: ElfFacts::read(&open::map(&file).ok()?)?, file })
                         })
                     }
                     _ => None,
                 };
-                let id = ModuleId(self.modules.len() as u32);
-                self.modules.push(Arc::new(Module { path: path.to_owned(), file, facts, debug }));
-                self.last_used.push(self.period);
-                self.last_lookup.push(self.lookups);
+                let module = Arc::new(Module { path: path.to_owned(), file, facts, debug });
+                let id = self.place(&key, module);
                 let ids = self.by_content.entry(content).or_default();
                 if ids.len() < MAX_CONTENTS {
                     ids.push(id);
@@ -424,6 +425,12 @@ impl Modules {
             *module = Arc::new(module.evicted());
         }
         let evicted: rustc_hash::FxHashSet<ModuleId> = ids.iter().copied().collect();
+        if self.let_go.len() > MAX_LET_GO {
+            self.let_go.clear();
+        }
+        let let_go =
+            self.by_mapping.iter().filter(|(_, id)| evicted.contains(id)).map(|(key, &id)| (key.clone(), id));
+        self.let_go.extend(let_go);
         self.by_mapping.retain(|_, id| !evicted.contains(id));
         self.by_content.retain(|_, ids| {
             ids.retain(|id| !evicted.contains(id));
@@ -432,6 +439,30 @@ impl Modules {
         self.unopened.retain(|_, id| !evicted.contains(id));
         let by_mapping = &self.by_mapping;
         self.copies.retain(|(key, _)| by_mapping.contains_key(key));
+    }
+
+    /// The id of a module of the file `key` names: the one it had before it was let go, when
+    /// what the file says of itself is the same (its build id), so that a file let go and
+    /// opened again and again (as the descriptors kept run short) leaves no module behind each
+    /// time; else a new one.
+    fn place(&mut self, key: &MappedKey, module: Arc<Module>) -> ModuleId {
+        let before =
+            self.let_go.remove(key).filter(|&id| self.modules[id.0 as usize].build_id() == module.build_id());
+        let id = match before {
+            Some(id) => {
+                self.modules[id.0 as usize] = module;
+                id
+            }
+            None => {
+                self.modules.push(module);
+                self.last_used.push(0);
+                self.last_lookup.push(0);
+                ModuleId(self.modules.len() as u32 - 1)
+            }
+        };
+        self.last_used[id.0 as usize] = self.period;
+        self.last_lookup[id.0 as usize] = self.lookups;
+        id
     }
 
     /// Forgets what could not be opened through processes `gone`.
@@ -537,7 +568,7 @@ mod tests {
         assert!(modules.get(id).file().is_none() && modules.get(id).facts().is_some());
         assert!(modules.idle(4).is_empty(), "nothing left to let go");
         let again = modules.intern(Tgid::own(), &Identity::own(), &mapping).unwrap();
-        assert_ne!(again, id, "read anew, as a new module");
+        assert_eq!(again, id, "read anew, under its id: no module is left behind for it");
         assert!(modules.get(again).file().is_some());
     }
 

@@ -12,8 +12,7 @@
 //! A process's mounts are read from its `/proc/PID/mountinfo` (the kernel's text, which asks no
 //! daemon), once per mount namespace and again when a file of a device it did not list shows up.
 use std::{
-    os::unix::{ffi::OsStrExt as _, fs::MetadataExt as _},
-    path::Path,
+    os::unix::fs::MetadataExt as _,
     sync::{Arc, Mutex, OnceLock},
     time::{Duration, Instant},
 };
@@ -82,11 +81,15 @@ const KERNELS: &[&str] = &[
 ];
 
 impl Answerer {
-    /// Who answers for a file system of type `fs_type` (mountinfo's): FUSE's, and virtiofs's
-    /// (FUSE's requests, its host's daemon), are a daemon's; the kernel's own types its own;
-    /// anything else a server's.
-    fn of(fs_type: &str) -> Self {
-        if fs_type.starts_with("fuse") || fs_type == "virtiofs" {
+    /// Who answers for a file system of type `fs_type` with `options` (mountinfo's): FUSE's,
+    /// and virtiofs's (FUSE's requests, its host's daemon), are a daemon's, and so is an overlay
+    /// a user mounted (`userxattr`, which unprivileged overlays need), whose layers may be a
+    /// FUSE daemon's read with the user's rights; the kernel's own types its own; anything else
+    /// a server's.
+    fn of(fs_type: &str, options: &[u8]) -> Self {
+        let users_overlay =
+            fs_type == "overlay" && options.split(|&b| b == b',').any(|option| option == b"userxattr");
+        if fs_type.starts_with("fuse") || fs_type == "virtiofs" || users_overlay {
             Self::Daemon
         } else if KERNELS.contains(&fs_type) {
             Self::Kernel
@@ -103,38 +106,32 @@ const MAX_NAMESPACES: usize = 256;
 /// How often a namespace's mounts may be read again, for a device they did not list.
 const REREAD: Duration = Duration::from_secs(1);
 
-/// The mounts of one mount namespace: who answers for each device's files, and where each
-/// mount is (as the namespace's processes name it).
+/// The mounts of one mount namespace: who answers for each device's files.
 #[derive(Debug)]
 pub struct Mounts {
     by_dev: FxHashMap<u64, Answerer>,
-    /// Mount points, as the bytes of their paths.
-    points: Vec<(Vec<u8>, Answerer)>,
     read_at: Instant,
 }
 
 impl Mounts {
-    /// Parses a `/proc/PID/mountinfo`: `ID PARENT MAJOR:MINOR ROOT POINT OPTIONS... - TYPE ...`.
+    /// Parses a `/proc/PID/mountinfo`: `ID PARENT MAJOR:MINOR ROOT POINT OPTIONS... - TYPE
+    /// SOURCE SUPER_OPTIONS`.
     fn parse(text: &[u8]) -> Self {
-        let mounts: Vec<(u64, Vec<u8>, Answerer)> = text
+        let by_dev = text
             .split(|&b| b == b'\n')
             .filter_map(|line| {
                 let separator = line.windows(3).position(|window| window == b" - ")?;
                 let (head, tail) = (&line[..separator], &line[separator + 3..]);
-                let mut fields = head.split(|&b| b == b' ');
-                let device = std::str::from_utf8(fields.nth(2)?).ok()?;
+                let device = std::str::from_utf8(head.split(|&b| b == b' ').nth(2)?).ok()?;
                 let (major, minor) = device.split_once(':')?;
-                let point = unescape(fields.nth(1)?);
                 let dev = (major.parse::<u64>().ok()? << 32) | minor.parse::<u64>().ok()?;
-                let fs_type = std::str::from_utf8(tail.split(|&b| b == b' ').next()?).ok()?;
-                Some((dev, point, Answerer::of(fs_type)))
+                let mut tail = tail.split(|&b| b == b' ');
+                let fs_type = std::str::from_utf8(tail.next()?).ok()?;
+                let options = tail.nth(1).unwrap_or_default();
+                Some((dev, Answerer::of(fs_type, options)))
             })
             .collect();
-        Self {
-            by_dev: mounts.iter().map(|&(dev, _, answerer)| (dev, answerer)).collect(),
-            points: mounts.into_iter().map(|(_, point, answerer)| (point, answerer)).collect(),
-            read_at: Instant::now(),
-        }
+        Self { by_dev, read_at: Instant::now() }
     }
 
     /// Who answers for the files of `dev` (as `/proc/PID/maps` numbers it): its mount's
@@ -146,40 +143,6 @@ impl Mounts {
         }
         self.by_dev.get(&dev).copied()
     }
-
-    /// Who answers for looking up `path` (absolute, as the namespace's processes name it): the
-    /// least trusted answerer of the mounts it goes through.
-    pub fn answerer_at(&self, path: &Path) -> Answerer {
-        let path = path.as_os_str().as_bytes();
-        let under = |point: &[u8]| {
-            point == b"/"
-                || path.strip_prefix(point).is_some_and(|rest| rest.is_empty() || rest.starts_with(b"/"))
-        };
-        let through = self.points.iter().filter(|(point, _)| under(point));
-        through.map(|&(_, answerer)| answerer).max().unwrap_or(Answerer::Server)
-    }
-}
-
-/// A mount point as mountinfo writes it: space, tab, line break and backslash as octal escapes.
-fn unescape(field: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(field.len());
-    let mut rest = field;
-    while let Some(at) = rest.iter().position(|&b| b == b'\\') {
-        out.extend_from_slice(&rest[..at]);
-        let digits = rest.get(at + 1..at + 4).and_then(|digits| std::str::from_utf8(digits).ok());
-        match digits.and_then(|digits| u8::from_str_radix(digits, 8).ok()) {
-            Some(byte) => {
-                out.push(byte);
-                rest = &rest[at + 4..];
-            }
-            None => {
-                out.push(b'\\');
-                rest = &rest[at + 1..];
-            }
-        }
-    }
-    out.extend_from_slice(rest);
-    out
 }
 
 /// The device of the kernel's internal shared-memory mount (a memfd's), listed in no mountinfo.
@@ -194,6 +157,23 @@ fn shared_memory_dev() -> Option<u64> {
 
 /// The mounts of every namespace seen, by the inode of its `/proc/PID/ns/mnt`.
 static NAMESPACES: Mutex<Option<FxHashMap<u64, Arc<Mounts>>>> = Mutex::new(None);
+
+/// Who answers for the files of `dev`, as process `tgid` maps them: as its namespace's mounts
+/// (`known`, as read when it was seen) say, read again while it lives if they do not list the
+/// device (mounted since), else as the profiler's own mounts say (a chroot lists no mount
+/// outside its root). A daemon (never asked) when nothing is known of it.
+pub fn answerer(tgid: Tgid, known: Option<&Mounts>, dev: u64) -> Answerer {
+    let found = known.and_then(|mounts| mounts.answerer(dev));
+    let found = found.or_else(|| of(tgid)?.answerer(dev));
+    found.or_else(|| own()?.answerer(dev)).unwrap_or(Answerer::Daemon)
+}
+
+/// The mounts of the profiler's own namespace, as read at most a second ago: a device's answerer
+/// is the same in every namespace (it is its superblock's), and a process whose root is inside
+/// a mount (a chroot) does not list the mounts outside it.
+pub fn own() -> Option<Arc<Mounts>> {
+    of(Tgid::own())
+}
 
 /// The mounts of process `tgid`'s namespace, as read at most a second ago; `None` when the
 /// process is gone.
@@ -223,32 +203,17 @@ mod tests {
             27 1 254:1 / / rw,relatime - ext4 /dev/vda rw\n\
             31 27 0:45 / /home/u/mnt rw,nosuid,nodev,relatime - fuse.sshfs host:/ rw,user_id=1000\n\
             32 27 0:46 / /mnt/n rw - nfs4 server:/export rw\n\
-            33 31 254:1 / /home/u/mnt/bound rw - ext4 /dev/vda rw\n\
+            33 27 0:47 / /var/lib/c rw - overlay overlay rw,lowerdir=/l,upperdir=/u,workdir=/w\n\
+            34 27 0:48 / /home/u/o rw - overlay overlay rw,lowerdir=/l,upperdir=/u,workdir=/w,userxattr\n\
             garbage\n";
         let mounts = Mounts::parse(text);
         assert_eq!(mounts.answerer(254 << 32 | 1), Some(Answerer::Kernel));
         assert_eq!(mounts.answerer(21), Some(Answerer::Kernel));
         assert_eq!(mounts.answerer(45), Some(Answerer::Daemon), "a FUSE daemon's");
         assert_eq!(mounts.answerer(46), Some(Answerer::Server), "a server's");
+        assert_eq!(mounts.answerer(47), Some(Answerer::Kernel), "root's overlay");
+        assert_eq!(mounts.answerer(48), Some(Answerer::Daemon), "a user's overlay, whose layers may be FUSE");
         assert_eq!(mounts.answerer(99), None, "not listed");
-        assert_eq!(mounts.answerer_at(Path::new("/tmp/perf-1.map")), Answerer::Kernel);
-        assert_eq!(mounts.answerer_at(Path::new("/home/u/mnt/lib.so")), Answerer::Daemon);
-        assert_eq!(
-            mounts.answerer_at(Path::new("/home/u/mntx/lib.so")),
-            Answerer::Kernel,
-            "another directory"
-        );
-        assert_eq!(mounts.answerer_at(Path::new("/mnt/n")), Answerer::Server);
-        assert_eq!(
-            mounts.answerer_at(Path::new("/home/u/mnt/bound/lib.so")),
-            Answerer::Daemon,
-            "looked up through the daemon's mount"
-        );
-    }
-
-    #[test]
-    fn mount_points_are_unescaped() {
-        assert_eq!(unescape(b"/a\\040b\\134c\\\xff"), b"/a b\\c\\\xff");
     }
 
     #[test]
@@ -258,7 +223,6 @@ mod tests {
         let mounts = of(Tgid::own()).unwrap();
         assert_eq!(mounts.answerer(dev), Some(Answerer::Kernel), "this test's own executable");
         assert_eq!(mounts.answerer(shared_memory_dev().unwrap()), Some(Answerer::Kernel), "memfds");
-        assert_eq!(mounts.answerer_at(Path::new("/proc/self")), Answerer::Kernel);
         assert!(of(Tgid(u32::MAX)).is_none(), "no such process");
     }
 }

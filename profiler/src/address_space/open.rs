@@ -14,7 +14,10 @@
 use std::{
     fs::File,
     io,
-    os::fd::{AsFd, OwnedFd},
+    os::{
+        fd::{AsFd, OwnedFd},
+        unix::ffi::OsStrExt as _,
+    },
     path::{Path, PathBuf},
     sync::Arc,
 };
@@ -49,17 +52,19 @@ pub enum Root {
 }
 
 impl Root {
-    /// The root of process `tgid` as it is now: `/proc/PID/root`, compared with ours.
+    /// The root of process `tgid` as it is now: `/proc/PID/root`, compared with ours. Another
+    /// mount namespace is another root even at the same directory: its paths go through its
+    /// own mounts.
     pub fn of(tgid: Tgid) -> io::Result<Self> {
         let path = format!("/proc/{tgid}/root");
         let theirs =
             rustix::fs::open(&path, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
-        let ours = rustix::fs::stat("/")?;
         // Its cached attributes only: its root may be a FUSE daemon's, which need never answer.
-        let flags = AtFlags::EMPTY_PATH | AtFlags::STATX_DONT_SYNC;
-        let theirs_stat = statx(&theirs, "", flags, StatxFlags::INO)?;
-        let dev = rustix::fs::makedev(theirs_stat.stx_dev_major, theirs_stat.stx_dev_minor);
-        let same = (dev, theirs_stat.stx_ino) == (ours.st_dev, ours.st_ino);
+        let own = rustix::fs::open("/", OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
+        let namespace = |pid: &str| rustix::fs::stat(format!("/proc/{pid}/ns/mnt")).map(|st| st.st_ino);
+        let same = cached_stat(&theirs)?.0 == cached_stat(&own)?.0
+            && cached_stat(&theirs)?.1 == cached_stat(&own)?.1
+            && namespace(&tgid.to_string())? == namespace("self")?;
         if same {
             return Ok(Self::Own);
         }
@@ -68,32 +73,122 @@ impl Root {
     }
 
     /// Opens `path`, as a process with this root names it, for reading: a regular file only,
-    /// resolved without leaving the root.
-    pub fn open(&self, path: &Path) -> io::Result<File> {
-        self.open_with(path, OFlags::empty())
+    /// resolved inside the root a component at a time (see [`Self::walk`]), every directory
+    /// looked into and the file itself on a file system `asked` accepts by its device.
+    pub fn open(&self, path: &Path, asked: &dyn Fn(u64) -> bool) -> io::Result<File> {
+        reopen(self.walk(path, asked, true)?)
     }
 
     /// Opens `path` as [`Self::open`] does, but not through a symbolic link at its last
     /// component: for files the process itself writes (its perf map), where a link is how another
     /// user would point the profiler at a file that is not the process's.
-    pub fn open_unlinked(&self, path: &Path) -> io::Result<File> {
-        self.open_with(path, OFlags::NOFOLLOW)
+    pub fn open_unlinked(&self, path: &Path, asked: &dyn Fn(u64) -> bool) -> io::Result<File> {
+        reopen(self.walk(path, asked, false)?)
     }
 
-    fn open_with(&self, path: &Path, extra: OFlags) -> io::Result<File> {
-        let how = OFlags::PATH | OFlags::CLOEXEC | extra;
-        let resolve = ResolveFlags::IN_ROOT | ResolveFlags::NO_MAGICLINKS;
-        let handle = match self {
-            // Our own root is `/`: nothing to stay inside, and a relative path is the user's,
-            // from the current directory.
-            Self::Own => openat2(CWD, path, how, Mode::empty(), ResolveFlags::NO_MAGICLINKS)?,
-            Self::Foreign(root) => openat2(root.0.as_fd(), path, how, Mode::empty(), resolve)?,
+    /// An `O_PATH` handle on `path`, resolved as the kernel's `RESOLVE_IN_ROOT` would (`..` stops
+    /// at the root, an absolute symbolic link starts again from it, at most [`MAX_LINKS`] links),
+    /// but a component at a time: before a name is looked up in a directory, the directory's
+    /// device (from its cached attributes, which ask no daemon) must be one `asked` accepts, and
+    /// so must the file's. A FUSE daemon's file system is never looked into: a lookup it has
+    /// taken is waited for uninterruptibly, and a link, a mount or a mount namespace can lead a
+    /// path there whatever its text says. Magic links are not followed (their text is read and
+    /// resolved as a path inside the root).
+    fn walk(&self, path: &Path, asked: &dyn Fn(u64) -> bool, follow_last: bool) -> io::Result<OwnedFd> {
+        let root = match self {
+            Self::Own => {
+                rustix::fs::open("/", OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?
+            }
+            Self::Foreign(root) => rustix::io::fcntl_dupfd_cloexec(&root.0, 0)?,
             Self::Unknown => {
                 return Err(io::Error::new(io::ErrorKind::NotFound, "the process's root is not known"));
             }
         };
-        reopen(handle)
+        let not_asked = || {
+            io::Error::new(io::ErrorKind::PermissionDenied, "a file system the kernel does not answer for")
+        };
+        let mut left: Vec<Vec<u8>> = components(path.as_os_str().as_bytes());
+        let mut dirs: Vec<OwnedFd> = vec![root];
+        let mut links = 0;
+        while let Some(name) = left.pop() {
+            match &name[..] {
+                b"" | b"." => continue,
+                b".." => {
+                    if dirs.len() > 1 {
+                        dirs.pop();
+                    }
+                    continue;
+                }
+                _ => {}
+            }
+            let dir = dirs.last().expect("the root stays");
+            if !asked(cached_stat(dir)?.0) {
+                return Err(not_asked());
+            }
+            let handle = rustix::fs::openat(
+                dir,
+                &name[..],
+                OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::empty(),
+            )?;
+            let (dev, _, kind) = cached_stat(&handle)?;
+            let last = left.is_empty();
+            match kind {
+                FileType::Symlink if !last || follow_last => {
+                    links += 1;
+                    if links > MAX_LINKS {
+                        return Err(io::Error::from_raw_os_error(libc::ELOOP));
+                    }
+                    let target = rustix::fs::readlinkat(&handle, "", Vec::new())?;
+                    let target = target.as_bytes();
+                    if target.starts_with(b"/") {
+                        dirs.truncate(1);
+                    }
+                    left.extend(components(target));
+                }
+                FileType::Directory if !last => dirs.push(handle),
+                _ if last => {
+                    if !asked(dev) {
+                        return Err(not_asked());
+                    }
+                    return Ok(handle);
+                }
+                _ => return Err(io::Error::from_raw_os_error(libc::ENOTDIR)),
+            }
+        }
+        // A path of directories only (or `/`): the last one reached.
+        let handle = dirs.pop().expect("the root stays");
+        if !asked(cached_stat(&handle)?.0) {
+            return Err(not_asked());
+        }
+        Ok(handle)
     }
+}
+
+/// Symbolic links followed at most in one path, as the kernel's `MAXSYMLINKS`.
+const MAX_LINKS: u32 = 40;
+
+/// The components of a path, last first (the next to resolve at the end).
+fn components(path: &[u8]) -> Vec<Vec<u8>> {
+    path.split(|&b| b == b'/').rev().map(<[u8]>::to_vec).collect()
+}
+
+/// A handle's device (as `/proc/PID/maps` numbers it), inode and type, from its cached
+/// attributes (`AT_STATX_DONT_SYNC`: a FUSE daemon is not asked).
+fn cached_stat(handle: &impl AsFd) -> io::Result<(u64, u64, FileType)> {
+    let flags = AtFlags::EMPTY_PATH | AtFlags::STATX_DONT_SYNC;
+    let stat = statx(handle, "", flags, StatxFlags::TYPE | StatxFlags::INO)?;
+    let dev = (u64::from(stat.stx_dev_major) << 32) | u64::from(stat.stx_dev_minor);
+    Ok((dev, stat.stx_ino, FileType::from_raw_mode(u32::from(stat.stx_mode))))
+}
+
+/// Opens a file the profiler itself chose by path (a program it will start, its libraries, a
+/// recorded fixture): a regular file only, relative paths from the current directory, no magic
+/// link followed.
+pub fn own_file(path: &Path) -> io::Result<File> {
+    let handle =
+        openat2(CWD, path, OFlags::PATH | OFlags::CLOEXEC, Mode::empty(), ResolveFlags::NO_MAGICLINKS)?;
+    reopen(handle)
 }
 
 /// Opens the file a mapping of process `tgid` was made from, through `/proc/PID/map_files`: the
@@ -143,8 +238,13 @@ impl std::error::Error for JitMemory {}
 
 /// Opens the file at `path` in `root` if it is the inode a mapping was made from (a process gone
 /// before its mapping was read: its files may still be reached by path).
-pub fn mapped_path(root: &Root, path: &Path, mapping: &Mapping) -> io::Result<File> {
-    let file = root.open(path)?;
+pub fn mapped_path(
+    root: &Root,
+    path: &Path,
+    mapping: &Mapping,
+    asked: &dyn Fn(u64) -> bool,
+) -> io::Result<File> {
+    let file = root.open(path, asked)?;
     let stat = fstat(&file)?;
     if !is_mapped_inode(&stat, mapping) {
         return Err(io::Error::new(io::ErrorKind::InvalidData, "replaced since it was mapped"));
@@ -220,8 +320,7 @@ pub fn map(file: &File) -> io::Result<memmap2::Mmap> {
 /// The bytes of a file the profiler itself chose by path (a program it will start, its
 /// libraries), opened in its own root and mapped.
 pub fn map_path(path: &Path) -> Result<memmap2::Mmap> {
-    let file = Root::Own
-        .open(path)
+    let file = own_file(path)
         .and_then(|file| stable(file, Parts::Whole))
         .with_context(|| format!("cannot open {}", path.display()))?;
     map(&file).with_context(|| format!("cannot map {}", path.display()))
@@ -243,15 +342,15 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("f");
         std::fs::write(&file, b"x").unwrap();
-        assert!(Root::Own.open(&file).is_ok());
-        assert!(Root::Own.open(Path::new("Cargo.toml")).is_ok(), "relative to the current directory");
-        assert!(Root::Own.open(dir.path()).is_err(), "a directory");
-        assert!(Root::Own.open(Path::new("/dev/null")).is_err(), "a device");
+        let any = &|_| true;
+        assert!(Root::Own.open(&file, any).is_ok());
+        assert!(own_file(Path::new("Cargo.toml")).is_ok(), "the profiler's own: from the current directory");
+        assert!(Root::Own.open(dir.path(), any).is_err(), "a directory");
+        assert!(Root::Own.open(Path::new("/dev/null"), any).is_err(), "a device");
         let fifo = dir.path().join("fifo");
         rustix::fs::mknodat(CWD, &fifo, FileType::Fifo, Mode::from_raw_mode(0o600), 0).unwrap();
-        assert!(Root::Own.open(&fifo).is_err(), "a FIFO is refused, and opening it did not block");
-        symlink("/proc/self/exe", dir.path().join("magic")).unwrap();
-        assert!(Root::Own.open(&dir.path().join("magic")).is_err(), "a magic link");
+        assert!(Root::Own.open(&fifo, any).is_err(), "a FIFO is refused, and opening it did not block");
+        assert!(Root::Own.open(&file, &|_| false).is_err(), "nothing looked up where it is not asked");
     }
 
     #[test]
@@ -263,12 +362,21 @@ mod tests {
         symlink("/etc/hostname", root.path().join("absolute")).unwrap();
         symlink("../../../../etc/hostname", root.path().join("dotdot")).unwrap();
         let handle = rustix::fs::open(root.path(), OFlags::PATH | OFlags::DIRECTORY, Mode::empty()).unwrap();
+        let root_dir = root.path().to_owned();
+        let _keep = root;
         let root = Root::Foreign(Arc::new((handle, descriptors::take().unwrap())));
         for path in ["/absolute", "/dotdot", "/etc/hostname", "../../etc/hostname"] {
             let mut text = String::new();
-            root.open(Path::new(path)).unwrap().read_to_string(&mut text).unwrap();
+            root.open(Path::new(path), &|_| true).unwrap().read_to_string(&mut text).unwrap();
             assert_eq!(text, "inside", "{path} resolves inside the root");
         }
+        // A magic link's text is a path like any other, inside the root (which has no /proc).
+        symlink("/proc/self/root/etc/hostname", root_dir.join("magic")).unwrap();
+        assert!(root.open(Path::new("/magic"), &|_| true).is_err(), "no way out through /proc");
+        // Nothing is looked up in a file system not asked: not even the root's.
+        let root_dev =
+            cached_stat(&rustix::fs::open(&root_dir, OFlags::PATH, Mode::empty()).unwrap()).unwrap().0;
+        assert!(root.open(Path::new("/etc/hostname"), &|dev| dev != root_dev).is_err());
     }
 
     #[test]

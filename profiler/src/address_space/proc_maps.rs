@@ -101,9 +101,9 @@ pub fn cut_readings() -> u64 {
     CUT_READINGS.load(Ordering::Relaxed)
 }
 
-/// The longest line of a `/proc/PID/maps` (a path is at most 4096 bytes): past it, a line is
-/// not one.
-const MAX_LINE_BYTES: u64 = 8192;
+/// The longest line of a `/proc/PID/maps` (a path is at most 4096 bytes, each of which the
+/// kernel may write as an escape of four, `\012` for a line break): past it, a line is not one.
+const MAX_LINE_BYTES: u64 = 20 << 10;
 
 #[derive(Debug, PartialEq, Eq)]
 pub struct ParseError {

@@ -9,7 +9,7 @@
 //! A forked child shares its parent's table of mappings until either maps something: a process
 //! with tens of thousands of mappings that starts children all day (`posix_spawn`, `vfork`:
 //! children that run exec at once) costs one table, not one per child.
-use std::{collections::HashMap, io::Read as _, path::Path, sync::Arc};
+use std::{collections::HashMap, io::Read as _, sync::Arc};
 
 use super::{
     Backing, Mapping, Mappings, TaskEvent, TimedMapping,
@@ -83,6 +83,8 @@ pub struct Identity {
     pub root: Root,
     /// Its effective user id (`None`: unknown).
     pub uid: Option<u32>,
+    /// The user it counts as where users share (see [`user_of`]; `None`: unknown).
+    pub user: Option<u32>,
     /// Its pid in its own pid namespace (a container names its perf map after it).
     pub ns_pid: u32,
     /// Its jitdump (`jit-NSPID.dump`), which a JIT writing one maps for tools to find, as it
@@ -98,28 +100,28 @@ impl Identity {
         let status = read_bounded(&format!("/proc/{tgid}/status")).unwrap_or_default();
         let field =
             |name: &str| status.lines().find_map(|line| line.strip_prefix(name)).map(str::split_whitespace);
+        let uid = field("Uid:").and_then(|mut ids| ids.nth(1)?.parse().ok());
         Self {
             root: Root::of(tgid).unwrap_or(Root::Unknown),
             // Uid: real, effective, saved, filesystem.
-            uid: field("Uid:").and_then(|mut ids| ids.nth(1)?.parse().ok()),
+            uid,
+            user: user_of(tgid).or(uid),
             ns_pid: field("NSpid:").and_then(|ids| ids.last()?.parse().ok()).unwrap_or(tgid.0),
             jitdump: None,
             mounts: mounts::of(tgid),
         }
     }
 
-    /// Who answers for the files of `dev`, as process `tgid` (this one) maps them: as its mounts
-    /// say, read again while it lives if they do not list the device (mounted since). A daemon
-    /// (never asked) when nothing is known of it.
+    /// Who answers for the files of `dev`, as process `tgid` (this one) maps them (see
+    /// [`mounts::answerer`]).
     pub fn answerer(&self, tgid: Tgid, dev: u64) -> Answerer {
-        let known = self.mounts.as_ref().and_then(|mounts| mounts.answerer(dev));
-        known.or_else(|| mounts::of(tgid)?.answerer(dev)).unwrap_or(Answerer::Daemon)
+        mounts::answerer(tgid, self.mounts.as_deref(), dev)
     }
 
-    /// Who answers for looking up `path` in the process's mount namespace; a daemon (never
-    /// asked) when its mounts are not known.
-    pub fn answerer_at(&self, path: &Path) -> Answerer {
-        self.mounts.as_ref().map_or(Answerer::Daemon, |mounts| mounts.answerer_at(path))
+    /// Whether a file of `dev` may be looked into or read, for process `tgid` (this one): only
+    /// when the kernel answers for its file system (see `mounts`).
+    pub fn asked(&self, tgid: Tgid) -> impl Fn(u64) -> bool + '_ {
+        move |dev| self.answerer(tgid, dev) == Answerer::Kernel
     }
 
     /// The identity of this very process (tests).
@@ -130,8 +132,40 @@ impl Identity {
 
     #[cfg(any(test, feature = "testing"))]
     fn unknown(tgid: Tgid) -> Self {
-        Self { root: Root::Unknown, uid: None, ns_pid: tgid.0, jitdump: None, mounts: None }
+        Self { root: Root::Unknown, uid: None, user: None, ns_pid: tgid.0, jitdump: None, mounts: None }
     }
+}
+
+/// For a process in a user namespace, the user who made the outermost one below ours: however
+/// many uids of its own (subordinate ones) a user's namespaces map, they are one user where
+/// users share (the kernel's tables). `None` for a process in our user namespace, or gone.
+fn user_of(tgid: Tgid) -> Option<u32> {
+    use std::os::{fd::AsRawFd as _, unix::fs::MetadataExt as _};
+    const NS_GET_PARENT: libc::c_ulong = 0xb702;
+    const NS_GET_OWNER_UID: libc::c_ulong = 0xb704;
+    let ours = rustix::fs::stat("/proc/self/ns/user").ok()?.st_ino;
+    let mut namespace = std::fs::File::open(format!("/proc/{tgid}/ns/user")).ok()?;
+    // The kernel nests at most 32 user namespaces.
+    for _ in 0..33 {
+        if namespace.metadata().ok()?.ino() == ours {
+            return None;
+        }
+        // SAFETY: an ioctl on a namespace descriptor we own; it returns a new descriptor or -1.
+        let parent = unsafe { libc::ioctl(namespace.as_raw_fd(), NS_GET_PARENT) };
+        if parent < 0 {
+            return None;
+        }
+        // SAFETY: the descriptor the kernel just returned is ours alone.
+        let parent = unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(parent) };
+        if parent.metadata().ok()?.ino() == ours {
+            let mut owner: libc::uid_t = 0;
+            // SAFETY: NS_GET_OWNER_UID writes one uid_t where it is pointed.
+            let done = unsafe { libc::ioctl(namespace.as_raw_fd(), NS_GET_OWNER_UID, &mut owner) };
+            return (done == 0).then_some(owner);
+        }
+        namespace = parent;
+    }
+    None
 }
 
 /// The bytes of a `/proc` file, at most `max`.
@@ -207,6 +241,11 @@ impl Process {
     }
 
     /// Its mappings now.
+    /// Its mappings now, shared.
+    pub fn space(&self) -> Arc<Mappings> {
+        Arc::clone(&self.space)
+    }
+
     pub fn mappings(&self) -> impl Iterator<Item = &Mapping> {
         self.space.mappings()
     }

@@ -2,10 +2,11 @@
 //! on threads of their own, never on the pipeline: a server that does not answer holds up one of
 //! those threads, not the draining of samples, nor the stop at `-d` or Ctrl-C (such a wait ends
 //! with the process). Until its copy is ready a file is "not yet" (its frames are named by
-//! address meanwhile); a copy not ready after [`DEADLINE`] is given up on, and once
-//! [`MAX_STUCK`] threads never came back no such file is opened any more. What such a file says
-//! of its owner is its server's: it is copied into memory and trusted as anyone's. A FUSE
-//! daemon's files are not asked for at all ([`not_asked`]).
+//! address meanwhile); a copy not ready after [`DEADLINE`] is given up on (its thread's result,
+//! should it come, is let go). At most [`MAX_RUNNING`] copies are under way: while that many
+//! wait for their servers, other such files wait too. What such a file says of its owner is its
+//! server's: it is copied into memory and trusted as anyone's. A FUSE daemon's files are not
+//! asked for at all ([`not_asked`]).
 use std::{
     io,
     sync::{
@@ -25,54 +26,62 @@ use crate::model::Tgid;
 pub const DEADLINE: Duration = Duration::from_secs(5);
 /// Files opened at once at most.
 const MAX_RUNNING: usize = 4;
-/// Threads that never came back, after which no such file is opened.
-pub const MAX_STUCK: u64 = 4;
 
 static JOBS: Mutex<Option<FxHashMap<(u64, u64), Job>>> = Mutex::new(None);
-static STUCK: AtomicU64 = AtomicU64::new(0);
 static GIVEN_UP: AtomicU64 = AtomicU64::new(0);
 
+/// A copy under way on its thread, or done and not asked for yet.
 struct Job {
     started: Instant,
     done: mpsc::Receiver<io::Result<StableFile>>,
+    result: Option<io::Result<StableFile>>,
+    given_up: bool,
+}
+
+impl Job {
+    fn running(&self) -> bool {
+        self.result.is_none()
+    }
 }
 
 /// The file `mapping` of process `tgid` was made from, copied: `WouldBlock` while its copy is
-/// under way (ask again), `TimedOut` when it was not ready in time.
+/// under way or waits for room (ask again), `TimedOut` when it was not ready in time.
 pub fn open(tgid: Tgid, mapping: &Mapping) -> io::Result<StableFile> {
     let mut jobs = JOBS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let jobs = jobs.get_or_insert_with(FxHashMap::default);
+    // Results come in; those given up on, or nobody asked for in time, are let go (and with
+    // them their descriptors and copies).
+    jobs.retain(|_, job| {
+        if job.running()
+            && let Ok(result) = job.done.try_recv()
+        {
+            job.result = Some(result);
+        }
+        job.running() || (!job.given_up && job.started.elapsed() < 2 * DEADLINE)
+    });
     let key = (mapping.dev, mapping.inode);
-    if let Some(job) = jobs.get(&key) {
-        return match job.done.try_recv() {
-            Ok(result) => {
-                jobs.remove(&key);
-                result
-            }
-            Err(mpsc::TryRecvError::Empty) if job.started.elapsed() < DEADLINE => Err(not_yet()),
-            Err(_) => {
-                jobs.remove(&key);
-                STUCK.fetch_add(1, Ordering::Relaxed);
-                GIVEN_UP.fetch_add(1, Ordering::Relaxed);
-                Err(io::Error::new(io::ErrorKind::TimedOut, "its file system did not answer in time"))
-            }
-        };
-    }
-    if STUCK.load(Ordering::Relaxed) >= MAX_STUCK {
+    if let Some(job) = jobs.get_mut(&key) {
+        if let Some(result) = job.result.take() {
+            jobs.remove(&key);
+            return result;
+        }
+        if job.given_up || job.started.elapsed() < DEADLINE {
+            return Err(not_yet());
+        }
+        job.given_up = true;
         GIVEN_UP.fetch_add(1, Ordering::Relaxed);
-        return Err(io::Error::other("files of file systems that do not answer are no longer opened"));
+        return Err(io::Error::new(io::ErrorKind::TimedOut, "its file system did not answer in time"));
     }
-    if jobs.len() >= MAX_RUNNING {
+    if jobs.values().filter(|job| job.running()).count() >= MAX_RUNNING {
         return Err(not_yet());
     }
     let (sender, done) = mpsc::sync_channel(1);
     let mapping = mapping.clone();
-    let started = std::thread::Builder::new().name("profiler-remote".into()).spawn(move || {
+    std::thread::Builder::new().name("profiler-remote".into()).spawn(move || {
         let copied = open::mapped_file(tgid, &mapping).and_then(|file| open::copied(file, Parts::Module));
         let _ = sender.send(copied);
-    });
-    started?;
-    jobs.insert(key, Job { started: Instant::now(), done });
+    })?;
+    jobs.insert(key, Job { started: Instant::now(), done, result: None, given_up: false });
     Err(not_yet())
 }
 
@@ -101,7 +110,7 @@ pub fn is_not_yet(err: &io::Error) -> bool {
     err.kind() == io::ErrorKind::WouldBlock
 }
 
-/// Files given up on (not ready in time, or no longer opened), for the summary.
+/// Files given up on (not ready in time), for the summary.
 pub fn given_up() -> u64 {
     GIVEN_UP.load(Ordering::Relaxed)
 }

@@ -2,7 +2,12 @@
 //! [`ProcessView::resolve`] is the one lookup that pinning frames, the unwinder and the recorded
 //! fixtures all use: an address of a process at a moment, to the module and file offset of the
 //! mapping that held it.
-use super::{Mapping, Module, ModuleId, Modules, Process};
+use std::sync::Arc;
+
+use super::{
+    Backing, Mapping, Mappings, Module, ModuleId, Modules, Process,
+    mounts::{self, Answerer, Mounts},
+};
 use crate::model::Tgid;
 
 /// What a lookup accepts as found.
@@ -23,6 +28,32 @@ pub enum Resolved {
     Anonymous,
     /// In no mapping that was wanted.
     Unmapped,
+}
+
+/// A process's file mappings at one moment, and who answers for their files: which pages of its
+/// memory are pages of a file the kernel answers for.
+#[derive(Clone, Debug)]
+pub struct FileMappings {
+    tgid: Tgid,
+    space: Arc<Mappings>,
+    mounts: Option<Arc<Mounts>>,
+}
+
+impl FileMappings {
+    /// Those of process `tgid`, read from `/proc` now (for a process looked at outside a
+    /// recording).
+    pub fn read(tgid: Tgid, space: Mappings) -> Self {
+        Self { tgid, space: Arc::new(space), mounts: mounts::of(tgid) }
+    }
+
+    /// Whether `addr` of process `tgid` is in a mapping of a file the kernel answers for.
+    pub fn kernels_file(&self, tgid: Tgid, addr: u64) -> bool {
+        tgid == self.tgid
+            && self.space.find(addr).is_some_and(|mapping| {
+                matches!(mapping.backing, Backing::File { .. })
+                    && mounts::answerer(self.tgid, self.mounts.as_deref(), mapping.dev) == Answerer::Kernel
+            })
+    }
 }
 
 /// One process at one moment.
@@ -75,6 +106,16 @@ impl<'a> ProcessView<'a> {
 
     pub fn module(&self, id: ModuleId) -> &Module {
         self.modules.get(id)
+    }
+
+    /// Which of the process's file pages its memory may be read in (see
+    /// [`crate::runtimes::memory::FilePages`]): its mappings now, and its mounts.
+    pub fn file_pages(&self) -> FileMappings {
+        FileMappings {
+            tgid: self.tgid,
+            space: self.process.space(),
+            mounts: self.process.identity().mounts.clone(),
+        }
     }
 
     /// The process's mappings now, for runtimes that look for their interpreter in them.

@@ -79,6 +79,10 @@ struct TaskLayout {
     live: u32,
     real_cred: u32,
     euid: u32,
+    cred_user_ns: u32,
+    user_ns_level: u32,
+    user_ns_parent: u32,
+    user_ns_owner: u32,
 }
 
 impl TaskLayout {
@@ -93,6 +97,10 @@ impl TaskLayout {
             live: btf::field_offset("signal_struct", "live")?,
             real_cred: btf::field_offset("task_struct", "real_cred")?,
             euid: btf::field_offset("cred", "euid")?,
+            cred_user_ns: btf::field_offset("cred", "user_ns")?,
+            user_ns_level: btf::field_offset("user_namespace", "level")?,
+            user_ns_parent: btf::field_offset("user_namespace", "parent")?,
+            user_ns_owner: btf::field_offset("user_namespace", "owner")?,
         })
     }
 }
@@ -149,6 +157,10 @@ impl Sampler {
             .override_global(globals::SIGNAL_LIVE_OFFSET, &layout.live, true)
             .override_global(globals::TASK_REAL_CRED_OFFSET, &layout.real_cred, true)
             .override_global(globals::CRED_EUID_OFFSET, &layout.euid, true)
+            .override_global(globals::CRED_USER_NS_OFFSET, &layout.cred_user_ns, true)
+            .override_global(globals::USER_NS_LEVEL_OFFSET, &layout.user_ns_level, true)
+            .override_global(globals::USER_NS_PARENT_OFFSET, &layout.user_ns_parent, true)
+            .override_global(globals::USER_NS_OWNER_OFFSET, &layout.user_ns_owner, true)
             .override_global(globals::OFF_CPU, &off_cpu_on, true)
             .override_global(globals::RUNQUEUE, &runqueue, true)
             .override_global(globals::MIN_OFF_CPU_NS, &off_cpu.min_ns, true)

@@ -63,6 +63,14 @@ pub struct FunctionRef {
     _held: Arc<Function>,
 }
 
+impl FunctionRef {
+    /// Whether it is a function of its own, not the placeholder of one the budget had no room
+    /// for (which is never remembered: its name may fit at the next sample).
+    pub fn is_kept(&self) -> bool {
+        self.id != UNKEPT
+    }
+}
+
 /// The functions, by id and by what they are.
 pub struct Functions {
     budget: &'static Budget,
@@ -118,12 +126,14 @@ impl Functions {
             entry.used = entry.used.max(epoch);
             return FunctionRef { id, _held: entry.function.clone() };
         }
-        let Some(charge) = self.budget.charge(2 * function.size() as u64) else {
+        // An id is never given twice: past the last one, nothing new is named.
+        let (Some(charge), Some(next_id)) =
+            (self.budget.charge(2 * function.size() as u64), self.next_id.checked_add(1))
+        else {
             self.unkept += 1;
             return self.held(UNKEPT);
         };
-        let id = self.next_id;
-        self.next_id += 1;
+        let id = std::mem::replace(&mut self.next_id, next_id);
         let function = Arc::new(function);
         self.by_function.insert(function.clone(), id);
         self.by_id.insert(id, Entry { function, used: epoch, _charge: Some(charge) });

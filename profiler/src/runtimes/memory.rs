@@ -4,13 +4,16 @@ use std::{
     fs::File,
     os::unix::fs::FileExt as _,
     sync::{
-        Arc,
+        Arc, Mutex, PoisonError,
         atomic::{AtomicBool, AtomicU64, Ordering},
     },
 };
 
 use crate::{
-    address_space::descriptors::{self, Slot},
+    address_space::{
+        FileMappings,
+        descriptors::{self, Slot},
+    },
     model::Tgid,
 };
 
@@ -20,8 +23,8 @@ use crate::{
 pub const READS_PER_SAMPLE: u64 = 256;
 pub const BYTES_PER_SAMPLE: u64 = 4 << 20;
 
-/// What is left of the reads a sample may cost, shared by the readers of every process; the
-/// walk resets it at each sample.
+/// What is left of the reads a sample may cost, and which file pages may be read, shared by the
+/// readers of every process; the walk begins it anew at each sample.
 #[derive(Debug)]
 pub struct Allowance {
     /// Reads and bytes at each reset.
@@ -30,6 +33,9 @@ pub struct Allowance {
     bytes: AtomicU64,
     /// A read was refused since the last reset.
     spent: AtomicBool,
+    /// The file mappings of the process being walked: a page of a file is read only when it is
+    /// a page of a file the kernel answers for (see [`ProcessMemory`]).
+    files: Mutex<Option<FileMappings>>,
 }
 
 impl Default for Allowance {
@@ -46,20 +52,36 @@ impl Allowance {
             reads: AtomicU64::new(reads),
             bytes: AtomicU64::new(bytes),
             spent: AtomicBool::new(false),
+            files: Mutex::new(None),
         }
     }
 
-    /// No bound: for reading what a runtime says of itself when it is found, which a sample
-    /// does not pay for (it is looked for at most every few tens of milliseconds).
-    pub fn unbounded() -> Arc<Self> {
-        Arc::new(Self::new(u64::MAX, u64::MAX))
+    /// No bound, the file pages of `files` readable: for reading what a runtime says of itself
+    /// when it is found, which a sample does not pay for (it is looked for at most every few
+    /// tens of milliseconds).
+    pub fn unbounded(files: Option<FileMappings>) -> Arc<Self> {
+        let allowance = Self::new(u64::MAX, u64::MAX);
+        *allowance.files.lock().unwrap_or_else(PoisonError::into_inner) = files;
+        Arc::new(allowance)
     }
 
-    /// A new sample: the whole allowance again.
-    pub fn reset(&self) {
+    /// A new sample, of the process whose file mappings are `files`: the whole allowance again.
+    pub fn begin(&self, files: FileMappings) {
         self.reads.store(self.limits.0, Ordering::Relaxed);
         self.bytes.store(self.limits.1, Ordering::Relaxed);
         self.spent.store(false, Ordering::Relaxed);
+        *self.files.lock().unwrap_or_else(PoisonError::into_inner) = Some(files);
+    }
+
+    /// The file mappings of the process being walked.
+    pub fn files(&self) -> Option<FileMappings> {
+        self.files.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// Whether `addr` of process `tgid` is a page of a file the kernel answers for.
+    fn kernels_file(&self, tgid: Tgid, addr: u64) -> bool {
+        let files = self.files.lock().unwrap_or_else(PoisonError::into_inner);
+        files.as_ref().is_some_and(|files| files.kernels_file(tgid, addr))
     }
 
     /// Takes a read of `bytes`, if the sample has room for it.
@@ -83,11 +105,17 @@ impl Allowance {
 }
 
 /// A process's memory, through `/proc/PID/mem`: only pages present in memory are read (as its
-/// `/proc/PID/pagemap` says), so that a read never faults a page in. A fault can wait for ever:
-/// on a file of a FUSE daemon that never answers (`allow_other`), of a network file system, or
-/// swapped out; and the read holds up the pipeline for every process. A page the target has not
-/// touched, or that was swapped out, is left unread, as unreadable memory is.
+/// `/proc/PID/pagemap` says), and of pages of a file, only those of a file the kernel answers
+/// for (as the process's mappings said at the sample, and its mounts): a read faults nothing in.
+/// A fault can wait for ever, uninterruptibly, on a file of a FUSE daemon that never answers
+/// (`allow_other`), or for long on a network file system or swap, and it would hold up the
+/// pipeline for every process; and a daemon may drop a page it served at any moment, so a page
+/// of its file found present is not read either. A page the target has not touched, or that was
+/// swapped out, is left unread, as unreadable memory is. (A process that maps a daemon's file
+/// over one of a kernel's file system, between the sample and the read, could still have a
+/// read wait for the daemon: the mappings known lag the process by up to a drain.)
 pub struct ProcessMemory {
+    tgid: Tgid,
     allowance: Arc<Allowance>,
     mem: ProcFile,
     pagemap: ProcFile,
@@ -128,9 +156,11 @@ impl ProcFile {
     }
 }
 
-/// Pages of `/proc/PID/pagemap`, and the bit of an entry that says a page is present.
+/// Pages of `/proc/PID/pagemap`, and the bits of an entry that say a page is present, and a
+/// page of a file (or shared memory).
 const PAGE: u64 = 4096;
 const PRESENT: u64 = 1 << 63;
+const FILE: u64 = 1 << 61;
 /// Pagemap entries looked at in one read, at most (a read of up to 2 MiB).
 const MAX_PAGES: usize = 512;
 
@@ -138,6 +168,7 @@ impl ProcessMemory {
     /// The memory of `tgid`, read within `allowance`.
     pub fn new(tgid: Tgid, allowance: Arc<Allowance>) -> Self {
         Self {
+            tgid,
             allowance,
             mem: ProcFile::new(format!("/proc/{tgid}/mem")),
             pagemap: ProcFile::new(format!("/proc/{tgid}/pagemap")),
@@ -160,7 +191,8 @@ impl ProcessMemory {
             && self.mem.read_at(buf, addr)
     }
 
-    /// Whether every page of `len` bytes at `addr` is present in memory.
+    /// Whether every page of `len` bytes at `addr` is present in memory, and, if a page of a
+    /// file, of a file the kernel answers for.
     fn present(&mut self, addr: u64, len: u64) -> bool {
         let Some(last) = addr.checked_add(len - 1) else { return false };
         let (first, last) = (addr / PAGE, last / PAGE);
@@ -172,10 +204,12 @@ impl ProcessMemory {
             if !self.pagemap.read_at(entries, page * 8) {
                 return false;
             }
-            let all = entries
-                .chunks_exact(8)
-                .all(|entry| u64::from_le_bytes(entry.try_into().unwrap_or_default()) & PRESENT != 0);
-            if !all {
+            let readable = entries.chunks_exact(8).zip(page..).all(|(entry, page)| {
+                let entry = u64::from_le_bytes(entry.try_into().unwrap_or_default());
+                entry & PRESENT != 0
+                    && (entry & FILE == 0 || self.allowance.kernels_file(self.tgid, page * PAGE))
+            });
+            if !readable {
                 return false;
             }
             page += count as u64;
@@ -200,13 +234,30 @@ pub mod tests {
         assert!(memory.allowance_spent());
         assert!(memory.read(at, &mut buf), "the second read");
         assert!(!memory.read(at, &mut buf), "no reads left");
-        allowance.reset();
+        allowance.begin(own_files());
         assert!(!memory.allowance_spent() && memory.read(at, &mut buf), "the next sample");
+    }
+
+    /// This process's file mappings, read now.
+    fn own_files() -> FileMappings {
+        FileMappings::read(Tgid::own(), crate::address_space::Mappings::read(Tgid::own()).unwrap())
+    }
+
+    #[test]
+    fn pages_of_files_are_read_when_the_kernel_answers_for_them() {
+        let exe = std::fs::read(std::env::current_exe().unwrap()).unwrap();
+        let at = pages_of_files_are_read_when_the_kernel_answers_for_them as *const () as u64;
+        let mut buf = [0u8; 4];
+        let mut memory = ProcessMemory::new(Tgid::own(), Allowance::unbounded(Some(own_files())));
+        assert!(memory.read(at, &mut buf), "this test's own code, a page of its executable");
+        assert!(exe.windows(4).any(|window| window == buf));
+        let mut unknown = ProcessMemory::new(Tgid::own(), Allowance::unbounded(None));
+        assert!(!unknown.read(at, &mut buf), "a page of a file whose mapping is not known");
     }
 
     #[test]
     fn pages_not_present_are_not_read() {
-        let mut memory = ProcessMemory::new(Tgid::own(), Allowance::unbounded());
+        let mut memory = ProcessMemory::new(Tgid::own(), Allowance::unbounded(Some(own_files())));
         // SAFETY: a private anonymous mapping of our own, unmapped when dropped.
         let map = memmap2::MmapMut::map_anon(3 * PAGE as usize).unwrap();
         let start = map.as_ptr() as u64;

@@ -266,7 +266,7 @@ fn target(pid: Tgid) -> Vec<Finding> {
         seen.push(path.clone());
         findings.push(module(&open::map_files_path(pid, mapping), path));
     }
-    findings.extend(hotspot::find(pid, space.mappings()).map(jvm));
+    findings.extend(hotspot::find(pid, &space).map(jvm));
     findings
 }
 

@@ -588,10 +588,9 @@ impl<M: Mode> Pipeline<M> {
         let given_up = remote::given_up();
         if given_up > 0 {
             eprintln!(
-                "profiler: warning: {given_up} times a file of a network file system was given up on: not \
-                 copied within {} s, or after {} reads that never came back; its frames are named by address",
+                "profiler: warning: {given_up} files of network file systems were given up on: not copied \
+                 within {} s; their frames are named by address",
                 remote::DEADLINE.as_secs(),
-                remote::MAX_STUCK
             );
         }
         let not_asked = remote::not_asked_count();

@@ -55,6 +55,8 @@ const MAX_ENTRIES: usize = 1 << 20;
 const MAX_NAME_BYTES: usize = 24 << 20;
 /// A name's bytes kept at most.
 const MAX_NAME_LEN: usize = 4096;
+/// A line's bytes kept at most before its end comes: its start and size, and its name.
+const MAX_LINE_BYTES: usize = MAX_NAME_LEN + 64;
 
 /// One line of the map: where the code is, and where its name is in [`PerfMap::names`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -128,7 +130,9 @@ impl PerfMap {
                 self.push(start, size, &String::from_utf8_lossy(name));
             }
         }
-        self.partial = lines[complete..].to_vec();
+        // A line not finished yet is kept up to what naming reads of it (the rest of a longer
+        // one would only be cut from its name): no line without an end grows the map.
+        self.partial = lines[complete..lines.len().min(complete + MAX_LINE_BYTES)].to_vec();
         if self.entries.len() > known {
             keep_latest_by_start(&mut self.entries);
         }
@@ -281,11 +285,12 @@ impl PerfMaps {
     pub fn read_again(&mut self, tgid: Tgid, identity: &Identity, now_ns: u64) {
         let Self { by_tgid, refused, .. } = self;
         let map = by_tgid.entry(tgid).or_default();
-        // A full map is not read on: what follows would be left out anyway.
-        if map.left_out > 0 {
+        // A full map is not read on: what follows would be left out anyway (but for want of
+        // room in the budget, which may come back).
+        if map.left_out > 0 && !map.short {
             return;
         }
-        match open(identity) {
+        match open(tgid, identity) {
             Ok(Some(file)) => map.read_from(&file),
             // Gone since it was read (what was read is kept), or not there yet.
             Ok(None) => {}
@@ -352,18 +357,9 @@ impl PerfMaps {
 /// saying why when there is one that is refused. The process's own map is a regular file (not a
 /// link: another user could plant one at the predictable path before the process starts, and
 /// point it anywhere) owned by the process's effective user and writable by nobody else.
-fn open(identity: &Identity) -> Result<Option<File>, String> {
+fn open(tgid: Tgid, identity: &Identity) -> Result<Option<File>, String> {
     let path = PathBuf::from(format!("/tmp/perf-{}.map", identity.ns_pid));
-    match &identity.mounts {
-        Some(mounts) if mounts.answerer_at(&path) == Answerer::Kernel => {}
-        // Looking there could wait for ever.
-        Some(_) => {
-            return Err(format!("{}: its file system is not the kernel's (FUSE or network)", path.display()));
-        }
-        // Gone before it was seen: nothing of it is known (its root neither).
-        None => return Ok(None),
-    }
-    let file = match identity.root.open_unlinked(&path) {
+    let file = match identity.root.open_unlinked(&path, &identity.asked(tgid)) {
         Ok(file) => file,
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(err) => return Err(format!("{}: {err}", path.display())),
@@ -465,6 +461,19 @@ mod tests {
         read(&mut map);
         assert_eq!(map.name(0x6000), Some("JS:~beta a.js:5"));
         std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn a_line_that_never_ends_is_kept_to_what_naming_reads() {
+        let mut map = PerfMap::default();
+        map.append(b"1000 10 ");
+        for _ in 0..256 {
+            map.append(&[b'n'; 4096]);
+            assert!(map.partial.len() <= MAX_LINE_BYTES);
+        }
+        map.append(b"\n2000 10 next\n");
+        assert_eq!(map.name(0x1000).map(str::len), Some(MAX_NAME_LEN), "named, its name cut");
+        assert_eq!(map.name(0x2000), Some("next"));
     }
 
     #[test]

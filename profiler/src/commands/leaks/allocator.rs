@@ -20,10 +20,7 @@ use object::{Object as _, ObjectSegment as _, ObjectSymbol as _, SymbolKind};
 use profiler_common::AllocFunction;
 
 use crate::{
-    address_space::{
-        Backing, Mapping, Mappings, Parts,
-        open::{self, Root},
-    },
+    address_space::{Backing, Mapping, Mappings, Parts, open},
     kernel::tracer::{Allocator, EntryPoint, EntryPoints},
     model::Tgid,
     session::Target,
@@ -120,7 +117,7 @@ fn of_command(program: &OsStr) -> Result<Allocator> {
     }
     let candidates = paths
         .into_iter()
-        .filter_map(|path| Some(Candidate { file: Root::Own.open(&path).ok()?, path }))
+        .filter_map(|path| Some(Candidate { file: open::own_file(&path).ok()?, path }))
         .collect();
     choose(candidates, &path.display().to_string())
 }

@@ -34,7 +34,7 @@ use self::{
     vm_structs::{Image, VmStructs},
 };
 use crate::{
-    address_space::{Backing, Cache, Mapping, Parts, ProcessView, open},
+    address_space::{Backing, Cache, FileMappings, Mapping, Mappings, Parts, ProcessView, open},
     frame::Frame,
     model::Tgid,
     runtimes::{
@@ -321,14 +321,15 @@ impl Nmethod {
 
 /// The JVM of process `pid`, if it maps a `libjvm.so`: `None` when it maps none, an error when
 /// its tables cannot be read (not HotSpot after all, not started yet, or garbage).
-pub fn find<'a>(pid: Tgid, mappings: impl Iterator<Item = &'a Mapping>) -> Option<Result<Jvm>> {
-    let mapping = libjvm(mappings)?;
+pub fn find(pid: Tgid, space: &Mappings) -> Option<Result<Jvm>> {
+    let mapping = libjvm(space.mappings())?;
     let file = open::mapped_file(pid, mapping)
         .and_then(|file| open::stable(file, Parts::Whole))
         .and_then(|file| open::map(&file))
         .context("cannot read its libjvm.so");
     Some(file.and_then(|file| {
-        read(pid, mapping, file, Allowance::unbounded()).map_err(|refused| match refused {
+        let files = FileMappings::read(pid, space.clone());
+        read(pid, mapping, file, Allowance::unbounded(Some(files))).map_err(|refused| match refused {
             Refused::NotYet(err) | Refused::Never(err) => err,
         })
     }))
@@ -355,7 +356,7 @@ fn read(
     let Some(image) = Image::read(&file) else {
         return Err(Refused::Never(anyhow::anyhow!("libjvm.so exports none of HotSpot's tables")));
     };
-    let mut memory = ProcessMemory::new(pid, Allowance::unbounded());
+    let mut memory = ProcessMemory::new(pid, Allowance::unbounded(allowance.files()));
     let mut read = |addr: u64, buf: &mut [u8]| memory.read(addr, buf);
     let tables = match VmStructs::read(&image, &file, bias, &mut read) {
         Ok(tables) => tables,
@@ -471,7 +472,9 @@ impl Jvm {
                 };
                 let function = functions.intern(&text, "", Kind::JavaStub);
                 let id = function.id;
-                self.stub_functions.insert(key, function, ENTRY_BYTES);
+                if function.is_kept() {
+                    self.stub_functions.insert(key, function, ENTRY_BYTES);
+                }
                 id
             }
         };
@@ -550,7 +553,9 @@ impl Jvm {
             None => {
                 let function = functions.intern(&info.name, &info.file, kind);
                 let id = function.id;
-                self.method_functions.insert((method, kind), function, ENTRY_BYTES);
+                if function.is_kept() {
+                    self.method_functions.insert((method, kind), function, ENTRY_BYTES);
+                }
                 id
             }
         };

@@ -233,9 +233,12 @@ impl Python {
         }
     }
 
-    /// The kernel would not take the registration of `tgid` (`why`): its frames are not read.
+    /// The kernel would not take the registration of `tgid` (`why`): its frames are not read
+    /// (for as long as it runs this interpreter).
     pub fn refused_by_kernel(&mut self, tgid: Tgid, why: &anyhow::Error) {
-        if let Some(State::Running(running)) = self.processes.insert(tgid, State::Unsupported) {
+        // A process forgotten since is another's pid by now.
+        let Some(state @ State::Running(_)) = self.processes.get_mut(&tgid) else { return };
+        if let State::Running(running) = std::mem::replace(state, State::Unsupported) {
             self.table.give_back(running.uid);
         }
         if self.stats.unsupported.len() < MAX_UNSUPPORTED_NAMED {
@@ -259,7 +262,7 @@ impl Python {
     /// `python` (a `python3.N` with the interpreter linked in, or a `libpython3.N.so`): the
     /// first [`MAX_CANDIDATES`] such files, each once, however many the process maps.
     fn discover(&mut self, view: &mut ProcessView<'_>) -> Option<State> {
-        let mut files = Vec::new();
+        let mut files = rustc_hash::FxHashSet::default();
         let candidates: Vec<_> = view
             .mappings()
             .filter(|mapping| {
@@ -272,12 +275,7 @@ impl Python {
                         _ => false,
                     }
             })
-            .filter(|mapping| {
-                let file = (mapping.dev, mapping.inode);
-                let new = !files.contains(&file);
-                files.push(file);
-                new
-            })
+            .filter(|mapping| files.insert((mapping.dev, mapping.inode)))
             .take(MAX_CANDIDATES)
             .cloned()
             .collect();
@@ -307,7 +305,7 @@ impl Python {
             let facts = view.module(module).facts()?;
             let bias =
                 interpreter::load_bias(facts, mapping.start, mapping.offset, mapping.end - mapping.start)?;
-            let uid = view.identity().uid;
+            let uid = view.identity().user;
             match self.table.take(uid) {
                 Ok(()) => return Some(self.start(view.tgid(), uid, interpreter, module, bias)),
                 // Looked at again later, when there may be room.
@@ -456,7 +454,9 @@ impl Running {
                 (Frame::Runtime { function: function.id, line: 0 }, function)
             }
         };
-        self.frames.insert(key, (frame, function), ENTRY_BYTES);
+        if function.is_kept() {
+            self.frames.insert(key, (frame, function), ENTRY_BYTES);
+        }
         frame
     }
 
@@ -475,8 +475,10 @@ impl Running {
                     function: functions.intern(&object.name, &object.file, Kind::Python),
                     object: Arc::new(object),
                 });
-        // A read refused for want of the sample's allowance says nothing of the code object.
-        if code.is_some() || !self.memory.allowance_spent() {
+        // A read refused for want of the sample's allowance says nothing of the code object, nor
+        // does a name the budget had no room for.
+        let unkept = code.as_ref().is_some_and(|code| !code.function.is_kept());
+        if (code.is_some() || !self.memory.allowance_spent()) && !unkept {
             let bytes = code.as_ref().map_or(0, |code| code.object.size() as u64) + ENTRY_BYTES;
             self.codes.insert(key, code.clone(), bytes);
         }
