@@ -105,20 +105,6 @@ fn perf_map_owned_by_another_user() {
     );
 }
 
-/// Builds `libwork.so` into `dir` with `inner` as the name of its hot function.
-fn libwork(dir: &Path, inner: &str) -> PathBuf {
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/container_lib.c");
-    let out = dir.join("libwork.so");
-    let status = Command::new("gcc")
-        .args(["-O2", "-g", "-shared", "-fPIC", &format!("-DINNER={inner}"), "-o"])
-        .arg(&out)
-        .arg(source)
-        .status()
-        .unwrap();
-    assert!(status.success());
-    out
-}
-
 fn run(program: &str, args: &[&std::ffi::OsStr]) {
     let status = Command::new(program).args(args).status().unwrap();
     assert!(status.success(), "{program} {args:?}");
@@ -161,7 +147,7 @@ fn a_container_cannot_point_the_profiler_at_host_files() {
     let dir = scratch_dir("container");
     let host = tempfile::Builder::new().prefix("profiler-host-").tempdir_in("/tmp").unwrap();
     let host_debug = host.path().join("libwork.debug");
-    let host_lib = libwork(host.path(), "inner_on_host");
+    let host_lib = libwork(host.path(), "inner_on_host", &[]);
     run("objcopy", &["--only-keep-debug".as_ref(), host_lib.as_os_str(), host_debug.as_os_str()]);
     let crc = crc32(&std::fs::read(&host_debug).unwrap());
     // Where the tree's own files are seen from the host, under the debug directory too.
@@ -191,7 +177,7 @@ fn a_container_cannot_point_the_profiler_at_host_files() {
 
     let escaping = format!("../..{}", host_debug.display());
     for link in ["libwork.debug", &escaping, host_debug.to_str().unwrap()] {
-        let lib = libwork(&inside, "inner_in_container");
+        let lib = libwork(&inside, "inner_in_container", &[]);
         strip_with_link(&lib, link, crc);
         let out = dir.join("out.folded");
         let tree_arg = tree.to_str().unwrap();

@@ -134,29 +134,6 @@ fn a_process_mapping_thousands_of_files_leaves_descriptors_for_others() {
     assert_split(&mine, "main", 10.0, 0.9);
 }
 
-/// Builds `libwork.so` into `dir` with `inner` as the name of its hot function and the build id
-/// `build_id`.
-fn libwork(dir: &Path, inner: &str, build_id: &str) -> PathBuf {
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/container_lib.c");
-    let out = dir.join("libwork.so");
-    let status = Command::new("gcc")
-        .args([
-            "-O2",
-            "-g",
-            "-shared",
-            "-fPIC",
-            &format!("-DINNER={inner}"),
-            &format!("-Wl,--build-id={build_id}"),
-        ])
-        .arg("-o")
-        .arg(&out)
-        .arg(source)
-        .status()
-        .unwrap();
-    assert!(status.success());
-    out
-}
-
 /// Root's program uses root's library; nobody made a copy of it with another name for its hot
 /// function and the same build id, and ran it first. Root's process is named from its own
 /// file, nobody's from nobody's.
@@ -170,9 +147,9 @@ fn a_users_copy_of_a_library_does_not_name_roots_frames() {
     let (roots, nobodys) = (dir.join("root"), dir.join("nobody"));
     std::fs::create_dir_all(&roots).unwrap();
     std::fs::create_dir_all(&nobodys).unwrap();
-    let build_id = "0x5ea1ed00c0ffee00000000000000000000000033";
-    let root_lib = libwork(&roots, "inner_of_root", build_id);
-    let copy = libwork(&nobodys, "inner_of_nobody", build_id);
+    let build_id = "-Wl,--build-id=0x5ea1ed00c0ffee00000000000000000000000033";
+    let root_lib = libwork(&roots, "inner_of_root", &[build_id]);
+    let copy = libwork(&nobodys, "inner_of_nobody", &[build_id]);
     std::os::unix::fs::chown(&nobodys, Some(NOBODY), Some(NOBODY)).unwrap();
     std::os::unix::fs::chown(&copy, Some(NOBODY), Some(NOBODY)).unwrap();
     let app = |dir: &Path, lib: &Path| {
@@ -499,17 +476,7 @@ fn exports_carry_no_kernel_addresses_unless_asked() {
     }
     let files = dir.join("agent");
     std::fs::create_dir(&files).unwrap();
-    let agent = start_profiler(&[
-        "agent",
-        "-p",
-        &pid,
-        "-F",
-        "999",
-        "--interval",
-        "1",
-        "--output-dir",
-        files.to_str().unwrap(),
-    ]);
+    let agent = start_agent_into(&pid, &files);
     std::thread::sleep(Duration::from_millis(2500));
     agent.signal(libc::SIGTERM);
     assert!(agent.wait().0.success());
@@ -550,17 +517,7 @@ fn the_agents_tables_stay_flat_on_a_host_making_up_code() {
     let files = dir.join("windows");
     std::fs::create_dir(&files).unwrap();
     let pid = fresh.pid().to_string();
-    let agent = start_profiler(&[
-        "agent",
-        "-p",
-        &pid,
-        "-F",
-        "999",
-        "--interval",
-        "1",
-        "--output-dir",
-        files.to_str().unwrap(),
-    ]);
+    let agent = start_agent_into(&pid, &files);
     std::thread::sleep(Duration::from_secs(15));
     let early = rss(agent.pid());
     std::thread::sleep(Duration::from_secs(20));

@@ -23,6 +23,16 @@ use crate::{
 pub const READS_PER_SAMPLE: u64 = 256;
 pub const BYTES_PER_SAMPLE: u64 = 4 << 20;
 
+/// The summary's line for `frames` frames of `runtime` left unnamed in their sample for want of
+/// its allowance of reads of `memory`.
+pub fn spent_line(frames: u64, runtime: &str, memory: &str) -> String {
+    format!(
+        "{frames} {runtime} frames left unnamed in their sample: it had spent its {READS_PER_SAMPLE} reads or {} MiB \
+         of {memory}",
+        BYTES_PER_SAMPLE >> 20
+    )
+}
+
 /// What is left of the reads a sample may cost, and which file pages may be read, shared by the
 /// readers of every process; the walk begins it anew at each sample.
 #[derive(Debug)]

@@ -521,6 +521,29 @@ impl Drop for MemoryCgroup {
     }
 }
 
+/// Builds `libwork.so` (`container_lib.c`) into `dir` with `inner` as the name of its hot
+/// function, linked with `extra` flags.
+pub fn libwork(dir: &Path, inner: &str, extra: &[&str]) -> PathBuf {
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/container_lib.c");
+    let out = dir.join("libwork.so");
+    let status = Command::new("gcc")
+        .args(["-O2", "-g", "-shared", "-fPIC", &format!("-DINNER={inner}")])
+        .args(extra)
+        .arg("-o")
+        .arg(&out)
+        .arg(source)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    out
+}
+
+/// `profiler agent -p PID -F 999 --interval 1 --output-dir DIR`, once it samples.
+pub fn start_agent_into(pid: &str, dir: &Path) -> Started {
+    let dir = dir.to_str().unwrap();
+    start_profiler(&["agent", "-p", pid, "-F", "999", "--interval", "1", "--output-dir", dir])
+}
+
 /// The pprof profile (gzipped) at `path`.
 pub fn read_pprof(path: &Path) -> profiler::pprof::Profile {
     use prost::Message as _;

@@ -39,7 +39,7 @@ use crate::{
     model::Tgid,
     runtimes::{
         functions::{FunctionRef, Functions, Kind},
-        memory::{Allowance, BYTES_PER_SAMPLE, ProcessMemory, READS_PER_SAMPLE},
+        memory::{self, Allowance, ProcessMemory},
     },
 };
 
@@ -119,12 +119,7 @@ impl JavaStats {
             ));
         }
         if self.deferred > 0 {
-            lines.push(format!(
-                "{} Java frames left unnamed in their sample: it had spent its {READS_PER_SAMPLE} reads or {} MiB \
-                 of the JVM's memory",
-                self.deferred,
-                BYTES_PER_SAMPLE >> 20
-            ));
+            lines.push(memory::spent_line(self.deferred, "Java", "the JVM's memory"));
         }
         lines.extend(
             self.refused.iter().map(|(tgid, why)| format!("pid {tgid}: HotSpot JVM not read: {why}")),

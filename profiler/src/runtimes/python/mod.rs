@@ -37,7 +37,7 @@ use crate::{
     model::Tgid,
     runtimes::{
         functions::{FunctionRef, Functions, Kind},
-        memory::{Allowance, BYTES_PER_SAMPLE, ProcessMemory, READS_PER_SAMPLE},
+        memory::{self, Allowance, ProcessMemory},
     },
 };
 
@@ -133,12 +133,7 @@ impl PythonStats {
             ));
         }
         if self.deferred > 0 {
-            lines.push(format!(
-                "{} Python frames left unnamed in their sample: it had spent its {READS_PER_SAMPLE} reads or {} MiB \
-                 of the process's memory",
-                self.deferred,
-                BYTES_PER_SAMPLE >> 20
-            ));
+            lines.push(memory::spent_line(self.deferred, "Python", "the process's memory"));
         }
         if self.no_room + self.over_share > 0 {
             lines.push(format!(
