@@ -34,9 +34,9 @@ fn jdks() -> Vec<PathBuf> {
     found
 }
 
-/// `Shares.java` compiled for the oldest JDK here, in `dir`.
-fn compile_shares(jdks: &[PathBuf], dir: &Path) {
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/java/Shares.java");
+/// The workload `java/{source}` compiled for the oldest JDK here, in `dir`.
+fn compile(jdks: &[PathBuf], dir: &Path, source: &str) {
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/java").join(source);
     let javac = jdks[0].join("javac");
     let status = Command::new(&javac).args(["--release", "17", "-d"]).arg(dir).arg(&source).status().unwrap();
     assert!(status.success(), "{} failed", javac.display());
@@ -57,7 +57,7 @@ fn java_frames_named_from_a_perf_map_written_at_exit() {
     let _alone = alone();
     let jdks = jdks();
     let dir = scratch_dir("java-perf-map-at-exit");
-    compile_shares(&jdks, &dir);
+    compile(&jdks, &dir, "Shares.java");
     for bin in &jdks {
         let java = bin.join("java");
         // Through a shell that notes its pid and execs the JVM: the maps left behind are known
@@ -120,7 +120,7 @@ fn java_methods_named_with_no_options() {
     let _alone = alone();
     let jdks = jdks();
     let dir = scratch_dir("java-no-options");
-    compile_shares(&jdks, &dir);
+    compile(&jdks, &dir, "Shares.java");
     let classes = dir.to_str().unwrap();
     for bin in &jdks {
         let java = bin.join("java");
@@ -231,15 +231,8 @@ fn java_native_and_java_again_in_one_stack() {
     let _alone = alone();
     let jdks = jdks();
     let dir = scratch_dir("java-mixed");
+    compile(&jdks, &dir, "Mixed.java");
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads");
-    let javac = jdks[0].join("javac");
-    let status = Command::new(&javac)
-        .args(["--release", "17", "-d"])
-        .arg(&dir)
-        .arg(source.join("java/Mixed.java"))
-        .status()
-        .unwrap();
-    assert!(status.success(), "{} failed", javac.display());
     let include = jdks[0].parent().unwrap().join("include");
     let library = dir.join("libmixed.so");
     let status = Command::new("gcc")
@@ -300,11 +293,7 @@ fn java_waits_under_the_methods_that_waited() {
     let _alone = alone();
     let jdks = jdks();
     let dir = scratch_dir("java-off-cpu");
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/java/Sleeper.java");
-    let javac = jdks[0].join("javac");
-    let status =
-        Command::new(&javac).args(["--release", "17", "-d"]).arg(&dir).arg(&source).status().unwrap();
-    assert!(status.success(), "{} failed", javac.display());
+    compile(&jdks, &dir, "Sleeper.java");
     for bin in &jdks {
         let java = bin.join("java");
         let out = dir.join("out.folded");
@@ -355,6 +344,46 @@ fn in_order(frames: &[String], names: &[&str]) -> bool {
     names.iter().all(|name| frames.any(|frame| is(frame, name)))
 }
 
+/// A compiled recursion 1000 frames deep is stepped whole, to `Deep.main`, on every JDK here:
+/// its frames share one nmethod, read once a stack, so stepping them leaves the sample's reads
+/// to naming.
+#[test]
+fn deep_compiled_recursion_whole_to_main() {
+    if !e2e_enabled() {
+        return;
+    }
+    let _alone = alone();
+    let jdks = jdks();
+    let dir = scratch_dir("java-deep");
+    compile(&jdks, &dir, "Deep.java");
+    const DEPTH: usize = 1000;
+    let depth = DEPTH.to_string();
+    for bin in &jdks {
+        let java = bin.join("java");
+        let out = dir.join("out.folded");
+        let args = ["record", "-F", "199", "-o", out.to_str().unwrap(), "--"];
+        let mut args: Vec<&str> = args.to_vec();
+        args.extend([java.to_str().unwrap(), "-cp", dir.to_str().unwrap(), "Deep", "6", &depth]);
+        let run = run_profiler(&args);
+        assert!(run.status.success());
+        let folded = Folded::read(&out);
+        let count = |test: &dyn Fn(&[String]) -> bool| -> u64 {
+            folded.stacks.iter().filter(|(frames, _)| test(frames)).map(|(_, n)| n).sum()
+        };
+        let deep = |frames: &[String]| frames.iter().filter(|frame| is(frame, "Deep.down")).count() > DEPTH;
+        let in_down = count(&|frames| frames.last().is_some_and(|leaf| is(leaf, "Deep.down")));
+        let whole = count(&|frames| deep(frames) && in_order(frames, &["Deep.main", "Deep.down"]));
+        eprintln!("{}: {whole} of {in_down} samples in Deep.down whole to main", java.display());
+        assert!(in_down >= 500, "{}: {in_down} samples in Deep.down", java.display());
+        assert!(
+            whole as f64 >= 0.9 * in_down as f64,
+            "{}: {whole} of {in_down} samples in Deep.down hold its {} frames under Deep.main",
+            java.display(),
+            DEPTH + 1
+        );
+    }
+}
+
 /// With only the interpreter (`-Xint`), the innermost interpreted frame is at the line it runs,
 /// from the bytecode pointer the interpreter keeps in a register (its frame's slot is only
 /// written at calls: it would put every sample of `Shares.spin` at its first line).
@@ -366,7 +395,7 @@ fn interpreted_frames_at_the_line_they_run() {
     let _alone = alone();
     let jdks = jdks();
     let dir = scratch_dir("java-interpreted-lines");
-    compile_shares(&jdks, &dir);
+    compile(&jdks, &dir, "Shares.java");
     for bin in &jdks {
         let java = bin.join("java");
         let pprof = dir.join("out.pb.gz");
@@ -472,7 +501,7 @@ fn check_reads_the_tables_hotspot_exports_for_external_tools() {
     let _alone = alone();
     let jdks = jdks();
     let dir = scratch_dir("java-check");
-    compile_shares(&jdks, &dir);
+    compile(&jdks, &dir, "Shares.java");
     for bin in &jdks {
         let java = spawn(&bin.join("java"), &["-cp", dir.to_str().unwrap(), "Shares", "30"]);
         // Running Java code, compiled by now.

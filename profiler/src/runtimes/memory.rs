@@ -20,7 +20,7 @@ use crate::{
 /// Reads of target memory one sample's runtime frames may cost, whatever the target's
 /// metadata claims (a method with a thousand overloads, a stack of fresh code objects), and
 /// their bytes: past them, frames stay unnamed for this sample and are read at a later one.
-pub const READS_PER_SAMPLE: u64 = 256;
+pub const READS_PER_SAMPLE: u64 = 1024;
 pub const BYTES_PER_SAMPLE: u64 = 4 << 20;
 
 /// The summary's line for `frames` frames of `runtime` left unnamed in their sample for want of

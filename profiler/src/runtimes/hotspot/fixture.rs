@@ -26,8 +26,7 @@ pub fn walk(
     is_code: &mut dyn FnMut(u64) -> bool,
     depth: usize,
 ) -> Walked {
-    jvm.stepped.clear();
-    jvm.innermost_r13 = r13;
+    jvm.begin_stack(0, r13);
     let mut regs = UnwindRegsX86_64::new(pc, sp, fp);
     let mut steps = Vec::new();
     for depth in 0..depth {

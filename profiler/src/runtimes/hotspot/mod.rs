@@ -28,7 +28,7 @@ use rustc_hash::FxHashMap;
 
 pub use self::stack::Physical;
 use self::{
-    code_cache::{BlobKind, Heap},
+    code_cache::{Blob, BlobKind, Heap},
     layout::Layout,
     method::MethodInfo,
     vm_structs::{Image, VmStructs},
@@ -212,9 +212,7 @@ impl HotSpot {
     pub fn stepper(&mut self, tgid: Tgid, time_ns: u64, r13: u64) -> Option<&mut Jvm> {
         match self.processes.get_mut(&tgid) {
             Some(State::Running(jvm)) => {
-                jvm.stepped.clear();
-                jvm.now_ns = time_ns;
-                jvm.innermost_r13 = r13;
+                jvm.begin_stack(time_ns, r13);
                 Some(jvm)
             }
             _ => None,
@@ -277,6 +275,9 @@ pub struct Jvm {
     heaps_read_ns: u64,
     /// The frames the last stack walked stepped, by depth.
     stepped: Vec<(usize, Physical)>,
+    /// The blobs the last stack's frames were found in: each is read once a stack (the frames of
+    /// a recursion share theirs), so stepping spends few of the sample's reads.
+    blobs: Vec<Blob>,
     /// Frames in the code cache that could not be stepped.
     lost: u64,
 }
@@ -420,8 +421,17 @@ impl Jvm {
             innermost_r13: 0,
             heaps_read_ns: 0,
             stepped: Vec::new(),
+            blobs: Vec::new(),
             lost: 0,
         }
+    }
+
+    /// A new stack, sampled at `time_ns` with r13 holding `r13`.
+    fn begin_stack(&mut self, time_ns: u64, r13: u64) {
+        self.stepped.clear();
+        self.blobs.clear();
+        self.now_ns = time_ns;
+        self.innermost_r13 = r13;
     }
 
     /// What the walk stepped at `depth` of the last stack.

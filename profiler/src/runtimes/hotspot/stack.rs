@@ -143,8 +143,14 @@ impl Jvm {
         }
     }
 
+    /// The blob holding `pc`: one this stack found already, or read.
     fn find_blob(&mut self, pc: u64) -> Option<Blob> {
-        super::code_cache::find_blob(&self.layout, &self.heaps, pc, &mut *self.memory)
+        if let Some(blob) = self.blobs.iter().find(|blob| blob.code.contains(&pc)) {
+            return Some(blob.clone());
+        }
+        let blob = super::code_cache::find_blob(&self.layout, &self.heaps, pc, &mut *self.memory)?;
+        self.blobs.push(blob.clone());
+        Some(blob)
     }
 }
 
