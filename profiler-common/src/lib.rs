@@ -17,13 +17,15 @@
 //! SAMPLE_HEADER_SIZE           stack_copy_len                copy of user memory [user_sp, user_sp + stack_copy_len)
 //! + pad8(stack_copy_len)       8 * user_stack_len            frame-pointer user stack, innermost first
 //! + 8 * user_stack_len         8 * kernel_stack_len          kernel stack, innermost first
-//! + 8 * kernel_stack_len       24 * python_frames_len        PythonFrame records, innermost first
+//! + 8 * kernel_stack_len       runtime.frames_bytes          the runtime's frame records
 //! ```
 //!
 //! `pad8` rounds up to a multiple of 8, so that the frames are 8-byte aligned; [`sample_size`]
-//! gives the whole length. The Python frames are there when the process runs a CPython that
-//! userspace registered in `PYTHON_PROCESSES`: the interpreter keeps them in heap memory, which
-//! changes as soon as the thread runs again, so they are read at sample time. The copy is taken page by page, upwards from the user stack
+//! gives the whole length. A runtime's frames are there when the process runs a runtime that
+//! userspace registered in `RUNTIME_PROCESSES` and whose frames the kernel walks (CPython: the
+//! interpreter keeps its frames in heap memory, which changes as soon as the thread runs again,
+//! so they are read at sample time); [`RuntimeTrailer`] says whose they are and what the walk
+//! found. The copy is taken page by page, upwards from the user stack
 //! pointer, and stops at the first page that cannot be read (the top of the stack), at the end
 //! of the thread's stack mapping when known (`STACK_ENDS`), or at the cap
 //! ([`globals::STACK_COPY_CAP`]), whichever comes first.
@@ -48,6 +50,10 @@
 //! (tgid, address) and with the same `time_ns` as the record, which is how userspace finds the
 //! stack of a block still outstanding at the end.
 #![no_std]
+
+pub mod runtimes;
+
+pub use runtimes::{MAX_RUNTIME_FRAMES_BYTES, RuntimeTrailer};
 
 /// Deepest kernel or frame-pointer user stack recorded, in frames. Equals the kernel's default
 /// `kernel.perf_event_max_stack`, the most `bpf_get_stack` returns without tuning.
@@ -86,9 +92,6 @@ pub struct SampleHeader {
     pub user_ip: u64,
     pub user_sp: u64,
     pub user_bp: u64,
-    /// r13 likewise: the bytecode pointer while HotSpot's interpreter runs a method (the frame
-    /// slot it is saved to is only brought up to date at calls).
-    pub user_r13: u64,
     /// Bytes of user stack copied after the header.
     pub stack_copy_len: u32,
     /// Frames of the frame-pointer user stack and of the kernel stack after the copy, each at
@@ -101,10 +104,8 @@ pub struct SampleHeader {
     /// nanoseconds. The record is taken when it comes back, in its own context, with the stack
     /// it left at.
     pub off_cpu_ns: u64,
-    /// [`PythonFrame`]s after the kernel stack, innermost first, at most [`MAX_PYTHON_FRAMES`].
-    pub python_frames_len: u32,
-    /// What the walk of the thread's Python frames found, a [`PythonWalk`].
-    pub python_walk: u32,
+    /// What a language runtime adds: its frames read at sample time, and registers of its own.
+    pub runtime: RuntimeTrailer,
 }
 
 /// Size of [`SampleHeader`]: where the stack copy starts.
@@ -121,150 +122,17 @@ pub const fn sample_size(
     stack_copy_len: usize,
     user_stack_len: usize,
     kernel_stack_len: usize,
-    python_frames_len: usize,
+    runtime_frames_bytes: usize,
 ) -> usize {
-    frames_offset(stack_copy_len)
-        + 8 * (user_stack_len + kernel_stack_len)
-        + core::mem::size_of::<PythonFrame>() * python_frames_len
+    frames_offset(stack_copy_len) + 8 * (user_stack_len + kernel_stack_len) + runtime_frames_bytes
 }
 
 /// The longest sample record.
 pub const MAX_SAMPLE_SIZE: usize =
-    sample_size(MAX_STACK_COPY, MAX_STACK_DEPTH, MAX_STACK_DEPTH, MAX_PYTHON_FRAMES);
+    sample_size(MAX_STACK_COPY, MAX_STACK_DEPTH, MAX_STACK_DEPTH, MAX_RUNTIME_FRAMES_BYTES);
 
-/// Deepest Python stack recorded, in frames; a deeper one is cut there, its outermost frames
-/// left out, and marked [`PythonWalk::Truncated`].
-pub const MAX_PYTHON_FRAMES: usize = 512;
-
-/// One Python frame, as the eBPF program read it from the interpreter's memory at sample time.
-/// Names, files and lines are read by userspace from the code object, which lives on after the
-/// frame returns; `first_line` tells it whether that address still holds the same code object.
-#[repr(C)]
-#[cfg_attr(feature = "user", derive(bytemuck::Pod, bytemuck::Zeroable))]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct PythonFrame {
-    /// The code object (`PyCodeObject *`); 0 for a record that only ends an empty run (a call of
-    /// the eval loop caught after popping its last frame).
-    pub code: u64,
-    /// Where the frame was in its code, as the interpreter keeps it: `f_lasti` (an `int`, the
-    /// low 32 bits) up to 3.10, the instruction pointer (`prev_instr`, `instr_ptr`) from 3.11.
-    pub instr: u64,
-    /// The code object's `co_firstlineno` when the frame was read.
-    pub first_line: u32,
-    /// Bit set of [`python_frame_flags`].
-    pub flags: u32,
-}
-
-/// Bits of [`PythonFrame::flags`].
-pub mod python_frame_flags {
-    /// The outermost frame of one run of the eval loop: the native stack has one
-    /// `_PyEval_EvalFrameDefault` call per run, which the run's frames replace.
-    pub const RUN_END: u32 = 1 << 0;
-}
-
-/// What the walk of a sampled thread's Python frames found ([`SampleHeader::python_walk`]).
-#[repr(u32)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PythonWalk {
-    /// Not a Python process (or not one this profiler reads).
-    NotPython = 0,
-    /// Every frame of the thread (maybe none: a thread outside the interpreter).
-    Complete = 1,
-    /// The thread is not one of the interpreter's: it has no thread state (yet).
-    NoThreadState = 2,
-    /// A read of the interpreter's memory failed; the frames before it are kept.
-    ReadError = 3,
-    /// More than [`MAX_PYTHON_FRAMES`] frames: the outermost ones are left out.
-    Truncated = 4,
-}
-
-impl PythonWalk {
-    pub const fn from_u32(value: u32) -> Option<Self> {
-        match value {
-            0 => Some(Self::NotPython),
-            1 => Some(Self::Complete),
-            2 => Some(Self::NoThreadState),
-            3 => Some(Self::ReadError),
-            4 => Some(Self::Truncated),
-            _ => None,
-        }
-    }
-}
-
-/// How a CPython version links its frames to the native calls of the eval loop.
-#[repr(u32)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PythonRuns {
-    /// 3.8–3.10: each frame is evaluated by a call of its own.
-    OnePerCall = 0,
-    /// 3.11: a run ends at a frame whose `is_entry` is set.
-    EntryFlag = 1,
-    /// 3.12+: a run ends before a shim frame the call put on the C stack (`owner` 3).
-    EntryShim = 2,
-}
-
-/// Where the fields the eBPF program reads are, in one CPython minor version's structures, in
-/// bytes. [`PythonOffsets::NONE`] for a field the version does not have.
-#[repr(C)]
-#[cfg_attr(feature = "user", derive(bytemuck::Pod, bytemuck::Zeroable))]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct PythonOffsets {
-    /// A [`PythonRuns`].
-    pub runs: u32,
-    /// `_PyRuntimeState.interpreters.main`.
-    pub runtime_main_interpreter: u32,
-    /// `PyInterpreterState.tstate_head` / `threads.head`: the newest thread state.
-    pub interpreter_threads: u32,
-    /// `PyThreadState.next`.
-    pub thread_next: u32,
-    /// `PyThreadState.thread_id`: the thread's `pthread_self()`, its FS base on x86-64.
-    pub thread_id: u32,
-    /// `PyThreadState.frame` (up to 3.10), `.cframe` (3.11, 3.12), `.current_frame` (3.13).
-    pub thread_frame: u32,
-    /// `_PyCFrame.current_frame` when `thread_frame` leads to a `_PyCFrame` (3.11, 3.12).
-    pub cframe_current_frame: u32,
-    /// The frame's caller: `f_back` / `previous`.
-    pub frame_back: u32,
-    /// The frame's code object: `f_code` / `f_executable`.
-    pub frame_code: u32,
-    /// `f_lasti`, `prev_instr` or `instr_ptr` (see [`PythonFrame::instr`]).
-    pub frame_instr: u32,
-    /// `_PyInterpreterFrame.is_entry` (3.11).
-    pub frame_is_entry: u32,
-    /// `_PyInterpreterFrame.owner` (3.11+).
-    pub frame_owner: u32,
-    /// `PyCodeObject.co_firstlineno`.
-    pub code_first_line: u32,
-    /// Bytes read of each frame: up to the end of the last field used (a frame may be the last
-    /// thing in its memory), at most [`Self::MAX_FRAME_BYTES`].
-    pub frame_bytes: u32,
-}
-
-impl PythonOffsets {
-    /// The value of a field the version does not have.
-    pub const NONE: u32 = u32::MAX;
-    pub const MAX_FRAME_BYTES: u32 = 128;
-    /// Bytes read of each code object and each thread state, where every field used is (both
-    /// are larger in every version).
-    pub const CODE_BYTES: u32 = 80;
-    pub const THREAD_BYTES: u32 = 256;
-}
-
-/// Value of the `PYTHON_PROCESSES` map: a process running CPython, and where to find its
-/// threads' frames.
-#[repr(C)]
-#[cfg_attr(feature = "user", derive(bytemuck::Pod, bytemuck::Zeroable))]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct PythonProcess {
-    /// `&_PyRuntime` in the process.
-    pub runtime: u64,
-    /// `&PyCode_Type` in the process: what a code object's `ob_type` is.
-    pub code_type: u64,
-    pub offsets: PythonOffsets,
-}
-
-#[cfg(feature = "user")]
-unsafe impl aya::Pod for PythonProcess {}
+// The sizes ARCHITECTURE.md quotes.
+const _: () = assert!(SAMPLE_HEADER_SIZE == 104);
 
 /// Bits of [`SampleHeader::flags`].
 pub mod sample_flags {
@@ -354,13 +222,6 @@ pub enum Counter {
 impl Counter {
     pub const COUNT: u32 = 12;
 }
-
-/// Entries of the `PYTHON_PROCESSES` table.
-pub const PYTHON_PROCESSES_MAX: u32 = 4096;
-
-/// Entries of `PYTHON_PROCESSES` one user's processes may hold when the whole system is
-/// followed (userspace keeps to it).
-pub const PYTHON_USER_SHARE: u32 = PYTHON_PROCESSES_MAX / 4;
 
 /// Entries of the `OFF_CPU_THREADS` table.
 pub const OFF_CPU_THREADS_MAX: u32 = 16384;
@@ -565,12 +426,9 @@ pub mod maps {
     /// `HashMap<u32 uid, u32>`: entries of `OFF_CPU_THREADS` each user's threads hold, when the
     /// whole system is followed.
     pub const OFF_CPU_USERS: &str = "OFF_CPU_USERS";
-    /// `HashMap<u32 tgid, PythonProcess>`: processes whose Python frames are walked, filled in
-    /// by userspace as it finds their interpreter.
-    pub const PYTHON_PROCESSES: &str = "PYTHON_PROCESSES";
-    /// `LruHashMap<u32 tid, u64>`: each thread's Python thread state, as last found (checked
-    /// again at every sample).
-    pub const PYTHON_THREADS: &str = "PYTHON_THREADS";
+    /// `HashMap<u32 tgid, RuntimeProcess>`: processes whose runtime's frames the kernel walks,
+    /// filled in by userspace as it finds their runtime.
+    pub const RUNTIME_PROCESSES: &str = "RUNTIME_PROCESSES";
     /// `Array<u64>` of one entry: when sampling started (`bpf_ktime_get_ns()`), set by
     /// userspace. A thread off the CPU since before is counted from then.
     pub const STARTED_NS: &str = "STARTED_NS";

@@ -25,7 +25,7 @@ use profiler_common::{
 };
 
 use crate::{
-    setting,
+    memory, setting,
     stack::{self, Draft, Dropped, Scratch},
     stopped,
 };
@@ -240,7 +240,7 @@ pub fn alloc_return(ctx: RetProbeContext) -> u32 {
 
 fn read_pointer(user_addr: u64) -> u64 {
     let mut value = 0u64;
-    match unsafe { stack::read_user((&raw mut value).cast(), size_of::<u64>(), user_addr) } {
+    match unsafe { memory::read_user((&raw mut value).cast(), size_of::<u64>(), user_addr) } {
         Ok(()) => value,
         Err(_) => 0,
     }
@@ -259,7 +259,7 @@ fn record_stack(ctx: &RetProbeContext, pid_tgid: u64, time_ns: u64, allocation: 
     stack::fill_ids(header, pid_tgid, time_ns);
     let regs = unsafe { &*ctx.regs };
     header.flags = sample_flags::USER_REGS;
-    (header.user_ip, header.user_sp, header.user_bp, header.user_r13) =
+    (header.user_ip, header.user_sp, header.user_bp, header.runtime.r13) =
         (regs.rip, regs.rsp, regs.rbp, regs.r13);
     // A short copy only shortens the stack; the sampler's counters have no leak analogue.
     let (len, _) = stack::take_stacks(ctx, sample, false);

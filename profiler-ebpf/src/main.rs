@@ -6,7 +6,9 @@
 //!   --off-cpu`, `--wall`).
 //! - [`leaks`]: uprobes on the allocator (`profiler leaks`).
 //! - [`stack`]: what all of them record of a user stack: registers, the frame-pointer chain, a
-//!   page-wise copy of the top of the stack, and [`python`] frames.
+//!   page-wise copy of the top of the stack, and the frames of [`runtimes`] walked at sample
+//!   time (Python's).
+//! - [`memory`]: reads of the sampled thread's user memory.
 //!
 //! Record layouts are documented in `profiler_common`.
 #![no_std]
@@ -16,8 +18,9 @@
 #![allow(internal_features)]
 
 mod leaks;
+mod memory;
 mod off_cpu;
-mod python;
+mod runtimes;
 mod sample;
 mod stack;
 

@@ -156,8 +156,8 @@ fn left(ctx: &BtfTracePointContext, pid_tgid: u64, state: OffCpuState, now: u64)
     };
     let thread = unsafe { &mut *thread };
     if thread.resumed_ns != 0 {
-        // Without Python frames: the verifier checks the Python walk once per program that makes
-        // it, and this one would double sched_switch's load time; these are the spans of threads
+        // Without runtime frames: the verifier checks a runtime's walk once per program that
+        // makes it, and this one would double sched_switch's load time; these are the spans of threads
         // that came back inside a system call and leave again before it returns (a wait
         // retried), rare beside those sent at the return.
         send(ctx, pid_tgid, thread, UserStack::Native);
@@ -472,7 +472,7 @@ pub fn syscall_exit(ctx: RawTracePointContext) -> i32 {
         let regs: *const pt_regs = ctx.arg(0);
         let exec =
             unsafe { bpf_probe_read_kernel(&(*regs).orig_rax) }.is_ok_and(|nr| EXEC_SYSCALLS.contains(&nr));
-        let user_stack = if exec { UserStack::None } else { UserStack::WithPython };
+        let user_stack = if exec { UserStack::None } else { UserStack::WithRuntime };
         send(&ctx, pid_tgid, thread, user_stack);
         (thread.since_ns, thread.resumed_ns) = (0, 0);
     }
@@ -486,12 +486,12 @@ enum UserStack {
     None,
     /// Its registers and stack copy.
     Native,
-    /// Those, and its Python frames.
-    WithPython,
+    /// Those, and its runtime's frames.
+    WithRuntime,
 }
 
 /// Sends the span of `thread`, in its own context: its user registers (those of the system
-/// call), stack copy and Python frames as `user_stack` says, and the kernel stack it waited in.
+/// call), stack copy and runtime frames as `user_stack` says, and the kernel stack it waited in.
 fn send(ctx: &impl EbpfContext, pid_tgid: u64, thread: &OffCpuThread, user_stack: UserStack) {
     let Some(draft) = begin_span(pid_tgid, thread) else { return };
     let record = draft.bytes();
@@ -500,9 +500,9 @@ fn send(ctx: &impl EbpfContext, pid_tgid: u64, thread: &OffCpuThread, user_stack
     }
     let (len, _) = stack::take_native_stacks(ctx, record, false);
     let len = unsafe { append_kernel_stack(record, len, thread) };
-    // The Python frames come after the kernel stack, as in every record.
+    // The runtime's frames come after the kernel stack, as in every record.
     let len =
-        if user_stack == UserStack::WithPython { stack::append_python_frames(record, len) } else { len };
+        if user_stack == UserStack::WithRuntime { stack::append_runtime_frames(record, len) } else { len };
     sample::send_draft(draft, len);
 }
 

@@ -15,20 +15,20 @@ use aya_ebpf::{
     helpers::{
         bpf_get_current_comm, bpf_get_smp_processor_id, bpf_probe_read_kernel,
         generated::{
-            bpf_dynptr_write, bpf_get_current_task_btf, bpf_get_stack, bpf_probe_read_user,
-            bpf_ringbuf_discard_dynptr, bpf_ringbuf_reserve_dynptr, bpf_ringbuf_submit_dynptr,
-            bpf_task_pt_regs,
+            bpf_dynptr_write, bpf_get_current_task_btf, bpf_get_stack, bpf_ringbuf_discard_dynptr,
+            bpf_ringbuf_reserve_dynptr, bpf_ringbuf_submit_dynptr, bpf_task_pt_regs,
         },
     },
     macros::map,
     maps::{Array, LruHashMap, RingBuf},
 };
 use profiler_common::{
-    AllocationHeader, FramePointers, MAX_PYTHON_FRAMES, MAX_SAMPLE_SIZE, MAX_STACK_COPY, MAX_STACK_DEPTH,
-    PythonFrame, SAMPLE_HEADER_SIZE, STACK_PAGE_SIZE, SampleHeader, frames_offset, sample_flags,
+    AllocationHeader, FramePointers, MAX_RUNTIME_FRAMES_BYTES, MAX_SAMPLE_SIZE, MAX_STACK_COPY,
+    MAX_STACK_DEPTH, RuntimeTrailer, SAMPLE_HEADER_SIZE, STACK_PAGE_SIZE, SampleHeader, frames_offset,
+    sample_flags,
 };
 
-use crate::{python, setting};
+use crate::{memory::read_user, runtimes, setting};
 
 /// Where each thread's stack mapping ends (tid -> address), as userspace learned from earlier
 /// records: the copy stops there instead of reading whatever is mapped above the stack.
@@ -147,14 +147,13 @@ pub fn fill_ids(h: &mut SampleHeader, pid_tgid: u64, time_ns: u64) {
     h.time_ns = time_ns;
     h.comm = bpf_get_current_comm().unwrap_or_default();
     h.flags = 0;
-    (h.user_ip, h.user_sp, h.user_bp, h.user_r13) = (0, 0, 0, 0);
+    (h.user_ip, h.user_sp, h.user_bp) = (0, 0, 0);
     h.stack_copy_len = 0;
     h.user_stack_len = 0;
     h.kernel_stack_len = 0;
     h.off_cpu_state = 0;
     h.off_cpu_ns = 0;
-    h.python_frames_len = 0;
-    h.python_walk = 0;
+    h.runtime = RuntimeTrailer::default();
 }
 
 /// The user registers saved when the current thread entered the kernel (none for a kernel
@@ -168,21 +167,21 @@ pub fn fill_saved_user_regs(h: &mut SampleHeader) {
         && saved.cs & 3 == USER_MODE_RPL
     {
         h.flags |= sample_flags::USER_REGS;
-        (h.user_ip, h.user_sp, h.user_bp, h.user_r13) = (saved.rip, saved.rsp, saved.rbp, saved.r13);
+        (h.user_ip, h.user_sp, h.user_bp, h.runtime.r13) = (saved.rip, saved.rsp, saved.rbp, saved.r13);
     }
 }
 
 /// Takes the stacks of a sample whose header (ids and registers) is filled in, `sample` being
 /// the record's start in a scratch buffer: the copy of the user stack, then, where wanted, the
-/// frame-pointer chain and the kernel stack, then the Python frames of a Python process.
+/// frame-pointer chain and the kernel stack, then the frames of a runtime walked here.
 /// Returns the record's length and what the copy found.
 pub fn take_stacks(ctx: &impl EbpfContext, sample: *mut u8, kernel: bool) -> (usize, CopyOutcome) {
     let (end, outcome) = take_native_stacks(ctx, sample, kernel);
-    (append_python_frames(sample, end), outcome)
+    (append_runtime_frames(sample, end), outcome)
 }
 
-/// [`take_stacks`] without the Python frames, for a caller that puts a kernel stack of its own
-/// after the native ones, then calls [`append_python_frames`].
+/// [`take_stacks`] without the runtime frames, for a caller that puts a kernel stack of its own
+/// after the native ones, then calls [`append_runtime_frames`].
 pub fn take_native_stacks(ctx: &impl EbpfContext, sample: *mut u8, kernel: bool) -> (usize, CopyOutcome) {
     let h = unsafe { &mut *sample.cast::<SampleHeader>() };
     let cap = stack_copy_cap();
@@ -204,15 +203,15 @@ pub fn take_native_stacks(ctx: &impl EbpfContext, sample: *mut u8, kernel: bool)
     (end, outcome)
 }
 
-/// Walks the current thread's Python frames (when its process runs Python) into the record at
-/// `sample`, whose first `end` bytes are its header and native stacks; returns its new length.
-pub fn append_python_frames(sample: *mut u8, end: usize) -> usize {
+/// Walks the current thread's runtime frames (when its process runs a runtime walked here) into
+/// the record at `sample`, whose first `end` bytes are its header and native stacks; returns its
+/// new length.
+pub fn append_runtime_frames(sample: *mut u8, end: usize) -> usize {
     let h = unsafe { &mut *sample.cast::<SampleHeader>() };
-    // Bounded again where the verifier can see it: the Python frames fit behind.
+    // Bounded again where the verifier can see it: the runtime's frames fit behind.
     let end = end.min(frames_offset(MAX_STACK_COPY) + 2 * STACK_BYTES as usize);
-    python::walk(h, unsafe { sample.add(end) });
-    let python_frames = (h.python_frames_len as usize).min(MAX_PYTHON_FRAMES);
-    end + python_frames * size_of::<PythonFrame>()
+    runtimes::walk(h, unsafe { sample.add(end) });
+    end + (h.runtime.frames_bytes as usize).min(MAX_RUNTIME_FRAMES_BYTES)
 }
 
 /// The kernel's frame-pointer walk repeats what the copy holds when the copy reaches the top of
@@ -276,9 +275,4 @@ unsafe fn copy_user_stack(h: &mut SampleHeader, copy: *mut u8, cap: usize) -> Co
         return CopyOutcome::Truncated;
     }
     CopyOutcome::Complete
-}
-
-pub unsafe fn read_user(dst: *mut u8, len: usize, src: u64) -> Result<(), i64> {
-    let ret = unsafe { bpf_probe_read_user(dst.cast(), len as u32, src as *const _) };
-    if ret < 0 { Err(ret) } else { Ok(()) }
 }

@@ -4,8 +4,10 @@ use std::{fmt, mem::size_of};
 
 use bytemuck::pod_read_unaligned;
 use profiler_common::{
-    AllocationHeader, MAX_PYTHON_FRAMES, MAX_STACK_DEPTH, PythonFrame, PythonWalk, SAMPLE_HEADER_SIZE,
-    SampleHeader, TASK_COMM_LEN, frames_offset, maps, sample_flags,
+    AllocationHeader, MAX_RUNTIME_FRAMES_BYTES, MAX_STACK_DEPTH, SAMPLE_HEADER_SIZE, SampleHeader,
+    TASK_COMM_LEN, frames_offset, maps,
+    runtimes::{RuntimeKind, RuntimeWalk},
+    sample_flags,
 };
 
 use crate::model::{Tgid, ThreadState, Tid};
@@ -95,8 +97,16 @@ pub struct SampleRecord<'a> {
     stack_copy: &'a [u8],
     user_stack: Frames<'a>,
     kernel_stack: Frames<'a>,
-    python_frames: &'a [u8],
-    python_walk: PythonWalk,
+    runtime_frames: RuntimeFrames<'a>,
+}
+
+/// The frames a runtime walked in the kernel added to a sample: whose they are, what the walk
+/// found, and the runtime's own records, innermost first.
+#[derive(Clone, Copy, Debug)]
+pub struct RuntimeFrames<'a> {
+    pub kind: RuntimeKind,
+    pub walk: RuntimeWalk,
+    pub records: &'a [u8],
 }
 
 /// Addresses of a stack in a record, innermost first (8 little-endian bytes each).
@@ -169,15 +179,18 @@ fn decode_sample(record: &[u8]) -> Result<SampleRecord<'_>, DecodeError> {
     };
     let user_stack = take("user_stack_len", header.user_stack_len)?;
     let kernel_stack = take("kernel_stack_len", header.kernel_stack_len)?;
-    let bad_python = DecodeError::BadLength { field: "python_frames_len", value: header.python_frames_len };
-    if header.python_frames_len as usize > MAX_PYTHON_FRAMES {
-        return Err(bad_python);
+    let trailer = header.runtime;
+    let bad = |field, value| DecodeError::BadLength { field, value };
+    let bad_frames = bad("runtime.frames_bytes", trailer.frames_bytes);
+    if trailer.frames_bytes as usize > MAX_RUNTIME_FRAMES_BYTES {
+        return Err(bad_frames);
     }
-    let python_frames =
-        frames.get(..header.python_frames_len as usize * size_of::<PythonFrame>()).ok_or(bad_python)?;
-    let python_walk = PythonWalk::from_u32(header.python_walk)
-        .ok_or(DecodeError::BadLength { field: "python_walk", value: header.python_walk })?;
-    Ok(SampleRecord { header, stack_copy, user_stack, kernel_stack, python_frames, python_walk })
+    let runtime_frames = RuntimeFrames {
+        kind: RuntimeKind::from_u16(trailer.kind).ok_or(bad("runtime.kind", trailer.kind.into()))?,
+        walk: RuntimeWalk::from_u16(trailer.walk).ok_or(bad("runtime.walk", trailer.walk.into()))?,
+        records: frames.get(..trailer.frames_bytes as usize).ok_or(bad_frames)?,
+    };
+    Ok(SampleRecord { header, stack_copy, user_stack, kernel_stack, runtime_frames })
 }
 
 fn decode_allocation(record: &[u8]) -> Result<(AllocationHeader, SampleRecord<'_>), DecodeError> {
@@ -223,7 +236,7 @@ impl<'a> SampleRecord<'a> {
             ip: h.user_ip,
             sp: h.user_sp,
             bp: h.user_bp,
-            r13: h.user_r13,
+            r13: h.runtime.r13,
         })
     }
 
@@ -232,14 +245,9 @@ impl<'a> SampleRecord<'a> {
         self.stack_copy
     }
 
-    /// The Python frames the kernel read, innermost first.
-    pub fn python_frames(&self) -> impl ExactSizeIterator<Item = PythonFrame> + 'a {
-        self.python_frames.chunks_exact(size_of::<PythonFrame>()).map(pod_read_unaligned)
-    }
-
-    /// What the walk of the Python frames found.
-    pub fn python_walk(&self) -> PythonWalk {
-        self.python_walk
+    /// The frames a runtime's walk in the kernel read.
+    pub fn runtime_frames(&self) -> RuntimeFrames<'a> {
+        self.runtime_frames
     }
 
     /// Whether the stack went on past the copied bytes.

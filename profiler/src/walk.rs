@@ -2,21 +2,18 @@
 //! from the copied stack bytes (DWARF, completed with the frame-pointer chain) or taken from the
 //! frame-pointer chain alone, every address pinned to (module, file offset) with the mappings of
 //! the moment the sample was taken.
-use std::{
-    sync::Arc,
-    time::{Duration, Instant},
-};
+use std::time::{Duration, Instant};
 
-use profiler_common::FramePointers;
+use profiler_common::{FramePointers, runtimes::RuntimeProcess};
 use rustc_hash::FxHashMap;
 
 use crate::{
     address_space::{AddressSpaces, DESCRIBED, ModuleId, Modules, ProcessView, TaskEvent, Tracking, Want},
     decode::SampleRecord,
     frame::{Frame, Marker},
-    model::{ThreadState, Tid},
+    model::{Tgid, ThreadState, Tid},
     named::Named,
-    runtimes::{functions::Functions, hotspot::HotSpot, memory::Allowance, python::Python},
+    runtimes::{Runtimes, functions::Functions},
     unwind::{
         NoRuntime, RuntimeCode, StackSnapshot, UnwindEnd, UnwindStats, Unwinder, Unwound,
         hybrid::{self, StackSource},
@@ -65,12 +62,8 @@ pub struct StackWalker {
     unwinder: Unwinder,
     stats: UnwindStats,
     stack_ends: StackEnds,
-    /// What each sample's runtime frames may cost in reads of target memory.
-    allowance: Arc<Allowance>,
-    python: Python,
-    hotspot: HotSpot,
-    /// The functions runtimes' frames name.
-    functions: Functions,
+    /// Language runtimes' frames, in place of native ones.
+    runtimes: Runtimes,
     /// When the budget of what targets describe started its epoch.
     epoch_started: Instant,
     /// Scratch space for one stack, reused across samples.
@@ -81,7 +74,6 @@ pub struct StackWalker {
 
 impl StackWalker {
     pub fn new(call_graph: CallGraph, tracking: Tracking, native_only: bool) -> Self {
-        let allowance = Arc::new(Allowance::default());
         Self {
             call_graph,
             native_only,
@@ -89,10 +81,7 @@ impl StackWalker {
             unwinder: Unwinder::default(),
             stats: UnwindStats::default(),
             stack_ends: StackEnds::default(),
-            python: Python::new(tracking.all, allowance.clone()),
-            hotspot: HotSpot::new(allowance.clone()),
-            allowance,
-            functions: Functions::default(),
+            runtimes: Runtimes::new(tracking.all),
             epoch_started: Instant::now(),
             frames: Vec::new(),
             chain: Vec::new(),
@@ -113,56 +102,50 @@ impl StackWalker {
         &self.stats
     }
 
-    /// Lets go of `modules` here (the unwinder, the Python stage, the registry) and hands them to
-    /// `also` first (naming, which forgets them after what it was handed before); not of the
-    /// interpreter of a live Python process, which its frames are merged by.
+    /// Lets go of `modules` here (the unwinder, the runtimes, the registry) and hands them to
+    /// `also` first (naming, which forgets them after what it was handed before); not of a
+    /// module a running runtime's frames are recognised by.
     pub fn evict_modules(&mut self, modules: &[ModuleId], also: impl FnOnce(&[ModuleId], &Modules)) {
         let modules: Vec<ModuleId> =
-            modules.iter().copied().filter(|&module| !self.python.interpreter_in_use(module)).collect();
+            modules.iter().copied().filter(|&module| !self.runtimes.pins(module)).collect();
         if modules.is_empty() {
             return;
         }
         let modules = &modules[..];
         also(modules, self.spaces.modules());
         self.unwinder.forget(modules);
-        self.python.forget_modules(modules);
+        self.runtimes.forget_modules(modules);
         self.spaces.modules_mut().evict(modules);
         // What framehop parsed is given back to the system by naming's trim, once it has let
         // go of its part (`NamingThread::forget_modules`).
     }
 
     /// Applies what a process did to its address space. After an exec, whatever it runs is
-    /// looked at anew: an interpreter found before is gone.
+    /// looked at anew: a runtime found before is gone.
     pub fn apply(&mut self, event: TaskEvent) {
         if let TaskEvent::Exec { pid, .. } = event {
-            self.python.forget(pid);
-            self.hotspot.forget(pid);
+            self.runtimes.forget(pid);
         }
         self.spaces.apply(event);
     }
 
-    /// The Python stage: the functions its frames name, what it found, what the kernel should
-    /// be told.
-    pub fn python(&self) -> &Python {
-        &self.python
-    }
-
-    pub fn python_mut(&mut self) -> &mut Python {
-        &mut self.python
-    }
-
-    /// The HotSpot stage: the JVMs found, what became of their frames.
-    pub fn hotspot(&self) -> &HotSpot {
-        &self.hotspot
-    }
-
-    pub fn hotspot_mut(&mut self) -> &mut HotSpot {
-        &mut self.hotspot
+    /// Forgets the processes gone by `now_ns` (their runtimes too), and returns them.
+    pub fn prune(&mut self, now_ns: u64) -> Vec<Tgid> {
+        let gone = self.spaces.prune(now_ns);
+        for &tgid in &gone {
+            self.runtimes.forget(tgid);
+        }
+        gone
     }
 
     /// The functions runtimes' frames name.
     pub fn functions(&self) -> &Functions {
-        &self.functions
+        self.runtimes.functions()
+    }
+
+    /// The summary's rows of the runtimes met: a label and lines each.
+    pub fn runtimes_report(&self) -> Vec<(&'static str, Vec<String>)> {
+        self.runtimes.describe()
     }
 
     /// Once the frames walked so far are handed to naming, and an epoch (a second) has passed:
@@ -174,15 +157,23 @@ impl StackWalker {
             return;
         }
         self.epoch_started = Instant::now();
-        self.functions.prune();
-        self.python.relieve();
-        self.hotspot.relieve();
+        self.runtimes.end_epoch();
         DESCRIBED.next_epoch();
     }
 
-    /// Stack ends learned since the last call, for the kernel's `STACK_ENDS` map.
-    pub fn take_stack_ends(&mut self) -> Vec<(Tid, u64)> {
-        std::mem::take(&mut self.stack_ends.new)
+    /// What the kernel should be told since the last call: where threads' stacks end, and the
+    /// processes whose runtime frames it should walk (or not any more).
+    pub fn take_kernel_updates(&mut self) -> KernelUpdates {
+        KernelUpdates {
+            stack_ends: std::mem::take(&mut self.stack_ends.new),
+            runtime_processes: self.runtimes.take_kernel_updates(),
+        }
+    }
+
+    /// The kernel would not take what it was told of `tgid`'s runtime (`why`): its runtime
+    /// frames are not read.
+    pub fn refused_by_kernel(&mut self, tgid: Tgid, why: &anyhow::Error) {
+        self.runtimes.refused_by_kernel(tgid, why);
     }
 
     /// The stack of a sample, walked and pinned to modules.
@@ -194,20 +185,15 @@ impl StackWalker {
             unwinder,
             stats,
             stack_ends,
-            allowance,
-            python,
-            hotspot,
-            functions,
+            runtimes,
             frames,
             chain,
             ..
         } = self;
         let tid = sample.tid();
         let mut process = spaces.observe(sample.tgid(), tid, &sample.comm(), sample.time_ns());
-        allowance.begin(process.file_pages());
         if !*native_only {
-            python.observe(&mut process, sample.time_ns());
-            hotspot.observe(&mut process, sample.time_ns());
+            runtimes.observe(&mut process, sample.time_ns());
         }
         frames.clear();
         if sample.state() == ThreadState::Runnable {
@@ -225,8 +211,8 @@ impl StackWalker {
             (call_graph, Some(regs)) => {
                 let snapshot = StackSnapshot::new(regs.sp, sample.stack_copy(), sample.stack_truncated());
                 let tgid = process.tgid();
-                let runtime: &mut dyn RuntimeCode = match hotspot.stepper(tgid, sample.time_ns(), regs.r13) {
-                    Some(jvm) => jvm,
+                let runtime: &mut dyn RuntimeCode = match runtimes.stepper(tgid, sample.time_ns(), &regs) {
+                    Some(stepper) => stepper,
                     None => &mut NoRuntime,
                 };
                 let unwound = unwinder.unwind(regs, &snapshot, &mut process, runtime);
@@ -239,7 +225,7 @@ impl StackWalker {
                 stats.record(source);
                 let located = unwound.frames.iter().zip(&unwound.locations).enumerate();
                 for (depth, (&addr, &at)) in located {
-                    if !hotspot.push_frames(tgid, depth, functions, frames) {
+                    if !runtimes.push_frames(tgid, depth, frames) {
                         frames.push(Frame::user(tgid, depth, addr, at));
                     }
                 }
@@ -247,7 +233,7 @@ impl StackWalker {
             }
         };
         push_resolved(&mut process, fp_addrs, first_depth, frames);
-        python.merge_into(sample, frames, functions);
+        runtimes.merge(process.tgid(), sample.runtime_frames(), frames);
         Walked { comm: process.into_comm(), frames }
     }
 }
@@ -258,6 +244,14 @@ fn push_resolved(process: &mut ProcessView<'_>, addrs: &[u64], first_depth: usiz
     for (depth, &addr) in addrs.iter().enumerate().map(|(i, addr)| (i + first_depth, addr)) {
         frames.push(Frame::user(tgid, depth, addr, process.resolve(addr, Want::Any)));
     }
+}
+
+/// What the kernel should be told, as one walk of samples learned it.
+pub struct KernelUpdates {
+    /// Where threads' stack copies should end.
+    pub stack_ends: Vec<(Tid, u64)>,
+    /// Processes whose runtime frames the kernel should walk (`None`: not any more).
+    pub runtime_processes: Vec<(Tgid, Option<RuntimeProcess>)>,
 }
 
 /// How long an epoch of the budget of what targets describe lasts, at least.
@@ -353,7 +347,6 @@ mod tests {
     use profiler_common::{SampleHeader, sample_flags};
 
     use super::*;
-    use crate::model::Tgid;
     use crate::{decode::RecordKind, testing::encode_sample};
 
     const TRACKING: Tracking = Tracking { all: false, follow_forks: true };
@@ -397,10 +390,10 @@ mod tests {
         let frames = walker.walk(&sample).frames.to_vec();
         assert_eq!(walker.stats().summary().total(), 1);
         assert!(matches!(frames[0], Frame::Module { .. }), "the ip resolves: {frames:?}");
-        let (tid, end) = walker.take_stack_ends()[0];
+        let (tid, end) = walker.take_kernel_updates().stack_ends[0];
         assert_eq!(tid, Tgid::own().main_thread());
         assert!(end > header.user_sp, "the stack's mapping ends above its pointer");
-        assert!(walker.take_stack_ends().is_empty(), "told once");
+        assert!(walker.take_kernel_updates().stack_ends.is_empty(), "told once");
     }
 
     #[test]

@@ -252,8 +252,7 @@ impl Mode for CpuProfile {
                 ring_bytes_per_record: end.kernel.ring_bytes_per_record(),
                 blocks: end.kernel.off_cpu_blocks(),
             },
-            python: &end.python,
-            java: &end.java,
+            runtimes: &end.runtimes,
             outputs: end.outputs,
         };
         summary.print();

@@ -14,7 +14,7 @@ use aya::{
     Ebpf,
     maps::{MapData, RingBuf},
 };
-use profiler_common::PythonProcess;
+use profiler_common::runtimes::RuntimeProcess;
 
 use crate::{
     decode::RecordKind,
@@ -54,9 +54,10 @@ pub trait KernelSource {
         object::set_stack_end(self.ebpf(), tid, end)
     }
 
-    /// Tells the programs where process `tgid`'s Python frames are, or to stop walking them.
-    fn set_python_process(&mut self, tgid: Tgid, process: Option<&PythonProcess>) -> Result<()> {
-        object::set_python_process(self.ebpf(), tgid, process)
+    /// Tells the programs what the walker of process `tgid`'s runtime needs, or to stop walking
+    /// it.
+    fn set_runtime_process(&mut self, tgid: Tgid, process: Option<&RuntimeProcess>) -> Result<()> {
+        object::set_runtime_process(self.ebpf(), tgid, process)
     }
 
     /// Stops producing records at once: every program checks a flag first and returns. Detaching

@@ -7,7 +7,7 @@ use aya::{
     programs::{Program, ProgramError},
     util::nr_cpus,
 };
-use profiler_common::{PythonProcess, maps};
+use profiler_common::{maps, runtimes::RuntimeProcess};
 
 use super::btf;
 use crate::model::{Tgid, Tid};
@@ -60,20 +60,25 @@ pub fn set_stack_end(ebpf: &mut Ebpf, Tid(tid): Tid, end: u64) -> Result<()> {
 }
 
 /// Byte offset of a task's saved FS base (`thread.fsbase`) in `struct task_struct`: how the
-/// Python walk tells which of the interpreter's thread states is the sampled thread's.
+/// Python walk tells which of the interpreter's thread states is the sampled thread's (glibc's
+/// `pthread_self()`).
 pub fn task_fs_base_offset() -> Result<u32> {
     Ok(btf::field_offset("task_struct", "thread")? + btf::field_offset("thread_struct", "fsbase")?)
 }
 
-/// Tells the programs where process `tgid`'s Python frames are (`None`: it runs no Python any
-/// more, or is gone).
-pub fn set_python_process(ebpf: &mut Ebpf, Tgid(tgid): Tgid, process: Option<&PythonProcess>) -> Result<()> {
-    let map = ebpf.map_mut(maps::PYTHON_PROCESSES).ok_or_else(|| missing(maps::PYTHON_PROCESSES))?;
-    let mut processes: BpfHashMap<_, u32, PythonProcess> = BpfHashMap::try_from(map)?;
+/// Tells the programs what the walker of process `tgid`'s runtime needs (`None`: it runs none
+/// any more, or is gone).
+pub fn set_runtime_process(
+    ebpf: &mut Ebpf,
+    Tgid(tgid): Tgid,
+    process: Option<&RuntimeProcess>,
+) -> Result<()> {
+    let map = ebpf.map_mut(maps::RUNTIME_PROCESSES).ok_or_else(|| missing(maps::RUNTIME_PROCESSES))?;
+    let mut processes: BpfHashMap<_, u32, RuntimeProcess> = BpfHashMap::try_from(map)?;
     match process {
         Some(process) => processes
             .insert(tgid, process, 0)
-            .with_context(|| format!("cannot tell the kernel where process {tgid}'s Python frames are")),
+            .with_context(|| format!("cannot tell the kernel where process {tgid}'s runtime frames are")),
         None => {
             // Removing an entry that is not there (a process never registered) is no failure.
             let _ = processes.remove(&tgid);

@@ -17,9 +17,8 @@ pub struct Summary<'a> {
     /// Processes samples came from (the recording may not keep each sample's process).
     pub processes: u64,
     pub kernel: KernelFigures,
-    /// What reading Python stacks found, a line each.
-    pub python: &'a [String],
-    pub java: &'a [String],
+    /// What reading each runtime's stacks found: a label and lines.
+    pub runtimes: &'a [(&'static str, Vec<String>)],
     pub outputs: &'a [(PathBuf, Format)],
 }
 
@@ -96,8 +95,9 @@ impl Summary<'_> {
                 self.missing_cfi.iter().take(5).map(|(name, n)| format!("{name} ({n})")).collect();
             row("no CFI in", vec![top.join(", ")]);
         }
-        row("python", self.python.to_vec());
-        row("java", self.java.to_vec());
+        for (label, lines) in self.runtimes {
+            row(label, lines.clone());
+        }
         let kernel = &self.kernel;
         if let Some(blocks) = kernel.blocks {
             let mut line =
@@ -245,8 +245,7 @@ mod tests {
                     without_kernel_stack: 1,
                 }),
             },
-            python: &["pid 9: CPython 3.14: native frames only".into()],
-            java: &[],
+            runtimes: &[("python", vec!["pid 9: CPython 3.14: native frames only".into()])],
             outputs: &outputs,
         };
         let text = summary.render();
@@ -286,8 +285,7 @@ mod tests {
             missing_cfi: &[],
             processes: 2,
             kernel: KernelFigures::default(),
-            python: &[],
-            java: &[],
+            runtimes: &[],
             outputs: &[],
         };
         let text = summary.render();
@@ -311,8 +309,7 @@ mod tests {
             missing_cfi: &[],
             processes: 1,
             kernel: KernelFigures::default(),
-            python: &[],
-            java: &[],
+            runtimes: &[],
             outputs: &[],
         };
         let text = summary.render();

@@ -1,8 +1,250 @@
 //! Language runtimes' own frames, in place of the native frames of their interpreters and JIT
-//! code: Python's, whose frames live outside the native stack, read at sample time by the eBPF
-//! program and merged after unwinding; Java's (HotSpot), on the native stack, stepped and named
-//! during unwinding. Both name functions of one table ([`functions`]).
+//! code, read from outside the process: Python's, whose frames live outside the native stack,
+//! read at sample time by the eBPF program and merged after unwinding; Java's (HotSpot), on the
+//! native stack, stepped and named during unwinding.
+//!
+//! Each runtime is a folder behind one interface, [`Runtime`], in the manner of the OpenTelemetry
+//! eBPF profiler's interpreters: it recognises an image of its own (once per module), attaches
+//! to a process that maps one (or refuses, and says why), tells the kernel what its walker needs
+//! (when it walks in the kernel), steps the native frames it owns, names frames at a depth or
+//! merges the frames read at sample time, and reports its counters. [`Runtimes`] owns the
+//! rest, the same for every runtime: the life of a runtime in each process (when to look again,
+//! starting, refused, running), the kernel's table of processes, the function table its frames
+//! name, each sample's allowance of reads of target memory, and the summary's lines. Adding a
+//! runtime is a folder here (and one in `profiler-ebpf/src/runtimes/` when it walks in the
+//! kernel) and one line in [`Runtimes::new`].
 pub mod functions;
 pub mod hotspot;
+mod kernel_table;
 pub mod memory;
 pub mod python;
+mod slot;
+
+use std::sync::Arc;
+
+use profiler_common::runtimes::{RuntimeKind, RuntimeProcess};
+
+use self::{
+    functions::Functions,
+    kernel_table::KernelTable,
+    memory::Allowance,
+    slot::{Loaded, Slot},
+};
+use crate::{
+    address_space::{Mapping, ModuleId, ProcessView},
+    decode::{RuntimeFrames, UserRegs},
+    frame::Frame,
+    model::Tgid,
+    unwind::RuntimeCode,
+};
+
+/// A language runtime whose frames are read from outside its processes. `Image` is what it
+/// reads of one of its files (once per module, shared by every process that maps it);
+/// `Instance` what it keeps of one process running it.
+pub trait Runtime: Send + 'static {
+    type Image: Send + Sync + 'static;
+    type Instance: Send + 'static;
+
+    /// The summary's label for it ("python", "java").
+    const LABEL: &'static str;
+    /// Whose frame records its kernel walker writes ([`RuntimeKind::None`]: it walks none).
+    const KIND: RuntimeKind = RuntimeKind::None;
+    /// How often a process that maps none of its images is looked at again.
+    const RECHECK_NS: u64;
+
+    /// Whether `mapping` may be one of its images (by what its file is called, and where): the
+    /// only mappings of a process looked at.
+    fn may_be_image(&self, mapping: &Mapping) -> bool;
+    /// What it needs of `module` (the file of such a mapping): `None` when it is not one of its
+    /// images, an error when it is one it does not read (what it is, for the summary).
+    fn recognise(&mut self, view: &ProcessView<'_>, module: ModuleId) -> anyhow::Result<Option<Self::Image>>;
+    /// Attaches to the process of `view`, which maps `image` (`module`) at `mapping`; its reads
+    /// of the process's memory at sample time within `allowance`.
+    fn attach(
+        &mut self,
+        view: &mut ProcessView<'_>,
+        image: &Arc<Self::Image>,
+        module: ModuleId,
+        mapping: &Mapping,
+        allowance: &Arc<Allowance>,
+    ) -> Result<Self::Instance, Refusal>;
+
+    /// What its kernel walker needs of the process (for a runtime whose [`Self::KIND`] walks).
+    fn kernel_process(&self, _instance: &Self::Instance) -> Option<RuntimeProcess> {
+        None
+    }
+    /// Ready to step the native frames it owns of a new stack, sampled at `time_ns` with the
+    /// registers `regs`: `None` when it owns none.
+    fn stepper<'a>(
+        &'a mut self,
+        _instance: &'a mut Self::Instance,
+        _time_ns: u64,
+        _regs: &UserRegs,
+    ) -> Option<&'a mut dyn RuntimeCode> {
+        None
+    }
+    /// Pushes its frames for the native frame at `depth` of the stack last stepped; false when
+    /// it has none there (the native frame stays).
+    fn push_frames(
+        &mut self,
+        _instance: &mut Self::Instance,
+        _depth: usize,
+        _functions: &mut Functions,
+        _frames: &mut Vec<Frame>,
+    ) -> bool {
+        false
+    }
+    /// Puts the frames its kernel walker read (`sample`) in place of native ones in `frames`.
+    fn merge(
+        &mut self,
+        _instance: &mut Self::Instance,
+        _sample: RuntimeFrames<'_>,
+        _frames: &mut Vec<Frame>,
+        _functions: &mut Functions,
+    ) {
+    }
+    /// A module the process's frames are recognised by, which must not be let go while it runs.
+    fn pinned_module(&self, _instance: &Self::Instance) -> Option<ModuleId> {
+        None
+    }
+    /// Once an epoch of the budget of what targets describe: its caches give room back if it
+    /// was short.
+    fn relieve(&mut self, instance: &mut Self::Instance);
+    /// The process is gone, ran exec, or its runtime is given up on.
+    fn detach(&mut self, _instance: Self::Instance) {}
+    /// The summary's lines of its counters (`running`: the processes running it now); nothing
+    /// when it met no process.
+    fn describe(&self, running: &mut dyn Iterator<Item = &Self::Instance>) -> Vec<String>;
+}
+
+/// Why a runtime does not attach to a process.
+pub enum Refusal {
+    /// Not ready yet (a runtime still starting): looked at again for a while.
+    NotYet(anyhow::Error),
+    /// Not for as long as the process runs this image: native frames only.
+    Never(anyhow::Error),
+}
+
+/// Every runtime, and what they share.
+pub struct Runtimes {
+    slots: Vec<Box<dyn Slot>>,
+    shared: Shared,
+    /// The functions runtimes' frames name.
+    functions: Functions,
+}
+
+/// What every runtime's life in processes shares.
+pub(crate) struct Shared {
+    /// What a sample's runtime frames may cost in reads of target memory.
+    allowance: Arc<Allowance>,
+    table: KernelTable,
+    /// What the kernel should be told since it was last told.
+    kernel_updates: Vec<(Tgid, Option<RuntimeProcess>)>,
+}
+
+impl Runtimes {
+    /// Every runtime, for a session that follows the whole system (`system_wide`: users share
+    /// the kernel's table) or some processes.
+    pub fn new(system_wide: bool) -> Self {
+        let slots: Vec<Box<dyn Slot>> = vec![
+            // One line per runtime.
+            Loaded::boxed(python::Python::default()),
+            Loaded::boxed(hotspot::HotSpot::default()),
+        ];
+        let shared = Shared {
+            allowance: Arc::new(Allowance::default()),
+            table: KernelTable::new(system_wide),
+            kernel_updates: Vec::new(),
+        };
+        Self { slots, shared, functions: Functions::default() }
+    }
+
+    /// A new sample of the process of `view`, at `time_ns`: its allowance starts, and its
+    /// runtimes are looked for if it is time to.
+    pub fn observe(&mut self, view: &mut ProcessView<'_>, time_ns: u64) {
+        self.shared.allowance.begin(view.file_pages());
+        for slot in &mut self.slots {
+            slot.observe(view, time_ns, &mut self.shared);
+        }
+    }
+
+    /// The runtime of `tgid` that steps native frames, ready for a new stack.
+    pub fn stepper(&mut self, tgid: Tgid, time_ns: u64, regs: &UserRegs) -> Option<&mut dyn RuntimeCode> {
+        self.slots.iter_mut().find_map(|slot| slot.stepper(tgid, time_ns, regs))
+    }
+
+    /// Pushes a runtime's frames for the native frame at `depth` of the stack last stepped;
+    /// false when none has any there.
+    pub fn push_frames(&mut self, tgid: Tgid, depth: usize, frames: &mut Vec<Frame>) -> bool {
+        let functions = &mut self.functions;
+        self.slots.iter_mut().any(|slot| slot.push_frames(tgid, depth, functions, frames))
+    }
+
+    /// Puts the frames the kernel read of a runtime (`sample`) in place of native ones.
+    pub fn merge(&mut self, tgid: Tgid, sample: RuntimeFrames<'_>, frames: &mut Vec<Frame>) {
+        if sample.kind == RuntimeKind::None {
+            return;
+        }
+        if let Some(slot) = self.slots.iter_mut().find(|slot| slot.kind() == sample.kind) {
+            slot.merge(tgid, sample, frames, &mut self.functions);
+        }
+    }
+
+    /// Forgets a process gone, or that ran exec.
+    pub fn forget(&mut self, tgid: Tgid) {
+        for slot in &mut self.slots {
+            slot.forget(tgid, &mut self.shared);
+        }
+    }
+
+    /// What the kernel should be told since the last call: processes whose runtime's frames it
+    /// should walk, and those it should not any more.
+    pub fn take_kernel_updates(&mut self) -> Vec<(Tgid, Option<RuntimeProcess>)> {
+        std::mem::take(&mut self.shared.kernel_updates)
+    }
+
+    /// The kernel would not take what it was told of `tgid` (`why`): its runtime's frames are
+    /// not read (for as long as it runs that runtime).
+    pub fn refused_by_kernel(&mut self, tgid: Tgid, why: &anyhow::Error) {
+        for slot in &mut self.slots {
+            slot.refused_by_kernel(tgid, why, &mut self.shared);
+        }
+    }
+
+    /// Whether `module` must stay: a running runtime's frames are recognised by it.
+    pub fn pins(&self, module: ModuleId) -> bool {
+        self.slots.iter().any(|slot| slot.pins(module))
+    }
+
+    /// Forgets what was recognised of `modules` (evicted, none of them pinned).
+    pub fn forget_modules(&mut self, modules: &[ModuleId]) {
+        for slot in &mut self.slots {
+            slot.forget_modules(modules);
+        }
+    }
+
+    /// Once an epoch of the budget of what targets describe: functions nothing holds go, and
+    /// runtimes' caches give room back if it was short.
+    pub fn end_epoch(&mut self) {
+        self.functions.prune();
+        for slot in &mut self.slots {
+            slot.relieve();
+        }
+    }
+
+    /// The functions runtimes' frames name.
+    pub fn functions(&self) -> &Functions {
+        &self.functions
+    }
+
+    /// The summary's rows: a label and lines for each runtime met, and the kernel table's.
+    pub fn describe(&self) -> Vec<(&'static str, Vec<String>)> {
+        let mut rows: Vec<_> = self.slots.iter().map(|slot| slot.describe()).collect();
+        rows.push(("runtimes", self.shared.table.describe()));
+        rows.retain(|(_, lines)| !lines.is_empty());
+        rows
+    }
+}
+
+/// Processes whose runtime is not read that the summary names, per runtime.
+const MAX_REFUSED_NAMED: usize = 16;

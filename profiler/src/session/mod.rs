@@ -137,10 +137,8 @@ pub struct End<'a, K> {
     pub outputs: &'a [(PathBuf, crate::render::Format)],
     pub options: &'a RenderOptions,
     pub progress: Progress,
-    /// What the Python stage has to say, a line each.
-    pub python: Vec<String>,
-    /// What the HotSpot stage has to say, likewise.
-    pub java: Vec<String>,
+    /// What each runtime met has to say: a label and lines.
+    pub runtimes: Vec<(&'static str, Vec<String>)>,
 }
 
 /// Runs a session of `mode` to its end.
@@ -245,8 +243,7 @@ pub async fn run<M: Mode>(mode: M, settings: Settings) -> Result<()> {
             outputs,
             options,
             progress,
-            python: session.walker.python().stats().describe(),
-            java: session.walker.hotspot().stats().describe(),
+            runtimes: session.walker.runtimes_report(),
         });
         match reason {
             Some(StopReason::Signal) => eprintln!("profiler: stopped by signal"),
@@ -390,21 +387,21 @@ impl<M: Mode> Pipeline<M> {
                 ready = intake.ready() => {
                     ready?;
                     intake.drain(self);
-                    let stack_ends = self.walker.take_stack_ends();
-                    for &(tid, end) in &stack_ends {
+                    let updates = self.walker.take_kernel_updates();
+                    for &(tid, end) in &updates.stack_ends {
                         kernel.set_stack_end(tid, end)?;
                     }
-                    for (tgid, python) in self.walker.python_mut().take_registrations() {
-                        // A table the kernel will not fill costs that process its Python
+                    for (tgid, process) in &updates.runtime_processes {
+                        // A table the kernel will not fill costs that process its runtime's
                         // frames, never the session.
-                        if let Err(err) = kernel.set_python_process(tgid, python.as_ref()) {
-                            self.walker.python_mut().refused_by_kernel(tgid, &err);
+                        if let Err(err) = kernel.set_runtime_process(*tgid, process.as_ref()) {
+                            self.walker.refused_by_kernel(*tgid, &err);
                         }
                     }
                     // Handing frames to naming and pruning wait while records wait, and while
                     // threads are still teaching the kernel where their stacks end (until then
                     // their records are long; naming competes with the drain for the CPUs).
-                    let busy = intake.behind() || !stack_ends.is_empty();
+                    let busy = intake.behind() || !updates.stack_ends.is_empty();
                     if !busy || self.settled_at.elapsed() >= MAX_UNSETTLED {
                         self.settle();
                     }
@@ -426,12 +423,8 @@ impl<M: Mode> Pipeline<M> {
         let functions = self.walker.functions();
         self.naming.name(NewFrames::new(frames, self.walker.address_spaces(), functions, self.drained_ns));
         self.walker.end_epoch();
-        let gone = self.walker.address_spaces_mut().prune(self.drained_ns);
+        let gone = self.walker.prune(self.drained_ns);
         self.naming.forget(&gone, self.drained_ns);
-        for &tgid in &gone {
-            self.walker.python_mut().forget(tgid);
-            self.walker.hotspot_mut().forget(tgid);
-        }
         // The modules only processes now forgotten mapped are let go once their frames handed
         // over above are named (a host starting new programs all day would otherwise hold each
         // one for a while).

@@ -5,45 +5,32 @@ mod fixture;
 
 use std::mem::size_of;
 
-use profiler_common::{AllocationHeader, PythonFrame, SampleHeader, frames_offset};
+use profiler_common::{AllocationHeader, SampleHeader, frames_offset};
 
 pub use self::fixture::{FIXTURE_TGID, Fixture};
 
 /// Serializes a sample record the way the eBPF program lays it out: `header` with its lengths
 /// set from the parts, the stack copy, padding to 8 bytes, the frame-pointer user stack and the
-/// kernel stack.
+/// kernel stack (no runtime frames).
 pub fn encode_sample(
     header: &SampleHeader,
     stack_copy: &[u8],
     user_stack: &[u64],
     kernel_stack: &[u64],
 ) -> Vec<u8> {
-    encode_python_sample(header, stack_copy, user_stack, kernel_stack, &[])
-}
-
-/// [`encode_sample`] with Python frames after the kernel stack (the header says what their walk
-/// found).
-pub fn encode_python_sample(
-    header: &SampleHeader,
-    stack_copy: &[u8],
-    user_stack: &[u64],
-    kernel_stack: &[u64],
-    python_frames: &[PythonFrame],
-) -> Vec<u8> {
-    let header = SampleHeader {
+    let mut header = SampleHeader {
         stack_copy_len: stack_copy.len() as u32,
         user_stack_len: user_stack.len() as u32,
         kernel_stack_len: kernel_stack.len() as u32,
-        python_frames_len: python_frames.len() as u32,
         ..*header
     };
+    header.runtime.frames_bytes = 0;
     let mut record = bytemuck::bytes_of(&header).to_vec();
     record.extend_from_slice(stack_copy);
     record.resize(frames_offset(stack_copy.len()), 0);
     for frame in user_stack.iter().chain(kernel_stack) {
         record.extend_from_slice(&frame.to_le_bytes());
     }
-    record.extend_from_slice(bytemuck::cast_slice(python_frames));
     record
 }
 

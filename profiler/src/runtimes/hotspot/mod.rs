@@ -21,7 +21,7 @@ pub mod method;
 mod stack;
 pub mod vm_structs;
 
-use std::{collections::BTreeMap, ops::Range, sync::Arc};
+use std::{ops::Range, sync::Arc};
 
 use anyhow::{Context as _, Result, bail};
 use rustc_hash::FxHashMap;
@@ -33,26 +33,22 @@ use self::{
     method::MethodInfo,
     vm_structs::{Image, VmStructs},
 };
+use super::{
+    Refusal, Runtime,
+    functions::{FunctionRef, Functions, Kind},
+    memory::{self, Allowance, ProcessMemory},
+};
 use crate::{
-    address_space::{Backing, Cache, FileMappings, Mapping, Mappings, Parts, ProcessView, open},
+    address_space::{Backing, Cache, FileMappings, Mapping, Mappings, ModuleId, Parts, ProcessView, open},
+    decode::UserRegs,
     frame::Frame,
     model::Tgid,
-    runtimes::{
-        functions::{FunctionRef, Functions, Kind},
-        memory::{self, Allowance, ProcessMemory},
-    },
+    unwind::RuntimeCode,
 };
 
 /// Reads `buf.len()` bytes of the process at an address; false when it cannot.
 pub type ReadMemory<'a> = dyn FnMut(u64, &mut [u8]) -> bool + 'a;
 
-/// How often a process that maps no `libjvm.so`, or one not started yet, is looked at again:
-/// often, since the JVM runs Java code (its own start-up) as soon as it has started.
-const RECHECK_NS: u64 = 20_000_000;
-/// How long a JVM takes to start, at most, before it is looked at less often.
-const SLOW_START_NS: u64 = 1_000_000_000;
-/// How long a JVM may take to fill in its tables and code cache before it is given up on.
-const START_TIMEOUT_NS: u64 = 60_000_000_000;
 /// Blob names' kinds remembered per JVM (16 bytes each); beyond, the memory starts over.
 const MAX_BLOB_NAMES: usize = 4096;
 /// What a method's function or one not read holds in a cache, about.
@@ -66,31 +62,11 @@ const HEAPS_REREAD_NS: u64 = 100_000_000;
 const MAX_DEBUG_INFO: u64 = 1 << 20;
 /// Frames of one stack past which compiled frames are not expanded into their inlined methods.
 const MAX_STACK_FRAMES: usize = 4 * crate::unwind::MAX_FRAMES;
-/// JVMs whose refusal the summary names.
-const MAX_REFUSED_NAMED: usize = 16;
 
-/// The HotSpot stage of the walk: the JVMs of the processes sampled.
+/// HotSpot, as a [`Runtime`]: what became of Java frames.
+#[derive(Default)]
 pub struct HotSpot {
-    processes: FxHashMap<Tgid, State>,
     stats: JavaStats,
-    /// What a sample's frames may cost in reads of a JVM's memory.
-    allowance: Arc<Allowance>,
-}
-
-enum State {
-    /// No `libjvm.so` mapped when last looked at.
-    Native {
-        checked_ns: u64,
-    },
-    /// A JVM still starting: its tables or code cache not ready when last looked at, and why.
-    Starting {
-        first_ns: u64,
-        checked_ns: u64,
-        why: String,
-    },
-    /// A `libjvm.so` whose tables were refused: native frames only.
-    Refused,
-    Running(Box<Jvm>),
 }
 
 /// What became of Java frames, for the run summary.
@@ -102,133 +78,69 @@ pub struct JavaStats {
     pub unreadable: u64,
     pub deferred: u64,
     /// Frames in a code cache the walk could not step (no blob there, or a blob that failed its
-    /// checks): stepped as code without CFI instead.
+    /// checks) in JVMs let go: stepped as code without CFI instead.
     pub lost: u64,
-    /// JVMs not read, and why.
-    pub refused: BTreeMap<Tgid, String>,
 }
 
-impl JavaStats {
-    /// The run summary's lines: nothing when no JVM was met.
-    pub fn describe(&self) -> Vec<String> {
-        let mut lines = Vec::new();
-        if self.frames + self.lost > 0 {
-            lines.push(format!(
-                "{} Java frames; {} of methods that could not be read; {} frames of the code cache not stepped by its rules",
-                self.frames, self.unreadable, self.lost
-            ));
-        }
-        if self.deferred > 0 {
-            lines.push(memory::spent_line(self.deferred, "Java", "the JVM's memory"));
-        }
-        lines.extend(
-            self.refused.iter().map(|(tgid, why)| format!("pid {tgid}: HotSpot JVM not read: {why}")),
-        );
-        lines
-    }
+/// A `libjvm.so`: its tables' symbols, and its bytes (where blob names are).
+pub struct LibJvm {
+    image: Image,
+    file: memmap2::Mmap,
 }
 
-impl HotSpot {
-    /// The stage, its frames' reads within `allowance`.
-    pub fn new(allowance: Arc<Allowance>) -> Self {
-        Self { processes: FxHashMap::default(), stats: JavaStats::default(), allowance }
+impl Runtime for HotSpot {
+    type Image = LibJvm;
+    type Instance = Jvm;
+
+    const LABEL: &'static str = "java";
+    /// Often: the JVM runs Java code (its own start-up) as soon as it has started.
+    const RECHECK_NS: u64 = 20_000_000;
+
+    /// The mapping of the start of a `libjvm.so`.
+    fn may_be_image(&self, mapping: &Mapping) -> bool {
+        is_libjvm(mapping)
     }
 
-    /// What became of Java frames; JVMs still starting are named with why.
-    pub fn stats(&self) -> JavaStats {
-        let mut stats = self.stats.clone();
-        for (tgid, state) in &self.processes {
-            match state {
-                State::Running(jvm) => stats.lost += jvm.lost,
-                State::Starting { why, .. } if stats.refused.len() < MAX_REFUSED_NAMED => {
-                    stats.refused.insert(*tgid, format!("{why} (still so at the end)"));
-                }
-                _ => {}
-            }
-        }
-        stats
+    fn recognise(&mut self, view: &ProcessView<'_>, module: ModuleId) -> Result<Option<LibJvm>> {
+        // The module's own copy of the file: one for every JVM of the same JDK, and the one its
+        // CFI and symbols come from.
+        let file = view.module(module).image().context("HotSpot JVM not read: cannot read its libjvm.so")?;
+        LibJvm::read(file).map(Some)
     }
 
-    /// Forgets a process gone, or that ran exec.
-    pub fn forget(&mut self, tgid: Tgid) {
-        if let Some(State::Running(jvm)) = self.processes.remove(&tgid) {
-            self.stats.lost += jvm.lost;
-        }
-    }
-
-    /// Once per epoch of the budget of what targets describe: the JVMs' caches give room back
-    /// if it was short.
-    pub fn relieve(&mut self) {
-        for state in self.processes.values_mut() {
-            if let State::Running(jvm) = state {
-                jvm.relieve();
-            }
-        }
-    }
-
-    /// Looks for a JVM in the process of `view` if it is time to.
-    pub fn observe(&mut self, view: &mut ProcessView<'_>, time_ns: u64) {
-        let tgid = view.tgid();
-        let first_ns = match self.processes.get(&tgid) {
-            Some(State::Refused | State::Running(_)) => return,
-            Some(State::Native { checked_ns }) if time_ns < checked_ns.saturating_add(RECHECK_NS) => return,
-            // Each look at a starting JVM reads its libjvm.so's symbols again: less often after
-            // a second (a JVM is ready in a fraction of one).
-            Some(State::Starting { first_ns, checked_ns, .. }) => {
-                let slow = time_ns.saturating_sub(*first_ns) > SLOW_START_NS;
-                let every = if slow { 10 * RECHECK_NS } else { RECHECK_NS };
-                if time_ns < checked_ns.saturating_add(every) {
-                    return;
-                }
-                *first_ns
-            }
-            _ => time_ns,
-        };
-        let found = libjvm(view.mappings()).cloned().map(|mapping| {
-            // The module's own copy of the file: one for every JVM of the same JDK, and the
-            // one its CFI and symbols come from.
-            let file = view.intern(&mapping).and_then(|module| view.module(module).image());
-            let file = file.context("cannot read its libjvm.so").map_err(Refused::Never)?;
-            read(tgid, &mapping, file, self.allowance.clone())
-        });
-        let state = match found {
-            None => State::Native { checked_ns: time_ns },
-            Some(Ok(jvm)) => State::Running(Box::new(jvm)),
-            Some(Err(Refused::NotYet(err))) if time_ns < first_ns.saturating_add(START_TIMEOUT_NS) => {
-                State::Starting { first_ns, checked_ns: time_ns, why: format!("{err:#}") }
-            }
-            Some(Err(Refused::NotYet(err) | Refused::Never(err))) => {
-                if self.stats.refused.len() < MAX_REFUSED_NAMED {
-                    self.stats.refused.insert(tgid, format!("{err:#}"));
-                }
-                State::Refused
-            }
-        };
-        self.processes.insert(tgid, state);
-    }
-
-    /// The JVM of `tgid`, if it runs one that is read, ready to step a new stack sampled at
-    /// `time_ns` with r13 holding `r13`.
-    pub fn stepper(&mut self, tgid: Tgid, time_ns: u64, r13: u64) -> Option<&mut Jvm> {
-        match self.processes.get_mut(&tgid) {
-            Some(State::Running(jvm)) => {
-                jvm.begin_stack(time_ns, r13);
-                Some(jvm)
-            }
-            _ => None,
-        }
-    }
-
-    /// Pushes the Java frames of the frame at `depth` of the stack `jvm` last stepped (none when
-    /// it stepped no frame there); false when there are none.
-    pub fn push_frames(
+    fn attach(
         &mut self,
-        tgid: Tgid,
+        view: &mut ProcessView<'_>,
+        libjvm: &Arc<LibJvm>,
+        _module: ModuleId,
+        mapping: &Mapping,
+        allowance: &Arc<Allowance>,
+    ) -> Result<Jvm, Refusal> {
+        read(view.tgid(), mapping, libjvm.clone(), allowance.clone()).map_err(|refusal| match refusal {
+            Refusal::NotYet(why) => Refusal::NotYet(why.context("HotSpot JVM not read")),
+            Refusal::Never(why) => Refusal::Never(why.context("HotSpot JVM not read")),
+        })
+    }
+
+    fn stepper<'a>(
+        &'a mut self,
+        jvm: &'a mut Jvm,
+        time_ns: u64,
+        regs: &UserRegs,
+    ) -> Option<&'a mut dyn RuntimeCode> {
+        jvm.begin_stack(time_ns, regs.r13);
+        Some(jvm)
+    }
+
+    /// The Java frames of the frame at `depth` of the stack `jvm` last stepped (none when it
+    /// stepped no frame there).
+    fn push_frames(
+        &mut self,
+        jvm: &mut Jvm,
         depth: usize,
         functions: &mut Functions,
         frames: &mut Vec<Frame>,
     ) -> bool {
-        let Some(State::Running(jvm)) = self.processes.get_mut(&tgid) else { return false };
         // A stack of Java frames, each standing for up to 64 inlined ones, stops growing here.
         if frames.len() >= MAX_STACK_FRAMES {
             return false;
@@ -238,12 +150,38 @@ impl HotSpot {
         jvm.java_frames(physical, functions, frames, &mut self.stats);
         frames.len() > before
     }
+
+    fn relieve(&mut self, jvm: &mut Jvm) {
+        jvm.relieve();
+    }
+
+    fn detach(&mut self, jvm: Jvm) {
+        self.stats.lost += jvm.lost;
+    }
+
+    fn describe(&self, running: &mut dyn Iterator<Item = &Jvm>) -> Vec<String> {
+        let stats = &self.stats;
+        let lost = stats.lost + running.map(|jvm| jvm.lost).sum::<u64>();
+        let mut lines = Vec::new();
+        if stats.frames + lost > 0 {
+            lines.push(format!(
+                "{} Java frames; {} of methods that could not be read; {lost} frames of the code cache not stepped by its rules",
+                stats.frames, stats.unreadable
+            ));
+        }
+        if stats.deferred > 0 {
+            lines.push(memory::spent_line(stats.deferred, "Java", "the JVM's memory"));
+        }
+        lines
+    }
 }
 
-/// Why a JVM's tables were not taken: `NotYet` may change as the JVM starts.
-enum Refused {
-    NotYet(anyhow::Error),
-    Never(anyhow::Error),
+impl LibJvm {
+    fn read(file: memmap2::Mmap) -> Result<Self> {
+        let image =
+            Image::read(&file).context("HotSpot JVM not read: libjvm.so exports none of HotSpot's tables")?;
+        Ok(Self { image, file })
+    }
 }
 
 /// A JVM found in a process: its layout, its code cache, and what was read of it.
@@ -287,8 +225,7 @@ type Memory = Box<dyn FnMut(u64, &mut [u8]) -> bool + Send>;
 
 /// Where blob names are: strings of `libjvm.so`'s read-only data, read from the file.
 struct BlobNames {
-    image: Image,
-    file: memmap2::Mmap,
+    libjvm: Arc<LibJvm>,
     bias: u64,
 }
 
@@ -318,48 +255,46 @@ impl Nmethod {
 /// The JVM of process `pid`, if it maps a `libjvm.so`: `None` when it maps none, an error when
 /// its tables cannot be read (not HotSpot after all, not started yet, or garbage).
 pub fn find(pid: Tgid, space: &Mappings) -> Option<Result<Jvm>> {
-    let mapping = libjvm(space.mappings())?;
+    let mapping = space.mappings().find(|mapping| is_libjvm(mapping))?;
     let file = open::mapped_file(pid, mapping)
         .and_then(|file| open::stable(file, Parts::Whole))
         .and_then(|file| open::map(&file))
         .context("cannot read its libjvm.so");
-    Some(file.and_then(|file| {
+    Some(file.and_then(LibJvm::read).and_then(|libjvm| {
         let files = FileMappings::read(pid, space.clone());
-        read(pid, mapping, file, Allowance::unbounded(Some(files))).map_err(|refused| match refused {
-            Refused::NotYet(err) | Refused::Never(err) => err,
+        read(pid, mapping, Arc::new(libjvm), Allowance::unbounded(Some(files))).map_err(|refused| {
+            match refused {
+                Refusal::NotYet(err) | Refusal::Never(err) => err,
+            }
         })
     }))
 }
 
-/// The mapping of the start of a `libjvm.so`.
-fn libjvm<'a>(mut mappings: impl Iterator<Item = &'a Mapping>) -> Option<&'a Mapping> {
-    mappings.find(|m| {
-        m.offset == 0
-            && matches!(&m.backing, Backing::File { path, .. } if path.file_name().is_some_and(|name| name == "libjvm.so"))
-    })
+/// Whether `mapping` is of the start of a `libjvm.so`.
+fn is_libjvm(mapping: &Mapping) -> bool {
+    mapping.offset == 0
+        && matches!(&mapping.backing, Backing::File { path, .. } if path.file_name().is_some_and(|name| name == "libjvm.so"))
 }
 
-/// Reads the JVM of `pid` whose `libjvm.so` (the bytes `file`) starts with `mapping` (its load
-/// bias is the mapping's start: HotSpot's segments have file offsets equal to their addresses).
-/// Its tables are read whole; its frames, later, within `allowance`.
+/// Reads the JVM of `pid` whose `libjvm.so` starts with `mapping` (its load bias is the
+/// mapping's start: HotSpot's segments have file offsets equal to their addresses). Its tables
+/// are read whole; its frames, later, within `allowance`.
 fn read(
     pid: Tgid,
     mapping: &Mapping,
-    file: memmap2::Mmap,
+    libjvm: Arc<LibJvm>,
     allowance: Arc<Allowance>,
-) -> Result<Jvm, Refused> {
+) -> Result<Jvm, Refusal> {
     let bias = mapping.start;
-    let Some(image) = Image::read(&file) else {
-        return Err(Refused::Never(anyhow::anyhow!("libjvm.so exports none of HotSpot's tables")));
-    };
+    let (image, file) = (&libjvm.image, &libjvm.file);
     let mut memory = ProcessMemory::new(pid, Allowance::unbounded(allowance.files()));
     let mut read = |addr: u64, buf: &mut [u8]| memory.read(addr, buf);
-    let tables = match VmStructs::read(&image, &file, bias, &mut read) {
+    let tables = match VmStructs::read(image, file, bias, &mut read) {
         Ok(tables) => tables,
         Err(vm_structs::Refusal::NotReady) => {
-            return Err(Refused::NotYet(vm_structs::Refusal::NotReady.into()));
+            return Err(Refusal::NotYet(vm_structs::Refusal::NotReady.into()));
         }
-        Err(refusal) => return Err(Refused::Never(refusal.into())),
+        Err(refusal) => return Err(Refusal::Never(refusal.into())),
     };
     // The version tells how its compressed numbers are written, which nothing else says.
     let major = tables
@@ -367,8 +302,8 @@ fn read(
         .and_then(|address| read_u32(&mut read, address))
         .filter(|major| (8..1000).contains(major))
         .context("its major version cannot be read")
-        .map_err(Refused::Never)?;
-    let layout = Layout::new(&tables, major).map_err(Refused::Never)?;
+        .map_err(Refusal::Never)?;
+    let layout = Layout::new(&tables, major).map_err(Refusal::Never)?;
     let started = (|| -> Result<_> {
         let mut word = |address: u64, what: &str| {
             read_u64(&mut read, address).with_context(|| format!("cannot read {what} at {address:#x}"))
@@ -386,8 +321,8 @@ fn read(
         }
         Ok(Started { code_cache, heaps, call_stub_return })
     })();
-    let started = started.map_err(Refused::NotYet)?;
-    let names = BlobNames { image, file, bias };
+    let started = started.map_err(Refusal::NotYet)?;
+    let names = BlobNames { libjvm: libjvm.clone(), bias };
     let mut memory = ProcessMemory::new(pid, allowance.clone());
     let memory = Box::new(move |addr, buf: &mut [u8]| memory.read(addr, buf));
     Ok(Jvm::new(tables.counts(), layout, started, Some(names), memory, allowance))
@@ -489,7 +424,7 @@ impl Jvm {
     /// The string at `name`, if it is one of `libjvm.so`'s read-only data.
     fn name(&self, name: u64) -> Option<String> {
         let names = self.names.as_ref()?;
-        names.image.name(&names.file, name.wrapping_sub(names.bias))
+        names.libjvm.image.name(&names.libjvm.file, name.wrapping_sub(names.bias))
     }
 
     /// Pushes the Java frames `physical` stands for, innermost first.

@@ -92,7 +92,7 @@ impl LineTables {
 }
 
 /// Where a frame is in its code, from the `instr` the eBPF program read
-/// ([`profiler_common::PythonFrame::instr`]), in the unit of the version's line table: bytes up
+/// ([`profiler_common::runtimes::python::PythonFrame::instr`]), in the unit of the version's line table: bytes up
 /// to 3.10, code units from 3.11. Negative before the first instruction. Any value is an
 /// offset; one outside the code finds no line.
 pub fn instruction_offset(layout: &Layout, code_addr: u64, instr: u64) -> i64 {

@@ -3,7 +3,7 @@
 //! within a minor version (CPython's ABI policy for these internal structures); they were
 //! measured on the interpreters installed here (docs/cpython-layouts.md) and a test checks them
 //! against the debug information of each.
-use profiler_common::{PythonOffsets, PythonRuns};
+use profiler_common::runtimes::python::{PythonOffsets, PythonRuns};
 
 /// A CPython minor version (3.8 is `Version(8)`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -26,7 +26,7 @@ pub enum LineTable {
     Pep657,
 }
 
-/// What a [`profiler_common::PythonFrame::instr`] is in this version.
+/// What a [`profiler_common::runtimes::python::PythonFrame::instr`] is in this version.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Instruction {
     /// `f_lasti` in bytes (3.8, 3.9).

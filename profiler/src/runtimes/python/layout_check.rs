@@ -6,7 +6,7 @@ use std::{borrow::Cow, collections::HashMap, path::PathBuf};
 use gimli::{AttributeValue, DebuggingInformationEntry, Dwarf, EndianSlice, LittleEndian, UnitOffset};
 use object::{Object as _, ObjectSection as _};
 
-use profiler_common::PythonOffsets;
+use profiler_common::runtimes::python::PythonOffsets;
 
 use super::layout::{self, BYTES_DATA, BYTES_LENGTH, Instruction, LineTable, OB_TYPE, StringLayout, Version};
 use super::{debug_offsets, interpreter::Image};

@@ -3,7 +3,7 @@
 //! the thread runs again, so userspace could not read them later.
 //!
 //! From `_PyRuntime` (its address and the version's offsets come from userspace, per process, in
-//! `PYTHON_PROCESSES`): the main interpreter, its list of thread states, the one whose
+//! `RUNTIME_PROCESSES`): the main interpreter, its list of thread states, the one whose
 //! `thread_id` is the sampled thread's FS base (glibc's `pthread_self()`), its current frame, then
 //! `f_back`/`previous` outwards. Each frame becomes a [`PythonFrame`]: its code object's address,
 //! where it was in the code, and the code's first line (which tells userspace whether the address
@@ -15,18 +15,16 @@ use core::{ffi::c_void, mem::size_of};
 use aya_ebpf::{
     helpers::{bpf_get_current_task, bpf_probe_read_kernel, generated::bpf_loop},
     macros::map,
-    maps::{HashMap, LruHashMap, PerCpuArray},
+    maps::{LruHashMap, PerCpuArray},
 };
-use profiler_common::{
-    MAX_PYTHON_FRAMES, PYTHON_PROCESSES_MAX, PythonFrame, PythonOffsets, PythonProcess, PythonRuns,
-    PythonWalk, SampleHeader, python_frame_flags,
+use profiler_common::runtimes::{
+    RuntimeWalk,
+    python::{MAX_PYTHON_FRAMES, PythonFrame, PythonOffsets, PythonProcess, PythonRuns, python_frame_flags},
 };
 
-use crate::{setting, stack::read_user};
+use crate::{memory::read_user, setting};
 
-#[map(name = "PYTHON_PROCESSES")]
-static PYTHON_PROCESSES: HashMap<u32, PythonProcess> = HashMap::with_max_entries(PYTHON_PROCESSES_MAX, 0);
-
+/// Each thread's Python thread state, as last found (checked again at every sample).
 #[map(name = "PYTHON_THREADS")]
 static PYTHON_THREADS: LruHashMap<u32, u64> = LruHashMap::with_max_entries(16384, 0);
 
@@ -53,30 +51,28 @@ const MAX_THREADS: u32 = 256;
 /// (`FRAME_OWNED_BY_CSTACK`, 3.12+).
 const OWNED_BY_CSTACK: u8 = 3;
 
-/// Walks the Python frames of the current thread into `frames` (room for [`MAX_PYTHON_FRAMES`]),
-/// when its process runs a CPython userspace registered; notes the count and the outcome in `h`.
-pub fn walk(h: &mut SampleHeader, frames: *mut u8) {
-    let Some(process) = (unsafe { PYTHON_PROCESSES.get(h.tgid) }) else { return };
-    let Some(reads) = PYTHON_READS.get_ptr_mut(0) else { return };
+/// Walks the Python frames of thread `tid` (the current one) of `process` into `frames` (room
+/// for [`MAX_PYTHON_FRAMES`]); returns the outcome and the bytes of records written.
+pub fn walk(process: &PythonProcess, tid: u32, frames: *mut u8) -> (RuntimeWalk, u32) {
+    let Some(reads) = PYTHON_READS.get_ptr_mut(0) else { return (RuntimeWalk::ReadError, 0) };
     let reads = unsafe { &mut *reads };
-    let (walk, len) = match current_frame(process, h.tid, reads) {
+    let (walk, len) = match current_frame(process, tid, reads) {
         Ok(frame) => walk_frames(process, frame, reads, frames),
         Err(walk) => (walk, 0),
     };
-    h.python_walk = walk as u32;
-    h.python_frames_len = len;
+    (walk, len.min(MAX_PYTHON_FRAMES as u32) * size_of::<PythonFrame>() as u32)
 }
 
 /// The innermost frame of the current thread (0 when it runs no Python code).
-fn current_frame(process: &PythonProcess, tid: u32, reads: &mut Reads) -> Result<u64, PythonWalk> {
+fn current_frame(process: &PythonProcess, tid: u32, reads: &mut Reads) -> Result<u64, RuntimeWalk> {
     let offsets = &process.offsets;
-    let fsbase = fs_base().ok_or(PythonWalk::ReadError)?;
+    let fsbase = fs_base().ok_or(RuntimeWalk::ReadError)?;
     read_thread_state(process, tid, fsbase, reads)?;
-    let frame = field(&reads.thread, offsets.thread_frame).ok_or(PythonWalk::ReadError)?;
+    let frame = field(&reads.thread, offsets.thread_frame).ok_or(RuntimeWalk::ReadError)?;
     if offsets.cframe_current_frame == PythonOffsets::NONE || frame == 0 {
         return Ok(frame);
     }
-    read_u64(frame + offsets.cframe_current_frame as u64).ok_or(PythonWalk::ReadError)
+    read_u64(frame + offsets.cframe_current_frame as u64).ok_or(RuntimeWalk::ReadError)
 }
 
 /// Reads into `reads.thread` the thread state of the thread whose FS base is `fsbase`: the one
@@ -87,7 +83,7 @@ fn read_thread_state(
     tid: u32,
     fsbase: u64,
     reads: &mut Reads,
-) -> Result<(), PythonWalk> {
+) -> Result<(), RuntimeWalk> {
     let offsets = &process.offsets;
     if let Some(&cached) = unsafe { PYTHON_THREADS.get(tid) }
         && read_thread(cached, reads)
@@ -96,18 +92,18 @@ fn read_thread_state(
         return Ok(());
     }
     let interpreter =
-        read_u64(process.runtime + offsets.runtime_main_interpreter as u64).ok_or(PythonWalk::ReadError)?;
-    let first = read_u64(interpreter + offsets.interpreter_threads as u64).ok_or(PythonWalk::ReadError)?;
+        read_u64(process.runtime + offsets.runtime_main_interpreter as u64).ok_or(RuntimeWalk::ReadError)?;
+    let first = read_u64(interpreter + offsets.interpreter_threads as u64).ok_or(RuntimeWalk::ReadError)?;
     let mut search =
-        Search { offsets, reads, fsbase, next: first, outcome: PythonWalk::NoThreadState as u32 };
+        Search { offsets, reads, fsbase, next: first, outcome: RuntimeWalk::NotItsThread as u32 };
     let step: unsafe extern "C" fn(u64, *mut c_void) -> i64 = search_step;
     unsafe { bpf_loop(MAX_THREADS, step as *mut c_void, (&raw mut search).cast(), 0) };
-    match PythonWalk::from_u32(search.outcome) {
-        Some(PythonWalk::Complete) => {
+    match walk_of(search.outcome) {
+        Some(RuntimeWalk::Complete) => {
             let _ = PYTHON_THREADS.insert(tid, search.next, 0);
             Ok(())
         }
-        outcome => Err(outcome.unwrap_or(PythonWalk::ReadError)),
+        outcome => Err(outcome.unwrap_or(RuntimeWalk::ReadError)),
     }
 }
 
@@ -118,7 +114,7 @@ struct Search<'a> {
     fsbase: u64,
     /// The next thread state to look at; the one found, once found.
     next: u64,
-    /// A [`PythonWalk`]: `Complete` when found.
+    /// A [`RuntimeWalk`]: `Complete` when found.
     outcome: u32,
 }
 
@@ -129,11 +125,11 @@ unsafe extern "C" fn search_step(_index: u64, search: *mut c_void) -> i64 {
         return 1;
     }
     if !read_thread(search.next, search.reads) {
-        search.outcome = PythonWalk::ReadError as u32;
+        search.outcome = RuntimeWalk::ReadError as u32;
         return 1;
     }
     if field(&search.reads.thread, search.offsets.thread_id) == Some(search.fsbase) {
-        search.outcome = PythonWalk::Complete as u32;
+        search.outcome = RuntimeWalk::Complete as u32;
         return 1;
     }
     match field(&search.reads.thread, search.offsets.thread_next) {
@@ -142,7 +138,7 @@ unsafe extern "C" fn search_step(_index: u64, search: *mut c_void) -> i64 {
             0
         }
         None => {
-            search.outcome = PythonWalk::ReadError as u32;
+            search.outcome = RuntimeWalk::ReadError as u32;
             1
         }
     }
@@ -151,12 +147,17 @@ unsafe extern "C" fn search_step(_index: u64, search: *mut c_void) -> i64 {
 /// Follows the frames from `frame` outwards, writing a record for each one that runs a code
 /// object. One step per frame in `bpf_loop`: the verifier checks a step once, where a loop in the
 /// program would be checked once per iteration and per path through it.
-fn walk_frames(process: &PythonProcess, frame: u64, reads: &mut Reads, frames: *mut u8) -> (PythonWalk, u32) {
+fn walk_frames(
+    process: &PythonProcess,
+    frame: u64,
+    reads: &mut Reads,
+    frames: *mut u8,
+) -> (RuntimeWalk, u32) {
     set_written(reads, 0);
-    let mut walk = Walk { process, reads, frames, frame, outcome: PythonWalk::Truncated as u32 };
+    let mut walk = Walk { process, reads, frames, frame, outcome: RuntimeWalk::Truncated as u32 };
     let step: unsafe extern "C" fn(u64, *mut c_void) -> i64 = step;
     unsafe { bpf_loop(MAX_PYTHON_FRAMES as u32 + 1, step as *mut c_void, (&raw mut walk).cast(), 0) };
-    let outcome = PythonWalk::from_u32(walk.outcome).unwrap_or(PythonWalk::ReadError);
+    let outcome = walk_of(walk.outcome).unwrap_or(RuntimeWalk::ReadError);
     (outcome, written(walk.reads))
 }
 
@@ -168,7 +169,7 @@ struct Walk<'a> {
     frames: *mut u8,
     /// The next frame to read (0: none).
     frame: u64,
-    /// A [`PythonWalk`], once it is known.
+    /// A [`RuntimeWalk`], once it is known.
     outcome: u32,
 }
 
@@ -186,17 +187,17 @@ unsafe extern "C" fn step(_index: u64, walk: *mut c_void) -> i64 {
 
 /// Reads the next frame of `walk`, and writes its record if it runs a code object; `Err` ends
 /// the walk with that outcome.
-fn read_frame(walk: &mut Walk) -> Result<(), PythonWalk> {
+fn read_frame(walk: &mut Walk) -> Result<(), RuntimeWalk> {
     let (process, reads) = (walk.process, &mut *walk.reads);
     let offsets = &process.offsets;
     if walk.frame == 0 {
-        return Err(PythonWalk::Complete);
+        return Err(RuntimeWalk::Complete);
     }
     let size = offsets.frame_bytes.min(PythonOffsets::MAX_FRAME_BYTES) as usize;
-    unsafe { read_user(reads.frame.as_mut_ptr(), size, walk.frame) }.map_err(|_| PythonWalk::ReadError)?;
-    let back = field(&reads.frame, offsets.frame_back).ok_or(PythonWalk::ReadError)?;
-    let code = field(&reads.frame, offsets.frame_code).ok_or(PythonWalk::ReadError)?;
-    let instr = field(&reads.frame, offsets.frame_instr).ok_or(PythonWalk::ReadError)?;
+    unsafe { read_user(reads.frame.as_mut_ptr(), size, walk.frame) }.map_err(|_| RuntimeWalk::ReadError)?;
+    let back = field(&reads.frame, offsets.frame_back).ok_or(RuntimeWalk::ReadError)?;
+    let code = field(&reads.frame, offsets.frame_code).ok_or(RuntimeWalk::ReadError)?;
+    let instr = field(&reads.frame, offsets.frame_instr).ok_or(RuntimeWalk::ReadError)?;
     walk.frame = back;
     let len = written(reads) as usize;
     if offsets.runs == PythonRuns::EntryShim as u32
@@ -208,7 +209,7 @@ fn read_frame(walk: &mut Walk) -> Result<(), PythonWalk> {
     let run_end = run_ends_here(offsets, &reads.frame);
     // Not a code object (3.13's `f_executable` may be None): no Python location.
     let Some(first_line) = code_first_line(process, code, reads) else { return Ok(()) };
-    let at = bounded(len as u32, MAX_PYTHON_FRAMES - 1).ok_or(PythonWalk::Truncated)?;
+    let at = bounded(len as u32, MAX_PYTHON_FRAMES - 1).ok_or(RuntimeWalk::Truncated)?;
     let flags = if run_end { python_frame_flags::RUN_END } else { 0 };
     let record = PythonFrame { code, instr, first_line, flags };
     unsafe { walk.frames.add(at * size_of::<PythonFrame>()).cast::<PythonFrame>().write_unaligned(record) };
@@ -249,16 +250,16 @@ fn code_first_line(process: &PythonProcess, code: u64, reads: &mut Reads) -> Opt
 /// Ends the run of the eval loop call whose frames are the last ones written. A call whose frames
 /// are all gone (the sample caught it popping its last one) still has its native frame: its run
 /// is an empty record (no code object) that only ends it.
-fn end_run(walk: &mut Walk, len: usize) -> Result<(), PythonWalk> {
+fn end_run(walk: &mut Walk, len: usize) -> Result<(), RuntimeWalk> {
     if len > 0 {
-        let last = bounded(len as u32 - 1, MAX_PYTHON_FRAMES - 1).ok_or(PythonWalk::Truncated)?;
+        let last = bounded(len as u32 - 1, MAX_PYTHON_FRAMES - 1).ok_or(RuntimeWalk::Truncated)?;
         let record = unsafe { walk.frames.add(last * size_of::<PythonFrame>()).cast::<PythonFrame>() };
         if unsafe { (*record).flags } & python_frame_flags::RUN_END == 0 {
             unsafe { (*record).flags |= python_frame_flags::RUN_END };
             return Ok(());
         }
     }
-    let at = bounded(len as u32, MAX_PYTHON_FRAMES - 1).ok_or(PythonWalk::Truncated)?;
+    let at = bounded(len as u32, MAX_PYTHON_FRAMES - 1).ok_or(RuntimeWalk::Truncated)?;
     let empty = PythonFrame { code: 0, instr: 0, first_line: 0, flags: python_frame_flags::RUN_END };
     unsafe { walk.frames.add(at * size_of::<PythonFrame>()).cast::<PythonFrame>().write_unaligned(empty) };
     set_written(walk.reads, at as u32 + 1);
@@ -300,4 +301,9 @@ fn read_u64(addr: u64) -> Option<u64> {
     let mut value = 0u64;
     unsafe { read_user((&raw mut value).cast(), size_of::<u64>(), addr) }.ok()?;
     Some(value)
+}
+
+/// The outcome a step left as a `u32` (what `bpf_loop`'s context holds).
+fn walk_of(outcome: u32) -> Option<RuntimeWalk> {
+    u16::try_from(outcome).ok().and_then(RuntimeWalk::from_u16)
 }

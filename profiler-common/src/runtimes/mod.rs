@@ -1,0 +1,98 @@
+//! What the kernel side knows of language runtimes: which processes run one whose frames it
+//! walks at sample time ([`RuntimeProcess`], in the `RUNTIME_PROCESSES` map), and what it adds
+//! to a sample of them ([`RuntimeTrailer`], then the frame records after the native stacks).
+//! Each runtime's own records are in a module of its own.
+pub mod python;
+
+/// Which runtime wrote a sample's frame records, or a [`RuntimeProcess`]'s data.
+#[repr(u16)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RuntimeKind {
+    /// No frames: the process runs no runtime walked in the kernel.
+    None = 0,
+    Python = 1,
+}
+
+impl RuntimeKind {
+    pub const fn from_u16(value: u16) -> Option<Self> {
+        match value {
+            0 => Some(Self::None),
+            1 => Some(Self::Python),
+            _ => None,
+        }
+    }
+}
+
+/// What the walk of a sampled thread's runtime frames found ([`RuntimeTrailer::walk`]).
+#[repr(u16)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RuntimeWalk {
+    /// Not walked: the process runs no runtime walked in the kernel.
+    NotWalked = 0,
+    /// Every frame of the thread (maybe none: a thread outside the runtime's code).
+    Complete = 1,
+    /// The thread is not one of the runtime's (not started by it, or not yet).
+    NotItsThread = 2,
+    /// A read of the runtime's memory failed; the frames before it are kept.
+    ReadError = 3,
+    /// More frames than a record holds: the outermost ones are left out.
+    Truncated = 4,
+}
+
+impl RuntimeWalk {
+    pub const fn from_u16(value: u16) -> Option<Self> {
+        match value {
+            0 => Some(Self::NotWalked),
+            1 => Some(Self::Complete),
+            2 => Some(Self::NotItsThread),
+            3 => Some(Self::ReadError),
+            4 => Some(Self::Truncated),
+            _ => None,
+        }
+    }
+}
+
+/// The end of every [`crate::SampleHeader`]: what a runtime adds to a sample.
+#[repr(C)]
+#[cfg_attr(feature = "user", derive(bytemuck::Pod, bytemuck::Zeroable))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RuntimeTrailer {
+    /// A [`RuntimeKind`]: whose frame records follow the native stacks.
+    pub kind: u16,
+    /// A [`RuntimeWalk`].
+    pub walk: u16,
+    /// Bytes of frame records after the kernel stack, at most [`MAX_RUNTIME_FRAMES_BYTES`].
+    pub frames_bytes: u32,
+    /// The user r13, taken with the other user registers: HotSpot's interpreter keeps the
+    /// bytecode pointer of the method it runs there (the frame slot it is saved to is only
+    /// brought up to date at calls).
+    pub r13: u64,
+}
+
+/// Most bytes of frame records a sample carries: the largest of any runtime's.
+pub const MAX_RUNTIME_FRAMES_BYTES: usize = python::MAX_FRAMES_BYTES;
+
+/// Words of a [`RuntimeProcess`]'s data: room for the largest of any runtime's.
+pub const RUNTIME_PROCESS_WORDS: usize = 9;
+
+/// Value of the `RUNTIME_PROCESSES` map: a process whose runtime's frames the kernel walks, and
+/// what that runtime's walker needs to find them (its own record, in `data`).
+#[repr(C)]
+#[cfg_attr(feature = "user", derive(bytemuck::Pod, bytemuck::Zeroable))]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RuntimeProcess {
+    /// A [`RuntimeKind`].
+    pub kind: u16,
+    pub _pad: [u16; 3],
+    pub data: [u64; RUNTIME_PROCESS_WORDS],
+}
+
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for RuntimeProcess {}
+
+/// Entries of the `RUNTIME_PROCESSES` table.
+pub const RUNTIME_PROCESSES_MAX: u32 = 4096;
+
+/// Entries of `RUNTIME_PROCESSES` one user's processes may hold when the whole system is
+/// followed (userspace keeps to it).
+pub const RUNTIME_USER_SHARE: u32 = RUNTIME_PROCESSES_MAX / 4;

@@ -1,0 +1,324 @@
+//! The life of one runtime in the processes sampled, the same for every runtime: when a process
+//! is looked at (again), what was recognised of each module, the state of each process (none
+//! of its images mapped, starting, refused, running), and what the summary says of those not
+//! read.
+use std::{collections::BTreeMap, sync::Arc};
+
+use profiler_common::runtimes::RuntimeKind;
+use rustc_hash::{FxHashMap, FxHashSet};
+
+use super::{MAX_REFUSED_NAMED, Refusal, Runtime, Shared, functions::Functions};
+use crate::{
+    address_space::{Mapping, ModuleId, ProcessView},
+    decode::{RuntimeFrames, UserRegs},
+    frame::Frame,
+    model::Tgid,
+    unwind::RuntimeCode,
+};
+
+/// Files of a process looked at for a runtime's image at most, at each look.
+const MAX_CANDIDATES: usize = 16;
+/// How long a runtime still starting is looked at every [`Runtime::RECHECK_NS`]; ten times
+/// less often after that.
+const SLOW_START_NS: u64 = 1_000_000_000;
+/// How long a runtime may take to start before it is given up on.
+const START_TIMEOUT_NS: u64 = 60_000_000_000;
+
+/// A runtime behind the interface [`super::Runtimes`] calls, whatever its types.
+pub(super) trait Slot: Send {
+    fn kind(&self) -> RuntimeKind;
+    fn observe(&mut self, view: &mut ProcessView<'_>, time_ns: u64, shared: &mut Shared);
+    fn stepper(&mut self, tgid: Tgid, time_ns: u64, regs: &UserRegs) -> Option<&mut dyn RuntimeCode>;
+    fn push_frames(
+        &mut self,
+        tgid: Tgid,
+        depth: usize,
+        functions: &mut Functions,
+        frames: &mut Vec<Frame>,
+    ) -> bool;
+    fn merge(
+        &mut self,
+        tgid: Tgid,
+        sample: RuntimeFrames<'_>,
+        frames: &mut Vec<Frame>,
+        functions: &mut Functions,
+    );
+    fn forget(&mut self, tgid: Tgid, shared: &mut Shared);
+    fn refused_by_kernel(&mut self, tgid: Tgid, why: &anyhow::Error, shared: &mut Shared);
+    fn pins(&self, module: ModuleId) -> bool;
+    fn forget_modules(&mut self, modules: &[ModuleId]);
+    fn relieve(&mut self);
+    fn describe(&self) -> (&'static str, Vec<String>);
+}
+
+/// A runtime, what it recognised of modules, and its state in each process.
+pub(super) struct Loaded<R: Runtime> {
+    runtime: R,
+    images: FxHashMap<ModuleId, Recognised<R::Image>>,
+    processes: FxHashMap<Tgid, State<R::Instance>>,
+    /// Processes whose runtime is not read, and why (the first [`MAX_REFUSED_NAMED`]).
+    refused: BTreeMap<Tgid, String>,
+}
+
+/// What a module is to a runtime.
+enum Recognised<I> {
+    Mine(Arc<I>),
+    NotMine,
+    /// One of its images, which it does not read: what it is.
+    Refused(String),
+}
+
+impl<I> Clone for Recognised<I> {
+    fn clone(&self) -> Self {
+        match self {
+            Self::Mine(image) => Self::Mine(image.clone()),
+            Self::NotMine => Self::NotMine,
+            Self::Refused(what) => Self::Refused(what.clone()),
+        }
+    }
+}
+
+/// A runtime in a process.
+enum State<I> {
+    /// None of its images mapped when last looked at (or no room in the kernel's table).
+    Absent {
+        checked_ns: u64,
+    },
+    /// Not ready when last looked at, and why.
+    Starting {
+        first_ns: u64,
+        checked_ns: u64,
+        why: String,
+    },
+    /// Not read: native frames only.
+    Refused,
+    Running(Box<Attached<I>>),
+}
+
+struct Attached<I> {
+    instance: I,
+    /// Its user, whose share of the kernel's table it holds when `registered`.
+    uid: Option<u32>,
+    registered: bool,
+}
+
+impl<R: Runtime> Loaded<R> {
+    pub(super) fn boxed(runtime: R) -> Box<dyn Slot> {
+        Box::new(Self {
+            runtime,
+            images: FxHashMap::default(),
+            processes: FxHashMap::default(),
+            refused: BTreeMap::new(),
+        })
+    }
+
+    fn running(&mut self, tgid: Tgid) -> Option<&mut Attached<R::Instance>> {
+        match self.processes.get_mut(&tgid) {
+            Some(State::Running(attached)) => Some(attached),
+            _ => None,
+        }
+    }
+
+    fn refuse(&mut self, tgid: Tgid, why: String) -> State<R::Instance> {
+        if self.refused.len() < MAX_REFUSED_NAMED {
+            self.refused.insert(tgid, why);
+        }
+        State::Refused
+    }
+
+    /// Looks among the process's mappings that may be the runtime's images (the first
+    /// [`MAX_CANDIDATES`] files, each once, however many the process maps) for one it reads.
+    fn look(
+        &mut self,
+        view: &mut ProcessView<'_>,
+        time_ns: u64,
+        first_ns: u64,
+        shared: &mut Shared,
+    ) -> State<R::Instance> {
+        let mut files = FxHashSet::default();
+        let candidates: Vec<Mapping> = view
+            .mappings()
+            .filter(|mapping| self.runtime.may_be_image(mapping))
+            .filter(|mapping| files.insert((mapping.dev, mapping.inode)))
+            .take(MAX_CANDIDATES)
+            .cloned()
+            .collect();
+        for mapping in candidates {
+            let Some(module) = view.intern(&mapping) else { continue };
+            let recognised = match self.images.get(&module) {
+                Some(known) => known.clone(),
+                None => {
+                    let recognised = match self.runtime.recognise(view, module) {
+                        Ok(Some(image)) => Recognised::Mine(Arc::new(image)),
+                        Ok(None) => Recognised::NotMine,
+                        Err(what) => Recognised::Refused(format!("{what:#}")),
+                    };
+                    self.images.insert(module, recognised.clone());
+                    recognised
+                }
+            };
+            match recognised {
+                Recognised::NotMine => {}
+                Recognised::Refused(what) => return self.refuse(view.tgid(), what),
+                Recognised::Mine(image) => {
+                    return self.attach(view, &image, module, &mapping, time_ns, first_ns, shared);
+                }
+            }
+        }
+        State::Absent { checked_ns: time_ns }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn attach(
+        &mut self,
+        view: &mut ProcessView<'_>,
+        image: &Arc<R::Image>,
+        module: ModuleId,
+        mapping: &Mapping,
+        time_ns: u64,
+        first_ns: u64,
+        shared: &mut Shared,
+    ) -> State<R::Instance> {
+        let tgid = view.tgid();
+        match self.runtime.attach(view, image, module, mapping, &shared.allowance) {
+            Ok(instance) => {
+                let uid = view.identity().user;
+                let process = self.runtime.kernel_process(&instance);
+                if process.is_some() {
+                    if !shared.table.take(uid) {
+                        // Looked at again later, when there may be room.
+                        self.runtime.detach(instance);
+                        return State::Absent { checked_ns: time_ns };
+                    }
+                    shared.kernel_updates.push((tgid, process));
+                }
+                State::Running(Box::new(Attached { instance, uid, registered: process.is_some() }))
+            }
+            Err(Refusal::NotYet(why)) if time_ns < first_ns.saturating_add(START_TIMEOUT_NS) => {
+                State::Starting { first_ns, checked_ns: time_ns, why: format!("{why:#}") }
+            }
+            Err(Refusal::NotYet(why) | Refusal::Never(why)) => self.refuse(tgid, format!("{why:#}")),
+        }
+    }
+
+    /// Lets go of a process's runtime: its place in the kernel's table too.
+    fn release(&mut self, tgid: Tgid, attached: Attached<R::Instance>, shared: &mut Shared) {
+        if attached.registered {
+            shared.table.give_back(attached.uid);
+            shared.kernel_updates.push((tgid, None));
+        }
+        self.runtime.detach(attached.instance);
+    }
+}
+
+impl<R: Runtime> Slot for Loaded<R> {
+    fn kind(&self) -> RuntimeKind {
+        R::KIND
+    }
+
+    fn observe(&mut self, view: &mut ProcessView<'_>, time_ns: u64, shared: &mut Shared) {
+        let tgid = view.tgid();
+        let first_ns = match self.processes.get(&tgid) {
+            Some(State::Refused | State::Running(_)) => return,
+            Some(State::Absent { checked_ns }) if time_ns < checked_ns.saturating_add(R::RECHECK_NS) => {
+                return;
+            }
+            // Each look at a runtime still starting may read much of it again: less often after
+            // a while (most are ready in a fraction of a second).
+            Some(State::Starting { first_ns, checked_ns, .. }) => {
+                let slow = time_ns.saturating_sub(*first_ns) > SLOW_START_NS;
+                let every = if slow { 10 * R::RECHECK_NS } else { R::RECHECK_NS };
+                if time_ns < checked_ns.saturating_add(every) {
+                    return;
+                }
+                *first_ns
+            }
+            _ => time_ns,
+        };
+        let state = self.look(view, time_ns, first_ns, shared);
+        self.processes.insert(tgid, state);
+    }
+
+    fn stepper(&mut self, tgid: Tgid, time_ns: u64, regs: &UserRegs) -> Option<&mut dyn RuntimeCode> {
+        let Some(State::Running(attached)) = self.processes.get_mut(&tgid) else { return None };
+        self.runtime.stepper(&mut attached.instance, time_ns, regs)
+    }
+
+    fn push_frames(
+        &mut self,
+        tgid: Tgid,
+        depth: usize,
+        functions: &mut Functions,
+        frames: &mut Vec<Frame>,
+    ) -> bool {
+        let Some(State::Running(attached)) = self.processes.get_mut(&tgid) else { return false };
+        self.runtime.push_frames(&mut attached.instance, depth, functions, frames)
+    }
+
+    fn merge(
+        &mut self,
+        tgid: Tgid,
+        sample: RuntimeFrames<'_>,
+        frames: &mut Vec<Frame>,
+        functions: &mut Functions,
+    ) {
+        let Some(State::Running(attached)) = self.processes.get_mut(&tgid) else { return };
+        self.runtime.merge(&mut attached.instance, sample, frames, functions);
+    }
+
+    fn forget(&mut self, tgid: Tgid, shared: &mut Shared) {
+        if let Some(State::Running(attached)) = self.processes.remove(&tgid) {
+            self.release(tgid, *attached, shared);
+        }
+    }
+
+    fn refused_by_kernel(&mut self, tgid: Tgid, why: &anyhow::Error, shared: &mut Shared) {
+        // A process forgotten since is another's pid by now.
+        if !self.running(tgid).is_some_and(|attached| attached.registered) {
+            return;
+        }
+        let refused = self.refuse(tgid, format!("the kernel refused its {} frames ({why:#})", R::LABEL));
+        if let Some(State::Running(attached)) = self.processes.insert(tgid, refused) {
+            self.release(tgid, *attached, shared);
+        }
+    }
+
+    fn pins(&self, module: ModuleId) -> bool {
+        self.processes.values().any(|state| {
+            matches!(state, State::Running(attached) if self.runtime.pinned_module(&attached.instance) == Some(module))
+        })
+    }
+
+    fn forget_modules(&mut self, modules: &[ModuleId]) {
+        for module in modules {
+            self.images.remove(module);
+        }
+    }
+
+    fn relieve(&mut self) {
+        for state in self.processes.values_mut() {
+            if let State::Running(attached) = state {
+                self.runtime.relieve(&mut attached.instance);
+            }
+        }
+    }
+
+    fn describe(&self) -> (&'static str, Vec<String>) {
+        let mut running = self.processes.values().filter_map(|state| match state {
+            State::Running(attached) => Some(&attached.instance),
+            _ => None,
+        });
+        let mut lines = self.runtime.describe(&mut running);
+        let starting = self.processes.iter().filter_map(|(tgid, state)| match state {
+            State::Starting { why, .. } => Some((tgid, format!("{why} (still so at the end)"))),
+            _ => None,
+        });
+        let refused = self.refused.iter().map(|(tgid, why)| (tgid, why.clone()));
+        let mut not_read: Vec<_> = refused.chain(starting).collect();
+        not_read.sort_by_key(|(tgid, _)| **tgid);
+        not_read.truncate(MAX_REFUSED_NAMED);
+        lines
+            .extend(not_read.into_iter().map(|(tgid, why)| format!("pid {tgid}: {why}: native frames only")));
+        (R::LABEL, lines)
+    }
+}
