@@ -11,12 +11,13 @@ use profiler_common::FramePointers;
 use rustc_hash::FxHashMap;
 
 use crate::{
-    address_space::{AddressSpaces, DESCRIBED, ModuleId, Modules, ProcessView, TaskEvent, Tracking, Want},
+    address_space::{AddressSpaces, ModuleId, Modules, ProcessView, TaskEvent, Tracking, Want},
     decode::SampleRecord,
     frame::{Frame, Marker},
     model::{ThreadState, Tid},
     named::Named,
     runtimes::{functions::Functions, hotspot::HotSpot, memory::Allowance, python::Python},
+    untrusted::DESCRIBED,
     unwind::{
         NoRuntime, RuntimeCode, StackSnapshot, UnwindEnd, UnwindStats, Unwinder, Unwound,
         hybrid::{self, StackSource},

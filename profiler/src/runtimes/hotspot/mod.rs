@@ -34,13 +34,14 @@ use self::{
     vm_structs::{Image, VmStructs},
 };
 use crate::{
-    address_space::{Backing, Cache, FileMappings, Mapping, Mappings, Parts, ProcessView, open},
+    address_space::{Backing, FileMappings, Mapping, Mappings, ProcessView},
     frame::Frame,
     model::Tgid,
     runtimes::{
         functions::{FunctionRef, Functions, Kind},
         memory::{self, Allowance, ProcessMemory},
     },
+    untrusted::{Cache, Parts, open},
 };
 
 /// Reads `buf.len()` bytes of the process at an address; false when it cannot.

@@ -31,7 +31,7 @@ use self::{
     interpreter::{Image, Interpreter},
 };
 use crate::{
-    address_space::{Backing, Cache, ModuleId, ProcessView},
+    address_space::{Backing, ModuleId, ProcessView},
     decode::SampleRecord,
     frame::Frame,
     model::Tgid,
@@ -39,6 +39,7 @@ use crate::{
         functions::{FunctionRef, Functions, Kind},
         memory::{self, Allowance, ProcessMemory},
     },
+    untrusted::Cache,
 };
 
 /// How often a process that maps no interpreter yet is looked at again.
