@@ -3,7 +3,8 @@
 //! Data flows one way (see ARCHITECTURE.md): [`kernel`] (the eBPF side and its ring) → `decode`
 //! → `walk` (unwind, with `address_space` pinning addresses to module + offset) → `aggregate`
 //! → `symbolize` → the `model` → `render` → `output`. A `session` drives the stages for each
-//! command that samples; `commands` wire modes into it.
+//! command that samples; `commands` wire modes into it. Whatever a target controls (its files,
+//! its `/proc` text, what it describes about itself) is read through `untrusted`.
 //!
 //! The library exists for the binary, the benchmarks, the fuzz targets and the tests: what they
 //! reach is re-exported here, everything else is private.
@@ -23,6 +24,7 @@ mod render;
 mod runtimes;
 mod session;
 mod symbolize;
+mod untrusted;
 mod unwind;
 mod walk;
 
@@ -44,15 +46,14 @@ pub use crate::{
 #[cfg(feature = "testing")]
 pub mod stages {
     pub use crate::{
-        address_space::{
-            AddressSpaces, Backing, ElfFacts, Mappings, ProcessView, Resolved, TaskEvent, Tracking, Want,
-        },
+        address_space::{AddressSpaces, Backing, Mappings, ProcessView, Resolved, TaskEvent, Tracking, Want},
         aggregate::Aggregate,
         frame::Frame,
         kernel::task_events::{self, TaskEventReader},
         render::folded,
         runtimes::{functions::Functions, hotspot, python},
         symbolize::{Namer, NewFrames, PerfMap, PerfMaps, PltStubs, Symbolizer, jitdump},
+        untrusted::ElfFacts,
         unwind::{MAX_FRAMES, NoRuntime, StackSnapshot, Unwinder, cfi::ModuleCfi},
         walk::{CallGraph, StackWalker, Walked},
     };

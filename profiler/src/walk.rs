@@ -8,12 +8,13 @@ use profiler_common::{FramePointers, runtimes::RuntimeProcess};
 use rustc_hash::FxHashMap;
 
 use crate::{
-    address_space::{AddressSpaces, DESCRIBED, ModuleId, Modules, ProcessView, TaskEvent, Tracking, Want},
+    address_space::{AddressSpaces, ModuleId, Modules, ProcessView, TaskEvent, Tracking, Want},
     decode::SampleRecord,
     frame::{Frame, Marker},
     model::{Tgid, ThreadState, Tid},
     named::Named,
     runtimes::{Runtimes, functions::Functions},
+    untrusted::DESCRIBED,
     unwind::{
         NoRuntime, RuntimeCode, StackSnapshot, UnwindEnd, UnwindStats, Unwinder, Unwound,
         hybrid::{self, StackSource},

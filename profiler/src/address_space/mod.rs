@@ -1,31 +1,19 @@
 //! Where addresses were: each process's mappings over time ([`process`], from `/proc` and the
 //! kernel's [`TaskEvent`]s), and the files behind them ([`module`]). The stage of the data flow
-//! that turns an address into a module and file offset is [`resolve`].
-mod budget;
-mod cache;
-mod copy;
-mod debug_file;
-pub mod descriptors;
-mod elf;
+//! that turns an address into a module and file offset is [`resolve`]. The files themselves are
+//! opened, copied and read through `untrusted`, as everything a target controls is.
 mod module;
-pub mod mounts;
-pub mod open;
 mod proc_maps;
 mod process;
-pub mod remote;
 mod resolve;
 mod task_event;
 mod vdso;
 
 pub use self::{
-    budget::{Budget, Charge},
-    cache::{Cache, DESCRIBED, DESCRIBED_BUDGET, unkept, unkept_once},
-    copy::{COPY_BUDGET, Parts, StableFile, Writer, refused as refused_copies},
-    elf::{ElfFacts, INFLATED, INFLATED_BUDGET, MAX_INFLATED_SECTION, charge_inflated},
-    module::{Module, ModuleId, ModuleSet, Modules, readable_path},
+    module::{Module, ModuleId, ModuleSet, Modules},
     proc_maps::{Backing, MAX_MAPS_BYTES, Mapping, Mappings, TimedMapping, backing_named, cut_readings},
     process::Identity,
-    process::{Process, Processes, Tracking, read_bounded, read_bounded_bytes, running},
+    process::{Process, Processes, Tracking, running},
     resolve::{FileMappings, ProcessView, Resolved, Want},
     task_event::TaskEvent,
 };

@@ -13,18 +13,18 @@ use std::{
     collections::VecDeque,
     fs::File,
     io,
-    os::{fd::AsRawFd, unix::fs::MetadataExt},
+    os::unix::fs::MetadataExt,
     path::{Path, PathBuf},
     sync::Arc,
 };
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use super::{
-    Backing, Identity, Mapping, Parts, StableFile, Writer, debug_file, elf::ElfFacts, mounts::Answerer, open,
-    remote, vdso,
+use super::{Backing, Identity, Mapping, vdso};
+use crate::{
+    model::Tgid,
+    untrusted::{ElfFacts, Parts, StableFile, Writer, debug_file, mounts::Answerer, open, remote},
 };
-use crate::model::Tgid;
 
 /// Opens the file behind a mapping of a process (`tgid`, what it is, the mapping, the path it
 /// names); the registry calls it once per file. Live processes are read through
@@ -151,11 +151,6 @@ impl Module {
             },
         })
     }
-}
-
-/// A path through which this process can read an open file, whatever happened to it since.
-pub fn readable_path(file: &File) -> PathBuf {
-    PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()))
 }
 
 /// What a mapping names: the fast lookup, before any file is opened.
@@ -528,7 +523,7 @@ fn mtime(file: &File) -> Option<(i64, i64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::address_space::Mappings;
+    use crate::{address_space::Mappings, untrusted::open::readable_path};
 
     fn own_mapping() -> Mapping {
         let space = Mappings::read(Tgid::own()).unwrap();

@@ -9,16 +9,17 @@
 //! A forked child shares its parent's table of mappings until either maps something: a process
 //! with tens of thousands of mappings that starts children all day (`posix_spawn`, `vfork`:
 //! children that run exec at once) costs one table, not one per child.
-use std::{collections::HashMap, io::Read as _, sync::Arc};
+use std::{collections::HashMap, sync::Arc};
 
-use super::{
-    Backing, Mapping, Mappings, TaskEvent, TimedMapping,
-    mounts::{self, Answerer, Mounts},
-    open::Root,
-};
+use super::{Backing, Mapping, Mappings, TaskEvent, TimedMapping};
 use crate::{
     clock::monotonic_ns,
     model::{Tgid, Tid},
+    untrusted::{
+        mounts::{self, Answerer, Mounts},
+        open::Root,
+        read_bounded,
+    },
 };
 
 /// How long replaced mappings and exited processes are kept past the time up to which records
@@ -26,10 +27,6 @@ use crate::{
 /// other CPUs took just before it, short enough that a host starting programs all day holds
 /// few that are gone.
 const KEEP_NS: u64 = 250_000_000;
-
-/// Bytes read at most of a `/proc` file other than a process's `maps` (as long as its list of
-/// mappings) and `/proc/kallsyms` (the kernel's).
-const MAX_PROC_FILE: u64 = 64 * 1024;
 
 /// Least time between two reads of a process's `/proc/PID/maps`, and the most it grows to while
 /// the reads find nothing new (addresses in no mapping at all keep coming: garbage from a
@@ -166,20 +163,6 @@ fn user_of(tgid: Tgid) -> Option<u32> {
         namespace = parent;
     }
     None
-}
-
-/// The bytes of a `/proc` file, at most `max`.
-pub fn read_bounded_bytes(path: &str, max: u64) -> Option<Vec<u8>> {
-    let mut bytes = Vec::new();
-    std::fs::File::open(path).ok()?.take(max).read_to_end(&mut bytes).ok()?;
-    Some(bytes)
-}
-
-/// The text of a small `/proc` file, bounded (what a process writes there, its name, or what
-/// a container's runtime names its cgroups, is its own), any bytes that are not UTF-8 replaced.
-pub fn read_bounded(path: &str) -> Option<String> {
-    // Lossily: a process names itself (and so its `status`) with any bytes.
-    read_bounded_bytes(path, MAX_PROC_FILE).map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
 }
 
 impl Process {

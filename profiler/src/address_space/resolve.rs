@@ -4,11 +4,11 @@
 //! mapping that held it.
 use std::sync::Arc;
 
-use super::{
-    Backing, Mapping, Mappings, Module, ModuleId, Modules, Process,
-    mounts::{self, Answerer, Mounts},
+use super::{Backing, Mapping, Mappings, Module, ModuleId, Modules, Process};
+use crate::{
+    model::Tgid,
+    untrusted::mounts::{self, Answerer, Mounts},
 };
-use crate::model::Tgid;
 
 /// What a lookup accepts as found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -6,7 +6,6 @@ use anyhow::Result;
 use profiler_common::Counter;
 
 use crate::{
-    address_space::read_bounded,
     aggregate::{Aggregate, Site},
     cli::{RECORD_DEFAULT_HZ, RecordArgs, SamplingArgs},
     decode::Payload,
@@ -18,6 +17,7 @@ use crate::{
         summary::{KernelFigures, Summary},
     },
     session::{self, End, Mode, Progress, Settings, Target},
+    untrusted::read_bounded,
 };
 
 pub async fn run(args: RecordArgs) -> Result<()> {

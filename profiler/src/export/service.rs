@@ -1,7 +1,7 @@
 //! Which service a process belongs to, and the labels every exported profile carries.
 use std::collections::HashMap;
 
-use crate::{address_space::read_bounded, model::Tgid};
+use crate::{model::Tgid, untrusted::read_bounded};
 
 /// Names the service of each process: `--service-name` when given, else its systemd unit, else
 /// its container, else its command name.

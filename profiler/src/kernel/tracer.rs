@@ -16,9 +16,9 @@ use profiler_common::{
 };
 
 use crate::{
-    address_space::readable_path,
     decode::RecordKind,
     model::{AllocationTotals, Tgid, printable},
+    untrusted::open::readable_path,
 };
 
 use super::{

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use rustc_hash::FxHashMap;
 
 use crate::{
-    address_space::{Budget, Charge, DESCRIBED},
     model::{SourceLine, Symbol, SymbolKind},
+    untrusted::{Budget, Charge, DESCRIBED},
 };
 
 /// A function a runtime's frame names.

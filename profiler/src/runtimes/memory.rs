@@ -10,11 +10,9 @@ use std::{
 };
 
 use crate::{
-    address_space::{
-        FileMappings,
-        descriptors::{self, Slot},
-    },
+    address_space::FileMappings,
     model::Tgid,
+    untrusted::descriptors::{self, Slot},
 };
 
 /// Reads of target memory one sample's runtime frames may cost, whatever the target's

@@ -14,13 +14,14 @@ use rustix::{
 };
 
 use crate::{
-    address_space::{Backing, Mappings, open, read_bounded},
+    address_space::{Backing, Mappings},
     kernel::{
         KernelSource as _,
         sampler::{OffCpuConfig, Sampler, SamplerConfig},
     },
     model::{Tgid, printable},
     runtimes::hotspot,
+    untrusted::{open, read_bounded},
     unwind::cfi::ModuleCfi,
 };
 

@@ -29,10 +29,7 @@ use self::{
     stop::{StopReason, stop_condition},
 };
 use crate::{
-    address_space::{
-        COPY_BUDGET, DESCRIBED_BUDGET, INFLATED, INFLATED_BUDGET, MAX_MAPS_BYTES, ModuleId, TaskEvent,
-        Tracking, cut_readings, descriptors, refused_copies, remote, running, unkept,
-    },
+    address_space::{MAX_MAPS_BYTES, ModuleId, TaskEvent, Tracking, cut_readings, running},
     aggregate::{Aggregate, Detail, Site},
     clock::{self, Start},
     decode::Payload,
@@ -42,6 +39,9 @@ use crate::{
     output::{self, Outputs},
     render::RenderOptions,
     symbolize::{Finished, NamingReport, NamingThread, NewFrames, Symbols},
+    untrusted::{
+        COPY_BUDGET, DESCRIBED_BUDGET, INFLATED, INFLATED_BUDGET, descriptors, refused_copies, remote, unkept,
+    },
     walk::{CallGraph, StackWalker},
 };
 

@@ -20,7 +20,7 @@ use rustix::{
 };
 use tokio::io::unix::AsyncFd;
 
-use crate::{address_space::read_bounded, model::Tgid};
+use crate::{model::Tgid, untrusted::read_bounded};
 
 /// What a session profiles, before it starts: running processes, a command forked and held
 /// before `exec`, or the whole system.

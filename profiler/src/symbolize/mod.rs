@@ -36,13 +36,14 @@ pub use self::{
     plt::PltStubs,
 };
 use crate::{
-    address_space::{
-        AddressSpaces, Charge, INFLATED_BUDGET, Identity, Module, ModuleId, ModuleSet, charge_inflated, open,
-        readable_path,
-    },
+    address_space::{AddressSpaces, Identity, Module, ModuleId, ModuleSet},
     frame::Frame,
     model::{SourceLine, Symbol, SymbolKind, Tgid},
     runtimes::functions::Functions,
+    untrusted::{
+        Charge, INFLATED_BUDGET, charge_inflated,
+        open::{self, readable_path},
+    },
 };
 
 /// The stage that names frames: each distinct frame once, as the recording goes, so that little

@@ -39,8 +39,9 @@ use super::{
     jitdump::{Event, JitDump},
 };
 use crate::{
-    address_space::{Charge, DESCRIBED, Identity, mounts::Answerer, open as target_open},
+    address_space::Identity,
     model::Tgid,
+    untrusted::{Charge, DESCRIBED, mounts::Answerer, open as target_open},
 };
 
 /// How often a process's perf map may be read again.

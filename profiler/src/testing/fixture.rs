@@ -9,9 +9,10 @@ use std::{
 use anyhow::{Context as _, Result};
 
 use crate::{
-    address_space::{AddressSpaces, Backing, Mappings, Modules, Process, ProcessView, StableFile, Tracking},
+    address_space::{AddressSpaces, Backing, Mappings, Modules, Process, ProcessView, Tracking},
     decode::UserRegs,
     model::{Tgid, Tid},
+    untrusted::StableFile,
 };
 
 /// The process id a fixture's process is known by.

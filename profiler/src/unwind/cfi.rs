@@ -7,7 +7,7 @@ use framehop::ExplicitModuleSectionInfo;
 use object::{Object as _, ObjectSection as _, ObjectSegment as _, read::elf::ElfFile64};
 
 use super::eh_return::{EhReturnFrame, EhReturnFunctions};
-use crate::address_space::{Charge, ElfFacts, MAX_INFLATED_SECTION, charge_inflated, open};
+use crate::untrusted::{Charge, ElfFacts, MAX_INFLATED_SECTION, charge_inflated, open};
 
 /// What the unwinder knows of one module file.
 pub struct ModuleCfi {
@@ -137,7 +137,10 @@ mod tests {
 
     use object::ObjectSymbol as _;
 
-    use crate::address_space::{Identity, Mapping, Modules, Parts};
+    use crate::{
+        address_space::{Identity, Mapping, Modules},
+        untrusted::Parts,
+    };
 
     #[test]
     fn reads_cfi_and_segments() {

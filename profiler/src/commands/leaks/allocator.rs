@@ -20,10 +20,11 @@ use object::{Object as _, ObjectSegment as _, ObjectSymbol as _, SymbolKind};
 use profiler_common::AllocFunction;
 
 use crate::{
-    address_space::{Backing, Mapping, Mappings, Parts, open},
+    address_space::{Backing, Mapping, Mappings},
     kernel::tracer::{Allocator, EntryPoint, EntryPoints},
     model::Tgid,
     session::Target,
+    untrusted::{Parts, open},
 };
 
 /// Every form of C++'s operator new (plain, array, aligned, nothrow): the size comes first and

@@ -39,10 +39,11 @@ use super::{
     memory::{self, Allowance, ProcessMemory},
 };
 use crate::{
-    address_space::{Backing, Cache, FileMappings, Mapping, Mappings, ModuleId, Parts, ProcessView, open},
+    address_space::{Backing, FileMappings, Mapping, Mappings, ModuleId, ProcessView},
     decode::UserRegs,
     frame::Frame,
     model::Tgid,
+    untrusted::{Cache, Parts, open},
     unwind::RuntimeCode,
 };
 

@@ -9,7 +9,7 @@ use super::{
     layout::{BYTES_DATA, BYTES_LENGTH, CodeLayout, Instruction, Layout, OB_TYPE, StringLayout},
     line_table::Lines,
 };
-use crate::address_space::{Cache, Charge, DESCRIBED, unkept_once};
+use crate::untrusted::{Cache, Charge, DESCRIBED, unkept_once};
 
 /// Names longer than this, in characters, are cut, ending with [`CUT`].
 pub const MAX_NAME_CHARS: usize = 1024;

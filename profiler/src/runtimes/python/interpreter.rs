@@ -9,7 +9,7 @@ use super::{
     debug_offsets,
     layout::{self, Layout, Version},
 };
-use crate::address_space::ElfFacts;
+use crate::untrusted::ElfFacts;
 
 /// A CPython image this profiler reads.
 #[derive(Debug, Clone)]

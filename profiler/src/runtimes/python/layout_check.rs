@@ -10,7 +10,7 @@ use profiler_common::runtimes::python::PythonOffsets;
 
 use super::layout::{self, BYTES_DATA, BYTES_LENGTH, Instruction, LineTable, OB_TYPE, StringLayout, Version};
 use super::{debug_offsets, interpreter::Image};
-use crate::address_space::ElfFacts;
+use crate::untrusted::ElfFacts;
 
 type Reader<'a> = EndianSlice<'a, LittleEndian>;
 

@@ -33,9 +33,10 @@ use super::{
     memory::{self, Allowance, ProcessMemory},
 };
 use crate::{
-    address_space::{Backing, Cache, Mapping, ModuleId, ProcessView},
+    address_space::{Backing, Mapping, ModuleId, ProcessView},
     decode::RuntimeFrames,
     frame::Frame,
+    untrusted::Cache,
 };
 
 /// What a frame or a code object that could not be read holds in a cache, about.

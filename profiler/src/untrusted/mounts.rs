@@ -19,7 +19,7 @@ use std::{
 
 use rustc_hash::FxHashMap;
 
-use super::read_bounded_bytes;
+use super::proc_file::read_bounded_bytes;
 use crate::model::Tgid;
 
 /// Who answers for a file system's files.
@@ -171,7 +171,7 @@ pub fn answerer(tgid: Tgid, known: Option<&Mounts>, dev: u64) -> Answerer {
 /// The mounts of the profiler's own namespace, as read at most a second ago: a device's answerer
 /// is the same in every namespace (it is its superblock's), and a process whose root is inside
 /// a mount (a chroot) does not list the mounts outside it.
-pub fn own() -> Option<Arc<Mounts>> {
+fn own() -> Option<Arc<Mounts>> {
     of(Tgid::own())
 }
 

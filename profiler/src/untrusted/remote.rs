@@ -19,8 +19,8 @@ use std::{
 
 use rustc_hash::FxHashMap;
 
-use super::{Mapping, Parts, StableFile, open};
-use crate::model::Tgid;
+use super::{Parts, StableFile, open};
+use crate::{address_space::Mapping, model::Tgid};
 
 /// How long a file may take to open and copy.
 pub const DEADLINE: Duration = Duration::from_secs(5);

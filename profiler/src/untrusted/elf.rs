@@ -1,4 +1,4 @@
-//! What the address-space stage needs to know of an ELF file, read once per file: its identity
+//! What the stages need to know of an ELF file a target maps, read once per file: its identity
 //! (build id), where to find its separate debug file (`.gnu_debuglink`), what debug data it has,
 //! and its load segments (file offset <-> the addresses its symbols and CFI speak in).
 use object::{Object as _, ObjectSection as _, ObjectSegment as _, read::elf::ElfFile64};

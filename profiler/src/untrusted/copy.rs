@@ -302,7 +302,7 @@ mod tests {
     use object::{Object as _, ObjectSection as _, ObjectSymbol as _, SectionFlags};
 
     use super::*;
-    use crate::address_space::{ElfFacts, open};
+    use crate::untrusted::{ElfFacts, open};
 
     fn budget(limit: u64) -> &'static Budget {
         Box::leak(Box::new(Budget::new(limit)))

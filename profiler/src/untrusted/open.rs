@@ -15,7 +15,7 @@ use std::{
     fs::File,
     io,
     os::{
-        fd::{AsFd, OwnedFd},
+        fd::{AsFd, AsRawFd as _, OwnedFd},
         unix::ffi::OsStrExt as _,
     },
     path::{Path, PathBuf},
@@ -28,15 +28,14 @@ use rustix::fs::{
 };
 
 use super::{
-    Mapping,
     copy::{self, Parts, StableFile, Writer},
     descriptors::{self, Slot},
 };
-use crate::model::Tgid;
+use crate::{address_space::Mapping, model::Tgid};
 
 /// Largest file copied into memory (a target-writable binary or debug file): beyond it the file
 /// is left unread.
-pub const MAX_COPY_BYTES: u64 = 1 << 30;
+const MAX_COPY_BYTES: u64 = 1 << 30;
 
 /// Where a process's paths resolve.
 #[derive(Clone, Debug)]
@@ -296,7 +295,7 @@ pub fn stable(file: File, parts: Parts) -> io::Result<StableFile> {
 /// A sealed copy of `file`'s `parts`, whoever it says owns it: for a file of a file system the
 /// kernel does not answer for (see `mounts`), whose owner is what its daemon says, and whose
 /// bytes must not be read by mapping it (a page fault could wait for ever). Trusted as anyone's.
-pub fn copied(file: File, parts: Parts) -> io::Result<StableFile> {
+pub(super) fn copied(file: File, parts: Parts) -> io::Result<StableFile> {
     copy_of(&file, &fstat(&file)?, parts, Writer::Anyone)
 }
 
@@ -315,6 +314,11 @@ pub fn map(file: &File) -> io::Result<memmap2::Mmap> {
     // SAFETY: read-only private mapping of a file no one else can truncate (root-owned and only
     // root-writable, or a sealed copy): the bytes stay valid while the mapping lives.
     unsafe { memmap2::Mmap::map(file) }
+}
+
+/// A path through which this process can read an open file, whatever happened to it since.
+pub fn readable_path(file: &File) -> PathBuf {
+    PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()))
 }
 
 /// The bytes of a file the profiler itself chose by path (a program it will start, its

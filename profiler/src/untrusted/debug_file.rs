@@ -10,8 +10,8 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use super::{Identity, Parts, StableFile, Writer, elf::ElfFacts, open};
-use crate::model::Tgid;
+use super::{Parts, StableFile, Writer, elf::ElfFacts, open};
+use crate::{address_space::Identity, model::Tgid};
 
 /// The directories searched for separate debug files.
 const DEBUG_DIRS: [&str; 2] = ["/usr/lib/debug", "/lib/debug"];

@@ -1,0 +1,42 @@
+//! Reading what targets control: the files a process maps, their debug files, its perf map and
+//! jitdump, the text it puts in `/proc`, and everything whose size it decides. The profiler runs
+//! as root, and a target may be hostile, in a container, or both; every stage that reads a
+//! target's files does so through this one, so that the rules below hold in one place:
+//!
+//! - one opener ([`open`]): a path resolves inside the target's own root, a component at a time,
+//!   and only a regular file is opened, never blocking (no FIFO, socket or device);
+//! - nothing a target can truncate is mapped: a file its owner could change is read from a
+//!   sealed copy in memory ([`copy`]), since a mapped file cut short would kill the profiler with
+//!   SIGBUS, which no panic handler contains;
+//! - nothing waits on a FUSE daemon, whose wait nothing ends, not even a fatal signal: its files
+//!   are never opened, stat'ed or looked up through ([`mounts`] says who answers for a file
+//!   system); a network server's files are copied off the pipeline, with a deadline ([`remote`]);
+//! - memory is bounded whatever a target claims: copies, inflated sections ([`elf`]) and what
+//!   targets describe about themselves ([`cache`]) are charged to budgets ([`Budget`]), `/proc`
+//!   text is read up to a bound ([`read_bounded`]), and the descriptors kept for targets share
+//!   one cap ([`descriptors`]);
+//! - what a file says of itself ([`ElfFacts`]: its build id, its debug link) is trusted only as
+//!   far as who could change it ([`Writer`]); a debug file is taken only from root or from the
+//!   module's own user ([`debug_file`]).
+//!
+//! Of the address spaces, it knows a [`Mapping`](crate::address_space::Mapping) (the inode a
+//! file was mapped from) and a process's [`Identity`](crate::address_space::Identity) (its root
+//! and mounts). A target's memory is read by `runtimes::memory`, within each sample's allowance.
+mod budget;
+mod cache;
+mod copy;
+pub mod debug_file;
+pub mod descriptors;
+mod elf;
+pub mod mounts;
+pub mod open;
+mod proc_file;
+pub mod remote;
+
+pub use self::{
+    budget::{Budget, Charge},
+    cache::{Cache, DESCRIBED, DESCRIBED_BUDGET, unkept, unkept_once},
+    copy::{COPY_BUDGET, Parts, StableFile, Writer, refused as refused_copies},
+    elf::{ElfFacts, INFLATED, INFLATED_BUDGET, MAX_INFLATED_SECTION, charge_inflated},
+    proc_file::read_bounded,
+};
