@@ -11,6 +11,7 @@ mod intake;
 mod limits;
 mod status;
 mod stop;
+pub mod summary;
 mod target;
 
 use std::{
