@@ -12,11 +12,11 @@ use crate::{
     frame::{Frame, Marker},
     kernel::sampler::{self, OffCpuConfig, Sampler, SamplerConfig},
     model::{Meta, Tgid, ThreadState, Tid, Weight},
-    render::{
-        RenderOptions,
+    render::RenderOptions,
+    session::{
+        self, End, Mode, Progress, Settings, Target,
         summary::{KernelFigures, Summary},
     },
-    session::{self, End, Mode, Progress, Settings, Target},
     untrusted::read_bounded,
 };
 

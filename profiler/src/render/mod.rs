@@ -4,7 +4,6 @@ pub mod leak_report;
 pub mod pprof;
 pub mod profile_tables;
 pub mod speedscope;
-pub mod summary;
 pub mod svg;
 
 use std::{fmt, io::Write, path::Path};

@@ -1,0 +1,324 @@
+//! The pipeline: what becomes of each record drained from the ring. It is decoded, its stack
+//! walked and interned into a site, handed to the mode; between drains, the kernel is told what
+//! the walk learned (where stacks end, Python processes), the new frames are handed to naming
+//! and the processes gone are forgotten.
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+
+use super::{
+    Mode, Progress,
+    intake::{Intake, Sink},
+    status::StatusLine,
+    stop::StopReason,
+    windows::Windows,
+};
+use crate::{
+    address_space::{ModuleId, TaskEvent},
+    aggregate::Aggregate,
+    kernel::KernelSource,
+    symbolize::{NamingReport, NamingThread, NewFrames, Symbols},
+    walk::StackWalker,
+};
+
+/// Everything between the ring and the recording: each record decoded, its stack walked and
+/// interned, handed to the mode; new frames named after each drain.
+pub(super) struct Pipeline<M> {
+    pub(super) mode: M,
+    pub(super) walker: StackWalker,
+    pub(super) naming: NamingThread,
+    pub(super) aggregate: Aggregate,
+    records: u64,
+    max_records: Option<u64>,
+    /// Records that did not decode (counted, never fatal).
+    pub(super) malformed: u64,
+    /// Records whose processing failed (a panic in a dependency on corrupt input, contained).
+    pub(super) failed: u64,
+    /// The end of the last drain: everything taken before it has been handed over.
+    drained_ns: u64,
+    /// When frames were last named and processes pruned.
+    settled_at: Instant,
+    /// When modules no process maps were last looked for.
+    unmapped_checked_at: Instant,
+}
+
+/// The longest naming and pruning are put off while records wait.
+const MAX_UNSETTLED: Duration = Duration::from_secs(1);
+
+/// Least time between two looks for modules no process maps any more (the look goes through
+/// every mapping of every process): a host starting programs all day holds those of the last
+/// quarter second or so.
+const UNMAPPED_CHECK_INTERVAL: Duration = Duration::from_millis(250);
+
+impl<M: Mode> Pipeline<M> {
+    pub(super) fn new(
+        mode: M,
+        walker: StackWalker,
+        aggregate: Aggregate,
+        max_records: Option<u64>,
+    ) -> Result<Self> {
+        Ok(Self {
+            mode,
+            walker,
+            naming: NamingThread::start()?,
+            aggregate,
+            records: 0,
+            max_records,
+            malformed: 0,
+            failed: 0,
+            drained_ns: 0,
+            settled_at: Instant::now(),
+            unmapped_checked_at: Instant::now(),
+        })
+    }
+
+    pub(super) fn progress(&self) -> Progress {
+        Progress {
+            weight: self.aggregate.total_weight(),
+            processes: self.walker.address_spaces().sampled_processes(),
+        }
+    }
+
+    fn full(&self) -> bool {
+        self.max_records.is_some_and(|max| self.records >= max)
+    }
+
+    /// Drains records as they come until `stop` completes or `--max-samples` is reached,
+    /// handing what each drain taught to the kernel and to naming; with `windows`, cuts them as
+    /// they close and hands them over as they are named.
+    pub(super) async fn sample_until(
+        &mut self,
+        stop: impl Future<Output = StopReason>,
+        intake: &mut Intake,
+        kernel: &mut M::Kernel,
+        status: &mut StatusLine,
+        mut windows: Option<&mut Windows>,
+    ) -> Result<StopReason> {
+        tokio::pin!(stop);
+        loop {
+            let closes_at = windows.as_deref().map(|windows| windows.closes_at);
+            let window_closes = async {
+                match closes_at {
+                    Some(closes_at) => tokio::time::sleep_until(closes_at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            let window_named = async {
+                match windows.as_deref_mut() {
+                    Some(windows) => windows.named().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                biased;
+                reason = &mut stop => return Ok(reason),
+                symbols = window_named => {
+                    if let Some(windows) = windows.as_deref_mut() {
+                        windows.hand_over(self, symbols);
+                    }
+                }
+                () = window_closes => {
+                    if let Some(windows) = windows.as_deref_mut() {
+                        windows.close(self, kernel).await?;
+                    }
+                }
+                ready = intake.ready() => {
+                    ready?;
+                    intake.drain(self);
+                    let updates = self.walker.take_kernel_updates();
+                    for &(tid, end) in &updates.stack_ends {
+                        kernel.set_stack_end(tid, end)?;
+                    }
+                    for (tgid, process) in &updates.runtime_processes {
+                        // A table the kernel will not fill costs that process its runtime's
+                        // frames, never the session.
+                        if let Err(err) = kernel.set_runtime_process(*tgid, process.as_ref()) {
+                            self.walker.refused_by_kernel(*tgid, &err);
+                        }
+                    }
+                    // Handing frames to naming and pruning wait while records wait, and while
+                    // threads are still teaching the kernel where their stacks end (until then
+                    // their records are long; naming competes with the drain for the CPUs).
+                    let busy = intake.behind() || !updates.stack_ends.is_empty();
+                    if !busy || self.settled_at.elapsed() >= MAX_UNSETTLED {
+                        self.settle();
+                    }
+                    if self.full() {
+                        return Ok(StopReason::MaxSamples);
+                    }
+                    if status.due() {
+                        status.update(self.mode.status(kernel, &self.progress()));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Hands the frames seen since the last time to naming, and forgets the processes gone by
+    /// the last drain. Done between drains, once the kernel has the stack ends they taught.
+    pub(super) fn settle(&mut self) {
+        let frames = self.aggregate.new_frames();
+        let functions = self.walker.functions();
+        self.naming.name(NewFrames::new(frames, self.walker.address_spaces(), functions, self.drained_ns));
+        self.walker.end_epoch();
+        let gone = self.walker.prune(self.drained_ns);
+        self.naming.forget(&gone, self.drained_ns);
+        // The modules only processes now forgotten mapped are let go once their frames handed
+        // over above are named (a host starting new programs all day would otherwise hold each
+        // one for a while).
+        if !gone.is_empty() && self.unmapped_checked_at.elapsed() >= UNMAPPED_CHECK_INTERVAL {
+            self.unmapped_checked_at = Instant::now();
+            let unmapped = self.walker.address_spaces().unmapped_modules();
+            self.evict(&unmapped);
+        }
+        // Files that could not be opened for want of descriptors kept: the least recently used
+        // modules make room (once named), whoever mapped them.
+        let least_used = self.walker.address_spaces_mut().modules_mut().short_of_descriptors();
+        self.evict(&least_used);
+        self.settled_at = Instant::now();
+    }
+
+    /// Lets go of `modules`, here and, after what it was handed before, in naming.
+    pub(super) fn evict(&mut self, modules: &[ModuleId]) {
+        let Self { walker, naming, .. } = self;
+        walker.evict_modules(modules, |evicted, modules| {
+            naming.forget_modules(modules.share(evicted.iter().copied()))
+        });
+    }
+
+    /// The names of every frame, once naming (on its own thread) is done, and what it has to
+    /// say.
+    pub(super) async fn stop_naming(&mut self, end_ns: u64) -> Result<(Symbols, NamingReport)> {
+        let symbols = self.naming.finish(end_ns).await?;
+        Ok((symbols, self.naming.stop()?))
+    }
+
+    /// Adds one record. Corrupt input anywhere (a record, a binary, its CFI) costs at most this
+    /// record: a panic below is contained and counted.
+    fn add(&mut self, bytes: &[u8]) {
+        let Self { mode, walker, aggregate, malformed, records, .. } = self;
+        let Ok(record) = M::Kernel::RECORDS.decode(bytes) else {
+            *malformed += 1;
+            return;
+        };
+        let sample = &record.sample;
+        let walked = walker.walk(sample);
+        let site = aggregate.site(sample.time_ns(), sample.tgid(), sample.tid(), sample.state(), &walked);
+        mode.add(site, record.payload, aggregate);
+        *records += 1;
+    }
+}
+
+impl<M: Mode> Sink for Pipeline<M> {
+    fn task_event(&mut self, event: TaskEvent) {
+        self.walker.apply(event);
+    }
+
+    fn record(&mut self, record: &[u8]) {
+        if self.full() {
+            return;
+        }
+        let added = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.add(record)));
+        if added.is_err() {
+            self.failed += 1;
+        }
+    }
+
+    fn drained(&mut self, now_ns: u64) {
+        self.drained_ns = self.drained_ns.max(now_ns);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use profiler_common::SampleHeader;
+
+    use super::*;
+    use crate::{
+        address_space::Tracking,
+        aggregate::{Detail, Site},
+        decode::{Payload, RecordKind},
+        frame::Frame,
+        model::{Meta, Tgid, Tid},
+        session::{End, Target},
+        testing::encode_sample,
+        walk::CallGraph,
+    };
+
+    /// A mode that keeps every record as a sample, and panics on a thread id of 13.
+    struct Counting;
+
+    /// A kernel side that is never loaded: the pipeline is fed by hand.
+    struct Unloaded;
+
+    impl KernelSource for Unloaded {
+        const RECORDS: RecordKind = RecordKind::Sample;
+
+        fn ebpf(&mut self) -> &mut aya::Ebpf {
+            unreachable!("the pipeline never asks the kernel side")
+        }
+        fn follow(&mut self, _: Tgid) -> Result<()> {
+            Ok(())
+        }
+        fn start(&mut self) -> Result<()> {
+            Ok(())
+        }
+        fn lost(&self) -> Result<u64> {
+            Ok(0)
+        }
+    }
+
+    impl Mode for Counting {
+        type Kernel = Unloaded;
+
+        fn load(&mut self, _: &Target) -> Result<Unloaded> {
+            Ok(Unloaded)
+        }
+        fn add(&mut self, site: Site, _: Payload, aggregate: &mut Aggregate) {
+            assert_ne!(site.tid, Tid(13), "a dependency panicking on a corrupt input");
+            aggregate.push(site, 1);
+        }
+        fn activity(&self, _: &Unloaded, _: &str) -> String {
+            String::new()
+        }
+        fn status(&self, _: &Unloaded, _: &Progress) -> String {
+            String::new()
+        }
+        fn finish(&mut self, _: &mut Unloaded, _: &mut Aggregate, _: u64, _: &mut Meta) -> Result<()> {
+            Ok(())
+        }
+        fn report(&self, _: &End<'_, Unloaded>) {}
+    }
+
+    fn record(tid: u32) -> Vec<u8> {
+        let header = SampleHeader { tgid: std::process::id(), tid, ..Default::default() };
+        encode_sample(&header, &[], &[], &[0xffff_ffff_8100_0000])
+    }
+
+    #[tokio::test]
+    async fn garbage_and_panics_cost_one_record_each() {
+        let walker = StackWalker::new(CallGraph::Fp, Tracking { all: false, follow_forks: false }, false);
+        let mut pipeline = Pipeline::new(Counting, walker, Aggregate::new(Detail::ALL), Some(3)).unwrap();
+        pipeline.record(&[1, 2, 3]);
+        pipeline.record(&record(13));
+        pipeline.record(&record(1));
+        pipeline.drained(0);
+        pipeline.settle();
+        assert_eq!((pipeline.malformed, pipeline.failed, pipeline.records), (1, 1, 1));
+        assert_eq!(pipeline.aggregate.samples().count(), 1);
+        assert!(pipeline.aggregate.new_frames().is_empty(), "the new frames were handed to the namer");
+        let symbols = pipeline.naming.finish(0).await.unwrap();
+        assert_eq!(symbols.of(&Frame::Kernel(0xffff_ffff_8100_0000)).len(), 1);
+    }
+
+    #[test]
+    fn records_beyond_the_maximum_are_dropped() {
+        let walker = StackWalker::new(CallGraph::Fp, Tracking { all: false, follow_forks: false }, false);
+        let mut pipeline = Pipeline::new(Counting, walker, Aggregate::new(Detail::ALL), Some(2)).unwrap();
+        for tid in 1..=5 {
+            pipeline.record(&record(tid));
+        }
+        assert!(pipeline.full());
+        assert_eq!(pipeline.aggregate.samples().count(), 2);
+    }
+}
