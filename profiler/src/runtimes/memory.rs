@@ -248,7 +248,11 @@ pub mod tests {
 
     /// This process's file mappings, read now.
     fn own_files() -> FileMappings {
-        FileMappings::read(Tgid::own(), crate::address_space::Mappings::read(Tgid::own()).unwrap())
+        use crate::address_space::{AddressSpaces, Tracking};
+        let mut spaces = AddressSpaces::new(Tracking { all: false, follow_forks: false });
+        spaces.track(Tgid::own());
+        let view = spaces.observe(Tgid::own(), Tgid::own().main_thread(), "", crate::clock::monotonic_ns());
+        view.file_pages()
     }
 
     #[test]

@@ -31,7 +31,7 @@ use self::{
     code_cache::{Blob, BlobKind, Heap},
     layout::Layout,
     method::MethodInfo,
-    vm_structs::{Image, VmStructs},
+    vm_structs::{Image, TableCounts, VmStructs},
 };
 use super::{
     Refusal, Runtime,
@@ -39,11 +39,11 @@ use super::{
     memory::{self, Allowance, ProcessMemory},
 };
 use crate::{
-    address_space::{Backing, FileMappings, Mapping, Mappings, ModuleId, ProcessView},
+    address_space::{Backing, Mapping, ModuleId, ProcessView},
     decode::UserRegs,
     frame::Frame,
     model::Tgid,
-    untrusted::{Cache, Parts, open},
+    untrusted::Cache,
     unwind::RuntimeCode,
 };
 
@@ -94,6 +94,7 @@ impl Runtime for HotSpot {
     type Instance = Jvm;
 
     const LABEL: &'static str = "java";
+    const NAME: &'static str = "HotSpot JVM";
     /// Often: the JVM runs Java code (its own start-up) as soon as it has started.
     const RECHECK_NS: u64 = 20_000_000;
 
@@ -156,6 +157,15 @@ impl Runtime for HotSpot {
         jvm.relieve();
     }
 
+    fn inspect(&self, jvm: &Jvm) -> String {
+        let TableCounts { fields, types, constants } = jvm.tables;
+        format!(
+            "its tables for external tools read: {fields} fields, {types} types, {constants} constants; code cache \
+             {:#x}-{:#x}",
+            jvm.code_cache.start, jvm.code_cache.end
+        )
+    }
+
     fn detach(&mut self, jvm: Jvm) {
         self.stats.lost += jvm.lost;
     }
@@ -188,7 +198,7 @@ impl LibJvm {
 /// A JVM found in a process: its layout, its code cache, and what was read of it.
 pub struct Jvm {
     /// How many fields, types and constants its tables had.
-    pub tables: (usize, usize, usize),
+    pub tables: TableCounts,
     pub layout: Layout,
     /// `CodeCache::_low_bound .. _high_bound`: where compiled Java code and stubs are.
     pub code_cache: Range<u64>,
@@ -253,24 +263,6 @@ impl Nmethod {
     }
 }
 
-/// The JVM of process `pid`, if it maps a `libjvm.so`: `None` when it maps none, an error when
-/// its tables cannot be read (not HotSpot after all, not started yet, or garbage).
-pub fn find(pid: Tgid, space: &Mappings) -> Option<Result<Jvm>> {
-    let mapping = space.mappings().find(|mapping| is_libjvm(mapping))?;
-    let file = open::mapped_file(pid, mapping)
-        .and_then(|file| open::stable(file, Parts::Whole))
-        .and_then(|file| open::map(&file))
-        .context("cannot read its libjvm.so");
-    Some(file.and_then(LibJvm::read).and_then(|libjvm| {
-        let files = FileMappings::read(pid, space.clone());
-        read(pid, mapping, Arc::new(libjvm), Allowance::unbounded(Some(files))).map_err(|refused| {
-            match refused {
-                Refusal::NotYet(err) | Refusal::Never(err) => err,
-            }
-        })
-    }))
-}
-
 /// Whether `mapping` is of the start of a `libjvm.so`.
 fn is_libjvm(mapping: &Mapping) -> bool {
     mapping.offset == 0
@@ -331,7 +323,7 @@ fn read(
 
 impl Jvm {
     fn new(
-        tables: (usize, usize, usize),
+        tables: TableCounts,
         layout: Layout,
         started: Started,
         names: Option<BlobNames>,

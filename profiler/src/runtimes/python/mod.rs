@@ -95,6 +95,7 @@ impl Runtime for Python {
     type Instance = Running;
 
     const LABEL: &'static str = "python";
+    const NAME: &'static str = "CPython";
     const KIND: RuntimeKind = RuntimeKind::Python;
     const RECHECK_NS: u64 = 200_000_000;
 
@@ -164,6 +165,13 @@ impl Runtime for Python {
 
     fn relieve(&mut self, running: &mut Running) {
         running.relieve();
+    }
+
+    fn inspect(&self, running: &Running) -> String {
+        format!(
+            "{} read: _PyRuntime at {:#x}, its threads' frames walked at each sample",
+            running.interpreter.layout.version, running.process.runtime
+        )
     }
 
     /// Puts the Python frames of a sample in place of the eval loop's frames in `frames` (the
