@@ -36,7 +36,7 @@ use self::{
 use super::{
     Refusal, Runtime,
     functions::{FunctionRef, Functions, Kind},
-    memory::{self, Allowance, ProcessMemory},
+    memory::{self, Allowance, ProcessMemory, ReadMemory, read_bytes, read_u32, read_u64},
 };
 use crate::{
     address_space::{Backing, Mapping, ModuleId, ProcessView},
@@ -46,9 +46,6 @@ use crate::{
     untrusted::Cache,
     unwind::RuntimeCode,
 };
-
-/// Reads `buf.len()` bytes of the process at an address; false when it cannot.
-pub type ReadMemory<'a> = dyn FnMut(u64, &mut [u8]) -> bool + 'a;
 
 /// Blob names' kinds remembered per JVM (16 bytes each); beyond, the memory starts over.
 const MAX_BLOB_NAMES: usize = 4096;
@@ -633,28 +630,3 @@ fn read_nmethod(layout: &Layout, blob: u64, compile_id: u32, read: &mut ReadMemo
 #[cfg(test)]
 mod tests;
 
-// Reading the target: every read whole or refused, every pointer checked before it is followed.
-
-/// The end of the user half of the address space: nothing of a JVM's lies beyond.
-const USER_END: u64 = 1 << 47;
-
-/// A pointer worth following: not NULL, aligned, in the user half of the address space.
-fn pointer(address: u64) -> Option<u64> {
-    (address != 0 && address.is_multiple_of(8) && address < USER_END).then_some(address)
-}
-
-/// `size` bytes of the target at `address`.
-fn read_bytes(read: &mut ReadMemory<'_>, address: u64, size: usize) -> Option<Vec<u8>> {
-    let mut bytes = vec![0u8; size];
-    read(address, &mut bytes).then_some(bytes)
-}
-
-fn read_u64(read: &mut ReadMemory<'_>, address: u64) -> Option<u64> {
-    let mut raw = [0u8; 8];
-    read(address, &mut raw).then(|| u64::from_le_bytes(raw))
-}
-
-fn read_u32(read: &mut ReadMemory<'_>, address: u64) -> Option<u32> {
-    let mut raw = [0u8; 4];
-    read(address, &mut raw).then(|| u32::from_le_bytes(raw))
-}

@@ -9,7 +9,7 @@
 //! name), entries that fail skipped.
 use std::{collections::HashMap, fmt, ops::Range};
 
-use super::ReadMemory;
+use crate::runtimes::memory::ReadMemory;
 use object::{Object as _, ObjectSegment as _, ObjectSymbol as _, SegmentFlags, read::elf::ElfFile64};
 
 /// The exported pointers to the four tables.
