@@ -12,14 +12,14 @@
 //! after the sample, checked, and cached per JVM: an nmethod by its address and compile id (code
 //! freed and reused since is another compile id, never misnamed), a method by its address.
 //! See docs/hotspot-layouts.md for the layouts and rules.
-pub mod code_cache;
-pub mod debug_info;
+pub(crate) mod code_cache;
+pub(crate) mod debug_info;
 #[cfg(any(test, feature = "testing"))]
 pub mod fixture;
-pub mod layout;
-pub mod method;
+pub(crate) mod layout;
+pub(crate) mod method;
 mod stack;
-pub mod vm_structs;
+pub(crate) mod vm_structs;
 
 use std::{ops::Range, sync::Arc};
 
@@ -629,4 +629,3 @@ fn read_nmethod(layout: &Layout, blob: u64, compile_id: u32, read: &mut ReadMemo
 
 #[cfg(test)]
 mod tests;
-

@@ -9,13 +9,13 @@
 //! object by address; the code object is read from `/proc/PID/mem` when the sample is walked,
 //! soon after it was taken, and cached per process by (address, first line): an address that
 //! now holds another code object (the first was freed) does not match and is not misnamed.
-pub mod code;
+pub(crate) mod code;
 mod debug_offsets;
 mod interpreter;
-pub mod layout;
+pub(crate) mod layout;
 #[cfg(test)]
 mod layout_check;
-pub mod line_table;
+pub(crate) mod line_table;
 mod merge;
 
 use std::sync::Arc;
