@@ -265,7 +265,7 @@ fn target(pid: Tgid) -> Vec<Finding> {
             continue;
         }
         seen.push(path.clone());
-        findings.push(module(&open::map_files_path(pid, mapping), path));
+        findings.push(module(&open::map_files_path(pid, mapping.at()), path));
     }
     findings.extend(runtimes(pid));
     findings
