@@ -346,3 +346,144 @@ impl<R: Runtime> Slot for Loaded<R> {
         (R::LABEL, lines)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use profiler_common::runtimes::{RUNTIME_PROCESS_WORDS, RUNTIME_USER_SHARE, RuntimeProcess};
+
+    use super::*;
+    use crate::{
+        address_space::{AddressSpaces, Backing, Tracking},
+        runtimes::{kernel_table::KernelTable, memory::Allowance},
+    };
+
+    /// A runtime whose image is this test's own executable, attaching as `attach` says.
+    struct Fake {
+        attach: fn() -> Result<(), Refusal>,
+        walked_in_kernel: bool,
+    }
+
+    impl Runtime for Fake {
+        type Image = ();
+        type Instance = ();
+
+        const LABEL: &'static str = "fake";
+        const NAME: &'static str = "Fake";
+        const RECHECK_NS: u64 = 1_000;
+
+        fn may_be_image(&self, mapping: &Mapping) -> bool {
+            let own = std::env::current_exe().unwrap();
+            matches!(&mapping.backing, Backing::File { path, .. } if *path == own) && mapping.executable
+        }
+
+        fn recognise(&mut self, _: &ProcessView<'_>, _: ModuleId) -> anyhow::Result<Option<()>> {
+            Ok(Some(()))
+        }
+
+        fn attach(
+            &mut self,
+            _: &mut ProcessView<'_>,
+            _: &Arc<()>,
+            _: ModuleId,
+            _: &Mapping,
+            _: &Arc<Allowance>,
+        ) -> Result<(), Refusal> {
+            (self.attach)()
+        }
+
+        fn kernel_process(&self, _: &()) -> Option<RuntimeProcess> {
+            self.walked_in_kernel.then_some(RuntimeProcess {
+                kind: 1,
+                _pad: [0; 3],
+                data: [0; RUNTIME_PROCESS_WORDS],
+            })
+        }
+
+        fn relieve(&mut self, _: &mut ()) {}
+
+        fn inspect(&self, _: &()) -> String {
+            "read".into()
+        }
+
+        fn describe(&self, running: &mut dyn Iterator<Item = &()>) -> Vec<String> {
+            vec![format!("{} running", running.count())]
+        }
+    }
+
+    fn shared(system_wide: bool) -> Shared {
+        Shared {
+            allowance: Arc::new(Allowance::default()),
+            table: KernelTable::new(system_wide),
+            kernel_updates: Vec::new(),
+        }
+    }
+
+    /// Looks at this process at `time_ns` with `slot`.
+    fn observe(slot: &mut Box<dyn Slot>, shared: &mut Shared, time_ns: u64) {
+        let mut spaces = AddressSpaces::new(Tracking { all: false, follow_forks: false });
+        spaces.track(Tgid::own());
+        let mut view =
+            spaces.observe(Tgid::own(), Tgid::own().main_thread(), "", crate::clock::monotonic_ns());
+        slot.observe(&mut view, time_ns, shared);
+    }
+
+    #[test]
+    fn a_runtime_still_starting_is_looked_at_again_then_given_up_on() {
+        let fake =
+            Fake { attach: || Err(Refusal::NotYet(anyhow::anyhow!("not started"))), walked_in_kernel: false };
+        let (mut slot, mut shared) = (Loaded::boxed(fake), shared(false));
+        observe(&mut slot, &mut shared, 1);
+        let starting = format!("pid {}: not started (still so at the end): native frames only", Tgid::own());
+        assert_eq!(slot.describe().1, ["0 running".to_owned(), starting]);
+        observe(&mut slot, &mut shared, 1 + START_TIMEOUT_NS);
+        let refused = format!("pid {}: not started: native frames only", Tgid::own());
+        assert_eq!(slot.describe().1, ["0 running".to_owned(), refused], "given up on");
+    }
+
+    #[test]
+    fn a_runtime_walked_in_the_kernel_holds_a_place_until_forgotten() {
+        let fake = Fake { attach: || Ok(()), walked_in_kernel: true };
+        let (mut slot, mut shared) = (Loaded::boxed(fake), shared(true));
+        observe(&mut slot, &mut shared, 1);
+        assert_eq!(slot.describe().1, ["1 running"]);
+        assert!(matches!(shared.kernel_updates[..], [(tgid, Some(_))] if tgid == Tgid::own()));
+        slot.forget(Tgid::own(), &mut shared);
+        assert!(
+            matches!(shared.kernel_updates[1..], [(tgid, None)] if tgid == Tgid::own()),
+            "the kernel told"
+        );
+        assert_eq!(slot.describe().1, ["0 running"]);
+    }
+
+    #[test]
+    fn no_place_in_the_kernels_table_means_later() {
+        let fake = Fake { attach: || Ok(()), walked_in_kernel: true };
+        let (mut slot, mut shared) = (Loaded::boxed(fake), shared(true));
+        let user = Some(0);
+        for _ in 0..RUNTIME_USER_SHARE {
+            assert!(shared.table.take(user));
+        }
+        observe(&mut slot, &mut shared, 1);
+        assert!(
+            shared.kernel_updates.is_empty() && slot.describe().1 == ["0 running"],
+            "over its user's share"
+        );
+        shared.table.give_back(user);
+        observe(&mut slot, &mut shared, 2);
+        assert_eq!(slot.describe().1, ["0 running"], "not before its re-check");
+        observe(&mut slot, &mut shared, 2 + Fake::RECHECK_NS);
+        assert_eq!(slot.describe().1, ["1 running"], "room again");
+    }
+
+    #[test]
+    fn a_refusal_of_the_kernel_lets_the_process_go() {
+        let fake = Fake { attach: || Ok(()), walked_in_kernel: true };
+        let (mut slot, mut shared) = (Loaded::boxed(fake), shared(false));
+        observe(&mut slot, &mut shared, 1);
+        slot.refused_by_kernel(Tgid::own(), &anyhow::anyhow!("map full"), &mut shared);
+        let said =
+            format!("pid {}: the kernel refused its fake frames (map full): native frames only", Tgid::own());
+        assert_eq!(slot.describe().1, ["0 running".to_owned(), said]);
+        assert!(matches!(shared.kernel_updates[1..], [(_, None)]));
+    }
+}
