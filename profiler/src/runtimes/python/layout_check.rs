@@ -353,3 +353,57 @@ fn layouts_match_the_debug_information_of_every_installed_cpython() {
     }
     assert!(mismatches.is_empty(), "layouts differ from the debug information:\n{}", mismatches.join("\n"));
 }
+
+/// Debian unstable's 3.14 (`cargo xtask setup` unpacks it): stripped, libpython linked in, most
+/// of its eval loop moved out of `_PyEval_EvalFrameDefault` by a profile-guided build.
+fn debian_python() -> Vec<u8> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../.tools/debian-sid-python3.14/usr/bin/python3.14");
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e} (run `cargo xtask setup`)", path.display()))
+}
+
+#[test]
+fn debian_3_14_is_read_by_its_own_offsets() {
+    let mut image = debian_python();
+    let facts = ElfFacts::read(&image).expect("an ELF image");
+    let Image::Supported(interpreter) = Image::read("python3.14", &image, &facts) else { panic!("not read") };
+    let table = layout::layout(Version(14)).unwrap();
+    assert_eq!(interpreter.layout, *table, "the table agrees with the image's _Py_DebugOffsets");
+    let split: u64 = interpreter.eval_loop.iter().map(|range| range.end - range.start).sum();
+    assert!(
+        interpreter.eval_loop.len() >= 2 && split > 50_000,
+        "the eval loop's moved part found: {:x?}",
+        interpreter.eval_loop
+    );
+    // Where `_Py_DebugOffsets` lies in the file: the start of `_PyRuntime`.
+    let runtime = {
+        let elf = object::File::parse(&*image).unwrap();
+        let symbol = elf.dynamic_symbols().find(|symbol| symbol.name() == Ok("_PyRuntime")).unwrap();
+        let section = elf.section_by_index(symbol.section_index().unwrap()).unwrap();
+        (symbol.address() - section.address() + section.file_range().unwrap().0) as usize
+    };
+    let (_, owner) = debug_offsets::positions(Version(14))
+        .unwrap()
+        .find(|&(path, _)| path == "interpreter_frame.owner")
+        .unwrap();
+    let mut with_owner_at = |offset: u64| {
+        image[runtime + owner..runtime + owner + 8].copy_from_slice(&offset.to_le_bytes());
+        let facts = ElfFacts::read(&image).unwrap();
+        Image::read("python3.14", &image, &facts)
+    };
+    // A patch release that moved the frame's owner by 8 bytes: followed.
+    match with_owner_at(82) {
+        Image::Supported(moved) => {
+            assert_eq!((moved.layout.kernel.frame_owner, moved.layout.kernel.frame_bytes), (82, 83))
+        }
+        other => panic!("{other:?}"),
+    }
+    // One that moved it beyond the frame's bytes the kernel reads: refused by name.
+    match with_owner_at(4096) {
+        Image::Unsupported(what) => assert!(
+            what.starts_with("CPython 3.14.") && what.ends_with(": interpreter_frame.owner moved"),
+            "{what}"
+        ),
+        other => panic!("{other:?}"),
+    }
+}
