@@ -56,11 +56,14 @@ impl Detail {
     pub const ALL: Self = Self { time: true, process: true, thread: true };
 }
 
+// The size the documentation above quotes.
+const _: () = assert!(std::mem::size_of::<crate::model::Sample>() == 40);
+
 /// The samples of a recording. Identical stacks and names are stored once. When no output needs
 /// each sample's time, samples are counted by what the outputs need (stack and command, and the
 /// process or thread when they need those), so memory grows with what differs, not with the
 /// length of the recording or the processes and threads that came and went; otherwise each is
-/// kept (32 bytes).
+/// kept (40 bytes).
 #[derive(Debug, Default)]
 pub struct Aggregate {
     /// FxHash: every sample hashes its whole stack here, up to 1024 frames.

@@ -51,10 +51,31 @@ pub mod stages {
         frame::Frame,
         kernel::task_events::{self, TaskEventReader},
         render::folded,
-        runtimes::{functions::Functions, hotspot, python},
+        runtimes::functions::Functions,
         symbolize::{Namer, NewFrames, PerfMap, PerfMaps, PltStubs, Symbolizer, jitdump},
         untrusted::ElfFacts,
         unwind::{MAX_FRAMES, NoRuntime, StackSnapshot, Unwinder, cfi::ModuleCfi},
         walk::{CallGraph, StackWalker, Walked},
     };
+
+    /// HotSpot's walk and naming over fixture memory (the `hotspot_walk` fuzz target).
+    pub mod hotspot {
+        pub use crate::runtimes::hotspot::{
+            code_cache::{BlobKind, Heap},
+            fixture,
+        };
+    }
+
+    /// CPython's code objects and line tables over any memory (the Python fuzz targets and
+    /// benchmarks).
+    pub mod python {
+        pub use crate::runtimes::python::{
+            code::{
+                LineTables, MAX_FILE_CHARS, MAX_LINE_TABLE_BYTES, MAX_NAME_CHARS, Types, instruction_offset,
+                read,
+            },
+            layout::{LineTable, OB_TYPE, layouts},
+            line_table::Lines,
+        };
+    }
 }

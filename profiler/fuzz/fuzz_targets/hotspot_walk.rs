@@ -7,7 +7,7 @@ use libfuzzer_sys::fuzz_target;
 use profiler::stages::{
     StackSnapshot,
     hotspot::{
-        code_cache::{BlobKind, Heap},
+        BlobKind, Heap,
         fixture::{self, jdk17_layout, jdk25_layout},
     },
 };

@@ -5,8 +5,8 @@
 
 use libfuzzer_sys::fuzz_target;
 use profiler::stages::python::{
-    code::{LineTables, MAX_FILE_CHARS, MAX_LINE_TABLE_BYTES, MAX_NAME_CHARS, Types, instruction_offset, read},
-    layout::{OB_TYPE, layouts},
+    LineTables, MAX_FILE_CHARS, MAX_LINE_TABLE_BYTES, MAX_NAME_CHARS, OB_TYPE, Types, instruction_offset,
+    layouts, read,
 };
 
 /// Where the fuzzed bytes are in the target's address space: low, so that pointers into them

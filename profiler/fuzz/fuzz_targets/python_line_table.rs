@@ -4,7 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use profiler::stages::python::{layout::LineTable, line_table::Lines};
+use profiler::stages::python::{LineTable, Lines};
 
 fuzz_target!(|data: &[u8]| {
     let Some((head, table)) = data.split_first_chunk::<12>() else { return };

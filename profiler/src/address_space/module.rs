@@ -234,11 +234,11 @@ impl Default for Modules {
         Self::with_opener(Box::new(|tgid, identity, mapping, path| {
             match identity.answerer(tgid, mapping.dev) {
                 Answerer::Kernel => {}
-                Answerer::Server => return remote::open(tgid, mapping),
+                Answerer::Server => return remote::open(tgid, mapping.at()),
                 Answerer::Daemon => return Err(remote::not_asked()),
             }
-            let file = open::mapped_file(tgid, mapping)
-                .or_else(|_| open::mapped_path(&identity.root, path, mapping, &identity.asked(tgid)))?;
+            let file = open::mapped_file(tgid, mapping.at())
+                .or_else(|_| open::mapped_path(&identity.root, path, mapping.at(), &identity.asked(tgid)))?;
             if open::is_jit_memory(path, &file) {
                 return Err(open::jit_memory_error());
             }
@@ -337,9 +337,9 @@ impl Modules {
                         if (!facts.has_dwarf || !facts.has_cfi)
                             && identity.answerer(tgid, mapping.dev) == Answerer::Kernel =>
                     {
-                        debug_file::find(tgid, identity, path, facts, writer).and_then(|file| {
-                            Some(DebugFile { facts: ElfFacts::read(&open::map(&file).ok()?)?, file })
-                        })
+                        debug_file::find(&identity.root, &identity.asked(tgid), path, facts, writer).and_then(
+                            |file| Some(DebugFile { facts: ElfFacts::read(&open::map(&file).ok()?)?, file }),
+                        )
                     }
                     _ => None,
                 };

@@ -9,7 +9,7 @@ use std::{
     sync::atomic::{AtomicU64, Ordering},
 };
 
-use crate::model::Tgid;
+use crate::{model::Tgid, untrusted::open::MappedAt};
 
 /// What backs a mapping.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -43,6 +43,11 @@ impl Mapping {
     /// Offset in the backing file (or region) of an address inside this mapping.
     pub fn file_offset(&self, addr: u64) -> u64 {
         addr - self.start + self.offset
+    }
+
+    /// What opening its file needs to know of it.
+    pub fn at(&self) -> MappedAt {
+        MappedAt { start: self.start, end: self.end, dev: self.dev, inode: self.inode }
     }
 }
 

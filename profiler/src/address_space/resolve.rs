@@ -40,12 +40,6 @@ pub struct FileMappings {
 }
 
 impl FileMappings {
-    /// Those of process `tgid`, read from `/proc` now (for a process looked at outside a
-    /// recording).
-    pub fn read(tgid: Tgid, space: Mappings) -> Self {
-        Self { tgid, space: Arc::new(space), mounts: mounts::of(tgid) }
-    }
-
     /// Whether `addr` of process `tgid` is in a mapping of a file the kernel answers for.
     pub fn kernels_file(&self, tgid: Tgid, addr: u64) -> bool {
         tgid == self.tgid

@@ -52,7 +52,7 @@ pub fn diff(args: &DiffArgs) -> Result<()> {
         count_name: after.meta.weight.unit(),
     };
     let (before, after) = match args.grouping.no_lines {
-        true => (before.without_python_lines(), after.without_python_lines()),
+        true => (before.without_script_lines(), after.without_script_lines()),
         false => (before, after),
     };
     let (before, after) = (folded::collapse(&before, grouping), folded::collapse(&after, grouping));

@@ -255,11 +255,11 @@ impl Recording {
         self.samples.iter().map(|s| s.weight).sum()
     }
 
-    /// The recording with its Python frames' lines dropped: a frame per function.
-    pub fn without_python_lines(&self) -> Self {
+    /// The recording with its scripts' frames' lines dropped: a frame per function.
+    pub fn without_script_lines(&self) -> Self {
         let mut recording = self.clone();
         for symbol in recording.locations.iter_mut().flat_map(|location| &mut location.symbols) {
-            if let (SymbolKind::Python, Some(source)) = (symbol.kind, &mut symbol.source) {
+            if let (SymbolKind::Script, Some(source)) = (symbol.kind, &mut symbol.source) {
                 source.line = 0;
             }
         }

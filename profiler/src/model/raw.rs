@@ -290,7 +290,7 @@ fn kind_code(kind: SymbolKind) -> u32 {
         SymbolKind::Inlined => 1,
         SymbolKind::Kernel => 2,
         SymbolKind::Jit => 3,
-        SymbolKind::Python => 4,
+        SymbolKind::Script => 4,
     }
 }
 
@@ -300,7 +300,7 @@ fn kind(code: u32) -> Result<SymbolKind> {
         1 => SymbolKind::Inlined,
         2 => SymbolKind::Kernel,
         3 => SymbolKind::Jit,
-        4 => SymbolKind::Python,
+        4 => SymbolKind::Script,
         other => bail!("unknown symbol kind {other}"),
     })
 }

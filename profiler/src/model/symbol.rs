@@ -11,8 +11,9 @@ pub enum SymbolKind {
     Kernel,
     /// JIT-compiled code, named by the process's perf map.
     Jit,
-    /// A Python function, read from the interpreter's memory.
-    Python,
+    /// A function of an interpreted language (Python's, read from the interpreter's memory),
+    /// shown with its source file and line.
+    Script,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -47,11 +48,11 @@ impl Symbol {
     /// and with the suffix of its kind (`_[k]` kernel, `_[i]` inlined, `_[j]` JIT), the
     /// convention of perf and FlameGraph that inferno's palettes colour by.
     pub fn display_name(&self) -> String {
-        if self.kind == SymbolKind::Python {
-            return self.python_display_name();
+        if self.kind == SymbolKind::Script {
+            return self.script_display_name();
         }
         let suffix = match self.kind {
-            SymbolKind::Function | SymbolKind::Python => "",
+            SymbolKind::Function | SymbolKind::Script => "",
             SymbolKind::Inlined => "_[i]",
             SymbolKind::Kernel => "_[k]",
             SymbolKind::Jit => "_[j]",
@@ -61,9 +62,9 @@ impl Symbol {
 }
 
 impl Symbol {
-    /// A Python function as py-spy writes it: `qualname (path/file.py:LINE)`, or
+    /// A script's function as py-spy writes Python's: `qualname (path/file.py:LINE)`, or
     /// `qualname (path/file.py)` when its line is not known (0).
-    fn python_display_name(&self) -> String {
+    fn script_display_name(&self) -> String {
         let name = match &self.source {
             Some(SourceLine { file, line: 0 }) => format!("{} ({file})", self.name),
             Some(SourceLine { file, line }) => format!("{} ({file}:{line})", self.name),
@@ -161,10 +162,10 @@ mod tests {
         assert_eq!(name(SymbolKind::Kernel), "a:b\\u{a}c_[k]");
         assert_eq!(name(SymbolKind::Jit), "a:b\\u{a}c_[j]");
         let python =
-            Symbol::new("K.f", SymbolKind::Python).at(Some(SourceLine { file: "/a;b.py".into(), line: 7 }));
+            Symbol::new("K.f", SymbolKind::Script).at(Some(SourceLine { file: "/a;b.py".into(), line: 7 }));
         assert_eq!(python.display_name(), "K.f (/a:b.py:7)");
         let unknown_line =
-            Symbol::new("f", SymbolKind::Python).at(Some(SourceLine { file: "/a.py".into(), line: 0 }));
+            Symbol::new("f", SymbolKind::Script).at(Some(SourceLine { file: "/a.py".into(), line: 0 }));
         assert_eq!(unknown_line.display_name(), "f (/a.py)");
     }
 

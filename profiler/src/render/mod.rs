@@ -94,7 +94,7 @@ pub fn render(
     let recording = if options.lines || format == Format::Raw {
         recording
     } else {
-        without_lines = recording.without_python_lines();
+        without_lines = recording.without_script_lines();
         &without_lines
     };
     match format {

@@ -48,7 +48,7 @@ pub enum Kind {
 impl Kind {
     fn symbol_kind(self) -> SymbolKind {
         match self {
-            Self::Python => SymbolKind::Python,
+            Self::Python => SymbolKind::Script,
             Self::JavaInterpreted => SymbolKind::Function,
             Self::JavaCompiled | Self::JavaStub => SymbolKind::Jit,
             Self::JavaInlined => SymbolKind::Inlined,

@@ -226,6 +226,36 @@ impl ProcessMemory {
     }
 }
 
+// Typed reads of a target and the pointers worth following, for every runtime: each read whole
+// or refused, every pointer checked before it is followed.
+
+/// Reads `buf.len()` bytes of the process at an address; false when it cannot.
+pub type ReadMemory<'a> = dyn FnMut(u64, &mut [u8]) -> bool + 'a;
+
+/// The end of the user half of the address space: nothing of a process's lies beyond.
+pub const USER_END: u64 = 1 << 47;
+
+/// A pointer worth following: not NULL, aligned, in the user half of the address space.
+pub fn pointer(address: u64) -> Option<u64> {
+    (address != 0 && address.is_multiple_of(8) && address < USER_END).then_some(address)
+}
+
+/// `size` bytes of the target at `address`.
+pub fn read_bytes(read: &mut ReadMemory<'_>, address: u64, size: usize) -> Option<Vec<u8>> {
+    let mut bytes = vec![0u8; size];
+    read(address, &mut bytes).then_some(bytes)
+}
+
+pub fn read_u64(read: &mut ReadMemory<'_>, address: u64) -> Option<u64> {
+    let mut raw = [0u8; 8];
+    read(address, &mut raw).then(|| u64::from_le_bytes(raw))
+}
+
+pub fn read_u32(read: &mut ReadMemory<'_>, address: u64) -> Option<u32> {
+    let mut raw = [0u8; 4];
+    read(address, &mut raw).then(|| u32::from_le_bytes(raw))
+}
+
 #[cfg(test)]
 pub mod tests {
     use super::*;
@@ -248,7 +278,11 @@ pub mod tests {
 
     /// This process's file mappings, read now.
     fn own_files() -> FileMappings {
-        FileMappings::read(Tgid::own(), crate::address_space::Mappings::read(Tgid::own()).unwrap())
+        use crate::address_space::{AddressSpaces, Tracking};
+        let mut spaces = AddressSpaces::new(Tracking { all: false, follow_forks: false });
+        spaces.track(Tgid::own());
+        let view = spaces.observe(Tgid::own(), Tgid::own().main_thread(), "", crate::clock::monotonic_ns());
+        view.file_pages()
     }
 
     #[test]

@@ -47,6 +47,8 @@ pub trait Runtime: Send + 'static {
 
     /// The summary's label for it ("python", "java").
     const LABEL: &'static str;
+    /// What it is called in `profiler check` ("CPython", "HotSpot JVM").
+    const NAME: &'static str;
     /// Whose frame records its kernel walker writes ([`RuntimeKind::None`]: it walks none).
     const KIND: RuntimeKind = RuntimeKind::None;
     /// How often a process that maps none of its images is looked at again.
@@ -110,6 +112,8 @@ pub trait Runtime: Send + 'static {
     /// Once an epoch of the budget of what targets describe: its caches give room back if it
     /// was short.
     fn relieve(&mut self, instance: &mut Self::Instance);
+    /// What `profiler check` says of a process it attached to.
+    fn inspect(&self, instance: &Self::Instance) -> String;
     /// The process is gone, ran exec, or its runtime is given up on.
     fn detach(&mut self, _instance: Self::Instance) {}
     /// The summary's lines of its counters (`running`: the processes running it now); nothing
@@ -230,6 +234,16 @@ impl Runtimes {
         for slot in &mut self.slots {
             slot.relieve();
         }
+    }
+
+    /// What `profiler check` says of the runtimes of the process of `view`: each runtime found,
+    /// by name, and what was read of it or why it is not read. Nothing is left attached.
+    pub fn inspect(&mut self, view: &mut ProcessView<'_>) -> Vec<(&'static str, Result<String, String>)> {
+        self.shared.allowance.begin(view.file_pages());
+        let found: Vec<_> =
+            self.slots.iter_mut().filter_map(|slot| slot.inspect(view, &mut self.shared)).collect();
+        self.forget(view.tgid());
+        found
     }
 
     /// The functions runtimes' frames name.

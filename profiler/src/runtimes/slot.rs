@@ -49,6 +49,11 @@ pub(super) trait Slot: Send {
     fn forget_modules(&mut self, modules: &[ModuleId]);
     fn relieve(&mut self);
     fn describe(&self) -> (&'static str, Vec<String>);
+    fn inspect(
+        &mut self,
+        view: &mut ProcessView<'_>,
+        shared: &mut Shared,
+    ) -> Option<(&'static str, Result<String, String>)>;
 }
 
 /// A runtime, what it recognised of modules, and its state in each process.
@@ -301,6 +306,25 @@ impl<R: Runtime> Slot for Loaded<R> {
                 self.runtime.relieve(&mut attached.instance);
             }
         }
+    }
+
+    fn inspect(
+        &mut self,
+        view: &mut ProcessView<'_>,
+        shared: &mut Shared,
+    ) -> Option<(&'static str, Result<String, String>)> {
+        let tgid = view.tgid();
+        let found = match self.look(view, 0, 0, shared) {
+            State::Absent { .. } => return None,
+            State::Running(attached) => {
+                let said = self.runtime.inspect(&attached.instance);
+                self.release(tgid, *attached, shared);
+                Ok(said)
+            }
+            State::Starting { why, .. } => Err(why),
+            State::Refused => Err(self.refused.remove(&tgid).unwrap_or_default()),
+        };
+        Some((R::NAME, found))
     }
 
     fn describe(&self) -> (&'static str, Vec<String>) {

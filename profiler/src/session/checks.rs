@@ -14,13 +14,13 @@ use rustix::{
 };
 
 use crate::{
-    address_space::{Backing, Mappings},
+    address_space::{AddressSpaces, Backing, Mappings, Tracking},
     kernel::{
         KernelSource as _,
         sampler::{OffCpuConfig, Sampler, SamplerConfig},
     },
     model::{Tgid, printable},
-    runtimes::hotspot,
+    runtimes::Runtimes,
     untrusted::{open, read_bounded},
     unwind::cfi::ModuleCfi,
 };
@@ -265,29 +265,26 @@ fn target(pid: Tgid) -> Vec<Finding> {
             continue;
         }
         seen.push(path.clone());
-        findings.push(module(&open::map_files_path(pid, mapping), path));
+        findings.push(module(&open::map_files_path(pid, mapping.at()), path));
     }
-    findings.extend(hotspot::find(pid, &space).map(jvm));
+    findings.extend(runtimes(pid));
     findings
 }
 
-/// What was read of a JVM's tables for external tools (the Java frames' layouts).
-fn jvm(found: Result<hotspot::Jvm>) -> Finding {
-    match found {
-        Ok(jvm) => {
-            let (fields, types, constants) = jvm.tables;
-            Finding::new(
-                Status::Ok,
-                "HotSpot JVM",
-                format!(
-                    "its tables for external tools read: {fields} fields, {types} types, {constants} constants; \
-                     code cache {:#x}-{:#x}",
-                    jvm.code_cache.start, jvm.code_cache.end
-                ),
-            )
-        }
-        Err(err) => Finding::new(Status::Warn, "HotSpot JVM", format!("its tables not read: {err:#}")),
-    }
+/// What is read of the language runtimes process `pid` runs (their frames' layouts), as a
+/// recording would read them.
+fn runtimes(pid: Tgid) -> Vec<Finding> {
+    let mut spaces = AddressSpaces::new(Tracking { all: false, follow_forks: false });
+    spaces.track(pid);
+    let mut view = spaces.observe(pid, pid.main_thread(), "", crate::clock::monotonic_ns());
+    let found = Runtimes::new(false).inspect(&mut view);
+    found
+        .into_iter()
+        .map(|(name, found)| match found {
+            Ok(said) => Finding::new(Status::Ok, name, said),
+            Err(why) => Finding::new(Status::Warn, name, format!("not read: {why}")),
+        })
+        .collect()
 }
 
 fn module(readable: &Path, path: &Path) -> Finding {

@@ -375,13 +375,13 @@ fn open_dump(tgid: Tgid, identity: &Identity) -> Result<Option<File>, String> {
     if identity.answerer(tgid, mapping.dev) != Answerer::Kernel {
         return Err("its file system is not the kernel's (FUSE or network)".into());
     }
-    let file = match target_open::mapped_file(tgid, mapping) {
+    let file = match target_open::mapped_file(tgid, mapping.at()) {
         Ok(file) => file,
         // Unmapped since (the process exited): what was read is kept.
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(err) => return Err(err.to_string()),
     };
-    owned_by_the_process(file, identity, &target_open::map_files_path(tgid, mapping)).map(Some)
+    owned_by_the_process(file, identity, &target_open::map_files_path(tgid, mapping.at())).map(Some)
 }
 
 /// `file` (at `path`), if it is a regular file owned by the process's user and writable by

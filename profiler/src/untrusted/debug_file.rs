@@ -10,28 +10,30 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use super::{Parts, StableFile, Writer, elf::ElfFacts, open};
-use crate::{address_space::Identity, model::Tgid};
+use super::{
+    Parts, StableFile, Writer,
+    elf::ElfFacts,
+    open::{self, Root},
+};
 
 /// The directories searched for separate debug files.
 const DEBUG_DIRS: [&str; 2] = ["/usr/lib/debug", "/lib/debug"];
 
-/// The debug file of a module mapped from `path` by process `tgid` (what `identity` says), whose facts
+/// The debug file of a module mapped from `path` by a process whose paths resolve in `root`
+/// (`asked`: whether a device's file system is one the kernel answers for), whose facts
 /// are `facts`, a file `writer` can change; made [`open::stable`]. A debug file names the
 /// module's frames: it is taken only from root, or from the user who could change the module
 /// anyway (a user's mount namespace may put their own files at the debug directories' paths).
 /// Nothing is looked up in a file system the kernel does not answer for (see `mounts`).
 pub fn find(
-    tgid: Tgid,
-    identity: &Identity,
+    root: &Root,
+    asked: &dyn Fn(u64) -> bool,
     path: &Path,
     facts: &ElfFacts,
     writer: Writer,
 ) -> Option<StableFile> {
-    let asked = identity.asked(tgid);
     candidates(path, facts).into_iter().filter(|candidate| candidate != path).find_map(|candidate| {
-        let file =
-            identity.root.open(&candidate, &asked).and_then(|file| open::stable(file, Parts::Whole)).ok()?;
+        let file = root.open(&candidate, asked).and_then(|file| open::stable(file, Parts::Whole)).ok()?;
         let trusted = match (file.writer(), writer) {
             (Writer::Root, _) => true,
             (Writer::User(debug), Writer::User(module)) => debug == module,

@@ -19,9 +19,9 @@
 //!   far as who could change it ([`Writer`]); a debug file is taken only from root or from the
 //!   module's own user ([`debug_file`]).
 //!
-//! Of the address spaces, it knows a [`Mapping`](crate::address_space::Mapping) (the inode a
-//! file was mapped from) and a process's [`Identity`](crate::address_space::Identity) (its root
-//! and mounts). A target's memory is read by `runtimes::memory`, within each sample's allowance.
+//! It imports nothing of the stages above it: a mapping is known by where it is and the inode it
+//! was mapped from ([`open::MappedAt`]), a process by the root its paths resolve in. A target's
+//! memory is read by `runtimes::memory`, within each sample's allowance.
 mod budget;
 mod cache;
 mod copy;

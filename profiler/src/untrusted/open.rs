@@ -31,7 +31,7 @@ use super::{
     copy::{self, Parts, StableFile, Writer},
     descriptors::{self, Slot},
 };
-use crate::{address_space::Mapping, model::Tgid};
+use crate::model::Tgid;
 
 /// Largest file copied into memory (a target-writable binary or debug file): beyond it the file
 /// is left unread.
@@ -190,10 +190,20 @@ pub fn own_file(path: &Path) -> io::Result<File> {
     reopen(handle)
 }
 
+/// Where a file is mapped in a process, as `/proc/PID/maps` says: the range `map_files` names it
+/// by, and the device and inode it was mapped from (what a file opened for it must be).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MappedAt {
+    pub start: u64,
+    pub end: u64,
+    pub dev: u64,
+    pub inode: u64,
+}
+
 /// Opens the file a mapping of process `tgid` was made from, through `/proc/PID/map_files`: the
 /// mapped inode itself, even deleted or replaced since. Refused unless it is the regular file
 /// the mapping names (device and inode).
-pub fn mapped_file(tgid: Tgid, mapping: &Mapping) -> io::Result<File> {
+pub fn mapped_file(tgid: Tgid, mapping: MappedAt) -> io::Result<File> {
     // The map_files link is the kernel's own: following it is what we want.
     let handle =
         rustix::fs::open(map_files_path(tgid, mapping), OFlags::PATH | OFlags::CLOEXEC, Mode::empty())?;
@@ -240,7 +250,7 @@ impl std::error::Error for JitMemory {}
 pub fn mapped_path(
     root: &Root,
     path: &Path,
-    mapping: &Mapping,
+    mapping: MappedAt,
     asked: &dyn Fn(u64) -> bool,
 ) -> io::Result<File> {
     let file = root.open(path, asked)?;
@@ -252,11 +262,11 @@ pub fn mapped_path(
 }
 
 /// `/proc/PID/map_files/START-END`: the very inode a mapping was made from.
-pub fn map_files_path(tgid: Tgid, mapping: &Mapping) -> PathBuf {
+pub fn map_files_path(tgid: Tgid, mapping: MappedAt) -> PathBuf {
     PathBuf::from(format!("/proc/{tgid}/map_files/{:x}-{:x}", mapping.start, mapping.end))
 }
 
-fn is_mapped_inode(stat: &Stat, mapping: &Mapping) -> bool {
+fn is_mapped_inode(stat: &Stat, mapping: MappedAt) -> bool {
     let dev = (u64::from(rustix::fs::major(stat.st_dev)) << 32) | u64::from(rustix::fs::minor(stat.st_dev));
     (dev, stat.st_ino) == (mapping.dev, mapping.inode)
 }

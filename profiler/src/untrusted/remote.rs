@@ -19,8 +19,11 @@ use std::{
 
 use rustc_hash::FxHashMap;
 
-use super::{Parts, StableFile, open};
-use crate::{address_space::Mapping, model::Tgid};
+use super::{
+    Parts, StableFile,
+    open::{self, MappedAt},
+};
+use crate::model::Tgid;
 
 /// How long a file may take to open and copy.
 pub const DEADLINE: Duration = Duration::from_secs(5);
@@ -46,7 +49,7 @@ impl Job {
 
 /// The file `mapping` of process `tgid` was made from, copied: `WouldBlock` while its copy is
 /// under way or waits for room (ask again), `TimedOut` when it was not ready in time.
-pub fn open(tgid: Tgid, mapping: &Mapping) -> io::Result<StableFile> {
+pub fn open(tgid: Tgid, mapping: MappedAt) -> io::Result<StableFile> {
     let mut jobs = JOBS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let jobs = jobs.get_or_insert_with(FxHashMap::default);
     // Results come in; those given up on, or nobody asked for in time, are let go (and with
@@ -76,9 +79,8 @@ pub fn open(tgid: Tgid, mapping: &Mapping) -> io::Result<StableFile> {
         return Err(not_yet());
     }
     let (sender, done) = mpsc::sync_channel(1);
-    let mapping = mapping.clone();
     std::thread::Builder::new().name("profiler-remote".into()).spawn(move || {
-        let copied = open::mapped_file(tgid, &mapping).and_then(|file| open::copied(file, Parts::Module));
+        let copied = open::mapped_file(tgid, mapping).and_then(|file| open::copied(file, Parts::Module));
         let _ = sender.send(copied);
     })?;
     jobs.insert(key, Job { started: Instant::now(), done, result: None, given_up: false });

@@ -3,11 +3,8 @@
 //! and read from the target with every value checked.
 use std::ops::Range;
 
-use super::{
-    ReadMemory, USER_END,
-    layout::{BlobLayout, Layout},
-    read_u64,
-};
+use super::layout::{BlobLayout, Layout};
+use crate::runtimes::memory::{ReadMemory, USER_END, read_u64};
 
 /// Most heaps taken (HotSpot has three with a segmented code cache, one without).
 const MAX_HEAPS: usize = 8;

@@ -6,13 +6,14 @@ use super::{
     Allowance, BlobKind, Frame, Functions, JavaStats, Jvm, Memory, Started,
     code_cache::Heap,
     layout::{BlobLayout, Deopt, Int, Layout, Overloads},
+    vm_structs::TableCounts,
 };
 use crate::unwind::{RuntimeCode, RuntimeStep, StackSnapshot};
 
 /// A JVM whose code cache is `heap`, blob names at the addresses of `kinds` telling their kind.
 pub fn jvm(layout: Layout, heap: Heap, kinds: &[(u64, BlobKind)], memory: Memory) -> Jvm {
     let started = Started { code_cache: heap.code.clone(), heaps: vec![heap], call_stub_return: 0x1 };
-    let mut jvm = Jvm::new((0, 0, 0), layout, started, None, memory, Allowance::unbounded(None));
+    let mut jvm = Jvm::new(TableCounts::default(), layout, started, None, memory, Allowance::unbounded(None));
     jvm.kinds.extend(kinds.iter().copied());
     jvm
 }

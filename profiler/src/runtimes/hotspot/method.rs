@@ -1,7 +1,8 @@
 //! A Java method's name, source file and line table, read from its `Method` in the target:
 //! `Method` → `ConstMethod` (indexes into the constant pool, the bytecodes, the line table right
 //! after them) → `ConstantPool` (the class, and `Symbol`s at those indexes) → `Klass::_name`.
-use super::{ReadMemory, debug_info, layout::Layout, pointer, read_bytes, read_u64};
+use super::{debug_info, layout::Layout};
+use crate::runtimes::memory::{ReadMemory, pointer, read_bytes, read_u64};
 
 /// Longest symbol taken (class names, method names, file names).
 const MAX_SYMBOL: usize = 4096;

@@ -12,14 +12,14 @@
 //! after the sample, checked, and cached per JVM: an nmethod by its address and compile id (code
 //! freed and reused since is another compile id, never misnamed), a method by its address.
 //! See docs/hotspot-layouts.md for the layouts and rules.
-pub mod code_cache;
-pub mod debug_info;
+pub(crate) mod code_cache;
+pub(crate) mod debug_info;
 #[cfg(any(test, feature = "testing"))]
 pub mod fixture;
-pub mod layout;
-pub mod method;
+pub(crate) mod layout;
+pub(crate) mod method;
 mod stack;
-pub mod vm_structs;
+pub(crate) mod vm_structs;
 
 use std::{ops::Range, sync::Arc};
 
@@ -31,24 +31,21 @@ use self::{
     code_cache::{Blob, BlobKind, Heap},
     layout::Layout,
     method::MethodInfo,
-    vm_structs::{Image, VmStructs},
+    vm_structs::{Image, TableCounts, VmStructs},
 };
 use super::{
     Refusal, Runtime,
     functions::{FunctionRef, Functions, Kind},
-    memory::{self, Allowance, ProcessMemory},
+    memory::{self, Allowance, ProcessMemory, ReadMemory, read_bytes, read_u32, read_u64},
 };
 use crate::{
-    address_space::{Backing, FileMappings, Mapping, Mappings, ModuleId, ProcessView},
+    address_space::{Backing, Mapping, ModuleId, ProcessView},
     decode::UserRegs,
     frame::Frame,
     model::Tgid,
-    untrusted::{Cache, Parts, open},
+    untrusted::Cache,
     unwind::RuntimeCode,
 };
-
-/// Reads `buf.len()` bytes of the process at an address; false when it cannot.
-pub type ReadMemory<'a> = dyn FnMut(u64, &mut [u8]) -> bool + 'a;
 
 /// Blob names' kinds remembered per JVM (16 bytes each); beyond, the memory starts over.
 const MAX_BLOB_NAMES: usize = 4096;
@@ -94,6 +91,7 @@ impl Runtime for HotSpot {
     type Instance = Jvm;
 
     const LABEL: &'static str = "java";
+    const NAME: &'static str = "HotSpot JVM";
     /// Often: the JVM runs Java code (its own start-up) as soon as it has started.
     const RECHECK_NS: u64 = 20_000_000;
 
@@ -156,6 +154,15 @@ impl Runtime for HotSpot {
         jvm.relieve();
     }
 
+    fn inspect(&self, jvm: &Jvm) -> String {
+        let TableCounts { fields, types, constants } = jvm.tables;
+        format!(
+            "its tables for external tools read: {fields} fields, {types} types, {constants} constants; code cache \
+             {:#x}-{:#x}",
+            jvm.code_cache.start, jvm.code_cache.end
+        )
+    }
+
     fn detach(&mut self, jvm: Jvm) {
         self.stats.lost += jvm.lost;
     }
@@ -188,7 +195,7 @@ impl LibJvm {
 /// A JVM found in a process: its layout, its code cache, and what was read of it.
 pub struct Jvm {
     /// How many fields, types and constants its tables had.
-    pub tables: (usize, usize, usize),
+    pub tables: TableCounts,
     pub layout: Layout,
     /// `CodeCache::_low_bound .. _high_bound`: where compiled Java code and stubs are.
     pub code_cache: Range<u64>,
@@ -253,24 +260,6 @@ impl Nmethod {
     }
 }
 
-/// The JVM of process `pid`, if it maps a `libjvm.so`: `None` when it maps none, an error when
-/// its tables cannot be read (not HotSpot after all, not started yet, or garbage).
-pub fn find(pid: Tgid, space: &Mappings) -> Option<Result<Jvm>> {
-    let mapping = space.mappings().find(|mapping| is_libjvm(mapping))?;
-    let file = open::mapped_file(pid, mapping)
-        .and_then(|file| open::stable(file, Parts::Whole))
-        .and_then(|file| open::map(&file))
-        .context("cannot read its libjvm.so");
-    Some(file.and_then(LibJvm::read).and_then(|libjvm| {
-        let files = FileMappings::read(pid, space.clone());
-        read(pid, mapping, Arc::new(libjvm), Allowance::unbounded(Some(files))).map_err(|refused| {
-            match refused {
-                Refusal::NotYet(err) | Refusal::Never(err) => err,
-            }
-        })
-    }))
-}
-
 /// Whether `mapping` is of the start of a `libjvm.so`.
 fn is_libjvm(mapping: &Mapping) -> bool {
     mapping.offset == 0
@@ -331,7 +320,7 @@ fn read(
 
 impl Jvm {
     fn new(
-        tables: (usize, usize, usize),
+        tables: TableCounts,
         layout: Layout,
         started: Started,
         names: Option<BlobNames>,
@@ -640,29 +629,3 @@ fn read_nmethod(layout: &Layout, blob: u64, compile_id: u32, read: &mut ReadMemo
 
 #[cfg(test)]
 mod tests;
-
-// Reading the target: every read whole or refused, every pointer checked before it is followed.
-
-/// The end of the user half of the address space: nothing of a JVM's lies beyond.
-const USER_END: u64 = 1 << 47;
-
-/// A pointer worth following: not NULL, aligned, in the user half of the address space.
-fn pointer(address: u64) -> Option<u64> {
-    (address != 0 && address.is_multiple_of(8) && address < USER_END).then_some(address)
-}
-
-/// `size` bytes of the target at `address`.
-fn read_bytes(read: &mut ReadMemory<'_>, address: u64, size: usize) -> Option<Vec<u8>> {
-    let mut bytes = vec![0u8; size];
-    read(address, &mut bytes).then_some(bytes)
-}
-
-fn read_u64(read: &mut ReadMemory<'_>, address: u64) -> Option<u64> {
-    let mut raw = [0u8; 8];
-    read(address, &mut raw).then(|| u64::from_le_bytes(raw))
-}
-
-fn read_u32(read: &mut ReadMemory<'_>, address: u64) -> Option<u32> {
-    let mut raw = [0u8; 4];
-    read(address, &mut raw).then(|| u32::from_le_bytes(raw))
-}

@@ -9,7 +9,7 @@
 //! name), entries that fail skipped.
 use std::{collections::HashMap, fmt, ops::Range};
 
-use super::ReadMemory;
+use crate::runtimes::memory::ReadMemory;
 use object::{Object as _, ObjectSegment as _, ObjectSymbol as _, SegmentFlags, read::elf::ElfFile64};
 
 /// The exported pointers to the four tables.
@@ -250,9 +250,21 @@ impl VmStructs {
     }
 
     /// How many fields, types and constants were read.
-    pub fn counts(&self) -> (usize, usize, usize) {
-        (self.fields.len(), self.type_sizes.len(), self.int_constants.len() + self.long_constants.len())
+    pub fn counts(&self) -> TableCounts {
+        TableCounts {
+            fields: self.fields.len(),
+            types: self.type_sizes.len(),
+            constants: self.int_constants.len() + self.long_constants.len(),
+        }
     }
+}
+
+/// How much a JVM's tables for external tools held.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TableCounts {
+    pub fields: usize,
+    pub types: usize,
+    pub constants: usize,
 }
 
 /// The 8 bytes at `offset` of `entry` (an int32 member is the low half).
@@ -355,7 +367,7 @@ mod tests {
         assert_eq!(vm.type_sizes.get("nmethod"), Some(&0x1b0));
         assert_eq!(vm.int_constants.get("BytesPerWord"), Some(&8));
         assert_eq!(vm.long_constants.get("Hot"), Some(&42));
-        assert_eq!(vm.counts(), (2, 1, 2));
+        assert_eq!(vm.counts(), TableCounts { fields: 2, types: 1, constants: 2 });
         assert_eq!(vm.skipped, 0);
     }
 

@@ -9,13 +9,13 @@
 //! object by address; the code object is read from `/proc/PID/mem` when the sample is walked,
 //! soon after it was taken, and cached per process by (address, first line): an address that
 //! now holds another code object (the first was freed) does not match and is not misnamed.
-pub mod code;
+pub(crate) mod code;
 mod debug_offsets;
 mod interpreter;
-pub mod layout;
+pub(crate) mod layout;
 #[cfg(test)]
 mod layout_check;
-pub mod line_table;
+pub(crate) mod line_table;
 mod merge;
 
 use std::sync::Arc;
@@ -95,6 +95,7 @@ impl Runtime for Python {
     type Instance = Running;
 
     const LABEL: &'static str = "python";
+    const NAME: &'static str = "CPython";
     const KIND: RuntimeKind = RuntimeKind::Python;
     const RECHECK_NS: u64 = 200_000_000;
 
@@ -164,6 +165,13 @@ impl Runtime for Python {
 
     fn relieve(&mut self, running: &mut Running) {
         running.relieve();
+    }
+
+    fn inspect(&self, running: &Running) -> String {
+        format!(
+            "{} read: _PyRuntime at {:#x}, its threads' frames walked at each sample",
+            running.interpreter.layout.version, running.process.runtime
+        )
     }
 
     /// Puts the Python frames of a sample in place of the eval loop's frames in `frames` (the
