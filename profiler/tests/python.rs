@@ -1,8 +1,9 @@
 //! End to end, as root: Python frames in `profiler record`, on every supported CPython installed
-//! (pyenv's 3.8–3.13 and the system's), each scenario run on all of them and failing with the
+//! (pyenv's 3.6–3.13, the system's, and Debian unstable's 3.14 that `cargo xtask setup` unpacks),
+//! each scenario run on all of them and failing with the
 //! list of those it failed on. The scripts are in tests/workloads/python.
 //!
-//! A Python frame reads `qualname (path/file.py:LINE)` (3.8–3.10: the code's plain name); it
+//! A Python frame reads `qualname (path/file.py:LINE)` (3.6–3.10: the code's plain name); it
 //! takes the place of the interpreter's `_PyEval_EvalFrameDefault`, between the native frames
 //! that called the interpreter and those Python code calls.
 mod common;
@@ -15,9 +16,6 @@ use prost::Message as _;
 
 /// The interpreter's evaluation loop, which Python frames replace in stacks of Python code.
 const EVAL_LOOP: &str = "_PyEval_EvalFrameDefault";
-
-/// The interpreter's native entry, under the main thread's outermost Python frame.
-const NATIVE_ENTRY: &str = "Py_RunMain";
 
 /// Share of stacks allowed to miss what each test requires of them: a sample may catch the
 /// interpreter between pushing a frame and entering it.
@@ -62,8 +60,8 @@ fn assert_most(stacks: &[(&[String], u64)], fraction: f64, what: &str, keep: imp
 /// How the native part of a stack is checked under `<module>`.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Native {
-    /// Complete: the interpreter's native entry is under `<module>`.
-    Complete,
+    /// Complete: the interpreter's native entry (this one) is under `<module>`.
+    Complete(&'static str),
     /// Maybe cut by the stack copy (hundreds of native eval-loop calls under 3.8–3.10): only the
     /// Python frames are checked.
     MaybeCut,
@@ -94,10 +92,10 @@ fn assert_rooted_at_module(stacks: &[(&[String], u64)], file_name: &str, native:
         not_rooted.len(),
         not_rooted.first()
     );
-    if native == Native::Complete {
-        assert_most(&of_script, 1.0 - SLACK, &format!("have {NATIVE_ENTRY} under <module>"), |frames| {
+    if let Native::Complete(entry) = native {
+        assert_most(&of_script, 1.0 - SLACK, &format!("have {entry} under <module>"), |frames| {
             let module = frames.iter().position(|frame| frame.starts_with("<module> (")).unwrap();
-            frames[..module].iter().any(|frame| frame == NATIVE_ENTRY)
+            frames[..module].iter().any(|frame| frame == entry)
         });
     }
     // A sample can catch a call entering or leaving the loop, before its Python frame is
@@ -139,7 +137,7 @@ fn python_functions_get_their_shares_under_module() {
         let pprof = dir.join("out.pb.gz");
         let run = record_script(dir, python, "shares.py", "6", &["-o", pprof.to_str().unwrap()]);
         let main = run.thread("main");
-        assert_rooted_at_module(&main, "shares.py", Native::Complete);
+        assert_rooted_at_module(&main, "shares.py", Native::Complete(python.native_entry()));
         let in_script = weight(&main, |frames| runs_script(frames, "shares.py"));
         let mut expected = Vec::new();
         for (qualname, share) in [("alpha", 50.0), ("beta", 30.0), ("Burner.gamma", 20.0)] {
@@ -185,7 +183,7 @@ fn python_calls_native_code_that_calls_python() {
     on_every_interpreter("mixed", |python, dir| {
         let run = record_script(dir, python, "mixed.py", "3", &[]);
         let main = run.thread("main");
-        assert_rooted_at_module(&main, "mixed.py", Native::Complete);
+        assert_rooted_at_module(&main, "mixed.py", Native::Complete(python.native_entry()));
         // zlib's compression, in libz, under the Python function that called it.
         let compressing: Vec<(&[String], u64)> = main
             .iter()
@@ -291,7 +289,7 @@ fn hostile_python_names_keep_folded_stacks_whole() {
             assert!(line.starts_with(&root), "a line that is not a whole stack: {start:?}");
         }
         let main = run.thread("main");
-        assert_rooted_at_module(&main, "hostile.py", Native::Complete);
+        assert_rooted_at_module(&main, "hostile.py", Native::Complete(python.native_entry()));
         // Each renamed function's frames, found by the lines of its code.
         let names_in = |function: &str| {
             let lines = function_lines(&source, function);
@@ -339,7 +337,7 @@ fn python_started_after_a_system_wide_recording_began_is_named() {
         assert!(status.success());
         let folded = Folded::read(&out);
         let stacks = thread_stacks(&folded, pid);
-        assert_rooted_at_module(&stacks, "shares.py", Native::Complete);
+        assert_rooted_at_module(&stacks, "shares.py", Native::Complete(python.native_entry()));
         for name in ["alpha", "beta", &python.frame_name("Burner.gamma")] {
             assert!(weight(&stacks, |frames| has_function(frames, name, "shares.py")) > 0, "no {name}");
         }
@@ -355,7 +353,7 @@ fn off_cpu_python_stacks_name_the_waiting_function() {
     on_every_interpreter("off-cpu", |python, dir| {
         let run = record_script(dir, python, "offcpu.py", "2", &["--off-cpu"]);
         let main = run.thread("main");
-        assert_rooted_at_module(&main, "offcpu.py", Native::Complete);
+        assert_rooted_at_module(&main, "offcpu.py", Native::Complete(python.native_entry()));
         let waiting = |frames: &[String]| has_function(frames, "waiter", "offcpu.py");
         let slept = weight(&main, waiting);
         assert!(slept >= 1_500_000, "{slept} µs asleep in waiter, which sleeps for 2 s");
@@ -379,8 +377,11 @@ fn python_in_its_own_mount_and_pid_namespaces() {
         // In a mount namespace of its own, the interpreter's directory (pyenv's installation,
         // or /usr/bin) is bound under a tmpfs that only the target sees, and pyenv's versions
         // are hidden: its files are only where the target sees them. Its pids are its own too.
+        // Debian unstable's finds its library next to its `bin/` like pyenv's, and its loader
+        // where `cargo xtask setup` unpacked it: left in sight.
         let is_pyenv = python.label.starts_with("pyenv-");
-        let source = if is_pyenv {
+        let is_unpacked = python.path.ends_with(DEBIAN_PYTHON);
+        let source = if is_pyenv || is_unpacked {
             python.path.parent().unwrap().parent().unwrap()
         } else {
             python.path.parent().unwrap()
@@ -418,10 +419,10 @@ fn python_in_its_own_mount_and_pid_namespaces() {
         let of_python: Vec<(&[String], u64)> = folded
             .stacks
             .iter()
-            .filter(|(frames, _)| frames.iter().any(|frame| frame == NATIVE_ENTRY))
+            .filter(|(frames, _)| frames.iter().any(|frame| frame == python.native_entry()))
             .map(|(frames, n)| (&frames[..], *n))
             .collect();
-        assert_rooted_at_module(&of_python, "shares.py", Native::Complete);
+        assert_rooted_at_module(&of_python, "shares.py", Native::Complete(python.native_entry()));
         for name in ["alpha", "beta", &python.frame_name("Burner.gamma")] {
             let named = weight(&of_python, |frames| has_function(frames, name, "shares.py"));
             assert!(named > 0, "no {name}: {stderr}");

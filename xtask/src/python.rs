@@ -7,7 +7,7 @@ use std::{
 };
 
 /// The CPython minor versions (3.N) the profiler shows Python frames of.
-pub const SUPPORTED_MINORS: RangeInclusive<u32> = 8..=13;
+pub const SUPPORTED_MINORS: RangeInclusive<u32> = 6..=14;
 
 /// pyenv's newest 3.`minor`.P, if installed.
 pub fn pyenv(minor: u32) -> Option<PathBuf> {

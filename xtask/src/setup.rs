@@ -15,7 +15,7 @@ const BPF_LINKER_VERSION: &str = "0.13.0";
 const BPF_LINKER_LLVM_MAJORS: [u32; 3] = [21, 22, 23];
 /// What the tests need, and the Debian packages that provide it: commands (found in PATH) and
 /// libraries (by path: the allocators `leaks` is tested with).
-const PACKAGES: [(&str, &str); 13] = [
+const PACKAGES: [(&str, &str); 14] = [
     ("gcc", "gcc"),
     ("g++", "g++"),
     ("objcopy", "binutils"),
@@ -35,6 +35,8 @@ const PACKAGES: [(&str, &str); 13] = [
     // `allow_other` (see `ensure_fuse_allow_other`) and which never answers root.
     ("fusermount3", "fuse3"),
     ("/usr/include/fuse3/fuse.h", "libfuse3-dev"),
+    // What points Debian unstable's CPython 3.14 at its own loader (see `ensure_debian_python`).
+    ("patchelf", "patchelf"),
 ];
 
 pub fn ensure(root: &Path) -> Result<()> {
@@ -42,7 +44,84 @@ pub fn ensure(root: &Path) -> Result<()> {
     ensure_bpf_linker(root)?;
     ensure_cargo_fuzz(root)?;
     ensure_packages()?;
+    ensure_debian_python(root)?;
     ensure_speedscope_schema(root)
+}
+
+/// Debian unstable's CPython, which the Python tests profile beside pyenv's: its packages (and
+/// its suite's C library, newer than this machine's) unpacked under `.tools/`, the executable
+/// pointed at that C library's loader and libraries.
+const DEBIAN_PYTHON: &str = ".tools/debian-sid-python3.14/usr/bin/python3.14";
+const DEBIAN_PYTHON_DIR: &str = ".tools/debian-sid-python3.14";
+/// The interpreter, its standard library, and what its modules need newer than this machine's:
+/// the C library, and OpenSSL (for `hashlib`).
+const DEBIAN_PYTHON_PACKAGES: [&str; 6] = [
+    "python3.14",
+    "python3.14-minimal",
+    "libpython3.14-minimal",
+    "libpython3.14-stdlib",
+    "libc6",
+    "libssl3t64",
+];
+/// What the tests need of it: it runs, with those modules.
+const DEBIAN_PYTHON_CHECK: &str = "import _hashlib, ctypes, sys, zlib; print(sys.version.split()[0])";
+
+fn ensure_debian_python(root: &Path) -> Result<()> {
+    let python = root.join(DEBIAN_PYTHON);
+    if Command::new(&python).args(["-c", DEBIAN_PYTHON_CHECK]).output().is_ok_and(|o| o.status.success()) {
+        return Ok(());
+    }
+    eprintln!("xtask: fetching Debian unstable's CPython 3.14 into {DEBIAN_PYTHON_DIR}");
+    let dir = root.join(DEBIAN_PYTHON_DIR);
+    // apt with lists and a cache of its own, beside the unpacked files: the machine's sources
+    // stay as they are.
+    let apt = dir.join("apt");
+    for sub in ["lists/partial", "cache/archives/partial", "debs"] {
+        fs::create_dir_all(apt.join(sub))?;
+    }
+    let sources = apt.join("sources.list");
+    fs::write(
+        &sources,
+        "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian unstable main\n",
+    )?;
+    let apt_get = |args: &[&str], cwd: &Path| {
+        let mut command = Command::new("apt-get");
+        command
+            .arg("-q")
+            .arg(format!("-oDir::Etc::SourceList={}", sources.display()))
+            .args([
+                "-oDir::Etc::SourceParts=/dev/null",
+                "-oAcquire::Languages=none",
+                "-oAPT::Sandbox::User=root",
+            ])
+            .arg(format!("-oDir::State::Lists={}", apt.join("lists").display()))
+            .arg(format!("-oDir::Cache={}", apt.join("cache").display()))
+            .args(args)
+            .current_dir(cwd);
+        check(&mut command)
+    };
+    let debs = apt.join("debs");
+    apt_get(&["update"], &dir)?;
+    apt_get(&[&["download"][..], &DEBIAN_PYTHON_PACKAGES].concat(), &debs)?;
+    for deb in fs::read_dir(&debs)? {
+        check(Command::new("dpkg").arg("-x").arg(deb?.path()).arg(&dir))?;
+    }
+    // The executable in place, as unpacked, runs with Debian's newer C library: its loader, then
+    // its libraries before the machine's (for the rest: zlib, expat, libffi), for the
+    // modules it loads too (an RPATH, which unlike a RUNPATH applies to them).
+    let libc = fs::canonicalize(dir.join("usr/lib/x86_64-linux-gnu"))?;
+    check(
+        Command::new("patchelf")
+            .arg("--force-rpath")
+            .arg("--set-interpreter")
+            .arg(libc.join("ld-linux-x86-64.so.2"))
+            .arg("--set-rpath")
+            .arg(format!("{}:/usr/lib/x86_64-linux-gnu", libc.display()))
+            .arg(&python),
+    )?;
+    let version = output(Command::new(&python).args(["-c", DEBIAN_PYTHON_CHECK]))?;
+    eprintln!("xtask: {DEBIAN_PYTHON} runs CPython {}", version.trim());
+    Ok(())
 }
 
 /// What `cargo xtask bench` runs besides profiler: perf, valgrind, libbpf-tools' offcputime,

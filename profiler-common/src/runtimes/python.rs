@@ -36,7 +36,7 @@ pub mod python_frame_flags {
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PythonRuns {
-    /// 3.8–3.10: each frame is evaluated by a call of its own.
+    /// 3.6–3.10: each frame is evaluated by a call of its own.
     OnePerCall = 0,
     /// 3.11: a run ends at a frame whose `is_entry` is set.
     EntryFlag = 1,
@@ -52,7 +52,7 @@ pub enum PythonRuns {
 pub struct PythonOffsets {
     /// A [`PythonRuns`].
     pub runs: u32,
-    /// `_PyRuntimeState.interpreters.main`.
+    /// `_PyRuntimeState.interpreters.main`; 0 for 3.6's `interp_head`, which points at it.
     pub runtime_main_interpreter: u32,
     /// `PyInterpreterState.tstate_head` / `threads.head`: the newest thread state.
     pub interpreter_threads: u32,
@@ -60,13 +60,14 @@ pub struct PythonOffsets {
     pub thread_next: u32,
     /// `PyThreadState.thread_id`: the thread's `pthread_self()`, its FS base on x86-64.
     pub thread_id: u32,
-    /// `PyThreadState.frame` (up to 3.10), `.cframe` (3.11, 3.12), `.current_frame` (3.13).
+    /// `PyThreadState.frame` (up to 3.10), `.cframe` (3.11, 3.12), `.current_frame` (3.13+).
     pub thread_frame: u32,
     /// `_PyCFrame.current_frame` when `thread_frame` leads to a `_PyCFrame` (3.11, 3.12).
     pub cframe_current_frame: u32,
     /// The frame's caller: `f_back` / `previous`.
     pub frame_back: u32,
-    /// The frame's code object: `f_code` / `f_executable`.
+    /// The frame's code object: `f_code` / `f_executable` (3.14's a tagged `_PyStackRef`: its
+    /// low 3 bits are masked).
     pub frame_code: u32,
     /// `f_lasti`, `prev_instr` or `instr_ptr` (see [`PythonFrame::instr`]).
     pub frame_instr: u32,
@@ -97,7 +98,8 @@ impl PythonOffsets {
 #[cfg_attr(feature = "user", derive(bytemuck::Pod, bytemuck::Zeroable))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PythonProcess {
-    /// `&_PyRuntime` in the process.
+    /// Where the walk starts: `&_PyRuntime` in the process (3.7+), or 3.6's `&interp_head`; the
+    /// main interpreter is the word at `offsets.runtime_main_interpreter` there.
     pub runtime: u64,
     /// `&PyCode_Type` in the process: what a code object's `ob_type` is.
     pub code_type: u64,

@@ -51,6 +51,10 @@ const MAX_THREADS: u32 = 256;
 /// (`FRAME_OWNED_BY_CSTACK`, 3.12+).
 const OWNED_BY_CSTACK: u8 = 3;
 
+/// The low bits of a frame's code object pointer that are not the address (3.14's stack
+/// references are tagged; earlier versions' pointers have them clear).
+const CODE_TAG_BITS: u64 = 7;
+
 /// Walks the Python frames of thread `tid` (the current one) of `process` into `frames` (room
 /// for [`MAX_PYTHON_FRAMES`]); returns the outcome and the bytes of records written.
 pub fn walk(process: &PythonProcess, tid: u32, frames: *mut u8) -> (RuntimeWalk, u32) {
@@ -196,7 +200,8 @@ fn read_frame(walk: &mut Walk) -> Result<(), RuntimeWalk> {
     let size = offsets.frame_bytes.min(PythonOffsets::MAX_FRAME_BYTES) as usize;
     unsafe { read_user(reads.frame.as_mut_ptr(), size, walk.frame) }.map_err(|_| RuntimeWalk::ReadError)?;
     let back = field(&reads.frame, offsets.frame_back).ok_or(RuntimeWalk::ReadError)?;
-    let code = field(&reads.frame, offsets.frame_code).ok_or(RuntimeWalk::ReadError)?;
+    // Objects are 8-byte aligned: 3.14's `f_executable` (a `_PyStackRef`) keeps tags there.
+    let code = field(&reads.frame, offsets.frame_code).ok_or(RuntimeWalk::ReadError)? & !CODE_TAG_BITS;
     let instr = field(&reads.frame, offsets.frame_instr).ok_or(RuntimeWalk::ReadError)?;
     walk.frame = back;
     let len = written(reads) as usize;

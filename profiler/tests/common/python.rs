@@ -12,15 +12,20 @@ use std::{
 use super::{Folded, KillOnDrop, run_bounded, scratch_dir, thread_stacks};
 
 /// The CPython minor versions (3.N) the profiler shows Python frames of.
-pub const SUPPORTED_MINORS: RangeInclusive<u32> = 8..=13;
+pub const SUPPORTED_MINORS: RangeInclusive<u32> = 6..=14;
 
 /// Where Debian installs its interpreters (`python3.N`, libpython linked in statically).
 const SYSTEM_BIN: &str = "/usr/bin";
 
+/// Debian unstable's CPython 3.14 (libpython linked in statically, stripped), which
+/// `cargo xtask setup` unpacks there, with its suite's C library, under the repository's root.
+pub const DEBIAN_PYTHON: &str = ".tools/debian-sid-python3.14/usr/bin/python3.14";
+
 /// One installed CPython.
 #[derive(Debug)]
 pub struct Interpreter {
-    /// How failures name it, and its scratch directories: `pyenv-3.12.1`, `usr-bin-python3.11`.
+    /// How failures name it, and its scratch directories: `pyenv-3.12.1`, `usr-bin-python3.11`,
+    /// `debian-sid-python3.14`.
     pub label: String,
     pub path: PathBuf,
     /// N of 3.N.
@@ -38,6 +43,13 @@ impl Interpreter {
         }
     }
 
+    /// The native function under a script's `<module>` in every stack of it: `Py_RunMain`
+    /// from 3.8, which runs the script in every build; 3.6 and 3.7 run it from
+    /// `PyRun_SimpleFileExFlags`.
+    pub fn native_entry(&self) -> &'static str {
+        if self.minor >= 8 { "Py_RunMain" } else { "PyRun_SimpleFileExFlags" }
+    }
+
     /// The command name (`comm`) of a process started from it, at most 15 bytes.
     pub fn comm(&self) -> String {
         let name = self.path.file_name().unwrap().to_string_lossy();
@@ -45,21 +57,19 @@ impl Interpreter {
     }
 }
 
-/// Every supported CPython installed: pyenv's (`$(pyenv root)/versions/3.N.P/bin/python3.N`)
-/// and the system's (`/usr/bin/python3.N`). Fails when there is none, and when a supported one
-/// is installed but does not run or is not the version its place says: each must be covered.
+/// Every supported CPython installed: pyenv's (`$(pyenv root)/versions/3.N.P/bin/python3.N`),
+/// the system's (`/usr/bin/python3.N`) and Debian unstable's 3.14 ([`DEBIAN_PYTHON`], which
+/// must be there). Fails when a supported one is installed but does not run or is not the
+/// version its place says: each must be covered.
 pub fn interpreters() -> &'static [Interpreter] {
     static INSTALLED: OnceLock<Vec<Interpreter>> = OnceLock::new();
     INSTALLED.get_or_init(|| {
         let mut found: Vec<Interpreter> =
             pyenv_root().map(|root| pyenv_interpreters(&root)).unwrap_or_default();
         found.extend(system_interpreters());
-        assert!(
-            !found.is_empty(),
-            "no CPython 3.{}–3.{} installed (pyenv's, or {SYSTEM_BIN}/python3.N): the Python tests need one",
-            SUPPORTED_MINORS.start(),
-            SUPPORTED_MINORS.end()
-        );
+        let debian = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(DEBIAN_PYTHON);
+        assert!(debian.exists(), "{} is missing: run `cargo xtask setup`", debian.display());
+        found.push(Interpreter { label: "debian-sid-python3.14".into(), path: debian, minor: 14 });
         for interpreter in &found {
             check_runs(interpreter);
         }

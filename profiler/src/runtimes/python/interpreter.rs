@@ -1,21 +1,23 @@
 //! What a CPython image (libpython, or an executable with the interpreter linked in) says of
-//! itself, read once per module: its version, where `_PyRuntime` and `PyCode_Type` are, and which
-//! of its code is the eval loop.
+//! itself, read once per module: its version, where `_PyRuntime` (3.6's `interp_head`) and
+//! `PyCode_Type` are, and which of its code is the eval loop.
 use std::ops::Range;
 
 use object::{Object as _, ObjectSection as _, ObjectSymbol as _, SectionIndex, read::elf::ElfFile64};
 
 use super::{
     debug_offsets,
-    layout::{self, Layout, Version},
+    layout::{self, Layout, Root, Version},
 };
 use crate::untrusted::ElfFacts;
 
 /// A CPython image this profiler reads.
 #[derive(Debug, Clone)]
 pub struct Interpreter {
-    pub layout: &'static Layout,
-    /// Addresses as the file states them (add the load bias).
+    /// The version's table, with what the image states of itself (3.13+) in place.
+    pub layout: Layout,
+    /// Addresses as the file states them (add the load bias). `runtime_svma` is the layout's
+    /// [`Root`]: `_PyRuntime`, or 3.6's `interp_head`.
     pub runtime_svma: u64,
     pub code_type_svma: u64,
     pub unicode_type_svma: u64,
@@ -44,12 +46,16 @@ impl Image {
                 symbol.name() == Ok(name) && !symbol.is_undefined() && symbol.section_index().is_some()
             })
         };
-        let (Some(runtime), Some(code_type), Some(unicode_type)) =
-            (exported("_PyRuntime"), exported("PyCode_Type"), exported("PyUnicode_Type"))
+        let (Some(code_type), Some(unicode_type)) = (exported("PyCode_Type"), exported("PyUnicode_Type"))
         else {
             return Self::NotPython;
         };
         let named = NamedVersion::of(file_name);
+        // 3.6 has no `_PyRuntime`: only its name says it is CPython 3.6.
+        let runtime = exported("_PyRuntime");
+        if runtime.is_none() && named.is_none_or(|named| named.version != Version(6)) {
+            return Self::NotPython;
+        }
         let version = exported("Py_Version")
             .and_then(|symbol| bytes_at(&elf, symbol.address(), symbol.section_index()?, 4))
             .map(|bytes| Version(bytes[2]))
@@ -66,23 +72,60 @@ impl Image {
         let Some(layout) = layout::layout(version) else {
             return Self::Unsupported(format!("CPython {version}"));
         };
-        if version >= Version(13) {
-            let own = runtime.section_index().and_then(|section| {
-                let end = debug_offsets::BYTES.min(usize::try_from(runtime.size()).ok()?);
-                bytes_at(&elf, runtime.address(), section, end)
-            });
-            if let Err(disagreement) = debug_offsets::check(layout, own.unwrap_or_default()) {
-                return Self::Unsupported(format!("CPython {version} ({disagreement})"));
+        let root = match (layout.root, &runtime) {
+            (Root::Runtime, Some(runtime)) => runtime.address(),
+            (Root::InterpreterHead, _) => match interpreter_head(&elf) {
+                Some(address) => address,
+                None => return Self::Unsupported(format!("CPython {version} without interp_head")),
+            },
+            (Root::Runtime, None) => {
+                return Self::Unsupported(format!("CPython {version} without _PyRuntime"));
             }
-        }
+        };
+        let own = runtime.filter(|_| version >= Version(13)).and_then(|runtime| {
+            let section = runtime.section_index()?;
+            let end = debug_offsets::BYTES.min(usize::try_from(runtime.size()).ok()?);
+            bytes_at(&elf, runtime.address(), section, end)
+        });
+        let layout = match debug_offsets::adopt(layout, own.unwrap_or_default()) {
+            Ok(layout) => layout,
+            Err(disagreement) => {
+                let release = own.and_then(debug_offsets::release).unwrap_or_else(|| version.to_string());
+                return Self::Unsupported(format!("CPython {release}: {disagreement}"));
+            }
+        };
         Self::Supported(Interpreter {
             layout,
-            runtime_svma: runtime.address(),
+            runtime_svma: root,
             code_type_svma: code_type.address(),
             unicode_type_svma: unicode_type.address(),
             eval_loop: eval_loop(&elf, facts),
         })
     }
+}
+
+/// 3.6's `interp_head`: by its name in the full symbol table, else from the code of the exported
+/// `PyInterpreterState_Head`, which returns it (`mov interp_head(%rip), %rax; ret`).
+fn interpreter_head(elf: &ElfFile64<'_, object::Endianness>) -> Option<u64> {
+    if let Some(symbol) =
+        elf.symbols().find(|symbol| symbol.name() == Ok("interp_head") && symbol.size() == 8)
+    {
+        return Some(symbol.address());
+    }
+    let function = elf.dynamic_symbols().find(|symbol| {
+        symbol.name() == Ok("PyInterpreterState_Head") && symbol.kind() == object::SymbolKind::Text
+    })?;
+    let code = bytes_at(elf, function.address(), function.section_index()?, 8)?;
+    interp_head_from_code(function.address(), code)
+}
+
+/// The address `PyInterpreterState_Head` at `address`, whose first bytes are `code`, loads its
+/// result from: `48 8b 05 <rel32>` (`mov rel32(%rip), %rax`) then `c3` (`ret`), as GCC and
+/// clang compile it; `None` for any other code.
+fn interp_head_from_code(address: u64, code: &[u8]) -> Option<u64> {
+    let [0x48, 0x8b, 0x05, a, b, c, d, 0xc3, ..] = *code else { return None };
+    let displacement = i64::from(i32::from_le_bytes([a, b, c, d]));
+    (address + 7).checked_add_signed(displacement)
 }
 
 /// The version and ABI flags a file name says (`libpython3.12.so.1.0`, `python3.11`,
@@ -117,21 +160,99 @@ fn bytes_at<'data>(
     data.get(at..at.checked_add(len)?)
 }
 
-/// The file ranges of the eval loop's code, from the dynamic and the full symbol tables.
+/// The file ranges of the eval loop's code, from the dynamic and the full symbol tables, and the
+/// parts of it the compiler split off that no symbol names (see [`split_parts`]).
 fn eval_loop(elf: &ElfFile64<'_, object::Endianness>, facts: &ElfFacts) -> Vec<Range<u64>> {
-    let is_eval = |name: &str| name == "_PyEval_EvalFrameDefault" || name == "_PyEval_EvalFrameDefault.cold";
-    let mut ranges: Vec<Range<u64>> = elf
+    let is_eval = |name: &str| name == EVAL_LOOP || name == "_PyEval_EvalFrameDefault.cold";
+    let symbols: Vec<Range<u64>> = elf
         .dynamic_symbols()
         .chain(elf.symbols())
         .filter(|symbol| symbol.name().is_ok_and(is_eval) && symbol.size() > 0)
-        .filter_map(|symbol| {
-            let start = file_offset(facts, symbol.address())?;
-            Some(start..start.checked_add(symbol.size())?)
+        .filter_map(|symbol| Some(symbol.address()..symbol.address().checked_add(symbol.size())?))
+        .collect();
+    let function = elf.dynamic_symbols().chain(elf.symbols()).find(|symbol| {
+        symbol.name() == Ok(EVAL_LOOP) && symbol.size() > 0 && symbol.kind() == object::SymbolKind::Text
+    });
+    let parts = function
+        .and_then(|function| {
+            let code =
+                bytes_at(elf, function.address(), function.section_index()?, function.size() as usize)?;
+            Some(split_parts(function.address(), code, &fde_ranges(elf)))
+        })
+        .unwrap_or_default();
+    let mut ranges: Vec<Range<u64>> = symbols
+        .into_iter()
+        .chain(parts)
+        .filter_map(|range| {
+            let start = file_offset(facts, range.start)?;
+            Some(start..start.checked_add(range.end - range.start)?)
         })
         .collect();
     ranges.sort_unstable_by_key(|range| (range.start, range.end));
     ranges.dedup();
     ranges
+}
+
+const EVAL_LOOP: &str = "_PyEval_EvalFrameDefault";
+
+/// The address ranges `.eh_frame` describes, one per function or part of one.
+fn fde_ranges(elf: &ElfFile64<'_, object::Endianness>) -> Vec<Range<u64>> {
+    use gimli::UnwindSection as _;
+    let Some(section) = elf.section_by_name(".eh_frame") else { return Vec::new() };
+    let Ok(data) = section.data() else { return Vec::new() };
+    let eh_frame = gimli::EhFrame::new(data, gimli::LittleEndian);
+    let bases = gimli::BaseAddresses::default().set_eh_frame(section.address());
+    let mut entries = eh_frame.entries(&bases);
+    let mut ranges = Vec::new();
+    while let Ok(Some(entry)) = entries.next() {
+        let gimli::CieOrFde::Fde(partial) = entry else { continue };
+        if let Ok(fde) = partial.parse(gimli::EhFrame::cie_from_offset) {
+            ranges.extend(fde.initial_address().checked_add(fde.len()).map(|end| fde.initial_address()..end));
+        }
+    }
+    ranges
+}
+
+/// The parts of the function at `address` (whose code is `code`) that the compiler put elsewhere:
+/// GCC moves the code it finds cold (by its guesses, or by a profile: Debian's builds move most
+/// of the eval loop) out of the function's body, into a `.cold` part only the full symbol table
+/// names. Such a part is code the function jumps into, not at its start as a tail call to
+/// another function does, with unwind information of its own (`fdes`). The body's direct jumps
+/// are found by their encodings (`jmp rel32`, `jcc rel32`) without decoding every instruction:
+/// a part counts once two of them land inside it, which bytes that only look like a jump do not
+/// do by chance.
+fn split_parts(address: u64, code: &[u8], fdes: &[Range<u64>]) -> Vec<Range<u64>> {
+    let body = address..address + code.len() as u64;
+    let mut landings: Vec<(Range<u64>, u64)> = Vec::new();
+    for at in 0..code.len() {
+        let opcode_len = match code[at..] {
+            [0xe9, ..] => 1,
+            [0x0f, 0x80..=0x8f, ..] => 2,
+            _ => continue,
+        };
+        let Some(&[a, b, c, d]) = code.get(at + opcode_len..at + opcode_len + 4) else { continue };
+        let next = address + (at + opcode_len + 4) as u64;
+        let Some(target) = next.checked_add_signed(i64::from(i32::from_le_bytes([a, b, c, d]))) else {
+            continue;
+        };
+        if body.contains(&target) {
+            continue;
+        }
+        let Some(fde) = fdes.iter().find(|fde| fde.contains(&target) && fde.start != target) else {
+            continue;
+        };
+        if !landings.iter().any(|(part, at)| *part == *fde && *at == target) {
+            landings.push((fde.clone(), target));
+        }
+    }
+    let mut parts: Vec<Range<u64>> = Vec::new();
+    for (part, _) in &landings {
+        let count = landings.iter().filter(|(other, _)| other == part).count();
+        if count >= 2 && !parts.contains(part) && !part.contains(&address) {
+            parts.push(part.clone());
+        }
+    }
+    parts
 }
 
 /// The file offset of an address the file states, through its load segments.
@@ -167,5 +288,41 @@ mod tests {
         assert_eq!(named("python3.13d"), Some((13, false, true)));
         assert_eq!(named("python3"), None);
         assert_eq!(named("libc.so.6"), None);
+        assert_eq!(named("libpython3.6m.so.1.0"), Some((6, false, false)));
+    }
+
+    #[test]
+    fn parts_the_eval_loop_jumps_into_are_its_own() {
+        const BODY: u64 = 0x1000;
+        // jmp rel32, jne rel32 (0f 85), a call (e8: not a jump), a jump within the body, and
+        // one to the start of another function (a tail call).
+        let jump = |at: u64, opcode: &[u8], target: u64| {
+            let next = BODY + at + opcode.len() as u64 + 4;
+            [opcode, &(target.wrapping_sub(next) as i32).to_le_bytes()[..]].concat()
+        };
+        let code: Vec<u8> = [
+            jump(0, &[0xe9], 0x5010),
+            jump(5, &[0x0f, 0x85], 0x5020),
+            jump(11, &[0xe8], 0x7010),
+            jump(16, &[0xe8], 0x7020),
+            jump(21, &[0xe9], BODY + 2),
+            jump(26, &[0xe9], 0x6000),
+            jump(31, &[0xe9], 0x6000),
+        ]
+        .concat();
+        let fdes = [BODY..BODY + code.len() as u64, 0x5000..0x5800, 0x6000..0x6100, 0x7000..0x7100];
+        assert_eq!(split_parts(BODY, &code, &fdes), vec![Range { start: 0x5000, end: 0x5800 }]);
+        // One landing is not enough.
+        assert_eq!(split_parts(BODY, &code[..5], &fdes), Vec::<Range<u64>>::new());
+    }
+
+    #[test]
+    fn interp_head_is_read_from_the_code_that_returns_it() {
+        // pyenv's 3.6.15: `mov 0x18a349(%rip),%rax; ret` at 0x174b90 loads 0x2feee0.
+        let code = [0x48, 0x8b, 0x05, 0x49, 0xa3, 0x18, 0x00, 0xc3];
+        assert_eq!(interp_head_from_code(0x174b90, &code), Some(0x2feee0));
+        // 3.7's loads `_PyRuntime.interpreters.head` in two steps: not 3.6's.
+        let code = [0x48, 0x8b, 0x05, 0xc1, 0xf1, 0x11, 0x00, 0x48, 0x8b, 0x40, 0x18, 0xc3];
+        assert_eq!(interp_head_from_code(0x187ab0, &code), None);
     }
 }

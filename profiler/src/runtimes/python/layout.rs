@@ -15,10 +15,22 @@ impl std::fmt::Display for Version {
     }
 }
 
+/// Where the kernel's walk starts: what [`profiler_common::runtimes::python::PythonProcess::runtime`]
+/// points at, the main interpreter's address being the word at `runtime_main_interpreter` there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Root {
+    /// `_PyRuntime` (3.7+), an exported global.
+    Runtime,
+    /// `interp_head` (3.6): the static head of the interpreter list (its offset 0 is the newest
+    /// interpreter, the main one unless the process made others), found by its name in the full
+    /// symbol table or through the exported `PyInterpreterState_Head`, which returns it.
+    InterpreterHead,
+}
+
 /// How a code object's line table is encoded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LineTable {
-    /// 3.8, 3.9: `co_lnotab`, (address increment, line increment) byte pairs; offsets in bytes.
+    /// 3.6 to 3.9: `co_lnotab`, (address increment, line increment) byte pairs; offsets in bytes.
     Lnotab,
     /// 3.10: PEP 626 `co_linetable`, (length, line delta) byte pairs; offsets in bytes.
     Pep626,
@@ -29,7 +41,7 @@ pub enum LineTable {
 /// What a [`profiler_common::runtimes::python::PythonFrame::instr`] is in this version.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Instruction {
-    /// `f_lasti` in bytes (3.8, 3.9).
+    /// `f_lasti` in bytes (3.6 to 3.9).
     LastiBytes,
     /// `f_lasti` in code units (3.10).
     LastiUnits,
@@ -75,6 +87,7 @@ pub const OB_TYPE: u32 = 8;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Layout {
     pub version: Version,
+    pub root: Root,
     /// What the eBPF program reads.
     pub kernel: PythonOffsets,
     pub instruction: Instruction,
@@ -98,9 +111,58 @@ pub fn layouts() -> &'static [Layout] {
 const STRING_WITH_WSTR: StringLayout = StringLayout { ascii_data: 48, compact_data: 72 };
 const STRING: StringLayout = StringLayout { ascii_data: 40, compact_data: 56 };
 
-static LAYOUTS: [Layout; 6] = [
+static LAYOUTS: [Layout; 9] = [
+    Layout {
+        version: Version(6),
+        root: Root::InterpreterHead,
+        kernel: PythonOffsets {
+            runs: PythonRuns::OnePerCall as u32,
+            runtime_main_interpreter: 0,
+            interpreter_threads: 8,
+            thread_next: 8,
+            thread_id: 152,
+            thread_frame: 24,
+            cframe_current_frame: NONE,
+            frame_back: 24,
+            frame_code: 32,
+            frame_instr: 120,
+            frame_is_entry: NONE,
+            frame_owner: NONE,
+            code_first_line: 36,
+            frame_bytes: 128,
+        },
+        instruction: Instruction::LastiBytes,
+        line_table: LineTable::Lnotab,
+        code: CodeLayout { first_line: 36, filename: 96, name: 104, qualname: None, line_table: 112 },
+        string: STRING_WITH_WSTR,
+    },
+    Layout {
+        version: Version(7),
+        root: Root::Runtime,
+        kernel: PythonOffsets {
+            runs: PythonRuns::OnePerCall as u32,
+            runtime_main_interpreter: 32,
+            interpreter_threads: 8,
+            thread_next: 8,
+            thread_id: 176,
+            thread_frame: 24,
+            cframe_current_frame: NONE,
+            frame_back: 24,
+            frame_code: 32,
+            frame_instr: 104,
+            frame_is_entry: NONE,
+            frame_owner: NONE,
+            code_first_line: 36,
+            frame_bytes: 112,
+        },
+        instruction: Instruction::LastiBytes,
+        line_table: LineTable::Lnotab,
+        code: CodeLayout { first_line: 36, filename: 96, name: 104, qualname: None, line_table: 112 },
+        string: STRING_WITH_WSTR,
+    },
     Layout {
         version: Version(8),
+        root: Root::Runtime,
         kernel: PythonOffsets {
             runs: PythonRuns::OnePerCall as u32,
             runtime_main_interpreter: 40,
@@ -124,6 +186,7 @@ static LAYOUTS: [Layout; 6] = [
     },
     Layout {
         version: Version(9),
+        root: Root::Runtime,
         kernel: PythonOffsets {
             runs: PythonRuns::OnePerCall as u32,
             runtime_main_interpreter: 40,
@@ -147,6 +210,7 @@ static LAYOUTS: [Layout; 6] = [
     },
     Layout {
         version: Version(10),
+        root: Root::Runtime,
         kernel: PythonOffsets {
             runs: PythonRuns::OnePerCall as u32,
             runtime_main_interpreter: 40,
@@ -170,6 +234,7 @@ static LAYOUTS: [Layout; 6] = [
     },
     Layout {
         version: Version(11),
+        root: Root::Runtime,
         kernel: PythonOffsets {
             runs: PythonRuns::EntryFlag as u32,
             runtime_main_interpreter: 48,
@@ -193,6 +258,7 @@ static LAYOUTS: [Layout; 6] = [
     },
     Layout {
         version: Version(12),
+        root: Root::Runtime,
         kernel: PythonOffsets {
             runs: PythonRuns::EntryShim as u32,
             runtime_main_interpreter: 48,
@@ -216,6 +282,7 @@ static LAYOUTS: [Layout; 6] = [
     },
     Layout {
         version: Version(13),
+        root: Root::Runtime,
         kernel: PythonOffsets {
             runs: PythonRuns::EntryShim as u32,
             runtime_main_interpreter: 640,
@@ -237,6 +304,33 @@ static LAYOUTS: [Layout; 6] = [
         code: CodeLayout { first_line: 68, filename: 112, name: 120, qualname: Some(128), line_table: 136 },
         string: STRING,
     },
+    // Measured from the `_Py_DebugOffsets` of Debian's 3.14.10 (no DWARF build of 3.14 here),
+    // which the image's own offsets then take over from (see `debug_offsets`).
+    Layout {
+        version: Version(14),
+        root: Root::Runtime,
+        kernel: PythonOffsets {
+            runs: PythonRuns::EntryShim as u32,
+            runtime_main_interpreter: 816,
+            interpreter_threads: 7344,
+            thread_next: 8,
+            thread_id: 152,
+            thread_frame: 72,
+            cframe_current_frame: NONE,
+            frame_back: 8,
+            // `f_executable`, a `_PyStackRef`: the kernel masks its tag bits.
+            frame_code: 0,
+            frame_instr: 56,
+            frame_is_entry: NONE,
+            frame_owner: 74,
+            code_first_line: 68,
+            frame_bytes: 75,
+        },
+        instruction: Instruction::Pointer { code_adaptive: 208 },
+        line_table: LineTable::Pep657,
+        code: CodeLayout { first_line: 68, filename: 112, name: 120, qualname: Some(128), line_table: 136 },
+        string: STRING,
+    },
 ];
 
 #[cfg(test)]
@@ -247,7 +341,7 @@ mod tests {
     fn every_supported_version_has_one_layout() {
         for minor in 0..20 {
             let version = Version(minor);
-            assert_eq!(layout(version).is_some(), (8..=13).contains(&minor), "{version}");
+            assert_eq!(layout(version).is_some(), (6..=14).contains(&minor), "{version}");
         }
     }
 

@@ -4,7 +4,7 @@
 use std::{borrow::Cow, collections::HashMap, path::PathBuf};
 
 use gimli::{AttributeValue, DebuggingInformationEntry, Dwarf, EndianSlice, LittleEndian, UnitOffset};
-use object::{Object as _, ObjectSection as _};
+use object::{Object as _, ObjectSection as _, ObjectSymbol as _};
 
 use profiler_common::runtimes::python::PythonOffsets;
 
@@ -182,8 +182,10 @@ fn installed() -> Vec<(u8, PathBuf)> {
         else {
             continue;
         };
-        if minor >= 8 {
-            found.push((minor, entry.path().join(format!("lib/libpython3.{minor}.so.1.0"))));
+        // 3.6 and 3.7 name their library with their ABI flag (`libpython3.7m.so.1.0`).
+        let flag = if minor < 8 { "m" } else { "" };
+        if minor >= 6 {
+            found.push((minor, entry.path().join(format!("lib/libpython3.{minor}{flag}.so.1.0"))));
         }
     }
     found.sort();
@@ -198,14 +200,13 @@ fn stated(minor: u8) -> Vec<(&'static str, String, u64)> {
     let k = &layout.kernel;
     let new = minor >= 11;
     let mut checks: Vec<(&'static str, String, u32)> = vec![
-        ("_PyRuntimeState", "interpreters.main".into(), k.runtime_main_interpreter),
         ("_is", if new { "threads.head" } else { "tstate_head" }.into(), k.interpreter_threads),
         ("_ts", "next".into(), k.thread_next),
         ("_ts", "thread_id".into(), k.thread_id),
         (
             "_ts",
             match minor {
-                8..=10 => "frame",
+                6..=10 => "frame",
                 11 | 12 => "cframe",
                 _ => "current_frame",
             }
@@ -227,6 +228,10 @@ fn stated(minor: u8) -> Vec<(&'static str, String, u64)> {
         ("PyASCIIObject", "length".into(), StringLayout::LENGTH),
         ("PyASCIIObject", "state".into(), StringLayout::STATE),
     ];
+    // 3.6 starts from `interp_head`, whose first word is the interpreter (checked in the test).
+    if minor >= 7 {
+        checks.push(("_PyRuntimeState", "interpreters.main".into(), k.runtime_main_interpreter));
+    }
     if let Some(qualname) = layout.code.qualname {
         checks.push(("PyCodeObject", "co_qualname".into(), qualname));
     }
@@ -259,7 +264,7 @@ fn layouts_match_the_debug_information_of_every_installed_cpython() {
     let installed = installed();
     assert!(
         !installed.is_empty(),
-        "no CPython 3.8+ found under pyenv's root: nothing to check the layouts against"
+        "no CPython 3.6+ found under pyenv's root: nothing to check the layouts against"
     );
     let mut mismatches = Vec::new();
     for (minor, library) in &installed {
@@ -268,8 +273,19 @@ fn layouts_match_the_debug_information_of_every_installed_cpython() {
         let facts = ElfFacts::read(&image).expect("an ELF image");
         let name = library.file_name().unwrap().to_string_lossy();
         // Its own `_Py_DebugOffsets` (3.13+) agree with the table too.
+        // 3.6's walk starts at `interp_head` (found in its code if not by name), 3.7+'s at
+        // `_PyRuntime`.
+        let root = if *minor == 6 { "interp_head" } else { "_PyRuntime" };
+        let root = object::File::parse(&*image)
+            .unwrap()
+            .symbols()
+            .find(|symbol| symbol.name() == Ok(root))
+            .map(|symbol| symbol.address());
         match Image::read(&name, &image, &facts) {
-            Image::Supported(interpreter) => assert_eq!(interpreter.layout.version, Version(*minor)),
+            Image::Supported(interpreter) => {
+                assert_eq!(interpreter.layout.version, Version(*minor));
+                assert_eq!(Some(interpreter.runtime_svma), root, "3.{minor}: where the walk starts");
+            }
             other => panic!("{}: {other:?}", library.display()),
         }
         let layout =
@@ -306,7 +322,7 @@ fn layouts_match_the_debug_information_of_every_installed_cpython() {
                 structs.offset(debug, "free_threaded"),
                 debug_offsets::FREE_THREADED as u64,
             );
-            for (path, position) in debug_offsets::FIELDS {
+            for (path, position) in debug_offsets::positions(Version(*minor)).expect("a 3.13+ layout") {
                 expect(format!("{debug}.{path}"), structs.offset(debug, path), position as u64);
             }
             // The cross-check finds `interpreters.head` just before `interpreters.main`.
@@ -336,4 +352,58 @@ fn layouts_match_the_debug_information_of_every_installed_cpython() {
         assert!(structs.size(frame).is_some_and(|size| size >= u64::from(k.frame_bytes.min(last_field_end))));
     }
     assert!(mismatches.is_empty(), "layouts differ from the debug information:\n{}", mismatches.join("\n"));
+}
+
+/// Debian unstable's 3.14 (`cargo xtask setup` unpacks it): stripped, libpython linked in, most
+/// of its eval loop moved out of `_PyEval_EvalFrameDefault` by a profile-guided build.
+fn debian_python() -> Vec<u8> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../.tools/debian-sid-python3.14/usr/bin/python3.14");
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e} (run `cargo xtask setup`)", path.display()))
+}
+
+#[test]
+fn debian_3_14_is_read_by_its_own_offsets() {
+    let mut image = debian_python();
+    let facts = ElfFacts::read(&image).expect("an ELF image");
+    let Image::Supported(interpreter) = Image::read("python3.14", &image, &facts) else { panic!("not read") };
+    let table = layout::layout(Version(14)).unwrap();
+    assert_eq!(interpreter.layout, *table, "the table agrees with the image's _Py_DebugOffsets");
+    let split: u64 = interpreter.eval_loop.iter().map(|range| range.end - range.start).sum();
+    assert!(
+        interpreter.eval_loop.len() >= 2 && split > 50_000,
+        "the eval loop's moved part found: {:x?}",
+        interpreter.eval_loop
+    );
+    // Where `_Py_DebugOffsets` lies in the file: the start of `_PyRuntime`.
+    let runtime = {
+        let elf = object::File::parse(&*image).unwrap();
+        let symbol = elf.dynamic_symbols().find(|symbol| symbol.name() == Ok("_PyRuntime")).unwrap();
+        let section = elf.section_by_index(symbol.section_index().unwrap()).unwrap();
+        (symbol.address() - section.address() + section.file_range().unwrap().0) as usize
+    };
+    let (_, owner) = debug_offsets::positions(Version(14))
+        .unwrap()
+        .find(|&(path, _)| path == "interpreter_frame.owner")
+        .unwrap();
+    let mut with_owner_at = |offset: u64| {
+        image[runtime + owner..runtime + owner + 8].copy_from_slice(&offset.to_le_bytes());
+        let facts = ElfFacts::read(&image).unwrap();
+        Image::read("python3.14", &image, &facts)
+    };
+    // A patch release that moved the frame's owner by 8 bytes: followed.
+    match with_owner_at(82) {
+        Image::Supported(moved) => {
+            assert_eq!((moved.layout.kernel.frame_owner, moved.layout.kernel.frame_bytes), (82, 83))
+        }
+        other => panic!("{other:?}"),
+    }
+    // One that moved it beyond the frame's bytes the kernel reads: refused by name.
+    match with_owner_at(4096) {
+        Image::Unsupported(what) => assert!(
+            what.starts_with("CPython 3.14.") && what.ends_with(": interpreter_frame.owner moved"),
+            "{what}"
+        ),
+        other => panic!("{other:?}"),
+    }
 }

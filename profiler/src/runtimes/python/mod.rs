@@ -1,4 +1,4 @@
-//! CPython 3.8 to 3.13: finding the interpreter in a process, telling the kernel where its
+//! CPython 3.6 to 3.14: finding the interpreter in a process, telling the kernel where its
 //! frames are, naming the frames it sends, and putting them in place of the eval loop's native
 //! frames.
 //!
@@ -257,7 +257,7 @@ impl Running {
         }
         let (frame, function) = match self.code(record, functions) {
             Some(code) => {
-                let layout = self.interpreter.layout;
+                let layout = &self.interpreter.layout;
                 let offset = code::instruction_offset(layout, record.code, record.instr);
                 let line = code.object.line(offset).unwrap_or(code.object.first_line);
                 (Frame::Runtime { function: code.function.id, line }, code.function)
@@ -287,7 +287,7 @@ impl Running {
         }
         let memory = &mut self.memory;
         let mut read = |addr: u64, buf: &mut [u8]| memory.read(addr, buf);
-        let layout = self.interpreter.layout;
+        let layout = &self.interpreter.layout;
         let code =
             code::read(&mut read, layout, &self.types, record.code, record.first_line, &mut self.line_tables)
                 .ok()

@@ -1,8 +1,9 @@
 """`recurse` calls itself DEPTH times (the second argument, 300 by default: 301 frames of it), then
 `spin` burns the CPU at the bottom for SECONDS (the first argument). Prints `main TID` first."""
 import sys
-import threading
 import time
+
+from compat import native_id
 
 DEPTH = int(sys.argv[2]) if len(sys.argv) > 2 else 300
 
@@ -21,5 +22,5 @@ def recurse(n, end):
     return recurse(n - 1, end)
 
 
-print("main", threading.get_native_id(), flush=True)
+print("main", native_id(), flush=True)
 recurse(DEPTH, time.monotonic() + float(sys.argv[1]))

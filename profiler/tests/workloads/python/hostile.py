@@ -3,8 +3,9 @@ argument): terminal escapes, a line break and the folded format's separator; one
 `x`; and a name outside ASCII (which CPython stores two bytes a character). Prints `main TID`
 first."""
 import sys
-import threading
 import time
+
+from compat import native_id, replace_code
 
 UNIT = 2000
 
@@ -33,9 +34,9 @@ def wide(n):
 def renamed(function, name):
     """`function` with `name` as its code object's name (and qualified name, from 3.11)."""
     if sys.version_info >= (3, 11):
-        code = function.__code__.replace(co_name=name, co_qualname=name)
+        code = replace_code(function.__code__, co_name=name, co_qualname=name)
     else:
-        code = function.__code__.replace(co_name=name)
+        code = replace_code(function.__code__, co_name=name)
     function.__code__ = code
     return function
 
@@ -44,7 +45,7 @@ escape = renamed(escape, "a;b\n\x1b[2J")
 long = renamed(long, "x" * (1 << 20))
 wide = renamed(wide, "\u65e5\u672c\u8a9e")
 
-print("main", threading.get_native_id(), flush=True)
+print("main", native_id(), flush=True)
 end = time.monotonic() + float(sys.argv[1])
 while time.monotonic() < end:
     escape(UNIT)

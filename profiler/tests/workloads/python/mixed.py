@@ -6,9 +6,10 @@ import ctypes
 import os
 import random
 import sys
-import threading
 import time
 import zlib
+
+from compat import native_id
 
 # Hex text: compressible enough that deflate searches for matches, as real data makes it.
 DATA = os.urandom(1 << 17).hex().encode()
@@ -33,7 +34,7 @@ def sorter(values):
     return array[0]
 
 
-print("main", threading.get_native_id(), flush=True)
+print("main", native_id(), flush=True)
 values = random.Random(1).sample(range(1 << 20), COUNT)
 end = time.monotonic() + float(sys.argv[1])
 while time.monotonic() < end:

@@ -1,7 +1,8 @@
 """`waiter` sleeps 10 ms at a time for SECONDS (the first argument). Prints `main TID` first."""
 import sys
-import threading
 import time
+
+from compat import native_id
 
 
 def waiter(end):
@@ -9,5 +10,5 @@ def waiter(end):
         time.sleep(0.01)
 
 
-print("main", threading.get_native_id(), flush=True)
+print("main", native_id(), flush=True)
 waiter(time.monotonic() + float(sys.argv[1]))

@@ -6,8 +6,9 @@ about every 100 ms (the benchmarks read its speed from them)."""
 import os
 import random
 import sys
-import threading
 import time
+
+from compat import native_id
 
 UNIT = 2000
 
@@ -34,7 +35,7 @@ class Burner:
         return total
 
 
-print("main", threading.get_native_id(), flush=True)
+print("main", native_id(), flush=True)
 progress = os.environ.get("PROGRESS") == "1"
 burner = Burner()
 start = time.monotonic()

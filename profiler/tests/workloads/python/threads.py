@@ -7,12 +7,14 @@ import sys
 import threading
 import time
 
+from compat import native_id
+
 BUFFER = bytes(1 << 22)
 
 
 def say(name):
     """One line, in one write: the threads print at the same time."""
-    os.write(1, f"{name} {threading.get_native_id()}\n".encode())
+    os.write(1, f"{name} {native_id()}\n".encode())
 
 
 def spin(end):
