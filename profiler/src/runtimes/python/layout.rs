@@ -111,227 +111,128 @@ pub fn layouts() -> &'static [Layout] {
 const STRING_WITH_WSTR: StringLayout = StringLayout { ascii_data: 48, compact_data: 72 };
 const STRING: StringLayout = StringLayout { ascii_data: 40, compact_data: 56 };
 
-static LAYOUTS: [Layout; 9] = [
-    Layout {
-        version: Version(6),
-        root: Root::InterpreterHead,
-        kernel: PythonOffsets {
-            runs: PythonRuns::OnePerCall as u32,
-            runtime_main_interpreter: 0,
-            interpreter_threads: 8,
-            thread_next: 8,
-            thread_id: 152,
-            thread_frame: 24,
-            cframe_current_frame: NONE,
-            frame_back: 24,
-            frame_code: 32,
-            frame_instr: 120,
-            frame_is_entry: NONE,
-            frame_owner: NONE,
-            code_first_line: 36,
-            frame_bytes: 128,
-        },
-        instruction: Instruction::LastiBytes,
-        line_table: LineTable::Lnotab,
-        code: CodeLayout { first_line: 36, filename: 96, name: 104, qualname: None, line_table: 112 },
-        string: STRING_WITH_WSTR,
+/// Each version as what changed since the one before.
+static LAYOUTS: [Layout; 9] = [V3_6, V3_7, V3_8, V3_9, V3_10, V3_11, V3_12, V3_13, V3_14];
+
+const V3_6: Layout = Layout {
+    version: Version(6),
+    root: Root::InterpreterHead,
+    kernel: PythonOffsets {
+        runs: PythonRuns::OnePerCall as u32,
+        runtime_main_interpreter: 0,
+        interpreter_threads: 8,
+        thread_next: 8,
+        thread_id: 152,
+        thread_frame: 24,
+        cframe_current_frame: NONE,
+        frame_back: 24,
+        frame_code: 32,
+        frame_instr: 120,
+        frame_is_entry: NONE,
+        frame_owner: NONE,
+        code_first_line: 36,
+        frame_bytes: 128,
     },
-    Layout {
-        version: Version(7),
-        root: Root::Runtime,
-        kernel: PythonOffsets {
-            runs: PythonRuns::OnePerCall as u32,
-            runtime_main_interpreter: 32,
-            interpreter_threads: 8,
-            thread_next: 8,
-            thread_id: 176,
-            thread_frame: 24,
-            cframe_current_frame: NONE,
-            frame_back: 24,
-            frame_code: 32,
-            frame_instr: 104,
-            frame_is_entry: NONE,
-            frame_owner: NONE,
-            code_first_line: 36,
-            frame_bytes: 112,
-        },
-        instruction: Instruction::LastiBytes,
-        line_table: LineTable::Lnotab,
-        code: CodeLayout { first_line: 36, filename: 96, name: 104, qualname: None, line_table: 112 },
-        string: STRING_WITH_WSTR,
+    instruction: Instruction::LastiBytes,
+    line_table: LineTable::Lnotab,
+    code: CodeLayout { first_line: 36, filename: 96, name: 104, qualname: None, line_table: 112 },
+    string: STRING_WITH_WSTR,
+};
+
+const V3_7: Layout = Layout {
+    version: Version(7),
+    root: Root::Runtime,
+    kernel: PythonOffsets {
+        runtime_main_interpreter: 32,
+        thread_id: 176,
+        frame_instr: 104,
+        frame_bytes: 112,
+        ..V3_6.kernel
     },
-    Layout {
-        version: Version(8),
-        root: Root::Runtime,
-        kernel: PythonOffsets {
-            runs: PythonRuns::OnePerCall as u32,
-            runtime_main_interpreter: 40,
-            interpreter_threads: 8,
-            thread_next: 8,
-            thread_id: 176,
-            thread_frame: 24,
-            cframe_current_frame: NONE,
-            frame_back: 24,
-            frame_code: 32,
-            frame_instr: 104,
-            frame_is_entry: NONE,
-            frame_owner: NONE,
-            code_first_line: 40,
-            frame_bytes: 112,
-        },
-        instruction: Instruction::LastiBytes,
-        line_table: LineTable::Lnotab,
-        code: CodeLayout { first_line: 40, filename: 104, name: 112, qualname: None, line_table: 120 },
-        string: STRING_WITH_WSTR,
+    ..V3_6
+};
+
+const V3_8: Layout = Layout {
+    version: Version(8),
+    kernel: PythonOffsets { runtime_main_interpreter: 40, code_first_line: 40, ..V3_7.kernel },
+    code: CodeLayout { first_line: 40, filename: 104, name: 112, qualname: None, line_table: 120 },
+    ..V3_7
+};
+
+const V3_9: Layout = Layout { version: Version(9), ..V3_8 };
+
+const V3_10: Layout = Layout {
+    version: Version(10),
+    kernel: PythonOffsets { frame_instr: 96, frame_bytes: 104, ..V3_9.kernel },
+    instruction: Instruction::LastiUnits,
+    line_table: LineTable::Pep626,
+    ..V3_9
+};
+
+const V3_11: Layout = Layout {
+    version: Version(11),
+    kernel: PythonOffsets {
+        runs: PythonRuns::EntryFlag as u32,
+        runtime_main_interpreter: 48,
+        interpreter_threads: 16,
+        thread_id: 152,
+        thread_frame: 56,
+        cframe_current_frame: 8,
+        frame_back: 48,
+        frame_instr: 56,
+        frame_is_entry: 68,
+        frame_owner: 69,
+        code_first_line: 72,
+        frame_bytes: 72,
+        ..V3_10.kernel
     },
-    Layout {
-        version: Version(9),
-        root: Root::Runtime,
-        kernel: PythonOffsets {
-            runs: PythonRuns::OnePerCall as u32,
-            runtime_main_interpreter: 40,
-            interpreter_threads: 8,
-            thread_next: 8,
-            thread_id: 176,
-            thread_frame: 24,
-            cframe_current_frame: NONE,
-            frame_back: 24,
-            frame_code: 32,
-            frame_instr: 104,
-            frame_is_entry: NONE,
-            frame_owner: NONE,
-            code_first_line: 40,
-            frame_bytes: 112,
-        },
-        instruction: Instruction::LastiBytes,
-        line_table: LineTable::Lnotab,
-        code: CodeLayout { first_line: 40, filename: 104, name: 112, qualname: None, line_table: 120 },
-        string: STRING_WITH_WSTR,
+    instruction: Instruction::Pointer { code_adaptive: 184 },
+    line_table: LineTable::Pep657,
+    code: CodeLayout { first_line: 72, filename: 112, name: 120, qualname: Some(128), line_table: 136 },
+    ..V3_10
+};
+
+const V3_12: Layout = Layout {
+    version: Version(12),
+    kernel: PythonOffsets {
+        runs: PythonRuns::EntryShim as u32,
+        interpreter_threads: 72,
+        thread_id: 136,
+        cframe_current_frame: 0,
+        frame_back: 8,
+        frame_code: 0,
+        frame_is_entry: NONE,
+        frame_owner: 70,
+        code_first_line: 68,
+        ..V3_11.kernel
     },
-    Layout {
-        version: Version(10),
-        root: Root::Runtime,
-        kernel: PythonOffsets {
-            runs: PythonRuns::OnePerCall as u32,
-            runtime_main_interpreter: 40,
-            interpreter_threads: 8,
-            thread_next: 8,
-            thread_id: 176,
-            thread_frame: 24,
-            cframe_current_frame: NONE,
-            frame_back: 24,
-            frame_code: 32,
-            frame_instr: 96,
-            frame_is_entry: NONE,
-            frame_owner: NONE,
-            code_first_line: 40,
-            frame_bytes: 104,
-        },
-        instruction: Instruction::LastiUnits,
-        line_table: LineTable::Pep626,
-        code: CodeLayout { first_line: 40, filename: 104, name: 112, qualname: None, line_table: 120 },
-        string: STRING_WITH_WSTR,
+    instruction: Instruction::Pointer { code_adaptive: 192 },
+    code: CodeLayout { first_line: 68, filename: 112, name: 120, qualname: Some(128), line_table: 136 },
+    string: STRING,
+    ..V3_11
+};
+
+const V3_13: Layout = Layout {
+    version: Version(13),
+    kernel: PythonOffsets {
+        runtime_main_interpreter: 640,
+        interpreter_threads: 7344,
+        thread_id: 152,
+        thread_frame: 72,
+        cframe_current_frame: NONE,
+        ..V3_12.kernel
     },
-    Layout {
-        version: Version(11),
-        root: Root::Runtime,
-        kernel: PythonOffsets {
-            runs: PythonRuns::EntryFlag as u32,
-            runtime_main_interpreter: 48,
-            interpreter_threads: 16,
-            thread_next: 8,
-            thread_id: 152,
-            thread_frame: 56,
-            cframe_current_frame: 8,
-            frame_back: 48,
-            frame_code: 32,
-            frame_instr: 56,
-            frame_is_entry: 68,
-            frame_owner: 69,
-            code_first_line: 72,
-            frame_bytes: 72,
-        },
-        instruction: Instruction::Pointer { code_adaptive: 184 },
-        line_table: LineTable::Pep657,
-        code: CodeLayout { first_line: 72, filename: 112, name: 120, qualname: Some(128), line_table: 136 },
-        string: STRING_WITH_WSTR,
-    },
-    Layout {
-        version: Version(12),
-        root: Root::Runtime,
-        kernel: PythonOffsets {
-            runs: PythonRuns::EntryShim as u32,
-            runtime_main_interpreter: 48,
-            interpreter_threads: 72,
-            thread_next: 8,
-            thread_id: 136,
-            thread_frame: 56,
-            cframe_current_frame: 0,
-            frame_back: 8,
-            frame_code: 0,
-            frame_instr: 56,
-            frame_is_entry: NONE,
-            frame_owner: 70,
-            code_first_line: 68,
-            frame_bytes: 72,
-        },
-        instruction: Instruction::Pointer { code_adaptive: 192 },
-        line_table: LineTable::Pep657,
-        code: CodeLayout { first_line: 68, filename: 112, name: 120, qualname: Some(128), line_table: 136 },
-        string: STRING,
-    },
-    Layout {
-        version: Version(13),
-        root: Root::Runtime,
-        kernel: PythonOffsets {
-            runs: PythonRuns::EntryShim as u32,
-            runtime_main_interpreter: 640,
-            interpreter_threads: 7344,
-            thread_next: 8,
-            thread_id: 152,
-            thread_frame: 72,
-            cframe_current_frame: NONE,
-            frame_back: 8,
-            frame_code: 0,
-            frame_instr: 56,
-            frame_is_entry: NONE,
-            frame_owner: 70,
-            code_first_line: 68,
-            frame_bytes: 72,
-        },
-        instruction: Instruction::Pointer { code_adaptive: 200 },
-        line_table: LineTable::Pep657,
-        code: CodeLayout { first_line: 68, filename: 112, name: 120, qualname: Some(128), line_table: 136 },
-        string: STRING,
-    },
-    // Measured from the `_Py_DebugOffsets` of Debian's 3.14.10 (no DWARF build of 3.14 here),
-    // which the image's own offsets then take over from (see `debug_offsets`).
-    Layout {
-        version: Version(14),
-        root: Root::Runtime,
-        kernel: PythonOffsets {
-            runs: PythonRuns::EntryShim as u32,
-            runtime_main_interpreter: 816,
-            interpreter_threads: 7344,
-            thread_next: 8,
-            thread_id: 152,
-            thread_frame: 72,
-            cframe_current_frame: NONE,
-            frame_back: 8,
-            // `f_executable`, a `_PyStackRef`: the kernel masks its tag bits.
-            frame_code: 0,
-            frame_instr: 56,
-            frame_is_entry: NONE,
-            frame_owner: 74,
-            code_first_line: 68,
-            frame_bytes: 75,
-        },
-        instruction: Instruction::Pointer { code_adaptive: 208 },
-        line_table: LineTable::Pep657,
-        code: CodeLayout { first_line: 68, filename: 112, name: 120, qualname: Some(128), line_table: 136 },
-        string: STRING,
-    },
-];
+    instruction: Instruction::Pointer { code_adaptive: 200 },
+    ..V3_12
+};
+
+// `f_executable` (at `frame_code`) is a `_PyStackRef` from 3.14: the kernel masks its tag bits.
+const V3_14: Layout = Layout {
+    version: Version(14),
+    kernel: PythonOffsets { runtime_main_interpreter: 816, frame_owner: 74, frame_bytes: 75, ..V3_13.kernel },
+    instruction: Instruction::Pointer { code_adaptive: 208 },
+    ..V3_13
+};
 
 #[cfg(test)]
 mod tests {
