@@ -51,7 +51,7 @@ pub mod stages {
         frame::Frame,
         kernel::task_events::{self, TaskEventReader},
         render::folded,
-        runtimes::{functions::Functions, hotspot, python},
+        runtimes::{functions::Functions, hotspot, python, v8},
         symbolize::{Namer, NewFrames, PerfMap, PerfMaps, PltStubs, Symbolizer, jitdump},
         untrusted::ElfFacts,
         unwind::{MAX_FRAMES, NoRuntime, StackSnapshot, Unwinder, cfi::ModuleCfi},
