@@ -253,3 +253,10 @@ fn frames_that_fail_their_checks_are_lost_and_other_objects_not_named() {
     let mut functions = Functions::default();
     assert_eq!(v8.name(super::stack::JsFrame { function: 0x9001 }, &mut functions), None);
 }
+
+#[test]
+fn a_binary_without_v8_is_not_one_and_garbage_is_not_elf() {
+    let own = std::fs::read(std::env::current_exe().unwrap()).unwrap();
+    assert!(super::image::Image::read(&own).unwrap().is_none(), "no v8dbg_* symbols, no builtins");
+    assert!(super::image::Image::read(b"#!/bin/sh\nexec node \"$@\"\n").unwrap().is_none());
+}
