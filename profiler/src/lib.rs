@@ -66,6 +66,14 @@ pub mod stages {
         };
     }
 
+    /// V8's walk and naming over fixture memory (the `v8_walk` fuzz target).
+    pub mod v8 {
+        pub use crate::runtimes::v8::{
+            fixture,
+            heap::{MAX_NAME, MAX_SOURCE},
+        };
+    }
+
     /// CPython's code objects and line tables over any memory (the Python fuzz targets and
     /// benchmarks).
     pub mod python {

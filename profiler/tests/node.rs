@@ -1,25 +1,39 @@
-//! End to end, as root: Node programs, their JavaScript frames named from V8's perf map.
+//! End to end, as root: Node programs, their JavaScript frames named from V8's own metadata
+//! (no flags), and from V8's perf map or jitdump (with flags).
 mod common;
 
-use std::path::Path;
+use std::{
+    path::{Path, PathBuf},
+    time::Duration,
+};
 
 use common::*;
 
+/// Held by each test while it runs Node: two beside each other on the test machine's two CPUs
+/// leave each too little to sample.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn alone() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// With `--perf-basic-prof --interpreted-frames-native-stack`, V8 writes a perf map as it
 /// compiles and gives interpreted functions frames of their own: every JavaScript function is
-/// named, and each gets its share.
+/// named, and each gets its share. (With `--native-only`: V8's own metadata would name them
+/// first.)
 #[test]
 fn javascript_functions_named_from_the_perf_map_get_their_shares() {
     if !e2e_enabled() {
         return;
     }
+    let _alone = alone();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/node/shares.js");
     let dir = scratch_dir("node-perf-map");
     // With a perf map V8 also writes a log, by default in the working directory.
     let log = format!("--logfile={}", dir.join("v8.log").display());
     let folded = record_command(
         &dir,
-        &["--per-thread"],
+        &["--per-thread", "--native-only"],
         Path::new("node"),
         &[
             "--perf-basic-prof",
@@ -37,18 +51,29 @@ fn javascript_functions_named_from_the_perf_map_get_their_shares() {
 
 /// With `--perf-prof`, V8 writes no perf map but a jitdump (`jit-PID.dump`, in its working
 /// directory, mapped for tools to find): its code loads name the same functions, with the same
-/// shares.
+/// shares (with `--native-only`, as above).
 #[test]
 fn javascript_functions_named_from_the_jitdump_get_their_shares() {
     if !e2e_enabled() {
         return;
     }
+    let _alone = alone();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/node/shares.js");
     let dir = scratch_dir("node-jitdump");
     let out = dir.join("out.folded");
     let run = profiler()
         .current_dir(&dir)
-        .args(["record", "-F", "999", "--per-thread", "-o", out.to_str().unwrap(), "--", "node"])
+        .args([
+            "record",
+            "-F",
+            "999",
+            "--per-thread",
+            "--native-only",
+            "-o",
+            out.to_str().unwrap(),
+            "--",
+            "node",
+        ])
         .args([
             "--perf-prof",
             "--interpreted-frames-native-stack",
@@ -101,6 +126,187 @@ fn assert_javascript_shares(folded: &Folded, pid: u32) {
         assert!(
             (share - expected).abs() <= 5.0,
             "{function}: {share:.1}% of the named samples, not {expected}%"
+        );
+    }
+}
+
+/// The Node majors `cargo xtask setup` installs under `.tools/node/VERSION/bin/node`.
+const NODE_MAJORS: [u32; 5] = [18, 20, 22, 24, 26];
+
+/// Every Node installed by setup: its version and binary. Fails when one is missing.
+fn nodes() -> Vec<(String, PathBuf)> {
+    let tools = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.tools/node");
+    let installed: Vec<(String, PathBuf)> = std::fs::read_dir(&tools)
+        .unwrap_or_else(|e| panic!("{}: {e} (run cargo xtask setup)", tools.display()))
+        .filter_map(|entry| {
+            let entry = entry.ok()?;
+            let node = entry.path().join("bin/node");
+            node.exists().then(|| (entry.file_name().to_string_lossy().into_owned(), node))
+        })
+        .collect();
+    NODE_MAJORS
+        .iter()
+        .map(|major| {
+            installed
+                .iter()
+                .find(|(version, _)| version.split('.').next() == Some(&major.to_string()))
+                .cloned()
+                .unwrap_or_else(|| {
+                    panic!("Node {major} is not under {} (run cargo xtask setup)", tools.display())
+                })
+        })
+        .collect()
+}
+
+/// The three functions of shares.js, as the profiler names them with no flags: `NAME (FILE:LINE)`
+/// with the line of their start.
+const NO_FLAG_NAMES: [&str; 3] = ["alpha (", "beta (", "gamma ("];
+const NO_FLAG_LINES: [&str; 3] = ["shares.js:6)", "shares.js:61)", "shares.js:116)"];
+
+/// With no flags, on every Node installed by setup, started by the profiler and attached to once
+/// running: at least 95% of the main thread's samples (90% when started by the profiler: node's
+/// own start-up, a tenth of a second of CPU or more on a busy machine, is in them) name alpha,
+/// beta or gamma of shares.js with their file and start line, with their shares ± 5 points, on
+/// stacks whole from the process's start through node's C++ (`node::Start`) and the script's
+/// top level (95% of them); and with `--native-only`, none names JavaScript.
+#[test]
+fn javascript_functions_named_with_no_flags() {
+    if !e2e_enabled() {
+        return;
+    }
+    let _alone = alone();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/node/shares.js");
+    let script = script.to_str().unwrap();
+    let dir = scratch_dir("node-no-flags");
+    let out = dir.join("out.folded");
+    for (version, node) in nodes() {
+        let node = node.to_str().unwrap();
+        let started = {
+            let args =
+                ["record", "--per-thread", "-F", "499", "-o", out.to_str().unwrap(), "--", node, script, "8"];
+            let run = run_profiler(&args);
+            assert!(run.status.success());
+            Folded::read(&out)
+        };
+        let pid = busiest_node_thread(&started);
+        assert_named_with_no_flags(&started, pid, 0.90, &format!("Node {version} (started by the profiler)"));
+        let running = spawn(Path::new(node), &[script, "30"]);
+        wait_for_cpu(running.pid(), Duration::from_secs(1));
+        let pid = running.pid().to_string();
+        let args =
+            ["record", "--per-thread", "-F", "499", "-d", "4", "-p", &pid, "-o", out.to_str().unwrap()];
+        assert!(run_profiler(&args).status.success());
+        let attached = Folded::read(&out);
+        assert_named_with_no_flags(&attached, running.pid(), 0.95, &format!("Node {version} (running)"));
+        let args =
+            ["record", "-F", "199", "-d", "1", "--native-only", "-p", &pid, "-o", out.to_str().unwrap()];
+        assert!(run_profiler(&args).status.success());
+        let native = Folded::read(&out);
+        assert!(native.total() > 0, "Node {version}: sampled with --native-only");
+        assert!(
+            !native.stacks.iter().flat_map(|(frames, _)| frames).any(|frame| frame.contains("shares.js")),
+            "Node {version}: --native-only names no JavaScript"
+        );
+    }
+}
+
+/// With no flags, the profiler names at least as many of the main thread's samples (within a
+/// point) as V8's perf map does (`--perf-basic-prof --interpreted-frames-native-stack`, recorded
+/// with `--native-only` so that the map alone names them), on the Node installed on the system.
+#[test]
+fn no_flags_name_as_many_samples_as_the_perf_map() {
+    if !e2e_enabled() {
+        return;
+    }
+    let _alone = alone();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/node/shares.js");
+    let dir = scratch_dir("node-no-flags-vs-perf-map");
+    let no_flags =
+        record_command(&dir, &["--per-thread"], Path::new("node"), &[script.to_str().unwrap(), "5"]);
+    let pid = busiest_node_thread(&no_flags);
+    let ours = named_share(&no_flags, pid, &|frame| NO_FLAG_NAMES.iter().any(|name| frame.starts_with(name)));
+    let log = format!("--logfile={}", dir.join("v8.log").display());
+    let flags = [
+        "--perf-basic-prof",
+        "--interpreted-frames-native-stack",
+        &log,
+        "--no-logfile-per-isolate",
+        script.to_str().unwrap(),
+        "5",
+    ];
+    let perf_map = record_command(&dir, &["--per-thread", "--native-only"], Path::new("node"), &flags);
+    let pid = javascript_pid(&perf_map);
+    std::fs::remove_file(format!("/tmp/perf-{pid}.map")).expect("node left its map");
+    let theirs = named_share(&perf_map, pid, &|frame| {
+        frame.strip_prefix("JS:").is_some_and(|name| {
+            let name = name.trim_start_matches(['*', '^', '~']);
+            ["alpha ", "beta ", "gamma "].iter().any(|function| name.starts_with(function))
+        })
+    });
+    eprintln!("named: {:.1}% with no flags, {:.1}% with the perf map", 100.0 * ours, 100.0 * theirs);
+    assert!(
+        ours >= theirs - 0.01,
+        "{:.1}% named with no flags, {:.1}% with the perf map",
+        100.0 * ours,
+        100.0 * theirs
+    );
+}
+
+/// The busiest thread (node's main one, running the script; `MainThread` from Node 24).
+fn busiest_node_thread(folded: &Folded) -> u32 {
+    let roots = folded.roots();
+    let (root, _) = roots.iter().max_by_key(|(_, n)| **n).unwrap();
+    root.rsplit_once('-').unwrap().1.parse().unwrap()
+}
+
+/// The share of the samples of thread `tid` with a frame that `names` one of the three.
+fn named_share(folded: &Folded, tid: u32, names: &dyn Fn(&str) -> bool) -> f64 {
+    let stacks = thread_stacks(folded, tid);
+    let total: u64 = stacks.iter().map(|(_, n)| n).sum();
+    let named: u64 =
+        stacks.iter().filter(|(frames, _)| frames.iter().any(|frame| names(frame))).map(|(_, n)| n).sum();
+    assert!(total >= 500, "{total} samples of thread {tid}");
+    named as f64 / total as f64
+}
+
+/// Fails unless at least `least` of the samples of thread `tid` name alpha, beta or gamma (their
+/// start lines too), with their shares ± 5 points, and 95% of them are whole: from `_start`
+/// through `node::Start` and the script's top level.
+fn assert_named_with_no_flags(folded: &Folded, tid: u32, least: f64, what: &str) {
+    let stacks = thread_stacks(folded, tid);
+    let total: u64 = stacks.iter().map(|(_, n)| n).sum();
+    assert!(total >= 500, "{what}: {total} samples of the main thread");
+    let mut named = [0u64; 3];
+    let mut whole = 0;
+    for (frames, count) in &stacks {
+        let innermost = frames.iter().rev().find_map(|frame| {
+            let function = NO_FLAG_NAMES.iter().position(|name| frame.starts_with(name))?;
+            assert!(frame.ends_with(NO_FLAG_LINES[function]), "{what}: {frame} is named with its start line");
+            Some(function)
+        });
+        if let Some(function) = innermost {
+            named[function] += count;
+            let started = frames.first().is_some_and(|frame| frame == "_start")
+                && frames.iter().any(|frame| frame.starts_with("node::Start("))
+                && frames
+                    .iter()
+                    .any(|frame| frame.starts_with("(anonymous) (") && frame.ends_with("shares.js:1)"));
+            if started {
+                whole += count;
+            }
+        }
+    }
+    let all: u64 = named.iter().sum();
+    eprintln!("{what}: alpha, beta, gamma {named:?} of {total} samples of the main thread, {whole} whole");
+    assert!(all as f64 >= least * total as f64, "{what}: {all} of {total} samples named");
+    assert!(whole as f64 >= 0.95 * all as f64, "{what}: {whole} of {all} named samples whole");
+    for (function, (samples, expected)) in
+        ["alpha", "beta", "gamma"].iter().zip(named.iter().zip([60.0, 30.0, 10.0]))
+    {
+        let share = *samples as f64 * 100.0 / all as f64;
+        assert!(
+            (share - expected).abs() <= 5.0,
+            "{what}: {function}: {share:.1}% of the named samples, not {expected}%"
         );
     }
 }

@@ -9,7 +9,7 @@ use crate::check;
 
 /// Seconds per target when `cargo xtask test` runs them.
 pub const BRIEF_SECONDS: u32 = 15;
-const TARGETS: [&str; 11] = [
+const TARGETS: [&str; 12] = [
     "decode_record",
     "unwind_stack",
     "raw_recording",
@@ -20,6 +20,7 @@ const TARGETS: [&str; 11] = [
     "python_line_table",
     "python_code_object",
     "hotspot_walk",
+    "v8_walk",
     "jitdump",
 ];
 

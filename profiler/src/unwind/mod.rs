@@ -99,8 +99,14 @@ pub struct Unwound {
 
 /// Code a runtime steps through itself (a JVM's compiled code and interpreter), where there is no
 /// CFI and frame pointers mean nothing: the unwinder asks it first about every frame in
-/// anonymous memory.
+/// anonymous memory, and in the modules it says it steps code of.
 pub trait RuntimeCode {
+    /// Whether it steps code of `module` too (code without CFI of a runtime's own binary:
+    /// V8's embedded builtins).
+    fn steps_module(&self, _module: ModuleId) -> bool {
+        false
+    }
+
     /// The caller of the frame at `depth` (0: innermost) whose registers are `regs`, reading the
     /// stack from `stack` only; `is_code` tells whether an address is code of the process.
     fn step(
@@ -186,7 +192,12 @@ impl Unwinder {
             }
             frames.push(addr);
             locations.push(location);
-            if location == Resolved::Anonymous {
+            let runtime_code = match location {
+                Resolved::Anonymous => true,
+                Resolved::Module { module, .. } => runtime.steps_module(module),
+                _ => false,
+            };
+            if runtime_code {
                 let depth = frames.len() - 1;
                 let mut is_code = |addr| is_code(space, addr);
                 // A frame the runtime could not step is stepped as any code without CFI (by

@@ -1,0 +1,332 @@
+//! V8 (Node and any embedder whose binary exports V8's `v8dbg_*` debug metadata), from outside
+//! the process, with no options asked of it.
+//!
+//! The binary's metadata (class field offsets, type tags, frame slots: [`image`], [`layout`]) is
+//! read once per file. JavaScript frames are on the native stack, each with a frame pointer:
+//! the unwinder hands every frame of V8's JIT code (anonymous memory) and of its embedded
+//! builtins (the binary's `Builtins_*`, where the interpreter runs) to [`V8Process`], which
+//! steps it by its frame pointer and remembers the JavaScript frames among them ([`stack`]).
+//! Each is named once the stack is walked: its `JSFunction`'s `SharedFunctionInfo`, checked by
+//! its map, gives the function's name and start position and its script's name and source, for
+//! the line of that start ([`heap`]). What is read is cached per process by the
+//! `SharedFunctionInfo`'s address and checked at each frame against the two fields it was read
+//! from (an object moved by the collector and another put in its place reads otherwise, and is
+//! read anew).
+#[cfg(any(test, feature = "testing"))]
+pub mod fixture;
+pub(crate) mod heap;
+pub(crate) mod image;
+pub(crate) mod layout;
+mod stack;
+#[cfg(test)]
+mod tests;
+
+use std::{ops::Range, sync::Arc};
+
+use anyhow::{Context as _, Result};
+use rustc_hash::FxHashMap;
+
+use self::{
+    heap::{FunctionInfo, Heap, untag},
+    image::Image,
+    layout::Layout,
+    stack::JsFrame,
+};
+use super::{
+    Refusal, Runtime,
+    functions::{FunctionRef, Functions, Kind},
+    memory::{self, Allowance, ProcessMemory},
+};
+use crate::{
+    address_space::{Backing, Mapping, ModuleId, ProcessView},
+    decode::UserRegs,
+    frame::Frame,
+    untrusted::Cache,
+    unwind::RuntimeCode,
+};
+
+/// Maps' instance types remembered per process; beyond, the memory starts over.
+const MAX_MAPS: usize = 4096;
+/// What a function not read holds in the cache, about.
+const ENTRY_BYTES: u64 = 64;
+
+/// V8, as a [`Runtime`]: what became of JavaScript frames.
+#[derive(Default)]
+pub struct V8 {
+    stats: Stats,
+}
+
+/// What became of JavaScript frames, for the run summary.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// JavaScript frames named, those whose function could not be read, and those not read in
+    /// their sample for want of its allowance of reads.
+    pub frames: u64,
+    pub unreadable: u64,
+    pub deferred: u64,
+    /// Frames of V8's code the walk could not step by their frame pointer, in processes let go.
+    pub lost: u64,
+}
+
+/// A file embedding V8: what it says of V8, and which of its files it is.
+pub struct Binary {
+    image: Image,
+}
+
+impl Runtime for V8 {
+    type Image = Binary;
+    type Instance = V8Process;
+
+    const LABEL: &'static str = "javascript";
+    const NAME: &'static str = "V8";
+    /// Node runs JavaScript of its own as soon as it has started.
+    const RECHECK_NS: u64 = 20_000_000;
+
+    /// The mapping of the start of an executable called `node` or `nodejs`, or of a `libnode.so`.
+    fn may_be_image(&self, mapping: &Mapping) -> bool {
+        mapping.offset == 0
+            && matches!(&mapping.backing, Backing::File { path, .. } if path.file_name().and_then(|name| name.to_str()).is_some_and(|name| {
+                name == "node" || name == "nodejs" || name.starts_with("libnode.so")
+            }))
+    }
+
+    fn recognise(&mut self, view: &ProcessView<'_>, module: ModuleId) -> Result<Option<Binary>> {
+        let file = view.module(module).image().context("V8 not read: cannot read its binary")?;
+        Ok(Image::read(&file)?.map(|image| Binary { image }))
+    }
+
+    fn attach(
+        &mut self,
+        view: &mut ProcessView<'_>,
+        binary: &Arc<Binary>,
+        module: ModuleId,
+        mapping: &Mapping,
+        allowance: &Arc<Allowance>,
+    ) -> Result<V8Process, Refusal> {
+        let image = &binary.image;
+        let layout = match &image.layout {
+            Ok(layout) => Arc::new(layout.clone()),
+            Err(why) => {
+                return Err(Refusal::Never(anyhow::anyhow!(
+                    "{}: JavaScript frames not read: {why}",
+                    image.version
+                )));
+            }
+        };
+        // Every executable mapping of the binary, and where the builtins are in those that map
+        // them (V8 may map them twice: where the binary is loaded, and near its JIT code).
+        let text: Vec<Range<u64>> = view
+            .mappings()
+            .filter(|other| other.executable && other.dev == mapping.dev && other.inode == mapping.inode)
+            .map(|other| other.start..other.end)
+            .collect();
+        let builtins: Vec<Range<u64>> = view
+            .mappings()
+            .filter(|other| other.executable && other.dev == mapping.dev && other.inode == mapping.inode)
+            .filter(|other| {
+                other.offset <= image.builtins.start
+                    && image.builtins.end - other.offset <= other.end - other.start
+            })
+            .map(|other| {
+                let start = other.start + (image.builtins.start - other.offset);
+                start..start + (image.builtins.end - image.builtins.start)
+            })
+            .collect();
+        if builtins.is_empty() {
+            return Err(Refusal::Never(anyhow::anyhow!(
+                "{}: JavaScript frames not read: its embedded builtins are not in its mapped code",
+                image.version
+            )));
+        }
+        let mut memory = ProcessMemory::new(view.tgid(), allowance.clone());
+        let memory = Box::new(move |addr, buf: &mut [u8]| memory.read(addr, buf));
+        Ok(V8Process::new(layout, module, builtins, text, memory, allowance.clone()))
+    }
+
+    fn stepper<'a>(
+        &'a mut self,
+        process: &'a mut V8Process,
+        _time_ns: u64,
+        _regs: &UserRegs,
+    ) -> Option<&'a mut dyn RuntimeCode> {
+        process.stepped.clear();
+        Some(process)
+    }
+
+    fn push_frames(
+        &mut self,
+        process: &mut V8Process,
+        depth: usize,
+        functions: &mut Functions,
+        frames: &mut Vec<Frame>,
+    ) -> bool {
+        let Some(frame) = process.stepped(depth) else { return false };
+        let named = process.name(frame, functions);
+        match (&named, process.allowance.spent()) {
+            (Some(_), _) => self.stats.frames += 1,
+            (None, true) => self.stats.deferred += 1,
+            (None, false) => self.stats.unreadable += 1,
+        }
+        match named {
+            Some(frame) => {
+                frames.push(frame);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn pinned_module(&self, process: &V8Process) -> Option<ModuleId> {
+        Some(process.module)
+    }
+
+    fn relieve(&mut self, process: &mut V8Process) {
+        process.functions.relieve();
+        process.maps.clear();
+    }
+
+    fn inspect(&self, process: &V8Process) -> String {
+        let first = &process.builtins[0];
+        format!(
+            "its v8dbg_* metadata read; its embedded builtins at {:#x}-{:#x} ({} mapping(s))",
+            first.start,
+            first.end,
+            process.builtins.len()
+        )
+    }
+
+    fn detach(&mut self, process: V8Process) {
+        self.stats.lost += process.lost;
+    }
+
+    fn describe(&self, running: &mut dyn Iterator<Item = &V8Process>) -> Vec<String> {
+        let stats = &self.stats;
+        let lost = stats.lost + running.map(|process| process.lost).sum::<u64>();
+        let mut lines = Vec::new();
+        if stats.frames + stats.unreadable + lost > 0 {
+            lines.push(format!(
+                "{} JavaScript frames; {} of functions that could not be read; {lost} frames of V8's code not stepped by their frame pointer",
+                stats.frames, stats.unreadable
+            ));
+        }
+        if stats.deferred > 0 {
+            lines.push(memory::spent_line(stats.deferred, "JavaScript", "V8's heap"));
+        }
+        lines
+    }
+}
+
+/// V8 in a process: its layout, where its code is, and what was read of its functions.
+pub struct V8Process {
+    layout: Arc<Layout>,
+    /// Its binary's module, and its builtins' code and its binary's code, as mapped.
+    module: ModuleId,
+    builtins: Vec<Range<u64>>,
+    text: Vec<Range<u64>>,
+    memory: Memory,
+    allowance: Arc<Allowance>,
+    /// Functions by their `SharedFunctionInfo`'s address, with the name-or-scope-info and
+    /// script fields they were read from, under the budget of what targets describe.
+    functions: Cache<u64, Entry>,
+    /// Maps' instance types by address.
+    maps: FxHashMap<u64, u16>,
+    /// The JavaScript frames the last stack walked stepped, by depth.
+    stepped: Vec<(usize, JsFrame)>,
+    /// Frames of V8's code that could not be stepped.
+    lost: u64,
+}
+
+/// The memory of a process, as the walk reads it (`/proc/PID/mem`; fixture bytes in tests).
+pub type Memory = Box<dyn FnMut(u64, &mut [u8]) -> bool + Send>;
+
+/// A function read (or not), and the fields of its `SharedFunctionInfo` it was read from.
+struct Entry {
+    fields: (u64, u64),
+    function: Option<(FunctionRef, Arc<FunctionInfo>)>,
+}
+
+impl V8Process {
+    fn new(
+        layout: Arc<Layout>,
+        module: ModuleId,
+        builtins: Vec<Range<u64>>,
+        text: Vec<Range<u64>>,
+        memory: Memory,
+        allowance: Arc<Allowance>,
+    ) -> Self {
+        Self {
+            layout,
+            module,
+            builtins,
+            text,
+            memory,
+            allowance,
+            functions: Cache::default(),
+            maps: FxHashMap::default(),
+            stepped: Vec::new(),
+            lost: 0,
+        }
+    }
+
+    /// The JavaScript frame the walk stepped at `depth` of the last stack.
+    fn stepped(&self, depth: usize) -> Option<JsFrame> {
+        self.stepped.iter().find(|(at, _)| *at == depth).map(|(_, frame)| *frame)
+    }
+
+    /// The frame of the function of `frame`, at its start's line; `None` when it cannot be read.
+    fn name(&mut self, frame: JsFrame, functions: &mut Functions) -> Option<Frame> {
+        let layout = self.layout.clone();
+        let function = untag(frame.function)?;
+        let mut heap = Heap { layout: &layout, read: &mut *self.memory };
+        let shared = untag(heap.word(function.checked_add(layout.function_shared)?)?)?;
+        let fields_end =
+            layout.shared_name_or_scope_info.max(layout.shared_script).max(layout.heap_object_map) + 8;
+        let mut header = vec![0u8; fields_end as usize];
+        if !(heap.read)(shared, &mut header) {
+            return None;
+        }
+        let word = |offset: u64| {
+            let at = offset as usize;
+            u64::from_le_bytes(header[at..at + 8].try_into().unwrap_or_default())
+        };
+        let map = untag(word(layout.heap_object_map))?;
+        let kind = match self.maps.get(&map) {
+            Some(&kind) => kind,
+            None => {
+                let kind = heap.map_type(map)?;
+                if self.maps.len() >= MAX_MAPS {
+                    self.maps.clear();
+                }
+                self.maps.insert(map, kind);
+                kind
+            }
+        };
+        if kind != layout.types.shared_function_info {
+            return None;
+        }
+        let fields = (word(layout.shared_name_or_scope_info), word(layout.shared_script));
+        if let Some(entry) = self.functions.get(&shared)
+            && entry.fields == fields
+        {
+            let (function, info) = entry.function.as_ref()?;
+            return Some(Frame::Runtime { function: function.id, line: info.line });
+        }
+        let read = heap.function(fields.0, fields.1);
+        // A read refused for want of the sample's allowance says nothing of the function.
+        if read.is_none() && self.allowance.spent() {
+            return None;
+        }
+        let function = read.map(|info| {
+            let function = functions.intern(&info.name, &info.file, Kind::JavaScript);
+            (function, Arc::new(info))
+        });
+        let frame = function
+            .as_ref()
+            .map(|(function, info)| Frame::Runtime { function: function.id, line: info.line });
+        let bytes = function.as_ref().map_or(ENTRY_BYTES, |(_, info)| info.size() as u64);
+        if function.as_ref().is_none_or(|(function, _)| function.is_kept()) {
+            self.functions.insert(shared, Entry { fields, function }, bytes);
+        }
+        frame
+    }
+}
