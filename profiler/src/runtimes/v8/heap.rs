@@ -4,12 +4,8 @@
 //! every pointer checked (tagged, in the user half), every object's type checked by its map
 //! before it is read as that type, strings bounded in length and in the depth of their parts.
 use super::layout::Layout;
+use crate::runtimes::memory::{ReadMemory, USER_END};
 
-/// Reads `buf.len()` bytes of the process at an address; false when it cannot.
-pub type ReadMemory<'a> = dyn FnMut(u64, &mut [u8]) -> bool + 'a;
-
-/// The end of the user half of the address space.
-const USER_END: u64 = 1 << 47;
 /// Longest name taken, in characters; longer ones are cut.
 pub const MAX_NAME: usize = 512;
 /// Parts of a cons string followed at most, and the depth of thin strings.
