@@ -156,7 +156,7 @@ pub struct SamplingArgs {
     #[arg(long, default_value = "auto", value_parser = named::<CallGraph>())]
     pub call_graph: CallGraph,
 
-    /// Native frames only: Python's and Java's own frames are not read from their processes
+    /// Native frames only: Python's, Java's and JavaScript's own frames are not read from their processes
     /// (their interpreters and compiled code show as native frames and `[unknown]`).
     #[arg(long)]
     pub native_only: bool,
