@@ -1,7 +1,8 @@
 //! End to end, as root: `profiler top` watching split.c (60/30/10 between hot_a, hot_b and
 //! hot_c): the plain table of `--once` when standard output is not a terminal, and the
 //! full-screen view in a real terminal (tmux): the functions shown with their shares, keys that
-//! sort and filter, and `q` giving the terminal back to the shell.
+//! sort, filter, switch to since the start and pause, a terminal too small, and `q` and SIGTERM
+//! giving the terminal back to the shell.
 mod common;
 
 use std::{
@@ -46,6 +47,15 @@ fn samples(screen: &str) -> u64 {
     let title = screen.lines().next().unwrap_or_default();
     let words: Vec<&str> = title.split_whitespace().collect();
     words.windows(2).find(|pair| pair[1] == "samples").and_then(|pair| pair[0].parse().ok()).unwrap_or(0)
+}
+
+/// The exit status the shell printed after the profiler (`top exited: [0]`; the command line
+/// itself has `[$?]`), the last one on the screen.
+fn exit_status(screen: &str) -> Option<String> {
+    const SAID: &str = "top exited: [";
+    let after = &screen[screen.rfind(SAID)? + SAID.len()..];
+    let status = &after[..after.find(']')?];
+    (!status.is_empty() && status.bytes().all(|b| b.is_ascii_digit())).then(|| status.to_owned())
 }
 
 /// The first rows are hot_a, hot_b and hot_c, in this order, with the work's shares.
@@ -163,7 +173,7 @@ fn full_screen_in_a_terminal() {
     let tmux = Tmux::start();
     tmux.wait_for("prompt", |screen| screen.contains("PROMPT$"));
     let command = format!(
-        "{} top -p {} -F 999; echo \"top exited: $?\"",
+        "{} top -p {} -F 999; echo \"top exited: [$?]\"",
         env!("CARGO_BIN_EXE_profiler"),
         workload.pid()
     );
@@ -205,13 +215,26 @@ fn full_screen_in_a_terminal() {
     assert_eq!(filtered, ["hot_b"], "{screen}");
     // q: the profiler exits, the shell gets the terminal back as it was.
     tmux.keys(&["q"]);
-    let screen = tmux.wait_for("exit", |screen| screen.contains("top exited: "));
+    let screen = tmux.wait_for("exit", |screen| exit_status(screen).is_some());
     eprintln!("{screen}");
-    assert!(screen.contains("top exited: 0"), "{screen}");
+    assert_eq!(exit_status(&screen).as_deref(), Some("0"), "{screen}");
     assert!(screen.trim_end().ends_with("PROMPT$"), "no prompt after the exit:\n{screen}");
     assert_eq!(tmux.variable("alternate_on"), "0", "still on the alternate screen");
     assert_eq!(tmux.variable("cursor_flag"), "1", "the cursor is hidden");
     // The line discipline is back: what is typed is echoed and run.
-    tmux.keys(&["echo typed-$((6*7))", "Enter"]);
+    tmux.keys(&["clear; echo typed-$((6*7))", "Enter"]);
     tmux.wait_for("echo", |screen| screen.contains("typed-42"));
+    // SIGTERM gives the terminal back too.
+    tmux.keys(&[&command, "Enter"]);
+    tmux.wait_for("table", |screen| rows(screen).len() >= 3);
+    let shell = tmux.variable("pane_pid");
+    let children = std::fs::read_to_string(format!("/proc/{shell}/task/{shell}/children")).unwrap();
+    let profiler: i32 = children.split_whitespace().next().expect("the profiler runs").parse().unwrap();
+    // SAFETY: kill(2) on the profiler the shell runs.
+    assert_eq!(unsafe { libc::kill(profiler, libc::SIGTERM) }, 0);
+    let screen = tmux.wait_for("exit", |screen| exit_status(screen).is_some());
+    assert_eq!(exit_status(&screen).as_deref(), Some("0"), "{screen}");
+    assert!(screen.trim_end().ends_with("PROMPT$"), "no prompt after the exit:\n{screen}");
+    assert_eq!(tmux.variable("alternate_on"), "0", "still on the alternate screen after SIGTERM");
+    assert_eq!(tmux.variable("cursor_flag"), "1", "the cursor is hidden after SIGTERM");
 }
