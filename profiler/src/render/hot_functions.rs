@@ -28,7 +28,7 @@ pub struct HotFunctions {
 pub struct HotFunction {
     /// The function's name; a script's function with its file (`qualname (file.py)`).
     pub name: String,
-    /// What kind of code: `native`, `kernel`, `JIT`, `script` (see [`kind_label`]).
+    /// What kind of code: `native`, `kernel`, `Python`, `Java`... (see [`kind_label`]).
     pub kind: &'static str,
     /// Weight of the samples where it is the innermost frame.
     pub self_weight: u64,
@@ -46,13 +46,19 @@ pub enum SortBy {
     TotalWeight,
 }
 
-/// The kind of code a symbol names, as `top` shows it: an inlined function is a native one.
-pub fn kind_label(kind: SymbolKind) -> &'static str {
-    match kind {
-        SymbolKind::Function | SymbolKind::Inlined => "native",
-        SymbolKind::Kernel => "kernel",
-        SymbolKind::Jit => "JIT",
-        SymbolKind::Script => "script",
+/// The kind of code a symbol names, as `top` shows it: a runtime's language when its source file
+/// says (`Python`, `Java`, `JavaScript`), else by its kind (`native`, an inlined function too;
+/// `kernel`; `JIT`; `script`).
+pub fn kind_label(symbol: &Symbol) -> &'static str {
+    let extension = symbol.source.as_ref().and_then(|source| source.file.rsplit_once('.')).map(|(_, e)| e);
+    match (extension, symbol.kind) {
+        (Some("py"), _) => "Python",
+        (Some("java"), _) => "Java",
+        (Some("js" | "mjs" | "cjs"), _) => "JavaScript",
+        (_, SymbolKind::Function | SymbolKind::Inlined) => "native",
+        (_, SymbolKind::Kernel) => "kernel",
+        (_, SymbolKind::Jit) => "JIT",
+        (_, SymbolKind::Script) => "script",
     }
 }
 
@@ -95,7 +101,7 @@ impl HotFunctions {
             .iter()
             .filter_map(|&location| recording.locations.get(location as usize))
             .flat_map(|location| location.symbols.iter().rev())
-            .map(|symbol| self.function(&function_name(symbol), kind_label(symbol.kind)))
+            .map(|symbol| self.function(&function_name(symbol), kind_label(symbol)))
             .collect();
         if all.is_empty() {
             all.push(self.function(NO_STACK.0, NO_STACK.1));
@@ -322,7 +328,7 @@ mod tests {
         assert_eq!(weights("[no stack]"), (1, 1));
         assert_eq!(row(&table, "sys_read").kind, "kernel");
         assert_eq!(row(&table, "push").kind, "native");
-        assert_eq!(row(&table, "handle (app.py)").kind, "script");
+        assert_eq!(row(&table, "handle (app.py)").kind, "Python");
         assert_eq!(table.share(6), 40.0);
     }
 
@@ -367,6 +373,20 @@ mod tests {
         assert_eq!(lines[2], "  40.0    40.0  native  [2 processes]             hot");
         assert_eq!(lines[3], "  20.0    26.7  native  app (10)                  push");
         assert_eq!(lines.len(), 4);
+    }
+
+    #[test]
+    fn kinds_by_language_then_by_kind() {
+        let at = |name: &str, kind, file: &str| {
+            kind_label(&Symbol::new(name, kind).at(Some(SourceLine { file: file.into(), line: 1 })))
+        };
+        assert_eq!(at("Shares.alpha", SymbolKind::Jit, "Shares.java"), "Java");
+        assert_eq!(at("Shares.beta", SymbolKind::Function, "Shares.java"), "Java");
+        assert_eq!(at("handler", SymbolKind::Script, "/srv/app/server.mjs"), "JavaScript");
+        assert_eq!(at("work", SymbolKind::Function, "/src/work.c"), "native");
+        assert_eq!(at("eval", SymbolKind::Script, "script"), "script");
+        assert_eq!(kind_label(&Symbol::new("schedule", SymbolKind::Kernel)), "kernel");
+        assert_eq!(kind_label(&Symbol::new("LazyCompile:~f", SymbolKind::Jit)), "JIT");
     }
 
     #[test]
