@@ -47,6 +47,8 @@ pub enum Command {
     /// Profile continuously and export a profile per service every interval (Pyroscope, OTLP,
     /// files).
     Agent(AgentArgs),
+    /// A live view of the functions with the most samples, refreshed every interval.
+    Top(TopArgs),
     /// Check this machine (and the binaries of processes) for what profiling needs.
     Check(CheckArgs),
     /// Print a shell completion script.
@@ -196,6 +198,50 @@ Examples:
 
 A service is named by --service-name, else its systemd unit, else its container, else its
 command name.";
+
+const TOP_EXAMPLES: &str = "\
+Examples:
+  sudo profiler top                                  the whole system, refreshed every second
+  sudo profiler top -p 1234 -i 2                     one process, every 2 s
+  sudo profiler top -- ./server --port 8080          run a command and watch it
+  sudo profiler top -p 1234 --once > hot.txt         one plain table after one interval
+
+Keys: s/t sort by self/total, c last interval/since the start, / filter, space pause, q quit.
+Not on a terminal, a plain table is printed every interval.";
+
+#[derive(Debug, Args)]
+#[command(
+    after_help = TOP_EXAMPLES,
+    group(ArgGroup::new("target").multiple(false).args(["pids", "command"]))
+)]
+pub struct TopArgs {
+    /// Watch this process (and its children). Repeat for several. Default: the whole system.
+    #[arg(short = 'p', long = "pid", value_name = "PID")]
+    pub pids: Vec<u32>,
+
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+
+    /// Seconds between refreshes: each shows the interval just over.
+    #[arg(short = 'i', long, value_name = "SECONDS", default_value_t = 1.0, value_parser = parse_seconds)]
+    pub interval: f64,
+
+    /// Print one table after one interval and exit.
+    #[arg(long)]
+    pub once: bool,
+
+    /// Time threads spend blocked instead of on the CPU (as `record --off-cpu`).
+    #[arg(long, conflicts_with = "wall")]
+    pub off_cpu: bool,
+
+    /// On-CPU and off-CPU time together (as `record --wall`).
+    #[arg(long)]
+    pub wall: bool,
+
+    /// Command to run and watch, with its arguments (after `--`).
+    #[arg(last = true, value_name = "CMD")]
+    pub command: Vec<OsString>,
+}
 
 /// The agent's default sampling frequency: as its peers (OpenTelemetry's eBPF profiler samples
 /// at 20 Hz, Parca at 19 Hz), enough for a fleet's aggregate at a cost too small to notice.

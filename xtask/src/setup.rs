@@ -15,7 +15,7 @@ const BPF_LINKER_VERSION: &str = "0.13.0";
 const BPF_LINKER_LLVM_MAJORS: [u32; 3] = [21, 22, 23];
 /// What the tests need, and the Debian packages that provide it: commands (found in PATH) and
 /// libraries (by path: the allocators `leaks` is tested with).
-const PACKAGES: [(&str, &str); 14] = [
+const PACKAGES: [(&str, &str); 15] = [
     ("gcc", "gcc"),
     ("g++", "g++"),
     ("objcopy", "binutils"),
@@ -37,6 +37,8 @@ const PACKAGES: [(&str, &str); 14] = [
     ("/usr/include/fuse3/fuse.h", "libfuse3-dev"),
     // What points Debian unstable's CPython 3.14 at its own loader (see `ensure_debian_python`).
     ("patchelf", "patchelf"),
+    // A real terminal, which `profiler top`'s full-screen view is tested in.
+    ("tmux", "tmux"),
 ];
 
 pub fn ensure(root: &Path) -> Result<()> {

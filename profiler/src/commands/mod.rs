@@ -1,10 +1,12 @@
 //! The commands: each turns its arguments into a session of a mode ([`record`], [`leaks`]), or
-//! profiles continuously ([`agent`]), renders recordings ([`report`]), or checks the machine ([`check`]).
+//! profiles continuously ([`agent`]), shows it live ([`top`]), renders recordings ([`report`]),
+//! or checks the machine ([`check`]).
 mod agent;
 mod check;
 mod leaks;
 mod record;
 mod report;
+mod top;
 
 use anyhow::Result;
 
@@ -18,6 +20,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Report(args) => report::run(&args),
         Command::Diff(args) => report::diff(&args),
         Command::Agent(args) => block_on(agent::run(args)),
+        Command::Top(args) => block_on(top::run(args)),
         Command::Check(args) => check::run(&args.pids),
         Command::Completions(args) => {
             clap_complete::generate(

@@ -1,5 +1,6 @@
 //! Output formats, all rendered from a [`Recording`].
 pub mod folded;
+pub mod hot_functions;
 pub mod leak_report;
 pub mod pprof;
 pub mod profile_tables;

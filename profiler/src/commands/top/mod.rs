@@ -1,0 +1,144 @@
+//! `profiler top`: `record`'s CPU profile cut into windows of one interval; each window's
+//! functions ([`HotFunctions`]) go to the full-screen view ([`screen`]), or, when standard
+//! output is not a terminal, are printed as a plain table.
+mod screen;
+
+use std::{io::IsTerminal as _, time::Duration};
+
+use anyhow::Result;
+
+use self::screen::Screen;
+use super::record::{CpuProfile, SamplingPlan, sampling};
+use crate::{
+    aggregate::{Aggregate, Detail, Site},
+    cli::{RECORD_DEFAULT_HZ, TopArgs},
+    decode::Payload,
+    kernel::sampler::{self, Sampler},
+    model::{Meta, Recording, Tgid, Weight},
+    render::hot_functions::{HotFunctions, SortBy},
+    session::{self, End, Mode, Progress, Settings, Target},
+};
+
+/// Rows of each plain table.
+const PLAIN_ROWS: usize = 30;
+
+pub async fn run(args: TopArgs) -> Result<()> {
+    let weight = match (args.off_cpu, args.wall) {
+        (true, _) => Weight::OffCpuNs,
+        (_, true) => Weight::WallNs,
+        _ => Weight::Samples,
+    };
+    let plan = SamplingPlan {
+        default_hz: RECORD_DEFAULT_HZ,
+        weight,
+        runqueue: weight == Weight::WallNs,
+        filter_processes: !(args.pids.is_empty() && args.command.is_empty()),
+        follow_forks: true,
+        ring_buffer_bytes: sampler::default_ring_bytes()?,
+    };
+    let (cpu, settings) = sampling(&args.sampling, plan);
+    let full_screen = !args.once && std::io::stdout().is_terminal();
+    let interval = Duration::from_secs_f64(args.interval);
+    let settings = Settings {
+        pids: args.pids.into_iter().map(Tgid).collect(),
+        command: args.command,
+        // One interval with --once: its window is handed over as the session ends.
+        duration: if args.once { Some(args.interval) } else { settings.duration },
+        // The full screen is the only thing on the terminal: no status line, no summary.
+        quiet: settings.quiet || full_screen,
+        detail: Some(Detail { time: false, process: true, thread: false }),
+        window: Some(interval),
+        ..settings
+    };
+    let view = if full_screen { View::Waiting } else { View::Plain { once: args.once, printed: false } };
+    session::run(Top { cpu, view, title: String::new() }, settings).await
+}
+
+struct Top {
+    cpu: CpuProfile,
+    view: View,
+    /// What is watched: `PID 1234`, `whole system`.
+    title: String,
+}
+
+enum View {
+    /// Tables on standard output; with `once`, only the first.
+    Plain {
+        once: bool,
+        printed: bool,
+    },
+    /// The full-screen view, to be opened at the first window: once the session handles the
+    /// signal its quit key sends.
+    Waiting,
+    Screen(Screen),
+    /// The full-screen view closed as sampling ended: the last window is not shown.
+    Closed,
+}
+
+impl Mode for Top {
+    type Kernel = Sampler;
+
+    fn load(&mut self, target: &Target) -> Result<Sampler> {
+        self.title = crate::model::printable_owned(target.describe());
+        self.cpu.load(target)
+    }
+
+    fn add(&mut self, site: Site, payload: Payload, aggregate: &mut Aggregate) {
+        self.cpu.add(site, payload, aggregate);
+    }
+
+    fn activity(&self, sampler: &Sampler, target: &str) -> String {
+        format!("top: {}", self.cpu.activity(sampler, target))
+    }
+
+    fn status(&self, sampler: &Sampler, progress: &Progress) -> String {
+        self.cpu.status(sampler, progress)
+    }
+
+    /// The view closes here, before the last window and the warnings: what is said after goes
+    /// to the terminal as it was.
+    fn finish(
+        &mut self,
+        sampler: &mut Sampler,
+        aggregate: &mut Aggregate,
+        end_ns: u64,
+        meta: &mut Meta,
+    ) -> Result<()> {
+        if matches!(self.view, View::Waiting | View::Screen(_)) {
+            self.view = View::Closed;
+        }
+        self.cpu.finish(sampler, aggregate, end_ns, meta)
+    }
+
+    fn close_window(&mut self, sampler: &mut Sampler, aggregate: &mut Aggregate, end_ns: u64) -> Result<()> {
+        self.cpu.close_window(sampler, aggregate, end_ns)
+    }
+
+    fn report(&self, _: &End<'_, Sampler>) {}
+
+    fn window(&mut self, recording: Recording) {
+        let functions = HotFunctions::of(&recording);
+        match &mut self.view {
+            View::Plain { once, printed } => {
+                if *once && *printed {
+                    return;
+                }
+                println!("{}", functions.to_text(&self.title, SortBy::SelfWeight, PLAIN_ROWS));
+                *printed = true;
+            }
+            View::Waiting => match Screen::open(self.title.clone()) {
+                Ok(mut screen) => {
+                    screen.show(functions);
+                    self.view = View::Screen(screen);
+                }
+                Err(err) => {
+                    eprintln!("profiler: warning: {err:#}; plain tables instead");
+                    println!("{}", functions.to_text(&self.title, SortBy::SelfWeight, PLAIN_ROWS));
+                    self.view = View::Plain { once: false, printed: true };
+                }
+            },
+            View::Screen(screen) => screen.show(functions),
+            View::Closed => {}
+        }
+    }
+}

@@ -1,0 +1,240 @@
+//! End to end, as root: `profiler top` watching split.c (60/30/10 between hot_a, hot_b and
+//! hot_c): the plain table of `--once` when standard output is not a terminal, and the
+//! full-screen view in a real terminal (tmux): the functions shown with their shares, keys that
+//! sort, filter, switch to since the start and pause, a terminal too small, and `q` and SIGTERM
+//! giving the terminal back to the shell.
+mod common;
+
+use std::{
+    path::PathBuf,
+    process::{Command, Output},
+    time::{Duration, Instant},
+};
+
+use common::*;
+
+const HOT: [(&str, f64); 3] = [("hot_a", 60.0), ("hot_b", 30.0), ("hot_c", 10.0)];
+
+/// Shares may differ from the work's split by this many points.
+const TOLERANCE: f64 = 5.0;
+
+/// split.c's arguments: until killed, in two threads (more samples on a busy machine, where a
+/// thread gets a fraction of a CPU).
+const BURNERS: &[&str] = &["0", "2"];
+
+/// Samples the full-screen view's shares are checked on (a window's may be too few for the
+/// tolerance on a busy machine: since the start, they add up).
+const SCREEN_SAMPLES: u64 = 600;
+
+fn split() -> PathBuf {
+    build_workload("split.c", "split-top", "gcc", &["-O2", "-g", "-fno-omit-frame-pointer"])
+}
+
+/// The rows of a table as `profiler top` draws or prints them: self share, total share and the
+/// function (the last word).
+fn rows(text: &str) -> Vec<(f64, f64, String)> {
+    text.lines()
+        .filter_map(|line| {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            let (own, total) = (words.first()?.parse().ok()?, words.get(1)?.parse().ok()?);
+            Some((own, total, words.last()?.to_string()))
+        })
+        .collect()
+}
+
+/// The samples the view's title counts (`· 1234 samples ·`).
+fn samples(screen: &str) -> u64 {
+    let title = screen.lines().next().unwrap_or_default();
+    let words: Vec<&str> = title.split_whitespace().collect();
+    words.windows(2).find(|pair| pair[1] == "samples").and_then(|pair| pair[0].parse().ok()).unwrap_or(0)
+}
+
+/// The exit status the shell printed after the profiler (`top exited: [0]`; the command line
+/// itself has `[$?]`), the last one on the screen.
+fn exit_status(screen: &str) -> Option<String> {
+    const SAID: &str = "top exited: [";
+    let after = &screen[screen.rfind(SAID)? + SAID.len()..];
+    let status = &after[..after.find(']')?];
+    (!status.is_empty() && status.bytes().all(|b| b.is_ascii_digit())).then(|| status.to_owned())
+}
+
+/// The first rows are hot_a, hot_b and hot_c, in this order, with the work's shares.
+fn assert_split(text: &str) {
+    let rows = rows(text);
+    assert!(rows.len() >= 3, "fewer than three rows in:\n{text}");
+    for ((own, total, name), (hot, share)) in rows.iter().zip(HOT) {
+        assert_eq!(name, hot, "rows out of order in:\n{text}");
+        assert!((own - share).abs() <= TOLERANCE, "{hot} has {own}% self, not {share}%, in:\n{text}");
+        assert!(total >= own, "{hot}'s total share is below its self share in:\n{text}");
+    }
+}
+
+#[test]
+fn once_prints_one_plain_table() {
+    if !e2e_enabled() {
+        return;
+    }
+    let workload = spawn(&split(), BURNERS);
+    let pid = workload.pid().to_string();
+    let started = Instant::now();
+    let Output { status, stdout, .. } = run_bounded(&["top", "-p", &pid, "-F", "999", "--once", "-i", "2"]);
+    assert!(status.success());
+    let text = String::from_utf8(stdout).unwrap();
+    eprintln!("{text}");
+    assert_eq!(text.matches("profiler top: ").count(), 1, "not one table:\n{text}");
+    let title = text.lines().next().unwrap();
+    assert!(title.starts_with(&format!("profiler top: PID {pid} · last ")), "{title}");
+    assert!(title.ends_with(" samples"), "{title}");
+    assert_eq!(
+        text.lines().nth(1).unwrap().split_whitespace().collect::<Vec<_>>(),
+        ["SELF%", "TOTAL%", "KIND", "PROCESS", "FUNCTION"]
+    );
+    assert_split(&text);
+    let hot_a = text.lines().find(|line| line.ends_with(" hot_a")).unwrap();
+    assert!(hot_a.contains(&format!("  native  split-top ({pid})  ")), "{hot_a}");
+    assert!(started.elapsed() < Duration::from_secs(15), "took {:?}", started.elapsed());
+}
+
+/// A tmux server of its own (its own socket), killed when the test ends.
+struct Tmux {
+    socket: String,
+}
+
+impl Tmux {
+    /// A server running a shell in a 150×40 terminal, its prompt `PROMPT`.
+    fn start() -> Self {
+        let tmux = Self { socket: format!("profiler-top-{}", std::process::id()) };
+        tmux.run(&[
+            "new-session",
+            "-d",
+            "-x",
+            "150",
+            "-y",
+            "40",
+            "env",
+            "PS1=PROMPT$ ",
+            "bash",
+            "--norc",
+            "--noprofile",
+        ]);
+        tmux
+    }
+
+    fn run(&self, args: &[&str]) -> String {
+        let output = Command::new("tmux")
+            .args(["-L", &self.socket])
+            .args(args)
+            .output()
+            .expect("run tmux (`cargo xtask setup` installs it)");
+        assert!(output.status.success(), "tmux {args:?}: {}", String::from_utf8_lossy(&output.stderr));
+        String::from_utf8(output.stdout).unwrap()
+    }
+
+    fn keys(&self, keys: &[&str]) {
+        self.run(&[&["send-keys"][..], keys].concat());
+    }
+
+    /// The screen, as text.
+    fn screen(&self) -> String {
+        self.run(&["capture-pane", "-p"])
+    }
+
+    /// A pane's variable (`alternate_on`, `cursor_flag`).
+    fn variable(&self, name: &str) -> String {
+        self.run(&["display-message", "-p", &format!("#{{{name}}}")]).trim().to_owned()
+    }
+
+    /// Waits (up to 10 s) for the screen to satisfy `ready`, and returns it.
+    fn wait_for(&self, what: &str, ready: impl Fn(&str) -> bool) -> String {
+        let started = Instant::now();
+        loop {
+            let screen = self.screen();
+            if ready(&screen) {
+                return screen;
+            }
+            assert!(started.elapsed() < Duration::from_secs(10), "no {what} on the screen:\n{screen}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux").args(["-L", &self.socket, "kill-server"]).status();
+    }
+}
+
+#[test]
+fn full_screen_in_a_terminal() {
+    if !e2e_enabled() {
+        return;
+    }
+    let workload = spawn(&split(), BURNERS);
+    let tmux = Tmux::start();
+    tmux.wait_for("prompt", |screen| screen.contains("PROMPT$"));
+    let command = format!(
+        "{} top -p {} -F 999; echo \"top exited: [$?]\"",
+        env!("CARGO_BIN_EXE_profiler"),
+        workload.pid()
+    );
+    tmux.keys(&[&command, "Enter"]);
+    // The first interval's table, by self.
+    let screen = tmux.wait_for("table", |screen| rows(screen).len() >= 3);
+    eprintln!("{screen}");
+    assert_eq!(tmux.variable("alternate_on"), "1", "not on the alternate screen");
+    assert!(screen.contains(&format!("profiler top · PID {} · last ", workload.pid())), "{screen}");
+    assert!(screen.contains(" · by self"), "{screen}");
+    // Since the start, once enough samples add up.
+    tmux.keys(&["c"]);
+    let screen = tmux.wait_for("samples since the start", |screen| {
+        screen.contains(" · since the start ") && samples(screen) >= SCREEN_SAMPLES
+    });
+    assert_split(&screen);
+    // Paused: the figures stay.
+    tmux.keys(&["Space"]);
+    let paused = tmux.wait_for("pause", |screen| screen.contains(" · PAUSED"));
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(tmux.screen(), paused, "the view changed while paused");
+    tmux.keys(&["Space"]);
+    tmux.wait_for("resumed", |screen| !screen.contains(" · PAUSED") && samples(screen) > samples(&paused));
+    // Too small, then large enough again.
+    tmux.run(&["resize-window", "-x", "40", "-y", "10"]);
+    tmux.wait_for("too small", |screen| screen.contains("too small"));
+    tmux.run(&["resize-window", "-x", "150", "-y", "40"]);
+    tmux.wait_for("table again", |screen| rows(screen).len() >= 3);
+    // Sorted by total: the callers of all three first.
+    tmux.keys(&["t"]);
+    let screen = tmux.wait_for("sort by total", |screen| screen.contains(" · by total"));
+    let by_total = rows(&screen);
+    assert!(by_total.iter().take(3).all(|(_, total, _)| *total > 90.0), "{screen}");
+    assert!(by_total.windows(2).all(|pair| pair[0].1 >= pair[1].1), "not sorted by total:\n{screen}");
+    // Filtered: only hot_b.
+    tmux.keys(&["s", "/", "hot_b", "Enter"]);
+    let screen = tmux.wait_for("filter", |screen| screen.contains("/ filter [hot_b]"));
+    let filtered: Vec<String> = rows(&screen).into_iter().map(|(_, _, name)| name).collect();
+    assert_eq!(filtered, ["hot_b"], "{screen}");
+    // q: the profiler exits, the shell gets the terminal back as it was.
+    tmux.keys(&["q"]);
+    let screen = tmux.wait_for("exit", |screen| exit_status(screen).is_some());
+    eprintln!("{screen}");
+    assert_eq!(exit_status(&screen).as_deref(), Some("0"), "{screen}");
+    assert!(screen.trim_end().ends_with("PROMPT$"), "no prompt after the exit:\n{screen}");
+    assert_eq!(tmux.variable("alternate_on"), "0", "still on the alternate screen");
+    assert_eq!(tmux.variable("cursor_flag"), "1", "the cursor is hidden");
+    // The line discipline is back: what is typed is echoed and run.
+    tmux.keys(&["clear; echo typed-$((6*7))", "Enter"]);
+    tmux.wait_for("echo", |screen| screen.contains("typed-42"));
+    // SIGTERM gives the terminal back too.
+    tmux.keys(&[&command, "Enter"]);
+    tmux.wait_for("table", |screen| rows(screen).len() >= 3);
+    let shell = tmux.variable("pane_pid");
+    let children = std::fs::read_to_string(format!("/proc/{shell}/task/{shell}/children")).unwrap();
+    let profiler: i32 = children.split_whitespace().next().expect("the profiler runs").parse().unwrap();
+    // SAFETY: kill(2) on the profiler the shell runs.
+    assert_eq!(unsafe { libc::kill(profiler, libc::SIGTERM) }, 0);
+    let screen = tmux.wait_for("exit", |screen| exit_status(screen).is_some());
+    assert_eq!(exit_status(&screen).as_deref(), Some("0"), "{screen}");
+    assert!(screen.trim_end().ends_with("PROMPT$"), "no prompt after the exit:\n{screen}");
+    assert_eq!(tmux.variable("alternate_on"), "0", "still on the alternate screen after SIGTERM");
+    assert_eq!(tmux.variable("cursor_flag"), "1", "the cursor is hidden after SIGTERM");
+}
