@@ -21,11 +21,7 @@ use crate::{
 };
 
 pub async fn run(args: RecordArgs) -> Result<()> {
-    let weight = match (args.off_cpu, args.wall) {
-        (true, _) => Weight::OffCpuNs,
-        (_, true) => Weight::WallNs,
-        _ => Weight::Samples,
-    };
+    let weight = weight(args.off_cpu, args.wall);
     let plan = SamplingPlan {
         default_hz: RECORD_DEFAULT_HZ,
         weight,
@@ -256,6 +252,15 @@ impl Mode for CpuProfile {
             outputs: end.outputs,
         };
         summary.print();
+    }
+}
+
+/// What a sample weighs with `--off-cpu` or `--wall` asked, or neither.
+pub(super) fn weight(off_cpu: bool, wall: bool) -> Weight {
+    match (off_cpu, wall) {
+        (true, _) => Weight::OffCpuNs,
+        (_, true) => Weight::WallNs,
+        _ => Weight::Samples,
     }
 }
 

@@ -232,6 +232,10 @@ impl ProcessMemory {
 /// Reads `buf.len()` bytes of the process at an address; false when it cannot.
 pub type ReadMemory<'a> = dyn FnMut(u64, &mut [u8]) -> bool + 'a;
 
+/// A process's memory as a runtime's walk keeps it (`/proc/PID/mem` through a [`ProcessMemory`];
+/// fixture bytes in tests).
+pub type Memory = Box<dyn FnMut(u64, &mut [u8]) -> bool + Send>;
+
 /// The end of the user half of the address space: nothing of a process's lies beyond.
 pub const USER_END: u64 = 1 << 47;
 

@@ -133,6 +133,8 @@ pub enum Refusal {
 /// Every runtime, and what they share.
 pub struct Runtimes {
     slots: Vec<Box<dyn Slot>>,
+    /// The slot stepping the stack being walked, which alone has frames to push at its depths.
+    stepping: Option<usize>,
     shared: Shared,
     /// The functions runtimes' frames name.
     functions: Functions,
@@ -162,7 +164,7 @@ impl Runtimes {
             table: KernelTable::new(system_wide),
             kernel_updates: Vec::new(),
         };
-        Self { slots, shared, functions: Functions::default() }
+        Self { slots, stepping: None, shared, functions: Functions::default() }
     }
 
     /// A new sample of the process of `view`, at `time_ns`: its allowance starts, and its
@@ -176,14 +178,22 @@ impl Runtimes {
 
     /// The runtime of `tgid` that steps native frames, ready for a new stack.
     pub fn stepper(&mut self, tgid: Tgid, time_ns: u64, regs: &UserRegs) -> Option<&mut dyn RuntimeCode> {
-        self.slots.iter_mut().find_map(|slot| slot.stepper(tgid, time_ns, regs))
+        self.stepping = None;
+        for (index, slot) in self.slots.iter_mut().enumerate() {
+            if let Some(stepper) = slot.stepper(tgid, time_ns, regs) {
+                self.stepping = Some(index);
+                return Some(stepper);
+            }
+        }
+        None
     }
 
-    /// Pushes a runtime's frames for the native frame at `depth` of the stack last stepped;
-    /// false when none has any there.
+    /// Pushes the stepping runtime's frames for the native frame at `depth` of the stack last
+    /// stepped; false when it has none there (or no runtime stepped it: another runtime of the
+    /// process keeps what it stepped of an older stack).
     pub fn push_frames(&mut self, tgid: Tgid, depth: usize, frames: &mut Vec<Frame>) -> bool {
-        let functions = &mut self.functions;
-        self.slots.iter_mut().any(|slot| slot.push_frames(tgid, depth, functions, frames))
+        let Some(slot) = self.stepping.and_then(|index| self.slots.get_mut(index)) else { return false };
+        slot.push_frames(tgid, depth, &mut self.functions, frames)
     }
 
     /// Puts the frames the kernel read of a runtime (`sample`) in place of native ones.

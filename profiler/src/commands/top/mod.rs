@@ -8,7 +8,7 @@ use std::{io::IsTerminal as _, time::Duration};
 use anyhow::Result;
 
 use self::screen::Screen;
-use super::record::{CpuProfile, SamplingPlan, sampling};
+use super::record::{self, CpuProfile, SamplingPlan, sampling};
 use crate::{
     aggregate::{Aggregate, Detail, Site},
     cli::{RECORD_DEFAULT_HZ, TopArgs},
@@ -23,11 +23,7 @@ use crate::{
 const PLAIN_ROWS: usize = 30;
 
 pub async fn run(args: TopArgs) -> Result<()> {
-    let weight = match (args.off_cpu, args.wall) {
-        (true, _) => Weight::OffCpuNs,
-        (_, true) => Weight::WallNs,
-        _ => Weight::Samples,
-    };
+    let weight = record::weight(args.off_cpu, args.wall);
     let plan = SamplingPlan {
         default_hz: RECORD_DEFAULT_HZ,
         weight,

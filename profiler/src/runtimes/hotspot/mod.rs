@@ -36,7 +36,7 @@ use self::{
 use super::{
     Refusal, Runtime,
     functions::{FunctionRef, Functions, Kind},
-    memory::{self, Allowance, ProcessMemory, ReadMemory, read_bytes, read_u32, read_u64},
+    memory::{self, Allowance, Memory, ProcessMemory, ReadMemory, read_bytes, read_u32, read_u64},
 };
 use crate::{
     address_space::{Backing, Mapping, ModuleId, ProcessView},
@@ -227,9 +227,6 @@ pub struct Jvm {
     /// Frames in the code cache that could not be stepped.
     lost: u64,
 }
-
-/// The memory of a JVM's process, as the walk reads it (`/proc/PID/mem`; fixture bytes in tests).
-type Memory = Box<dyn FnMut(u64, &mut [u8]) -> bool + Send>;
 
 /// Where blob names are: strings of `libjvm.so`'s read-only data, read from the file.
 struct BlobNames {

@@ -35,7 +35,7 @@ use self::{
 use super::{
     Refusal, Runtime,
     functions::{FunctionRef, Functions, Kind},
-    memory::{self, Allowance, ProcessMemory},
+    memory::{self, Allowance, Memory, ProcessMemory},
 };
 use crate::{
     address_space::{Backing, Mapping, ModuleId, ProcessView},
@@ -235,9 +235,6 @@ pub struct V8Process {
     /// Frames of V8's code that could not be stepped.
     lost: u64,
 }
-
-/// The memory of a process, as the walk reads it (`/proc/PID/mem`; fixture bytes in tests).
-pub type Memory = Box<dyn FnMut(u64, &mut [u8]) -> bool + Send>;
 
 /// A function read (or not), and the fields of its `SharedFunctionInfo` it was read from.
 struct Entry {
