@@ -45,8 +45,10 @@ use crate::{
     unwind::RuntimeCode,
 };
 
-/// Maps' instance types remembered per process; beyond, the memory starts over.
+/// Maps' instance types, and functions' `SharedFunctionInfo`s, remembered per process; beyond,
+/// the memory starts over.
 const MAX_MAPS: usize = 4096;
+const MAX_CLOSURES: usize = 4096;
 /// What a function not read holds in the cache, about.
 const ENTRY_BYTES: u64 = 64;
 
@@ -183,6 +185,7 @@ impl Runtime for V8 {
     fn relieve(&mut self, process: &mut V8Process) {
         process.functions.relieve();
         process.maps.clear();
+        process.closures.clear();
     }
 
     fn inspect(&self, process: &V8Process) -> String {
@@ -230,6 +233,10 @@ pub struct V8Process {
     functions: Cache<u64, Entry>,
     /// Maps' instance types by address.
     maps: FxHashMap<u64, u16>,
+    /// The `SharedFunctionInfo` last read of each `JSFunction`, by its tagged address: what
+    /// names its frames once the process is gone (the last samples of a process that exits are
+    /// named after it has, when its memory cannot be read).
+    closures: FxHashMap<u64, u64>,
     /// The JavaScript frames the last stack walked stepped, by depth.
     stepped: Vec<(usize, JsFrame)>,
     /// Frames of V8's code that could not be stepped.
@@ -260,6 +267,7 @@ impl V8Process {
             allowance,
             functions: Cache::default(),
             maps: FxHashMap::default(),
+            closures: FxHashMap::default(),
             stepped: Vec::new(),
             lost: 0,
         }
@@ -275,7 +283,14 @@ impl V8Process {
         let layout = self.layout.clone();
         let function = untag(frame.function)?;
         let mut heap = Heap { layout: &layout, read: &mut *self.memory };
-        let shared = untag(heap.word(function.checked_add(layout.function_shared)?)?)?;
+        let Some(shared) = heap.word(function.checked_add(layout.function_shared)?) else {
+            return self.last_read(frame);
+        };
+        let shared = untag(shared)?;
+        if self.closures.len() >= MAX_CLOSURES {
+            self.closures.clear();
+        }
+        self.closures.insert(frame.function, shared);
         let fields_end =
             layout.shared_name_or_scope_info.max(layout.shared_script).max(layout.heap_object_map) + 8;
         let mut header = vec![0u8; fields_end as usize];
@@ -325,5 +340,12 @@ impl V8Process {
             self.functions.insert(shared, Entry { fields, function }, bytes);
         }
         frame
+    }
+
+    /// The frame of `frame`'s function as last read, for a function that cannot be read now.
+    fn last_read(&mut self, frame: JsFrame) -> Option<Frame> {
+        let shared = self.closures.get(&frame.function)?;
+        let (function, info) = self.functions.get(shared)?.function.as_ref()?;
+        Some(Frame::Runtime { function: function.id, line: info.line })
     }
 }

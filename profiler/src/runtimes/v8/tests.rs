@@ -254,6 +254,26 @@ fn frames_that_fail_their_checks_are_lost_and_other_objects_not_named() {
     assert_eq!(v8.name(super::stack::JsFrame { function: 0x9001 }, &mut functions), None);
 }
 
+/// The last samples of a process that exits are named once it is gone: a function read before is
+/// named as it was, one never read is not.
+#[test]
+fn frames_of_a_process_gone_are_named_as_last_read() {
+    let gone = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let pieces = Pieces(heap());
+    let memory = Box::new({
+        let gone = gone.clone();
+        move |addr, buf: &mut [u8]| !gone.load(std::sync::atomic::Ordering::Relaxed) && pieces.read(addr, buf)
+    });
+    let mut v8 = fixture::process(node20(), BUILTINS..BUILTINS + 0x1000, 0x30_0000..0x50_0000, memory);
+    let mut functions = Functions::default();
+    let alpha = super::stack::JsFrame { function: FUNCTION + 1 };
+    let named = v8.name(alpha, &mut functions);
+    assert!(named.is_some());
+    gone.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(v8.name(alpha, &mut functions), named);
+    assert_eq!(v8.name(super::stack::JsFrame { function: 0x9001 }, &mut functions), None);
+}
+
 #[test]
 fn a_binary_without_v8_is_not_one_and_garbage_is_not_elf() {
     let own = std::fs::read(std::env::current_exe().unwrap()).unwrap();
