@@ -429,6 +429,12 @@ pub mod maps {
     /// `HashMap<u32 tgid, RuntimeProcess>`: processes whose runtime's frames the kernel walks,
     /// filled in by userspace as it finds their runtime.
     pub const RUNTIME_PROCESSES: &str = "RUNTIME_PROCESSES";
+    /// `ProgramArray` of one entry each: the runtime walker [`super::programs::SAMPLE`],
+    /// [`super::programs::SYSCALL_EXIT`] and [`super::programs::ALLOC_RETURN`] hand their
+    /// records over to, set by userspace once it has loaded it.
+    pub const SAMPLE_WALKERS: &str = "SAMPLE_WALKERS";
+    pub const SYSCALL_EXIT_WALKERS: &str = "SYSCALL_EXIT_WALKERS";
+    pub const ALLOC_RETURN_WALKERS: &str = "ALLOC_RETURN_WALKERS";
     /// `Array<u64>` of one entry: when sampling started (`bpf_ktime_get_ns()`), set by
     /// userspace. A thread off the CPU since before is counted from then.
     pub const STARTED_NS: &str = "STARTED_NS";
@@ -458,6 +464,12 @@ pub mod programs {
     pub const ALLOC_RETURN: &str = "alloc_return";
     /// uprobe on `free`.
     pub const FREE_ENTER: &str = "free_enter";
+    /// The runtime walkers of `SAMPLE`, `SYSCALL_EXIT` and `ALLOC_RETURN` (of their types), which
+    /// they tail-call for a process whose runtime's frames are walked in the kernel: loaded only
+    /// once such a process is found.
+    pub const SAMPLE_RUNTIME: &str = "sample_runtime";
+    pub const SYSCALL_EXIT_RUNTIME: &str = "syscall_exit_runtime";
+    pub const ALLOC_RETURN_RUNTIME: &str = "alloc_return_runtime";
 }
 
 /// Read-only globals set when the program is loaded (`.rodata`, frozen, so the verifier sees

@@ -17,7 +17,7 @@ use aya_ebpf::{
         bpf_get_current_pid_tgid, bpf_get_prandom_u32, bpf_ktime_get_ns, generated::bpf_get_attach_cookie,
     },
     macros::{map, uprobe, uretprobe},
-    maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, ProgramArray, RingBuf},
     programs::{ProbeContext, RetProbeContext},
 };
 use profiler_common::{
@@ -25,7 +25,7 @@ use profiler_common::{
 };
 
 use crate::{
-    memory, setting,
+    memory, runtimes, setting,
     stack::{self, Draft, Dropped, Scratch},
     stopped,
 };
@@ -262,12 +262,34 @@ fn record_stack(ctx: &RetProbeContext, pid_tgid: u64, time_ns: u64, allocation: 
     (header.user_ip, header.user_sp, header.user_bp, header.runtime.r13) =
         (regs.rip, regs.rsp, regs.rbp, regs.r13);
     // A short copy only shortens the stack; the sampler's counters have no leak analogue.
-    let (len, _) = stack::take_stacks(ctx, sample, false);
-    let len = ALLOCATION_HEADER_SIZE + len;
+    let (len, _) = stack::take_native_stacks(ctx, sample, false);
+    runtimes::hand_over(ctx, &ALLOC_RETURN_WALKERS, &draft, (pid_tgid >> 32) as u32, len);
+    send_allocation(draft, len);
+}
+
+/// Sends the allocation record in `draft`, whose sample is `sample_len` bytes long.
+fn send_allocation(draft: Draft, sample_len: usize) {
+    let len = ALLOCATION_HEADER_SIZE + sample_len;
     match draft.send(&ALLOCATIONS, len) {
         Ok(()) => count(LeakCounter::RingBytes, len as u64),
         Err(Dropped::RingFull | Dropped::Overwritten) => count(LeakCounter::StacksLost, 1),
     }
+}
+
+/// The runtime walker of [`alloc_return`] ([`alloc_return_runtime`]), once loaded.
+#[map(name = "ALLOC_RETURN_WALKERS")]
+static ALLOC_RETURN_WALKERS: ProgramArray = ProgramArray::with_max_entries(1, 0);
+
+/// Tail-called by [`alloc_return`] for a process whose runtime is walked here: adds its frames
+/// to the allocation's sample and sends the record.
+#[uretprobe]
+pub fn alloc_return_runtime(_ctx: RetProbeContext) -> u32 {
+    if let Some((draft, len)) = Draft::resume(&ALLOCATION_SCRATCH) {
+        let sample = unsafe { draft.bytes().add(ALLOCATION_HEADER_SIZE) };
+        let len = stack::append_runtime_frames(sample, len);
+        send_allocation(draft, len);
+    }
+    0
 }
 
 #[uprobe]

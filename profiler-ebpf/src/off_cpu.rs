@@ -34,7 +34,7 @@ use aya_ebpf::{
         generated::{bpf_get_current_task_btf, bpf_get_task_stack, bpf_task_pt_regs},
     },
     macros::{btf_tracepoint, map, raw_tracepoint},
-    maps::{Array, HashMap, PerCpuArray},
+    maps::{Array, HashMap, PerCpuArray, ProgramArray},
     programs::{BtfTracePointContext, RawTracePointContext},
 };
 use profiler_common::{
@@ -43,6 +43,7 @@ use profiler_common::{
 };
 
 use crate::{
+    runtimes,
     sample::{self, count, task_ids, wanted},
     setting,
     stack::{self, Draft, Scratch, USER_MODE_RPL},
@@ -474,7 +475,21 @@ pub fn syscall_exit(ctx: RawTracePointContext) -> i32 {
             unsafe { bpf_probe_read_kernel(&(*regs).orig_rax) }.is_ok_and(|nr| EXEC_SYSCALLS.contains(&nr));
         let user_stack = if exec { UserStack::None } else { UserStack::WithRuntime };
         send(&ctx, pid_tgid, thread, user_stack);
-        (thread.since_ns, thread.resumed_ns) = (0, 0);
+    }
+    0
+}
+
+/// The runtime walker of [`syscall_exit`] ([`syscall_exit_runtime`]), once loaded.
+#[map(name = "SYSCALL_EXIT_WALKERS")]
+static SYSCALL_EXIT_WALKERS: ProgramArray = ProgramArray::with_max_entries(1, 0);
+
+/// Tail-called by [`syscall_exit`] for a process whose runtime is walked here: adds its frames
+/// to the span and sends it.
+#[raw_tracepoint(tracepoint = "sys_exit")]
+pub fn syscall_exit_runtime(_ctx: RawTracePointContext) -> i32 {
+    if let Some((draft, len)) = Draft::resume(&OFF_CPU_SCRATCH) {
+        let len = stack::append_runtime_frames(draft.bytes(), len);
+        sample::send_draft(draft, len);
     }
     0
 }
@@ -490,10 +505,14 @@ enum UserStack {
     WithRuntime,
 }
 
-/// Sends the span of `thread`, in its own context: its user registers (those of the system
-/// call), stack copy and runtime frames as `user_stack` says, and the kernel stack it waited in.
-fn send(ctx: &impl EbpfContext, pid_tgid: u64, thread: &OffCpuThread, user_stack: UserStack) {
-    let Some(draft) = begin_span(pid_tgid, thread) else { return };
+/// Sends the span of `thread`, in its own context, and ends it: its user registers (those of
+/// the system call), stack copy and runtime frames as `user_stack` says, and the kernel stack it
+/// waited in.
+fn send(ctx: &impl EbpfContext, pid_tgid: u64, thread: &mut OffCpuThread, user_stack: UserStack) {
+    let draft = begin_span(pid_tgid, thread);
+    // Ended before the record is handed over: a tail call does not come back.
+    (thread.since_ns, thread.resumed_ns) = (0, 0);
+    let Some(draft) = draft else { return };
     let record = draft.bytes();
     if user_stack != UserStack::None {
         stack::fill_saved_user_regs(unsafe { &mut *record.cast::<SampleHeader>() });
@@ -501,8 +520,9 @@ fn send(ctx: &impl EbpfContext, pid_tgid: u64, thread: &OffCpuThread, user_stack
     let (len, _) = stack::take_native_stacks(ctx, record, false);
     let len = unsafe { append_kernel_stack(record, len, thread) };
     // The runtime's frames come after the kernel stack, as in every record.
-    let len =
-        if user_stack == UserStack::WithRuntime { stack::append_runtime_frames(record, len) } else { len };
+    if user_stack == UserStack::WithRuntime {
+        runtimes::hand_over(ctx, &SYSCALL_EXIT_WALKERS, &draft, (pid_tgid >> 32) as u32, len);
+    }
     sample::send_draft(draft, len);
 }
 

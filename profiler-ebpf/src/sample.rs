@@ -4,16 +4,15 @@
 //! took: ids, comm, the user registers, a page-wise copy of the top of the user stack, and the
 //! frame-pointer user stack and kernel stack where they are wanted.
 use aya_ebpf::{
-    EbpfContext,
     helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel},
     macros::{map, perf_event, raw_tracepoint},
-    maps::{Array, HashMap, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, PerCpuArray, ProgramArray, RingBuf},
     programs::{PerfEventContext, RawTracePointContext},
 };
 use profiler_common::{Counter, SampleHeader, sample_flags};
 
 use crate::{
-    setting,
+    runtimes, setting,
     stack::{self, CopyOutcome, Draft, Dropped, Scratch, USER_MODE_RPL},
     stopped,
 };
@@ -25,6 +24,10 @@ pub(crate) static SAMPLES: RingBuf = RingBuf::with_byte_size(16 * 1024 * 1024, 0
 /// Where each CPU builds its sample record. Userspace sets one entry per CPU.
 #[map(name = "SAMPLE_SCRATCH")]
 static SAMPLE_SCRATCH: Array<Scratch> = Array::with_max_entries(1, 0);
+
+/// The runtime walker of [`sample`] ([`sample_runtime`]), once loaded.
+#[map(name = "SAMPLE_WALKERS")]
+static SAMPLE_WALKERS: ProgramArray = ProgramArray::with_max_entries(1, 0);
 
 #[map(name = "TGID_FILTER")]
 static TGID_FILTER: HashMap<u32, u8> = HashMap::with_max_entries(8192, 0);
@@ -80,15 +83,28 @@ pub fn sample(ctx: PerfEventContext) -> u32 {
 }
 
 /// Takes the stacks of the sample in `draft` (its ids and registers filled in), the kernel's
-/// too when `kernel`, and sends it through `SAMPLES`.
-pub(crate) fn send(ctx: &impl EbpfContext, draft: Draft, kernel: bool) {
-    let (len, outcome) = stack::take_stacks(ctx, draft.bytes(), kernel);
+/// too when `kernel`, and sends it through `SAMPLES`, by way of its runtime's walker.
+fn send(ctx: &PerfEventContext, draft: Draft, kernel: bool) {
+    let (len, outcome) = stack::take_native_stacks(ctx, draft.bytes(), kernel);
     match outcome {
         CopyOutcome::Truncated => count(Counter::StackTruncated, 1),
         CopyOutcome::Unreadable => count(Counter::StackUnreadable, 1),
         CopyOutcome::Complete | CopyOutcome::NotCopied => {}
     }
+    let tgid = unsafe { &*draft.bytes().cast::<SampleHeader>() }.tgid;
+    runtimes::hand_over(ctx, &SAMPLE_WALKERS, &draft, tgid, len);
     send_draft(draft, len);
+}
+
+/// Tail-called by [`sample`] for a process whose runtime is walked here: adds its frames to
+/// the sample and sends it.
+#[perf_event]
+pub fn sample_runtime(_ctx: PerfEventContext) -> u32 {
+    if let Some((draft, len)) = Draft::resume(&SAMPLE_SCRATCH) {
+        let len = stack::append_runtime_frames(draft.bytes(), len);
+        send_draft(draft, len);
+    }
+    0
 }
 
 /// Sends the first `len` bytes of `draft` through `SAMPLES`.

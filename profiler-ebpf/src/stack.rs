@@ -56,6 +56,9 @@ pub struct Scratch {
     /// preempted, and another one run on the same CPU in between: a changed value at the end
     /// says the bytes are no longer this run's.
     claim: u64,
+    /// The record's length so far, when it is handed over to a runtime's walker: a tail call
+    /// passes nothing but the context.
+    handed_over_len: u64,
     bytes: [u8; SCRATCH_BYTES],
 }
 
@@ -82,6 +85,19 @@ impl Draft {
         let claim = unsafe { (*scratch).claim }.wrapping_add(1);
         unsafe { (*scratch).claim = claim };
         Some(Self { scratch, claim })
+    }
+
+    /// Takes up this CPU's record in `scratch` where the program that began it handed it over
+    /// ([`runtimes::hand_over`]); with the length it had then.
+    pub fn resume(scratch: &Array<Scratch>) -> Option<(Self, usize)> {
+        let scratch = scratch.get_ptr_mut(unsafe { bpf_get_smp_processor_id() })?;
+        let (claim, len) = unsafe { ((*scratch).claim, (*scratch).handed_over_len) };
+        Some((Self { scratch, claim }, len as usize))
+    }
+
+    /// Notes the record's length for the program it is handed over to.
+    pub fn set_handed_over_len(&self, len: usize) {
+        unsafe { (*self.scratch).handed_over_len = len as u64 };
     }
 
     /// The buffer, from its start.
@@ -171,17 +187,11 @@ pub fn fill_saved_user_regs(h: &mut SampleHeader) {
     }
 }
 
-/// Takes the stacks of a sample whose header (ids and registers) is filled in, `sample` being
-/// the record's start in a scratch buffer: the copy of the user stack, then, where wanted, the
-/// frame-pointer chain and the kernel stack, then the frames of a runtime walked here.
-/// Returns the record's length and what the copy found.
-pub fn take_stacks(ctx: &impl EbpfContext, sample: *mut u8, kernel: bool) -> (usize, CopyOutcome) {
-    let (end, outcome) = take_native_stacks(ctx, sample, kernel);
-    (append_runtime_frames(sample, end), outcome)
-}
-
-/// [`take_stacks`] without the runtime frames, for a caller that puts a kernel stack of its own
-/// after the native ones, then calls [`append_runtime_frames`].
+/// Takes the native stacks of a sample whose header (ids and registers) is filled in, `sample`
+/// being the record's start in a scratch buffer: the copy of the user stack, then, where wanted,
+/// the frame-pointer chain and the kernel stack. Returns the record's length and what the copy
+/// found. The frames of a runtime walked here come after them, and after any kernel stack the
+/// caller adds ([`runtimes::hand_over`], then [`append_runtime_frames`]).
 pub fn take_native_stacks(ctx: &impl EbpfContext, sample: *mut u8, kernel: bool) -> (usize, CopyOutcome) {
     let h = unsafe { &mut *sample.cast::<SampleHeader>() };
     let cap = stack_copy_cap();

@@ -3,16 +3,39 @@
 //! registers a process in `RUNTIME_PROCESSES` once it has found its runtime, with what that
 //! runtime's walker needs; each sample of it then carries the frames the walker read, after the
 //! native stacks, and says whose they are in the header's [`RuntimeTrailer`].
+//!
+//! The walks are programs of their own, one per hook that records user stacks, each in a
+//! one-entry program array the hook tail-calls ([`hand_over`]): verifying a walk costs more than
+//! verifying all the rest, and userspace loads the walkers only once it has found a process that
+//! needs them. Until then (and for every other process) a record goes without runtime frames.
 mod python;
 
-use aya_ebpf::{macros::map, maps::HashMap};
+use aya_ebpf::{
+    EbpfContext,
+    macros::map,
+    maps::{HashMap, ProgramArray},
+};
 use profiler_common::{
     RuntimeTrailer, SampleHeader,
     runtimes::{RUNTIME_PROCESSES_MAX, RuntimeKind, RuntimeProcess, python::PythonProcess},
 };
 
+use crate::stack::Draft;
+
 #[map(name = "RUNTIME_PROCESSES")]
 static RUNTIME_PROCESSES: HashMap<u32, RuntimeProcess> = HashMap::with_max_entries(RUNTIME_PROCESSES_MAX, 0);
+
+/// Hands the record in `draft`, its first `len` bytes written, over to the runtime walker of
+/// `walkers` when process `tgid` runs a runtime walked here: the walker adds its frames and
+/// sends the record. Returns when it does not (no such runtime, or its walker not loaded yet):
+/// the caller then sends the record as it is.
+pub fn hand_over(ctx: &impl EbpfContext, walkers: &ProgramArray, draft: &Draft, tgid: u32, len: usize) {
+    if unsafe { RUNTIME_PROCESSES.get(tgid) }.is_none() {
+        return;
+    }
+    draft.set_handed_over_len(len);
+    unsafe { walkers.tail_call(ctx, 0) };
+}
 
 /// Walks the runtime frames of the current thread into `frames` (room for
 /// [`profiler_common::MAX_RUNTIME_FRAMES_BYTES`]) when its process is registered; notes whose

@@ -359,6 +359,12 @@ impl KernelSource for Sampler {
         self.count(Counter::Lost)
     }
 
+    fn runtime_walkers(&self) -> Vec<(&'static str, &'static str)> {
+        let sample = self.on_cpu.then_some((programs::SAMPLE_RUNTIME, maps::SAMPLE_WALKERS));
+        let syscall_exit = self.off_cpu.then_some((programs::SYSCALL_EXIT_RUNTIME, maps::SYSCALL_EXIT_WALKERS));
+        sample.into_iter().chain(syscall_exit).collect()
+    }
+
     fn warnings(&self) -> Vec<String> {
         let not_followed = self.count(Counter::FilterFull).unwrap_or(0);
         let warning = format!(

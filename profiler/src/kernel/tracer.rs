@@ -172,6 +172,10 @@ impl Tracer {
 impl KernelSource for Tracer {
     const RECORDS: RecordKind = RecordKind::Allocation;
 
+    fn runtime_walkers(&self) -> Vec<(&'static str, &'static str)> {
+        vec![(programs::ALLOC_RETURN_RUNTIME, maps::ALLOC_RETURN_WALKERS)]
+    }
+
     fn ebpf(&mut self) -> &mut Ebpf {
         &mut self.ebpf
     }
