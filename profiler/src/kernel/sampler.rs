@@ -136,11 +136,11 @@ impl Sampler {
         };
         let schedule = if config.off_cpu.is_some() { schedule_address()? } else { 0 };
         let fs_base = object::task_fs_base_offset()?;
-        // Parsed once (tens of MiB at its peak): for the loader's relocations and the programs
-        // that attach by BTF id.
-        let btf = Btf::from_sys_fs().context("cannot read the kernel's BTF")?;
+        // Parsed (18 MiB at its peak: most of a recording's peak RSS) only for the programs that
+        // attach by BTF id, off-CPU's: the programs have no relocations to make.
+        let btf = config.off_cpu.map(|_| Btf::from_sys_fs()).transpose().context("cannot read the kernel's BTF")?;
         let mut ebpf = EbpfLoader::new()
-            .btf(Some(&btf))
+            .btf(btf.as_ref())
             .override_global(globals::FILTER_BY_TGID, &filter, true)
             .override_global(globals::FOLLOW_FORKS, &follow, true)
             .override_global(globals::PROFILER_TGID, &own_tgid, true)
@@ -175,13 +175,13 @@ impl Sampler {
             let sample: &mut PerfEvent = program(&mut ebpf, programs::SAMPLE)?.try_into()?;
             sample.load().map_err(verifier_error)?;
         }
-        if config.off_cpu.is_some() {
+        if let Some(btf) = &btf {
             let switch: &mut BtfTracePoint = program(&mut ebpf, programs::SCHED_SWITCH)?.try_into()?;
-            switch.load("sched_switch", &btf).map_err(verifier_error)?;
+            switch.load("sched_switch", btf).map_err(verifier_error)?;
             let exit: &mut RawTracePoint = program(&mut ebpf, programs::SYSCALL_EXIT)?.try_into()?;
             exit.load().map_err(verifier_error)?;
             let stacks: &mut Iter = program(&mut ebpf, programs::OFF_CPU_STACKS)?.try_into()?;
-            stacks.load("task", &btf).map_err(verifier_error)?;
+            stacks.load("task", btf).map_err(verifier_error)?;
         }
         let tracepoints = [
             (follow_forks, programs::FOLLOW_FORK, "task_newtask"),
