@@ -138,7 +138,8 @@ impl Sampler {
         let fs_base = object::task_fs_base_offset()?;
         // Parsed (18 MiB at its peak: most of a recording's peak RSS) only for the programs that
         // attach by BTF id, off-CPU's: the programs have no relocations to make.
-        let btf = config.off_cpu.map(|_| Btf::from_sys_fs()).transpose().context("cannot read the kernel's BTF")?;
+        let btf =
+            config.off_cpu.map(|_| Btf::from_sys_fs()).transpose().context("cannot read the kernel's BTF")?;
         let mut ebpf = EbpfLoader::new()
             .btf(btf.as_ref())
             .override_global(globals::FILTER_BY_TGID, &filter, true)
@@ -361,7 +362,8 @@ impl KernelSource for Sampler {
 
     fn runtime_walkers(&self) -> Vec<(&'static str, &'static str)> {
         let sample = self.on_cpu.then_some((programs::SAMPLE_RUNTIME, maps::SAMPLE_WALKERS));
-        let syscall_exit = self.off_cpu.then_some((programs::SYSCALL_EXIT_RUNTIME, maps::SYSCALL_EXIT_WALKERS));
+        let syscall_exit =
+            self.off_cpu.then_some((programs::SYSCALL_EXIT_RUNTIME, maps::SYSCALL_EXIT_WALKERS));
         sample.into_iter().chain(syscall_exit).collect()
     }
 
