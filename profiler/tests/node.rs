@@ -310,3 +310,159 @@ fn assert_named_with_no_flags(folded: &Folded, tid: u32, least: f64, what: &str)
         );
     }
 }
+
+/// `tests/workloads/node/NAME`.
+fn node_workload(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/node").join(name)
+}
+
+/// A JavaScript frame of the script called `file` (`NAME (/dir/FILE:LINE)`): its function's name
+/// and line.
+fn script_frame<'a>(frame: &'a str, file: &str) -> Option<(&'a str, u32)> {
+    let (name, place) = frame.strip_suffix(')')?.rsplit_once(" (")?;
+    let (path, line) = place.rsplit_once(':')?;
+    let in_file = path.strip_suffix(file)?.ends_with('/');
+    in_file.then_some((name, line.parse().ok()?))
+}
+
+/// The `NAME (FILE:LINE)` frames of a script's functions, in the script's order: each of
+/// `functions` at the line it starts on (`function NAME(`, `async function NAME(`), and the
+/// script's top level, `(anonymous)` at line 1.
+fn script_functions(script: &Path, functions: &[&str]) -> Vec<(String, u32)> {
+    let source = std::fs::read_to_string(script).unwrap();
+    let mut named = vec![("(anonymous)".to_owned(), 1)];
+    for function in functions {
+        let line = source
+            .lines()
+            .position(|line| line.trim_start_matches("async ").starts_with(&format!("function {function}(")))
+            .unwrap_or_else(|| panic!("no function {function} in {}", script.display()));
+        named.push((function.to_string(), line as u32 + 1));
+    }
+    named
+}
+
+/// Whether `frames` (root first) hold, in this order though not next to each other, a frame
+/// passing each of `steps`.
+fn in_order(frames: &[String], steps: &[&dyn Fn(&str) -> bool]) -> bool {
+    let mut frames = frames.iter();
+    steps.iter().all(|step| frames.any(|frame| step(frame)))
+}
+
+/// The script's frames of a stack (root first): their functions' names and lines.
+fn script_frames<'a>(frames: &'a [String], file: &str) -> Vec<(&'a str, u32)> {
+    frames.iter().filter_map(|frame| script_frame(frame, file)).collect()
+}
+
+/// The summed weight of the stacks that `keep` keeps.
+fn weight_of(stacks: &[(&[String], u64)], keep: impl Fn(&[String]) -> bool) -> u64 {
+    stacks.iter().filter(|(frames, _)| keep(frames)).map(|(_, n)| n).sum()
+}
+
+/// Fails unless `kept` is at least `fraction` of `all`, showing a few of the stacks of `stacks`
+/// that `keep` does not keep.
+fn assert_share(
+    what: &str,
+    stacks: &[(&[String], u64)],
+    fraction: f64,
+    keep: impl Fn(&[String]) -> bool,
+    of: impl Fn(&[String]) -> bool,
+) {
+    let all = weight_of(stacks, &of);
+    let kept = weight_of(stacks, |frames| of(frames) && keep(frames));
+    eprintln!("{what}: {kept} of {all}");
+    let others: Vec<String> = stacks
+        .iter()
+        .filter(|(frames, _)| of(frames) && !keep(frames))
+        .take(3)
+        .map(|(frames, n)| format!("{n} {}", frames.join(";")))
+        .collect();
+    assert!(all > 0, "{what}: none at all");
+    assert!(
+        kept as f64 >= fraction * all as f64,
+        "{what}: only {kept} of {all} ({:.1}%); some others:\n{}",
+        100.0 * kept as f64 / all as f64,
+        others.join("\n")
+    );
+}
+
+/// The native addon of `addon.c`, built with the headers of the Node at `node`
+/// (`bin/../include/node`) into `dir`.
+fn build_addon(node: &Path, dir: &Path) -> PathBuf {
+    let include = node.parent().unwrap().join("../include/node");
+    assert!(include.join("node_api.h").exists(), "no node_api.h in {}", include.display());
+    let out = dir.join("addon.node");
+    let status = std::process::Command::new("gcc")
+        .args(["-O2", "-g", "-shared", "-fPIC"])
+        .arg("-I")
+        .arg(&include)
+        .arg(node_workload("addon.c"))
+        .arg("-o")
+        .arg(&out)
+        .status()
+        .expect("run gcc");
+    assert!(status.success(), "building addon.c failed");
+    out
+}
+
+/// A native addon calling back into JavaScript, on every Node installed by setup, with no
+/// flags: at least 80% of the main thread's samples are in `work` (node's own start-up is in the
+/// rest), and 95% of those carry the whole chain, root first: `_start`, `node::Start`, the
+/// script's top level, `drive` (the JavaScript that called the addon), V8's API call and N-API's
+/// callback wrapper (`v8impl::...`), the addon's C function `call_many` (named from the addon's
+/// symbols), `napi_call_function` and V8's `Execution::Call` (through `v8::Function::Call` or,
+/// from Node 22, `v8::Object::CallAsFunction`), `Builtins_JSEntry`, then `work` (its start
+/// line), with no frame of the script after it. Each frame must be stepped: V8's
+/// exit frame into C++, the C frames by their CFI, the entry frame back into JavaScript.
+#[test]
+fn javascript_called_back_from_a_native_addon_is_named_above_it() {
+    if !e2e_enabled() {
+        return;
+    }
+    let _alone = alone();
+    let script = node_workload("addon.js");
+    let lines = script_functions(&script, &["work", "drive"]);
+    let (top, work, drive) = (&lines[0], &lines[1], &lines[2]);
+    let dir = scratch_dir("node-addon");
+    let out = dir.join("out.folded");
+    for (version, node) in nodes() {
+        let what = format!("Node {version}");
+        let addon = build_addon(&node, &dir);
+        let args = [
+            "record",
+            "--per-thread",
+            "-F",
+            "499",
+            "-o",
+            out.to_str().unwrap(),
+            "--",
+            node.to_str().unwrap(),
+            script.to_str().unwrap(),
+            addon.to_str().unwrap(),
+            "2",
+        ];
+        assert!(run_profiler(&args).status.success());
+        let folded = Folded::read(&out);
+        let main = thread_stacks(&folded, busiest_node_thread(&folded));
+        let is = |function: &(String, u32)| {
+            let (name, line) = (function.0.clone(), function.1);
+            move |frame: &str| script_frame(frame, "addon.js") == Some((&name, line))
+        };
+        let in_work =
+            |frames: &[String]| script_frames(frames, "addon.js").last() == Some(&(&work.0, work.1));
+        assert_share(&format!("{what}: main thread samples in work"), &main, 0.80, in_work, |_| true);
+        let chain: [&dyn Fn(&str) -> bool; 10] = [
+            &|frame| frame == "_start",
+            &|frame| frame.starts_with("node::Start("),
+            &is(top),
+            &is(drive),
+            &|frame| frame.starts_with("v8impl::"),
+            &|frame| frame == "call_many",
+            &|frame| frame == "napi_call_function",
+            &|frame| frame.starts_with("v8::internal::Execution::Call("),
+            &|frame| frame == "Builtins_JSEntry",
+            &is(work),
+        ];
+        let whole = |frames: &[String]| in_order(frames, &chain);
+        assert_share(&format!("{what}: work's samples with the whole chain"), &main, 0.95, whole, in_work);
+    }
+}
