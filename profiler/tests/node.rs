@@ -466,3 +466,61 @@ fn javascript_called_back_from_a_native_addon_is_named_above_it() {
         assert_share(&format!("{what}: work's samples with the whole chain"), &main, 0.95, whole, in_work);
     }
 }
+
+/// An async function resumed from the event loop, on every Node installed by setup, with no
+/// flags: at least 80% of the main thread's samples are in `resumed` (node's start-up is in the
+/// rest), named with its start line, and 95% of those are whole, root first: `_start`,
+/// `node::Start`, libuv's loop (`uv_run`), the microtask queue V8 runs when node's callback
+/// returns (`...RunMicrotasks`, its C++ and its builtin) and `resumed`, and none goes through
+/// the script's top level: each slice of its work runs from the loop, after an `await`.
+#[test]
+fn async_function_resumed_from_the_event_loop_is_named_on_a_whole_stack() {
+    if !e2e_enabled() {
+        return;
+    }
+    let _alone = alone();
+    let script = node_workload("resumed.js");
+    let lines = script_functions(&script, &["resumed"]);
+    let (top, resumed) = (&lines[0], &lines[1]);
+    let dir = scratch_dir("node-async");
+    let out = dir.join("out.folded");
+    for (version, node) in nodes() {
+        let what = format!("Node {version}");
+        let args = [
+            "record",
+            "--per-thread",
+            "-F",
+            "499",
+            "-o",
+            out.to_str().unwrap(),
+            "--",
+            node.to_str().unwrap(),
+            script.to_str().unwrap(),
+            "2",
+        ];
+        assert!(run_profiler(&args).status.success());
+        let folded = Folded::read(&out);
+        let main = thread_stacks(&folded, busiest_node_thread(&folded));
+        let in_resumed =
+            |frames: &[String]| script_frames(frames, "resumed.js").last() == Some(&(&resumed.0, resumed.1));
+        assert_share(&format!("{what}: main thread samples in resumed"), &main, 0.80, in_resumed, |_| true);
+        let chain: [&dyn Fn(&str) -> bool; 5] = [
+            &|frame| frame == "_start",
+            &|frame| frame.starts_with("node::Start("),
+            &|frame| frame == "uv_run",
+            &|frame| frame.contains("RunMicrotasks"),
+            &|frame| script_frame(frame, "resumed.js") == Some((&resumed.0, resumed.1)),
+        ];
+        let whole = |frames: &[String]| {
+            in_order(frames, &chain)
+                && !frames.iter().any(|frame| script_frame(frame, "resumed.js") == Some((&top.0, top.1)))
+        };
+        assert_share(
+            &format!("{what}: resumed's samples whole, from the loop"),
+            &main,
+            0.95,
+            whole,
+            in_resumed,
+        );
+    }
+}
