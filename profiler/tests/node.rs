@@ -524,3 +524,81 @@ fn async_function_resumed_from_the_event_loop_is_named_on_a_whole_stack() {
         );
     }
 }
+
+/// A function deoptimized hundreds or thousands of times a second while sampled (about 10 a
+/// second on Node 18, whose V8 drops the optimized code at its first deoptimization; at least 5
+/// in a second, checked with `--trace-deopt` on a run of its own), on every Node installed by setup, with no flags: at
+/// least 85% of the main thread's samples are in `hot`, named with its start line, whether its
+/// frame is TurboFan's, the interpreter's, or being rebuilt by the deoptimizer
+/// (`Builtins_NotifyDeoptimized` above it), and 95% of them are whole (`_start`,
+/// `node::Start`, the script's top level, `drive`, `hot`). No sample names a function of the
+/// script off the call path: the script's frames of every sample are the top level, `drive`,
+/// `hot`, in this order, or fewer (never `unused`, never another line). The rest: node's
+/// start-up, and the samples taken while V8's deoptimizer computes the new frames, a few
+/// percent, whose stacks end at `Builtins_DeoptimizationEntry_*` (it has popped the optimized
+/// frame off the stack by then: stepped by its frame pointer no further).
+#[test]
+fn function_deoptimized_while_sampled_keeps_its_name() {
+    if !e2e_enabled() {
+        return;
+    }
+    let _alone = alone();
+    let script = node_workload("deopt.js");
+    let lines = script_functions(&script, &["drive", "hot"]);
+    let call_path: Vec<(&str, u32)> = lines.iter().map(|(name, line)| (name.as_str(), *line)).collect();
+    let hot = call_path[2];
+    let dir = scratch_dir("node-deopt");
+    let out = dir.join("out.folded");
+    for (version, node) in nodes() {
+        let what = format!("Node {version}");
+        let traced = std::process::Command::new(&node)
+            .args(["--trace-deopt", script.to_str().unwrap(), "1"])
+            .output()
+            .unwrap();
+        assert!(traced.status.success());
+        let deoptimized = String::from_utf8_lossy(&traced.stdout)
+            .lines()
+            .filter(|line| line.contains("bailout") && line.contains("<JSFunction hot "))
+            .count();
+        eprintln!("{what}: hot deoptimized {deoptimized} times in 1 s");
+        assert!(deoptimized >= 5, "{what}: hot deoptimized {deoptimized} times in 1 s");
+        let args = [
+            "record",
+            "--per-thread",
+            "-F",
+            "499",
+            "-o",
+            out.to_str().unwrap(),
+            "--",
+            node.to_str().unwrap(),
+            script.to_str().unwrap(),
+            "2",
+        ];
+        assert!(run_profiler(&args).status.success());
+        let folded = Folded::read(&out);
+        let main = thread_stacks(&folded, busiest_node_thread(&folded));
+        let in_hot = |frames: &[String]| script_frames(frames, "deopt.js").last() == Some(&hot);
+        assert_share(&format!("{what}: main thread samples in hot"), &main, 0.85, in_hot, |_| true);
+        let on_the_call_path = |frames: &[String]| call_path.starts_with(&script_frames(frames, "deopt.js"));
+        assert_share(
+            &format!("{what}: samples naming the script on its call path"),
+            &main,
+            1.0,
+            on_the_call_path,
+            |_| true,
+        );
+        let whole = |frames: &[String]| {
+            frames.first().is_some_and(|frame| frame == "_start")
+                && frames.iter().any(|frame| frame.starts_with("node::Start("))
+                && script_frames(frames, "deopt.js") == call_path
+        };
+        assert_share(&format!("{what}: hot's samples whole"), &main, 0.95, whole, in_hot);
+        let in_deoptimizer = weight_of(&main, |frames| {
+            frames.first().is_some_and(|frame| frame.starts_with("Builtins_DeoptimizationEntry"))
+        });
+        let rebuilt = weight_of(&main, |frames| {
+            in_hot(frames) && frames.iter().any(|frame| frame == "Builtins_NotifyDeoptimized")
+        });
+        eprintln!("{what}: {in_deoptimizer} samples cut in the deoptimizer, {rebuilt} in hot being rebuilt");
+    }
+}
