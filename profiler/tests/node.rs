@@ -602,3 +602,88 @@ fn function_deoptimized_while_sampled_keeps_its_name() {
         eprintln!("{what}: {in_deoptimizer} samples cut in the deoptimizer, {rebuilt} in hot being rebuilt");
     }
 }
+
+/// The stacks of the process's main thread: the root (`comm-TID` with `--per-thread`) of most
+/// of the stacks that start at `_start` (other threads start at `clone3`).
+fn main_thread_stacks(folded: &Folded) -> Vec<(&[String], u64)> {
+    let mut roots = std::collections::BTreeMap::<&str, u64>::new();
+    for (frames, count) in &folded.stacks {
+        if frames.get(1).is_some_and(|frame| frame == "_start") {
+            *roots.entry(&frames[0]).or_default() += count;
+        }
+    }
+    let (root, _) = roots.iter().max_by_key(|(_, n)| **n).expect("a stack from _start");
+    let tid = root.rsplit_once('-').unwrap().1.parse().unwrap();
+    thread_stacks(folded, tid)
+}
+
+/// A JavaScript function blocking its thread (`Atomics.wait`, 20 ms at a time for 2 s), on
+/// every Node installed by setup, with no flags. With `--off-cpu`: at least 1.5 s of the main
+/// thread's blocked time is in `waiter`, named with its start line, and 80% of it (node's
+/// start-up reads files, and its loop waits once the script is done); 95% of that is on whole
+/// stacks, root first: `_start`, `node::Start`, the script's top level, `waiter`, then V8's and
+/// the C library's frames down to the kernel's, where the thread slept (the leaf, `_[k]`). With
+/// `--wall`: 80% of the main thread's time (on and off the CPU) is in `waiter`. In both, no
+/// sample names a function of the script off its call path (`spinner`, never called).
+#[test]
+fn javascript_function_blocked_off_the_cpu_is_named() {
+    if !e2e_enabled() {
+        return;
+    }
+    let _alone = alone();
+    let script = node_workload("blocked.js");
+    let lines = script_functions(&script, &["waiter"]);
+    let call_path: Vec<(&str, u32)> = lines.iter().map(|(name, line)| (name.as_str(), *line)).collect();
+    let waiter = call_path[1];
+    let dir = scratch_dir("node-off-cpu");
+    let out = dir.join("out.folded");
+    for (version, node) in nodes() {
+        for mode in ["--off-cpu", "--wall"] {
+            let what = format!("Node {version} {mode}");
+            let args = [
+                "record",
+                mode,
+                "--per-thread",
+                "-o",
+                out.to_str().unwrap(),
+                "--",
+                node.to_str().unwrap(),
+                script.to_str().unwrap(),
+                "2",
+            ];
+            assert!(run_profiler(&args).status.success());
+            let folded = Folded::read(&out);
+            let main = main_thread_stacks(&folded);
+            let in_waiter = |frames: &[String]| script_frames(frames, "blocked.js").last() == Some(&waiter);
+            let on_the_call_path =
+                |frames: &[String]| call_path.starts_with(&script_frames(frames, "blocked.js"));
+            assert_share(
+                &format!("{what}: weight naming the script on its call path"),
+                &main,
+                1.0,
+                on_the_call_path,
+                |_| true,
+            );
+            assert_share(&format!("{what}: main thread's weight in waiter"), &main, 0.80, in_waiter, |_| {
+                true
+            });
+            if mode == "--off-cpu" {
+                let blocked = weight_of(&main, in_waiter);
+                assert!(blocked >= 1_500_000, "{what}: {blocked} µs blocked in waiter, which waits for 2 s");
+                let whole = |frames: &[String]| {
+                    frames.first().is_some_and(|frame| frame == "_start")
+                        && frames.iter().any(|frame| frame.starts_with("node::Start("))
+                        && script_frames(frames, "blocked.js") == call_path
+                        && frames.last().is_some_and(|leaf| leaf.ends_with("_[k]"))
+                };
+                assert_share(
+                    &format!("{what}: waiter's blocked time on whole stacks"),
+                    &main,
+                    0.95,
+                    whole,
+                    in_waiter,
+                );
+            }
+        }
+    }
+}
