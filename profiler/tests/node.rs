@@ -687,3 +687,68 @@ fn javascript_function_blocked_off_the_cpu_is_named() {
         }
     }
 }
+
+/// `profiler agent` on a running Node (the system's, with no flags), cutting a window a second
+/// into pprof files for about 3 s of its CPU: at least 90% of the samples of its windows (all
+/// its threads; V8's compiler and GC threads have a few) name alpha, beta or gamma as pprof
+/// functions with shares.js as their file and the line they start on (6, 61, 116), with their
+/// 60/30/10 shares ± 5 points; the last window, cut short by SIGTERM, is in it too.
+#[test]
+fn agent_windows_name_javascript_functions_with_no_flags() {
+    if !e2e_enabled() {
+        return;
+    }
+    let _alone = alone();
+    let script = node_workload("shares.js");
+    let dir = scratch_dir("node-agent");
+    let running = spawn(Path::new("node"), &[script.to_str().unwrap(), "30"]);
+    wait_for_cpu(running.pid(), Duration::from_millis(500));
+    let agent = start_agent_into(&running.pid().to_string(), &dir);
+    wait_for_cpu(running.pid(), Duration::from_secs(3));
+    agent.signal(libc::SIGTERM);
+    assert!(agent.wait().0.success());
+    let windows: Vec<PathBuf> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
+    assert!(windows.len() >= 3, "{} windows in about 3 s", windows.len());
+    let lines = script_functions(&script, &["alpha", "beta", "gamma"]);
+    let (mut named, mut total) = ([0i64; 3], 0);
+    for window in &windows {
+        let profile = read_pprof(window);
+        let string = |index: i64| profile.string_table[index as usize].as_str();
+        for sample in &profile.sample {
+            total += sample.value[0];
+            // Innermost first: the first of the three names the sample.
+            let innermost =
+                sample.location_id.iter().flat_map(|&id| &profile.location[id as usize - 1].line).find_map(
+                    |line| {
+                        let function = &profile.function[line.function_id as usize - 1];
+                        let which = lines[1..].iter().position(|(name, _)| name == string(function.name))?;
+                        let in_script = string(function.filename).ends_with("/shares.js");
+                        let at_start = line.line == i64::from(lines[which + 1].1);
+                        assert!(
+                            in_script && at_start,
+                            "{} named at {}:{}",
+                            string(function.name),
+                            string(function.filename),
+                            line.line
+                        );
+                        Some(which)
+                    },
+                );
+            if let Some(which) = innermost {
+                named[which] += sample.value[0];
+            }
+        }
+    }
+    let all: i64 = named.iter().sum();
+    eprintln!("alpha, beta, gamma: {named:?} of {total} samples in {} windows", windows.len());
+    assert!(all as f64 >= 0.9 * total as f64, "{all} of {total} samples named");
+    for (function, (samples, expected)) in
+        ["alpha", "beta", "gamma"].iter().zip(named.iter().zip([60.0, 30.0, 10.0]))
+    {
+        let share = *samples as f64 * 100.0 / all as f64;
+        assert!(
+            (share - expected).abs() <= 5.0,
+            "{function}: {share:.1}% of the named samples, not {expected}%"
+        );
+    }
+}
