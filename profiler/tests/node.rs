@@ -471,8 +471,11 @@ fn javascript_called_back_from_a_native_addon_is_named_above_it() {
 /// flags: at least 80% of the main thread's samples are in `resumed` (node's start-up is in the
 /// rest), named with its start line, and 95% of those are whole, root first: `_start`,
 /// `node::Start`, libuv's loop (`uv_run`), the microtask queue V8 runs when node's callback
-/// returns (`...RunMicrotasks`, its C++ and its builtin) and `resumed`, and none goes through
-/// the script's top level: each slice of its work runs from the loop, after an `await`.
+/// returns (`...RunMicrotasks`, its C++ and its builtin), the builtin by which V8 resumes an
+/// `await` (`Builtins_AsyncFunctionAwaitResolveClosure`: a closure of V8's own, with no script
+/// and no name, left to its native frame rather than named `(anonymous)`) and `resumed`, and
+/// none goes through the script's top level: each slice of its work runs from the loop, after
+/// an `await`.
 #[test]
 fn async_function_resumed_from_the_event_loop_is_named_on_a_whole_stack() {
     if !e2e_enabled() {
@@ -504,11 +507,12 @@ fn async_function_resumed_from_the_event_loop_is_named_on_a_whole_stack() {
         let in_resumed =
             |frames: &[String]| script_frames(frames, "resumed.js").last() == Some(&(&resumed.0, resumed.1));
         assert_share(&format!("{what}: main thread samples in resumed"), &main, 0.80, in_resumed, |_| true);
-        let chain: [&dyn Fn(&str) -> bool; 5] = [
+        let chain: [&dyn Fn(&str) -> bool; 6] = [
             &|frame| frame == "_start",
             &|frame| frame.starts_with("node::Start("),
             &|frame| frame == "uv_run",
             &|frame| frame.contains("RunMicrotasks"),
+            &|frame| frame == "Builtins_AsyncFunctionAwaitResolveClosure",
             &|frame| script_frame(frame, "resumed.js") == Some((&resumed.0, resumed.1)),
         ];
         let whole = |frames: &[String]| {
