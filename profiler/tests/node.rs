@@ -310,3 +310,449 @@ fn assert_named_with_no_flags(folded: &Folded, tid: u32, least: f64, what: &str)
         );
     }
 }
+
+/// `tests/workloads/node/NAME`.
+fn node_workload(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/node").join(name)
+}
+
+/// A JavaScript frame of the script called `file` (`NAME (/dir/FILE:LINE)`): its function's name
+/// and line.
+fn script_frame<'a>(frame: &'a str, file: &str) -> Option<(&'a str, u32)> {
+    let (name, place) = frame.strip_suffix(')')?.rsplit_once(" (")?;
+    let (path, line) = place.rsplit_once(':')?;
+    let in_file = path.strip_suffix(file)?.ends_with('/');
+    in_file.then_some((name, line.parse().ok()?))
+}
+
+/// The `NAME (FILE:LINE)` frames of a script's functions, in the script's order: each of
+/// `functions` at the line it starts on (`function NAME(`, `async function NAME(`), and the
+/// script's top level, `(anonymous)` at line 1.
+fn script_functions(script: &Path, functions: &[&str]) -> Vec<(String, u32)> {
+    let source = std::fs::read_to_string(script).unwrap();
+    let mut named = vec![("(anonymous)".to_owned(), 1)];
+    for function in functions {
+        let line = source
+            .lines()
+            .position(|line| line.trim_start_matches("async ").starts_with(&format!("function {function}(")))
+            .unwrap_or_else(|| panic!("no function {function} in {}", script.display()));
+        named.push((function.to_string(), line as u32 + 1));
+    }
+    named
+}
+
+/// Whether `frames` (root first) hold, in this order though not next to each other, a frame
+/// passing each of `steps`.
+fn in_order(frames: &[String], steps: &[&dyn Fn(&str) -> bool]) -> bool {
+    let mut frames = frames.iter();
+    steps.iter().all(|step| frames.any(|frame| step(frame)))
+}
+
+/// The script's frames of a stack (root first): their functions' names and lines.
+fn script_frames<'a>(frames: &'a [String], file: &str) -> Vec<(&'a str, u32)> {
+    frames.iter().filter_map(|frame| script_frame(frame, file)).collect()
+}
+
+/// The summed weight of the stacks that `keep` keeps.
+fn weight_of(stacks: &[(&[String], u64)], keep: impl Fn(&[String]) -> bool) -> u64 {
+    stacks.iter().filter(|(frames, _)| keep(frames)).map(|(_, n)| n).sum()
+}
+
+/// Fails unless `kept` is at least `fraction` of `all`, showing a few of the stacks of `stacks`
+/// that `keep` does not keep.
+fn assert_share(
+    what: &str,
+    stacks: &[(&[String], u64)],
+    fraction: f64,
+    keep: impl Fn(&[String]) -> bool,
+    of: impl Fn(&[String]) -> bool,
+) {
+    let all = weight_of(stacks, &of);
+    let kept = weight_of(stacks, |frames| of(frames) && keep(frames));
+    eprintln!("{what}: {kept} of {all}");
+    let others: Vec<String> = stacks
+        .iter()
+        .filter(|(frames, _)| of(frames) && !keep(frames))
+        .take(3)
+        .map(|(frames, n)| format!("{n} {}", frames.join(";")))
+        .collect();
+    assert!(all > 0, "{what}: none at all");
+    assert!(
+        kept as f64 >= fraction * all as f64,
+        "{what}: only {kept} of {all} ({:.1}%); some others:\n{}",
+        100.0 * kept as f64 / all as f64,
+        others.join("\n")
+    );
+}
+
+/// The native addon of `addon.c`, built with the headers of the Node at `node`
+/// (`bin/../include/node`) into `dir`.
+fn build_addon(node: &Path, dir: &Path) -> PathBuf {
+    let include = node.parent().unwrap().join("../include/node");
+    assert!(include.join("node_api.h").exists(), "no node_api.h in {}", include.display());
+    let out = dir.join("addon.node");
+    let status = std::process::Command::new("gcc")
+        .args(["-O2", "-g", "-shared", "-fPIC"])
+        .arg("-I")
+        .arg(&include)
+        .arg(node_workload("addon.c"))
+        .arg("-o")
+        .arg(&out)
+        .status()
+        .expect("run gcc");
+    assert!(status.success(), "building addon.c failed");
+    out
+}
+
+/// A native addon calling back into JavaScript, on every Node installed by setup, with no
+/// flags: at least 80% of the main thread's samples are in `work` (node's own start-up is in the
+/// rest), and 95% of those carry the whole chain, root first: `_start`, `node::Start`, the
+/// script's top level, `drive` (the JavaScript that called the addon), V8's API call and N-API's
+/// callback wrapper (`v8impl::...`), the addon's C function `call_many` (named from the addon's
+/// symbols), `napi_call_function` and V8's `Execution::Call` (through `v8::Function::Call` or,
+/// from Node 22, `v8::Object::CallAsFunction`), `Builtins_JSEntry`, then `work` (its start
+/// line), with no frame of the script after it. Each frame must be stepped: V8's
+/// exit frame into C++, the C frames by their CFI, the entry frame back into JavaScript.
+#[test]
+fn javascript_called_back_from_a_native_addon_is_named_above_it() {
+    if !e2e_enabled() {
+        return;
+    }
+    let _alone = alone();
+    let script = node_workload("addon.js");
+    let lines = script_functions(&script, &["work", "drive"]);
+    let (top, work, drive) = (&lines[0], &lines[1], &lines[2]);
+    let dir = scratch_dir("node-addon");
+    let out = dir.join("out.folded");
+    for (version, node) in nodes() {
+        let what = format!("Node {version}");
+        let addon = build_addon(&node, &dir);
+        let args = [
+            "record",
+            "--per-thread",
+            "-F",
+            "499",
+            "-o",
+            out.to_str().unwrap(),
+            "--",
+            node.to_str().unwrap(),
+            script.to_str().unwrap(),
+            addon.to_str().unwrap(),
+            "2",
+        ];
+        assert!(run_profiler(&args).status.success());
+        let folded = Folded::read(&out);
+        let main = thread_stacks(&folded, busiest_node_thread(&folded));
+        let is = |function: &(String, u32)| {
+            let (name, line) = (function.0.clone(), function.1);
+            move |frame: &str| script_frame(frame, "addon.js") == Some((&name, line))
+        };
+        let in_work =
+            |frames: &[String]| script_frames(frames, "addon.js").last() == Some(&(&work.0, work.1));
+        assert_share(&format!("{what}: main thread samples in work"), &main, 0.80, in_work, |_| true);
+        let chain: [&dyn Fn(&str) -> bool; 10] = [
+            &|frame| frame == "_start",
+            &|frame| frame.starts_with("node::Start("),
+            &is(top),
+            &is(drive),
+            &|frame| frame.starts_with("v8impl::"),
+            &|frame| frame == "call_many",
+            &|frame| frame == "napi_call_function",
+            &|frame| frame.starts_with("v8::internal::Execution::Call("),
+            &|frame| frame == "Builtins_JSEntry",
+            &is(work),
+        ];
+        let whole = |frames: &[String]| in_order(frames, &chain);
+        assert_share(&format!("{what}: work's samples with the whole chain"), &main, 0.95, whole, in_work);
+    }
+}
+
+/// An async function resumed from the event loop, on every Node installed by setup, with no
+/// flags: at least 80% of the main thread's samples are in `resumed` (node's start-up is in the
+/// rest), named with its start line, and 95% of those are whole, root first: `_start`,
+/// `node::Start`, libuv's loop (`uv_run`), the microtask queue V8 runs when node's callback
+/// returns (`...RunMicrotasks`, its C++ and its builtin), the builtin by which V8 resumes an
+/// `await` (`Builtins_AsyncFunctionAwaitResolveClosure`: a closure of V8's own, with no script
+/// and no name, left to its native frame rather than named `(anonymous)`) and `resumed`, and
+/// none goes through the script's top level: each slice of its work runs from the loop, after
+/// an `await`.
+#[test]
+fn async_function_resumed_from_the_event_loop_is_named_on_a_whole_stack() {
+    if !e2e_enabled() {
+        return;
+    }
+    let _alone = alone();
+    let script = node_workload("resumed.js");
+    let lines = script_functions(&script, &["resumed"]);
+    let (top, resumed) = (&lines[0], &lines[1]);
+    let dir = scratch_dir("node-async");
+    let out = dir.join("out.folded");
+    for (version, node) in nodes() {
+        let what = format!("Node {version}");
+        let args = [
+            "record",
+            "--per-thread",
+            "-F",
+            "499",
+            "-o",
+            out.to_str().unwrap(),
+            "--",
+            node.to_str().unwrap(),
+            script.to_str().unwrap(),
+            "2",
+        ];
+        assert!(run_profiler(&args).status.success());
+        let folded = Folded::read(&out);
+        let main = thread_stacks(&folded, busiest_node_thread(&folded));
+        let in_resumed =
+            |frames: &[String]| script_frames(frames, "resumed.js").last() == Some(&(&resumed.0, resumed.1));
+        assert_share(&format!("{what}: main thread samples in resumed"), &main, 0.80, in_resumed, |_| true);
+        let chain: [&dyn Fn(&str) -> bool; 6] = [
+            &|frame| frame == "_start",
+            &|frame| frame.starts_with("node::Start("),
+            &|frame| frame == "uv_run",
+            &|frame| frame.contains("RunMicrotasks"),
+            &|frame| frame == "Builtins_AsyncFunctionAwaitResolveClosure",
+            &|frame| script_frame(frame, "resumed.js") == Some((&resumed.0, resumed.1)),
+        ];
+        let whole = |frames: &[String]| {
+            in_order(frames, &chain)
+                && !frames.iter().any(|frame| script_frame(frame, "resumed.js") == Some((&top.0, top.1)))
+        };
+        assert_share(
+            &format!("{what}: resumed's samples whole, from the loop"),
+            &main,
+            0.95,
+            whole,
+            in_resumed,
+        );
+    }
+}
+
+/// A function deoptimized hundreds or thousands of times a second while sampled (about 10 a
+/// second on Node 18, whose V8 drops the optimized code at its first deoptimization; at least 5
+/// in a second, checked with `--trace-deopt` on a run of its own), on every Node installed by setup, with no flags: at
+/// least 85% of the main thread's samples are in `hot`, named with its start line, whether its
+/// frame is TurboFan's, the interpreter's, or being rebuilt by the deoptimizer
+/// (`Builtins_NotifyDeoptimized` above it), and 95% of them are whole (`_start`,
+/// `node::Start`, the script's top level, `drive`, `hot`). No sample names a function of the
+/// script off the call path: the script's frames of every sample are the top level, `drive`,
+/// `hot`, in this order, or fewer (never `unused`, never another line). The rest: node's
+/// start-up, and the samples taken while V8's deoptimizer computes the new frames, a few
+/// percent, whose stacks end at `Builtins_DeoptimizationEntry_*` (it has popped the optimized
+/// frame off the stack by then: stepped by its frame pointer no further).
+#[test]
+fn function_deoptimized_while_sampled_keeps_its_name() {
+    if !e2e_enabled() {
+        return;
+    }
+    let _alone = alone();
+    let script = node_workload("deopt.js");
+    let lines = script_functions(&script, &["drive", "hot"]);
+    let call_path: Vec<(&str, u32)> = lines.iter().map(|(name, line)| (name.as_str(), *line)).collect();
+    let hot = call_path[2];
+    let dir = scratch_dir("node-deopt");
+    let out = dir.join("out.folded");
+    for (version, node) in nodes() {
+        let what = format!("Node {version}");
+        let traced = std::process::Command::new(&node)
+            .args(["--trace-deopt", script.to_str().unwrap(), "1"])
+            .output()
+            .unwrap();
+        assert!(traced.status.success());
+        let deoptimized = String::from_utf8_lossy(&traced.stdout)
+            .lines()
+            .filter(|line| line.contains("bailout") && line.contains("<JSFunction hot "))
+            .count();
+        eprintln!("{what}: hot deoptimized {deoptimized} times in 1 s");
+        assert!(deoptimized >= 5, "{what}: hot deoptimized {deoptimized} times in 1 s");
+        let args = [
+            "record",
+            "--per-thread",
+            "-F",
+            "499",
+            "-o",
+            out.to_str().unwrap(),
+            "--",
+            node.to_str().unwrap(),
+            script.to_str().unwrap(),
+            "2",
+        ];
+        assert!(run_profiler(&args).status.success());
+        let folded = Folded::read(&out);
+        let main = thread_stacks(&folded, busiest_node_thread(&folded));
+        let in_hot = |frames: &[String]| script_frames(frames, "deopt.js").last() == Some(&hot);
+        assert_share(&format!("{what}: main thread samples in hot"), &main, 0.85, in_hot, |_| true);
+        let on_the_call_path = |frames: &[String]| call_path.starts_with(&script_frames(frames, "deopt.js"));
+        assert_share(
+            &format!("{what}: samples naming the script on its call path"),
+            &main,
+            1.0,
+            on_the_call_path,
+            |_| true,
+        );
+        let whole = |frames: &[String]| {
+            frames.first().is_some_and(|frame| frame == "_start")
+                && frames.iter().any(|frame| frame.starts_with("node::Start("))
+                && script_frames(frames, "deopt.js") == call_path
+        };
+        assert_share(&format!("{what}: hot's samples whole"), &main, 0.95, whole, in_hot);
+        let in_deoptimizer = weight_of(&main, |frames| {
+            frames.first().is_some_and(|frame| frame.starts_with("Builtins_DeoptimizationEntry"))
+        });
+        let rebuilt = weight_of(&main, |frames| {
+            in_hot(frames) && frames.iter().any(|frame| frame == "Builtins_NotifyDeoptimized")
+        });
+        eprintln!("{what}: {in_deoptimizer} samples cut in the deoptimizer, {rebuilt} in hot being rebuilt");
+    }
+}
+
+/// The stacks of the process's main thread: the root (`comm-TID` with `--per-thread`) of most
+/// of the stacks that start at `_start` (other threads start at `clone3`).
+fn main_thread_stacks(folded: &Folded) -> Vec<(&[String], u64)> {
+    let mut roots = std::collections::BTreeMap::<&str, u64>::new();
+    for (frames, count) in &folded.stacks {
+        if frames.get(1).is_some_and(|frame| frame == "_start") {
+            *roots.entry(&frames[0]).or_default() += count;
+        }
+    }
+    let (root, _) = roots.iter().max_by_key(|(_, n)| **n).expect("a stack from _start");
+    let tid = root.rsplit_once('-').unwrap().1.parse().unwrap();
+    thread_stacks(folded, tid)
+}
+
+/// A JavaScript function blocking its thread (`Atomics.wait`, 20 ms at a time for 2 s), on
+/// every Node installed by setup, with no flags. With `--off-cpu`: at least 1.5 s of the main
+/// thread's blocked time is in `waiter`, named with its start line, and 80% of it (node's
+/// start-up reads files, and its loop waits once the script is done); 95% of that is on whole
+/// stacks, root first: `_start`, `node::Start`, the script's top level, `waiter`, then V8's and
+/// the C library's frames down to the kernel's, where the thread slept (the leaf, `_[k]`). With
+/// `--wall`: 80% of the main thread's time (on and off the CPU) is in `waiter`. In both, no
+/// sample names a function of the script off its call path (`spinner`, never called).
+#[test]
+fn javascript_function_blocked_off_the_cpu_is_named() {
+    if !e2e_enabled() {
+        return;
+    }
+    let _alone = alone();
+    let script = node_workload("blocked.js");
+    let lines = script_functions(&script, &["waiter"]);
+    let call_path: Vec<(&str, u32)> = lines.iter().map(|(name, line)| (name.as_str(), *line)).collect();
+    let waiter = call_path[1];
+    let dir = scratch_dir("node-off-cpu");
+    let out = dir.join("out.folded");
+    for (version, node) in nodes() {
+        for mode in ["--off-cpu", "--wall"] {
+            let what = format!("Node {version} {mode}");
+            let args = [
+                "record",
+                mode,
+                "--per-thread",
+                "-o",
+                out.to_str().unwrap(),
+                "--",
+                node.to_str().unwrap(),
+                script.to_str().unwrap(),
+                "2",
+            ];
+            assert!(run_profiler(&args).status.success());
+            let folded = Folded::read(&out);
+            let main = main_thread_stacks(&folded);
+            let in_waiter = |frames: &[String]| script_frames(frames, "blocked.js").last() == Some(&waiter);
+            let on_the_call_path =
+                |frames: &[String]| call_path.starts_with(&script_frames(frames, "blocked.js"));
+            assert_share(
+                &format!("{what}: weight naming the script on its call path"),
+                &main,
+                1.0,
+                on_the_call_path,
+                |_| true,
+            );
+            assert_share(&format!("{what}: main thread's weight in waiter"), &main, 0.80, in_waiter, |_| {
+                true
+            });
+            if mode == "--off-cpu" {
+                let blocked = weight_of(&main, in_waiter);
+                assert!(blocked >= 1_500_000, "{what}: {blocked} µs blocked in waiter, which waits for 2 s");
+                let whole = |frames: &[String]| {
+                    frames.first().is_some_and(|frame| frame == "_start")
+                        && frames.iter().any(|frame| frame.starts_with("node::Start("))
+                        && script_frames(frames, "blocked.js") == call_path
+                        && frames.last().is_some_and(|leaf| leaf.ends_with("_[k]"))
+                };
+                assert_share(
+                    &format!("{what}: waiter's blocked time on whole stacks"),
+                    &main,
+                    0.95,
+                    whole,
+                    in_waiter,
+                );
+            }
+        }
+    }
+}
+
+/// `profiler agent` on a running Node (the system's, with no flags), cutting a window a second
+/// into pprof files for about 3 s of its CPU: at least 90% of the samples of its windows (all
+/// its threads; V8's compiler and GC threads have a few) name alpha, beta or gamma as pprof
+/// functions with shares.js as their file and the line they start on (6, 61, 116), with their
+/// 60/30/10 shares ± 5 points; the last window, cut short by SIGTERM, is in it too.
+#[test]
+fn agent_windows_name_javascript_functions_with_no_flags() {
+    if !e2e_enabled() {
+        return;
+    }
+    let _alone = alone();
+    let script = node_workload("shares.js");
+    let dir = scratch_dir("node-agent");
+    let running = spawn(Path::new("node"), &[script.to_str().unwrap(), "30"]);
+    wait_for_cpu(running.pid(), Duration::from_millis(500));
+    let agent = start_agent_into(&running.pid().to_string(), &dir);
+    wait_for_cpu(running.pid(), Duration::from_secs(3));
+    agent.signal(libc::SIGTERM);
+    assert!(agent.wait().0.success());
+    let windows: Vec<PathBuf> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
+    assert!(windows.len() >= 3, "{} windows in about 3 s", windows.len());
+    let lines = script_functions(&script, &["alpha", "beta", "gamma"]);
+    let (mut named, mut total) = ([0i64; 3], 0);
+    for window in &windows {
+        let profile = read_pprof(window);
+        let string = |index: i64| profile.string_table[index as usize].as_str();
+        for sample in &profile.sample {
+            total += sample.value[0];
+            // Innermost first: the first of the three names the sample.
+            let innermost =
+                sample.location_id.iter().flat_map(|&id| &profile.location[id as usize - 1].line).find_map(
+                    |line| {
+                        let function = &profile.function[line.function_id as usize - 1];
+                        let which = lines[1..].iter().position(|(name, _)| name == string(function.name))?;
+                        let in_script = string(function.filename).ends_with("/shares.js");
+                        let at_start = line.line == i64::from(lines[which + 1].1);
+                        assert!(
+                            in_script && at_start,
+                            "{} named at {}:{}",
+                            string(function.name),
+                            string(function.filename),
+                            line.line
+                        );
+                        Some(which)
+                    },
+                );
+            if let Some(which) = innermost {
+                named[which] += sample.value[0];
+            }
+        }
+    }
+    let all: i64 = named.iter().sum();
+    eprintln!("alpha, beta, gamma: {named:?} of {total} samples in {} windows", windows.len());
+    assert!(all as f64 >= 0.9 * total as f64, "{all} of {total} samples named");
+    for (function, (samples, expected)) in
+        ["alpha", "beta", "gamma"].iter().zip(named.iter().zip([60.0, 30.0, 10.0]))
+    {
+        let share = *samples as f64 * 100.0 / all as f64;
+        assert!(
+            (share - expected).abs() <= 5.0,
+            "{function}: {share:.1}% of the named samples, not {expected}%"
+        );
+    }
+}

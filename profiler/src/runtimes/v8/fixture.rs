@@ -93,7 +93,8 @@ pub fn walk(
     }
     let mut functions = Functions::default();
     let stepped = v8.stepped.clone();
-    let frames = stepped.into_iter().filter_map(|(_, frame)| v8.name(frame, &mut functions)).collect();
+    let frames =
+        stepped.into_iter().filter_map(|(_, frame)| v8.name(frame, &mut functions).frame()).collect();
     Walked { steps, frames, functions }
 }
 

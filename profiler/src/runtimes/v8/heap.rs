@@ -38,6 +38,8 @@ pub struct FunctionInfo {
     pub file: String,
     /// The line of its start (1-based; 0 when not known).
     pub line: u32,
+    /// A closure of V8's builtins (no script, no name), whose frames the builtin it runs names.
+    pub builtin: bool,
 }
 
 impl FunctionInfo {
@@ -156,22 +158,21 @@ impl Heap<'_, '_> {
             _ if smi(name_or_scope_info).is_some() => (None, None),
             _ => return None,
         };
-        let name = match name {
-            Some(name) if !name.is_empty() => name,
-            _ => "(anonymous)".to_owned(),
-        };
-        let (file, source) = match untag(script) {
+        let name = name.filter(|name| !name.is_empty());
+        let (file, source, scripted) = match untag(script) {
             Some(object) if self.object_type(object) == Some(types.script) => {
                 let file = self.word(object + self.layout.script_name).and_then(|name| self.string(name));
-                (file.unwrap_or_default(), self.word(object + self.layout.script_source))
+                (file.unwrap_or_default(), self.word(object + self.layout.script_source), true)
             }
-            _ => (String::new(), None),
+            _ => (String::new(), None, false),
         };
+        let builtin = !scripted && name.is_none();
+        let name = name.unwrap_or_else(|| "(anonymous)".to_owned());
         let line = match (start, source) {
             (Some(start), Some(source)) => self.line_of(source, start).unwrap_or(0),
             _ => 0,
         };
-        Some(FunctionInfo { name, file, line })
+        Some(FunctionInfo { name, file, line, builtin })
     }
 
     /// The function's name and start position in the `ScopeInfo` at `object`: the first string

@@ -163,18 +163,21 @@ impl Runtime for V8 {
         frames: &mut Vec<Frame>,
     ) -> bool {
         let Some(frame) = process.stepped(depth) else { return false };
-        let named = process.name(frame, functions);
-        match (&named, process.allowance.spent()) {
-            (Some(_), _) => self.stats.frames += 1,
-            (None, true) => self.stats.deferred += 1,
-            (None, false) => self.stats.unreadable += 1,
-        }
-        match named {
-            Some(frame) => {
+        match process.name(frame, functions) {
+            Naming::Function(frame) => {
+                self.stats.frames += 1;
                 frames.push(frame);
                 true
             }
-            None => false,
+            Naming::Builtin => false,
+            Naming::Unread => {
+                if process.allowance.spent() {
+                    self.stats.deferred += 1;
+                } else {
+                    self.stats.unreadable += 1;
+                }
+                false
+            }
         }
     }
 
@@ -246,7 +249,34 @@ pub struct V8Process {
 /// A function read (or not), and the fields of its `SharedFunctionInfo` it was read from.
 struct Entry {
     fields: (u64, u64),
+    /// The function, or none: not read, or a closure of V8's builtins ([`FunctionInfo::builtin`]).
     function: Option<(FunctionRef, Arc<FunctionInfo>)>,
+    builtin: bool,
+}
+
+/// What names a JavaScript frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Naming {
+    /// Its function, read now or last.
+    Function(Frame),
+    /// Nothing of its own: its function is a closure of V8's builtins (no script, no name: what
+    /// an `await` resumes by, a promise's resolving functions), which the builtin it runs names
+    /// better: its native frame stays (`Builtins_AsyncFunctionAwaitResolveClosure`, not
+    /// `(anonymous)` of no file).
+    Builtin,
+    /// Its function could not be read.
+    Unread,
+}
+
+#[cfg(any(test, feature = "testing"))]
+impl Naming {
+    /// The frame it is named by, if any.
+    pub fn frame(self) -> Option<Frame> {
+        match self {
+            Naming::Function(frame) => Some(frame),
+            Naming::Builtin | Naming::Unread => None,
+        }
+    }
 }
 
 impl V8Process {
@@ -278,8 +308,13 @@ impl V8Process {
         self.stepped.iter().find(|(at, _)| *at == depth).map(|(_, frame)| *frame)
     }
 
-    /// The frame of the function of `frame`, at its start's line; `None` when it cannot be read.
-    fn name(&mut self, frame: JsFrame, functions: &mut Functions) -> Option<Frame> {
+    /// What names `frame`: its function's frame, at its start's line, if it has one.
+    fn name(&mut self, frame: JsFrame, functions: &mut Functions) -> Naming {
+        self.read_name(frame, functions).unwrap_or(Naming::Unread)
+    }
+
+    /// [`Self::name`], `None` when the function cannot be read.
+    fn read_name(&mut self, frame: JsFrame, functions: &mut Functions) -> Option<Naming> {
         let layout = self.layout.clone();
         let function = untag(frame.function)?;
         let mut heap = Heap { layout: &layout, read: &mut *self.memory };
@@ -320,32 +355,41 @@ impl V8Process {
         if let Some(entry) = self.functions.get(&shared)
             && entry.fields == fields
         {
-            let (function, info) = entry.function.as_ref()?;
-            return Some(Frame::Runtime { function: function.id, line: info.line });
+            return entry.naming();
         }
         let read = heap.function(fields.0, fields.1);
         // A read refused for want of the sample's allowance says nothing of the function.
         if read.is_none() && self.allowance.spent() {
             return None;
         }
-        let function = read.map(|info| {
+        let builtin = read.as_ref().is_some_and(|info| info.builtin);
+        let function = read.filter(|info| !info.builtin).map(|info| {
             let function = functions.intern(&info.name, &info.file, Kind::JavaScript);
             (function, Arc::new(info))
         });
-        let frame = function
-            .as_ref()
-            .map(|(function, info)| Frame::Runtime { function: function.id, line: info.line });
         let bytes = function.as_ref().map_or(ENTRY_BYTES, |(_, info)| info.size() as u64);
-        if function.as_ref().is_none_or(|(function, _)| function.is_kept()) {
-            self.functions.insert(shared, Entry { fields, function }, bytes);
+        let entry = Entry { fields, function, builtin };
+        let naming = entry.naming();
+        if entry.function.as_ref().is_none_or(|(function, _)| function.is_kept()) {
+            self.functions.insert(shared, entry, bytes);
         }
-        frame
+        naming
     }
 
-    /// The frame of `frame`'s function as last read, for a function that cannot be read now.
-    fn last_read(&mut self, frame: JsFrame) -> Option<Frame> {
+    /// What named `frame`'s function when last read, for a function that cannot be read now.
+    fn last_read(&mut self, frame: JsFrame) -> Option<Naming> {
         let shared = self.closures.get(&frame.function)?;
-        let (function, info) = self.functions.get(shared)?.function.as_ref()?;
-        Some(Frame::Runtime { function: function.id, line: info.line })
+        self.functions.get(shared)?.naming()
+    }
+}
+
+impl Entry {
+    /// What it names frames by; `None` for a function not read.
+    fn naming(&self) -> Option<Naming> {
+        if self.builtin {
+            return Some(Naming::Builtin);
+        }
+        let (function, info) = self.function.as_ref()?;
+        Some(Naming::Function(Frame::Runtime { function: function.id, line: info.line }))
     }
 }

@@ -3,7 +3,7 @@
 use framehop::x86_64::UnwindRegsX86_64;
 
 use super::{
-    ModuleId, V8Process, fixture,
+    ModuleId, Naming, V8Process, fixture,
     fixture::node20_symbols,
     heap::{FunctionInfo, Heap, MAX_NAME},
     image::Version,
@@ -131,13 +131,21 @@ fn read_function(pieces: &Pieces, name_or_scope_info: u64, script: u64) -> Optio
 fn a_function_is_named_by_its_scope_info_and_script() {
     let pieces = Pieces(heap());
     let info = read_function(&pieces, SCOPE + 1, SCRIPT + 1).unwrap();
-    assert_eq!(info, FunctionInfo { name: "alpha".into(), file: "/app/app.js".into(), line: 3 });
+    assert_eq!(
+        info,
+        FunctionInfo { name: "alpha".into(), file: "/app/app.js".into(), line: 3, builtin: false }
+    );
     // Named by a string (a function not compiled yet), with no position: no line.
     let info = read_function(&pieces, NAME + 1, SCRIPT + 1).unwrap();
     assert_eq!((info.name.as_str(), info.line), ("alpha", 0));
     // No script (a builtin function): no file.
     let info = read_function(&pieces, SCOPE + 1, smi(0)).unwrap();
-    assert_eq!((info.name.as_str(), info.file.as_str()), ("alpha", ""));
+    assert_eq!((info.name.as_str(), info.file.as_str(), info.builtin), ("alpha", "", false));
+    // No name but a script: an anonymous function of the script.
+    let info = read_function(&pieces, smi(0), SCRIPT + 1).unwrap();
+    assert_eq!((info.name.as_str(), info.file.as_str(), info.builtin), ("(anonymous)", "/app/app.js", false));
+    // Neither: a closure of V8's builtins, left to the builtin's native frame.
+    assert!(read_function(&pieces, smi(0), smi(0)).unwrap().builtin);
     // Not a scope info nor a string: nothing.
     assert_eq!(read_function(&pieces, SCRIPT + 1, SCRIPT + 1), None);
     assert_eq!(read_function(&pieces, 0x9_0001, SCRIPT + 1), None, "memory that cannot be read");
@@ -222,7 +230,7 @@ fn frames_are_stepped_by_their_frame_pointer_and_javascript_ones_named() {
     // Only the first frame is JavaScript's.
     let mut functions = Functions::default();
     let Some(Frame::Runtime { function, line }) =
-        v8.stepped(0).and_then(|frame| v8.name(frame, &mut functions))
+        v8.stepped(0).and_then(|frame| v8.name(frame, &mut functions).frame())
     else {
         panic!("alpha's frame named")
     };
@@ -231,7 +239,7 @@ fn frames_are_stepped_by_their_frame_pointer_and_javascript_ones_named() {
     assert_eq!(symbol.source.map(|source| (source.file, source.line)), Some(("/app/app.js".into(), 3)));
     assert_eq!(v8.stepped(1), None, "a typed frame");
     // Named again from the cache, while its fields are the same.
-    assert!(v8.name(v8.stepped(0).unwrap(), &mut functions).is_some());
+    assert!(v8.name(v8.stepped(0).unwrap(), &mut functions).frame().is_some());
 }
 
 #[test]
@@ -251,7 +259,7 @@ fn frames_that_fail_their_checks_are_lost_and_other_objects_not_named() {
     pieces.push((0x9000, words(&[0, 0, 0, SCRIPT + 1])));
     let mut v8 = process(pieces);
     let mut functions = Functions::default();
-    assert_eq!(v8.name(super::stack::JsFrame { function: 0x9001 }, &mut functions), None);
+    assert_eq!(v8.name(super::stack::JsFrame { function: 0x9001 }, &mut functions), Naming::Unread);
 }
 
 /// The last samples of a process that exits are named once it is gone: a function read before is
@@ -268,10 +276,35 @@ fn frames_of_a_process_gone_are_named_as_last_read() {
     let mut functions = Functions::default();
     let alpha = super::stack::JsFrame { function: FUNCTION + 1 };
     let named = v8.name(alpha, &mut functions);
-    assert!(named.is_some());
+    assert!(named.frame().is_some());
     gone.store(true, std::sync::atomic::Ordering::Relaxed);
     assert_eq!(v8.name(alpha, &mut functions), named);
-    assert_eq!(v8.name(super::stack::JsFrame { function: 0x9001 }, &mut functions), None);
+    assert_eq!(v8.name(super::stack::JsFrame { function: 0x9001 }, &mut functions), Naming::Unread);
+}
+
+/// The frame of a closure of V8's builtins (no script, no name: what an `await` resumes by) is
+/// not named `(anonymous)`: its native frame, the builtin's, stays; from the cache too, and once
+/// the process is gone.
+#[test]
+fn closures_of_v8s_builtins_leave_their_native_frame() {
+    const RESOLVE: u64 = 0x2100;
+    const RESOLVE_SHARED: u64 = 0x3100;
+    let gone = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut pieces = heap();
+    pieces.push((RESOLVE, words(&[0, 0, 0, RESOLVE_SHARED + 1])));
+    pieces.push((RESOLVE_SHARED, words(&[SFI_MAP + 1, 0, smi(0), 0, smi(0)])));
+    let pieces = Pieces(pieces);
+    let memory = Box::new({
+        let gone = gone.clone();
+        move |addr, buf: &mut [u8]| !gone.load(std::sync::atomic::Ordering::Relaxed) && pieces.read(addr, buf)
+    });
+    let mut v8 = fixture::process(node20(), BUILTINS..BUILTINS + 0x1000, 0x30_0000..0x50_0000, memory);
+    let mut functions = Functions::default();
+    let resolve = super::stack::JsFrame { function: RESOLVE + 1 };
+    assert_eq!(v8.name(resolve, &mut functions), Naming::Builtin);
+    assert_eq!(v8.name(resolve, &mut functions), Naming::Builtin, "from the cache");
+    gone.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(v8.name(resolve, &mut functions), Naming::Builtin, "as last read");
 }
 
 #[test]
