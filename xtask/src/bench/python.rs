@@ -1,15 +1,16 @@
-//! `profiler record` on a CPU-bound Python program (pyenv's CPython 3.12, tests/workloads/
-//! python/shares.py), against py-spy at the same rate, in one run: the program's slowdown, each
-//! tool's CPU per sample, how many samples carry the script's Python frames and how close the
-//! functions' shares come to the 50/30/20 the script burns. Then the eBPF program's time per
-//! sample on that program and on a native one (split.c).
+//! `profiler record` on a CPU-bound Python program (tests/workloads/python/shares.py) on pyenv's
+//! CPython 3.12 and Debian's 3.14, against py-spy at the same rate on 3.12, and on a native
+//! program (split.c, one thread) for what a sample costs without Python, at 99 and 999 Hz, in
+//! one run: the program's slowdown, each tool's CPU per sample, how many samples carry the
+//! script's Python frames and how close the functions' shares come to the 50/30/20 the script
+//! burns. Then the eBPF program's time per sample on that program and on a native one.
 use std::{
     fmt::Write as _,
     path::{Path, PathBuf},
     process::{Command, Stdio},
 };
 
-use anyhow::{Context as _, Result};
+use anyhow::{Context as _, Result, bail};
 
 use super::{
     kernel::{BpfStats, parse_after},
@@ -22,25 +23,26 @@ use crate::check;
 const BEFORE: f64 = 2.5;
 const PROFILED: f64 = 5.0;
 const AFTER: f64 = 3.0;
-/// Samples per second, for both tools.
-const HZ: &str = "99";
+/// Samples per second: a fleet's rate, and a close look's.
+const RATES: [u64; 2] = [99, 999];
 const PY_SPY_VERSION: &str = "0.4.3";
 /// Where py-spy is installed (a virtual environment), under the workspace.
 const PY_SPY_VENV: &str = ".tools/py-spy";
+/// Debian's CPython 3.14, as `cargo xtask setup` installs it.
+const DEBIAN_PYTHON: &str = ".tools/debian-sid-python3.14/usr/bin/python3.14";
 /// shares.py's functions and the share of the script's CPU each burns.
 const SHARES: [(&str, f64); 3] = [("alpha", 50.0), ("beta", 30.0), ("gamma", 20.0)];
+/// How many times a native sample's CPU a Python sample may cost.
+const PER_SAMPLE_RATIO_GOAL: f64 = 3.0;
 
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 enum Tool {
     Profiler,
     PySpy,
 }
 
 impl Tool {
-    const ALL: [Tool; 2] = [Tool::Profiler, Tool::PySpy];
-
-    /// What the tool prints once it samples: CPU before that is start-up (the
-    /// profiler's is mostly the kernel verifying its eBPF programs).
+    /// What the tool prints once it samples: CPU before that is start-up.
     fn ready_line(self) -> &'static str {
         match self {
             Tool::Profiler => "profiler: recording",
@@ -48,12 +50,36 @@ impl Tool {
         }
     }
 
-    fn label(self) -> String {
+    fn label(self, hz: u64) -> String {
         match self {
-            Tool::Profiler => format!("`profiler record -F {HZ}`"),
-            Tool::PySpy => format!("`py-spy record -r {HZ} --nonblocking` ({PY_SPY_VERSION})"),
+            Tool::Profiler => format!("`profiler record -F {hz}`"),
+            Tool::PySpy => format!("`py-spy record -r {hz} --nonblocking` ({PY_SPY_VERSION})"),
         }
     }
+}
+
+/// What is profiled: shares.py on an interpreter, or split.c.
+#[derive(Clone)]
+enum Program {
+    Python { label: &'static str, interpreter: PathBuf },
+    Native { binary: PathBuf },
+}
+
+impl Program {
+    fn label(&self) -> &'static str {
+        match self {
+            Program::Python { label, .. } => label,
+            Program::Native { .. } => "split.c, one thread (native)",
+        }
+    }
+}
+
+/// One tool on one program at one rate.
+#[derive(Clone)]
+struct Case {
+    tool: Tool,
+    program: Program,
+    hz: u64,
 }
 
 /// One measurement.
@@ -67,86 +93,121 @@ struct Run {
     /// CPU seconds of the tool, start to output.
     cpu_seconds: f64,
     samples: u64,
-    /// Percent of the samples holding a frame of the script.
-    with_python: f64,
-    /// Largest distance, in points, between a function's share and the one the script burns.
-    share_error: f64,
+    /// Of a Python program: the percent of the samples holding a frame of the script, and the
+    /// largest distance, in points, between a function's share and the one the script burns.
+    python: Option<(f64, f64)>,
 }
 
 pub fn table(profiler: &Path, root: &Path, src: &Path, dir: &Path, repetitions: usize) -> Result<String> {
     let python = crate::python::pyenv(12)
         .context("the Python benchmark profiles pyenv's CPython 3.12: install it (`pyenv install 3.12`)")?;
+    let debian = root.join(DEBIAN_PYTHON);
+    if !debian.exists() {
+        bail!("the Python benchmark profiles Debian's CPython 3.14: run `cargo xtask setup`");
+    }
     let py_spy = ensure_py_spy(root, &python)?;
+    let native = build_split(src, dir)?;
     let script = src.join("python/shares.py");
-    let mut runs: Vec<Vec<Run>> = Tool::ALL.iter().map(|_| Vec::new()).collect();
+    let cases = cases(&python, &debian, &native);
+    let mut runs: Vec<Vec<Run>> = cases.iter().map(|_| Vec::new()).collect();
     for repetition in 0..repetitions {
-        // Alternate which tool goes first, so that drift of the machine does not favour one.
-        let mut order: Vec<(usize, Tool)> = Tool::ALL.into_iter().enumerate().collect();
+        // Alternate the order, so that drift of the machine does not favour one.
+        let mut order: Vec<(usize, &Case)> = cases.iter().enumerate().collect();
         if repetition % 2 == 1 {
             order.reverse();
         }
-        for (t, tool) in order {
-            eprintln!("xtask bench: python · {} · run {}", tool.label(), repetition + 1);
-            let command = match tool {
+        for (c, case) in order {
+            eprintln!(
+                "xtask bench: python · {} · {} · run {}",
+                case.tool.label(case.hz),
+                case.program.label(),
+                repetition + 1
+            );
+            let command = match case.tool {
                 Tool::Profiler => profiler,
                 Tool::PySpy => &py_spy,
             };
-            runs[t].push(measure(tool, command, &python, &script, dir)?);
+            runs[c].push(measure(case, command, &script, dir)?);
         }
     }
     let mut text = format!(
         "## Python (against py-spy)\n\n\
-         `shares.py` on pyenv's CPython 3.12 ({}): one thread whose functions `alpha`, `beta` and `Burner.gamma` burn \
-         50/30/20% of its CPU, in rounds of about 2 ms. It runs alone for {BEFORE} s, is profiled for {PROFILED} s \
-         (the tool stopped with SIGINT), then runs alone again; medians of {repetitions} run(s), tools alternating. \
-         *Target slowdown*: its peak rounds per second (best one-second window) while profiled against its peak \
-         alone. *Tool CPU while recording*: from half a second after the tool says it samples until it is stopped \
-         (every thread, from schedstat), and that per sample it took. *In all*: start to output written \
-         (the profiler's start-up is mostly the kernel verifying its eBPF programs, about 1 s). *With Python frames*: \
-         samples holding a frame of the script. *Share error*: largest distance, in points, between a function's \
-         share of those samples and what it burns.\n\n\
-         | tool | target slowdown | tool CPU while recording | per sample | tool CPU in all | samples | with Python frames | share error |\n\
-         |---|---|---|---|---|---|---|---|\n",
+         `shares.py`: one thread whose functions `alpha`, `beta` and `Burner.gamma` burn 50/30/20% of its CPU, in \
+         rounds of about 2 ms, on pyenv's CPython 3.12 ({}) and Debian's 3.14 (`{DEBIAN_PYTHON}`); beside it, for \
+         what a sample costs without Python, `split.c` with one thread. Each runs alone for {BEFORE} s, is profiled \
+         for {PROFILED} s (the tool stopped with SIGINT), then runs alone again; medians of {repetitions} run(s), \
+         the order alternating. *Target slowdown*: its peak rounds per second (best one-second window) while \
+         profiled against its peak alone. *Tool CPU while recording*: from half a second after the tool says it \
+         samples until it is stopped (every thread, from schedstat), and that per sample it took (what naming \
+         costs once per file, the DWARF of libpython and libc's debug file, is in it: at 99 Hz it outweighs the \
+         samples). *In all*: start to output written. *With Python frames*: samples holding a frame of the script. \
+         *Share error*: largest distance, in points, between a function's share of those samples and what it \
+         burns.\n\n\
+         | tool | program | target slowdown | tool CPU while recording | per sample | tool CPU in all | samples | with Python frames | share error |\n\
+         |---|---|---|---|---|---|---|---|---|\n",
         python.display()
     );
-    let column = |runs: &[Run], f: fn(&Run) -> f64| median(&mut runs.iter().map(f).collect::<Vec<_>>());
-    for (tool, runs) in Tool::ALL.iter().zip(&runs) {
-        let column = |f: fn(&Run) -> f64| column(runs, f);
+    let column = |c: usize, f: fn(&Run) -> f64| median(&mut runs[c].iter().map(f).collect::<Vec<_>>());
+    for (c, case) in cases.iter().enumerate() {
+        let python = |f: fn((f64, f64)) -> f64, unit: &str| match case.program {
+            Program::Python { .. } => format!("{:.1}{unit}", column_python(&runs[c], f)),
+            Program::Native { .. } => "—".into(),
+        };
         writeln!(
             text,
-            "| {} | {:.1}% | {:.2}% of a core | {:.0} µs | {:.2} s | {:.0} | {:.1}% | {:.1} pt |",
-            tool.label(),
-            column(|r| r.slowdown),
-            column(|r| r.recording_cpu),
-            column(|r| r.us_per_sample),
-            column(|r| r.cpu_seconds),
-            column(|r| r.samples as f64),
-            column(|r| r.with_python),
-            column(|r| r.share_error),
+            "| {} | {} | {:.1}% | {:.2}% of a core | {:.0} µs | {:.2} s | {:.0} | {} | {} |",
+            case.tool.label(case.hz),
+            case.program.label(),
+            column(c, |r| r.slowdown),
+            column(c, |r| r.recording_cpu),
+            column(c, |r| r.us_per_sample),
+            column(c, |r| r.cpu_seconds),
+            column(c, |r| r.samples as f64),
+            python(|(with, _)| with, "%"),
+            python(|(_, error)| error, " pt"),
         )?;
     }
     text.push('\n');
-    let (costs, deep_us) = kernel_cost(profiler, &python, &script, src, dir, repetitions)?;
+    let (costs, deep_us) = kernel_cost(profiler, &python, &script, &native, dir, repetitions)?;
     text.push_str(&costs);
-    let [ours, py_spy] = [&runs[0], &runs[1]];
-    let slowdown = |runs| column(runs, |r| r.slowdown);
-    let per_sample = |runs| column(runs, |r| r.us_per_sample);
-    let met = |yes: bool| if yes { "met" } else { "**not met**" };
     text.push_str("#### Goals\n\n| goal | measured | |\n|---|---|---|\n");
-    writeln!(
-        text,
-        "| target slowdown below py-spy's | {:.1}% vs {:.1}% | {} |",
-        slowdown(ours),
-        slowdown(py_spy),
-        met(slowdown(ours) < slowdown(py_spy))
-    )?;
-    writeln!(
-        text,
-        "| tool CPU per sample below py-spy's | {:.0} vs {:.0} µs | {} |",
-        per_sample(ours),
-        per_sample(py_spy),
-        met(per_sample(ours) < per_sample(py_spy))
-    )?;
+    let met = |yes: bool| if yes { "met" } else { "**not met**" };
+    let find = |tool: Tool, label: &str, hz: u64| {
+        cases.iter().position(|case| case.tool == tool && case.program.label() == label && case.hz == hz)
+    };
+    for hz in RATES {
+        let (Some(ours), Some(theirs), Some(native)) = (
+            find(Tool::Profiler, PYENV_312, hz),
+            find(Tool::PySpy, PYENV_312, hz),
+            find(Tool::Profiler, Program::Native { binary: PathBuf::new() }.label(), hz),
+        ) else {
+            continue;
+        };
+        let (slowdown, spy_slowdown) = (column(ours, |r| r.slowdown), column(theirs, |r| r.slowdown));
+        writeln!(
+            text,
+            "| target slowdown at {hz} Hz below py-spy's | {slowdown:.1}% vs {spy_slowdown:.1}% | {} |",
+            met(slowdown < spy_slowdown)
+        )?;
+        let (per_sample, spy_per_sample) =
+            (column(ours, |r| r.us_per_sample), column(theirs, |r| r.us_per_sample));
+        writeln!(
+            text,
+            "| tool CPU per sample at {hz} Hz below py-spy's | {per_sample:.0} vs {spy_per_sample:.0} µs | {} |",
+            met(per_sample < spy_per_sample)
+        )?;
+        let native_us = column(native, |r| r.us_per_sample);
+        for label in [PYENV_312, DEBIAN_314] {
+            let Some(case) = find(Tool::Profiler, label, hz) else { continue };
+            let ratio = column(case, |r| r.us_per_sample) / native_us;
+            writeln!(
+                text,
+                "| CPU per Python sample ({label}) at {hz} Hz ≤ {PER_SAMPLE_RATIO_GOAL}× a native one's | {ratio:.1}× ({:.0} vs {native_us:.0} µs) | {} |",
+                column(case, |r| r.us_per_sample),
+                met(ratio <= PER_SAMPLE_RATIO_GOAL)
+            )?;
+        }
+    }
     writeln!(
         text,
         "| eBPF time per sample ≤ 20 µs at 100 Python frames | {deep_us:.2} µs | {} |",
@@ -154,6 +215,46 @@ pub fn table(profiler: &Path, root: &Path, src: &Path, dir: &Path, repetitions: 
     )?;
     text.push('\n');
     Ok(text)
+}
+
+const PYENV_312: &str = "shares.py, pyenv's 3.12";
+const DEBIAN_314: &str = "shares.py, Debian's 3.14";
+
+/// Every case, at each rate: the profiler on both interpreters and on the native program,
+/// py-spy on 3.12.
+fn cases(python: &Path, debian: &Path, native: &Path) -> Vec<Case> {
+    let pyenv = Program::Python { label: PYENV_312, interpreter: python.to_owned() };
+    let debian = Program::Python { label: DEBIAN_314, interpreter: debian.to_owned() };
+    let native = Program::Native { binary: native.to_owned() };
+    RATES
+        .iter()
+        .flat_map(|&hz| {
+            [
+                Case { tool: Tool::Profiler, program: pyenv.clone(), hz },
+                Case { tool: Tool::PySpy, program: pyenv.clone(), hz },
+                Case { tool: Tool::Profiler, program: debian.clone(), hz },
+                Case { tool: Tool::Profiler, program: native.clone(), hz },
+            ]
+        })
+        .collect()
+}
+
+/// The median of what `f` takes of each run's Python figures.
+fn column_python(runs: &[Run], f: fn((f64, f64)) -> f64) -> f64 {
+    median(&mut runs.iter().filter_map(|r| r.python).map(f).collect::<Vec<_>>())
+}
+
+/// split.c without frame pointers, with its debug information.
+fn build_split(src: &Path, dir: &Path) -> Result<PathBuf> {
+    let native = dir.join("split-nofp");
+    check(
+        Command::new("gcc")
+            .args(["-O2", "-g", "-fomit-frame-pointer", "-o"])
+            .arg(&native)
+            .arg(src.join("split.c"))
+            .arg("-lpthread"),
+    )?;
+    Ok(native)
 }
 
 /// py-spy, installed from PyPI into a virtual environment under the workspace when missing.
@@ -174,22 +275,35 @@ fn ensure_py_spy(root: &Path, python: &Path) -> Result<PathBuf> {
     Ok(py_spy)
 }
 
-fn measure(tool: Tool, command: &Path, python: &Path, script: &Path, dir: &Path) -> Result<Run> {
-    let mut program = Command::new(python);
-    program.arg(script).arg((BEFORE + PROFILED + AFTER + 1.0).to_string()).env("PROGRESS", "1");
+fn measure(case: &Case, command: &Path, script: &Path, dir: &Path) -> Result<Run> {
+    let seconds = (BEFORE + PROFILED + AFTER + 1.0).to_string();
+    let mut program = match &case.program {
+        Program::Python { interpreter, .. } => {
+            let mut program = Command::new(interpreter);
+            program.arg(script).arg(&seconds);
+            program
+        }
+        Program::Native { binary } => {
+            let mut program = Command::new(binary);
+            program.args([seconds.as_str(), "1"]);
+            program
+        }
+    };
+    program.env("PROGRESS", "1");
     let running = RunningWorkload::spawn(program)?;
     running.wait_until(BEFORE);
     let start_t = running.now();
     let pid = running.pid().to_string();
+    let hz = case.hz.to_string();
     let folded = dir.join("python.folded");
     let mut record = Command::new(command);
-    match tool {
-        Tool::Profiler => record.args(["record", "-p", &pid, "-F", HZ, "-o"]).arg(&folded),
+    match case.tool {
+        Tool::Profiler => record.args(["record", "-p", &pid, "-F", &hz, "-o"]).arg(&folded),
         Tool::PySpy => record
-            .args(["record", "--nonblocking", "-r", HZ, "-p", &pid, "--format", "raw", "-o"])
+            .args(["record", "--nonblocking", "-r", &hz, "-p", &pid, "--format", "raw", "-o"])
             .arg(&folded),
     };
-    let recorded = record_while(&running, record, Some(tool.ready_line()), PROFILED)?;
+    let recorded = record_while(&running, record, Some(case.tool.ready_line()), PROFILED)?;
     let progress = running.finish()?;
     let slowdown = slowdown(&progress, start_t, recorded.stop_t)?;
     let text = std::fs::read_to_string(&folded).unwrap_or_default();
@@ -201,8 +315,7 @@ fn measure(tool: Tool, command: &Path, python: &Path, script: &Path, dir: &Path)
         us_per_sample: recorded.us_per_sample(samples),
         cpu_seconds: recorded.usage.cpu_seconds,
         samples,
-        with_python,
-        share_error,
+        python: matches!(case.program, Program::Python { .. }).then_some((with_python, share_error)),
     })
 }
 
@@ -256,18 +369,10 @@ fn kernel_cost(
     profiler: &Path,
     python: &Path,
     script: &Path,
-    src: &Path,
+    native: &Path,
     dir: &Path,
     repetitions: usize,
 ) -> Result<(String, f64)> {
-    let native = dir.join("split-nofp");
-    check(
-        Command::new("gcc")
-            .args(["-O2", "-g", "-fomit-frame-pointer", "-o"])
-            .arg(&native)
-            .arg(src.join("split.c"))
-            .arg("-lpthread"),
-    )?;
     let programs: [(&str, Command); 3] = [
         ("Python 3.12 (`shares.py`, 3 Python frames)", {
             let mut command = on_last_cpu(python);
@@ -281,7 +386,7 @@ fn kernel_cost(
             command
         }),
         ("C without frame pointers (`split.c`)", {
-            let mut command = on_last_cpu(&native);
+            let mut command = on_last_cpu(native);
             command.arg("0");
             command
         }),
