@@ -25,7 +25,7 @@ mod agent;
 mod churn;
 mod compare;
 mod folded;
-mod java;
+mod jit_runtimes;
 mod kernel;
 mod leaks;
 mod long_run;
@@ -52,7 +52,7 @@ pub struct Options {
 }
 
 /// The sections of BENCHMARKS.md, in order.
-pub const SECTIONS: [&str; 14] = [
+pub const SECTIONS: [&str; 15] = [
     "compare",
     "kernel",
     "memory",
@@ -61,6 +61,7 @@ pub const SECTIONS: [&str; 14] = [
     "off-cpu",
     "python",
     "java",
+    "node",
     "agent",
     "agent-off-cpu",
     "long-run",
@@ -97,8 +98,14 @@ pub fn run(root: &Path, options: &Options) -> Result<()> {
     if wanted("python") {
         sections.push(("python", python::table(&tools.profiler, root, &src, &dir, repetitions)?));
     }
-    if wanted("java") {
-        sections.push(("java", java::table(&tools.profiler, &tools.collapse, &src, &dir, repetitions)?));
+    for (section, subject) in jit_runtimes::SECTIONS {
+        if wanted(section) {
+            let subject = subject(&src, &dir)?;
+            sections.push((
+                section,
+                jit_runtimes::table(&subject, &tools.profiler, &tools.collapse, &dir, repetitions)?,
+            ));
+        }
     }
     if wanted("agent") {
         sections
