@@ -9,7 +9,7 @@ use aya::{
 };
 use profiler_common::{maps, runtimes::RuntimeProcess};
 
-use super::btf;
+use super::btf::KernelBtf;
 use crate::model::{Tgid, Tid};
 
 pub static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profiler"));
@@ -62,8 +62,8 @@ pub fn set_stack_end(ebpf: &mut Ebpf, Tid(tid): Tid, end: u64) -> Result<()> {
 /// Byte offset of a task's saved FS base (`thread.fsbase`) in `struct task_struct`: how the
 /// Python walk tells which of the interpreter's thread states is the sampled thread's (glibc's
 /// `pthread_self()`).
-pub fn task_fs_base_offset() -> Result<u32> {
-    Ok(btf::field_offset("task_struct", "thread")? + btf::field_offset("thread_struct", "fsbase")?)
+pub fn task_fs_base_offset(btf: &mut KernelBtf) -> Result<u32> {
+    Ok(btf.field_offset("task_struct", "thread")? + btf.field_offset("thread_struct", "fsbase")?)
 }
 
 /// Tells the programs what the walker of process `tgid`'s runtime needs (`None`: it runs none

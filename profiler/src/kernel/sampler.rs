@@ -16,7 +16,8 @@ use profiler_common::{Counter, FramePointers, OffCpuThread, globals, maps, progr
 use crate::{decode::RecordKind, model::Tgid};
 
 use super::{
-    KernelSource, btf,
+    KernelSource,
+    btf::KernelBtf,
     object::{self, EBPF_OBJECT, missing, program, verifier_error},
 };
 
@@ -86,21 +87,21 @@ struct TaskLayout {
 }
 
 impl TaskLayout {
-    fn read() -> Result<Self> {
+    fn read(btf: &mut KernelBtf) -> Result<Self> {
         Ok(Self {
-            tgid: btf::field_offset("task_struct", "tgid")?,
-            comm: btf::field_offset("task_struct", "comm")?,
-            start_time: btf::field_offset("task_struct", "start_time")?,
-            state: btf::field_offset("task_struct", "__state")?,
-            on_cpu: btf::field_offset("task_struct", "on_cpu")?,
-            signal: btf::field_offset("task_struct", "signal")?,
-            live: btf::field_offset("signal_struct", "live")?,
-            real_cred: btf::field_offset("task_struct", "real_cred")?,
-            euid: btf::field_offset("cred", "euid")?,
-            cred_user_ns: btf::field_offset("cred", "user_ns")?,
-            user_ns_level: btf::field_offset("user_namespace", "level")?,
-            user_ns_parent: btf::field_offset("user_namespace", "parent")?,
-            user_ns_owner: btf::field_offset("user_namespace", "owner")?,
+            tgid: btf.field_offset("task_struct", "tgid")?,
+            comm: btf.field_offset("task_struct", "comm")?,
+            start_time: btf.field_offset("task_struct", "start_time")?,
+            state: btf.field_offset("task_struct", "__state")?,
+            on_cpu: btf.field_offset("task_struct", "on_cpu")?,
+            signal: btf.field_offset("task_struct", "signal")?,
+            live: btf.field_offset("signal_struct", "live")?,
+            real_cred: btf.field_offset("task_struct", "real_cred")?,
+            euid: btf.field_offset("cred", "euid")?,
+            cred_user_ns: btf.field_offset("cred", "user_ns")?,
+            user_ns_level: btf.field_offset("user_namespace", "level")?,
+            user_ns_parent: btf.field_offset("user_namespace", "parent")?,
+            user_ns_owner: btf.field_offset("user_namespace", "owner")?,
         })
     }
 }
@@ -129,13 +130,14 @@ impl Sampler {
         let off_cpu = config.off_cpu.unwrap_or(OffCpuConfig { min_ns: 0, runqueue: false });
         let (off_cpu_on, runqueue) = (u32::from(config.off_cpu.is_some()), u32::from(off_cpu.runqueue));
         let reads_tasks = config.filter_processes || config.off_cpu.is_some();
-        let layout = if reads_tasks { TaskLayout::read()? } else { TaskLayout::default() };
+        let mut kernel_btf = KernelBtf::open()?;
+        let layout = if reads_tasks { TaskLayout::read(&mut kernel_btf)? } else { TaskLayout::default() };
         let frame_pointers = config.frame_pointers as u32;
         let scratch = |wanted: bool| {
             if wanted { object::scratch_entries() } else { Ok(object::UNUSED_SCRATCH_ENTRIES) }
         };
         let schedule = if config.off_cpu.is_some() { schedule_address()? } else { 0 };
-        let fs_base = object::task_fs_base_offset()?;
+        let fs_base = object::task_fs_base_offset(&mut kernel_btf)?;
         // Parsed (18 MiB at its peak: most of a recording's peak RSS) only for the programs that
         // attach by BTF id, off-CPU's: the programs have no relocations to make.
         let btf =

@@ -23,6 +23,7 @@ use crate::{
 
 use super::{
     KernelSource,
+    btf::KernelBtf,
     object::{self, EBPF_OBJECT, missing, program, verifier_error},
 };
 
@@ -102,7 +103,7 @@ impl Tracer {
     /// followed.
     pub fn load(config: &TracerConfig, allocator: Allocator) -> Result<Self> {
         let frame_pointers = config.frame_pointers as u32;
-        let fs_base = object::task_fs_base_offset()?;
+        let fs_base = object::task_fs_base_offset(&mut KernelBtf::open()?)?;
         // No relocations to make with the kernel's BTF (see the sampler's load).
         let mut ebpf = EbpfLoader::new()
             .btf(None)
