@@ -37,9 +37,6 @@ pub trait KernelSource {
     fn start(&mut self) -> Result<()>;
     /// Records the kernel could not hand over (ring full).
     fn lost(&self) -> Result<u64>;
-    /// The runtime walkers its programs hand records over to, as (program, program array)
-    /// pairs.
-    fn runtime_walkers(&self) -> Vec<(&'static str, &'static str)>;
     /// What the kernel side could not do, a line each (none by default).
     fn warnings(&self) -> Vec<String> {
         Vec::new()
@@ -58,18 +55,9 @@ pub trait KernelSource {
     }
 
     /// Tells the programs what the walker of process `tgid`'s runtime needs, or to stop walking
-    /// it. The walkers are loaded with the first process that needs them.
+    /// it.
     fn set_runtime_process(&mut self, tgid: Tgid, process: Option<&RuntimeProcess>) -> Result<()> {
-        if process.is_some() {
-            self.load_runtime_walkers()?;
-        }
         object::set_runtime_process(self.ebpf(), tgid, process)
-    }
-
-    /// Loads and verifies the runtime walkers, and hands them to the programs, if not done yet.
-    fn load_runtime_walkers(&mut self) -> Result<()> {
-        let walkers = self.runtime_walkers();
-        object::load_runtime_walkers(self.ebpf(), &walkers)
     }
 
     /// Stops producing records at once: every program checks a flag first and returns. Detaching

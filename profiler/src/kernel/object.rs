@@ -87,28 +87,23 @@ pub fn set_runtime_process(
     }
 }
 
-/// Loads each runtime walker of `walkers` (program, program array) not loaded yet, and puts it
-/// in its array, where its hook's program finds it.
-pub fn load_runtime_walkers(ebpf: &mut Ebpf, walkers: &[(&str, &str)]) -> Result<()> {
-    for &(name, array) in walkers {
-        let walker = program(ebpf, name)?;
-        if walker.fd().is_ok() {
-            continue;
-        }
-        match walker {
-            Program::PerfEvent(walker) => walker.load(),
-            Program::RawTracePoint(walker) => walker.load(),
-            Program::UProbe(walker) => walker.load(),
-            _ => return Err(anyhow!("the runtime walker `{name}` is of no hook's type")),
-        }
-        .map_err(verifier_error)
-        .with_context(|| format!("cannot load the runtime walker `{name}`"))?;
-        let fd = walker.fd()?.try_clone()?;
-        let map = ebpf.map_mut(array).ok_or_else(|| missing(array))?;
-        ProgramArray::try_from(map)?
-            .set(0, &fd, 0)
-            .with_context(|| format!("cannot hand the runtime walker `{name}` to its hook"))?;
+/// Loads the runtime walker `name` and puts it in the program array `array`, where its hook's
+/// program finds it.
+pub fn load_runtime_walker(ebpf: &mut Ebpf, name: &str, array: &str) -> Result<()> {
+    let walker = program(ebpf, name)?;
+    match walker {
+        Program::PerfEvent(walker) => walker.load(),
+        Program::RawTracePoint(walker) => walker.load(),
+        Program::UProbe(walker) => walker.load(),
+        _ => return Err(anyhow!("the runtime walker `{name}` is of no hook's type")),
     }
+    .map_err(verifier_error)
+    .with_context(|| format!("cannot load the runtime walker `{name}`"))?;
+    let fd = walker.fd()?.try_clone()?;
+    let map = ebpf.map_mut(array).ok_or_else(|| missing(array))?;
+    ProgramArray::try_from(map)?
+        .set(0, &fd, 0)
+        .with_context(|| format!("cannot hand the runtime walker `{name}` to its hook"))?;
     Ok(())
 }
 

@@ -177,6 +177,7 @@ impl Sampler {
         if config.on_cpu {
             let sample: &mut PerfEvent = program(&mut ebpf, programs::SAMPLE)?.try_into()?;
             sample.load().map_err(verifier_error)?;
+            object::load_runtime_walker(&mut ebpf, programs::SAMPLE_RUNTIME, maps::SAMPLE_WALKERS)?;
         }
         if let Some(btf) = &btf {
             let switch: &mut BtfTracePoint = program(&mut ebpf, programs::SCHED_SWITCH)?.try_into()?;
@@ -185,6 +186,11 @@ impl Sampler {
             exit.load().map_err(verifier_error)?;
             let stacks: &mut Iter = program(&mut ebpf, programs::OFF_CPU_STACKS)?.try_into()?;
             stacks.load("task", btf).map_err(verifier_error)?;
+            object::load_runtime_walker(
+                &mut ebpf,
+                programs::SYSCALL_EXIT_RUNTIME,
+                maps::SYSCALL_EXIT_WALKERS,
+            )?;
         }
         let tracepoints = [
             (follow_forks, programs::FOLLOW_FORK, "task_newtask"),
@@ -360,13 +366,6 @@ impl KernelSource for Sampler {
 
     fn lost(&self) -> Result<u64> {
         self.count(Counter::Lost)
-    }
-
-    fn runtime_walkers(&self) -> Vec<(&'static str, &'static str)> {
-        let sample = self.on_cpu.then_some((programs::SAMPLE_RUNTIME, maps::SAMPLE_WALKERS));
-        let syscall_exit =
-            self.off_cpu.then_some((programs::SYSCALL_EXIT_RUNTIME, maps::SYSCALL_EXIT_WALKERS));
-        sample.into_iter().chain(syscall_exit).collect()
     }
 
     fn warnings(&self) -> Vec<String> {

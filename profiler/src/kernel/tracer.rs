@@ -122,6 +122,7 @@ impl Tracer {
             let probe: &mut UProbe = program(&mut ebpf, name)?.try_into()?;
             probe.load().map_err(verifier_error)?;
         }
+        object::load_runtime_walker(&mut ebpf, programs::ALLOC_RETURN_RUNTIME, maps::ALLOC_RETURN_WALKERS)?;
         Ok(Self { ebpf, allocator, sample_every: config.sample_every })
     }
 
@@ -174,10 +175,6 @@ impl Tracer {
 
 impl KernelSource for Tracer {
     const RECORDS: RecordKind = RecordKind::Allocation;
-
-    fn runtime_walkers(&self) -> Vec<(&'static str, &'static str)> {
-        vec![(programs::ALLOC_RETURN_RUNTIME, maps::ALLOC_RETURN_WALKERS)]
-    }
 
     fn ebpf(&mut self) -> &mut Ebpf {
         &mut self.ebpf

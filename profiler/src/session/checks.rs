@@ -232,7 +232,6 @@ fn try_sampler(
         off_cpu,
     };
     let result = Sampler::load(&config).and_then(|mut sampler| {
-        sampler.load_runtime_walkers()?;
         sampler.start()?;
         if off_cpu.is_some() {
             // Runs the task iterator too, as the end of a recording does.

@@ -266,9 +266,6 @@ mod tests {
         fn lost(&self) -> Result<u64> {
             Ok(0)
         }
-        fn runtime_walkers(&self) -> Vec<(&'static str, &'static str)> {
-            Vec::new()
-        }
     }
 
     impl Mode for Counting {
