@@ -5,9 +5,9 @@
 //! native stacks, and says whose they are in the header's [`RuntimeTrailer`].
 //!
 //! The walks are programs of their own, one per hook that records user stacks, each in a
-//! one-entry program array the hook tail-calls ([`hand_over`]): verifying a walk costs more than
-//! verifying all the rest, and userspace loads the walkers only once it has found a process that
-//! needs them. Until then (and for every other process) a record goes without runtime frames.
+//! one-entry program array the hook tail-calls ([`hand_over`]): inlined in its hook, a walk was
+//! verified once for every state the verifier reached it in, and cost more than all the rest;
+//! on its own, it is verified once.
 mod python;
 
 use aya_ebpf::{
@@ -27,8 +27,8 @@ static RUNTIME_PROCESSES: HashMap<u32, RuntimeProcess> = HashMap::with_max_entri
 
 /// Hands the record in `draft`, its first `len` bytes written, over to the runtime walker of
 /// `walkers` when process `tgid` runs a runtime walked here: the walker adds its frames and
-/// sends the record. Returns when it does not (no such runtime, or its walker not loaded yet):
-/// the caller then sends the record as it is.
+/// sends the record. Returns when it does not (no such runtime, or no walker in the array): the
+/// caller then sends the record as it is.
 pub fn hand_over(ctx: &impl EbpfContext, walkers: &ProgramArray, draft: &Draft, tgid: u32, len: usize) {
     if unsafe { RUNTIME_PROCESSES.get(tgid) }.is_none() {
         return;
