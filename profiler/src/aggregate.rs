@@ -54,6 +54,15 @@ pub struct Detail {
 
 impl Detail {
     pub const ALL: Self = Self { time: true, process: true, thread: true };
+
+    /// What either needs.
+    pub fn union(self, other: Self) -> Self {
+        Self {
+            time: self.time || other.time,
+            process: self.process || other.process,
+            thread: self.thread || other.thread,
+        }
+    }
 }
 
 // The size the documentation above quotes.
