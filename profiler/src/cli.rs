@@ -238,6 +238,10 @@ pub struct TopArgs {
     #[arg(short = 'o', long = "output", value_name = "PATH")]
     pub outputs: Vec<PathBuf>,
 
+    /// Format of the (single) output, whatever its extension.
+    #[arg(long, requires = "outputs", value_parser = named::<Format>())]
+    pub format: Option<Format>,
+
     #[command(flatten)]
     pub grouping: GroupingArgs,
 

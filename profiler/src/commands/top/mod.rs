@@ -39,7 +39,7 @@ pub async fn run(args: TopArgs) -> Result<()> {
     let (cpu, settings) = sampling(&args.sampling, plan);
     let full_screen = !args.once && std::io::stdout().is_terminal();
     let interval = Duration::from_secs_f64(args.interval);
-    let outputs = Outputs::resolve(&args.outputs, None, Format::Folded)?;
+    let outputs = Outputs::resolve(&args.outputs, args.format, Format::Folded)?;
     let render = RenderOptions {
         grouping: args.grouping.grouping(),
         lines: !args.grouping.no_lines,
