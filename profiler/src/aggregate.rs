@@ -404,6 +404,14 @@ mod tests {
     }
 
     #[test]
+    fn details_unite() {
+        let (time, thread) =
+            (Detail { time: true, ..Detail::default() }, Detail { thread: true, ..Detail::default() });
+        assert_eq!(time.union(thread), Detail { time: true, process: false, thread: true });
+        assert_eq!(Detail::ALL.union(Detail::default()), Detail::ALL);
+    }
+
+    #[test]
     fn counted_samples_sum_their_weights() {
         let mut aggregate = Aggregate::new(Detail { thread: true, ..Detail::default() });
         let (a, b) = ([Frame::Kernel(1)], [Frame::Kernel(2)]);
