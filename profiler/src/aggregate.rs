@@ -54,6 +54,15 @@ pub struct Detail {
 
 impl Detail {
     pub const ALL: Self = Self { time: true, process: true, thread: true };
+
+    /// What either needs.
+    pub fn union(self, other: Self) -> Self {
+        Self {
+            time: self.time || other.time,
+            process: self.process || other.process,
+            thread: self.thread || other.thread,
+        }
+    }
 }
 
 // The size the documentation above quotes.
@@ -392,6 +401,14 @@ mod tests {
             let expected = if keep { 0xffff_ffff_8100_0010 } else { 0 };
             assert_eq!(addresses, [expected, 0x10], "user addresses stay");
         }
+    }
+
+    #[test]
+    fn details_unite() {
+        let (time, thread) =
+            (Detail { time: true, ..Detail::default() }, Detail { thread: true, ..Detail::default() });
+        assert_eq!(time.union(thread), Detail { time: true, process: false, thread: true });
+        assert_eq!(Detail::ALL.union(Detail::default()), Detail::ALL);
     }
 
     #[test]

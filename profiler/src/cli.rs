@@ -205,8 +205,10 @@ Examples:
   sudo profiler top -p 1234 -i 2                     one process, every 2 s
   sudo profiler top -- ./server --port 8080          run a command and watch it
   sudo profiler top -p 1234 --once > hot.txt         one plain table after one interval
+  sudo profiler top -p 1234 -o cpu.svg -o cpu.pb.gz  and the whole session's profile at the end
 
-Keys: s/t sort by self/total, c last interval/since the start, / filter, space pause, q quit.
+Keys: s/t sort by self/total, c last interval/since the start, h threads, ↑/↓ select, Enter the
+selected function's call paths, / filter, space pause, q quit.
 Not on a terminal, a plain table is printed every interval.";
 
 #[derive(Debug, Args)]
@@ -229,6 +231,19 @@ pub struct TopArgs {
     /// Print one table after one interval and exit.
     #[arg(long)]
     pub once: bool,
+
+    /// At the end, write the whole session's profile here, as `record -o` would have (repeat for
+    /// several formats). The format follows the extension: .svg, .folded/.txt, .pb.gz/.pprof,
+    /// .json (speedscope), .prof (raw).
+    #[arg(short = 'o', long = "output", value_name = "PATH")]
+    pub outputs: Vec<PathBuf>,
+
+    /// Format of the (single) output, whatever its extension.
+    #[arg(long, requires = "outputs", value_parser = named::<Format>())]
+    pub format: Option<Format>,
+
+    #[command(flatten)]
+    pub grouping: GroupingArgs,
 
     /// Time threads spend blocked instead of on the CPU (as `record --off-cpu`).
     #[arg(long, conflicts_with = "wall")]

@@ -1,12 +1,13 @@
 //! End to end, as root: `profiler top` watching split.c (60/30/10 between hot_a, hot_b and
 //! hot_c): the plain table of `--once` when standard output is not a terminal, and the
 //! full-screen view in a real terminal (tmux): the functions shown with their shares, keys that
-//! sort, filter, switch to since the start and pause, a terminal too small, and `q` and SIGTERM
-//! giving the terminal back to the shell.
+//! sort, filter, switch to since the start, pause, split rows by thread and open a function's
+//! call paths, a terminal too small, and `q` and SIGTERM giving the terminal back to the shell;
+//! with `-o`, the whole session's profile written at the end, whichever way it ends.
 mod common;
 
 use std::{
-    path::PathBuf,
+    path::{Path, PathBuf},
     process::{Command, Output},
     time::{Duration, Instant},
 };
@@ -26,6 +27,9 @@ const BURNERS: &[&str] = &["0", "2"];
 /// tolerance on a busy machine: since the start, they add up).
 const SCREEN_SAMPLES: u64 = 600;
 
+/// Of each leaf's samples, the share that must carry its whole chain in the profiles written.
+const MIN_COMPLETE: f64 = 0.9;
+
 fn split() -> PathBuf {
     build_workload("split.c", "split-top", "gcc", &["-O2", "-g", "-fno-omit-frame-pointer"])
 }
@@ -42,7 +46,7 @@ fn rows(text: &str) -> Vec<(f64, f64, String)> {
         .collect()
 }
 
-/// The samples the view's title counts (`· 1234 samples ·`).
+/// The samples the view's or a plain table's title counts (`· 1234 samples`).
 fn samples(screen: &str) -> u64 {
     let title = screen.lines().next().unwrap_or_default();
     let words: Vec<&str> = title.split_whitespace().collect();
@@ -69,6 +73,22 @@ fn assert_split(text: &str) {
     }
 }
 
+/// `-o DIR/top.folded -o DIR/top.pprof`: the outputs `profile_written` checks.
+fn outputs(dir: &Path) -> (PathBuf, PathBuf) {
+    (dir.join("top.folded"), dir.join("top.pprof"))
+}
+
+/// The profile written to the [`outputs`] in `dir`: both there, with the work's split and whole
+/// call chains, the pprof's samples the folded stacks'. Returns the folded stacks.
+fn profile_written(dir: &Path) -> Folded {
+    let (folded, pprof) = outputs(dir);
+    let folded = Folded::read(&folded);
+    common::assert_split(&folded, "worker", TOLERANCE, MIN_COMPLETE);
+    let pprof: i64 = read_pprof(&pprof).sample.iter().map(|sample| sample.value[0]).sum();
+    assert_eq!(pprof as u64, folded.total(), "the pprof and the folded stacks differ");
+    folded
+}
+
 #[test]
 fn once_prints_one_plain_table() {
     if !e2e_enabled() {
@@ -76,9 +96,13 @@ fn once_prints_one_plain_table() {
     }
     let workload = spawn(&split(), BURNERS);
     let pid = workload.pid().to_string();
+    let dir = scratch_dir("top-once");
+    let (folded, pprof) = outputs(&dir);
+    let (folded, pprof) = (folded.to_str().unwrap(), pprof.to_str().unwrap());
     let started = Instant::now();
-    let Output { status, stdout, .. } = run_bounded(&["top", "-p", &pid, "-F", "999", "--once", "-i", "2"]);
-    assert!(status.success());
+    let Output { status, stdout, stderr } =
+        run_bounded(&["top", "-p", &pid, "-F", "999", "--once", "-i", "2", "-o", folded, "-o", pprof]);
+    assert!(status.success(), "{}", String::from_utf8_lossy(&stderr));
     let text = String::from_utf8(stdout).unwrap();
     eprintln!("{text}");
     assert_eq!(text.matches("profiler top: ").count(), 1, "not one table:\n{text}");
@@ -93,6 +117,10 @@ fn once_prints_one_plain_table() {
     let hot_a = text.lines().find(|line| line.ends_with(" hot_a")).unwrap();
     assert!(hot_a.contains(&format!("  native  split-top ({pid})  ")), "{hot_a}");
     assert!(started.elapsed() < Duration::from_secs(15), "took {:?}", started.elapsed());
+    // The session was that one interval: its profile has the table's samples.
+    assert_eq!(profile_written(&dir).total(), samples(&text), "{text}");
+    let said = String::from_utf8(stderr).unwrap();
+    assert!(said.contains(&format!("profiler: top: wrote {folded} (folded), {pprof} (pprof)")), "{said}");
 }
 
 /// A tmux server of its own (its own socket), killed when the test ends.
@@ -170,12 +198,16 @@ fn full_screen_in_a_terminal() {
         return;
     }
     let workload = spawn(&split(), BURNERS);
+    let dir = scratch_dir("top-full-screen");
+    let (folded, pprof) = outputs(&dir);
     let tmux = Tmux::start();
     tmux.wait_for("prompt", |screen| screen.contains("PROMPT$"));
     let command = format!(
-        "{} top -p {} -F 999; echo \"top exited: [$?]\"",
+        "{} top -p {} -F 999 -o {} -o {}; echo \"top exited: [$?]\"",
         env!("CARGO_BIN_EXE_profiler"),
-        workload.pid()
+        workload.pid(),
+        folded.display(),
+        pprof.display()
     );
     tmux.keys(&[&command, "Enter"]);
     // The first interval's table, by self.
@@ -213,18 +245,31 @@ fn full_screen_in_a_terminal() {
     let screen = tmux.wait_for("filter", |screen| screen.contains("/ filter [hot_b]"));
     let filtered: Vec<String> = rows(&screen).into_iter().map(|(_, _, name)| name).collect();
     assert_eq!(filtered, ["hot_b"], "{screen}");
+    tmux.keys(&["Escape"]);
+    tmux.wait_for("no filter", |screen| !screen.contains("[hot_b]") && rows(screen).len() >= 3);
+    assert_rows_by_thread(&tmux, workload.pid());
+    assert_call_paths_of_hot_a(&tmux);
+    // Nothing written before the end.
+    assert!(!folded.exists() && !pprof.exists(), "outputs written before the end");
+    let before_q = samples(&tmux.screen());
     // q: the profiler exits, the shell gets the terminal back as it was.
     tmux.keys(&["q"]);
     let screen = tmux.wait_for("exit", |screen| exit_status(screen).is_some());
     eprintln!("{screen}");
     assert_eq!(exit_status(&screen).as_deref(), Some("0"), "{screen}");
+    assert!(screen.contains("profiler: top: wrote "), "{screen}");
+    // The whole session: at least what the view counted since the start.
+    let written = profile_written(&dir).total();
+    assert!(written >= before_q, "{written} samples written, {before_q} counted on the screen");
     assert!(screen.trim_end().ends_with("PROMPT$"), "no prompt after the exit:\n{screen}");
     assert_eq!(tmux.variable("alternate_on"), "0", "still on the alternate screen");
     assert_eq!(tmux.variable("cursor_flag"), "1", "the cursor is hidden");
     // The line discipline is back: what is typed is echoed and run.
     tmux.keys(&["clear; echo typed-$((6*7))", "Enter"]);
     tmux.wait_for("echo", |screen| screen.contains("typed-42"));
-    // SIGTERM gives the terminal back too.
+    // SIGTERM gives the terminal back too, and writes the outputs.
+    std::fs::remove_file(&folded).unwrap();
+    std::fs::remove_file(&pprof).unwrap();
     tmux.keys(&[&command, "Enter"]);
     tmux.wait_for("table", |screen| rows(screen).len() >= 3);
     let shell = tmux.variable("pane_pid");
@@ -237,4 +282,67 @@ fn full_screen_in_a_terminal() {
     assert!(screen.trim_end().ends_with("PROMPT$"), "no prompt after the exit:\n{screen}");
     assert_eq!(tmux.variable("alternate_on"), "0", "still on the alternate screen after SIGTERM");
     assert_eq!(tmux.variable("cursor_flag"), "1", "the cursor is hidden after SIGTERM");
+    profile_written(&dir);
+}
+
+/// The threads (`pid/tid`) shown in the process column of `hot_a`'s rows.
+fn threads_of_hot_a(screen: &str) -> Vec<String> {
+    screen
+        .lines()
+        .filter(|line| line.trim_end().ends_with(" hot_a"))
+        .filter_map(|line| Some(line[line.find('(')? + 1..line.find(')')?].to_owned()))
+        .collect()
+}
+
+/// `h`: a row per function and thread, hot_a's in each burner thread (not the main thread, which
+/// only waits), their self shares adding up to hot_a's; `h` again: a row per function.
+fn assert_rows_by_thread(tmux: &Tmux, pid: u32) {
+    tmux.keys(&["h"]);
+    let screen = tmux
+        .wait_for("threads", |screen| screen.contains(" · threads") && threads_of_hot_a(screen).len() == 2);
+    eprintln!("{screen}");
+    let tasks: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .map(|task| format!("{pid}/{}", task.unwrap().file_name().to_string_lossy()))
+        .collect();
+    let threads = threads_of_hot_a(&screen);
+    assert_ne!(threads[0], threads[1], "{screen}");
+    for thread in &threads {
+        assert!(
+            tasks.contains(thread) && *thread != format!("{pid}/{pid}"),
+            "{thread} is no burner of {tasks:?}"
+        );
+    }
+    let shares: f64 =
+        rows(&screen).iter().filter(|(_, _, name)| name == "hot_a").map(|(own, _, _)| own).sum();
+    assert!((shares - HOT[0].1).abs() <= TOLERANCE, "hot_a's threads have {shares}%:\n{screen}");
+    tmux.keys(&["h"]);
+    let screen = tmux.wait_for("processes", |screen| !screen.contains(" · threads"));
+    assert_eq!(threads_of_hot_a(&screen), [pid.to_string()], "{screen}");
+}
+
+/// ↓ ↑ Enter on the first row (hot_a, by self): the tree of its call paths, from the burner
+/// threads' `worker` down to it, each a level deeper, with hot_a's share; Esc: the table.
+fn assert_call_paths_of_hot_a(tmux: &Tmux) {
+    tmux.keys(&["Down", "Up", "Enter"]);
+    let screen = tmux.wait_for("call paths", |screen| screen.contains("call paths through hot_a (native)"));
+    eprintln!("{screen}");
+    let chain = ["worker", "burn", "run_round", "a_outer", "a_middle", "a_inner", "hot_a"];
+    let lines: Vec<&str> = screen.lines().collect();
+    let start =
+        lines.iter().position(|line| line.trim_end().ends_with(" worker")).expect("worker in the tree");
+    let path = &lines[start..start + chain.len()];
+    let indent = |line: &str| line.find(char::is_alphabetic).unwrap();
+    for (pair, names) in path.windows(2).zip(chain.windows(2)) {
+        assert!(pair[0].trim_end().ends_with(&format!(" {}", names[0])), "no {} in:\n{screen}", names[0]);
+        assert!(indent(pair[1]) > indent(pair[0]), "{} is not under {}:\n{screen}", names[1], names[0]);
+    }
+    let hot_a = path[chain.len() - 1];
+    assert!(hot_a.contains("hot_a  ◀"), "the tree's function is not marked:\n{screen}");
+    let share: f64 = hot_a.split_whitespace().next().unwrap().parse().unwrap();
+    assert!((share - HOT[0].1).abs() <= TOLERANCE, "hot_a has {share}% in its tree:\n{screen}");
+    tmux.keys(&["Escape"]);
+    tmux.wait_for("the table again", |screen| {
+        rows(screen).len() >= 3 && !screen.contains("call paths through")
+    });
 }

@@ -169,7 +169,7 @@ impl UnwindSummary {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ModuleInfo {
     /// The path the target mapped it from (or `[vdso]`).
     pub path: String,
@@ -186,7 +186,7 @@ impl ModuleInfo {
 
 /// A place code ran: a module and an offset in its file, a kernel address, or an address in
 /// anonymous memory; with its names, outermost first (several when functions were inlined).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Location {
     /// Index into [`Recording::modules`].
     pub module: Option<u32>,

@@ -1,7 +1,7 @@
 //! Names of code, as the model keeps them: a name and what kind of code it names.
 use std::borrow::Cow;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum SymbolKind {
     /// A user function.
     Function,
@@ -16,7 +16,7 @@ pub enum SymbolKind {
     Script,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Symbol {
     pub name: String,
     pub kind: SymbolKind,
@@ -25,7 +25,7 @@ pub struct Symbol {
 }
 
 /// A line of a source file.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct SourceLine {
     pub file: String,
     pub line: u32,

@@ -1,6 +1,7 @@
 //! The functions with the most samples, as `profiler top` shows them: each function's self
 //! weight (samples where it is the innermost frame) and total weight (samples where it is
-//! anywhere in the stack, once however deep it recurses), the processes it ran in and its kind.
+//! anywhere in the stack, once however deep it recurses), the processes and threads it ran in
+//! and its kind; and the samples' call paths, for the tree of a function's hottest paths.
 //! Computed from a [`Recording`] (one window), added up window after window for "since the
 //! start", and printed as a plain table when the output is not a terminal.
 use std::{
@@ -8,7 +9,7 @@ use std::{
     fmt::Write as _,
 };
 
-use crate::model::{Recording, Symbol, SymbolKind, Tgid, Weight};
+use crate::model::{Recording, Symbol, SymbolKind, Tgid, Tid, Weight};
 
 /// The functions of some samples, with their weights.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -22,6 +23,10 @@ pub struct HotFunctions {
     pub functions: Vec<HotFunction>,
     /// Each function's index in `functions`, by its name and kind.
     index: HashMap<(String, &'static str), usize>,
+    /// The samples' stacks as functions (indexes into `functions`, the root first, a function
+    /// inlined after the one it was inlined into), with their weights: what a function's call
+    /// paths are read from. As many as the distinct stacks, not the samples.
+    paths: HashMap<Box<[u32]>, u64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -36,6 +41,32 @@ pub struct HotFunction {
     pub total_weight: u64,
     /// The processes it ran in, with their command names.
     pub processes: BTreeMap<Tgid, String>,
+    /// Its weights in each thread it ran in, by process and thread: the per-thread view's rows.
+    pub threads: BTreeMap<(Tgid, Tid), Weights>,
+}
+
+/// A function's self and total weights (in one thread).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Weights {
+    pub self_weight: u64,
+    pub total_weight: u64,
+}
+
+/// What a row of the table is: a function with its threads merged, or a function in one thread.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Split {
+    #[default]
+    Merged,
+    ByThread,
+}
+
+/// A row of the table: a function, in all of its threads or in one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Row<'a> {
+    pub function: &'a HotFunction,
+    /// The process and thread the weights are of; `None`: all of them.
+    pub thread: Option<(Tgid, Tid)>,
+    pub weights: Weights,
 }
 
 /// How rows are ordered.
@@ -44,6 +75,33 @@ pub enum SortBy {
     #[default]
     SelfWeight,
     TotalWeight,
+}
+
+/// The call paths the tree of a function shows: the hottest, few enough to read at a glance.
+pub const TREE_PATHS: usize = 5;
+
+/// The callees the tree shows under the function, on each path: the hottest.
+pub const TREE_CALLEES: usize = 3;
+
+/// A line of the tree of a function's hottest call paths, top-down: its callers from the root,
+/// the function, then its hottest callees.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TreeLine {
+    /// How deep in the tree: 0 for a root.
+    pub depth: usize,
+    pub name: String,
+    /// Weight of the paths shown that go through it.
+    pub weight: u64,
+    /// What it is to the function the tree is of.
+    pub place: Place,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Place {
+    Caller,
+    /// The function the tree is of.
+    Selected,
+    Callee,
 }
 
 /// The kind of code a symbol names, as `top` shows it: a runtime's language when its source file
@@ -73,28 +131,31 @@ impl HotFunctions {
             duration_ns: recording.meta.duration_ns,
             ..Self::default()
         };
-        // Per stack: the innermost function, and every function in it once.
-        let mut by_stack: HashMap<u32, (usize, Vec<usize>)> = HashMap::new();
+        let mut by_stack: HashMap<u32, StackFunctions> = HashMap::new();
         for sample in &recording.samples {
-            let (innermost, all) = by_stack
+            let stack = by_stack
                 .entry(sample.stack)
                 .or_insert_with(|| table.functions_of(recording, sample.stack))
                 .clone();
             let comm = recording.comms.get(sample.comm as usize).map_or("?", String::as_str);
+            let thread = (sample.pid, sample.tid);
             table.total += sample.weight;
-            table.functions[innermost].self_weight += sample.weight;
-            for function in all {
+            let innermost = &mut table.functions[stack.innermost];
+            innermost.self_weight += sample.weight;
+            innermost.threads.entry(thread).or_default().self_weight += sample.weight;
+            for function in stack.all {
                 let function = &mut table.functions[function];
                 function.total_weight += sample.weight;
+                function.threads.entry(thread).or_default().total_weight += sample.weight;
                 function.processes.entry(sample.pid).or_insert_with(|| comm.to_owned());
             }
+            *table.paths.entry(stack.path).or_default() += sample.weight;
         }
         table
     }
 
-    /// The innermost function of `stack` and all of its functions, deduplicated, as indexes
-    /// into `functions` (added when new).
-    fn functions_of(&mut self, recording: &Recording, stack: u32) -> (usize, Vec<usize>) {
+    /// The functions of `stack` (added when new).
+    fn functions_of(&mut self, recording: &Recording, stack: u32) -> StackFunctions {
         let locations = recording.stacks.get(stack as usize).map_or(&[][..], Vec::as_slice);
         // Innermost first: a location's symbols are outermost first.
         let mut all: Vec<usize> = locations
@@ -107,18 +168,19 @@ impl HotFunctions {
             all.push(self.function(NO_STACK.0, NO_STACK.1));
         }
         let innermost = all[0];
+        let path = all.iter().rev().map(|&function| function as u32).collect();
         let mut seen = Vec::with_capacity(all.len());
         all.retain(|function| {
             let new = !seen.contains(function);
             seen.push(*function);
             new
         });
-        (innermost, all)
+        StackFunctions { innermost, all, path }
     }
 
     /// The index of the function `name` of `kind`, added with no weight if new.
     fn function(&mut self, name: &str, kind: &'static str) -> usize {
-        if let Some(&index) = self.index.get(&(name.to_owned(), kind)) {
+        if let Some(index) = self.find(name, kind) {
             return index;
         }
         self.functions.push(HotFunction {
@@ -127,39 +189,100 @@ impl HotFunctions {
             self_weight: 0,
             total_weight: 0,
             processes: BTreeMap::new(),
+            threads: BTreeMap::new(),
         });
         self.index.insert((name.to_owned(), kind), self.functions.len() - 1);
         self.functions.len() - 1
     }
 
-    /// Adds the functions and weights of `other` (a later window) to these.
+    /// The index of the function `name` of `kind`, if it has a row.
+    pub fn find(&self, name: &str, kind: &'static str) -> Option<usize> {
+        self.index.get(&(name.to_owned(), kind)).copied()
+    }
+
+    /// Adds the functions, weights and paths of `other` (a later window) to these.
     pub fn add(&mut self, other: &Self) {
         self.total += other.total;
         self.weight = other.weight;
         self.duration_ns += other.duration_ns;
+        // Each of `other`'s functions' index here.
+        let mut here = Vec::with_capacity(other.functions.len());
         for function in &other.functions {
             let index = self.function(&function.name, function.kind);
-            let mine = &mut self.functions[index];
-            mine.self_weight += function.self_weight;
-            mine.total_weight += function.total_weight;
-            for (pid, comm) in &function.processes {
-                mine.processes.entry(*pid).or_insert_with(|| comm.clone());
-            }
+            here.push(index as u32);
+            self.functions[index].add(function);
+        }
+        for (path, weight) in &other.paths {
+            let path = path.iter().map(|&function| here[function as usize]).collect();
+            *self.paths.entry(path).or_default() += weight;
         }
     }
 
-    /// The functions whose name or processes contain `filter` (ignoring case; all when empty),
-    /// heaviest first by `sort`, then by the other weight, then by name.
-    pub fn rows(&self, sort: SortBy, filter: &str) -> Vec<&HotFunction> {
+    /// The rows, split by `split`, whose function's name or process's name contains `filter`
+    /// (ignoring case; all when empty), heaviest first by `sort`, then by the other weight, then
+    /// by name and thread.
+    pub fn rows(&self, sort: SortBy, filter: &str, split: Split) -> Vec<Row<'_>> {
         let filter = filter.to_lowercase();
-        let mut rows: Vec<&HotFunction> =
-            self.functions.iter().filter(|function| function.matches(&filter)).collect();
-        let key = |function: &HotFunction| match sort {
-            SortBy::SelfWeight => (function.self_weight, function.total_weight),
-            SortBy::TotalWeight => (function.total_weight, function.self_weight),
+        let mut rows: Vec<Row<'_>> = self
+            .functions
+            .iter()
+            .flat_map(|function| function.rows(split))
+            .filter(|row| row.matches(&filter))
+            .collect();
+        let key = |row: &Row<'_>| match sort {
+            SortBy::SelfWeight => (row.weights.self_weight, row.weights.total_weight),
+            SortBy::TotalWeight => (row.weights.total_weight, row.weights.self_weight),
         };
-        rows.sort_by(|a, b| key(b).cmp(&key(a)).then_with(|| a.name.cmp(&b.name)));
+        rows.sort_by(|a, b| {
+            key(b)
+                .cmp(&key(a))
+                .then_with(|| a.function.name.cmp(&b.function.name))
+                .then(a.thread.cmp(&b.thread))
+        });
         rows
+    }
+
+    /// The tree of the hottest call paths through `function` (an index into `functions`): the
+    /// [`TREE_PATHS`] heaviest chains of callers from a root down to it (to its outermost call
+    /// when it recurses), sharing their common part, and under it its [`TREE_CALLEES`] heaviest
+    /// callees on each; empty when no sample has it.
+    pub fn call_tree(&self, function: usize) -> Vec<TreeLine> {
+        let mut through: HashMap<&[u32], Through> = HashMap::new();
+        for (path, &weight) in &self.paths {
+            let Some(at) = path.iter().position(|&f| f as usize == function) else { continue };
+            let callers = through.entry(&path[..=at]).or_default();
+            callers.weight += weight;
+            if let Some(&callee) = path.get(at + 1) {
+                *callers.callees.entry(callee).or_default() += weight;
+            }
+        }
+        let mut hottest: Vec<(&[u32], Through)> = through.into_iter().collect();
+        hottest.sort_by(|a, b| b.1.weight.cmp(&a.1.weight).then_with(|| a.0.cmp(b.0)));
+        let mut tree = Tree::default();
+        for (callers, Through { weight, callees }) in hottest.into_iter().take(TREE_PATHS) {
+            let mut node = None;
+            for (depth, &caller) in callers.iter().enumerate() {
+                let place = if depth + 1 == callers.len() { Place::Selected } else { Place::Caller };
+                node = Some(tree.child(node, caller, place, weight));
+            }
+            let mut callees: Vec<(u32, u64)> = callees.into_iter().collect();
+            callees.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+            for (callee, weight) in callees.into_iter().take(TREE_CALLEES) {
+                tree.child(node, callee, Place::Callee, weight);
+            }
+        }
+        tree.lines(&self.functions)
+    }
+
+    /// A line of a tree as the view shows it, cut to `width`: its share, then its name indented
+    /// by its depth (`  60.1        a_inner`), the function the tree is of marked.
+    pub fn tree_text(&self, line: &TreeLine, width: usize) -> String {
+        let marker = match line.place {
+            Place::Selected => "  ◀",
+            Place::Caller | Place::Callee => "",
+        };
+        let indent = "  ".repeat(line.depth);
+        clip(&format!("{:6.1}  {indent}{}{marker}", self.share(line.weight), line.name), width)
     }
 
     /// A weight's share of the total, in percent.
@@ -185,22 +308,127 @@ impl HotFunctions {
             self.describe_total()
         );
         let _ = writeln!(text, "{:>6} {:>7}  {:<6}  {:<24}  FUNCTION", "SELF%", "TOTAL%", "KIND", "PROCESS");
-        for function in self.rows(sort, "").into_iter().take(limit) {
+        for row in self.rows(sort, "", Split::Merged).into_iter().take(limit) {
             let _ = writeln!(
                 text,
                 "{:>6.1} {:>7.1}  {:<6}  {:<24}  {}",
-                self.share(function.self_weight),
-                self.share(function.total_weight),
-                function.kind,
-                clip(&function.process_label(), 24),
-                function.name
+                self.share(row.weights.self_weight),
+                self.share(row.weights.total_weight),
+                row.function.kind,
+                clip(&row.process_label(), 24),
+                row.function.name
             );
         }
         text
     }
 }
 
+/// The functions of one stack, as indexes into [`HotFunctions::functions`].
+#[derive(Clone)]
+struct StackFunctions {
+    innermost: usize,
+    /// Each once.
+    all: Vec<usize>,
+    /// Root first, each call.
+    path: Box<[u32]>,
+}
+
+/// The call paths that reach a function through the same callers: their weight, and that of
+/// each function they call from it.
+#[derive(Default)]
+struct Through {
+    weight: u64,
+    callees: HashMap<u32, u64>,
+}
+
+/// A tree of call paths being built.
+#[derive(Default)]
+struct Tree {
+    nodes: Vec<Node>,
+    roots: Vec<usize>,
+}
+
+struct Node {
+    /// An index into [`HotFunctions::functions`].
+    function: u32,
+    place: Place,
+    weight: u64,
+    children: Vec<usize>,
+}
+
+impl Tree {
+    /// Adds `weight` to the child of `parent` (a root when `None`) that is `function` at
+    /// `place`, made if new; returns it.
+    fn child(&mut self, parent: Option<usize>, function: u32, place: Place, weight: u64) -> usize {
+        let siblings = match parent {
+            Some(parent) => &self.nodes[parent].children,
+            None => &self.roots,
+        };
+        let found = siblings.iter().copied().find(|&node| {
+            let node = &self.nodes[node];
+            node.function == function && node.place == place
+        });
+        let node = found.unwrap_or_else(|| {
+            self.nodes.push(Node { function, place, weight: 0, children: Vec::new() });
+            let node = self.nodes.len() - 1;
+            match parent {
+                Some(parent) => self.nodes[parent].children.push(node),
+                None => self.roots.push(node),
+            }
+            node
+        });
+        self.nodes[node].weight += weight;
+        node
+    }
+
+    /// Its lines, depth first, the heaviest child first.
+    fn lines(&self, functions: &[HotFunction]) -> Vec<TreeLine> {
+        let mut lines = Vec::new();
+        self.add_lines(&self.roots, 0, functions, &mut lines);
+        lines
+    }
+
+    fn add_lines(&self, nodes: &[usize], depth: usize, functions: &[HotFunction], lines: &mut Vec<TreeLine>) {
+        let mut nodes: Vec<&Node> = nodes.iter().map(|&node| &self.nodes[node]).collect();
+        nodes.sort_by(|a, b| b.weight.cmp(&a.weight).then(a.function.cmp(&b.function)));
+        for node in nodes {
+            let name = functions.get(node.function as usize).map_or("?", |f| f.name.as_str());
+            lines.push(TreeLine { depth, name: name.to_owned(), weight: node.weight, place: node.place });
+            self.add_lines(&node.children, depth + 1, functions, lines);
+        }
+    }
+}
+
 impl HotFunction {
+    /// Adds the weights, processes and threads of `other`, the same function.
+    fn add(&mut self, other: &Self) {
+        self.self_weight += other.self_weight;
+        self.total_weight += other.total_weight;
+        for (pid, comm) in &other.processes {
+            self.processes.entry(*pid).or_insert_with(|| comm.clone());
+        }
+        for (thread, weights) in &other.threads {
+            let mine = self.threads.entry(*thread).or_default();
+            mine.self_weight += weights.self_weight;
+            mine.total_weight += weights.total_weight;
+        }
+    }
+
+    /// Its rows: itself, or one per thread it ran in.
+    fn rows(&self, split: Split) -> Vec<Row<'_>> {
+        match split {
+            Split::Merged => {
+                let weights = Weights { self_weight: self.self_weight, total_weight: self.total_weight };
+                vec![Row { function: self, thread: None, weights }]
+            }
+            Split::ByThread => self
+                .threads
+                .iter()
+                .map(|(&thread, &weights)| Row { function: self, thread: Some(thread), weights })
+                .collect(),
+        }
+    }
+
     /// Its process (`app (1234)`), or how many (`[3 processes]`).
     pub fn process_label(&self) -> String {
         match self.processes.len() {
@@ -208,12 +436,32 @@ impl HotFunction {
             n => format!("[{n} processes]"),
         }
     }
+}
 
-    /// Whether its name or one of its processes' names contains `filter`, already lowercase.
+impl Row<'_> {
+    /// Its function's process or processes (see [`HotFunction::process_label`]), or its thread:
+    /// `app (1234/1236)`.
+    pub fn process_label(&self) -> String {
+        match self.thread {
+            None => self.function.process_label(),
+            Some((pid, tid)) => {
+                let comm = self.function.processes.get(&pid).map_or("?", String::as_str);
+                format!("{comm} ({}/{})", pid.0, tid.0)
+            }
+        }
+    }
+
+    /// Whether its function's name or the name of a process of the row contains `filter`,
+    /// already lowercase.
     fn matches(&self, filter: &str) -> bool {
+        let in_row = |pid: &Tgid| self.thread.is_none_or(|(row_pid, _)| row_pid == *pid);
         filter.is_empty()
-            || self.name.to_lowercase().contains(filter)
-            || self.processes.values().any(|comm| comm.to_lowercase().contains(filter))
+            || self.function.name.to_lowercase().contains(filter)
+            || self
+                .function
+                .processes
+                .iter()
+                .any(|(pid, comm)| in_row(pid) && comm.to_lowercase().contains(filter))
     }
 }
 
@@ -339,17 +587,150 @@ mod tests {
         assert_eq!(row(&table, "sys_read").process_label(), "app (10)");
     }
 
+    fn names(rows: Vec<Row<'_>>) -> Vec<String> {
+        rows.iter().map(|row| row.function.name.clone()).collect()
+    }
+
     #[test]
     fn rows_sort_and_filter() {
         let table = HotFunctions::of(&recording());
-        let names = |rows: Vec<&HotFunction>| rows.iter().map(|f| f.name.clone()).collect::<Vec<_>>();
-        let by_self = names(table.rows(SortBy::SelfWeight, ""));
+        let by_self = names(table.rows(SortBy::SelfWeight, "", Split::Merged));
         assert_eq!(by_self[..4], ["hot", "push", "handle (app.py)", "recurse"]);
-        let by_total = names(table.rows(SortBy::TotalWeight, ""));
+        let by_total = names(table.rows(SortBy::TotalWeight, "", Split::Merged));
         assert_eq!(by_total[..3], ["main", "run", "hot"]);
-        assert_eq!(names(table.rows(SortBy::SelfWeight, "PUS")), ["push"]);
+        assert_eq!(names(table.rows(SortBy::SelfWeight, "PUS", Split::Merged)), ["push"]);
         // A process's name matches every function it ran.
-        assert_eq!(names(table.rows(SortBy::SelfWeight, "other")), ["hot", "main", "run"]);
+        assert_eq!(names(table.rows(SortBy::SelfWeight, "other", Split::Merged)), ["hot", "main", "run"]);
+    }
+
+    /// The recording, with hot's work in a second thread of `app` too (4 samples).
+    fn two_threads() -> Recording {
+        let mut recording = recording();
+        recording.samples.push(Sample { tid: Tid(11), ..sample(10, 0, 0, 4) });
+        recording
+    }
+
+    #[test]
+    fn rows_by_thread_split_what_merged_rows_add_up() {
+        let table = HotFunctions::of(&two_threads());
+        let merged = table.rows(SortBy::SelfWeight, "hot", Split::Merged);
+        assert_eq!(merged.len(), 1, "one row however many threads");
+        assert_eq!((merged[0].weights.self_weight, merged[0].process_label()), (10, "[2 processes]".into()));
+        let rows: Vec<(String, u64, u64)> = table
+            .rows(SortBy::SelfWeight, "hot", Split::ByThread)
+            .iter()
+            .map(|row| (row.process_label(), row.weights.self_weight, row.weights.total_weight))
+            .collect();
+        assert_eq!(
+            rows,
+            [("app (10/10)".into(), 5, 5), ("app (10/11)".into(), 4, 4), ("other (20/20)".into(), 1, 1)]
+        );
+        // A process's name matches the rows of its threads only.
+        let other = table.rows(SortBy::SelfWeight, "other", Split::ByThread);
+        assert_eq!(names(other.clone()), ["hot", "main", "run"]);
+        assert!(other.iter().all(|row| row.thread == Some((Tgid(20), Tid(20)))));
+        let threads = |table: &HotFunctions| table.rows(SortBy::SelfWeight, "", Split::ByThread).len();
+        let mut since_start = HotFunctions::default();
+        since_start.add(&table);
+        since_start.add(&table);
+        assert_eq!(threads(&since_start), threads(&table), "the same threads");
+        let run = &since_start.functions[since_start.find("run", "native").unwrap()];
+        assert_eq!(run.threads[&(Tgid(10), Tid(11))], Weights { self_weight: 0, total_weight: 8 });
+    }
+
+    fn tree(table: &HotFunctions, name: &str) -> Vec<(usize, String, u64, Place)> {
+        let function = table.find(name, "native").unwrap_or_else(|| panic!("no {name}"));
+        table.call_tree(function).into_iter().map(|l| (l.depth, l.name, l.weight, l.place)).collect()
+    }
+
+    fn line(depth: usize, name: &str, weight: u64, place: Place) -> (usize, String, u64, Place) {
+        (depth, name.to_owned(), weight, place)
+    }
+
+    #[test]
+    fn call_tree_from_the_root_to_the_callees() {
+        let table = HotFunctions::of(&recording());
+        use Place::*;
+        // The hottest callees only, the heaviest first (recurse before handle: a tie, the first
+        // seen first).
+        assert_eq!(
+            tree(&table, "run"),
+            [
+                line(0, "main", 14, Caller),
+                line(1, "run", 14, Selected),
+                line(2, "hot", 6, Callee),
+                line(2, "warm", 4, Callee),
+                line(2, "recurse", 2, Callee),
+            ]
+        );
+        // Through the function an inlined one was inlined into, down to the kernel.
+        assert_eq!(
+            tree(&table, "push"),
+            [
+                line(0, "main", 4, Caller),
+                line(1, "run", 4, Caller),
+                line(2, "warm", 4, Caller),
+                line(3, "push", 4, Selected),
+                line(4, "sys_read", 1, Callee),
+            ]
+        );
+        // Down to its outermost call when it recurses.
+        assert_eq!(
+            tree(&table, "recurse")[2..],
+            [line(2, "recurse", 2, Selected), line(3, "recurse", 2, Callee)]
+        );
+        let text = table.tree_text(&table.call_tree(table.find("run", "native").unwrap())[1], 80);
+        assert_eq!(text, "  93.3    run  ◀");
+        assert_eq!(
+            table.tree_text(&table.call_tree(table.find("run", "native").unwrap())[1], 10),
+            "  93.3   …"
+        );
+    }
+
+    /// `leaf` called by `caller0`... `caller6` under main, weighing 7 down to 1, and by `other`
+    /// as a root of its own (weighing 1).
+    fn many_callers() -> Recording {
+        let mut locations =
+            vec![location("leaf", SymbolKind::Function), location("main", SymbolKind::Function)];
+        let mut stacks = Vec::new();
+        let mut samples = Vec::new();
+        for caller in 0..7u32 {
+            locations.push(location(&format!("caller{caller}"), SymbolKind::Function));
+            stacks.push(vec![0, caller + 2, 1]);
+            samples.push(sample(1, 0, caller, 7 - u64::from(caller)));
+        }
+        locations.push(location("other", SymbolKind::Function));
+        stacks.push(vec![0, locations.len() as u32 - 1]);
+        samples.push(sample(1, 0, 7, 1));
+        Recording { locations, stacks, comms: vec!["app".into()], samples, ..Recording::default() }
+    }
+
+    #[test]
+    fn call_tree_shows_the_hottest_paths_sharing_their_callers() {
+        use Place::*;
+        let table = HotFunctions::of(&many_callers());
+        let lines = tree(&table, "leaf");
+        assert_eq!(lines.len(), 1 + 2 * TREE_PATHS, "{lines:?}");
+        assert_eq!(lines[0], line(0, "main", 7 + 6 + 5 + 4 + 3, Caller), "the paths shown only");
+        assert_eq!(lines[1..3], [line(1, "caller0", 7, Caller), line(2, "leaf", 7, Selected)]);
+        assert_eq!(lines[9..], [line(1, "caller4", 3, Caller), line(2, "leaf", 3, Selected)]);
+        assert!(!lines.iter().any(|(_, name, _, _)| name == "other" || name == "caller5"));
+    }
+
+    #[test]
+    fn call_paths_add_up_since_the_start() {
+        let window = HotFunctions::of(&recording());
+        let mut since_start = HotFunctions::default();
+        // Another window first: the functions are numbered otherwise since the start.
+        since_start.add(&HotFunctions::of(&many_callers()));
+        since_start.add(&window);
+        since_start.add(&window);
+        let doubled: Vec<_> = tree(&window, "push")
+            .into_iter()
+            .map(|(depth, name, weight, place)| (depth, name, 2 * weight, place))
+            .collect();
+        assert_eq!(tree(&since_start, "push"), doubled);
+        assert_eq!(tree(&since_start, "main")[0], line(0, "main", 28 + 2 * 14, Place::Selected));
     }
 
     #[test]

@@ -6,8 +6,9 @@
 //! A mode ([`Mode`]) brings what differs: its kernel side (a [`KernelSource`]), what it keeps of
 //! each record (its weight), what only the end knows, and its end-of-run report. Everything
 //! between the ring and the recording is the same [`pipeline`] for every mode; a continuous
-//! session cuts it into [`windows`]; [`warnings`] say what was dropped on the way and which
-//! limits were reached; `record`'s report is the [`summary`].
+//! session cuts it into [`windows`], merged into its [`whole`] when it writes outputs;
+//! [`warnings`] say what was dropped on the way and which limits were reached; `record`'s report
+//! is the [`summary`].
 pub mod checks;
 mod intake;
 mod limits;
@@ -17,6 +18,7 @@ mod stop;
 pub mod summary;
 mod target;
 mod warnings;
+mod whole;
 mod windows;
 
 use std::{io::IsTerminal as _, path::PathBuf, time::Duration};
@@ -30,6 +32,7 @@ use self::{
     status::StatusLine,
     stop::{StopReason, stop_condition},
     target::Running,
+    whole::Whole,
     windows::Windows,
 };
 use crate::{
@@ -117,7 +120,8 @@ pub struct Settings {
     pub outputs: Outputs,
     pub render: RenderOptions,
     /// Cut the samples into windows this long, each handed to [`Mode::window`] and then
-    /// forgotten (continuous profiling); `None`: one recording for the whole session.
+    /// forgotten (continuous profiling), but merged into what the `outputs` get when there are
+    /// any; `None`: one recording for the whole session.
     pub window: Option<Duration>,
 }
 
@@ -216,7 +220,8 @@ impl<M: Mode> Session<M> {
     async fn sample(&mut self, settings: &Settings) -> Result<Option<StopReason>> {
         let mut status = StatusLine::new(!settings.quiet && std::io::stderr().is_terminal());
         let stop = stop_condition(settings.duration, self.running.exited())?;
-        self.windows = settings.window.map(|every| Windows::new(every, self.base.clone()));
+        self.windows =
+            settings.window.map(|every| Windows::new(every, self.base.clone(), self.whole(settings)));
         let reason = self
             .pipeline
             .sample_until(stop, &mut self.intake, &mut self.kernel, &mut status, self.windows.as_mut())
@@ -227,6 +232,12 @@ impl<M: Mode> Session<M> {
         self.intake.drain_all(&mut self.pipeline);
         status.finish();
         Ok(reason)
+    }
+
+    /// With outputs to write, the whole a continuous session keeps of its windows for them.
+    fn whole(&self, settings: &Settings) -> Option<Whole> {
+        let detail = settings.outputs.detail(settings.render.grouping);
+        (!settings.outputs.paths().is_empty()).then(|| Whole::new(detail, self.start.monotonic_ns))
     }
 
     /// The recording: what only the end knows added by the mode, the last window handed over,
@@ -249,16 +260,22 @@ impl<M: Mode> Session<M> {
             .extend(pipeline.mode.finish(&mut self.kernel, &mut pipeline.aggregate, end_ns, &mut meta).err());
         // What the last drains and the mode's end brought is named now.
         pipeline.settle();
+        let mut whole = None;
         if let Some(windows) = &mut self.windows {
-            // The last window, partial: what the outputs below get is only the session's summary.
+            // The last window, partial; the aggregate is empty after it: what the outputs below
+            // get is the windows merged, or else only the session's summary.
             windows.close_last(pipeline, meta.weight).await;
+            whole = windows.take_whole();
         }
         let (symbols, naming) = pipeline.stop_naming(end_ns).await.unwrap_or_else(|err| {
             self.late.push(err);
             (Symbols::default(), NamingReport::default())
         });
         let modules = pipeline.walker.address_spaces().modules();
-        let recording = pipeline.aggregate.recording(&symbols, modules, self.start.monotonic_ns, meta);
+        let recording = match whole {
+            Some(whole) => whole.recording(meta),
+            None => pipeline.aggregate.recording(&symbols, modules, self.start.monotonic_ns, meta),
+        };
         let written = output::write_all(std::mem::take(&mut self.files), &recording, &settings.render);
         Written { recording, naming, written }
     }

@@ -6,7 +6,7 @@ use std::{collections::VecDeque, time::Duration};
 
 use anyhow::Result;
 
-use super::{Mode, pipeline::Pipeline};
+use super::{Mode, pipeline::Pipeline, whole::Whole};
 use crate::{
     aggregate::Aggregate,
     clock::Start,
@@ -24,6 +24,8 @@ pub(super) struct Windows {
     base: Meta,
     /// The windows cut, oldest first, while their frames are named.
     unnamed: VecDeque<UnnamedWindow>,
+    /// With outputs to write: every window handed over, merged.
+    whole: Option<Whole>,
 }
 
 /// A window cut, waiting for its names.
@@ -42,14 +44,21 @@ const MAX_UNNAMED_WINDOWS: usize = 4;
 const IDLE_WINDOWS: u64 = 4;
 
 impl Windows {
-    pub(super) fn new(every: Duration, base: Meta) -> Self {
+    /// Windows `every` so long, their recordings said of by `base`; with `whole`, merged too.
+    pub(super) fn new(every: Duration, base: Meta, whole: Option<Whole>) -> Self {
         Self {
             every,
             opened: Start::now(),
             closes_at: tokio::time::Instant::now() + every,
             base,
             unnamed: VecDeque::new(),
+            whole,
         }
+    }
+
+    /// Every window handed over, merged, if kept: once the last one is.
+    pub(super) fn take_whole(&mut self) -> Option<Whole> {
+        self.whole.take()
     }
 
     /// The names of the oldest window cut, once naming has them; never while none is waiting.
@@ -135,6 +144,10 @@ impl Windows {
             Symbols::default()
         });
         let modules = pipeline.walker.address_spaces().modules();
-        pipeline.mode.window(aggregate.recording(&symbols, modules, opened_ns, meta));
+        let recording = aggregate.recording(&symbols, modules, opened_ns, meta);
+        if let Some(whole) = &mut self.whole {
+            whole.add(&recording, opened_ns);
+        }
+        pipeline.mode.window(recording);
     }
 }

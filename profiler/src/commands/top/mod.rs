@@ -15,7 +15,11 @@ use crate::{
     decode::Payload,
     kernel::sampler::{self, Sampler},
     model::{Meta, Recording, Tgid, Weight},
-    render::hot_functions::{HotFunctions, SortBy},
+    output::Outputs,
+    render::{
+        Format, RenderOptions,
+        hot_functions::{HotFunctions, SortBy},
+    },
     session::{self, End, Mode, Progress, Settings, Target},
 };
 
@@ -35,6 +39,14 @@ pub async fn run(args: TopArgs) -> Result<()> {
     let (cpu, settings) = sampling(&args.sampling, plan);
     let full_screen = !args.once && std::io::stdout().is_terminal();
     let interval = Duration::from_secs_f64(args.interval);
+    let outputs = Outputs::resolve(&args.outputs, args.format, Format::Folded)?;
+    let render = RenderOptions {
+        grouping: args.grouping.grouping(),
+        lines: !args.grouping.no_lines,
+        ..RenderOptions::default()
+    };
+    // The view's rows need each sample's process and thread; the outputs may need its time.
+    let detail = Detail { time: false, process: true, thread: true }.union(outputs.detail(render.grouping));
     let settings = Settings {
         pids: args.pids.into_iter().map(Tgid).collect(),
         command: args.command,
@@ -42,12 +54,30 @@ pub async fn run(args: TopArgs) -> Result<()> {
         duration: if args.once { Some(args.interval) } else { settings.duration },
         // The full screen is the only thing on the terminal: no status line, no summary.
         quiet: settings.quiet || full_screen,
-        detail: Some(Detail { time: false, process: true, thread: false }),
+        detail: Some(detail),
         window: Some(interval),
+        // Written at the end with every window merged (see `session::whole`).
+        outputs,
+        render,
         ..settings
     };
     let view = if full_screen { View::Waiting } else { View::Plain { once: args.once, printed: false } };
-    session::run(Top { cpu, view, title: String::new() }, settings).await
+    let (quiet, outputs) = (args.sampling.session.quiet, settings.outputs.clone());
+    session::run(Top { cpu, view, title: String::new() }, settings).await?;
+    if !quiet {
+        say_written(&outputs);
+    }
+    Ok(())
+}
+
+/// What was written, once the terminal is the shell's again (the full screen silences the
+/// session's own report).
+fn say_written(outputs: &Outputs) {
+    let written: Vec<String> =
+        outputs.paths().iter().map(|(path, format)| format!("{} ({format})", path.display())).collect();
+    if !written.is_empty() {
+        eprintln!("profiler: top: wrote {}", written.join(", "));
+    }
 }
 
 struct Top {

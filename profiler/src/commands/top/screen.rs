@@ -1,6 +1,7 @@
 //! `profiler top`'s full-screen view: a thread of its own that owns the terminal, reads keys
 //! and draws the windows' functions as they come, so that keys and resizes are answered while
-//! the session drains and names.
+//! the session drains and names. Rows are functions, or functions in each thread; the selected
+//! one's hottest call paths open as a tree in place of the table.
 //!
 //! The terminal is given back (raw mode off, the alternate screen left, the cursor shown) on
 //! every way out: the quit key (which then stops the session with a SIGTERM to the profiler,
@@ -26,14 +27,15 @@ use crossterm::{
 };
 use ratatui::{
     DefaultTerminal, Frame,
+    layout::Rect,
     layout::{Constraint, Layout},
     prelude::CrosstermBackend,
     style::{Modifier, Style},
     text::Line,
-    widgets::{Paragraph, Row, Table, Wrap},
+    widgets::{Paragraph, Row, Table, TableState, Wrap},
 };
 
-use crate::render::hot_functions::{HotFunctions, SortBy, clip};
+use crate::render::hot_functions::{HotFunctions, Place, SortBy, Split, TREE_PATHS, clip};
 
 /// The smallest terminal the view draws in; a smaller one is told so.
 const MIN_WIDTH: u16 = 60;
@@ -42,8 +44,8 @@ const MIN_HEIGHT: u16 = 5;
 /// How long the view waits for a key before it looks for a window.
 const POLL: Duration = Duration::from_millis(100);
 
-/// Width of the process column.
-const PROCESS_WIDTH: u16 = 24;
+/// Width of the process column: a command name and a process and thread id fit.
+const PROCESS_WIDTH: u16 = 30;
 
 /// The full-screen view, open until dropped.
 pub struct Screen {
@@ -151,9 +153,15 @@ struct State {
     sort: SortBy,
     /// Since the start rather than the last interval.
     cumulative: bool,
+    /// A row per function, or per function and thread.
+    split: Split,
     filter: String,
     /// Keys go to the filter.
     editing: bool,
+    /// The selected row, from the top (kept in the rows by [`Self::select`]).
+    selected: usize,
+    /// The function (name and kind) whose call paths are shown instead of the table.
+    tree: Option<(String, &'static str)>,
 }
 
 impl State {
@@ -165,9 +173,37 @@ impl State {
             paused: None,
             sort: SortBy::SelfWeight,
             cumulative: false,
+            split: Split::Merged,
             filter: String::new(),
             editing: false,
+            selected: 0,
+            tree: None,
         }
+    }
+
+    /// The functions shown (those of when the view was paused, while it is), and of when.
+    fn shown(&self) -> (&HotFunctions, &'static str) {
+        let (last, since_start) =
+            self.paused.as_ref().map_or((&self.last, &self.since_start), |(l, s)| (l, s));
+        match self.cumulative {
+            true => (since_start, "since the start"),
+            false => (last, "last"),
+        }
+    }
+
+    /// Moves the selection by `rows`, within the rows shown.
+    fn select(&mut self, rows: isize) {
+        let (functions, _) = self.shown();
+        let last = functions.rows(self.sort, &self.filter, self.split).len().saturating_sub(1);
+        self.selected = self.selected.saturating_add_signed(rows).min(last);
+    }
+
+    /// Opens the tree of the selected row's function.
+    fn open_tree(&mut self) {
+        let (functions, _) = self.shown();
+        let rows = functions.rows(self.sort, &self.filter, self.split);
+        let selected = self.selected.min(rows.len().saturating_sub(1));
+        self.tree = rows.get(selected).map(|row| (row.function.name.clone(), row.function.kind));
     }
 
     fn run(
@@ -232,10 +268,22 @@ impl State {
             KeyCode::Char('s') => self.sort = SortBy::SelfWeight,
             KeyCode::Char('t') => self.sort = SortBy::TotalWeight,
             KeyCode::Char('c') => self.cumulative = !self.cumulative,
+            KeyCode::Char('h' | 'H') => {
+                self.split = match self.split {
+                    Split::Merged => Split::ByThread,
+                    Split::ByThread => Split::Merged,
+                }
+            }
+            KeyCode::Up => self.select(-1),
+            KeyCode::Down => self.select(1),
+            KeyCode::Enter if self.tree.is_some() => self.tree = None,
+            KeyCode::Enter => self.open_tree(),
             KeyCode::Char('/') => {
                 self.filter.clear();
+                self.selected = 0;
                 self.editing = true;
             }
+            KeyCode::Esc if self.tree.is_some() => self.tree = None,
             KeyCode::Esc => self.filter.clear(),
             KeyCode::Char(' ') => {
                 self.paused = match self.paused {
@@ -260,37 +308,40 @@ impl State {
         }
         let [header, body, footer] =
             Layout::vertical([Constraint::Length(1), Constraint::Fill(1), Constraint::Length(1)]).areas(area);
-        let (last, since_start) =
-            self.paused.as_ref().map_or((&self.last, &self.since_start), |(l, s)| (l, s));
-        let (functions, span) = match self.cumulative {
-            true => (since_start, "since the start"),
-            false => (last, "last"),
-        };
+        let (functions, span) = self.shown();
         let sort = match self.sort {
             SortBy::SelfWeight => "self",
             SortBy::TotalWeight => "total",
         };
+        let threads = if self.split == Split::ByThread { " · threads" } else { "" };
         let paused = if self.paused.is_some() { " · PAUSED" } else { "" };
         let title = format!(
-            "profiler top · {} · {span} {:.1} s · {} · by {sort}{paused}",
+            "profiler top · {} · {span} {:.1} s · {} · by {sort}{threads}{paused}",
             self.title,
             functions.duration_ns as f64 / 1e9,
             functions.describe_total()
         );
         frame.render_widget(Line::from(title).style(Style::new().add_modifier(Modifier::BOLD)), header);
-        let rows = functions
-            .rows(self.sort, &self.filter)
-            .into_iter()
-            .take(body.height.saturating_sub(1).into())
-            .map(|function| {
-                Row::new([
-                    format!("{:5.1}", functions.share(function.self_weight)),
-                    format!("{:6.1}", functions.share(function.total_weight)),
-                    function.kind.to_owned(),
-                    clip(&function.process_label(), PROCESS_WIDTH.into()),
-                    function.name.clone(),
-                ])
-            });
+        match &self.tree {
+            Some((name, kind)) => self.draw_tree(frame, body, functions, (name, kind)),
+            None => self.draw_table(frame, body, functions),
+        }
+        frame.render_widget(Line::from(self.keys()), footer);
+    }
+
+    /// The rows, the selected one highlighted.
+    fn draw_table(&self, frame: &mut Frame, body: Rect, functions: &HotFunctions) {
+        let rows = functions.rows(self.sort, &self.filter, self.split);
+        let selected = self.selected.min(rows.len().saturating_sub(1));
+        let rows = rows.into_iter().map(|row| {
+            Row::new([
+                format!("{:5.1}", functions.share(row.weights.self_weight)),
+                format!("{:6.1}", functions.share(row.weights.total_weight)),
+                row.function.kind.to_owned(),
+                clip(&row.process_label(), PROCESS_WIDTH.into()),
+                row.function.name.clone(),
+            ])
+        });
         let widths = [
             Constraint::Length(6),
             Constraint::Length(7),
@@ -298,18 +349,66 @@ impl State {
             Constraint::Length(PROCESS_WIDTH),
             Constraint::Fill(1),
         ];
-        let heading = Row::new([" SELF%", "TOTAL%", "KIND", "PROCESS", "FUNCTION"])
-            .style(Style::new().add_modifier(Modifier::REVERSED));
-        frame.render_widget(Table::new(rows, widths).header(heading), body);
-        let keys = if self.editing {
-            format!("filter: {}▏ (Enter keeps it, Esc clears it)", self.filter)
-        } else {
-            let filter = if self.filter.is_empty() { String::new() } else { format!(" [{}]", self.filter) };
-            format!(
-                "q quit · s/t sort by self/total · c last/since the start · / filter{filter} · space pause"
-            )
+        let process = match self.split {
+            Split::Merged => "PROCESS",
+            Split::ByThread => "PROCESS (PID/TID)",
         };
-        frame.render_widget(Line::from(keys), footer);
+        let heading = Row::new([" SELF%", "TOTAL%", "KIND", process, "FUNCTION"])
+            .style(Style::new().add_modifier(Modifier::REVERSED));
+        let table = Table::new(rows, widths)
+            .header(heading)
+            .row_highlight_style(Style::new().add_modifier(Modifier::REVERSED | Modifier::BOLD));
+        frame.render_stateful_widget(table, body, &mut TableState::default().with_selected(Some(selected)));
+    }
+
+    /// The tree of the hottest call paths through the function `name` of `kind`, in place of the
+    /// table.
+    fn draw_tree(
+        &self,
+        frame: &mut Frame,
+        body: Rect,
+        functions: &HotFunctions,
+        (name, kind): (&str, &'static str),
+    ) {
+        let width = body.width.into();
+        let tree =
+            functions.find(name, kind).map(|function| functions.call_tree(function)).unwrap_or_default();
+        let heading = format!(
+            "The {TREE_PATHS} hottest call paths through {name} ({kind}) and its hottest callees, \
+             in shares of all samples:"
+        );
+        let mut lines =
+            vec![Line::from(clip(&heading, width)).style(Style::new().add_modifier(Modifier::REVERSED))];
+        if tree.is_empty() {
+            lines.push(Line::from(format!("No sample has {name} here.")));
+        }
+        lines.extend(tree.iter().map(|line| {
+            let style = match line.place {
+                Place::Selected => Style::new().add_modifier(Modifier::BOLD),
+                Place::Caller | Place::Callee => Style::new(),
+            };
+            Line::from(functions.tree_text(line, width)).style(style)
+        }));
+        frame.render_widget(Paragraph::new(lines), body);
+    }
+
+    /// The footer: what the keys do, or the filter being typed.
+    fn keys(&self) -> String {
+        if self.editing {
+            return format!("filter: {}▏ (Enter keeps it, Esc clears it)", self.filter);
+        }
+        if self.tree.is_some() {
+            return "Enter/Esc back to the table · c last/since the start · space pause · q quit".into();
+        }
+        let filter = if self.filter.is_empty() { String::new() } else { format!(" [{}]", self.filter) };
+        let threads = match self.split {
+            Split::Merged => "h threads",
+            Split::ByThread => "h processes",
+        };
+        format!(
+            "q quit · s/t sort by self/total · c last/since the start · {threads} · ↑/↓ Enter call paths · \
+             / filter{filter} · space pause"
+        )
     }
 }
 
@@ -338,5 +437,36 @@ mod tests {
         assert_eq!(state.filter, "hq");
         assert_eq!(press(&mut state, KeyCode::Char('q')), Some(Ended::Quit));
         assert_eq!(state.key(KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL)), Some(Ended::Quit));
+    }
+
+    #[test]
+    fn a_selected_row_opens_its_call_paths() {
+        let mut state = State::new("PID 10".into());
+        state.last = HotFunctions::of(&crate::model::tests::fixture());
+        let rows = |state: &State| state.last.rows(state.sort, &state.filter, state.split).len();
+        press(&mut state, KeyCode::Up);
+        assert_eq!(state.selected, 0, "no row above the first");
+        for _ in 0..rows(&state) + 2 {
+            press(&mut state, KeyCode::Down);
+        }
+        assert_eq!(state.selected, rows(&state) - 1, "no row below the last");
+        while state.selected > 0 {
+            press(&mut state, KeyCode::Up);
+        }
+        press(&mut state, KeyCode::Enter);
+        assert_eq!(state.tree, Some(("hot".to_owned(), "native")), "the first row by self");
+        state.filter = "hot".into();
+        press(&mut state, KeyCode::Esc);
+        assert_eq!((state.tree.is_none(), state.filter.as_str()), (true, "hot"), "Esc closes the tree first");
+        press(&mut state, KeyCode::Enter);
+        press(&mut state, KeyCode::Enter);
+        assert!(state.tree.is_none(), "Enter closes it too");
+        state.filter.clear();
+        let merged = rows(&state);
+        press(&mut state, KeyCode::Char('h'));
+        assert_eq!(state.split, Split::ByThread);
+        assert!(rows(&state) > merged, "a row per thread of each function");
+        press(&mut state, KeyCode::Char('h'));
+        assert_eq!(state.split, Split::Merged);
     }
 }
