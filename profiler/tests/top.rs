@@ -131,7 +131,10 @@ struct Tmux {
 impl Tmux {
     /// A server running a shell in a 150×40 terminal, its prompt `PROMPT`.
     fn start() -> Self {
-        let tmux = Self { socket: format!("profiler-top-{}", std::process::id()) };
+        // One per test, tests running side by side.
+        static SERVERS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let server = SERVERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmux = Self { socket: format!("profiler-top-{}-{server}", std::process::id()) };
         tmux.run(&[
             "new-session",
             "-d",
@@ -345,4 +348,47 @@ fn assert_call_paths_of_hot_a(tmux: &Tmux) {
     tmux.wait_for("the table again", |screen| {
         rows(screen).len() >= 3 && !screen.contains("call paths through")
     });
+}
+
+/// A terminal that goes away (its tmux server killed, as a closed window or a dropped SSH
+/// session) ends `top` as `q` does: it exits, its outputs written. (crossterm's own wait spins
+/// for ever on a terminal that hung up: the view waits on the terminal itself.)
+#[test]
+fn a_terminal_that_hangs_up_ends_top_with_its_outputs() {
+    if !e2e_enabled() {
+        return;
+    }
+    let workload = spawn(&split(), BURNERS);
+    let dir = scratch_dir("top-hang-up");
+    let (folded, pprof) = outputs(&dir);
+    let _ = std::fs::remove_file(&folded);
+    let tmux = Tmux::start();
+    let command = format!(
+        "{} top -p {} -F 999 -o {} -o {}",
+        env!("CARGO_BIN_EXE_profiler"),
+        workload.pid(),
+        folded.display(),
+        pprof.display()
+    );
+    tmux.keys(&[&command, "Enter"]);
+    tmux.wait_for("the table", |screen| screen.contains(" hot_a"));
+    let top = running_top(&folded).expect("top runs");
+    drop(tmux);
+    let started = Instant::now();
+    while Path::new(&format!("/proc/{top}")).exists() && started.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(!Path::new(&format!("/proc/{top}")).exists(), "top still runs with its terminal gone");
+    assert!(profile_written(&dir).total() > 0);
+}
+
+/// The pid of the `profiler top` writing `output`.
+fn running_top(output: &Path) -> Option<u32> {
+    std::fs::read_dir("/proc").ok()?.filter_map(Result::ok).find_map(|entry| {
+        let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+        let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+        let cmdline = String::from_utf8_lossy(&cmdline);
+        (cmdline.starts_with(env!("CARGO_BIN_EXE_profiler")) && cmdline.contains(output.to_str()?))
+            .then_some(pid)
+    })
 }

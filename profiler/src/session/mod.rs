@@ -25,7 +25,6 @@ use std::{io::IsTerminal as _, path::PathBuf, time::Duration};
 
 use anyhow::{Context as _, Result};
 
-pub use self::target::Target;
 use self::{
     intake::{Intake, Monotonic},
     pipeline::Pipeline,
@@ -35,6 +34,7 @@ use self::{
     whole::Whole,
     windows::Windows,
 };
+pub use self::{stop::terminal_gone, target::Target};
 use crate::{
     address_space::{Tracking, running},
     aggregate::{Aggregate, Detail, Site},

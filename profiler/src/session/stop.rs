@@ -2,6 +2,7 @@
 //! are gone.
 use std::{
     future::Future,
+    os::fd::{AsFd as _, BorrowedFd},
     sync::atomic::{AtomicU32, Ordering},
     time::Duration,
 };
@@ -39,12 +40,37 @@ pub fn stop_condition(
             () = targets_gone => StopReason::TargetsExited,
             _ = interrupt.recv() => StopReason::Signal,
             _ = terminate.recv() => StopReason::Signal,
-            _ = hangup.recv() => StopReason::Signal,
+            _ = hangup.recv() => {
+                terminal_gone();
+                StopReason::Signal
+            }
         };
         // From now on the next Ctrl-C ends the profiler at once, without output.
         INTERRUPTS.fetch_max(1, Ordering::SeqCst);
         reason
     })
+}
+
+/// The terminal hung up (SIGHUP, or the full-screen view saw it): what the profiler says from
+/// now on on standard output or error, where they are that terminal, goes to `/dev/null`; a
+/// write to a terminal that hung up fails, and a failed message must not cost the outputs.
+pub fn terminal_gone() {
+    let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null") else { return };
+    if is_terminal(std::io::stdout().as_fd()) {
+        let _ = rustix::stdio::dup2_stdout(&null);
+    }
+    if is_terminal(std::io::stderr().as_fd()) {
+        let _ = rustix::stdio::dup2_stderr(&null);
+    }
+}
+
+/// Whether `fd` is a terminal, one that hung up included (whose attributes cannot be read
+/// any more: `isatty` says no).
+fn is_terminal(fd: BorrowedFd<'_>) -> bool {
+    match rustix::termios::tcgetattr(fd) {
+        Ok(_) => true,
+        Err(err) => err == rustix::io::Errno::IO,
+    }
 }
 
 /// SIGINTs received. The first stops the recording, once the event loop gets to it (naming a

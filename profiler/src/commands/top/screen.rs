@@ -8,7 +8,9 @@
 //! the way out the session already has), the session ending (the view is closed as sampling
 //! stops, before anything else is said), an error drawing, and a panic anywhere (a hook).
 use std::{
-    io::stdout,
+    fs::File,
+    io::{IsTerminal as _, stdout},
+    os::fd::{AsFd as _, OwnedFd},
     sync::{
         Once,
         atomic::{AtomicBool, Ordering},
@@ -34,6 +36,7 @@ use ratatui::{
     text::Line,
     widgets::{Paragraph, Row, Table, TableState, Wrap},
 };
+use rustix::event::{PollFd, PollFlags, Timespec};
 
 use crate::render::hot_functions::{HotFunctions, Place, SortBy, Split, TREE_PATHS, clip};
 
@@ -116,11 +119,16 @@ fn restore() {
 fn view(mut terminal: DefaultTerminal, title: String, windows: &Receiver<HotFunctions>) {
     let mut state = State::new(title);
     let ended = state.run(&mut terminal, windows);
+    if matches!(ended, Ok(Ended::HungUp)) {
+        // Before the terminal is let go, which writes to it (and a failed write panics).
+        crate::session::terminal_gone();
+    }
     drop(terminal);
     restore();
     match ended {
         Ok(Ended::Closed) => {}
-        Ok(Ended::Quit) => stop_session(),
+        // Ends as the quit key does: the outputs are written.
+        Ok(Ended::Quit | Ended::HungUp) => stop_session(),
         Err(err) => {
             eprintln!("profiler: error: the full-screen view failed: {err}");
             stop_session();
@@ -139,8 +147,42 @@ fn stop_session() {
 enum Ended {
     /// The user quit.
     Quit,
+    /// The terminal hung up (its window closed, its tmux server killed).
+    HungUp,
     /// The session closed it.
     Closed,
+}
+
+/// The terminal's input, looked at before each wait for a key: crossterm 0.29, woken by a
+/// terminal that hung up, reads it again and again (every read ends at once, empty) until its
+/// wait times out, or, with its default event source, for ever, at full speed and deaf to the
+/// session closing the view. With its `/dev/tty` source (the `use-dev-tty` feature) the spin
+/// lasts one wait, and the view then sees the hang-up here.
+struct Input {
+    terminal: OwnedFd,
+}
+
+impl Input {
+    /// The terminal crossterm reads: standard input if it is one, else `/dev/tty`.
+    fn open() -> std::io::Result<Self> {
+        let stdin = std::io::stdin();
+        let terminal = if stdin.is_terminal() {
+            stdin.as_fd().try_clone_to_owned()?
+        } else {
+            File::open("/dev/tty")?.into()
+        };
+        Ok(Self { terminal })
+    }
+
+    /// Whether the terminal hung up.
+    fn hung_up(&self) -> std::io::Result<bool> {
+        let mut fds = [PollFd::new(&self.terminal, PollFlags::IN)];
+        match rustix::event::poll(&mut fds, Some(&Timespec { tv_sec: 0, tv_nsec: 0 })) {
+            Ok(_) | Err(rustix::io::Errno::INTR) => {}
+            Err(err) => return Err(err.into()),
+        }
+        Ok(fds[0].revents().intersects(PollFlags::HUP | PollFlags::ERR | PollFlags::NVAL))
+    }
 }
 
 /// What the view shows and how.
@@ -211,6 +253,7 @@ impl State {
         terminal: &mut DefaultTerminal,
         windows: &Receiver<HotFunctions>,
     ) -> std::io::Result<Ended> {
+        let input = Input::open()?;
         let mut dirty = true;
         loop {
             loop {
@@ -227,6 +270,9 @@ impl State {
             if dirty {
                 terminal.draw(|frame| self.draw(frame))?;
                 dirty = false;
+            }
+            if input.hung_up()? {
+                return Ok(Ended::HungUp);
             }
             if event::poll(POLL)? {
                 match event::read()? {
