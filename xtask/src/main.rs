@@ -43,8 +43,7 @@ enum Task {
         /// One repetition, shorter runs.
         #[arg(long)]
         quick: bool,
-        /// Only these sections, rewritten in place in BENCHMARKS.md: compare, kernel, memory,
-        /// undisturbed, leaks, off-cpu, python, agent, long-run, stages (repeatable; all when
+        /// Only these sections, rewritten in place in BENCHMARKS.md (repeatable; all when
         /// absent).
         #[arg(long, value_name = "SECTION", value_parser = clap::builder::PossibleValuesParser::new(bench::SECTIONS))]
         only: Vec<String>,
