@@ -465,7 +465,7 @@ pub mod programs {
     /// uprobe on `free`.
     pub const FREE_ENTER: &str = "free_enter";
     /// The runtime walkers of `SAMPLE`, `SYSCALL_EXIT` and `ALLOC_RETURN` (of their types), which
-    /// they tail-call for a process whose runtime's frames are walked in the kernel.
+    /// they tail-call to add the frames of a runtime walked in the kernel and send the record.
     pub const SAMPLE_RUNTIME: &str = "sample_runtime";
     pub const SYSCALL_EXIT_RUNTIME: &str = "syscall_exit_runtime";
     pub const ALLOC_RETURN_RUNTIME: &str = "alloc_return_runtime";

@@ -263,7 +263,7 @@ fn record_stack(ctx: &RetProbeContext, pid_tgid: u64, time_ns: u64, allocation: 
         (regs.rip, regs.rsp, regs.rbp, regs.r13);
     // A short copy only shortens the stack; the sampler's counters have no leak analogue.
     let (len, _) = stack::take_native_stacks(ctx, sample, false);
-    runtimes::hand_over(ctx, &ALLOC_RETURN_WALKERS, &draft, (pid_tgid >> 32) as u32, len);
+    runtimes::hand_over(ctx, &ALLOC_RETURN_WALKERS, &draft, len);
     send_allocation(draft, len);
 }
 
@@ -280,7 +280,7 @@ fn send_allocation(draft: Draft, sample_len: usize) {
 #[map(name = "ALLOC_RETURN_WALKERS")]
 static ALLOC_RETURN_WALKERS: ProgramArray = ProgramArray::with_max_entries(1, 0);
 
-/// Tail-called by [`alloc_return`] for a process whose runtime is walked here: adds its frames
+/// Tail-called by [`alloc_return`]: adds the frames of its process's runtime, if walked here,
 /// to the allocation's sample and sends the record.
 #[uretprobe]
 pub fn alloc_return_runtime(_ctx: RetProbeContext) -> u32 {

@@ -483,7 +483,7 @@ pub fn syscall_exit(ctx: RawTracePointContext) -> i32 {
 #[map(name = "SYSCALL_EXIT_WALKERS")]
 static SYSCALL_EXIT_WALKERS: ProgramArray = ProgramArray::with_max_entries(1, 0);
 
-/// Tail-called by [`syscall_exit`] for a process whose runtime is walked here: adds its frames
+/// Tail-called by [`syscall_exit`]: adds the frames of its process's runtime, if walked here,
 /// to the span and sends it.
 #[raw_tracepoint(tracepoint = "sys_exit")]
 pub fn syscall_exit_runtime(_ctx: RawTracePointContext) -> i32 {
@@ -521,7 +521,7 @@ fn send(ctx: &impl EbpfContext, pid_tgid: u64, thread: &mut OffCpuThread, user_s
     let len = unsafe { append_kernel_stack(record, len, thread) };
     // The runtime's frames come after the kernel stack, as in every record.
     if user_stack == UserStack::WithRuntime {
-        runtimes::hand_over(ctx, &SYSCALL_EXIT_WALKERS, &draft, (pid_tgid >> 32) as u32, len);
+        runtimes::hand_over(ctx, &SYSCALL_EXIT_WALKERS, &draft, len);
     }
     sample::send_draft(draft, len);
 }

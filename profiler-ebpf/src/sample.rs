@@ -91,12 +91,11 @@ fn send(ctx: &PerfEventContext, draft: Draft, kernel: bool) {
         CopyOutcome::Unreadable => count(Counter::StackUnreadable, 1),
         CopyOutcome::Complete | CopyOutcome::NotCopied => {}
     }
-    let tgid = unsafe { &*draft.bytes().cast::<SampleHeader>() }.tgid;
-    runtimes::hand_over(ctx, &SAMPLE_WALKERS, &draft, tgid, len);
+    runtimes::hand_over(ctx, &SAMPLE_WALKERS, &draft, len);
     send_draft(draft, len);
 }
 
-/// Tail-called by [`sample`] for a process whose runtime is walked here: adds its frames to
+/// Tail-called by [`sample`]: adds the frames of its process's runtime, if walked here, to
 /// the sample and sends it.
 #[perf_event]
 pub fn sample_runtime(_ctx: PerfEventContext) -> u32 {

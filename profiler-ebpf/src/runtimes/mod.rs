@@ -26,13 +26,10 @@ use crate::stack::Draft;
 static RUNTIME_PROCESSES: HashMap<u32, RuntimeProcess> = HashMap::with_max_entries(RUNTIME_PROCESSES_MAX, 0);
 
 /// Hands the record in `draft`, its first `len` bytes written, over to the runtime walker of
-/// `walkers` when process `tgid` runs a runtime walked here: the walker adds its frames and
-/// sends the record. Returns when it does not (no such runtime, or no walker in the array): the
-/// caller then sends the record as it is.
-pub fn hand_over(ctx: &impl EbpfContext, walkers: &ProgramArray, draft: &Draft, tgid: u32, len: usize) {
-    if unsafe { RUNTIME_PROCESSES.get(tgid) }.is_none() {
-        return;
-    }
+/// `walkers`, which adds the frames of its process's runtime if it runs one walked here ([`walk`]
+/// looks it up, once) and sends the record. Returns only when there is no walker in the array:
+/// the caller then sends the record as it is.
+pub fn hand_over(ctx: &impl EbpfContext, walkers: &ProgramArray, draft: &Draft, len: usize) {
     draft.set_handed_over_len(len);
     unsafe { walkers.tail_call(ctx, 0) };
 }

@@ -249,9 +249,15 @@ pub struct V8Process {
 /// A function read (or not), and the fields of its `SharedFunctionInfo` it was read from.
 struct Entry {
     fields: (u64, u64),
-    /// The function, or none: not read, or a closure of V8's builtins ([`FunctionInfo::builtin`]).
-    function: Option<(FunctionRef, Arc<FunctionInfo>)>,
-    builtin: bool,
+    read: Read,
+}
+
+/// What reading a function found.
+enum Read {
+    Function(FunctionRef, Arc<FunctionInfo>),
+    /// A closure of V8's builtins ([`FunctionInfo::builtin`]).
+    Builtin,
+    Unreadable,
 }
 
 /// What names a JavaScript frame.
@@ -355,41 +361,46 @@ impl V8Process {
         if let Some(entry) = self.functions.get(&shared)
             && entry.fields == fields
         {
-            return entry.naming();
+            return Some(entry.read.naming());
         }
         let read = heap.function(fields.0, fields.1);
         // A read refused for want of the sample's allowance says nothing of the function.
         if read.is_none() && self.allowance.spent() {
             return None;
         }
-        let builtin = read.as_ref().is_some_and(|info| info.builtin);
-        let function = read.filter(|info| !info.builtin).map(|info| {
-            let function = functions.intern(&info.name, &info.file, Kind::JavaScript);
-            (function, Arc::new(info))
-        });
-        let bytes = function.as_ref().map_or(ENTRY_BYTES, |(_, info)| info.size() as u64);
-        let entry = Entry { fields, function, builtin };
-        let naming = entry.naming();
-        if entry.function.as_ref().is_none_or(|(function, _)| function.is_kept()) {
-            self.functions.insert(shared, entry, bytes);
-        }
-        naming
+        let read = match read {
+            Some(info) if info.builtin => Read::Builtin,
+            Some(info) => {
+                Read::Function(functions.intern(&info.name, &info.file, Kind::JavaScript), Arc::new(info))
+            }
+            None => Read::Unreadable,
+        };
+        let naming = read.naming();
+        let bytes = match &read {
+            Read::Function(function, _) if !function.is_kept() => return Some(naming),
+            Read::Function(_, info) => info.size() as u64,
+            Read::Builtin | Read::Unreadable => ENTRY_BYTES,
+        };
+        self.functions.insert(shared, Entry { fields, read }, bytes);
+        Some(naming)
     }
 
     /// What named `frame`'s function when last read, for a function that cannot be read now.
     fn last_read(&mut self, frame: JsFrame) -> Option<Naming> {
         let shared = self.closures.get(&frame.function)?;
-        self.functions.get(shared)?.naming()
+        Some(self.functions.get(shared)?.read.naming())
     }
 }
 
-impl Entry {
-    /// What it names frames by; `None` for a function not read.
-    fn naming(&self) -> Option<Naming> {
-        if self.builtin {
-            return Some(Naming::Builtin);
+impl Read {
+    /// What it names frames by.
+    fn naming(&self) -> Naming {
+        match self {
+            Read::Function(function, info) => {
+                Naming::Function(Frame::Runtime { function: function.id, line: info.line })
+            }
+            Read::Builtin => Naming::Builtin,
+            Read::Unreadable => Naming::Unread,
         }
-        let (function, info) = self.function.as_ref()?;
-        Some(Naming::Function(Frame::Runtime { function: function.id, line: info.line }))
     }
 }
