@@ -119,15 +119,7 @@ fn assert_javascript_shares(folded: &Folded, pid: u32) {
     let all: u64 = named.iter().sum();
     eprintln!("alpha, beta, gamma: {named:?} of {total} samples of the main thread");
     assert!(all as f64 >= 0.9 * total as f64, "{all} of {total} samples named");
-    for (function, (samples, expected)) in
-        ["alpha", "beta", "gamma"].iter().zip(named.iter().zip([60.0, 30.0, 10.0]))
-    {
-        let share = *samples as f64 * 100.0 / all as f64;
-        assert!(
-            (share - expected).abs() <= 5.0,
-            "{function}: {share:.1}% of the named samples, not {expected}%"
-        );
-    }
+    assert_shares_of_the_work(&format!("PID {pid}"), named);
 }
 
 /// The Node majors `cargo xtask setup` installs under `.tools/node/VERSION/bin/node`.
@@ -181,13 +173,7 @@ fn javascript_functions_named_with_no_flags() {
     let out = dir.join("out.folded");
     for (version, node) in nodes() {
         let node = node.to_str().unwrap();
-        let started = {
-            let args =
-                ["record", "--per-thread", "-F", "499", "-o", out.to_str().unwrap(), "--", node, script, "8"];
-            let run = run_profiler(&args);
-            assert!(run.status.success());
-            Folded::read(&out)
-        };
+        let started = record_node(&out, &["-F", "499"], Path::new(node), Path::new(script), &["8"]);
         let pid = busiest_node_thread(&started);
         assert_named_with_no_flags(&started, pid, 0.90, &format!("Node {version} (started by the profiler)"));
         let running = spawn(Path::new(node), &[script, "30"]);
@@ -300,6 +286,13 @@ fn assert_named_with_no_flags(folded: &Folded, tid: u32, least: f64, what: &str)
     eprintln!("{what}: alpha, beta, gamma {named:?} of {total} samples of the main thread, {whole} whole");
     assert!(all as f64 >= least * total as f64, "{what}: {all} of {total} samples named");
     assert!(whole as f64 >= 0.95 * all as f64, "{what}: {whole} of {all} named samples whole");
+    assert_shares_of_the_work(what, named);
+}
+
+/// Fails unless alpha, beta and gamma have the 60, 30 and 10% of the work (± 5 points) of
+/// `named`, their samples.
+fn assert_shares_of_the_work(what: &str, named: [u64; 3]) {
+    let all: u64 = named.iter().sum();
     for (function, (samples, expected)) in
         ["alpha", "beta", "gamma"].iter().zip(named.iter().zip([60.0, 30.0, 10.0]))
     {
@@ -309,6 +302,16 @@ fn assert_named_with_no_flags(folded: &Folded, tid: u32, least: f64, what: &str)
             "{what}: {function}: {share:.1}% of the named samples, not {expected}%"
         );
     }
+}
+
+/// `profiler record --per-thread [extra] -o OUT -- NODE SCRIPT [args]`: its folded stacks.
+fn record_node(out: &Path, extra: &[&str], node: &Path, script: &Path, args: &[&str]) -> Folded {
+    let mut argv = vec!["record", "--per-thread"];
+    argv.extend(extra);
+    argv.extend(["-o", out.to_str().unwrap(), "--", node.to_str().unwrap(), script.to_str().unwrap()]);
+    argv.extend(args);
+    assert!(run_profiler(&argv).status.success());
+    Folded::read(out)
 }
 
 /// `tests/workloads/node/NAME`.
@@ -427,21 +430,7 @@ fn javascript_called_back_from_a_native_addon_is_named_above_it() {
     for (version, node) in nodes() {
         let what = format!("Node {version}");
         let addon = build_addon(&node, &dir);
-        let args = [
-            "record",
-            "--per-thread",
-            "-F",
-            "499",
-            "-o",
-            out.to_str().unwrap(),
-            "--",
-            node.to_str().unwrap(),
-            script.to_str().unwrap(),
-            addon.to_str().unwrap(),
-            "2",
-        ];
-        assert!(run_profiler(&args).status.success());
-        let folded = Folded::read(&out);
+        let folded = record_node(&out, &["-F", "499"], &node, &script, &[addon.to_str().unwrap(), "2"]);
         let main = thread_stacks(&folded, busiest_node_thread(&folded));
         let is = |function: &(String, u32)| {
             let (name, line) = (function.0.clone(), function.1);
@@ -489,20 +478,7 @@ fn async_function_resumed_from_the_event_loop_is_named_on_a_whole_stack() {
     let out = dir.join("out.folded");
     for (version, node) in nodes() {
         let what = format!("Node {version}");
-        let args = [
-            "record",
-            "--per-thread",
-            "-F",
-            "499",
-            "-o",
-            out.to_str().unwrap(),
-            "--",
-            node.to_str().unwrap(),
-            script.to_str().unwrap(),
-            "2",
-        ];
-        assert!(run_profiler(&args).status.success());
-        let folded = Folded::read(&out);
+        let folded = record_node(&out, &["-F", "499"], &node, &script, &["2"]);
         let main = thread_stacks(&folded, busiest_node_thread(&folded));
         let in_resumed =
             |frames: &[String]| script_frames(frames, "resumed.js").last() == Some(&(&resumed.0, resumed.1));
@@ -566,20 +542,7 @@ fn function_deoptimized_while_sampled_keeps_its_name() {
             .count();
         eprintln!("{what}: hot deoptimized {deoptimized} times in 1 s");
         assert!(deoptimized >= 5, "{what}: hot deoptimized {deoptimized} times in 1 s");
-        let args = [
-            "record",
-            "--per-thread",
-            "-F",
-            "499",
-            "-o",
-            out.to_str().unwrap(),
-            "--",
-            node.to_str().unwrap(),
-            script.to_str().unwrap(),
-            "2",
-        ];
-        assert!(run_profiler(&args).status.success());
-        let folded = Folded::read(&out);
+        let folded = record_node(&out, &["-F", "499"], &node, &script, &["2"]);
         let main = thread_stacks(&folded, busiest_node_thread(&folded));
         let in_hot = |frames: &[String]| script_frames(frames, "deopt.js").last() == Some(&hot);
         assert_share(&format!("{what}: main thread samples in hot"), &main, 0.85, in_hot, |_| true);
@@ -644,19 +607,7 @@ fn javascript_function_blocked_off_the_cpu_is_named() {
     for (version, node) in nodes() {
         for mode in ["--off-cpu", "--wall"] {
             let what = format!("Node {version} {mode}");
-            let args = [
-                "record",
-                mode,
-                "--per-thread",
-                "-o",
-                out.to_str().unwrap(),
-                "--",
-                node.to_str().unwrap(),
-                script.to_str().unwrap(),
-                "2",
-            ];
-            assert!(run_profiler(&args).status.success());
-            let folded = Folded::read(&out);
+            let folded = record_node(&out, &[mode], &node, &script, &["2"]);
             let main = main_thread_stacks(&folded);
             let in_waiter = |frames: &[String]| script_frames(frames, "blocked.js").last() == Some(&waiter);
             let on_the_call_path =
@@ -746,13 +697,5 @@ fn agent_windows_name_javascript_functions_with_no_flags() {
     let all: i64 = named.iter().sum();
     eprintln!("alpha, beta, gamma: {named:?} of {total} samples in {} windows", windows.len());
     assert!(all as f64 >= 0.9 * total as f64, "{all} of {total} samples named");
-    for (function, (samples, expected)) in
-        ["alpha", "beta", "gamma"].iter().zip(named.iter().zip([60.0, 30.0, 10.0]))
-    {
-        let share = *samples as f64 * 100.0 / all as f64;
-        assert!(
-            (share - expected).abs() <= 5.0,
-            "{function}: {share:.1}% of the named samples, not {expected}%"
-        );
-    }
+    assert_shares_of_the_work("the agent's windows", named.map(|n| n as u64));
 }

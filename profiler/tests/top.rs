@@ -80,6 +80,17 @@ fn outputs(dir: &Path) -> (PathBuf, PathBuf) {
 
 /// The profile written to the [`outputs`] in `dir`: both there, with the work's split and whole
 /// call chains, the pprof's samples the folded stacks'. Returns the folded stacks.
+/// The shell command of `top` watching `pid` at 999 Hz, writing its [`outputs`] into `dir`.
+fn top_command(pid: u32, dir: &Path) -> String {
+    let (folded, pprof) = outputs(dir);
+    format!(
+        "{} top -p {pid} -F 999 -o {} -o {}",
+        env!("CARGO_BIN_EXE_profiler"),
+        folded.display(),
+        pprof.display()
+    )
+}
+
 fn profile_written(dir: &Path) -> Folded {
     let (folded, pprof) = outputs(dir);
     let folded = Folded::read(&folded);
@@ -205,13 +216,7 @@ fn full_screen_in_a_terminal() {
     let (folded, pprof) = outputs(&dir);
     let tmux = Tmux::start();
     tmux.wait_for("prompt", |screen| screen.contains("PROMPT$"));
-    let command = format!(
-        "{} top -p {} -F 999 -o {} -o {}; echo \"top exited: [$?]\"",
-        env!("CARGO_BIN_EXE_profiler"),
-        workload.pid(),
-        folded.display(),
-        pprof.display()
-    );
+    let command = format!("{}; echo \"top exited: [$?]\"", top_command(workload.pid(), &dir));
     tmux.keys(&[&command, "Enter"]);
     // The first interval's table, by self.
     let screen = tmux.wait_for("table", |screen| rows(screen).len() >= 3);
@@ -360,16 +365,10 @@ fn a_terminal_that_hangs_up_ends_top_with_its_outputs() {
     }
     let workload = spawn(&split(), BURNERS);
     let dir = scratch_dir("top-hang-up");
-    let (folded, pprof) = outputs(&dir);
+    let (folded, _) = outputs(&dir);
     let _ = std::fs::remove_file(&folded);
     let tmux = Tmux::start();
-    let command = format!(
-        "{} top -p {} -F 999 -o {} -o {}",
-        env!("CARGO_BIN_EXE_profiler"),
-        workload.pid(),
-        folded.display(),
-        pprof.display()
-    );
+    let command = top_command(workload.pid(), &dir);
     tmux.keys(&[&command, "Enter"]);
     tmux.wait_for("the table", |screen| screen.contains(" hot_a"));
     let top = running_top(&folded).expect("top runs");
