@@ -243,10 +243,12 @@ impl Recorded {
     }
 }
 
-/// `profiler record --per-thread -F 199 -d SECONDS [extra] -o <dir>/out.folded -p PID` of
+/// `profiler record --per-thread -F 499 -d SECONDS [extra] -o <dir>/out.folded -p PID` of
 /// `PYTHON SCRIPT` started first and running longer than the recording: the profiler reads code
 /// objects from the live process as samples arrive, and a busy test machine can hold it up past
-/// the end of a script that stops with the recording.
+/// the end of a script that stops with the recording. At 499 Hz a 6 s share test has ~3000
+/// samples: a 50% share's sampling error is then under 1 point, so ±5 is over five of them (at
+/// 199 Hz it was three, and one interpreter in a dozen runs would fail for no fault).
 pub fn record_script(
     dir: &Path,
     interpreter: &Interpreter,
@@ -270,7 +272,7 @@ pub fn record_script(
     let mut announced = String::new();
     std::io::BufRead::read_line(&mut stdout, &mut announced).unwrap();
     let pid = child.pid().to_string();
-    let mut args = vec!["record", "--per-thread", "-F", "199", "-d", seconds, "-o", out.to_str().unwrap()];
+    let mut args = vec!["record", "--per-thread", "-F", "499", "-d", seconds, "-o", out.to_str().unwrap()];
     args.extend(extra);
     args.extend(["-p", &pid]);
     let run = run_bounded(&args);
