@@ -139,6 +139,12 @@ impl StackWalker {
         gone
     }
 
+    /// Whether a runtime may be starting in a process followed at `now_ns`: then the ring is
+    /// drained sooner, so that it is found before much of it runs unread.
+    pub fn runtime_may_be_starting(&self, now_ns: u64) -> bool {
+        !self.native_only && self.runtimes.may_be_starting(now_ns)
+    }
+
     /// The functions runtimes' frames name.
     pub fn functions(&self) -> &Functions {
         self.runtimes.functions()

@@ -344,6 +344,26 @@ fn python_started_after_a_system_wide_recording_began_is_named() {
     });
 }
 
+/// A script recorded from its exec has Python frames from its first functions on (start-up's
+/// frozen imports included): at most 0.5% of its samples end in the eval loop with no Python
+/// frame above it, those the kernel took before it was told of the interpreter. (Debian's 3.14
+/// is stripped: its eval loop has no name to count, and passes for want of it.)
+#[test]
+fn python_frames_are_read_from_the_start() {
+    if !e2e_enabled() {
+        return;
+    }
+    on_every_interpreter("from-the-start", |python, dir| {
+        let script = script("shares.py");
+        let folded = record_command(dir, &[], &python.path, &[script.to_str().unwrap(), "2"]);
+        let stacks: Vec<(&[String], u64)> =
+            folded.stacks.iter().map(|(frames, n)| (frames.as_slice(), *n)).collect();
+        assert_most(&stacks, 0.995, &format!("have a Python frame where {EVAL_LOOP} ran"), |frames| {
+            !frames.iter().any(|frame| frame == EVAL_LOOP) || !python_frames(frames).is_empty()
+        });
+    });
+}
+
 #[test]
 fn off_cpu_python_stacks_name_the_waiting_function() {
     if !e2e_enabled() {

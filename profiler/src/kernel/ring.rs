@@ -2,14 +2,11 @@
 //!
 //! The eBPF program does not wake the reader for each record (that costs the kernel more than
 //! the sample itself); it wakes it only when the ring is a quarter full. The reader drains the
-//! ring every [`DRAIN_INTERVAL`] and on such wakeups.
+//! ring every [`DRAIN_INTERVAL`] (or sooner, as its caller says) and on such wakeups.
 use std::{io, time::Duration};
 
 use aya::maps::{MapData, RingBuf};
-use tokio::{
-    io::unix::AsyncFd,
-    time::{Interval, MissedTickBehavior, interval},
-};
+use tokio::{io::unix::AsyncFd, time::Instant};
 
 /// How often the ring is drained without a wakeup: the default ring (1 MiB per CPU) holds about
 /// a quarter second of 4 KiB samples at 999 Hz, so this leaves a wide margin.
@@ -17,28 +14,29 @@ pub const DRAIN_INTERVAL: Duration = Duration::from_millis(20);
 
 pub struct RingReader {
     fd: AsyncFd<RingBuf<MapData>>,
-    tick: Interval,
+    /// When the last wait ended.
+    woken: Instant,
 }
 
 impl RingReader {
     pub fn new(ring: RingBuf<MapData>) -> io::Result<Self> {
         // SAFETY: the ring buffer owns its descriptor and keeps it open while registered.
         let fd = unsafe { AsyncFd::register(ring)? };
-        let mut tick = interval(DRAIN_INTERVAL);
-        tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        Ok(Self { fd, tick })
+        Ok(Self { fd, woken: Instant::now() })
     }
 
-    /// Waits for the next tick, or for a wakeup from a filling ring.
-    pub async fn ready(&mut self) -> io::Result<()> {
-        tokio::select! {
-            _ = self.tick.tick() => Ok(()),
+    /// Waits until `interval` has passed since the last wait ended, or for a wakeup from a
+    /// filling ring.
+    pub async fn ready(&mut self, interval: Duration) -> io::Result<()> {
+        let ready = tokio::select! {
+            () = tokio::time::sleep_until(self.woken + interval) => Ok(()),
             guard = self.fd.readable_mut() => {
                 // Records written from now on are drained next; a full ring wakes us again.
-                guard?.clear_ready();
-                Ok(())
+                guard.map(|mut guard| guard.clear_ready())
             }
-        }
+        };
+        self.woken = Instant::now();
+        ready
     }
 
     /// Hands the records available now to `consume`, without waiting, until `out_of_time`

@@ -33,6 +33,7 @@ use self::{
 };
 use crate::{
     address_space::{Mapping, ModuleId, ProcessView},
+    clock,
     decode::{RuntimeFrames, UserRegs},
     frame::Frame,
     model::Tgid,
@@ -147,6 +148,8 @@ pub(crate) struct Shared {
     table: KernelTable,
     /// What the kernel should be told since it was last told.
     kernel_updates: Vec<(Tgid, Option<RuntimeProcess>)>,
+    /// Until when a process is young and a runtime may be starting in it (CLOCK_MONOTONIC).
+    young_until_ns: u64,
 }
 
 impl Runtimes {
@@ -163,6 +166,9 @@ impl Runtimes {
             allowance: Arc::new(Allowance::default()),
             table: KernelTable::new(system_wide),
             kernel_updates: Vec::new(),
+            // Every process is new to a session that starts: its runtimes are looked for as
+            // soon as its first samples come.
+            young_until_ns: clock::monotonic_ns().saturating_add(slot::YOUNG_NS),
         };
         Self { slots, stepping: None, shared, functions: Functions::default() }
     }
@@ -174,6 +180,12 @@ impl Runtimes {
         for slot in &mut self.slots {
             slot.observe(view, time_ns, &mut self.shared);
         }
+    }
+
+    /// Whether a process looked at is still young at `now_ns`, with a runtime not (yet) found
+    /// in it: the sooner the next look, the fewer of its samples are native only.
+    pub fn may_be_starting(&self, now_ns: u64) -> bool {
+        now_ns < self.shared.young_until_ns
     }
 
     /// The runtime of `tgid` that steps native frames, ready for a new stack.

@@ -23,6 +23,13 @@ const MAX_CANDIDATES: usize = 16;
 const SLOW_START_NS: u64 = 1_000_000_000;
 /// How long a runtime may take to start before it is given up on.
 const START_TIMEOUT_NS: u64 = 60_000_000_000;
+/// How long after its first look a process is young: a runtime may be starting in it (its
+/// library being mapped by the loader, its globals set), and it is looked at again every
+/// [`YOUNG_RECHECK_NS`] rather than every [`Runtime::RECHECK_NS`], with the ring drained
+/// faster meanwhile: an interpreter runs its first functions a few milliseconds after exec,
+/// and what the kernel samples before it is told of them is native only.
+pub(super) const YOUNG_NS: u64 = 50_000_000;
+const YOUNG_RECHECK_NS: u64 = 1_000_000;
 
 /// A runtime behind the interface [`super::Runtimes`] calls, whatever its types.
 pub(super) trait Slot: Send {
@@ -87,6 +94,7 @@ impl<I> Clone for Recognised<I> {
 enum State<I> {
     /// None of its images mapped when last looked at (or no room in the kernel's table).
     Absent {
+        first_ns: u64,
         checked_ns: u64,
     },
     /// Not ready when last looked at, and why.
@@ -170,7 +178,7 @@ impl<R: Runtime> Loaded<R> {
                 }
             }
         }
-        State::Absent { checked_ns: time_ns }
+        State::Absent { first_ns, checked_ns: time_ns }
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -193,7 +201,7 @@ impl<R: Runtime> Loaded<R> {
                     if !shared.table.take(uid) {
                         // Looked at again later, when there may be room.
                         self.runtime.detach(instance);
-                        return State::Absent { checked_ns: time_ns };
+                        return State::Absent { first_ns, checked_ns: time_ns };
                     }
                     shared.kernel_updates.push((tgid, process));
                 }
@@ -223,24 +231,26 @@ impl<R: Runtime> Slot for Loaded<R> {
 
     fn observe(&mut self, view: &mut ProcessView<'_>, time_ns: u64, shared: &mut Shared) {
         let tgid = view.tgid();
-        let first_ns = match self.processes.get(&tgid) {
+        let (first_ns, checked_ns, every) = match self.processes.get(&tgid) {
             Some(State::Refused | State::Running(_)) => return,
-            Some(State::Absent { checked_ns }) if time_ns < checked_ns.saturating_add(R::RECHECK_NS) => {
-                return;
-            }
+            None => (time_ns, 0, 0),
+            Some(&State::Absent { first_ns, checked_ns }) => (first_ns, checked_ns, R::RECHECK_NS),
             // Each look at a runtime still starting may read much of it again: less often after
             // a while (most are ready in a fraction of a second).
-            Some(State::Starting { first_ns, checked_ns, .. }) => {
-                let slow = time_ns.saturating_sub(*first_ns) > SLOW_START_NS;
-                let every = if slow { 10 * R::RECHECK_NS } else { R::RECHECK_NS };
-                if time_ns < checked_ns.saturating_add(every) {
-                    return;
-                }
-                *first_ns
+            Some(&State::Starting { first_ns, checked_ns, .. }) => {
+                let slow = time_ns.saturating_sub(first_ns) > SLOW_START_NS;
+                (first_ns, checked_ns, if slow { 10 * R::RECHECK_NS } else { R::RECHECK_NS })
             }
-            _ => time_ns,
         };
+        let young = time_ns.saturating_sub(first_ns) < YOUNG_NS;
+        let every = if young { every.min(YOUNG_RECHECK_NS) } else { every };
+        if time_ns < checked_ns.saturating_add(every) {
+            return;
+        }
         let state = self.look(view, time_ns, first_ns, shared);
+        if matches!(state, State::Absent { .. } | State::Starting { .. }) {
+            shared.young_until_ns = shared.young_until_ns.max(first_ns.saturating_add(YOUNG_NS));
+        }
         self.processes.insert(tgid, state);
     }
 
@@ -349,6 +359,8 @@ impl<R: Runtime> Slot for Loaded<R> {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
     use profiler_common::runtimes::{RUNTIME_PROCESS_WORDS, RUNTIME_USER_SHARE, RuntimeProcess};
 
     use super::*;
@@ -369,7 +381,7 @@ mod tests {
 
         const LABEL: &'static str = "fake";
         const NAME: &'static str = "Fake";
-        const RECHECK_NS: u64 = 1_000;
+        const RECHECK_NS: u64 = 2 * YOUNG_NS;
 
         fn may_be_image(&self, mapping: &Mapping) -> bool {
             let own = std::env::current_exe().unwrap();
@@ -415,6 +427,7 @@ mod tests {
             allowance: Arc::new(Allowance::default()),
             table: KernelTable::new(system_wide),
             kernel_updates: Vec::new(),
+            young_until_ns: 0,
         }
     }
 
@@ -438,6 +451,29 @@ mod tests {
         observe(&mut slot, &mut shared, 1 + START_TIMEOUT_NS);
         let refused = format!("pid {}: not started: native frames only", Tgid::own());
         assert_eq!(slot.describe().1, ["0 running".to_owned(), refused], "given up on");
+    }
+
+    static YOUNG_LOOKS: AtomicUsize = AtomicUsize::new(0);
+
+    #[test]
+    fn a_young_process_is_looked_at_again_sooner_and_drained_for() {
+        let not_yet = || {
+            YOUNG_LOOKS.fetch_add(1, Ordering::Relaxed);
+            Err(Refusal::NotYet(anyhow::anyhow!("not started")))
+        };
+        let (mut slot, mut shared) =
+            (Loaded::boxed(Fake { attach: not_yet, walked_in_kernel: false }), shared(false));
+        let looks = |slot: &mut Box<dyn Slot>, shared: &mut Shared, time_ns| {
+            observe(slot, shared, time_ns);
+            YOUNG_LOOKS.load(Ordering::Relaxed)
+        };
+        assert_eq!(looks(&mut slot, &mut shared, 1), 1);
+        assert_eq!(shared.young_until_ns, 1 + YOUNG_NS, "the ring drained sooner while it is young");
+        assert_eq!(looks(&mut slot, &mut shared, YOUNG_RECHECK_NS), 1, "not looked at twice at once");
+        assert_eq!(looks(&mut slot, &mut shared, 1 + YOUNG_RECHECK_NS), 2, "looked at again soon");
+        assert_eq!(looks(&mut slot, &mut shared, 2 + YOUNG_NS), 2, "no longer young");
+        assert_eq!(looks(&mut slot, &mut shared, 1 + YOUNG_RECHECK_NS + Fake::RECHECK_NS), 3);
+        assert_eq!(shared.young_until_ns, 1 + YOUNG_NS);
     }
 
     #[test]

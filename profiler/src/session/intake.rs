@@ -32,8 +32,8 @@ pub trait Sink {
 
 /// Where records come from: the kernel's ring (tests bring their own).
 pub trait Records {
-    /// Waits until records may be there.
-    async fn ready(&mut self) -> Result<()>;
+    /// Waits until records may be there, or `interval` has passed since the last wait.
+    async fn ready(&mut self, interval: Duration) -> Result<()>;
     /// Hands the records there now to `consume` until `out_of_time` says so (asked every so
     /// many records); returns whether some were left for lack of time.
     fn drain(&mut self, out_of_time: impl FnMut() -> bool, consume: impl FnMut(&[u8])) -> bool;
@@ -63,8 +63,8 @@ pub trait TaskEvents {
 }
 
 impl Records for RingReader {
-    async fn ready(&mut self) -> Result<()> {
-        RingReader::ready(self).await.context("cannot read the ring buffer")
+    async fn ready(&mut self, interval: Duration) -> Result<()> {
+        RingReader::ready(self, interval).await.context("cannot read the ring buffer")
     }
 
     fn drain(&mut self, out_of_time: impl FnMut() -> bool, consume: impl FnMut(&[u8])) -> bool {
@@ -100,14 +100,15 @@ impl<R: Records, T: TaskEvents, C: Clock> Intake<R, T, C> {
         Self { ring, task_events, clock, kind, later: Vec::new(), behind: false, discarded: 0 }
     }
 
-    /// Waits for the ring (its drain tick, or a wakeup), unless the last drain left work.
-    pub async fn ready(&mut self) -> Result<()> {
+    /// Waits for the ring (`interval` since the last wait, or a wakeup), unless the last drain
+    /// left work.
+    pub async fn ready(&mut self, interval: Duration) -> Result<()> {
         if self.behind {
             // Let the stop conditions and the status line have their turn.
             tokio::task::yield_now().await;
             return Ok(());
         }
-        self.ring.ready().await
+        self.ring.ready(interval).await
     }
 
     /// One drain, of at most [`DRAIN_BUDGET`].
@@ -207,7 +208,7 @@ mod tests {
     }
 
     impl Records for Endless {
-        async fn ready(&mut self) -> Result<()> {
+        async fn ready(&mut self, _: Duration) -> Result<()> {
             std::future::pending().await
         }
 
@@ -306,7 +307,7 @@ mod tests {
 
     /// Whether `intake` is ready within two polls (a yield takes one), its ring never waking it.
     fn ready_at_once(intake: &mut Intake<Endless, NoEvents, Manual>) -> bool {
-        let mut ready = pin!(intake.ready());
+        let mut ready = pin!(intake.ready(Duration::MAX));
         let mut context = Context::from_waker(Waker::noop());
         (0..2).any(|_| ready.as_mut().poll(&mut context).is_ready())
     }

@@ -16,7 +16,7 @@ use super::{
 use crate::{
     address_space::{ModuleId, TaskEvent},
     aggregate::Aggregate,
-    kernel::KernelSource,
+    kernel::{KernelSource, ring::DRAIN_INTERVAL},
     symbolize::{NamingReport, NamingThread, NewFrames, Symbols},
     walk::StackWalker,
 };
@@ -41,6 +41,9 @@ pub(super) struct Pipeline<M> {
     /// When modules no process maps were last looked for.
     unmapped_checked_at: Instant,
 }
+
+/// How often the ring is drained while a runtime may be starting in a process followed.
+const STARTING_DRAIN_INTERVAL: Duration = Duration::from_millis(2);
 
 /// The longest naming and pruning are put off while records wait.
 const MAX_UNSETTLED: Duration = Duration::from_secs(1);
@@ -96,6 +99,8 @@ impl<M: Mode> Pipeline<M> {
     ) -> Result<StopReason> {
         tokio::pin!(stop);
         loop {
+            let starting = self.walker.runtime_may_be_starting(self.drained_ns);
+            let drain_interval = if starting { STARTING_DRAIN_INTERVAL } else { DRAIN_INTERVAL };
             let closes_at = windows.as_deref().map(|windows| windows.closes_at);
             let window_closes = async {
                 match closes_at {
@@ -122,7 +127,7 @@ impl<M: Mode> Pipeline<M> {
                         windows.close(self, kernel).await?;
                     }
                 }
-                ready = intake.ready() => {
+                ready = intake.ready(drain_interval) => {
                     ready?;
                     intake.drain(self);
                     let updates = self.walker.take_kernel_updates();
