@@ -3,6 +3,7 @@
 mod common;
 
 use std::{
+    collections::BTreeSet,
     path::{Path, PathBuf},
     time::Duration,
 };
@@ -150,10 +151,10 @@ fn nodes() -> Vec<(String, PathBuf)> {
         .collect()
 }
 
-/// The three functions of shares.js, as the profiler names them with no flags: `NAME (FILE:LINE)`
-/// with the line of their start.
+/// The three functions of shares.js, as the profiler names them with no flags:
+/// `NAME (FILE:LINE:COLUMN)` with the line and column of their start, as V8's perf map says them.
 const NO_FLAG_NAMES: [&str; 3] = ["alpha (", "beta (", "gamma ("];
-const NO_FLAG_LINES: [&str; 3] = ["shares.js:6)", "shares.js:61)", "shares.js:116)"];
+const NO_FLAG_LINES: [&str; 3] = ["shares.js:6:15)", "shares.js:61:14)", "shares.js:116:15)"];
 
 /// With no flags, on every Node installed by setup, started by the profiler and attached to once
 /// running: at least 95% of the main thread's samples (90% when started by the profiler: node's
@@ -229,6 +230,23 @@ fn no_flags_name_as_many_samples_as_the_perf_map() {
             ["alpha ", "beta ", "gamma "].iter().any(|function| name.starts_with(function))
         })
     });
+    // Each function is named where the perf map says it starts: the same file, line and column.
+    for function in ["alpha", "beta", "gamma"] {
+        let ours =
+            places(&no_flags, |frame| frame.strip_prefix(function)?.strip_prefix(" (")?.strip_suffix(')'));
+        let theirs = places(&perf_map, |frame| {
+            frame
+                .strip_prefix("JS:")?
+                .strip_suffix("_[j]")?
+                .trim_start_matches(['*', '^', '~'])
+                .strip_prefix(function)?
+                .strip_prefix(' ')
+        });
+        assert!(
+            ours.len() == 1 && ours == theirs,
+            "{function}: at {ours:?} with no flags, {theirs:?} with the perf map"
+        );
+    }
     eprintln!("named: {:.1}% with no flags, {:.1}% with the perf map", 100.0 * ours, 100.0 * theirs);
     assert!(
         ours >= theirs - 0.01,
@@ -236,6 +254,11 @@ fn no_flags_name_as_many_samples_as_the_perf_map() {
         100.0 * ours,
         100.0 * theirs
     );
+}
+
+/// The places (`FILE:LINE:COLUMN`) that `place` finds in frames of `folded`.
+fn places<'a>(folded: &'a Folded, place: impl Fn(&'a str) -> Option<&'a str>) -> BTreeSet<&'a str> {
+    folded.stacks.iter().flat_map(|(frames, _)| frames).filter_map(|frame| place(frame)).collect()
 }
 
 /// The busiest thread (node's main one, running the script; `MainThread` from Node 24).
@@ -267,7 +290,7 @@ fn assert_named_with_no_flags(folded: &Folded, tid: u32, least: f64, what: &str)
     for (frames, count) in &stacks {
         let innermost = frames.iter().rev().find_map(|frame| {
             let function = NO_FLAG_NAMES.iter().position(|name| frame.starts_with(name))?;
-            assert!(frame.ends_with(NO_FLAG_LINES[function]), "{what}: {frame} is named with its start line");
+            assert!(frame.ends_with(NO_FLAG_LINES[function]), "{what}: {frame} is named with its start");
             Some(function)
         });
         if let Some(function) = innermost {
@@ -276,7 +299,7 @@ fn assert_named_with_no_flags(folded: &Folded, tid: u32, least: f64, what: &str)
                 && frames.iter().any(|frame| frame.starts_with("node::Start("))
                 && frames
                     .iter()
-                    .any(|frame| frame.starts_with("(anonymous) (") && frame.ends_with("shares.js:1)"));
+                    .any(|frame| frame.starts_with("(anonymous) (") && frame.ends_with("shares.js:1:1)"));
             if started {
                 whole += count;
             }
@@ -319,27 +342,33 @@ fn node_workload(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/node").join(name)
 }
 
-/// A JavaScript frame of the script called `file` (`NAME (/dir/FILE:LINE)`): its function's name
-/// and line.
-fn script_frame<'a>(frame: &'a str, file: &str) -> Option<(&'a str, u32)> {
+/// A JavaScript frame of the script called `file` (`NAME (/dir/FILE:LINE:COLUMN)`): its
+/// function's name, line and column.
+fn script_frame<'a>(frame: &'a str, file: &str) -> Option<(&'a str, u32, u32)> {
     let (name, place) = frame.strip_suffix(')')?.rsplit_once(" (")?;
+    let (place, column) = place.rsplit_once(':')?;
     let (path, line) = place.rsplit_once(':')?;
     let in_file = path.strip_suffix(file)?.ends_with('/');
-    in_file.then_some((name, line.parse().ok()?))
+    in_file.then_some((name, line.parse().ok()?, column.parse().ok()?))
 }
 
-/// The `NAME (FILE:LINE)` frames of a script's functions, in the script's order: each of
-/// `functions` at the line it starts on (`function NAME(`, `async function NAME(`), and the
-/// script's top level, `(anonymous)` at line 1.
-fn script_functions(script: &Path, functions: &[&str]) -> Vec<(String, u32)> {
+/// The `NAME (FILE:LINE:COLUMN)` frames of a script's functions, in the script's order: each of
+/// `functions` where it starts (`function NAME(` or `async function NAME(`: V8 and its perf map
+/// say the column of its parameter list), and the script's top level, `(anonymous)` at 1:1.
+fn script_functions(script: &Path, functions: &[&str]) -> Vec<(String, u32, u32)> {
     let source = std::fs::read_to_string(script).unwrap();
-    let mut named = vec![("(anonymous)".to_owned(), 1)];
+    let mut named = vec![("(anonymous)".to_owned(), 1, 1)];
     for function in functions {
-        let line = source
+        let header = format!("function {function}(");
+        let (line, column) = source
             .lines()
-            .position(|line| line.trim_start_matches("async ").starts_with(&format!("function {function}(")))
+            .enumerate()
+            .find_map(|(line, text)| {
+                let at = text.find(&header).filter(|&at| text[..at].trim_end_matches("async ").is_empty())?;
+                Some((line as u32 + 1, (at + header.len()) as u32))
+            })
             .unwrap_or_else(|| panic!("no function {function} in {}", script.display()));
-        named.push((function.to_string(), line as u32 + 1));
+        named.push((function.to_string(), line, column));
     }
     named
 }
@@ -351,8 +380,8 @@ fn in_order(frames: &[String], steps: &[&dyn Fn(&str) -> bool]) -> bool {
     steps.iter().all(|step| frames.any(|frame| step(frame)))
 }
 
-/// The script's frames of a stack (root first): their functions' names and lines.
-fn script_frames<'a>(frames: &'a [String], file: &str) -> Vec<(&'a str, u32)> {
+/// The script's frames of a stack (root first): their functions' names, lines and columns.
+fn script_frames<'a>(frames: &'a [String], file: &str) -> Vec<(&'a str, u32, u32)> {
     frames.iter().filter_map(|frame| script_frame(frame, file)).collect()
 }
 
@@ -432,12 +461,12 @@ fn javascript_called_back_from_a_native_addon_is_named_above_it() {
         let addon = build_addon(&node, &dir);
         let folded = record_node(&out, &["-F", "499"], &node, &script, &[addon.to_str().unwrap(), "2"]);
         let main = thread_stacks(&folded, busiest_node_thread(&folded));
-        let is = |function: &(String, u32)| {
-            let (name, line) = (function.0.clone(), function.1);
-            move |frame: &str| script_frame(frame, "addon.js") == Some((&name, line))
+        let is = |function: &(String, u32, u32)| {
+            let (name, line, column) = function.clone();
+            move |frame: &str| script_frame(frame, "addon.js") == Some((&name, line, column))
         };
         let in_work =
-            |frames: &[String]| script_frames(frames, "addon.js").last() == Some(&(&work.0, work.1));
+            |frames: &[String]| script_frames(frames, "addon.js").last() == Some(&(&work.0, work.1, work.2));
         assert_share(&format!("{what}: main thread samples in work"), &main, 0.80, in_work, |_| true);
         let chain: [&dyn Fn(&str) -> bool; 10] = [
             &|frame| frame == "_start",
@@ -480,8 +509,9 @@ fn async_function_resumed_from_the_event_loop_is_named_on_a_whole_stack() {
         let what = format!("Node {version}");
         let folded = record_node(&out, &["-F", "499"], &node, &script, &["2"]);
         let main = thread_stacks(&folded, busiest_node_thread(&folded));
-        let in_resumed =
-            |frames: &[String]| script_frames(frames, "resumed.js").last() == Some(&(&resumed.0, resumed.1));
+        let in_resumed = |frames: &[String]| {
+            script_frames(frames, "resumed.js").last() == Some(&(&resumed.0, resumed.1, resumed.2))
+        };
         assert_share(&format!("{what}: main thread samples in resumed"), &main, 0.80, in_resumed, |_| true);
         let chain: [&dyn Fn(&str) -> bool; 6] = [
             &|frame| frame == "_start",
@@ -489,11 +519,13 @@ fn async_function_resumed_from_the_event_loop_is_named_on_a_whole_stack() {
             &|frame| frame == "uv_run",
             &|frame| frame.contains("RunMicrotasks"),
             &|frame| frame == "Builtins_AsyncFunctionAwaitResolveClosure",
-            &|frame| script_frame(frame, "resumed.js") == Some((&resumed.0, resumed.1)),
+            &|frame| script_frame(frame, "resumed.js") == Some((&resumed.0, resumed.1, resumed.2)),
         ];
         let whole = |frames: &[String]| {
             in_order(frames, &chain)
-                && !frames.iter().any(|frame| script_frame(frame, "resumed.js") == Some((&top.0, top.1)))
+                && !frames
+                    .iter()
+                    .any(|frame| script_frame(frame, "resumed.js") == Some((&top.0, top.1, top.2)))
         };
         assert_share(
             &format!("{what}: resumed's samples whole, from the loop"),
@@ -525,7 +557,8 @@ fn function_deoptimized_while_sampled_keeps_its_name() {
     let _alone = alone();
     let script = node_workload("deopt.js");
     let lines = script_functions(&script, &["drive", "hot"]);
-    let call_path: Vec<(&str, u32)> = lines.iter().map(|(name, line)| (name.as_str(), *line)).collect();
+    let call_path: Vec<(&str, u32, u32)> =
+        lines.iter().map(|(name, line, column)| (name.as_str(), *line, *column)).collect();
     let hot = call_path[2];
     let dir = scratch_dir("node-deopt");
     let out = dir.join("out.folded");
@@ -600,7 +633,8 @@ fn javascript_function_blocked_off_the_cpu_is_named() {
     let _alone = alone();
     let script = node_workload("blocked.js");
     let lines = script_functions(&script, &["waiter"]);
-    let call_path: Vec<(&str, u32)> = lines.iter().map(|(name, line)| (name.as_str(), *line)).collect();
+    let call_path: Vec<(&str, u32, u32)> =
+        lines.iter().map(|(name, line, column)| (name.as_str(), *line, *column)).collect();
     let waiter = call_path[1];
     let dir = scratch_dir("node-off-cpu");
     let out = dir.join("out.folded");
@@ -676,15 +710,18 @@ fn agent_windows_name_javascript_functions_with_no_flags() {
                 sample.location_id.iter().flat_map(|&id| &profile.location[id as usize - 1].line).find_map(
                     |line| {
                         let function = &profile.function[line.function_id as usize - 1];
-                        let which = lines[1..].iter().position(|(name, _)| name == string(function.name))?;
+                        let which = lines[1..].iter().position(|(name, ..)| name == string(function.name))?;
                         let in_script = string(function.filename).ends_with("/shares.js");
-                        let at_start = line.line == i64::from(lines[which + 1].1);
+                        let (_, start_line, start_column) = lines[which + 1];
+                        let at_start =
+                            (line.line, line.column) == (i64::from(start_line), i64::from(start_column));
                         assert!(
                             in_script && at_start,
-                            "{} named at {}:{}",
+                            "{} named at {}:{}:{}",
                             string(function.name),
                             string(function.filename),
-                            line.line
+                            line.line,
+                            line.column
                         );
                         Some(which)
                     },

@@ -58,7 +58,7 @@ fuzz_target!(|data: &[u8]| {
 /// modules' path.
 fn written(names: &[String]) -> Vec<u8> {
     let symbol = |name: &String, kind| {
-        Symbol::new(name.clone(), kind).at(Some(SourceLine { file: name.clone(), line: 1 }))
+        Symbol::new(name.clone(), kind).at(Some(SourceLine { file: name.clone(), line: 1, column: 1 }))
     };
     let location = |i: usize, symbols| Location { module: Some(i as u32), address: i as u64, symbols };
     let recording = Recording {

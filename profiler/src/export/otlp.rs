@@ -88,8 +88,8 @@ struct Dictionary {
     attributes: IndexSet<(i32, AttributeValue)>,
 }
 
-/// A location: its mapping, address, and (function, line)s innermost first.
-type LocationKey = (i32, u64, Vec<(i32, i64)>);
+/// A location: its mapping, address, and (function, line, column)s innermost first.
+type LocationKey = (i32, u64, Vec<(i32, i64, i64)>);
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 enum AttributeValue {
@@ -155,7 +155,11 @@ impl Dictionary {
             .locations
             .iter()
             .map(|location| {
-                let lines = location.lines.iter().map(|line| (functions[line.function], line.line)).collect();
+                let lines = location
+                    .lines
+                    .iter()
+                    .map(|line| (functions[line.function], line.line, line.column))
+                    .collect();
                 let key = (mappings[location.mapping], location.address, lines);
                 self.locations.insert_full(key).0 as i32
             })
@@ -236,7 +240,7 @@ impl Dictionary {
                     address,
                     lines: lines
                         .into_iter()
-                        .map(|(function_index, line)| otel::Line { function_index, line, column: 0 })
+                        .map(|(function_index, line, column)| otel::Line { function_index, line, column })
                         .collect(),
                     attribute_indices: Vec::new(),
                 })

@@ -261,6 +261,7 @@ impl Recording {
         for symbol in recording.locations.iter_mut().flat_map(|location| &mut location.symbols) {
             if let (SymbolKind::Script, Some(source)) = (symbol.kind, &mut symbol.source) {
                 source.line = 0;
+                source.column = 0;
             }
         }
         recording
@@ -314,11 +315,15 @@ pub mod tests {
             module: Some(0),
             address: 0x1234,
             symbols: vec![
-                Symbol::new("work", SymbolKind::Function)
-                    .at(Some(SourceLine { file: "/src/app/work.cpp".into(), line: 42 })),
+                Symbol::new("work", SymbolKind::Function).at(Some(SourceLine {
+                    file: "/src/app/work.cpp".into(),
+                    line: 42,
+                    column: 0,
+                })),
                 Symbol::new("push_back", SymbolKind::Inlined).at(Some(SourceLine {
                     file: "/usr/include/c++/12/bits/stl_vector.h".into(),
                     line: 1287,
+                    column: 9,
                 })),
             ],
         };

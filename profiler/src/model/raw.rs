@@ -11,8 +11,8 @@
 //! The message is protobuf so that other tools can read it from the field list: meta (target,
 //! frequency, start time, duration, call graph, lost samples, unwind summary, stack copy size,
 //! what weights count, the allocator totals of a leak recording), modules (path, build id), a string table, locations (module index + 1 or
-//! 0, file offset or address, symbol names as string indexes, symbol kinds, and source files and
-//! lines where known), stacks (location
+//! 0, file offset or address, symbol names as string indexes, symbol kinds, and source files,
+//! lines and columns where known), stacks (location
 //! indexes, innermost first), command names, and the samples as packed columns (time delta from
 //! the previous sample in ns, pid, tid, command index, stack index, weight (left out when every
 //! weight is 1) and thread state (left out when every sample was on the CPU)). Every index is checked when reading: a corrupt file is an error, never a
@@ -165,6 +165,9 @@ struct RawLocation {
     /// Each symbol's source line (0: unknown); empty when none is known.
     #[prost(uint32, repeated, tag = "6")]
     symbol_lines: Vec<u32>,
+    /// Each symbol's source column (0: unknown); empty when none is known.
+    #[prost(uint32, repeated, tag = "7")]
+    symbol_columns: Vec<u32>,
 }
 
 #[derive(Clone, PartialEq, Message)]
@@ -351,6 +354,16 @@ fn encode(recording: &Recording) -> RawRecording {
                 true => l.symbols.iter().map(|s| s.source.as_ref().map_or(0, |source| source.line)).collect(),
                 false => Vec::new(),
             },
+            symbol_columns: match l
+                .symbols
+                .iter()
+                .any(|s| s.source.as_ref().is_some_and(|source| source.column != 0))
+            {
+                true => {
+                    l.symbols.iter().map(|s| s.source.as_ref().map_or(0, |source| source.column)).collect()
+                }
+                false => Vec::new(),
+            },
         })
         .collect();
     let meta = &recording.meta;
@@ -438,7 +451,9 @@ fn decode(raw: RawRecording) -> Result<Recording> {
             let count = l.symbol_names.len();
             ensure!(
                 l.symbol_kinds.len() == count
-                    && [&l.symbol_files, &l.symbol_lines].iter().all(|v| v.is_empty() || v.len() == count),
+                    && [&l.symbol_files, &l.symbol_lines, &l.symbol_columns]
+                        .iter()
+                        .all(|v| v.is_empty() || v.len() == count),
                 "location {i}: names, kinds and source lines differ in number"
             );
             let module = l.module.checked_sub(1);
@@ -461,6 +476,7 @@ fn decode(raw: RawRecording) -> Result<Recording> {
                         file => Some(SourceLine {
                             file: string(file - 1)?.clone(),
                             line: l.symbol_lines.get(s).copied().unwrap_or(0),
+                            column: l.symbol_columns.get(s).copied().unwrap_or(0),
                         }),
                     };
                     Ok(Symbol::new(string(name)?.clone(), kind(code)?).at(source))

@@ -24,11 +24,15 @@ pub struct Symbol {
     pub source: Option<SourceLine>,
 }
 
-/// A line of a source file.
+/// A line of a source file, and a column of it where one is known.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct SourceLine {
     pub file: String,
+    /// 1-based; 0 when not known.
     pub line: u32,
+    /// 1-based; 0 when not known (only JavaScript's functions say where on their line they
+    /// start, as V8's perf map does).
+    pub column: u32,
 }
 
 impl Symbol {
@@ -40,7 +44,7 @@ impl Symbol {
 
     /// The symbol at `source`, its file name made [`printable`].
     pub fn at(self, source: Option<SourceLine>) -> Self {
-        let source = source.map(|SourceLine { file, line }| SourceLine { file: printable_owned(file), line });
+        let source = source.map(|source| SourceLine { file: printable_owned(source.file), ..source });
         Self { source, ..self }
     }
 
@@ -63,11 +67,13 @@ impl Symbol {
 
 impl Symbol {
     /// A script's function as py-spy writes Python's: `qualname (path/file.py:LINE)`, or
-    /// `qualname (path/file.py)` when its line is not known (0).
+    /// `qualname (path/file.py)` when its line is not known (0); with the column where one is
+    /// known, as V8's perf map writes JavaScript's: `alpha (path/app.js:LINE:COLUMN)`.
     fn script_display_name(&self) -> String {
         let name = match &self.source {
-            Some(SourceLine { file, line: 0 }) => format!("{} ({file})", self.name),
-            Some(SourceLine { file, line }) => format!("{} ({file}:{line})", self.name),
+            Some(SourceLine { file, line: 0, .. }) => format!("{} ({file})", self.name),
+            Some(SourceLine { file, line, column: 0 }) => format!("{} ({file}:{line})", self.name),
+            Some(SourceLine { file, line, column }) => format!("{} ({file}:{line}:{column})", self.name),
             None => self.name.clone(),
         };
         folded_frame(&name).into_owned()
@@ -148,8 +154,11 @@ mod tests {
 
     #[test]
     fn symbols_and_their_files_are_printable() {
-        let symbol = Symbol::new("a\x1bb", SymbolKind::Function)
-            .at(Some(SourceLine { file: "/src/\x07.c".into(), line: 3 }));
+        let symbol = Symbol::new("a\x1bb", SymbolKind::Function).at(Some(SourceLine {
+            file: "/src/\x07.c".into(),
+            line: 3,
+            column: 0,
+        }));
         assert_eq!(symbol.name, "a\\u{1b}b");
         assert_eq!(symbol.source.unwrap().file, "/src/\\u{7}.c");
     }
@@ -161,12 +170,24 @@ mod tests {
         assert_eq!(name(SymbolKind::Inlined), "a:b\\u{a}c_[i]");
         assert_eq!(name(SymbolKind::Kernel), "a:b\\u{a}c_[k]");
         assert_eq!(name(SymbolKind::Jit), "a:b\\u{a}c_[j]");
-        let python =
-            Symbol::new("K.f", SymbolKind::Script).at(Some(SourceLine { file: "/a;b.py".into(), line: 7 }));
+        let python = Symbol::new("K.f", SymbolKind::Script).at(Some(SourceLine {
+            file: "/a;b.py".into(),
+            line: 7,
+            column: 0,
+        }));
         assert_eq!(python.display_name(), "K.f (/a:b.py:7)");
-        let unknown_line =
-            Symbol::new("f", SymbolKind::Script).at(Some(SourceLine { file: "/a.py".into(), line: 0 }));
+        let unknown_line = Symbol::new("f", SymbolKind::Script).at(Some(SourceLine {
+            file: "/a.py".into(),
+            line: 0,
+            column: 0,
+        }));
         assert_eq!(unknown_line.display_name(), "f (/a.py)");
+        let javascript = Symbol::new("alpha", SymbolKind::Script).at(Some(SourceLine {
+            file: "/app.js".into(),
+            line: 13,
+            column: 15,
+        }));
+        assert_eq!(javascript.display_name(), "alpha (/app.js:13:15)");
     }
 
     #[test]

@@ -511,10 +511,11 @@ mod tests {
         let script = |line| Location {
             module: None,
             address: 0,
-            symbols: vec![
-                Symbol::new("handle", SymbolKind::Script)
-                    .at(Some(SourceLine { file: "app.py".into(), line })),
-            ],
+            symbols: vec![Symbol::new("handle", SymbolKind::Script).at(Some(SourceLine {
+                file: "app.py".into(),
+                line,
+                column: 0,
+            }))],
         };
         Recording {
             meta: Meta { duration_ns: 2_000_000_000, ..Meta::default() },
@@ -759,7 +760,11 @@ mod tests {
     #[test]
     fn kinds_by_language_then_by_kind() {
         let at = |name: &str, kind, file: &str| {
-            kind_label(&Symbol::new(name, kind).at(Some(SourceLine { file: file.into(), line: 1 })))
+            kind_label(&Symbol::new(name, kind).at(Some(SourceLine {
+                file: file.into(),
+                line: 1,
+                column: 0,
+            })))
         };
         assert_eq!(at("Shares.alpha", SymbolKind::Jit, "Shares.java"), "Java");
         assert_eq!(at("Shares.beta", SymbolKind::Function, "Shares.java"), "Java");

@@ -106,6 +106,8 @@ pub mod proto {
         pub function_id: u64,
         #[prost(int64, tag = "2")]
         pub line: i64,
+        #[prost(int64, tag = "3")]
+        pub column: i64,
     }
 
     #[derive(Clone, PartialEq, prost::Message)]
@@ -175,7 +177,11 @@ pub fn profile(recording: &Recording) -> proto::Profile {
             line: l
                 .lines
                 .iter()
-                .map(|line| proto::Line { function_id: line.function as u64 + 1, line: line.line })
+                .map(|line| proto::Line {
+                    function_id: line.function as u64 + 1,
+                    line: line.line,
+                    column: line.column,
+                })
                 .collect(),
         })
         .collect();

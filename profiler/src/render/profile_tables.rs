@@ -78,6 +78,8 @@ pub struct MappingRow<'r> {
 pub struct LineRow {
     pub function: usize,
     pub line: i64,
+    /// 0 when not known.
+    pub column: i64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -153,6 +155,7 @@ impl<'r> ProfileTables<'r> {
                         LineRow {
                             function: functions.insert_full((symbol.name.as_str(), file)).0,
                             line: symbol.source.as_ref().map_or(0, |source| source.line.into()),
+                            column: symbol.source.as_ref().map_or(0, |source| source.column.into()),
                         }
                     })
                     .collect(),

@@ -35,6 +35,8 @@ struct SharedFrame {
     file: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     line: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    col: Option<u32>,
 }
 
 #[derive(Serialize)]
@@ -74,6 +76,7 @@ fn file(recording: &Recording) -> File {
                         name: symbol.name.clone(),
                         file: symbol.source.as_ref().map(|source| source.file.clone()),
                         line: symbol.source.as_ref().map(|source| source.line),
+                        col: symbol.source.as_ref().map(|source| source.column).filter(|&column| column != 0),
                     };
                     frames.insert_full(frame).0
                 })

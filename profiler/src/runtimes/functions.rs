@@ -21,6 +21,9 @@ pub struct Function {
     pub name: String,
     /// Its source file; empty when not known.
     pub file: String,
+    /// The column its definition starts at on its first line (1-based; 0 when not known: only
+    /// JavaScript's functions say it, and their frames' line is that first line).
+    pub column: u32,
     pub kind: Kind,
 }
 
@@ -106,6 +109,7 @@ impl Functions {
         let unkept = Arc::new(Function {
             name: "[not named: the memory for what targets describe was spent]".into(),
             file: String::new(),
+            column: 0,
             kind: Kind::Python,
         });
         let entry = Entry { function: unkept.clone(), used: u64::MAX, _charge: None };
@@ -118,10 +122,10 @@ impl Functions {
         }
     }
 
-    /// The function (name, file, kind), held; the placeholder of [`UNKEPT`] when the budget has
-    /// no room for a new one.
-    pub fn intern(&mut self, name: &str, file: &str, kind: Kind) -> FunctionRef {
-        let function = Function { name: name.to_owned(), file: file.to_owned(), kind };
+    /// The function (name, file, column, kind), held; the placeholder of [`UNKEPT`] when the
+    /// budget has no room for a new one.
+    pub fn intern(&mut self, name: &str, file: &str, column: u32, kind: Kind) -> FunctionRef {
+        let function = Function { name: name.to_owned(), file: file.to_owned(), column, kind };
         let epoch = self.budget.epoch();
         if let Some(&id) = self.by_function.get(&function) {
             let entry = self.by_id.get_mut(&id).expect("both maps hold every function");
@@ -151,7 +155,11 @@ impl Functions {
         let Some(Entry { function, .. }) = self.by_id.get(&function) else {
             return Symbol::new("[unknown runtime code]", SymbolKind::Function);
         };
-        let source = (!function.file.is_empty()).then(|| SourceLine { file: function.file.clone(), line });
+        let source = (!function.file.is_empty()).then(|| SourceLine {
+            file: function.file.clone(),
+            line,
+            column: function.column,
+        });
         Symbol::new(function.name.as_str(), function.kind.symbol_kind()).at(source)
     }
 
@@ -183,13 +191,13 @@ mod tests {
     #[test]
     fn each_function_once_and_named_with_its_line() {
         let mut functions = Functions::default();
-        let a = functions.intern("Shares.alpha", "Shares.java", Kind::JavaCompiled);
-        let b = functions.intern("Shares.alpha", "Shares.java", Kind::JavaInlined);
+        let a = functions.intern("Shares.alpha", "Shares.java", 0, Kind::JavaCompiled);
+        let b = functions.intern("Shares.alpha", "Shares.java", 0, Kind::JavaInlined);
         assert_ne!(a.id, b.id, "another kind is another function");
-        assert_eq!(functions.intern("Shares.alpha", "Shares.java", Kind::JavaCompiled).id, a.id);
+        assert_eq!(functions.intern("Shares.alpha", "Shares.java", 0, Kind::JavaCompiled).id, a.id);
         let symbol = functions.symbol(b.id, 15);
         assert_eq!((symbol.name.as_str(), symbol.kind), ("Shares.alpha", SymbolKind::Inlined));
-        assert_eq!(symbol.source, Some(SourceLine { file: "Shares.java".into(), line: 15 }));
+        assert_eq!(symbol.source, Some(SourceLine { file: "Shares.java".into(), line: 15, column: 0 }));
         assert_eq!(functions.symbol(99, 1).name, "[unknown runtime code]");
     }
 
@@ -197,15 +205,15 @@ mod tests {
     fn functions_go_once_nothing_holds_them_and_their_ids_stay_theirs() {
         let budget: &'static Budget = Box::leak(Box::new(Budget::new(1 << 20)));
         let mut functions = Functions::new(budget);
-        let kept = functions.intern("kept", "a.py", Kind::Python);
-        let dropped = functions.intern("dropped", "a.py", Kind::Python).id;
+        let kept = functions.intern("kept", "a.py", 0, Kind::Python);
+        let dropped = functions.intern("dropped", "a.py", 0, Kind::Python).id;
         functions.prune();
         assert_eq!(functions.by_id.len(), 3, "interned in this epoch: both stay (and the placeholder)");
         budget.next_epoch();
         functions.prune();
         assert_eq!(functions.symbol(kept.id, 1).name, "kept", "held by a cache");
         assert_eq!(functions.symbol(dropped, 1).name, "[unknown runtime code]", "held by nothing: gone");
-        let again = functions.intern("dropped", "a.py", Kind::Python);
+        let again = functions.intern("dropped", "a.py", 0, Kind::Python);
         assert_ne!(again.id, dropped, "a new id: frames of the old one were named already");
     }
 
@@ -214,7 +222,7 @@ mod tests {
         let budget: &'static Budget = Box::leak(Box::new(Budget::new(200)));
         let mut functions = Functions::new(budget);
         let long = "x".repeat(200);
-        let unkept = functions.intern(&long, "", Kind::Python);
+        let unkept = functions.intern(&long, "", 0, Kind::Python);
         assert_eq!(unkept.id, UNKEPT);
         assert!(functions.symbol(unkept.id, 0).name.starts_with("[not named"));
         assert_eq!(functions.unkept(), 1);

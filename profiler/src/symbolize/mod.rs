@@ -407,11 +407,15 @@ impl Symbolizer {
     }
 }
 
-/// The file and line of blazesym's code information (with its directory when the DWARF gives
-/// one); `None` without a line.
+/// The file, line and column of blazesym's code information (with its directory when the
+/// DWARF gives one); `None` without a line.
 fn source(code_info: Option<&CodeInfo<'_>>) -> Option<SourceLine> {
     let code_info = code_info?;
-    Some(SourceLine { file: code_info.to_path().to_string_lossy().into_owned(), line: code_info.line? })
+    Some(SourceLine {
+        file: code_info.to_path().to_string_lossy().into_owned(),
+        line: code_info.line?,
+        column: code_info.column.map_or(0, u32::from),
+    })
 }
 
 /// Leave for blazesym to read a module's DWARF.

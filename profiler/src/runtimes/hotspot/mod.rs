@@ -397,7 +397,7 @@ impl Jvm {
                     Some(name) => format!("[{}]", self.name(name).as_deref().unwrap_or("unknown stub")),
                     None => "StubRoutines::call_stub".to_owned(),
                 };
-                let function = functions.intern(&text, "", Kind::JavaStub);
+                let function = functions.intern(&text, "", 0, Kind::JavaStub);
                 let id = function.id;
                 if function.is_kept() {
                     self.stub_functions.insert(key, function, ENTRY_BYTES);
@@ -478,7 +478,7 @@ impl Jvm {
         let function = match self.method_functions.get(&(method, kind)) {
             Some(function) => function.id,
             None => {
-                let function = functions.intern(&info.name, &info.file, kind);
+                let function = functions.intern(&info.name, &info.file, 0, kind);
                 let id = function.id;
                 if function.is_kept() {
                     self.method_functions.insert((method, kind), function, ENTRY_BYTES);

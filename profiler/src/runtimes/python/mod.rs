@@ -265,12 +265,12 @@ impl Running {
             None if self.memory.allowance_spent() => {
                 // Read at a later sample: not remembered.
                 stats.deferred += 1;
-                let function = functions.intern("[Python code not read yet]", "", Kind::Python);
+                let function = functions.intern("[Python code not read yet]", "", 0, Kind::Python);
                 return Frame::Runtime { function: function.id, line: 0 };
             }
             None => {
                 stats.unreadable_code += 1;
-                let function = functions.intern("[unknown Python code]", "", Kind::Python);
+                let function = functions.intern("[unknown Python code]", "", 0, Kind::Python);
                 (Frame::Runtime { function: function.id, line: 0 }, function)
             }
         };
@@ -292,7 +292,7 @@ impl Running {
             code::read(&mut read, layout, &self.types, record.code, record.first_line, &mut self.line_tables)
                 .ok()
                 .map(|object| Code {
-                    function: functions.intern(&object.name, &object.file, Kind::Python),
+                    function: functions.intern(&object.name, &object.file, 0, Kind::Python),
                     object: Arc::new(object),
                 });
         // A read refused for want of the sample's allowance says nothing of the code object, nor

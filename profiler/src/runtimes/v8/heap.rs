@@ -38,6 +38,9 @@ pub struct FunctionInfo {
     pub file: String,
     /// The line of its start (1-based; 0 when not known).
     pub line: u32,
+    /// The column of its start on that line (1-based; 0 when not known), as V8's perf map says
+    /// it: where its parameter list opens.
+    pub column: u32,
     /// A closure of V8's builtins (no script, no name), whose frames the builtin it runs names.
     pub builtin: bool,
 }
@@ -168,11 +171,11 @@ impl Heap<'_, '_> {
         };
         let builtin = !scripted && name.is_none();
         let name = name.unwrap_or_else(|| "(anonymous)".to_owned());
-        let line = match (start, source) {
-            (Some(start), Some(source)) => self.line_of(source, start).unwrap_or(0),
-            _ => 0,
+        let (line, column) = match (start, source) {
+            (Some(start), Some(source)) => self.position_of(source, start).unwrap_or((0, 0)),
+            _ => (0, 0),
         };
-        Some(FunctionInfo { name, file, line, builtin })
+        Some(FunctionInfo { name, file, line, column, builtin })
     }
 
     /// The function's name and start position in the `ScopeInfo` at `object`: the first string
@@ -231,9 +234,9 @@ impl Heap<'_, '_> {
         (name, start)
     }
 
-    /// The line (1-based) of position `at` of the source string `source`, counting its line
-    /// breaks (the source's first [`MAX_SOURCE`] characters at most).
-    pub fn line_of(&mut self, source: u64, at: u64) -> Option<u32> {
+    /// The line and column (1-based) of position `at` of the source string `source`, counting
+    /// its line breaks (the source's first [`MAX_SOURCE`] characters at most).
+    pub fn position_of(&mut self, source: u64, at: u64) -> Option<(u32, u32)> {
         if at >= MAX_SOURCE {
             return None;
         }
@@ -248,8 +251,11 @@ impl Heap<'_, '_> {
         if at > length {
             return None;
         }
-        let line = 1 + chars.iter().filter(|&&c| c == u16::from(b'\n')).count();
-        u32::try_from(line).ok()
+        let newline = u16::from(b'\n');
+        let line = 1 + chars.iter().filter(|&&c| c == newline).count();
+        let line_start = chars.iter().rposition(|&c| c == newline).map_or(0, |at| at + 1);
+        let column = 1 + chars.len() - line_start;
+        Some((u32::try_from(line).ok()?, u32::try_from(column).ok()?))
     }
 
     /// The first `count` code units of the sequential string at `object`, and its length.

@@ -370,9 +370,10 @@ impl V8Process {
         }
         let read = match read {
             Some(info) if info.builtin => Read::Builtin,
-            Some(info) => {
-                Read::Function(functions.intern(&info.name, &info.file, Kind::JavaScript), Arc::new(info))
-            }
+            Some(info) => Read::Function(
+                functions.intern(&info.name, &info.file, info.column, Kind::JavaScript),
+                Arc::new(info),
+            ),
             None => Read::Unreadable,
         };
         let naming = read.naming();

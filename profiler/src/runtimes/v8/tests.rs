@@ -93,7 +93,7 @@ fn heap() -> Vec<(u64, Vec<u8>)> {
         (FUNCTION, words(&[0, 0, 0, SHARED + 1])),
         (SHARED, words(&[SFI_MAP + 1, 0, SCOPE + 1, 0, SCRIPT + 1])),
         // The map, flags, parameters, one context local (its name and info), the function's
-        // name, its start and end.
+        // name, its start (where its parameter list opens, on line 3) and end.
         (
             SCOPE,
             words(&[
@@ -104,8 +104,8 @@ fn heap() -> Vec<(u64, Vec<u8>)> {
                 FILE + 1,
                 smi(0),
                 NAME + 1,
-                smi(16),
-                smi(40),
+                smi(29),
+                smi(48),
                 0,
                 0,
                 0,
@@ -133,7 +133,13 @@ fn a_function_is_named_by_its_scope_info_and_script() {
     let info = read_function(&pieces, SCOPE + 1, SCRIPT + 1).unwrap();
     assert_eq!(
         info,
-        FunctionInfo { name: "alpha".into(), file: "/app/app.js".into(), line: 3, builtin: false }
+        FunctionInfo {
+            name: "alpha".into(),
+            file: "/app/app.js".into(),
+            line: 3,
+            column: 15,
+            builtin: false
+        }
     );
     // Named by a string (a function not compiled yet), with no position: no line.
     let info = read_function(&pieces, NAME + 1, SCRIPT + 1).unwrap();
@@ -236,7 +242,7 @@ fn frames_are_stepped_by_their_frame_pointer_and_javascript_ones_named() {
     };
     let symbol = functions.symbol(function, line);
     assert_eq!(symbol.name, "alpha");
-    assert_eq!(symbol.source.map(|source| (source.file, source.line)), Some(("/app/app.js".into(), 3)));
+    assert_eq!(symbol.display_name(), "alpha (/app/app.js:3:15)");
     assert_eq!(v8.stepped(1), None, "a typed frame");
     // Named again from the cache, while its fields are the same.
     assert!(v8.name(v8.stepped(0).unwrap(), &mut functions).frame().is_some());
