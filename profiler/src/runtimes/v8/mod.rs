@@ -24,7 +24,6 @@ mod tests;
 use std::{ops::Range, sync::Arc};
 
 use anyhow::{Context as _, Result};
-use rustc_hash::FxHashMap;
 
 use self::{
     heap::{FunctionInfo, Heap, untag},
@@ -45,11 +44,8 @@ use crate::{
     unwind::RuntimeCode,
 };
 
-/// Maps' instance types, and functions' `SharedFunctionInfo`s, remembered per process; beyond,
-/// the memory starts over.
-const MAX_MAPS: usize = 4096;
-const MAX_CLOSURES: usize = 4096;
-/// What a function not read holds in the cache, about.
+/// What a small entry holds in a cache (a function not read, a map's type, a closure's
+/// `SharedFunctionInfo`), about: key, value and the cache's links.
 const ENTRY_BYTES: u64 = 64;
 
 /// V8, as a [`Runtime`]: what became of JavaScript frames.
@@ -187,8 +183,8 @@ impl Runtime for V8 {
 
     fn relieve(&mut self, process: &mut V8Process) {
         process.functions.relieve();
-        process.maps.clear();
-        process.closures.clear();
+        process.maps.relieve();
+        process.closures.relieve();
     }
 
     fn inspect(&self, process: &V8Process) -> String {
@@ -234,12 +230,12 @@ pub struct V8Process {
     /// Functions by their `SharedFunctionInfo`'s address, with the name-or-scope-info and
     /// script fields they were read from, under the budget of what targets describe.
     functions: Cache<u64, Entry>,
-    /// Maps' instance types by address.
-    maps: FxHashMap<u64, u16>,
-    /// The `SharedFunctionInfo` last read of each `JSFunction`, by its tagged address: what
-    /// names its frames once the process is gone (the last samples of a process that exits are
-    /// named after it has, when its memory cannot be read).
-    closures: FxHashMap<u64, u64>,
+    /// Maps' instance types by address, under the same budget.
+    maps: Cache<u64, u16>,
+    /// The `SharedFunctionInfo` last read of each `JSFunction`, by its tagged address, under
+    /// the same budget: what names its frames once the process is gone (the last samples of a
+    /// process that exits are named after it has, when its memory cannot be read).
+    closures: Cache<u64, u64>,
     /// The JavaScript frames the last stack walked stepped, by depth.
     stepped: Vec<(usize, JsFrame)>,
     /// Frames of V8's code that could not be stepped.
@@ -302,8 +298,8 @@ impl V8Process {
             memory,
             allowance,
             functions: Cache::default(),
-            maps: FxHashMap::default(),
-            closures: FxHashMap::default(),
+            maps: Cache::default(),
+            closures: Cache::default(),
             stepped: Vec::new(),
             lost: 0,
         }
@@ -328,10 +324,9 @@ impl V8Process {
             return self.last_read(frame);
         };
         let shared = untag(shared)?;
-        if self.closures.len() >= MAX_CLOSURES {
-            self.closures.clear();
+        if self.closures.get(&frame.function) != Some(&shared) {
+            self.closures.insert(frame.function, shared, ENTRY_BYTES);
         }
-        self.closures.insert(frame.function, shared);
         let fields_end =
             layout.shared_name_or_scope_info.max(layout.shared_script).max(layout.heap_object_map) + 8;
         let mut header = vec![0u8; fields_end as usize];
@@ -347,10 +342,7 @@ impl V8Process {
             Some(&kind) => kind,
             None => {
                 let kind = heap.map_type(map)?;
-                if self.maps.len() >= MAX_MAPS {
-                    self.maps.clear();
-                }
-                self.maps.insert(map, kind);
+                self.maps.insert(map, kind, ENTRY_BYTES);
                 kind
             }
         };
@@ -388,8 +380,8 @@ impl V8Process {
 
     /// What named `frame`'s function when last read, for a function that cannot be read now.
     fn last_read(&mut self, frame: JsFrame) -> Option<Naming> {
-        let shared = self.closures.get(&frame.function)?;
-        Some(self.functions.get(shared)?.read.naming())
+        let shared = *self.closures.get(&frame.function)?;
+        Some(self.functions.get(&shared)?.read.naming())
     }
 }
 
