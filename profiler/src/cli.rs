@@ -104,7 +104,7 @@ pub struct RecordArgs {
     pub wall: bool,
 
     /// Ring buffer between the kernel and the profiler, in MiB (a power of two; default: 1 MiB
-    /// per CPU, at least 4). Samples that do not fit are counted as lost.
+    /// per CPU, at least 2; at least 4 off the CPU). Samples that do not fit are counted as lost.
     #[arg(long, value_name = "MIB", value_parser = parse_ring_buffer)]
     pub ring_buffer: Option<u32>,
 

@@ -62,7 +62,7 @@ pub async fn run(args: AgentArgs) -> Result<()> {
 /// resident for weeks: at the agent's rates the default would be mostly idle memory); off the
 /// CPU too, the default (spans come with context switches, not with the clock).
 fn ring_bytes(args: &AgentArgs) -> Result<u32> {
-    let default = u64::from(sampler::default_ring_bytes()?);
+    let default = u64::from(sampler::default_ring_bytes(args.off_cpu)?);
     if args.off_cpu {
         return Ok(default as u32);
     }

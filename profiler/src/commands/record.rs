@@ -29,7 +29,10 @@ pub async fn run(args: RecordArgs) -> Result<()> {
         runqueue: weight == Weight::WallNs,
         filter_processes: !args.system_wide,
         follow_forks: !args.no_inherit,
-        ring_buffer_bytes: args.ring_buffer.map_or_else(sampler::default_ring_bytes, |mib| Ok(mib << 20))?,
+        ring_buffer_bytes: match args.ring_buffer {
+            Some(mib) => mib << 20,
+            None => sampler::default_ring_bytes(weight != Weight::Samples)?,
+        },
     };
     let (profile, settings) = sampling(&args.sampling, plan);
     let settings = Settings {

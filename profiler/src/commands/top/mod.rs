@@ -34,7 +34,7 @@ pub async fn run(args: TopArgs) -> Result<()> {
         runqueue: weight == Weight::WallNs,
         filter_processes: !(args.pids.is_empty() && args.command.is_empty()),
         follow_forks: true,
-        ring_buffer_bytes: sampler::default_ring_bytes()?,
+        ring_buffer_bytes: sampler::default_ring_bytes(weight != Weight::Samples)?,
     };
     let (cpu, settings) = sampling(&args.sampling, plan);
     let full_screen = !args.once && std::io::stdout().is_terminal();
