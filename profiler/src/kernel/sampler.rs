@@ -70,6 +70,7 @@ pub struct Sampler {
     frequency_hz: u64,
     on_cpu: bool,
     off_cpu: bool,
+    ring_buffer_bytes: u32,
 }
 
 /// Where the programs that follow processes read `task_struct` fields, from the kernel's BTF.
@@ -213,6 +214,7 @@ impl Sampler {
             frequency_hz: config.frequency_hz,
             on_cpu: config.on_cpu,
             off_cpu: config.off_cpu.is_some(),
+            ring_buffer_bytes: config.ring_buffer_bytes,
         })
     }
 
@@ -373,11 +375,22 @@ impl KernelSource for Sampler {
     }
 
     fn warnings(&self) -> Vec<String> {
+        let mut warnings = Vec::new();
         let not_followed = self.count(Counter::FilterFull).unwrap_or(0);
-        let warning = format!(
-            "{not_followed} processes forked by the targets were not followed: the kernel's table of followed \
-             processes was full"
-        );
-        (not_followed > 0).then_some(warning).into_iter().collect()
+        if not_followed > 0 {
+            warnings.push(format!(
+                "{not_followed} processes forked by the targets were not followed: the kernel's table of \
+                 followed processes was full"
+            ));
+        }
+        let lost = self.lost().unwrap_or(0);
+        if lost > 0 {
+            warnings.push(format!(
+                "{lost} records did not fit in the {} MiB ring buffer (the profiler fell behind): a larger \
+                 --ring-buffer keeps them",
+                self.ring_buffer_bytes >> 20
+            ));
+        }
+        warnings
     }
 }
