@@ -129,7 +129,7 @@ fn java_methods_named_with_no_options() {
         let pprof = dir.join("out.pb.gz");
         let outputs = ["-o", folded.to_str().unwrap(), "-o", pprof.to_str().unwrap()];
         let from_start = {
-            let mut args = vec!["record", "--per-thread", "-F", "199"];
+            let mut args = vec!["record", "--per-thread", "-F", "499"];
             args.extend(outputs);
             args.extend(["--", java, "-cp", classes, "Shares", "6"]);
             assert!(run_profiler(&args).status.success());
@@ -141,7 +141,7 @@ fn java_methods_named_with_no_options() {
             let jvm = spawn(Path::new(java), &["-cp", classes, "Shares", "30"]);
             wait_for_cpu(jvm.pid(), std::time::Duration::from_secs(2));
             let pid = jvm.pid().to_string();
-            let mut args = vec!["record", "--per-thread", "-F", "199", "-d", "5", "-p", &pid];
+            let mut args = vec!["record", "--per-thread", "-F", "499", "-d", "5", "-p", &pid];
             args.extend(outputs);
             assert!(run_profiler(&args).status.success());
             let named = Folded::read(&folded);
@@ -171,7 +171,8 @@ fn java_methods_named_with_no_options() {
 }
 
 /// Fails unless at least 90% of the samples of the JVM's busiest Java thread (`java-TID`, the
-/// one running `main`) name one of the three methods, with their shares ± 5 points, under
+/// one running `main`; recorded at 499 Hz, so that ± 5 points is over five sampling errors on its
+/// ~2,500 samples) name one of the three methods, with their shares ± 5 points, under
 /// `Shares.main` and the JVM's native start (`JavaMain`, reached from the thread's start).
 fn assert_java_named(folded: &Folded, what: &str) {
     let roots = folded.roots();
