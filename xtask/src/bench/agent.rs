@@ -27,9 +27,8 @@ use tokio::net::TcpListener;
 use super::{
     compare::{cpu_ticks, ticks_to_seconds},
     long_run::{rss_mib, slope},
-    workloads::KillOnDrop,
+    workloads::{KillOnDrop, compile_c},
 };
-use crate::check;
 
 /// The goals: the OpenTelemetry eBPF profiler's published budget is 1% CPU and 250 MB.
 const CPU_GOAL_PERCENT: f64 = 0.5;
@@ -54,7 +53,7 @@ pub fn table(profiler: &Path, src: &Path, dir: &Path, load: Load, quick: bool) -
         Load::Switching => ("handoff", "handoff.c"),
     };
     let binary = dir.join(format!("{program}-agent"));
-    check(Command::new("gcc").args(["-O2", "-g", "-o"]).arg(&binary).arg(src.join(source)).arg("-lpthread"))?;
+    compile_c(&src.join(source), &binary, &["-O2", "-g"])?;
     let mut busy = Vec::new();
     for cpu in 0..cpus {
         let args = match load {

@@ -5,7 +5,7 @@ use std::{fmt::Write as _, path::Path, process::Command};
 
 use anyhow::{Context as _, Result, bail};
 
-use super::median;
+use super::{median, workloads::compile_c};
 use crate::check;
 
 /// `alloc_heavy` modes: what one of the N iterations does.
@@ -74,13 +74,7 @@ pub fn table(profiler: &Path, src: &Path, dir: &Path, repetitions: usize, quick:
 /// many allocations a second are followed, and how many of their stacks the ring loses.
 fn keeping_up(profiler: &Path, src: &Path, dir: &Path, repetitions: usize, quick: bool) -> Result<String> {
     let binary = dir.join("leaks_churn");
-    check(
-        Command::new("gcc")
-            .args(["-O2", "-g", "-fno-optimize-sibling-calls", "-o"])
-            .arg(&binary)
-            .arg(src.join("leaks_churn.c"))
-            .arg("-lpthread"),
-    )?;
+    compile_c(&src.join("leaks_churn.c"), &binary, &["-O2", "-g", "-fno-optimize-sibling-calls"])?;
     let seconds = if quick { "3" } else { "10" };
     let mut text = format!(
         "`profiler leaks -q -o leaks.txt -- leaks_churn {seconds}`: eight threads churn malloc, calloc, realloc, \

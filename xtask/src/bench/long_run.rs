@@ -12,7 +12,7 @@ use std::{
 
 use anyhow::{Context as _, Result};
 
-use super::workloads::KillOnDrop;
+use super::workloads::{KillOnDrop, compile_c};
 use crate::check;
 
 pub fn table(profiler: &Path, src: &Path, dir: &Path, quick: bool) -> Result<String> {
@@ -61,9 +61,7 @@ pub fn table(profiler: &Path, src: &Path, dir: &Path, quick: bool) -> Result<Str
 /// loaded and unloaded, threads created and joined, all in loops.
 pub(super) fn storm(src: &Path, dir: &Path, seconds: f64) -> Result<KillOnDrop> {
     let churn = dir.join("churn");
-    check(
-        Command::new("gcc").args(["-O2", "-g", "-o"]).arg(&churn).arg(src.join("churn.c")).arg("-lpthread"),
-    )?;
+    compile_c(&src.join("churn.c"), &churn, &["-O2", "-g"])?;
     let plugin = dir.join("libplugin.so");
     check(
         Command::new("gcc")

@@ -15,7 +15,7 @@ use anyhow::{Context as _, Result, bail};
 use super::{
     kernel::{BpfStats, parse_after},
     median,
-    workloads::{KillOnDrop, RunningWorkload, on_last_cpu, record_while, slowdown},
+    workloads::{self, KillOnDrop, RunningWorkload, on_last_cpu, record_while, slowdown},
 };
 use crate::check;
 
@@ -106,7 +106,9 @@ pub fn table(profiler: &Path, root: &Path, src: &Path, dir: &Path, repetitions: 
         bail!("the Python benchmark profiles Debian's CPython 3.14: run `cargo xtask setup`");
     }
     let py_spy = ensure_py_spy(root, &python)?;
-    let native = build_split(src, dir)?;
+    // split.c without frame pointers, with its debug information.
+    let native = dir.join("split-nofp");
+    workloads::compile_c(&src.join("split.c"), &native, &["-O2", "-g", "-fomit-frame-pointer"])?;
     let script = src.join("python/shares.py");
     let cases = cases(&python, &debian, &native);
     let mut runs: Vec<Vec<Run>> = cases.iter().map(|_| Vec::new()).collect();
@@ -242,19 +244,6 @@ fn cases(python: &Path, debian: &Path, native: &Path) -> Vec<Case> {
 /// The median of what `f` takes of each run's Python figures.
 fn column_python(runs: &[Run], f: fn((f64, f64)) -> f64) -> f64 {
     median(&mut runs.iter().filter_map(|r| r.python).map(f).collect::<Vec<_>>())
-}
-
-/// split.c without frame pointers, with its debug information.
-fn build_split(src: &Path, dir: &Path) -> Result<PathBuf> {
-    let native = dir.join("split-nofp");
-    check(
-        Command::new("gcc")
-            .args(["-O2", "-g", "-fomit-frame-pointer", "-o"])
-            .arg(&native)
-            .arg(src.join("split.c"))
-            .arg("-lpthread"),
-    )?;
-    Ok(native)
 }
 
 /// py-spy, installed from PyPI into a virtual environment under the workspace when missing.

@@ -33,11 +33,16 @@ pub struct Workload {
     pub normalize: fn(&str) -> String,
 }
 
+/// `gcc FLAGS -o OUT SOURCE -lpthread`: a C workload built.
+pub fn compile_c(source: &Path, out: &Path, flags: &[&str]) -> Result<()> {
+    check(Command::new("gcc").args(flags).arg("-o").arg(out).arg(source).arg("-lpthread"))
+}
+
 pub fn build(root: &Path, dir: &Path, quick: bool) -> Result<Vec<Workload>> {
     let src = root.join("profiler/tests/workloads");
     let c = |source: &str, name: &str, flags: &[&str]| -> Result<PathBuf> {
         let out = dir.join(name);
-        check(Command::new("gcc").args(flags).arg("-o").arg(&out).arg(src.join(source)).arg("-lpthread"))?;
+        compile_c(&src.join(source), &out, flags)?;
         Ok(out)
     };
     let split = |prefix: &str, root: &str| split_expected(prefix, root);
