@@ -6,8 +6,8 @@ use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_mai
 use profiler::{
     Grouping, Meta, RecordKind, Tgid, ThreadState, Tid,
     stages::{
-        AddressSpaces, Aggregate, Frame, Functions, Namer, NewFrames, NoRuntime, PerfMaps, StackSnapshot,
-        Symbolizer, Tracking, Unwinder, Walked, Want, folded,
+        AddressSpaces, Aggregate, DebugInfo, Frame, Namer, NewFrames, NoRuntime, PerfMaps, Runtimes,
+        StackSnapshot, Symbolizer, Tracking, Unwinder, Walked, Want, folded,
     },
     testing::{Fixture, encode_sample},
 };
@@ -71,8 +71,8 @@ fn aggregate(c: &mut Criterion) {
     let mut aggregate = synthetic_aggregate(100_000, 1_000);
     let spaces = AddressSpaces::new(Tracking { all: false, follow_forks: false });
     let modules = spaces.modules();
-    let mut namer = Namer::default();
-    namer.name(NewFrames::new(aggregate.new_frames(), &spaces, &Functions::default(), 0));
+    let mut namer = Namer::new(DebugInfo::Own);
+    namer.name(NewFrames::new(aggregate.new_frames(), &spaces, &Runtimes::new(false), 0));
     let symbols = namer.finish(0);
     group.throughput(Throughput::Elements(100_000));
     group.bench_function("recording_100k_samples", |b| {
@@ -102,17 +102,25 @@ fn symbolize(c: &mut Criterion) {
     }));
     let mut group = c.benchmark_group("symbolize");
     group.throughput(Throughput::Elements(frames.len() as u64));
-    let (mut symbolizer, perf_maps) = (Symbolizer::default(), PerfMaps::default());
-    symbolizer.symbolize(&frames, modules, &perf_maps);
+    let (mut symbolizer, perf_maps, interpreters) =
+        (Symbolizer::new(DebugInfo::Own), PerfMaps::default(), Default::default());
+    symbolizer.symbolize(&frames, modules, &interpreters, &perf_maps);
     group.bench_function("warm_1000_addresses", |b| {
-        b.iter(|| symbolizer.symbolize(black_box(&frames), modules, &perf_maps))
+        b.iter(|| symbolizer.symbolize(black_box(&frames), modules, &interpreters, &perf_maps))
     });
     // Cold: a new symbolizer each time, so the module is opened and its symbols and DWARF
     // parsed again: the cost of the first address in a module not seen before.
     group.throughput(Throughput::Elements(1));
     group.sample_size(10);
     group.bench_function("cold_module_first_address", |b| {
-        b.iter(|| Symbolizer::default().symbolize(black_box(&frames[..1]), modules, &perf_maps))
+        b.iter(|| {
+            Symbolizer::new(DebugInfo::Own).symbolize(
+                black_box(&frames[..1]),
+                modules,
+                &interpreters,
+                &perf_maps,
+            )
+        })
     });
     group.finish();
 }

@@ -13,7 +13,7 @@ use crate::{
     frame::{Frame, Marker},
     model::{Tgid, ThreadState, Tid},
     named::Named,
-    runtimes::{Runtimes, functions::Functions},
+    runtimes::Runtimes,
     untrusted::DESCRIBED,
     unwind::{
         NoRuntime, RuntimeCode, StackSnapshot, UnwindEnd, UnwindStats, Unwinder, Unwound,
@@ -145,9 +145,9 @@ impl StackWalker {
         !self.native_only && self.runtimes.may_be_starting(now_ns)
     }
 
-    /// The functions runtimes' frames name.
-    pub fn functions(&self) -> &Functions {
-        self.runtimes.functions()
+    /// The runtimes read: the functions their frames name, the modules they read them through.
+    pub fn runtimes(&self) -> &Runtimes {
+        &self.runtimes
     }
 
     /// The summary's rows of the runtimes met: a label and lines each.

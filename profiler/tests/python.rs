@@ -348,6 +348,29 @@ fn python_started_after_a_system_wide_recording_began_is_named() {
 /// frozen imports included): at most 0.5% of its samples end in the eval loop with no Python
 /// frame above it, those the kernel took before it was told of the interpreter. (Debian's 3.14
 /// is stripped: its eval loop has no name to count, and passes for want of it.)
+/// libpython is named from its ELF symbols while Python frames are read through it (its DWARF,
+/// ~14 MiB of a pyenv build, gave only inlined helpers of the evaluation loop), and from its
+/// DWARF with `--debug-info all`.
+#[test]
+fn the_interpreter_is_named_from_its_symbols_unless_all_debug_info_is_asked_for() {
+    if !e2e_enabled() {
+        return;
+    }
+    let python = interpreters()
+        .iter()
+        .find(|python| python.label.starts_with("pyenv-3.12"))
+        .expect("pyenv's CPython 3.12, built with DWARF, is installed");
+    let inlined = |extra: &[&str]| {
+        let dir = scratch_dir(&format!("debug-info-{}", extra.len()));
+        let run = record_script(&dir, python, "shares.py", "2", extra);
+        let in_script = weight(&run.thread("main"), |frames| runs_script(frames, "shares.py"));
+        assert!(in_script > 500, "{extra:?}: {in_script} samples in the script");
+        weight(&run.thread("main"), |frames| frames.iter().any(|frame| frame.ends_with("_[i]")))
+    };
+    assert_eq!(inlined(&[]), 0, "inlined frames with the interpreter's symbols only");
+    assert!(inlined(&["--debug-info", "all"]) > 0, "no inlined frame from the interpreter's DWARF");
+}
+
 #[test]
 fn python_frames_are_read_from_the_start() {
     if !e2e_enabled() {

@@ -93,6 +93,48 @@ fn stripped_binary_with_debuglink() {
     assert_split(&folded, "main", 3.0, 0.99);
 }
 
+/// Whose DWARF names inlined functions (`--debug-info`): a program's own by default, a separate
+/// debug file's only with `all` (its functions named from its symbols otherwise).
+#[test]
+fn inlined_functions_from_own_dwarf_and_from_debug_files_with_all() {
+    if !e2e_enabled() {
+        return;
+    }
+    let dir = scratch_dir("debug-info");
+    let built = build_workload("inlined.c", "inlined", "gcc", &["-O2", "-g"]);
+    let (debug, stripped) = (dir.join("inlined.debug"), dir.join("inlined-stripped"));
+    run("objcopy", &["--only-keep-debug", built.to_str().unwrap(), debug.to_str().unwrap()]);
+    let link = format!("--add-gnu-debuglink={}", debug.display());
+    run("objcopy", &["--strip-all", &link, built.to_str().unwrap(), stripped.to_str().unwrap()]);
+    let share = |folded: &Folded, leaf: &str, chain: &[&str]| {
+        let (_, complete) = folded.leaf_samples(leaf, chain);
+        complete as f64 / folded.total() as f64
+    };
+    for (binary, extra, inlined) in [
+        (&built, &[][..], true),
+        (&stripped, &[][..], false),
+        (&stripped, &["--debug-info", "all"][..], true),
+        (&built, &["--debug-info", "all"][..], true),
+    ] {
+        let folded = record_command(&dir, extra, binary, &["2"]);
+        let case = format!("{} {extra:?}", binary.display());
+        if inlined {
+            assert!(
+                share(&folded, "step_[i]", &["main", "spin", "step_[i]"]) > 0.9,
+                "{case}: {:?}",
+                folded.stacks
+            );
+        } else {
+            assert!(share(&folded, "spin", &["main", "spin"]) > 0.9, "{case}: {:?}", folded.stacks);
+            assert!(
+                !folded.stacks.iter().flat_map(|(frames, _)| frames).any(|frame| frame.ends_with("_[i]")),
+                "{case}: {:?}",
+                folded.stacks
+            );
+        }
+    }
+}
+
 #[test]
 fn binary_deleted_after_it_started() {
     if !e2e_enabled() {

@@ -45,7 +45,7 @@ use crate::{
     named::Named as _,
     output::{self, OutputFile, Outputs},
     render::{Format, RenderOptions},
-    symbolize::{NamingReport, Symbols},
+    symbolize::{DebugInfo, NamingReport, Symbols},
     untrusted::descriptors,
     walk::{CallGraph, StackWalker},
 };
@@ -104,6 +104,8 @@ pub struct Settings {
     pub call_graph: CallGraph,
     /// Runtimes' frames (Python, Java) are not read: native frames only.
     pub native_only: bool,
+    /// Whose DWARF names native frames.
+    pub debug_info: DebugInfo,
     /// Kernel frames keep their addresses in the outputs.
     pub kernel_addresses: bool,
     /// KiB of user stack the kernel side copies per record (0: none).
@@ -195,8 +197,13 @@ impl<M: Mode> Session<M> {
         let files = settings.outputs.create()?;
         let target = Target::open(&settings.pids, &settings.command)?;
         let description = printable_owned(target.describe());
-        let mut pipeline =
-            Pipeline::new(mode, walker(settings, &target), aggregate(settings), settings.max_records)?;
+        let mut pipeline = Pipeline::new(
+            mode,
+            walker(settings, &target),
+            aggregate(settings),
+            settings.max_records,
+            settings.debug_info,
+        )?;
         let mut kernel = pipeline.mode.load(&target)?;
         let ring = RingReader::new(kernel.take_ring()?).context("cannot poll the ring buffer")?;
         let intake = Intake::new(ring, TaskEventReader::open()?, Monotonic, M::Kernel::RECORDS);

@@ -17,7 +17,7 @@ use crate::{
     address_space::{ModuleId, TaskEvent},
     aggregate::Aggregate,
     kernel::{KernelSource, ring::DRAIN_INTERVAL},
-    symbolize::{NamingReport, NamingThread, NewFrames, Symbols},
+    symbolize::{DebugInfo, NamingReport, NamingThread, NewFrames, Symbols},
     walk::StackWalker,
 };
 
@@ -59,11 +59,12 @@ impl<M: Mode> Pipeline<M> {
         walker: StackWalker,
         aggregate: Aggregate,
         max_records: Option<u64>,
+        debug_info: DebugInfo,
     ) -> Result<Self> {
         Ok(Self {
             mode,
             walker,
-            naming: NamingThread::start()?,
+            naming: NamingThread::start(debug_info)?,
             aggregate,
             records: 0,
             max_records,
@@ -163,8 +164,8 @@ impl<M: Mode> Pipeline<M> {
     /// the last drain. Done between drains, once the kernel has the stack ends they taught.
     pub(super) fn settle(&mut self) {
         let frames = self.aggregate.new_frames();
-        let functions = self.walker.functions();
-        self.naming.name(NewFrames::new(frames, self.walker.address_spaces(), functions, self.drained_ns));
+        let runtimes = self.walker.runtimes();
+        self.naming.name(NewFrames::new(frames, self.walker.address_spaces(), runtimes, self.drained_ns));
         self.walker.end_epoch();
         let gone = self.walker.prune(self.drained_ns);
         self.naming.forget(&gone, self.drained_ns);
@@ -303,7 +304,8 @@ mod tests {
     #[tokio::test]
     async fn garbage_and_panics_cost_one_record_each() {
         let walker = StackWalker::new(CallGraph::Fp, Tracking { all: false, follow_forks: false }, false);
-        let mut pipeline = Pipeline::new(Counting, walker, Aggregate::new(Detail::ALL), Some(3)).unwrap();
+        let mut pipeline =
+            Pipeline::new(Counting, walker, Aggregate::new(Detail::ALL), Some(3), DebugInfo::Own).unwrap();
         pipeline.record(&[1, 2, 3]);
         pipeline.record(&record(13));
         pipeline.record(&record(1));
@@ -319,7 +321,8 @@ mod tests {
     #[test]
     fn records_beyond_the_maximum_are_dropped() {
         let walker = StackWalker::new(CallGraph::Fp, Tracking { all: false, follow_forks: false }, false);
-        let mut pipeline = Pipeline::new(Counting, walker, Aggregate::new(Detail::ALL), Some(2)).unwrap();
+        let mut pipeline =
+            Pipeline::new(Counting, walker, Aggregate::new(Detail::ALL), Some(2), DebugInfo::Own).unwrap();
         for tid in 1..=5 {
             pipeline.record(&record(tid));
         }

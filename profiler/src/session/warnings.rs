@@ -81,7 +81,7 @@ fn limits_reached<M: Mode>(pipeline: &Pipeline<M>) {
             limits::describe_open_files()
         );
     }
-    let (values, functions) = (unkept(), pipeline.walker.functions().unkept());
+    let (values, functions) = (unkept(), pipeline.walker.runtimes().functions().unkept());
     if values + functions > 0 {
         eprintln!(
             "profiler: warning: the {} MiB for what targets describe about themselves (runtimes' code objects \

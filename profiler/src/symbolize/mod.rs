@@ -39,17 +39,46 @@ use crate::{
     address_space::{AddressSpaces, Identity, Module, ModuleId, ModuleSet},
     frame::Frame,
     model::{SourceLine, Symbol, SymbolKind, Tgid},
-    runtimes::functions::Functions,
+    named::Named,
+    runtimes::Runtimes,
     untrusted::{
         Charge, INFLATED_BUDGET, charge_inflated,
         open::{self, readable_path},
     },
 };
 
+/// Whose DWARF names native frames: it gives them their inlined functions and source lines, and
+/// costs memory for as long as its module is named (libc's separate debug file inflates to about
+/// 10 MiB, libpython's DWARF maps about 14).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DebugInfo {
+    /// The DWARF a program or library carries itself. Libraries whose DWARF is in a separate debug
+    /// file (the system's, from its debug packages) and the interpreters runtimes' frames are read
+    /// through (libpython, node) are named from their ELF symbols: the code profiled is rarely
+    /// theirs, and for a runtime's program its own frames say where it is.
+    #[default]
+    Own,
+    /// Every module's, from separate debug files too.
+    All,
+}
+
+impl Named for DebugInfo {
+    const NAMES: &'static [(&'static str, Self)] = &[("own", Self::Own), ("all", Self::All)];
+}
+
+impl DebugInfo {
+    /// Whether `module`'s DWARF is read; `interpreter`: a runtime reads its frames through it.
+    fn reads(self, module: &Module, interpreter: bool) -> bool {
+        match self {
+            Self::All => true,
+            Self::Own => !interpreter && module.symbol_file().is_some_and(|file| !file.virtual_addresses),
+        }
+    }
+}
+
 /// The stage that names frames: each distinct frame once, as the recording goes, so that little
 /// is left to do when it stops (the end of a recording is when its user waits). It runs on a
 /// thread of its own ([`NamingThread`]), fed [`NewFrames`].
-#[derive(Default)]
 pub struct Namer {
     symbolizer: Symbolizer,
     perf_maps: PerfMaps,
@@ -61,9 +90,19 @@ pub struct Namer {
 }
 
 impl Namer {
+    pub fn new(debug_info: DebugInfo) -> Self {
+        Self {
+            symbolizer: Symbolizer::new(debug_info),
+            perf_maps: PerfMaps::default(),
+            identities: FxHashMap::default(),
+            symbols: Symbols::default(),
+            failed_jobs: 0,
+        }
+    }
+
     /// Names `new` frames (frames named already are skipped).
     pub fn name(&mut self, new: NewFrames) {
-        let NewFrames { frames, runtime, modules, identities, now_ns } = new;
+        let NewFrames { frames, runtime, modules, interpreters, identities, now_ns } = new;
         self.identities.extend(identities);
         for (frame, symbol) in runtime {
             self.symbols.by_frame.insert(frame, vec![symbol]);
@@ -71,7 +110,7 @@ impl Namer {
         let frames: Vec<Frame> = frames.into_iter().filter(|frame| !self.symbols.contains(frame)).collect();
         self.read_perf_maps(&frames, now_ns);
         if !frames.is_empty() {
-            self.symbols.extend(self.symbolizer.symbolize(&frames, &modules, &self.perf_maps));
+            self.symbols.extend(self.symbolizer.symbolize(&frames, &modules, &interpreters, &self.perf_maps));
         }
     }
 
@@ -131,7 +170,12 @@ impl Namer {
                 self.perf_maps.read_again(tgid, identity, now_ns);
             }
         }
-        let names = self.symbolizer.symbolize(&unnamed, &ModuleSet::default(), &self.perf_maps);
+        let names = self.symbolizer.symbolize(
+            &unnamed,
+            &ModuleSet::default(),
+            &FxHashSet::default(),
+            &self.perf_maps,
+        );
         self.symbols.extend(names);
     }
 
@@ -164,6 +208,8 @@ pub struct NewFrames {
     /// Runtimes' frames, named already from the functions they stand for.
     runtime: Vec<(Frame, Symbol)>,
     modules: ModuleSet,
+    /// Those of `modules` a runtime reads its frames through (its interpreter).
+    interpreters: FxHashSet<ModuleId>,
     identities: FxHashMap<Tgid, Identity>,
     /// When they were seen: perf maps are read as they were then.
     now_ns: u64,
@@ -171,14 +217,16 @@ pub struct NewFrames {
 
 impl NewFrames {
     /// `frames` of processes in `spaces`, seen by `now_ns`; runtimes' frames named by the
-    /// `functions` they stand for.
-    pub fn new(frames: Vec<Frame>, spaces: &AddressSpaces, functions: &Functions, now_ns: u64) -> Self {
+    /// functions they stand for.
+    pub fn new(frames: Vec<Frame>, spaces: &AddressSpaces, runtimes: &Runtimes, now_ns: u64) -> Self {
         let (runtime_frames, frames): (Vec<Frame>, Vec<Frame>) =
             frames.into_iter().partition(|frame| matches!(frame, Frame::Runtime { .. }));
         let runtime = runtime_frames
             .into_iter()
             .filter_map(|frame| match frame {
-                Frame::Runtime { function, line } => Some((frame, functions.symbol(function, line))),
+                Frame::Runtime { function, line } => {
+                    Some((frame, runtimes.functions().symbol(function, line)))
+                }
                 _ => None,
             })
             .collect();
@@ -193,7 +241,8 @@ impl NewFrames {
         }
         let identities =
             processes.into_iter().filter_map(|tgid| Some((tgid, spaces.identity(tgid)?))).collect();
-        Self { frames, runtime, modules: spaces.modules().share(modules), identities, now_ns }
+        let interpreters = modules.iter().copied().filter(|&module| runtimes.pins(module)).collect();
+        Self { frames, runtime, modules: spaces.modules().share(modules), interpreters, identities, now_ns }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -268,6 +317,7 @@ impl Warnings {
 
 pub struct Symbolizer {
     blaze: BlazeSymbolizer,
+    debug_info: DebugInfo,
     /// What naming each module takes, found at its first frame.
     modules: FxHashMap<ModuleId, ModuleNaming>,
     /// Debug information not given to blazesym, a line per module.
@@ -283,8 +333,8 @@ struct ModuleNaming {
     failed: bool,
 }
 
-impl Default for Symbolizer {
-    fn default() -> Self {
+impl Symbolizer {
+    pub fn new(debug_info: DebugInfo) -> Self {
         // No debug directories: blazesym is only ever given files that send it nowhere else (see
         // `Module::symbol_file`); finding debug files is the address-space stage's, inside each
         // target's root.
@@ -294,11 +344,9 @@ impl Default for Symbolizer {
             .enable_demangling(true)
             .set_debug_dirs(Some(Vec::<PathBuf>::new()))
             .build();
-        Self { blaze, modules: FxHashMap::default(), refused: Warnings::default() }
+        Self { blaze, debug_info, modules: FxHashMap::default(), refused: Warnings::default() }
     }
-}
 
-impl Symbolizer {
     /// Lets go of what was read of `modules`: the naming state (PLT stubs, the DWARF charge)
     /// and blazesym's parsed files.
     fn forget(&mut self, modules: &ModuleSet) {
@@ -315,7 +363,13 @@ impl Symbolizer {
 
     /// Names every frame in `frames`. Frames that cannot be named get a placeholder that keeps
     /// what is known (`libfoo.so+0x1234`, `[unknown]`); errors never abort symbolization.
-    pub fn symbolize(&mut self, frames: &[Frame], modules: &ModuleSet, perf_maps: &PerfMaps) -> Symbols {
+    pub fn symbolize(
+        &mut self,
+        frames: &[Frame],
+        modules: &ModuleSet,
+        interpreters: &FxHashSet<ModuleId>,
+        perf_maps: &PerfMaps,
+    ) -> Symbols {
         let mut kernel = Vec::new();
         let mut by_module: BTreeMap<ModuleId, Vec<u64>> = BTreeMap::new();
         let mut symbols = Symbols::default();
@@ -341,7 +395,7 @@ impl Symbolizer {
             symbols.by_frame.insert(Frame::Kernel(*addr), names);
         }
         for (module, offsets) in by_module {
-            let names = self.module(modules, module, &offsets);
+            let names = self.module(modules, module, interpreters.contains(&module), &offsets);
             for (offset, names) in offsets.into_iter().zip(names) {
                 symbols.by_frame.insert(Frame::Module { module, offset }, names);
             }
@@ -366,7 +420,13 @@ impl Symbolizer {
             .collect()
     }
 
-    fn module(&mut self, modules: &ModuleSet, id: ModuleId, offsets: &[u64]) -> Vec<Vec<Symbol>> {
+    fn module(
+        &mut self,
+        modules: &ModuleSet,
+        id: ModuleId,
+        interpreter: bool,
+        offsets: &[u64],
+    ) -> Vec<Vec<Symbol>> {
         let Some(module) = modules.get(id) else {
             // Never so: a batch shares the module of each of its frames.
             return offsets
@@ -374,9 +434,10 @@ impl Symbolizer {
                 .map(|offset| vec![Symbol::new(format!("[unknown]+{offset:#x}"), SymbolKind::Function)])
                 .collect();
         };
+        let reads_dwarf = self.debug_info.reads(module, interpreter);
         let naming = self.modules.entry(id).or_insert_with(|| ModuleNaming {
             plt: plt_stubs(module),
-            dwarf: dwarf_access(module, &mut self.refused),
+            dwarf: reads_dwarf.then(|| dwarf_access(module, &mut self.refused)).flatten(),
             failed: false,
         });
         let resolved = match naming.failed {
@@ -502,8 +563,8 @@ mod tests {
         let mut view = spaces.observe(pid, pid.main_thread(), "test", 0);
         let addr = a_function_to_find as *const () as usize as u64 + 1;
         let frames = [addr, 0x10].map(|addr| Frame::user(pid, 0, addr, view.resolve(addr, Want::Any)));
-        let mut namer = Namer::default();
-        namer.name(NewFrames::new(frames.to_vec(), &spaces, &Functions::default(), 0));
+        let mut namer = Namer::new(DebugInfo::Own);
+        namer.name(NewFrames::new(frames.to_vec(), &spaces, &Runtimes::new(false), 0));
         let symbols = namer.finish(0);
         let names = symbols.of(&frames[0]);
         assert!(names[0].name.ends_with("a_function_to_find"), "{names:?}");
@@ -517,7 +578,12 @@ mod tests {
         let heap = Mapping::pseudo("[heap]", 0x1000, 0x3000);
         let module = modules.intern(Tgid(1), &Identity::own(), &heap).unwrap();
         let frame = Frame::Module { module, offset: 0x123 };
-        let names = Symbolizer::default().symbolize(&[frame], &modules.share([module]), &PerfMaps::default());
+        let names = Symbolizer::new(DebugInfo::Own).symbolize(
+            &[frame],
+            &modules.share([module]),
+            &FxHashSet::default(),
+            &PerfMaps::default(),
+        );
         assert_eq!(names.of(&frame), [Symbol::new("[heap]+0x123", SymbolKind::Function)]);
     }
 }

@@ -15,7 +15,7 @@ use std::{
 use anyhow::{Context as _, Result, anyhow};
 use tokio::sync::oneshot;
 
-use super::{Namer, NamingReport, NewFrames, Symbols};
+use super::{DebugInfo, Namer, NamingReport, NewFrames, Symbols};
 use crate::{address_space::ModuleSet, model::Tgid};
 
 enum Job {
@@ -38,11 +38,11 @@ pub struct NamingThread {
 }
 
 impl NamingThread {
-    pub fn start() -> Result<Self> {
+    pub fn start(debug_info: DebugInfo) -> Result<Self> {
         let (jobs, queue) = mpsc::channel();
         let thread = thread::Builder::new()
             .name("naming".into())
-            .spawn(move || work(&queue))
+            .spawn(move || work(&queue, debug_info))
             .context("cannot start the naming thread")?;
         Ok(Self { jobs, thread: Some(thread) })
     }
@@ -107,8 +107,8 @@ fn failed() -> anyhow::Error {
 /// Does the jobs, until told to stop or until nobody can send more (the session ended early).
 /// A job that panics (a dependency tripping on a corrupt file outside the places that contain
 /// it already) costs its own names, not the thread.
-fn work(queue: &mpsc::Receiver<Message>) -> NamingReport {
-    let mut namer = Namer::default();
+fn work(queue: &mpsc::Receiver<Message>, debug_info: DebugInfo) -> NamingReport {
+    let mut namer = Namer::new(debug_info);
     for message in queue {
         let Message::Job(job) = message else { break };
         let done = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| do_job(&mut namer, job)));
@@ -144,7 +144,7 @@ mod tests {
         address_space::{AddressSpaces, Tracking, Want},
         frame::Frame,
         model::SymbolKind,
-        runtimes::functions::Functions,
+        runtimes::Runtimes,
     };
 
     #[inline(never)]
@@ -161,10 +161,10 @@ mod tests {
         let addr = a_function_to_find as *const () as usize as u64 + 1;
         let frame = Frame::user(pid, 0, addr, view.resolve(addr, Want::Any));
         let kernel = Frame::Kernel(0xffff_ffff_8100_0000);
-        let mut naming = NamingThread::start().unwrap();
-        naming.name(NewFrames::new(vec![frame], &spaces, &Functions::default(), 0));
+        let mut naming = NamingThread::start(DebugInfo::Own).unwrap();
+        naming.name(NewFrames::new(vec![frame], &spaces, &Runtimes::new(false), 0));
         let first = naming.finish(0).await.unwrap();
-        naming.name(NewFrames::new(vec![kernel], &spaces, &Functions::default(), 0));
+        naming.name(NewFrames::new(vec![kernel], &spaces, &Runtimes::new(false), 0));
         let second = naming.finish(0).await.unwrap();
         assert!(first.of(&frame)[0].name.ends_with("a_function_to_find"), "{:?}", first.of(&frame));
         assert_eq!(first.of(&frame)[0].kind, SymbolKind::Function);

@@ -40,6 +40,7 @@ pub async fn run(args: LeaksArgs) -> Result<()> {
         duration: args.session.duration,
         stack_copy_kib,
         quiet: args.session.quiet,
+        debug_info: args.session.debug_info,
         detail: Some(Detail::ALL),
         outputs: Outputs::resolve(&args.outputs, None, Format::LeakReport)?,
         render: RenderOptions { top: args.top, ..RenderOptions::default() },
