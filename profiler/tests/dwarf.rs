@@ -108,10 +108,10 @@ fn through_cpp_exception_unwinding() {
         folded.stacks.iter().filter(|(frames, _)| Some(&frames[0]) != main_thread.as_ref()).collect();
     let total: u64 = workers.iter().map(|(_, n)| n).sum();
     let whole = |frames: &[String]| {
-        // clone3, start_thread, libstdc++'s thread routine, then the worker (or its cold part:
-        // its catch block).
+        // __clone3 (as libc's symbol table names clone3), start_thread, libstdc++'s thread
+        // routine, then the worker (or its cold part: its catch block).
         frames.len() > 4
-            && frames[1..3] == ["clone3", "start_thread"]
+            && frames[1..3] == ["__clone3", "start_thread"]
             && frames[4].starts_with("worker_loop(double)")
     };
     let complete: u64 = workers.iter().filter(|(frames, _)| whole(frames)).map(|(_, n)| n).sum();

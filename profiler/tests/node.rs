@@ -612,7 +612,7 @@ fn function_deoptimized_while_sampled_keeps_its_name() {
 }
 
 /// The stacks of the process's main thread: the root (`comm-TID` with `--per-thread`) of most
-/// of the stacks that start at `_start` (other threads start at `clone3`).
+/// of the stacks that start at `_start` (other threads start at `__clone3`).
 fn main_thread_stacks(folded: &Folded) -> Vec<(&[String], u64)> {
     let mut roots = std::collections::BTreeMap::<&str, u64>::new();
     for (frames, count) in &folded.stacks {

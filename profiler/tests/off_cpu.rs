@@ -106,7 +106,7 @@ fn off_cpu_time_by_chain_with_whole_stacks() {
     }
     for (name, chain, kernel) in CHAINS {
         let stacks = thread_stacks(&folded, threads[name].tid);
-        let whole: Vec<&str> = ["clone3", "start_thread"].iter().chain(chain).copied().collect();
+        let whole: Vec<&str> = ["__clone3", "start_thread"].iter().chain(chain).copied().collect();
         let (all, complete) = (total(&stacks), under(&stacks, &whole));
         assert!(all > 0, "{name}: no blocked time");
         assert!(complete as f64 >= 0.99 * all as f64, "{name}: {complete} of {all} µs under whole stacks");
@@ -224,12 +224,12 @@ fn rust_threads_without_frame_pointers() {
             (all as f64 - measured_us as f64).abs() <= 0.05 * measured_us as f64,
             "{name}: {all} µs, measured {measured_us}"
         );
-        // From the thread's start through the chain: clone3 and start_thread, std's thread
+        // From the thread's start through the chain: __clone3 and start_thread, std's thread
         // entry, then the closure calling the chain.
         let complete: u64 = stacks
             .iter()
             .filter(|(frames, _)| {
-                frames.starts_with(&["clone3".into(), "start_thread".into()])
+                frames.starts_with(&["__clone3".into(), "start_thread".into()])
                     && frames.windows(3).any(|w| w == chain)
             })
             .map(|(_, n)| n)

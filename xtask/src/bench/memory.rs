@@ -1,10 +1,11 @@
-//! Where the profiler's resident memory goes at 999 Hz with default options: its binary, the
-//! ring buffer, the heap (stacks, names, unwind tables being used), other libraries; from
-//! `/proc/PID/smaps` while it records both CPUs busy.
+//! What the profiler costs to start and holds while it records: the CPU and peak RSS of a
+//! recording of a tenth of a second, and the peak RSS of recordings of a native and a Python
+//! target, with where the memory goes (`/proc/PID/smaps` while it records: its binary, the ring
+//! buffer, the heap, other libraries).
 use std::{
     collections::BTreeMap,
     fmt::Write as _,
-    path::Path,
+    path::{Path, PathBuf},
     process::{Command, Stdio},
     thread::sleep,
     time::Duration,
@@ -12,45 +13,155 @@ use std::{
 
 use anyhow::{Context as _, Result};
 
-use super::workloads::{KillOnDrop, Workload};
+use super::{
+    compare::wait_with_usage,
+    median,
+    workloads::{KillOnDrop, Workload},
+};
 
-pub fn table(profiler: &Path, dir: &Path, workload: &Workload) -> Result<String> {
+/// The start-up goal: CPU of `record -p PID -d 0.1`, in seconds.
+const START_UP_GOAL_S: f64 = 0.25;
+/// The peak RSS goal on a Python target, in MiB.
+const PYTHON_GOAL_MIB: f64 = 32.0;
+/// Seconds each target is recorded, and when its memory is read by part.
+const RECORDED_S: &str = "8";
+const READ_AFTER: Duration = Duration::from_secs(6);
+
+/// A target recorded, and how.
+struct Target {
+    label: String,
+    /// The processes to start (each recorded with `-p`).
+    commands: Vec<Vec<PathBuf>>,
+    hz: &'static str,
+}
+
+/// One recording's peak RSS and resident memory by part.
+struct Footprint {
+    peak_mib: f64,
+    parts: BTreeMap<&'static str, f64>,
+}
+
+pub fn table(
+    profiler: &Path,
+    dir: &Path,
+    workload: &Workload,
+    python: &Path,
+    script: &Path,
+) -> Result<String> {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let mut busy = Vec::new();
-    for _ in 0..cpus {
-        let child =
-            Command::new(&workload.binary).arg("0").args(&workload.args).stdout(Stdio::null()).spawn()?;
-        busy.push(KillOnDrop(child));
+    let native_command: Vec<PathBuf> = std::iter::once(workload.binary.clone())
+        .chain(std::iter::once(PathBuf::from("0")))
+        .chain(workload.args.iter().map(PathBuf::from))
+        .collect();
+    let targets = [
+        Target {
+            label: format!("{cpus} copies of `{}` at 999 Hz", workload.name),
+            commands: vec![native_command.clone(); cpus],
+            hz: "999",
+        },
+        Target {
+            label: format!("`shares.py` on pyenv's CPython 3.12 ({}) at 99 Hz", python.display()),
+            commands: vec![vec![python.to_owned(), script.to_owned(), PathBuf::from("60")]],
+            hz: "99",
+        },
+    ];
+    let (start_cpu, start_rss) = start_up(profiler, dir, &native_command)?;
+    let mut text = format!(
+        "## Memory and start-up\n\n*Start-up*: `profiler record -q -p PID -d 0.1` beside one busy `{}`, CPU (user and \
+         system) and peak RSS of the whole run, median of 3. *Peak RSS*: `profiler record -q -F HZ -d 8 -p PID...` \
+         (default options, and `--debug-info all` for what reading every module's DWARF adds); *by part*: resident \
+         memory by mapping after 6 s of the default run (`/proc/PID/smaps`). The goal on native targets, \
+         beside perf -g's, is in the comparison above.\n\n\
+         | goal | measured | |\n|---|---|---|\n\
+         | start-up CPU ≤ {START_UP_GOAL_S} s | {start_cpu:.2} s (peak RSS {start_rss:.1} MiB) | {} |\n",
+        workload.name,
+        verdict(start_cpu <= START_UP_GOAL_S),
+    );
+    let mut footprints = Vec::new();
+    for target in &targets {
+        eprintln!("xtask bench: memory · {}", target.label);
+        let default = record(profiler, dir, target, &[])?;
+        let all = record(profiler, dir, target, &["--debug-info", "all"])?;
+        footprints.push((target, default, all.peak_mib));
     }
-    let pids: Vec<String> = busy.iter().map(|c| c.0.id().to_string()).collect();
-    let mut command = Command::new(profiler);
-    command.args(["record", "-q", "-F", "999", "-d", "8"]);
-    for pid in &pids {
-        command.args(["-p", pid]);
+    let python = &footprints[1];
+    writeln!(
+        text,
+        "| peak RSS on a Python target ≤ {PYTHON_GOAL_MIB} MiB | {:.1} MiB | {} |\n",
+        python.1.peak_mib,
+        verdict(python.1.peak_mib <= PYTHON_GOAL_MIB)
+    )?;
+    text.push_str("| target | peak RSS | with `--debug-info all` |\n|---|---|---|\n");
+    for (target, default, all) in &footprints {
+        writeln!(text, "| {} | {:.1} MiB | {all:.1} MiB |", target.label, default.peak_mib)?;
     }
-    let mut recorder = command
+    text.push_str("\n| part (MiB, after 6 s) |");
+    for (target, ..) in &footprints {
+        write!(text, " {} |", target.label)?;
+    }
+    text.push_str("\n|---|");
+    text.push_str(&"---|".repeat(footprints.len()));
+    text.push('\n');
+    let parts: std::collections::BTreeSet<&str> =
+        footprints.iter().flat_map(|(_, default, _)| default.parts.keys().copied()).collect();
+    for part in parts {
+        write!(text, "| {part} |")?;
+        for (_, default, _) in &footprints {
+            write!(text, " {:.1} |", default.parts.get(part).copied().unwrap_or(0.0))?;
+        }
+        text.push('\n');
+    }
+    text.push('\n');
+    Ok(text)
+}
+
+fn verdict(met: bool) -> &'static str {
+    if met { "met" } else { "**not met**" }
+}
+
+/// The median CPU seconds and peak RSS (MiB) of three recordings of a tenth of a second.
+fn start_up(profiler: &Path, dir: &Path, command: &[PathBuf]) -> Result<(f64, f64)> {
+    let busy = KillOnDrop(Command::new(&command[0]).args(&command[1..]).stdout(Stdio::null()).spawn()?);
+    let pid = busy.0.id().to_string();
+    let (mut cpu, mut rss) = (Vec::new(), Vec::new());
+    for _ in 0..3 {
+        let mut recorder = Command::new(profiler)
+            .args(["record", "-q", "-d", "0.1", "-p", &pid, "-o"])
+            .arg(dir.join("start-up.folded"))
+            .stdin(Stdio::null())
+            .spawn()
+            .context("cannot start the profiler")?;
+        let usage = wait_with_usage(&mut recorder)?;
+        cpu.push(usage.cpu_seconds);
+        rss.push(usage.max_rss_kib as f64 / 1024.0);
+    }
+    Ok((median(&mut cpu), median(&mut rss)))
+}
+
+/// Records `target` with `extra` options: its peak RSS, and its memory by part after 6 s.
+fn record(profiler: &Path, dir: &Path, target: &Target, extra: &[&str]) -> Result<Footprint> {
+    let mut running = Vec::new();
+    for command in &target.commands {
+        let child = Command::new(&command[0]).args(&command[1..]).stdout(Stdio::null()).spawn()?;
+        running.push(KillOnDrop(child));
+    }
+    // Past the targets' own start-up (an interpreter's).
+    sleep(Duration::from_secs(1));
+    let mut recorder = Command::new(profiler);
+    recorder.args(["record", "-q", "-F", target.hz, "-d", RECORDED_S]).args(extra);
+    for child in &running {
+        recorder.args(["-p", &child.0.id().to_string()]);
+    }
+    let mut recorder = recorder
         .arg("-o")
         .arg(dir.join("memory.svg"))
         .stdin(Stdio::null())
         .spawn()
         .context("cannot start the profiler")?;
-    sleep(Duration::from_secs(6));
+    sleep(READ_AFTER);
     let smaps = std::fs::read_to_string(format!("/proc/{}/smaps", recorder.id()))?;
-    recorder.wait()?;
-    let parts = breakdown(&smaps, profiler);
-    let total: f64 = parts.values().sum();
-    let mut text = format!(
-        "## Memory\n\n`profiler record -q -F 999 -d 8 -p PID...` (default options) on {} copies of `{}`, both CPUs \
-         busy: resident memory by mapping after 6 s (`/proc/PID/smaps`), {total:.1} MiB in all.\n\n\
-         | part | RSS (MiB) |\n|---|---|\n",
-        pids.len(),
-        workload.name
-    );
-    for (part, mib) in &parts {
-        writeln!(text, "| {part} | {mib:.1} |")?;
-    }
-    text.push('\n');
-    Ok(text)
+    let usage = wait_with_usage(&mut recorder)?;
+    Ok(Footprint { peak_mib: usage.max_rss_kib as f64 / 1024.0, parts: breakdown(&smaps, profiler) })
 }
 
 /// Resident MiB by part: the profiler's own binary, the ring buffer (a BPF map mapped into the
