@@ -318,7 +318,7 @@ fn java_waits_under_the_methods_that_waited() {
             "Sleeper.waitHere",
             "Sleeper.nap",
             "java.lang.Thread.sleep(J)V",
-            "___pthread_cond_timedwait64",
+            "___pthread_cond_timedwait",
             "__schedule",
         ];
         let waiting: u64 = stacks().filter(|(f, _)| in_order(f, &chain)).map(|(_, n)| n).sum();

@@ -282,7 +282,8 @@ fn goals(results: &[Results]) -> String {
     let perf: Vec<Run> = rows(Tool::Perf { dwarf: true }).collect();
     let perf_fp: Vec<Run> = rows(Tool::Perf { dwarf: false }).collect();
     // Ours with DWARF against perf's cheapest (frame pointers), workload by workload.
-    let worst_against_perf_fp = |f: fn(&Run, &Run) -> f64| ours.iter().zip(&perf_fp).map(move |(o, p)| f(o, p));
+    let worst_against_perf_fp =
+        |f: fn(&Run, &Run) -> f64| ours.iter().zip(&perf_fp).map(move |(o, p)| f(o, p));
     let above_perf_fp = worst_against_perf_fp(|o, p| o.slowdown - p.slowdown).fold(f64::MIN, f64::max);
     let rss_above_perf_fp = worst_against_perf_fp(|o, p| o.rss_mib - p.rss_mib).fold(f64::MIN, f64::max);
     let cpu_over_perf_fp =
