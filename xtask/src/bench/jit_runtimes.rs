@@ -51,6 +51,16 @@ pub struct Subject {
     perf_map: bool,
 }
 
+impl Subject {
+    /// The program run for `seconds` with no options: its runtime, then its arguments.
+    pub fn command(&self, seconds: &str) -> Vec<PathBuf> {
+        std::iter::once(self.runtime.clone())
+            .chain(self.program.iter().map(PathBuf::from))
+            .chain(std::iter::once(PathBuf::from(seconds)))
+            .collect()
+    }
+}
+
 /// `Shares.java` on OpenJDK 17, compiled into `dir`.
 pub fn java(src: &Path, dir: &Path) -> Result<Subject> {
     let bin = Path::new(JDK).join("bin");

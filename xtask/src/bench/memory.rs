@@ -1,7 +1,7 @@
 //! What the profiler costs to start and holds while it records: the CPU and peak RSS of a
-//! recording of a tenth of a second, and the peak RSS of recordings of a native and a Python
-//! target, with where the memory goes (`/proc/PID/smaps` while it records: its binary, the ring
-//! buffer, the heap, other libraries).
+//! recording of a tenth of a second, and the peak RSS of recordings of a native target and of
+//! Python, Java and Node programs, with where the memory goes (`/proc/PID/smaps` while it
+//! records: its binary, the ring buffer, the heap, other libraries).
 use std::{
     collections::BTreeMap,
     fmt::Write as _,
@@ -21,11 +21,22 @@ use super::{
 
 /// The start-up goal: CPU of `record -p PID -d 0.1`, in seconds.
 const START_UP_GOAL_S: f64 = 0.25;
-/// The peak RSS goal on a Python target, in MiB.
-const PYTHON_GOAL_MIB: f64 = 32.0;
+/// The peak RSS goal on a Python or Java target, in MiB.
+const RUNTIME_GOAL_MIB: f64 = 32.0;
 /// Seconds each target is recorded, and when its memory is read by part.
 const RECORDED_S: &str = "8";
 const READ_AFTER: Duration = Duration::from_secs(6);
+/// Seconds a runtime's program runs before it is recorded (its start-up and JIT warm-up).
+const WARM_UP: Duration = Duration::from_secs(3);
+
+/// A runtime's program to record at 99 Hz.
+pub struct Runtime {
+    pub label: &'static str,
+    /// The program and its arguments, running long enough.
+    pub command: Vec<PathBuf>,
+    /// Whether the goal on runtimes' targets applies (Python's and Java's).
+    pub goal: bool,
+}
 
 /// A target recorded, and how.
 struct Target {
@@ -33,6 +44,7 @@ struct Target {
     /// The processes to start (each recorded with `-p`).
     commands: Vec<Vec<PathBuf>>,
     hz: &'static str,
+    goal: bool,
 }
 
 /// One recording's peak RSS and resident memory by part.
@@ -41,57 +53,54 @@ struct Footprint {
     parts: BTreeMap<&'static str, f64>,
 }
 
-pub fn table(
-    profiler: &Path,
-    dir: &Path,
-    workload: &Workload,
-    python: &Path,
-    script: &Path,
-) -> Result<String> {
+pub fn table(profiler: &Path, dir: &Path, workload: &Workload, runtimes: &[Runtime]) -> Result<String> {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let native_command: Vec<PathBuf> = std::iter::once(workload.binary.clone())
         .chain(std::iter::once(PathBuf::from("0")))
         .chain(workload.args.iter().map(PathBuf::from))
         .collect();
-    let targets = [
-        Target {
-            label: format!("{cpus} copies of `{}` at 999 Hz", workload.name),
-            commands: vec![native_command.clone(); cpus],
-            hz: "999",
-        },
-        Target {
-            label: format!("`shares.py` on pyenv's CPython 3.12 ({}) at 99 Hz", python.display()),
-            commands: vec![vec![python.to_owned(), script.to_owned(), PathBuf::from("60")]],
-            hz: "99",
-        },
-    ];
+    let native = Target {
+        label: format!("{cpus} copies of `{}` at 999 Hz", workload.name),
+        commands: vec![native_command.clone(); cpus],
+        hz: "999",
+        goal: false,
+    };
+    let targets = std::iter::once(native).chain(runtimes.iter().map(|runtime| Target {
+        label: format!("{} at 99 Hz", runtime.label),
+        commands: vec![runtime.command.clone()],
+        hz: "99",
+        goal: runtime.goal,
+    }));
     let (start_cpu, start_rss) = start_up(profiler, dir, &native_command)?;
     let mut text = format!(
         "## Memory and start-up\n\n*Start-up*: `profiler record -q -p PID -d 0.1` beside one busy `{}`, CPU (user and \
          system) and peak RSS of the whole run, median of 3. *Peak RSS*: `profiler record -q -F HZ -d 8 -p PID...` \
-         (default options, and `--debug-info all` for what reading every module's DWARF adds); *by part*: resident \
-         memory by mapping after 6 s of the default run (`/proc/PID/smaps`). The goal on native targets, \
-         beside perf -g's, is in the comparison above.\n\n\
+         (default options, and `--debug-info all` for what reading every module's DWARF adds; a runtime's program \
+         runs {} s first); *by part*: resident memory by mapping after 6 s of the default run (`/proc/PID/smaps`). \
+         The goal on native targets, beside perf -g's, is in the comparison above.\n\n\
          | goal | measured | |\n|---|---|---|\n\
          | start-up CPU ≤ {START_UP_GOAL_S} s | {start_cpu:.2} s (peak RSS {start_rss:.1} MiB) | {} |\n",
         workload.name,
+        WARM_UP.as_secs(),
         verdict(start_cpu <= START_UP_GOAL_S),
     );
     let mut footprints = Vec::new();
-    for target in &targets {
+    for target in targets {
         eprintln!("xtask bench: memory · {}", target.label);
-        let default = record(profiler, dir, target, &[])?;
-        let all = record(profiler, dir, target, &["--debug-info", "all"])?;
+        let default = record(profiler, dir, &target, &[])?;
+        let all = record(profiler, dir, &target, &["--debug-info", "all"])?;
         footprints.push((target, default, all.peak_mib));
     }
-    let python = &footprints[1];
-    writeln!(
-        text,
-        "| peak RSS on a Python target ≤ {PYTHON_GOAL_MIB} MiB | {:.1} MiB | {} |\n",
-        python.1.peak_mib,
-        verdict(python.1.peak_mib <= PYTHON_GOAL_MIB)
-    )?;
-    text.push_str("| target | peak RSS | with `--debug-info all` |\n|---|---|---|\n");
+    for (target, default, _) in footprints.iter().filter(|(target, ..)| target.goal) {
+        writeln!(
+            text,
+            "| peak RSS ≤ {RUNTIME_GOAL_MIB} MiB: {} | {:.1} MiB | {} |",
+            target.label,
+            default.peak_mib,
+            verdict(default.peak_mib <= RUNTIME_GOAL_MIB)
+        )?;
+    }
+    text.push_str("\n| target | peak RSS | with `--debug-info all` |\n|---|---|---|\n");
     for (target, default, all) in &footprints {
         writeln!(text, "| {} | {:.1} MiB | {all:.1} MiB |", target.label, default.peak_mib)?;
     }
@@ -145,8 +154,8 @@ fn record(profiler: &Path, dir: &Path, target: &Target, extra: &[&str]) -> Resul
         let child = Command::new(&command[0]).args(&command[1..]).stdout(Stdio::null()).spawn()?;
         running.push(KillOnDrop(child));
     }
-    // Past the targets' own start-up (an interpreter's).
-    sleep(Duration::from_secs(1));
+    // Past the targets' own start-up (an interpreter's, a JIT's warm-up).
+    sleep(WARM_UP);
     let mut recorder = Command::new(profiler);
     recorder.args(["record", "-q", "-F", target.hz, "-d", RECORDED_S]).args(extra);
     for child in &running {

@@ -37,7 +37,12 @@ mod stages;
 mod undisturbed;
 mod workloads;
 
-use std::{collections::BTreeMap, fmt::Write as _, path::Path, process::Command};
+use std::{
+    collections::BTreeMap,
+    fmt::Write as _,
+    path::{Path, PathBuf},
+    process::Command,
+};
 
 use anyhow::{Context as _, Result};
 
@@ -185,8 +190,22 @@ fn compare_and_kernel(
         let python = crate::python::pyenv(12).context(
             "the memory benchmark profiles pyenv's CPython 3.12: install it (`pyenv install 3.12`)",
         )?;
-        let script = root.join("profiler/tests/workloads/python/shares.py");
-        sections.push(("memory", memory::table(&tools.profiler, dir, &workloads[0], &python, &script)?));
+        let src = root.join("profiler/tests/workloads");
+        let python = vec![python, src.join("python/shares.py"), PathBuf::from("60")];
+        let runtimes = [
+            memory::Runtime { label: "`shares.py` on pyenv's CPython 3.12", command: python, goal: true },
+            memory::Runtime {
+                label: "`Shares.java` on OpenJDK 17",
+                command: jit_runtimes::java(&src, dir)?.command("60"),
+                goal: true,
+            },
+            memory::Runtime {
+                label: "`shares.js` on the system's Node",
+                command: jit_runtimes::node(&src, dir)?.command("60"),
+                goal: false,
+            },
+        ];
+        sections.push(("memory", memory::table(&tools.profiler, dir, &workloads[0], &runtimes)?));
     }
     if wanted("kernel") {
         eprintln!("xtask bench: kernel cost per sample");
