@@ -434,10 +434,13 @@ impl Symbolizer {
                 .map(|offset| vec![Symbol::new(format!("[unknown]+{offset:#x}"), SymbolKind::Function)])
                 .collect();
         };
-        let reads_dwarf = self.debug_info.reads(module, interpreter);
+        let debug_info = self.debug_info;
         let naming = self.modules.entry(id).or_insert_with(|| ModuleNaming {
             plt: plt_stubs(module),
-            dwarf: reads_dwarf.then(|| dwarf_access(module, &mut self.refused)).flatten(),
+            dwarf: debug_info
+                .reads(module, interpreter)
+                .then(|| dwarf_access(module, &mut self.refused))
+                .flatten(),
             failed: false,
         });
         let resolved = match naming.failed {
