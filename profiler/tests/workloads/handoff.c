@@ -1,7 +1,7 @@
 // A server-like hand-off: two threads pass a token back and forth over a pair of pipes and do a
 // few microseconds of work each time they hold it (a request handed from an I/O thread to a
-// worker and back). Both run on CPU 0 (or CPU), so every hand-off is a context switch there and
-// no idle CPU has to be woken. Prints hand-offs per second of its own loop, so that a profiler's
+// worker and back). Both run on CPU 0 (or CPU; anywhere with -1), so every hand-off is a context
+// switch there and no idle CPU has to be woken. Prints hand-offs per second of its own loop, so that a profiler's
 // start-up and tear-down do not count; then lingers for LINGER seconds (a tool may read its
 // maps then).
 //
@@ -70,6 +70,8 @@ __attribute__((noinline)) static long serve(double seconds) {
 }
 
 static void on_cpu(int cpu) {
+    if (cpu < 0)
+        return;
     cpu_set_t set;
     CPU_ZERO(&set);
     CPU_SET(cpu, &set);

@@ -24,21 +24,39 @@ const OFFCPUTIME: &str = "/usr/sbin/offcputime";
 const DEFAULT_MIN_BLOCK_US: u64 = 50;
 /// `handoff`'s work per hand-off, in nanoseconds.
 const HANDOFF_WORK_NS: u64 = 4000;
+/// The most `record --off-cpu` or `--wall` may slow `handoff` down, in percent.
+const GOAL_SLOWDOWN: f64 = 10.0;
 
 /// A program that switches.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Program {
     /// Two processes bouncing a byte: nothing but switches.
     Pingpong,
-    /// Two threads handing a token over with [`HANDOFF_WORK_NS`] of work each time.
-    Handoff,
+    /// Two threads handing a token over with [`HANDOFF_WORK_NS`] of work each time: on CPU 0 with
+    /// the tools on the last CPU when `pinned`, else wherever the scheduler puts each.
+    Handoff { pinned: bool },
 }
 
 impl Program {
     fn name(self) -> &'static str {
         match self {
             Program::Pingpong => "pingpong",
-            Program::Handoff => "handoff",
+            Program::Handoff { .. } => "handoff",
+        }
+    }
+
+    fn heading(self) -> &'static str {
+        match self {
+            Program::Handoff { pinned: false } => "handoff, nothing pinned",
+            _ => self.name(),
+        }
+    }
+
+    /// A tool's command: on the last CPU unless nothing is pinned.
+    fn tool(self, program: &Path) -> Command {
+        match self {
+            Program::Handoff { pinned: false } => Command::new(program),
+            _ => on_last_cpu(program),
         }
     }
 
@@ -46,17 +64,20 @@ impl Program {
     fn unit(self) -> &'static str {
         match self {
             Program::Pingpong => "round trips/s",
-            Program::Handoff => "hand-offs/s",
+            Program::Handoff { .. } => "hand-offs/s",
         }
     }
 
     /// Its arguments for a run of `seconds` that lingers `linger` seconds after.
     fn args(self, seconds: u64, linger: u64) -> Vec<String> {
         let mut args = vec![seconds.to_string()];
-        if self == Program::Handoff {
+        if let Program::Handoff { .. } = self {
             args.push(HANDOFF_WORK_NS.to_string());
         }
         args.push(linger.to_string());
+        if self == (Program::Handoff { pinned: false }) {
+            args.push("-1".into());
+        }
         args
     }
 
@@ -66,10 +87,14 @@ impl Program {
                 "`pingpong {seconds}`: two processes bounce a byte over a pair of pipes, so every round trip is two \
                  blocking reads of a few microseconds."
             ),
-            Program::Handoff => format!(
+            Program::Handoff { pinned: true } => format!(
                 "`handoff {seconds} {HANDOFF_WORK_NS}`: two threads of one process hand a token over a pair of pipes and \
                  work {} µs each time they hold it, like a server's I/O thread and worker.",
                 HANDOFF_WORK_NS / 1000
+            ),
+            Program::Handoff { pinned: false } => format!(
+                "`handoff {seconds} {HANDOFF_WORK_NS} 0 -1`: the same with its threads and the tools wherever the \
+                 scheduler puts them, as a server runs."
             ),
         }
     }
@@ -125,7 +150,7 @@ pub fn table(profiler: &Path, src: &Path, dir: &Path, repetitions: usize, quick:
     let mut text = format!(
         "## Off-CPU time (`profiler record --off-cpu`, `--wall`)\n\n\
          Programs that do little but switch, both on CPU 0 (every hand-off is a switch there, no idle CPU to wake), \
-         the tools on the last CPU; each counts its own rate, built without frame pointers. Medians of {repetitions} \
+         the tools on the last CPU, and `handoff` once more with nothing pinned; each counts its own rate, built without frame pointers. Medians of {repetitions} \
          run(s). *µs per switch* and *per syscall exit*: mean run time of the `sched_switch` and `sys_exit` programs \
          (BPF run-time statistics, in a second run of each: they cost two clock reads per program run, so the rates \
          are measured without them; `sys_exit` runs at every system call of the machine, `sched_switch` at every \
@@ -133,13 +158,30 @@ pub fn table(profiler: &Path, src: &Path, dir: &Path, repetitions: usize, quick:
          whose stack reaches `main` or the thread's start. {}\n\n",
         perf_off_cpu_support()
     );
-    for program in [Program::Handoff, Program::Pingpong] {
-        text.push_str(&program_table(program, profiler, src, dir, repetitions, seconds)?);
+    let mut goals = String::from("#### Goals\n\n| goal | measured | |\n|---|---|---|\n");
+    for program in [Program::Handoff { pinned: true }, Program::Handoff { pinned: false }, Program::Pingpong]
+    {
+        let (table, slowdowns) = program_table(program, profiler, src, dir, repetitions, seconds)?;
+        text.push_str(&table);
+        if let Program::Handoff { .. } = program {
+            for (runner, slowdown) in slowdowns {
+                let verdict = if slowdown <= GOAL_SLOWDOWN { "met" } else { "**not met**" };
+                writeln!(
+                    goals,
+                    "| {} under {}, slowdown ≤ {GOAL_SLOWDOWN:.0}% | {slowdown:+.1}% | {verdict} |",
+                    program.heading(),
+                    runner.label()
+                )?;
+            }
+        }
     }
+    text.push_str(&goals);
+    text.push('\n');
     Ok(text)
 }
 
-/// The table of one program.
+/// The table of one program, and its slowdown (%) under each runner the goal is for: `record
+/// --off-cpu` and `--wall` at the default threshold.
 fn program_table(
     program: Program,
     profiler: &Path,
@@ -147,7 +189,7 @@ fn program_table(
     dir: &Path,
     repetitions: usize,
     seconds: u64,
-) -> Result<String> {
+) -> Result<(String, Vec<(Runner, f64)>)> {
     let binary = dir.join(program.name());
     check(
         Command::new("gcc")
@@ -162,7 +204,10 @@ fn program_table(
         Runner::Profiler { min_block_us: 1, wall: false },
         Runner::ProfilerElsewhere,
     ];
-    if Path::new(OFFCPUTIME).exists() {
+    if program == (Program::Handoff { pinned: false }) {
+        // The goal's runs and the cost of threads not followed; the rest as pinned.
+        runners.retain(|runner| !matches!(runner, Runner::Profiler { min_block_us: 1, .. }));
+    } else if Path::new(OFFCPUTIME).exists() {
         runners.extend([
             Runner::OffCpuTime { min_block_us: DEFAULT_MIN_BLOCK_US },
             Runner::OffCpuTime { min_block_us: 1 },
@@ -180,16 +225,20 @@ fn program_table(
         "### {}\n\n{}\n\n\
          | run | {} | slowdown | blocks recorded/s | µs per switch | µs per syscall exit | ring KiB per block | complete |\n\
          |---|---|---|---|---|---|---|---|\n",
-        program.name(),
+        program.heading(),
         program.describe(seconds),
         program.unit(),
     );
+    let mut goal = Vec::new();
     for (runner, runs) in runners.iter().zip(&mut runs) {
         let column = |f: fn(&Run) -> Option<f64>| {
             let mut values: Vec<f64> = runs.iter().filter_map(f).collect();
             (!values.is_empty()).then(|| median(&mut values))
         };
         let rate = column(|r| Some(r.rate)).unwrap_or(0.0);
+        if let Runner::Profiler { min_block_us: DEFAULT_MIN_BLOCK_US, .. } = runner {
+            goal.push((*runner, 100.0 * (alone / rate - 1.0)));
+        }
         let cell = |value: Option<f64>, digits: usize, unit: &str| {
             value.map_or("–".into(), |v| format!("{v:.digits$}{unit}"))
         };
@@ -206,7 +255,7 @@ fn program_table(
         )?;
     }
     text.push('\n');
-    Ok(text)
+    Ok((text, goal))
 }
 
 fn run(
@@ -230,7 +279,8 @@ fn run(
             let folded = dir.join(format!("{}.folded", program.name()));
             let record = || {
                 output(
-                    on_last_cpu(profiler)
+                    program
+                        .tool(profiler)
                         .args(["record", if wall { "--wall" } else { "--off-cpu" }])
                         .args(["--min-block", &min_block_us.to_string(), "-o"])
                         .arg(&folded)
@@ -258,7 +308,8 @@ fn run(
             let other = super::workloads::KillOnDrop(other);
             // Records the other process for a little longer than the program runs.
             let record = || -> Result<(String, String)> {
-                let profiler = on_last_cpu(profiler)
+                let profiler = program
+                    .tool(profiler)
                     .args(["record", "--off-cpu", "-p", &other.0.id().to_string()])
                     .args(["-d", &(seconds + 3).to_string(), "-o"])
                     .arg(dir.join("elsewhere.folded"))
@@ -280,7 +331,8 @@ fn run(
             // Traces the whole machine (-p takes one process) for a little longer than the
             // program runs; the program lingers so that offcputime can still read its maps to
             // name frames.
-            let tracer = on_last_cpu(Path::new(OFFCPUTIME))
+            let tracer = program
+                .tool(Path::new(OFFCPUTIME))
                 .args(["-m", &min_block_us.to_string(), &(seconds + 3).to_string()])
                 .stdout(Stdio::piped())
                 .stderr(Stdio::null())
