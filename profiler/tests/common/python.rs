@@ -6,7 +6,7 @@ use std::{
     panic::{AssertUnwindSafe, catch_unwind},
     path::{Path, PathBuf},
     process::Command,
-    sync::OnceLock,
+    sync::{OnceLock, RwLock, RwLockReadGuard},
 };
 
 use super::{Folded, KillOnDrop, run_bounded, scratch_dir, thread_stacks};
@@ -145,13 +145,34 @@ fn check_runs(interpreter: &Interpreter) {
     );
 }
 
+/// Held for reading by each recording of a Python test, and for writing by those that measure
+/// how soon a new process's frames are read: that latency is the profiler's, and a second
+/// recording beside it (a test binary runs two tests at once, on two CPUs) doubles it.
+static LATENCY: RwLock<()> = RwLock::new(());
+
+/// Leave to record beside other tests, until dropped.
+pub fn beside_others() -> RwLockReadGuard<'static, ()> {
+    LATENCY.read().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// Runs `scenario` on every interpreter, each to its end whatever the others did, and fails
 /// naming every interpreter it failed on (each failure's message is printed as it happens).
 pub fn on_every_interpreter(scenario: &str, run: impl Fn(&Interpreter, &Path)) {
+    on_every(scenario, run, false);
+}
+
+/// [`on_every_interpreter`], each run with no other recording of this binary beside it.
+pub fn on_every_interpreter_alone(scenario: &str, run: impl Fn(&Interpreter, &Path)) {
+    on_every(scenario, run, true);
+}
+
+fn on_every(scenario: &str, run: impl Fn(&Interpreter, &Path), alone: bool) {
     let mut failed = Vec::new();
     for interpreter in interpreters() {
         eprintln!("=== {scenario} on {} ({})", interpreter.label, interpreter.path.display());
         let dir = scratch_dir(&format!("python-{scenario}-{}", interpreter.label));
+        let _shared = (!alone).then(beside_others);
+        let _alone = alone.then(|| LATENCY.write().unwrap_or_else(|poisoned| poisoned.into_inner()));
         if let Err(panic) = catch_unwind(AssertUnwindSafe(|| run(interpreter, &dir))) {
             let message = panic
                 .downcast_ref::<String>()
