@@ -344,10 +344,6 @@ fn python_started_after_a_system_wide_recording_began_is_named() {
     });
 }
 
-/// A script recorded from its exec has Python frames from its first functions on (start-up's
-/// frozen imports included): at most 0.5% of its samples end in the eval loop with no Python
-/// frame above it, those the kernel took before it was told of the interpreter. (Debian's 3.14
-/// is stripped: its eval loop has no name to count, and passes for want of it.)
 /// libpython is named from its ELF symbols while Python frames are read through it (its DWARF,
 /// ~14 MiB of a pyenv build, gave only inlined helpers of the evaluation loop), and from its
 /// DWARF with `--debug-info all`.
@@ -372,9 +368,12 @@ fn the_interpreter_is_named_from_its_symbols_unless_all_debug_info_is_asked_for(
     assert!(inlined(&["--debug-info", "all"]) > 0, "no inlined frame from the interpreter's DWARF");
 }
 
-/// A script's first milliseconds have Python frames: its process is looked at as its samples
-/// come. Run with no other recording beside it, as that delay is what is measured (it reached
-/// 14 ms of a 2 s run with one, against at most 7 alone).
+/// A script recorded from its exec has Python frames from its first functions on (start-up's
+/// frozen imports included): at most 0.5% of its samples end in the eval loop with no Python
+/// frame above it, those the kernel took before it was told of the interpreter. (Debian's 3.14
+/// is stripped: its eval loop has no name to count, and passes for want of it.) Run with no
+/// other recording beside it, as that delay is what is measured (it reached 14 ms of a 2 s run
+/// with one, against at most 7 alone).
 #[test]
 fn python_frames_are_read_from_the_start() {
     if !e2e_enabled() {

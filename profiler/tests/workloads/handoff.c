@@ -1,9 +1,9 @@
 // A server-like hand-off: two threads pass a token back and forth over a pair of pipes and do a
 // few microseconds of work each time they hold it (a request handed from an I/O thread to a
-// worker and back). Both run on CPU 0 (or CPU; anywhere with -1), so every hand-off is a context
-// switch there and no idle CPU has to be woken. Prints hand-offs per second of its own loop, so that a profiler's
-// start-up and tear-down do not count; then lingers for LINGER seconds (a tool may read its
-// maps then).
+// worker and back). Both run on CPU 0 (or CPU; anywhere with -1), so every hand-off is a
+// context switch there and no idle CPU has to be woken. Prints hand-offs per second of its own
+// loop, so that a profiler's start-up and tear-down do not count; then lingers for LINGER
+// seconds (a tool may read its maps then).
 //
 // usage: handoff SECONDS WORK_NS [LINGER [CPU]]
 #define _GNU_SOURCE
