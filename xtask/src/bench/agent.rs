@@ -27,6 +27,7 @@ use tokio::net::TcpListener;
 use super::{
     compare::{cpu_ticks, ticks_to_seconds},
     long_run::{rss_mib, slope},
+    verdict,
     workloads::{KillOnDrop, compile_c},
 };
 
@@ -99,7 +100,6 @@ pub fn table(profiler: &Path, src: &Path, dir: &Path, load: Load, quick: bool) -
     let after_first_minute: Vec<(f64, f64)> =
         points.iter().filter(|p| p.0 > 1.0).map(|&(t, _, rss)| (t, rss)).collect();
     let slope = slope(&after_first_minute);
-    let verdict = |ok: bool| if ok { "met" } else { "**not met**" };
     let (title, option, beside) = match load {
         Load::Busy => ("", "", format!("{cpus} copies of `split` keep every CPU busy")),
         Load::Switching => (

@@ -15,6 +15,7 @@ use anyhow::{Context as _, Result};
 
 use super::{
     long_run::{slope, storm},
+    verdict,
     workloads::KillOnDrop,
 };
 use crate::check;
@@ -76,7 +77,6 @@ pub fn table(profiler: &Path, src: &Path, dir: &Path, quick: bool) -> Result<Str
     let rss_slope = slope(&after_first_minute);
     let fds: Vec<(f64, f64)> = points.iter().filter(|p| p.0 >= 1.0).map(|p| (p.0, p.2 as f64)).collect();
     let fd_slope = slope(&fds);
-    let verdict = |ok: bool| if ok { "met" } else { "**not met**" };
     let mut text = format!(
         "## Churn: `profiler agent` beside programs it has not seen\n\n\
          `profiler agent -q -F 99 -d {seconds:.0} --output-dir DIR` (15 s windows) while a new program starts every \

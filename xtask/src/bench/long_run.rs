@@ -48,7 +48,7 @@ pub fn table(profiler: &Path, src: &Path, dir: &Path, quick: bool) -> Result<Str
          RSS slope after the first minute: **{slope:.2} MiB per minute** (goal: under 1, {}).\n\n\
          | minute | RSS (MiB) |\n|---|---|\n",
         every.as_secs(),
-        if slope < 1.0 { "met" } else { "**not met**" }
+        super::verdict(slope < 1.0)
     );
     for (minute, rss) in points.iter().step_by(if quick { 2 } else { 3 }) {
         writeln!(text, "| {minute:.1} | {rss:.1} |")?;

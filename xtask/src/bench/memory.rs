@@ -15,7 +15,7 @@ use anyhow::{Context as _, Result};
 
 use super::{
     compare::wait_with_usage,
-    median,
+    median, verdict,
     workloads::{KillOnDrop, Workload},
 };
 
@@ -124,13 +124,15 @@ pub fn table(profiler: &Path, dir: &Path, workload: &Workload, runtimes: &[Runti
     Ok(text)
 }
 
-fn verdict(met: bool) -> &'static str {
-    if met { "met" } else { "**not met**" }
+/// Starts `command` (a program and its arguments), its output dropped, killed when dropped.
+fn spawn(command: &[PathBuf]) -> Result<KillOnDrop> {
+    let child = Command::new(&command[0]).args(&command[1..]).stdout(Stdio::null()).spawn();
+    Ok(KillOnDrop(child.with_context(|| format!("cannot start {}", command[0].display()))?))
 }
 
 /// The median CPU seconds and peak RSS (MiB) of three recordings of a tenth of a second.
 fn start_up(profiler: &Path, dir: &Path, command: &[PathBuf]) -> Result<(f64, f64)> {
-    let busy = KillOnDrop(Command::new(&command[0]).args(&command[1..]).stdout(Stdio::null()).spawn()?);
+    let busy = spawn(command)?;
     let pid = busy.0.id().to_string();
     let (mut cpu, mut rss) = (Vec::new(), Vec::new());
     for _ in 0..3 {
@@ -149,11 +151,8 @@ fn start_up(profiler: &Path, dir: &Path, command: &[PathBuf]) -> Result<(f64, f6
 
 /// Records `target` with `extra` options: its peak RSS, and its memory by part after 6 s.
 fn record(profiler: &Path, dir: &Path, target: &Target, extra: &[&str]) -> Result<Footprint> {
-    let mut running = Vec::new();
-    for command in &target.commands {
-        let child = Command::new(&command[0]).args(&command[1..]).stdout(Stdio::null()).spawn()?;
-        running.push(KillOnDrop(child));
-    }
+    let running: Vec<KillOnDrop> =
+        target.commands.iter().map(|command| spawn(command)).collect::<Result<_>>()?;
     // Past the targets' own start-up (an interpreter's, a JIT's warm-up).
     sleep(WARM_UP);
     let mut recorder = Command::new(profiler);

@@ -317,7 +317,6 @@ fn goals(results: &[Results]) -> String {
     let min = |runs: &[Run], f: fn(&Run) -> f64| runs.iter().map(f).fold(f64::MAX, f64::min);
     let speedup =
         ours.iter().zip(&perf).map(|(o, p)| p.stop_to_svg_ms / o.stop_to_svg_ms).fold(f64::MAX, f64::min);
-    let verdict = |ok: bool| if ok { "met" } else { "**not met**" };
     let lines = [
         (
             "target slowdown ≤ 1% at 999 Hz with DWARF",
@@ -377,6 +376,11 @@ fn goals(results: &[Results]) -> String {
     }
     text.push('\n');
     text
+}
+
+/// How a goals table says whether a goal was met.
+pub fn verdict(met: bool) -> &'static str {
+    if met { "met" } else { "**not met**" }
 }
 
 pub fn median(values: &mut [f64]) -> f64 {

@@ -14,7 +14,7 @@ use anyhow::{Context as _, Result, bail};
 
 use super::{
     kernel::{BpfStats, parse_after},
-    median,
+    median, verdict,
     workloads::{self, KillOnDrop, RunningWorkload, on_last_cpu, record_while, slowdown},
 };
 use crate::check;
@@ -173,7 +173,6 @@ pub fn table(profiler: &Path, root: &Path, src: &Path, dir: &Path, repetitions: 
     let (costs, deep_us) = kernel_cost(profiler, &python, &script, &native, dir, repetitions)?;
     text.push_str(&costs);
     text.push_str("#### Goals\n\n| goal | measured | |\n|---|---|---|\n");
-    let met = |yes: bool| if yes { "met" } else { "**not met**" };
     let find = |tool: Tool, label: &str, hz: u64| {
         cases.iter().position(|case| case.tool == tool && case.program.label() == label && case.hz == hz)
     };
@@ -189,14 +188,14 @@ pub fn table(profiler: &Path, root: &Path, src: &Path, dir: &Path, repetitions: 
         writeln!(
             text,
             "| target slowdown at {hz} Hz below py-spy's | {slowdown:.1}% vs {spy_slowdown:.1}% | {} |",
-            met(slowdown < spy_slowdown)
+            verdict(slowdown < spy_slowdown)
         )?;
         let (per_sample, spy_per_sample) =
             (column(ours, |r| r.us_per_sample), column(theirs, |r| r.us_per_sample));
         writeln!(
             text,
             "| tool CPU per sample at {hz} Hz below py-spy's | {per_sample:.0} vs {spy_per_sample:.0} µs | {} |",
-            met(per_sample < spy_per_sample)
+            verdict(per_sample < spy_per_sample)
         )?;
         let native_us = column(native, |r| r.us_per_sample);
         for label in [PYENV_312, DEBIAN_314] {
@@ -206,14 +205,14 @@ pub fn table(profiler: &Path, root: &Path, src: &Path, dir: &Path, repetitions: 
                 text,
                 "| CPU per Python sample ({label}) at {hz} Hz ≤ {PER_SAMPLE_RATIO_GOAL}× a native one's | {ratio:.1}× ({:.0} vs {native_us:.0} µs) | {} |",
                 column(case, |r| r.us_per_sample),
-                met(ratio <= PER_SAMPLE_RATIO_GOAL)
+                verdict(ratio <= PER_SAMPLE_RATIO_GOAL)
             )?;
         }
     }
     writeln!(
         text,
         "| eBPF time per sample ≤ 20 µs at 100 Python frames | {deep_us:.2} µs | {} |",
-        met(deep_us <= 20.0)
+        verdict(deep_us <= 20.0)
     )?;
     text.push('\n');
     Ok(text)
