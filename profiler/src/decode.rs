@@ -123,9 +123,7 @@ impl<'a> Frames<'a> {
     }
 
     pub fn iter(&self) -> impl ExactSizeIterator<Item = u64> + 'a {
-        self.0
-            .chunks_exact(size_of::<u64>())
-            .map(|frame| u64::from_le_bytes(frame.try_into().unwrap_or_default()))
+        self.0.as_chunks::<{ size_of::<u64>() }>().0.iter().map(|frame| u64::from_le_bytes(*frame))
     }
 }
 

@@ -5,7 +5,7 @@ use std::{path::Path, process::Command};
 
 use anyhow::Result;
 
-use crate::check;
+use crate::{check, setup};
 
 /// Seconds per target when `cargo xtask test` runs them.
 pub const BRIEF_SECONDS: u32 = 15;
@@ -27,6 +27,7 @@ const TARGETS: [&str; 12] = [
 pub fn run(root: &Path, seconds: u32, targets: &[String]) -> Result<()> {
     let fuzz_dir = root.join("profiler/fuzz");
     let cargo_fuzz = root.join(".tools/bin/cargo-fuzz");
+    let toolchain = setup::ebpf_toolchain(root)?;
     let chosen: Vec<&str> =
         if targets.is_empty() { TARGETS.to_vec() } else { targets.iter().map(String::as_str).collect() };
     for target in chosen {
@@ -35,7 +36,7 @@ pub fn run(root: &Path, seconds: u32, targets: &[String]) -> Result<()> {
         std::fs::create_dir_all(&corpus)?;
         check(
             Command::new("rustup")
-                .args(["run", "nightly"])
+                .args(["run", &toolchain])
                 .arg(&cargo_fuzz)
                 .args(["run", target])
                 .arg(&corpus)

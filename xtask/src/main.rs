@@ -1,8 +1,8 @@
 //! Project tasks: `cargo xtask setup | build | run | test | fuzz | bench`.
 //!
-//! `setup` installs what a fresh machine lacks (rust-src for the `nightly` toolchain, bpf-linker
-//! built against that nightly's own libLLVM in `.tools/`, the C/C++ compilers the tests use) and
-//! does nothing when everything is there. Every other task runs it first.
+//! `setup` installs what a fresh machine lacks (the nightly `profiler-ebpf/rust-toolchain.toml`
+//! names, bpf-linker built against that nightly's own libLLVM in `.tools/`, the C/C++ compilers
+//! the tests use) and does nothing when everything is there. Every other task runs it first.
 mod bench;
 mod fuzz;
 mod python;
@@ -48,7 +48,7 @@ enum Task {
         #[arg(long, value_name = "SECTION", value_parser = clap::builder::PossibleValuesParser::new(bench::SECTIONS))]
         only: Vec<String>,
     },
-    /// Run the fuzz targets (cargo-fuzz, nightly) for a while each.
+    /// Run the fuzz targets (cargo-fuzz, with the eBPF nightly) for a while each.
     Fuzz {
         /// Seconds per target.
         #[arg(long, default_value_t = 60)]

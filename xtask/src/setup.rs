@@ -42,7 +42,7 @@ const PACKAGES: [(&str, &str); 15] = [
 ];
 
 pub fn ensure(root: &Path) -> Result<()> {
-    ensure_rust_src()?;
+    ensure_ebpf_toolchain(root)?;
     ensure_bpf_linker(root)?;
     ensure_cargo_fuzz(root)?;
     ensure_packages()?;
@@ -196,8 +196,7 @@ fn ensure_node_versions(root: &Path) -> Result<()> {
 
 /// Clippy for the eBPF crate, which only builds for the BPF target.
 pub fn clippy_ebpf(root: &Path) -> Result<()> {
-    check(Command::new("cargo").current_dir(root.join("profiler-ebpf")).args([
-        "+nightly",
+    check(in_ebpf_toolchain(root, "cargo").args([
         "clippy",
         "--release",
         "--target",
@@ -210,36 +209,52 @@ pub fn clippy_ebpf(root: &Path) -> Result<()> {
     ]))
 }
 
-fn ensure_rust_src() -> Result<()> {
-    let installed = output(Command::new("rustup").args(["component", "list", "--toolchain", "nightly", "--installed"]))
-        .context("the `nightly` toolchain is needed to build the eBPF programs: install it with `rustup toolchain install nightly`")?;
-    if installed.lines().any(|line| line.starts_with("rust-src")) {
-        return Ok(());
-    }
-    eprintln!("xtask: installing rust-src for the nightly toolchain");
-    check(Command::new("rustup").args(["component", "add", "rust-src", "--toolchain", "nightly"]))
+/// `program` run with the nightly `profiler-ebpf/rust-toolchain.toml` names: from that folder,
+/// without the toolchain rustup passed down to xtask.
+fn in_ebpf_toolchain(root: &Path, program: &str) -> Command {
+    let mut command = Command::new(program);
+    command.current_dir(root.join(EBPF_DIR)).env_remove("RUSTUP_TOOLCHAIN");
+    command
 }
 
-/// bpf-linker must use the same LLVM as the rustc that emits the eBPF bitcode. The nightly
-/// toolchain ships its libLLVM; build bpf-linker against that, into `<root>/.tools`.
+const EBPF_DIR: &str = "profiler-ebpf";
+
+/// The name of that nightly (`nightly-2026-07-20-x86_64-unknown-linux-gnu`), for `rustup run`.
+pub fn ebpf_toolchain(root: &Path) -> Result<String> {
+    let said = output(in_ebpf_toolchain(root, "rustup").args(["show", "active-toolchain"]))?;
+    said.split_whitespace().next().map(str::to_owned).context("`rustup show active-toolchain` named none")
+}
+
+/// The nightly of `profiler-ebpf/rust-toolchain.toml`, with its components (rust-src).
+fn ensure_ebpf_toolchain(root: &Path) -> Result<()> {
+    check(in_ebpf_toolchain(root, "rustup").args(["toolchain", "install"]))
+        .context("rustup installs the nightly toolchain the eBPF programs build with")
+}
+
+/// bpf-linker must use the same LLVM as the rustc that emits the eBPF bitcode. The eBPF
+/// toolchain ships its libLLVM; build bpf-linker against that, into `<root>/.tools`, again when
+/// the toolchain changes.
 fn ensure_bpf_linker(root: &Path) -> Result<()> {
     let tools = root.join(".tools");
     let linker = tools.join("bin/bpf-linker");
-    if Command::new(&linker).arg("--version").output().is_ok_and(|o| o.status.success()) {
-        return Ok(());
-    }
-    let version = output(Command::new("rustc").args(["+nightly", "-vV"]))?;
-    let major = llvm_major(&version).context("cannot read the LLVM version of `rustc +nightly -vV`")?;
-    if !BPF_LINKER_LLVM_MAJORS.contains(&major) {
-        bail!(
-            "the nightly toolchain uses LLVM {major}, but bpf-linker {BPF_LINKER_VERSION} supports LLVM {BPF_LINKER_LLVM_MAJORS:?}: \
-             install a nightly toolchain with one of those"
-        );
-    }
     let sysroot =
-        PathBuf::from(output(Command::new("rustc").args(["+nightly", "--print", "sysroot"]))?.trim());
+        PathBuf::from(output(in_ebpf_toolchain(root, "rustc").args(["--print", "sysroot"]))?.trim());
     let libllvm = find_libllvm(&sysroot.join("lib"))?;
     let llvm_lib = tools.join("llvm/lib");
+    let linked_to = fs::read_link(llvm_lib.join("libLLVM.so")).ok();
+    if linked_to.as_deref() == Some(libllvm.as_path())
+        && Command::new(&linker).arg("--version").output().is_ok_and(|o| o.status.success())
+    {
+        return Ok(());
+    }
+    let version = output(in_ebpf_toolchain(root, "rustc").arg("-vV"))?;
+    let major = llvm_major(&version).context("cannot read the LLVM version of the eBPF toolchain's rustc")?;
+    if !BPF_LINKER_LLVM_MAJORS.contains(&major) {
+        bail!(
+            "the eBPF toolchain uses LLVM {major}, but bpf-linker {BPF_LINKER_VERSION} supports LLVM {BPF_LINKER_LLVM_MAJORS:?}: \
+             name a nightly with one of those in {EBPF_DIR}/rust-toolchain.toml"
+        );
+    }
     fs::create_dir_all(&llvm_lib)?;
     // The unversioned name is what the build links against; the versioned one (the soname) is
     // what the linked binary loads at run time, through its runpath.
@@ -251,7 +266,12 @@ fn ensure_bpf_linker(root: &Path) -> Result<()> {
     eprintln!("xtask: building bpf-linker {BPF_LINKER_VERSION} against LLVM {major} (about a minute, once)");
     check(
         Command::new("cargo")
-            .args(["install", &format!("bpf-linker@{BPF_LINKER_VERSION}"), "--no-default-features"])
+            .args([
+                "install",
+                "--force",
+                &format!("bpf-linker@{BPF_LINKER_VERSION}"),
+                "--no-default-features",
+            ])
             .args(["--features", &format!("llvm-{major}")])
             .arg("--root")
             .arg(&tools)
@@ -289,7 +309,7 @@ fn find_libllvm(lib_dir: &Path) -> Result<PathBuf> {
         .find(|path| path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("libLLVM.so.")))
         .with_context(|| {
             format!(
-                "no libLLVM.so.* in {}: the nightly toolchain ships without a shared LLVM",
+                "no libLLVM.so.* in {}: the eBPF toolchain ships without a shared LLVM",
                 lib_dir.display()
             )
         })

@@ -23,7 +23,7 @@ pub const UNUSED_SCRATCH_ENTRIES: u32 = 1;
 /// Entries of a scratch array in use: one per possible CPU (their ids run from 0).
 pub fn scratch_entries() -> Result<u32> {
     let cpus = nr_cpus().map_err(|(path, err)| anyhow!("cannot read {path}: {err}"))?;
-    Ok(cpus.max(1) as u32)
+    Ok(cpus.get())
 }
 
 pub fn program<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut Program> {
@@ -47,7 +47,7 @@ pub fn counter_total(ebpf: &Ebpf, name: &str, index: u32) -> Result<u64> {
 pub fn pause(ebpf: &mut Ebpf) -> Result<()> {
     let map = ebpf.map_mut(maps::CONTROL).ok_or_else(|| missing(maps::CONTROL))?;
     let mut control: aya::maps::Array<_, u32> = aya::maps::Array::try_from(map)?;
-    control.set(0, 1, 0).context("cannot set the stop flag of the eBPF programs")?;
+    control.set(0, &1, 0).context("cannot set the stop flag of the eBPF programs")?;
     Ok(())
 }
 
@@ -55,7 +55,7 @@ pub fn pause(ebpf: &mut Ebpf) -> Result<()> {
 pub fn set_stack_end(ebpf: &mut Ebpf, Tid(tid): Tid, end: u64) -> Result<()> {
     let map = ebpf.map_mut(maps::STACK_ENDS).ok_or_else(|| missing(maps::STACK_ENDS))?;
     let mut ends: BpfHashMap<_, u32, u64> = BpfHashMap::try_from(map)?;
-    ends.insert(tid, end, 0).with_context(|| format!("cannot record the stack end of thread {tid}"))?;
+    ends.insert(&tid, &end, 0).with_context(|| format!("cannot record the stack end of thread {tid}"))?;
     Ok(())
 }
 
@@ -77,7 +77,7 @@ pub fn set_runtime_process(
     let mut processes: BpfHashMap<_, u32, RuntimeProcess> = BpfHashMap::try_from(map)?;
     match process {
         Some(process) => processes
-            .insert(tgid, process, 0)
+            .insert(&tgid, process, 0)
             .with_context(|| format!("cannot tell the kernel where process {tgid}'s runtime frames are")),
         None => {
             // Removing an entry that is not there (a process never registered) is no failure.

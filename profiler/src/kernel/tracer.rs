@@ -104,9 +104,7 @@ impl Tracer {
     pub fn load(config: &TracerConfig, allocator: Allocator) -> Result<Self> {
         let frame_pointers = config.frame_pointers as u32;
         let fs_base = object::task_fs_base_offset(&mut KernelBtf::open()?)?;
-        // No relocations to make with the kernel's BTF (see the sampler's load).
         let mut ebpf = EbpfLoader::new()
-            .btf(None)
             .override_global(globals::STACK_COPY_CAP, &config.stack_copy_cap, true)
             .override_global(globals::FRAME_POINTERS, &frame_pointers, true)
             .override_global(globals::SAMPLE_EVERY, &config.sample_every, true)
@@ -193,7 +191,7 @@ impl KernelSource for Tracer {
                 cookie: function.map(|f| f as u64),
             };
             probe
-                .attach(point, readable_path(&allocator.file), scope)
+                .attach([point], readable_path(&allocator.file), scope)
                 .with_context(|| format!("cannot probe {} in {allocator}", entry.symbol))?;
             Ok(())
         };

@@ -212,8 +212,8 @@ impl ProcessMemory {
             if !self.pagemap.read_at(entries, page * 8) {
                 return false;
             }
-            let readable = entries.chunks_exact(8).zip(page..).all(|(entry, page)| {
-                let entry = u64::from_le_bytes(entry.try_into().unwrap_or_default());
+            let readable = entries.as_chunks::<8>().0.iter().zip(page..).all(|(entry, page)| {
+                let entry = u64::from_le_bytes(*entry);
                 entry & PRESENT != 0
                     && (entry & FILE == 0 || self.allowance.kernels_file(self.tgid, page * PAGE))
             });

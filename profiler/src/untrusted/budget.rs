@@ -57,7 +57,7 @@ impl Budget {
     }
 
     fn take(&self, bytes: u64) -> bool {
-        let taken = self.held.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |held| {
+        let taken = self.held.try_update(Ordering::Relaxed, Ordering::Relaxed, |held| {
             held.checked_add(bytes).filter(|&after| after <= self.limit)
         });
         if taken.is_err() {

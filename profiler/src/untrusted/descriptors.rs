@@ -38,7 +38,7 @@ impl Drop for Slot {
 pub fn take() -> Option<Slot> {
     let cap = CAP.load(Ordering::Relaxed);
     let taken =
-        HELD.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |held| (held < cap).then_some(held + 1));
+        HELD.try_update(Ordering::Relaxed, Ordering::Relaxed, |held| (held < cap).then_some(held + 1));
     taken.ok().map(|_| Slot(()))
 }
 

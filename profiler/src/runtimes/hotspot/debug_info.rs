@@ -51,7 +51,9 @@ pub struct PcDesc {
 /// The PcDescs in `bytes` (16 bytes each: the pc offset, then the scope's).
 pub fn pc_descs(bytes: &[u8]) -> Vec<PcDesc> {
     bytes
-        .chunks_exact(16)
+        .as_chunks::<16>()
+        .0
+        .iter()
         .map(|desc| PcDesc {
             pc_offset: i32::from_le_bytes(desc[0..4].try_into().unwrap_or_default()),
             scope_offset: i32::from_le_bytes(desc[4..8].try_into().unwrap_or_default()),

@@ -110,7 +110,7 @@ fn overloaded(
     }
     let methods = read_bytes(read, array.checked_add(overloads.array_data as u64)?, 8 * length)?;
     let name_field = layout.const_method_name_index;
-    for other in methods.chunks_exact(8).map(|word| u64::from_le_bytes(word.try_into().unwrap_or_default())) {
+    for other in methods.as_chunks::<8>().0.iter().map(|word| u64::from_le_bytes(*word)) {
         if other == method {
             continue;
         }

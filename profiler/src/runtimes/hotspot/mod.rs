@@ -617,10 +617,7 @@ fn read_nmethod(layout: &Layout, blob: u64, compile_id: u32, read: &mut ReadMemo
     let mut bytes = |range: Range<u64>| read_bytes(read, range.start, (range.end - range.start) as usize);
     let descs = debug_info::pc_descs(&bytes(descs)?);
     let scopes = bytes(scopes)?;
-    let metadata = bytes(metadata)?
-        .chunks_exact(8)
-        .map(|w| u64::from_le_bytes(w.try_into().unwrap_or_default()))
-        .collect();
+    let metadata = bytes(metadata)?.as_chunks::<8>().0.iter().map(|w| u64::from_le_bytes(*w)).collect();
     Some(Nmethod { code_begin, method: field(layout.nmethod_method)?, descs, scopes, metadata })
 }
 

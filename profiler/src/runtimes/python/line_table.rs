@@ -83,7 +83,7 @@ fn lnotab(table: &[u8], runs: &mut Runs) {
     if runs.push(0, Some(line)).is_none() {
         return;
     }
-    for pair in table.chunks_exact(2) {
+    for pair in table.as_chunks::<2>().0 {
         address += i64::from(pair[0]);
         line += i64::from(pair[1] as i8);
         if runs.push(address, Some(line)).is_none() {
@@ -100,7 +100,7 @@ const NO_LINE: i8 = -128;
 fn pep626(table: &[u8], runs: &mut Runs) {
     let mut line = 0i64;
     let mut start = 0i64;
-    for pair in table.chunks_exact(2) {
+    for pair in table.as_chunks::<2>().0 {
         let end = start + i64::from(pair[0]);
         let delta = pair[1] as i8;
         let has_line = delta != NO_LINE;

@@ -190,8 +190,12 @@ impl Runtime for Python {
             RuntimeWalk::Truncated => self.stats.truncated += 1,
             RuntimeWalk::Complete => {}
         }
-        let records =
-            sample.records.chunks_exact(size_of::<PythonFrame>()).map(pod_read_unaligned::<PythonFrame>);
+        let records = sample
+            .records
+            .as_chunks::<{ size_of::<PythonFrame>() }>()
+            .0
+            .iter()
+            .map(|record| pod_read_unaligned::<PythonFrame>(record));
         if records.len() == 0 {
             return;
         }

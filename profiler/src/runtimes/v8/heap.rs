@@ -142,7 +142,7 @@ impl Heap<'_, '_> {
         } else {
             let bytes =
                 self.bytes(object.checked_add(self.layout.seq_two_byte_chars)?, 2 * count as usize)?;
-            let units = bytes.chunks_exact(2).map(|pair| u16::from_le_bytes([pair[0], pair[1]]));
+            let units = bytes.as_chunks::<2>().0.iter().map(|pair| u16::from_le_bytes(*pair));
             Some((
                 char::decode_utf16(units).map(|c| c.unwrap_or(char::REPLACEMENT_CHARACTER)).collect(),
                 length,
@@ -271,7 +271,7 @@ impl Heap<'_, '_> {
             Some((bytes.into_iter().map(u16::from).collect(), length))
         } else {
             let bytes = self.bytes(object.checked_add(self.layout.seq_two_byte_chars)?, 2 * count)?;
-            Some((bytes.chunks_exact(2).map(|pair| u16::from_le_bytes([pair[0], pair[1]])).collect(), length))
+            Some((bytes.as_chunks::<2>().0.iter().map(|pair| u16::from_le_bytes(*pair)).collect(), length))
         }
     }
 }
