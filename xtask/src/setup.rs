@@ -136,18 +136,26 @@ pub fn ensure_bench_tools(root: &Path) -> Result<()> {
         ("/usr/sbin/offcputime", "libbpf-tools"),
     ])?;
     let tools = root.join(".tools");
-    if tools.join("bin/inferno-collapse-perf").exists() && tools.join("bin/inferno-flamegraph").exists() {
-        return Ok(());
+    if !(tools.join("bin/inferno-collapse-perf").exists() && tools.join("bin/inferno-flamegraph").exists()) {
+        eprintln!("xtask: installing inferno {INFERNO_VERSION} (for the perf side of the benchmarks)");
+        cargo_install(&tools, &format!("inferno@{INFERNO_VERSION}"))?;
     }
-    eprintln!("xtask: installing inferno {INFERNO_VERSION} (for the perf side of the benchmarks)");
-    check(
-        Command::new("cargo")
-            .args(["install", &format!("inferno@{INFERNO_VERSION}"), "--locked", "--root"])
-            .arg(&tools),
-    )
+    if !tools.join("bin/samply").exists() {
+        eprintln!(
+            "xtask: installing samply {SAMPLY_VERSION} (the benchmarks compare with it; a few minutes, once)"
+        );
+        cargo_install(&tools, &format!("samply@{SAMPLY_VERSION}"))?;
+    }
+    Ok(())
 }
 
 const INFERNO_VERSION: &str = "0.12.8";
+const SAMPLY_VERSION: &str = "0.13.1";
+
+/// `cargo install --locked` of `crate_at_version` into `tools`.
+fn cargo_install(tools: &Path, crate_at_version: &str) -> Result<()> {
+    check(Command::new("cargo").args(["install", crate_at_version, "--locked", "--root"]).arg(tools))
+}
 
 /// speedscope's file-format JSON schema, which the tests validate our output against. It ships
 /// in the speedscope npm package.
@@ -289,11 +297,7 @@ fn ensure_cargo_fuzz(root: &Path) -> Result<()> {
         return Ok(());
     }
     eprintln!("xtask: installing cargo-fuzz {CARGO_FUZZ_VERSION}");
-    check(
-        Command::new("cargo")
-            .args(["install", &format!("cargo-fuzz@{CARGO_FUZZ_VERSION}"), "--locked", "--root"])
-            .arg(&tools),
-    )
+    cargo_install(&tools, &format!("cargo-fuzz@{CARGO_FUZZ_VERSION}"))
 }
 
 fn llvm_major(rustc_version: &str) -> Option<u32> {

@@ -1,5 +1,6 @@
-//! profiler against perf on the same workloads, in one run: each measurement profiles a running
-//! workload for a few seconds, stops the tool with SIGINT and waits for its flame graph.
+//! profiler against perf and samply on the same workloads, in one run: each measurement profiles
+//! a running workload for a few seconds, stops the tool with SIGINT and waits for its flame graph
+//! (samply: for its profile, which it names when it is opened).
 use std::{
     fmt::Write as _,
     path::{Path, PathBuf},
@@ -28,14 +29,18 @@ pub enum Tool {
     /// `perf record -g` or `--call-graph dwarf`, then `perf script | inferno-collapse-perf |
     /// inferno-flamegraph`.
     Perf { dwarf: bool },
+    /// `samply record --save-only`: perf events with stack copies, unwound with DWARF (framehop)
+    /// as they come, written as an unnamed Firefox Profiler profile.
+    Samply,
 }
 
 impl Tool {
-    pub const ALL: [Tool; 4] = [
+    pub const ALL: [Tool; 5] = [
         Tool::Profiler { dwarf: true },
         Tool::Perf { dwarf: true },
         Tool::Profiler { dwarf: false },
         Tool::Perf { dwarf: false },
+        Tool::Samply,
     ];
 
     pub fn label(self) -> &'static str {
@@ -44,6 +49,7 @@ impl Tool {
             Tool::Profiler { dwarf: false } => "profiler --call-graph fp",
             Tool::Perf { dwarf: true } => "perf --call-graph dwarf",
             Tool::Perf { dwarf: false } => "perf -g (frame pointers)",
+            Tool::Samply => "samply (DWARF)",
         }
     }
 }
@@ -89,6 +95,7 @@ pub struct Tools {
     pub profiler: PathBuf,
     pub collapse: PathBuf,
     pub flamegraph: PathBuf,
+    pub samply: PathBuf,
 }
 
 pub fn measure(tools: &Tools, workload: &Workload, tool: Tool, hz: u64, dir: &Path) -> Result<Run> {
@@ -100,6 +107,7 @@ pub fn measure(tools: &Tools, workload: &Workload, tool: Tool, hz: u64, dir: &Pa
     let (svg, folded, raw) = match tool {
         Tool::Profiler { .. } => (dir.join("run.svg"), dir.join("run.folded"), dir.join("run.prof")),
         Tool::Perf { .. } => (dir.join("perf.svg"), dir.join("perf.folded"), dir.join("perf.data")),
+        Tool::Samply => (PathBuf::new(), PathBuf::new(), dir.join("samply.json")),
     };
     let mut record = match tool {
         Tool::Profiler { dwarf } => {
@@ -129,7 +137,14 @@ pub fn measure(tools: &Tools, workload: &Workload, tool: Tool, hz: u64, dir: &Pa
             command.arg("-o").arg(&raw);
             command
         }
+        Tool::Samply => {
+            let mut command = Command::new(&tools.samply);
+            command.args(["record", "--save-only", "-p", &pid, "-r", &hz, "-o"]).arg(&raw);
+            command
+        }
     };
+    // samply refuses to run above paranoia 1, even as root.
+    let _paranoia = (tool == Tool::Samply).then(|| Paranoia::lowered_to(1)).transpose()?;
     let mut recorder = record
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -164,7 +179,10 @@ pub fn measure(tools: &Tools, workload: &Workload, tool: Tool, hz: u64, dir: &Pa
     let stop_to_svg_ms = stopped.elapsed().as_secs_f64() * 1000.0;
     let progress = running.finish()?;
     let slowdown = slowdown(&progress, start_t, stop_t)?;
-    let folded_text = std::fs::read_to_string(&folded).unwrap_or_default();
+    let quality = match tool {
+        Tool::Samply => samply_quality(&raw)?,
+        _ => quality(&std::fs::read_to_string(&folded).unwrap_or_default(), workload),
+    };
     Ok(Run {
         slowdown,
         recording_cpu,
@@ -172,8 +190,38 @@ pub fn measure(tools: &Tools, workload: &Workload, tool: Tool, hz: u64, dir: &Pa
         stop_to_svg_ms,
         raw_bytes: std::fs::metadata(&raw).map_or(0.0, |m| m.len() as f64),
         rss_mib: usage.max_rss_kib as f64 / 1024.0,
-        quality: quality(&folded_text, workload),
+        quality,
     })
+}
+
+/// `kernel.perf_event_paranoid` lowered for a while, put back as it was when dropped.
+struct Paranoia(String);
+
+const PARANOIA: &str = "/proc/sys/kernel/perf_event_paranoid";
+
+impl Paranoia {
+    fn lowered_to(level: i32) -> Result<Self> {
+        let was = std::fs::read_to_string(PARANOIA).context(PARANOIA)?;
+        std::fs::write(PARANOIA, level.to_string()).context(PARANOIA)?;
+        Ok(Self(was))
+    }
+}
+
+impl Drop for Paranoia {
+    fn drop(&mut self) {
+        let _ = std::fs::write(PARANOIA, self.0.trim());
+    }
+}
+
+/// What can be told of a samply profile without naming its frames: its samples (those of
+/// every thread). Its stacks are addresses until the Firefox Profiler asks samply for names, so
+/// how complete they are is not measured (NaN, shown as –).
+fn samply_quality(profile: &Path) -> Result<Quality> {
+    let text = std::fs::read(profile).with_context(|| format!("samply wrote no {}", profile.display()))?;
+    let profile: serde_json::Value = serde_json::from_slice(&text).context("samply's profile")?;
+    let threads = profile["threads"].as_array().context("samply's profile has no threads")?;
+    let samples = threads.iter().filter_map(|thread| thread["samples"]["length"].as_u64()).sum();
+    Ok(Quality { samples, complete: f64::NAN, share_error: f64::NAN })
 }
 
 /// User and system CPU of a process so far, in clock ticks (`/proc/PID/stat`, all threads).
@@ -251,21 +299,26 @@ pub fn table(results: &Results) -> String {
     for Row { tool, hz, run } in &results.rows {
         let _ = writeln!(
             text,
-            "| {} | {hz} | {:.1}% | {:.1}% of a core | {:.2} s | {:.0} ms | {} | {:.1}% | {:.1} pt | {:.0} MiB | {} |",
+            "| {} | {hz} | {:.1}% | {:.1}% of a core | {:.2} s | {:.0} ms | {} | {} | {} | {:.0} MiB | {} |",
             tool.label(),
             run.slowdown,
             run.recording_cpu,
             run.cpu_seconds,
             run.stop_to_svg_ms,
             bytes(run.raw_bytes),
-            run.quality.complete,
-            run.quality.share_error,
+            measured(run.quality.complete, "%"),
+            measured(run.quality.share_error, " pt"),
             run.rss_mib,
             run.quality.samples
         );
     }
     text.push('\n');
     text
+}
+
+/// `value` with one decimal and its unit, or – where it was not measured (NaN).
+fn measured(value: f64, unit: &str) -> String {
+    if value.is_nan() { "–".into() } else { format!("{value:.1}{unit}") }
 }
 
 fn bytes(n: f64) -> String {

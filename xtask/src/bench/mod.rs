@@ -83,6 +83,7 @@ pub fn run(root: &Path, options: &Options) -> Result<()> {
         profiler: root.join("target/release/profiler"),
         collapse: root.join(".tools/bin/inferno-collapse-perf"),
         flamegraph: root.join(".tools/bin/inferno-flamegraph"),
+        samply: root.join(".tools/bin/samply"),
     };
     let wanted = |section: &str| options.only.is_empty() || options.only.iter().any(|s| s == section);
     let mut sections: Vec<(&str, String)> = Vec::new();
@@ -278,13 +279,17 @@ fn compare_table(
 fn commands(frequencies: &[u64], repetitions: usize) -> String {
     let hz: Vec<String> = frequencies.iter().map(u64::to_string).collect();
     format!(
-        "## Against perf\n\nEach workload runs alone for 2.5 s, is profiled for 5 s, then runs alone again; the tool is stopped with SIGINT. \
+        "## Against perf and samply\n\nEach workload runs alone for 2.5 s, is profiled for 5 s, then runs alone again; the tool is stopped with SIGINT. \
          Frequencies: {} Hz; medians of {repetitions} repetition(s), tools alternating. Commands:\n\n\
          ```text\n\
          profiler record -q -p PID -F HZ --call-graph auto|fp -o run.svg -o run.folded -o run.prof\n\
          perf record -q -p PID -F HZ --call-graph dwarf|-g -o perf.data\n\
          perf script -i perf.data | inferno-collapse-perf --all > perf.folded && inferno-flamegraph perf.folded > perf.svg\n\
+         samply record --save-only -p PID -r HZ -o samply.json\n\
          ```\n\n\
+         samply (0.13) writes a profile whose frames the Firefox Profiler names when it opens it (samply serves the names \
+         then): its *SIGINT to SVG* is to that profile, and how complete its stacks are is not measured (–). It runs with \
+         `kernel.perf_event_paranoid` at 1 (it refuses more, even as root), put back after.\n\n\
          *Target slowdown* compares the workload's peak speed (best one-second window of its own progress counter) while \
          profiled with its peak alone: this machine's CPU speed swings with other tenants far more than the effect \
          measured. *Tool CPU while recording*: from one second after the tool starts until it is stopped; *in all*: every process of the tool from start to flame graph. *Complete stacks*: samples in the hot \
