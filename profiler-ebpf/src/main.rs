@@ -9,6 +9,7 @@
 //!   page-wise copy of the top of the stack, and the frames of [`runtimes`] walked at sample
 //!   time (Python's).
 //! - [`memory`]: reads of the sampled thread's user memory.
+//! - [`task_storage`]: values kept on a thread's task (whether off-CPU follows it).
 //!
 //! Record layouts are documented in `profiler_common`.
 #![no_std]
@@ -23,6 +24,7 @@ mod off_cpu;
 mod runtimes;
 mod sample;
 mod stack;
+mod task_storage;
 
 use core::ptr::read_volatile;
 

@@ -33,7 +33,7 @@ use aya_ebpf::{
         bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel, bpf_probe_read_kernel_buf,
         generated::{bpf_get_current_task_btf, bpf_get_task_stack, bpf_task_pt_regs},
     },
-    macros::{btf_tracepoint, map, raw_tracepoint},
+    macros::{btf_map, btf_tracepoint, map, raw_tracepoint},
     maps::{Array, HashMap, PerCpuArray, ProgramArray},
     programs::{BtfTracePointContext, RawTracePointContext},
 };
@@ -48,6 +48,7 @@ use crate::{
     setting,
     stack::{self, Draft, Scratch, USER_MODE_RPL},
     stopped,
+    task_storage::TaskStorage,
 };
 
 /// Followed threads that have left the CPU since sampling started, by thread id: an entry is
@@ -58,6 +59,29 @@ use crate::{
 #[map(name = "OFF_CPU_THREADS")]
 static OFF_CPU_THREADS: HashMap<u32, OffCpuThread> =
     HashMap::with_max_entries(OFF_CPU_THREADS_MAX, aya_ebpf::bindings::BPF_F_NO_PREALLOC);
+
+/// Whether a thread is followed, kept on the thread once looked up ([`FOLLOWED`] or
+/// [`NOT_FOLLOWED`]; none on a thread not seen switching yet): a thread not followed then costs
+/// a switch or a system call's return a look at its own task, not a lookup by id. Whether a
+/// process is followed does not change once sampling started (userspace adds processes before,
+/// the kernel their children as they are forked, and those are new threads).
+#[btf_map(name = "OFF_CPU_FOLLOWED")]
+static OFF_CPU_FOLLOWED: TaskStorage<u32> = TaskStorage::new();
+const FOLLOWED: u32 = 1;
+const NOT_FOLLOWED: u32 = 2;
+
+/// Whether `task`, a thread of process `tgid`, is followed: as kept on it, or looked up and
+/// kept (when the kernel has room: else looked up again next time).
+fn followed(task: *mut c_void, tgid: u32) -> bool {
+    match OFF_CPU_FOLLOWED.get(task) {
+        Some(mark) => mark == FOLLOWED,
+        None => {
+            let wanted = wanted(tgid);
+            OFF_CPU_FOLLOWED.set(task, if wanted { FOLLOWED } else { NOT_FOLLOWED });
+            wanted
+        }
+    }
+}
 
 /// Entries of [`OFF_CPU_THREADS`] each user's threads hold, when the whole system is followed:
 /// none may take more than [`OFF_CPU_USER_SHARE`], so that one user's threads, however many,
@@ -139,7 +163,7 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
         remove(pid_tgid as u32);
         return 0;
     }
-    if !wanted((pid_tgid >> 32) as u32) {
+    if !followed(current_task(), (pid_tgid >> 32) as u32) {
         return 0;
     }
     let preempt: u64 = ctx.arg(0);
@@ -332,9 +356,12 @@ fn in_syscall(task: *mut c_void) -> bool {
     saved.is_ok_and(|[nr, _, cs]| (nr as i64) >= 0 && cs & 3 == USER_MODE_RPL)
 }
 
-/// `next` comes back onto the CPU (still in `prev`'s context). A thread not followed costs a
-/// read of its ids and a lookup or two here: the clock is read only for one that was away.
+/// `next` comes back onto the CPU (still in `prev`'s context). A thread known not to be followed
+/// costs a look at its task here; the clock is read only for one that was away.
 fn came_back(next: *mut c_void) {
+    if OFF_CPU_FOLLOWED.get(next) == Some(NOT_FOLLOWED) {
+        return;
+    }
     let Ok((tid, tgid)) = (unsafe { task_ids(next.cast()) }) else { return };
     let Some(thread) = OFF_CPU_THREADS.get_ptr_mut(tid) else {
         return came_back_unseen(next, tid, tgid);
@@ -368,7 +395,7 @@ fn came_back(next: *mut c_void) {
 /// started (not one created since, running for the first time). Its span counts from the
 /// start, sent when its call returns.
 fn came_back_unseen(next: *mut c_void, tid: u32, tgid: u32) {
-    if !wanted(tgid) {
+    if !followed(next, tgid) {
         return;
     }
     let now = unsafe { bpf_ktime_get_ns() };
@@ -464,6 +491,9 @@ pub struct TaskIterContext {
 #[raw_tracepoint(tracepoint = "sys_exit")]
 pub fn syscall_exit(ctx: RawTracePointContext) -> i32 {
     if stopped() || setting(&OFF_CPU) == 0 {
+        return 0;
+    }
+    if OFF_CPU_FOLLOWED.get(current_task()) == Some(NOT_FOLLOWED) {
         return 0;
     }
     let pid_tgid = bpf_get_current_pid_tgid();

@@ -149,6 +149,9 @@ impl Sampler {
         let btf =
             config.off_cpu.map(|_| Btf::from_sys_fs()).transpose().context("cannot read the kernel's BTF")?;
         let mut ebpf = EbpfLoader::new()
+            // Off-CPU's task-local storage, which aya creates but has no userspace type for:
+            // only the programs use it.
+            .allow_unsupported_maps()
             .override_global(globals::FILTER_BY_TGID, &filter, true)
             .override_global(globals::FOLLOW_FORKS, &follow, true)
             .override_global(globals::PROFILER_TGID, &own_tgid, true)
@@ -336,7 +339,8 @@ impl KernelSource for Sampler {
         &mut self.ebpf
     }
 
-    /// Adds the process to the filter (system-wide, everything is sampled anyway).
+    /// Adds the process to the filter (system-wide, everything is sampled anyway). Before
+    /// `start` only: off-CPU's programs keep on each thread they see whether it is followed.
     fn follow(&mut self, Tgid(tgid): Tgid) -> Result<()> {
         let map = self.ebpf.map_mut(maps::TGID_FILTER).ok_or_else(|| missing(maps::TGID_FILTER))?;
         let mut filter: BpfHashMap<_, u32, u8> = BpfHashMap::try_from(map)?;

@@ -105,6 +105,9 @@ impl Tracer {
         let frame_pointers = config.frame_pointers as u32;
         let fs_base = object::task_fs_base_offset(&mut KernelBtf::open()?)?;
         let mut ebpf = EbpfLoader::new()
+            // Off-CPU's task-local storage, which aya creates but has no userspace type for:
+            // only the programs use it.
+            .allow_unsupported_maps()
             .override_global(globals::STACK_COPY_CAP, &config.stack_copy_cap, true)
             .override_global(globals::FRAME_POINTERS, &frame_pointers, true)
             .override_global(globals::SAMPLE_EVERY, &config.sample_every, true)
