@@ -391,8 +391,11 @@ impl Symbolizer {
                 Frame::Runtime { .. } => {}
             }
         }
-        for (addr, names) in kernel.iter().zip(self.kernel(&kernel)) {
-            symbols.by_frame.insert(Frame::Kernel(*addr), names);
+        // Not asked of blazesym without addresses: it would read kallsyms whole all the same.
+        if !kernel.is_empty() {
+            for (addr, names) in kernel.iter().zip(self.kernel(&kernel)) {
+                symbols.by_frame.insert(Frame::Kernel(*addr), names);
+            }
         }
         for (module, offsets) in by_module {
             let names = self.module(modules, module, interpreters.contains(&module), &offsets);
