@@ -83,6 +83,11 @@ fn followed(task: *mut c_void, tgid: u32) -> bool {
     }
 }
 
+/// Whether `task` was found not to be followed (false too for a thread not looked at yet).
+fn known_not_followed(task: *mut c_void) -> bool {
+    OFF_CPU_FOLLOWED.get(task) == Some(NOT_FOLLOWED)
+}
+
 /// Entries of [`OFF_CPU_THREADS`] each user's threads hold, when the whole system is followed:
 /// none may take more than [`OFF_CPU_USER_SHARE`], so that one user's threads, however many,
 /// leave room for everyone else's.
@@ -359,7 +364,7 @@ fn in_syscall(task: *mut c_void) -> bool {
 /// `next` comes back onto the CPU (still in `prev`'s context). A thread known not to be followed
 /// costs a look at its task here; the clock is read only for one that was away.
 fn came_back(next: *mut c_void) {
-    if OFF_CPU_FOLLOWED.get(next) == Some(NOT_FOLLOWED) {
+    if known_not_followed(next) {
         return;
     }
     let Ok((tid, tgid)) = (unsafe { task_ids(next.cast()) }) else { return };
@@ -493,7 +498,7 @@ pub fn syscall_exit(ctx: RawTracePointContext) -> i32 {
     if stopped() || setting(&OFF_CPU) == 0 {
         return 0;
     }
-    if OFF_CPU_FOLLOWED.get(current_task()) == Some(NOT_FOLLOWED) {
+    if known_not_followed(current_task()) {
         return 0;
     }
     let pid_tgid = bpf_get_current_pid_tgid();

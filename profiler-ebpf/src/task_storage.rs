@@ -40,16 +40,14 @@ impl<T: Copy> TaskStorage<T> {
         (!value.is_null()).then(|| unsafe { *value.cast::<T>() })
     }
 
-    /// Keeps `value` on `task`, over any value there; false when the kernel has no room for it.
-    pub fn set(&self, task: *mut c_void, mut value: T) -> bool {
+    /// Keeps `value` on `task`, over any value there; nothing when the kernel has no room.
+    pub fn set(&self, task: *mut c_void, mut value: T) {
         let flags = u64::from(BPF_LOCAL_STORAGE_GET_F_CREATE);
         let initial = ptr::from_mut(&mut value).cast();
         let kept = unsafe { bpf_task_storage_get(self.as_ptr(), task.cast(), initial, flags) };
-        if kept.is_null() {
-            return false;
+        if !kept.is_null() {
+            unsafe { *kept.cast::<T>() = value };
         }
-        unsafe { *kept.cast::<T>() = value };
-        true
     }
 
     fn as_ptr(&self) -> *mut c_void {

@@ -391,11 +391,8 @@ impl Symbolizer {
                 Frame::Runtime { .. } => {}
             }
         }
-        // Not asked of blazesym without addresses: it would read kallsyms whole all the same.
-        if !kernel.is_empty() {
-            for (addr, names) in kernel.iter().zip(self.kernel(&kernel)) {
-                symbols.by_frame.insert(Frame::Kernel(*addr), names);
-            }
+        for (addr, names) in kernel.iter().zip(self.kernel(&kernel)) {
+            symbols.by_frame.insert(Frame::Kernel(*addr), names);
         }
         for (module, offsets) in by_module {
             let names = self.module(modules, module, interpreters.contains(&module), &offsets);
@@ -409,6 +406,10 @@ impl Symbolizer {
     fn kernel(&self, addrs: &[u64]) -> Vec<Vec<Symbol>> {
         /// The name of a kernel address kallsyms does not know.
         const UNKNOWN_KERNEL: &str = "[unknown kernel]";
+        // Not asked of blazesym without addresses: it would read kallsyms whole all the same.
+        if addrs.is_empty() {
+            return Vec::new();
+        }
         let source =
             Source::Kernel(Kernel { vmlinux: MaybeDefault::None, debug_syms: false, ..Kernel::default() });
         let resolved = contained(|| self.blaze.symbolize(&source, Input::AbsAddr(addrs)).unwrap_or_default());

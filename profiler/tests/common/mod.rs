@@ -363,7 +363,7 @@ pub fn start_profiler(args: &[&str]) -> Started {
 /// one, and leave it too little CPU to empty its ring buffer.
 pub fn start_profiler_first(args: &[&str]) -> Started {
     let mut command = Command::new("nice");
-    command.args(["-n", "-20", env!("CARGO_BIN_EXE_profiler")]);
+    command.args(["-n", "-20"]).arg(profiler().get_program());
     start(command, args)
 }
 
