@@ -56,11 +56,37 @@ pub struct ProcessView<'a> {
     time_ns: u64,
     process: &'a mut Process,
     modules: &'a mut Modules,
+    /// The mapping the last [`Self::resolve`] found: a stack's frames sit in few modules, and
+    /// a deep one's hundreds of lookups mostly hit it.
+    last: Option<Resolution>,
+}
+
+/// A mapping found at the view's moment, and the module behind it.
+#[derive(Clone, Copy)]
+struct Resolution {
+    start: u64,
+    end: u64,
+    /// The file offset of `start`.
+    start_offset: u64,
+    executable: bool,
+    module: Option<ModuleId>,
+}
+
+impl Resolution {
+    fn resolve(&self, addr: u64, want: Want) -> Resolved {
+        if want == Want::Code && !self.executable {
+            return Resolved::Unmapped;
+        }
+        match self.module {
+            Some(module) => Resolved::Module { module, file_offset: self.start_offset + (addr - self.start) },
+            None => Resolved::Anonymous,
+        }
+    }
 }
 
 impl<'a> ProcessView<'a> {
     pub(super) fn new(tgid: Tgid, time_ns: u64, process: &'a mut Process, modules: &'a mut Modules) -> Self {
-        Self { tgid, time_ns, process, modules }
+        Self { tgid, time_ns, process, modules, last: None }
     }
 
     pub fn tgid(&self) -> Tgid {
@@ -75,22 +101,30 @@ impl<'a> ProcessView<'a> {
 
     /// The mapping that held `addr`.
     pub fn mapping(&mut self, addr: u64) -> Option<&Mapping> {
+        // Reading the maps again may change the mapping remembered.
+        self.last = None;
         self.process.mapping(addr, self.time_ns)
     }
 
     /// Where `addr` was: the module and file offset of the mapping that held it, if it is of
     /// the kind wanted.
     pub fn resolve(&mut self, addr: u64, want: Want) -> Resolved {
+        if let Some(last) = self.last.filter(|last| (last.start..last.end).contains(&addr)) {
+            return last.resolve(addr, want);
+        }
+        self.last = None;
         self.process.refresh_for(addr, self.time_ns);
         let process = &*self.process;
         let Some(mapping) = process.lookup(addr, self.time_ns) else { return Resolved::Unmapped };
-        if want == Want::Code && !mapping.executable {
-            return Resolved::Unmapped;
-        }
-        match self.modules.intern(self.tgid, process.identity(), mapping) {
-            Some(module) => Resolved::Module { module, file_offset: mapping.file_offset(addr) },
-            None => Resolved::Anonymous,
-        }
+        let found = Resolution {
+            start: mapping.start,
+            end: mapping.end,
+            start_offset: mapping.file_offset(mapping.start),
+            executable: mapping.executable,
+            module: self.modules.intern(self.tgid, process.identity(), mapping),
+        };
+        self.last = Some(found);
+        found.resolve(addr, want)
     }
 
     /// What the process is, for reading what it controls: its root, its user.
