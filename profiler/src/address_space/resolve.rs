@@ -116,6 +116,10 @@ impl<'a> ProcessView<'a> {
         self.process.refresh_for(addr, self.time_ns);
         let process = &*self.process;
         let Some(mapping) = process.lookup(addr, self.time_ns) else { return Resolved::Unmapped };
+        // Not interned: a module is opened for code, or for what a frame-pointer chain led to.
+        if want == Want::Code && !mapping.executable {
+            return Resolved::Unmapped;
+        }
         let found = Resolution {
             start: mapping.start,
             end: mapping.end,
@@ -173,6 +177,10 @@ mod tests {
         };
         let mapping = view.mapping(here).unwrap().clone();
         assert_eq!(file_offset, here - mapping.start + mapping.offset);
+        // Found again in the mapping remembered, at its own offset.
+        view.resolve(here, Want::Code);
+        let next = view.resolve(here + 1, Want::Code);
+        assert_eq!(next, Resolved::Module { module, file_offset: file_offset + 1 });
         assert!(view.module(module).file().is_some());
         assert_eq!(view.resolve(0x10, Want::Any), Resolved::Unmapped);
         // The stack is mapped but not code.
