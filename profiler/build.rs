@@ -12,8 +12,21 @@ fn main() -> anyhow::Result<()> {
     let toolchain = ebpf_toolchain(&ebpf_dir)?;
     let ebpf_dir = ebpf_dir.to_str().ok_or_else(|| anyhow!("non-UTF-8 path {}", ebpf_dir.display()))?;
     let package = aya_build::Package { name: "profiler-ebpf", root_dir: ebpf_dir, ..Default::default() };
-    aya_build::build_ebpf([package], aya_build::Toolchain::Custom(&toolchain))
+    // Each profile (dev, release, ci, clippy's, the fuzz targets' own workspace) would build the
+    // same object again, `core` included, in its own OUT_DIR: about 40 s each. aya-build builds
+    // into OUT_DIR, so it is pointed at one folder for all, and the object copied from there.
+    let out_dir = std::env::var_os("OUT_DIR").context("OUT_DIR")?;
+    let shared = Path::new(&manifest_dir).join("../target/ebpf");
+    // SAFETY: a build script's one thread; aya-build reads OUT_DIR from the environment.
+    unsafe { std::env::set_var("OUT_DIR", &shared) };
+    aya_build::build_ebpf([package], aya_build::Toolchain::Custom(&toolchain))?;
+    std::fs::copy(shared.join(OBJECT), Path::new(&out_dir).join(OBJECT))
+        .with_context(|| format!("copy the eBPF object from {}", shared.display()))?;
+    Ok(())
 }
+
+/// The eBPF crate's binary, as aya-build names it in OUT_DIR.
+const OBJECT: &str = "profiler";
 
 /// The toolchain the eBPF crate's `rust-toolchain.toml` names, as rustup resolves it there (not
 /// the one cargo runs this script with, which rustup passes down in `RUSTUP_TOOLCHAIN`).
