@@ -2,7 +2,11 @@
 //! from the committed seeds (`profiler/fuzz/seeds/TARGET`), one per CPU at a time; what libFuzzer
 //! finds goes to the ignored `corpus/` and `artifacts/` folders, and its output to
 //! `artifacts/TARGET.log`.
-use std::{fs::File, path::Path, process::Command};
+use std::{
+    fs::File,
+    path::Path,
+    process::{Command, ExitStatus},
+};
 
 use anyhow::{Context as _, Result, bail};
 
@@ -37,8 +41,8 @@ pub fn run(root: &Path, seconds: u32, targets: &[String]) -> Result<()> {
         command
     };
     check(&mut cargo_fuzz(&["build"]))?;
-    // A fuzzer keeps one CPU busy: one per CPU at a time, each writing to a log of its own, shown
-    // when it fails.
+    std::fs::create_dir_all(fuzz_dir.join("artifacts"))?;
+    // A fuzzer keeps one CPU busy: one per CPU at a time, each writing to a log of its own.
     let cpus = std::thread::available_parallelism().map_or(1, usize::from);
     for batch in chosen.chunks(cpus) {
         let mut running = Vec::new();
@@ -46,35 +50,37 @@ pub fn run(root: &Path, seconds: u32, targets: &[String]) -> Result<()> {
             eprintln!("xtask: fuzzing {target} for {seconds} s");
             let corpus = fuzz_dir.join("corpus").join(target);
             std::fs::create_dir_all(&corpus)?;
-            let log_path = fuzz_dir.join("artifacts").join(format!("{target}.log"));
-            std::fs::create_dir_all(fuzz_dir.join("artifacts"))?;
-            let log = File::create(&log_path).with_context(|| format!("create {}", log_path.display()))?;
+            let log = fuzz_dir.join("artifacts").join(format!("{target}.log"));
+            let output = File::create(&log).with_context(|| format!("create {}", log.display()))?;
             let mut command = cargo_fuzz(&["run", target]);
             command
                 .arg(&corpus)
                 .arg(fuzz_dir.join("seeds").join(target))
                 .args(["--", &format!("-max_total_time={seconds}")])
-                .stdout(log.try_clone()?)
-                .stderr(log);
+                .stdout(output.try_clone()?)
+                .stderr(output);
             let child = command.spawn().with_context(|| format!("cannot run {command:?}"))?;
-            running.push((target, child, log_path));
+            running.push((target, child, log));
         }
         // All of the batch end before a failure is told, so that none is left running.
-        let ended: Vec<_> = running
-            .into_iter()
-            .map(|(target, mut child, log_path)| (target, child.wait(), log_path))
-            .collect();
-        for (target, status, log_path) in ended {
-            let status = status?;
-            let log = std::fs::read_to_string(&log_path).unwrap_or_default();
-            if !status.success() {
-                eprintln!("{log}");
-                bail!("fuzz target {target} failed with {status} (its log: {})", log_path.display());
-            }
-            // libFuzzer's last word: how many inputs it ran.
-            let done = log.lines().rev().find(|line| line.starts_with("Done")).unwrap_or("done");
-            eprintln!("xtask: {target}: {done}");
+        let ended: Vec<_> =
+            running.into_iter().map(|(target, mut child, log)| (target, child.wait(), log)).collect();
+        for (target, status, log) in ended {
+            report(target, status?, &log)?;
         }
     }
+    Ok(())
+}
+
+/// How fuzz target `target` ended: its whole log if it failed, libFuzzer's last word (how many
+/// inputs it ran) otherwise.
+fn report(target: &str, status: ExitStatus, log: &Path) -> Result<()> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    if !status.success() {
+        eprintln!("{text}");
+        bail!("fuzz target {target} failed with {status} (its log: {})", log.display());
+    }
+    let done = text.lines().rev().find(|line| line.starts_with("Done")).unwrap_or("done");
+    eprintln!("xtask: {target}: {done}");
     Ok(())
 }
