@@ -249,9 +249,10 @@ fn fresh_code_in_every_sample_costs_a_bounded_number_of_reads() {
 }
 
 /// nobody fills what the kernel side shares between processes: 6000 threads off the CPU (the
-/// table of followed threads holds 16384) and 1100 Python processes (the table of Python
-/// processes holds 4096). The recordings last their `-d`, and root's programs keep their
-/// samples: its thread off the CPU under its waits, its Python under its functions.
+/// table of followed threads holds 16384) and 2000 Python processes (the table of Python
+/// processes holds 4096, a quarter of it for one user: twice that many, because only some are
+/// sampled in 8 s). The recordings last their `-d`, and root's programs keep their samples: its
+/// thread off the CPU under its waits, its Python under its functions.
 #[test]
 fn a_user_filling_the_kernel_tables_takes_no_more_than_its_share() {
     if !e2e_enabled() {
@@ -284,7 +285,7 @@ fn a_user_filling_the_kernel_tables_takes_no_more_than_its_share() {
     // Niced, and the recording (and root's Python) at nice -20, so that neither is starved of
     // the CPUs: what is tested is the table, not the scheduler.
     let _pythons =
-        start_as_nobody("nice", &["-n", "19", SYSTEM_PYTHON, flood.to_str().unwrap(), "1100", "60"]);
+        start_as_nobody("nice", &["-n", "19", SYSTEM_PYTHON, flood.to_str().unwrap(), "2000", "60"]);
     let shares = common::python::script("shares.py");
     let out = dir.join("python.folded");
     let recording =
