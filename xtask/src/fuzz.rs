@@ -12,41 +12,24 @@ use anyhow::{Context as _, Result, bail};
 
 use crate::{check, setup};
 
-/// Seconds per target when `cargo xtask test` runs them.
-pub const BRIEF_SECONDS: u32 = 15;
-const TARGETS: [&str; 12] = [
-    "decode_record",
-    "unwind_stack",
-    "raw_recording",
-    "elf_file",
-    "proc_text",
-    "task_event",
-    "hostile_names",
-    "python_line_table",
-    "python_code_object",
-    "hotspot_walk",
-    "v8_walk",
-    "jitdump",
-];
-
 pub fn run(root: &Path, seconds: u32, targets: &[String]) -> Result<()> {
     let fuzz_dir = root.join("profiler/fuzz");
     let cargo_fuzz = root.join(".tools/bin/cargo-fuzz");
     let toolchain = setup::ebpf_toolchain(root)?;
-    let chosen: Vec<&str> =
-        if targets.is_empty() { TARGETS.to_vec() } else { targets.iter().map(String::as_str).collect() };
+    let chosen = if targets.is_empty() { all_targets(&fuzz_dir)? } else { targets.to_vec() };
     let cargo_fuzz = |args: &[&str]| {
         let mut command = Command::new("rustup");
         command.args(["run", &toolchain]).arg(&cargo_fuzz).args(args).current_dir(&fuzz_dir);
         command
     };
+    setup::ensure_cargo_fuzz(root)?;
     check(&mut cargo_fuzz(&["build"]))?;
     std::fs::create_dir_all(fuzz_dir.join("artifacts"))?;
     // A fuzzer keeps one CPU busy: one per CPU at a time, each writing to a log of its own.
     let cpus = std::thread::available_parallelism().map_or(1, usize::from);
     for batch in chosen.chunks(cpus) {
         let mut running = Vec::new();
-        for &target in batch {
+        for target in batch {
             eprintln!("xtask: fuzzing {target} for {seconds} s");
             let corpus = fuzz_dir.join("corpus").join(target);
             std::fs::create_dir_all(&corpus)?;
@@ -70,6 +53,20 @@ pub fn run(root: &Path, seconds: u32, targets: &[String]) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Every target: the files of `fuzz_targets/`, by name.
+fn all_targets(fuzz_dir: &Path) -> Result<Vec<String>> {
+    let dir = fuzz_dir.join("fuzz_targets");
+    let mut targets = Vec::new();
+    for entry in std::fs::read_dir(&dir).with_context(|| format!("cannot list {}", dir.display()))? {
+        let path = entry?.path();
+        if path.extension().is_some_and(|extension| extension == "rs") {
+            targets.extend(path.file_stem().and_then(|stem| stem.to_str()).map(str::to_owned));
+        }
+    }
+    targets.sort();
+    Ok(targets)
 }
 
 /// How fuzz target `target` ended: its whole log if it failed, libFuzzer's last word (how many

@@ -56,8 +56,8 @@ enum Task {
         /// Targets to run (all when none given).
         targets: Vec<String>,
     },
-    /// Formatting and clippy checks, then every test, end-to-end ones as root, then each fuzz
-    /// target briefly.
+    /// Formatting and clippy checks, then every test, end-to-end ones as root (the fuzz
+    /// targets' seeds among them).
     Test {
         /// Extra arguments for `cargo test` (a test name filter, say).
         #[arg(last = true)]
@@ -214,11 +214,7 @@ fn test(root: &Path, args: &[OsString]) -> Result<()> {
     if !args.is_empty() {
         command.arg("--").args(args);
     }
-    check(&mut command)?;
-    if args.is_empty() {
-        fuzz::run(root, fuzz::BRIEF_SECONDS, &[])?;
-    }
-    Ok(())
+    check(&mut command)
 }
 
 pub fn cargo(root: &Path, args: &[&str]) -> Result<()> {

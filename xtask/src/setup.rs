@@ -44,7 +44,6 @@ const PACKAGES: [(&str, &str); 15] = [
 pub fn ensure(root: &Path) -> Result<()> {
     ensure_ebpf_toolchain(root)?;
     ensure_bpf_linker(root)?;
-    ensure_cargo_fuzz(root)?;
     ensure_packages()?;
     ensure_debian_python(root)?;
     ensure_speedscope_schema(root)?;
@@ -289,8 +288,8 @@ fn ensure_bpf_linker(root: &Path) -> Result<()> {
 
 const CARGO_FUZZ_VERSION: &str = "0.13.2";
 
-/// cargo-fuzz, in `.tools/` like bpf-linker (about 40 s, once).
-fn ensure_cargo_fuzz(root: &Path) -> Result<()> {
+/// cargo-fuzz, in `.tools/` like bpf-linker (about 40 s, once), for `cargo xtask fuzz`.
+pub fn ensure_cargo_fuzz(root: &Path) -> Result<()> {
     let tools = root.join(".tools");
     if Command::new(tools.join("bin/cargo-fuzz")).arg("--version").output().is_ok_and(|o| o.status.success())
     {

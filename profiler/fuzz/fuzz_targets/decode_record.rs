@@ -1,18 +1,4 @@
-//! Ring-buffer records, of every kind: any bytes decode to a record or an error, never a panic.
+//! libFuzzer's inputs to [`profiler_fuzz::decode_record::check`].
 #![no_main]
 
-use libfuzzer_sys::fuzz_target;
-use profiler::RecordKind;
-
-fuzz_target!(|data: &[u8]| {
-    for kind in [RecordKind::Sample, RecordKind::Allocation] {
-        let _ = kind.time_ns(data);
-        if let Ok(record) = kind.decode(data) {
-            let sample = record.sample;
-            let _ = (sample.tgid(), sample.tid(), sample.time_ns(), sample.comm(), record.payload);
-            let frames = sample.kernel_stack().iter().chain(sample.user_stack().iter());
-            let _ = (frames.fold(0u64, u64::wrapping_add), sample.user_regs());
-            let _ = (sample.stack_copy().len(), sample.stack_truncated());
-        }
-    }
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| profiler_fuzz::decode_record::check(data));

@@ -1,24 +1,4 @@
-//! Files a target maps, as the profiler reads them: any bytes give facts, CFI and PLT stubs, or
-//! nothing, never a panic or a runaway (compressed sections and stub counts are bounded).
+//! libFuzzer's inputs to [`profiler_fuzz::elf_file::check`].
 #![no_main]
 
-use std::io::Write as _;
-
-use libfuzzer_sys::fuzz_target;
-use profiler::stages::{ElfFacts, ModuleCfi, PltStubs};
-
-fuzz_target!(|data: &[u8]| {
-    if let Some(facts) = ElfFacts::read(data) {
-        let _ = (facts.svma(0x1000), facts.dwarf_readable_alone());
-    }
-    let stubs = PltStubs::parse(data);
-    for offset in [0, 0x1000, 0x1030, u64::MAX] {
-        let _ = stubs.name(offset);
-    }
-    // The CFI reader takes a file, as the registry hands it over.
-    let mut file = tempfile::tempfile().expect("a temporary file");
-    file.write_all(data).expect("written");
-    if let Ok(mut cfi) = ModuleCfi::load(&file, Some(&file)) {
-        let _ = (cfi.has_cfi(), cfi.svma(0x1000), cfi.svma_range(), cfi.take_sections());
-    }
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| profiler_fuzz::elf_file::check(data));

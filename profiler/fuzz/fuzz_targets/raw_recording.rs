@@ -1,19 +1,4 @@
-//! Raw recordings: any bytes read to a recording or an error, never a panic; whatever reads
-//! renders in every format.
+//! libFuzzer's inputs to [`profiler_fuzz::raw_recording::check`].
 #![no_main]
 
-use libfuzzer_sys::fuzz_target;
-use profiler::{Filter, Format, RenderOptions, raw, render};
-
-fuzz_target!(|data: &[u8]| {
-    // The whole file format, and the protobuf payload alone (past the gzip checksum).
-    let recordings = [raw::read(&mut &data[..]), raw::decode_payload(data, data.len() as u64)];
-    for recording in recordings.into_iter().flatten() {
-        let recording = recording.filtered(&Filter { no_kernel: data.len() % 2 == 0, ..Default::default() });
-        for format in
-            [Format::Folded, Format::Pprof, Format::Speedscope, Format::Raw, Format::Svg, Format::LeakReport]
-        {
-            render(format, &recording, &RenderOptions::default(), &mut std::io::sink()).unwrap();
-        }
-    }
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| profiler_fuzz::raw_recording::check(data));

@@ -9,6 +9,10 @@ use profiler_common::{AllocationHeader, SampleHeader, frames_offset};
 
 pub use self::fixture::{FIXTURE_TGID, Fixture};
 
+/// The recorded fixtures (`profiler/tests/fixtures`), found from any crate that uses this one
+/// (the fuzz targets are built from their own folder).
+pub const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
+
 /// Serializes a sample record the way the eBPF program lays it out: `header` with its lengths
 /// set from the parts, the stack copy, padding to 8 bytes, the frame-pointer user stack and the
 /// kernel stack (no runtime frames).
