@@ -1,8 +1,9 @@
 //! The kernel side, from userspace: the embedded eBPF object and what loads it (the [`sampler`]
 //! of CPU profiles, the allocation [`tracer`] of `leaks`), the [`ring`] their records come
-//! through, the [`task_events`] that tell how address spaces change, and the layouts of kernel
-//! structures read from its BTF ([`btf`]).
+//! through, the [`task_events`] that tell how address spaces change, the layouts of kernel
+//! structures read from its BTF ([`btf`]), and its functions by address ([`kallsyms`]).
 pub mod btf;
+pub mod kallsyms;
 pub mod object;
 pub mod ring;
 pub mod sampler;

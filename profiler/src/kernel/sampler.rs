@@ -18,6 +18,7 @@ use crate::{decode::RecordKind, model::Tgid};
 use super::{
     KernelSource,
     btf::KernelBtf,
+    kallsyms,
     object::{self, EBPF_OBJECT, missing, program, verifier_error},
 };
 
@@ -111,18 +112,10 @@ impl TaskLayout {
     }
 }
 
-/// The address of the kernel's `__schedule` (from `/proc/kallsyms`); 0 when it is not listed,
-/// and kernel stacks of blocked threads end in the function that waited.
+/// The address of the kernel's `__schedule`; 0 when it is not listed, and kernel stacks of
+/// blocked threads end in the function that waited.
 fn schedule_address() -> Result<u64> {
-    const KALLSYMS: &str = "/proc/kallsyms";
-    // Not read_bounded: megabytes, all the kernel's own.
-    let text = std::fs::read_to_string(KALLSYMS).with_context(|| format!("cannot read {KALLSYMS}"))?;
-    let address = text.lines().find_map(|line| {
-        let mut fields = line.split_whitespace();
-        let addr = u64::from_str_radix(fields.next()?, 16).ok()?;
-        (fields.nth(1)? == "__schedule").then_some(addr)
-    });
-    Ok(address.unwrap_or(0))
+    Ok(kallsyms::address_of("__schedule")?.unwrap_or(0))
 }
 
 impl Sampler {

@@ -17,13 +17,10 @@ use std::{
     path::PathBuf,
 };
 
-use blazesym::{
-    MaybeDefault,
-    symbolize::{
-        CodeInfo, Input, Symbolized, Symbolizer as BlazeSymbolizer,
-        evict::Evict,
-        source::{Elf, Kernel, Source},
-    },
+use blazesym::symbolize::{
+    CodeInfo, Input, Symbolized, Symbolizer as BlazeSymbolizer,
+    evict::Evict,
+    source::{Elf, Source},
 };
 
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -38,6 +35,7 @@ pub use self::{
 use crate::{
     address_space::{AddressSpaces, Identity, Module, ModuleId, ModuleSet},
     frame::Frame,
+    kernel::kallsyms::KernelSymbols,
     model::{SourceLine, Symbol, SymbolKind, Tgid},
     named::Named,
     runtimes::Runtimes,
@@ -320,7 +318,10 @@ pub struct Symbolizer {
     debug_info: DebugInfo,
     /// What naming each module takes, found at its first frame.
     modules: FxHashMap<ModuleId, ModuleNaming>,
-    /// Debug information not given to blazesym, a line per module.
+    /// The kernel's functions, read at the first kernel frame.
+    kernel: Option<KernelSymbols>,
+    /// Debug information not given to blazesym, a line per module; the kernel's names when
+    /// they cannot be read.
     refused: Warnings,
 }
 
@@ -344,7 +345,7 @@ impl Symbolizer {
             .enable_demangling(true)
             .set_debug_dirs(Some(Vec::<PathBuf>::new()))
             .build();
-        Self { blaze, debug_info, modules: FxHashMap::default(), refused: Warnings::default() }
+        Self { blaze, debug_info, modules: FxHashMap::default(), kernel: None, refused: Warnings::default() }
     }
 
     /// Lets go of what was read of `modules`: the naming state (PLT stubs, the DWARF charge)
@@ -403,24 +404,32 @@ impl Symbolizer {
         symbols
     }
 
-    fn kernel(&self, addrs: &[u64]) -> Vec<Vec<Symbol>> {
+    fn kernel(&mut self, addrs: &[u64]) -> Vec<Vec<Symbol>> {
         /// The name of a kernel address kallsyms does not know.
         const UNKNOWN_KERNEL: &str = "[unknown kernel]";
-        // Not asked of blazesym without addresses: it would read kallsyms whole all the same.
+        // Not read without addresses: a recording of programs in user mode may have none.
         if addrs.is_empty() {
             return Vec::new();
         }
-        let source =
-            Source::Kernel(Kernel { vmlinux: MaybeDefault::None, debug_syms: false, ..Kernel::default() });
-        let resolved = contained(|| self.blaze.symbolize(&source, Input::AbsAddr(addrs)).unwrap_or_default());
+        let refused = &mut self.refused;
+        let kernel = self.kernel.get_or_insert_with(|| match KernelSymbols::read() {
+            Ok(read) => {
+                if read.is_empty() {
+                    refused.push(|| {
+                        "kernel frames unnamed: /proc/kallsyms hides addresses (kptr_restrict)".into()
+                    });
+                }
+                read
+            }
+            Err(err) => {
+                refused.push(|| format!("kernel frames unnamed: {err:#}"));
+                KernelSymbols::default()
+            }
+        });
         addrs
             .iter()
-            .enumerate()
-            .map(|(i, _)| match resolved.get(i) {
-                Some(Symbolized::Sym(sym)) => vec![Symbol::new(&*sym.name, SymbolKind::Kernel)],
-                // Not its address: names reach every output (see `--kernel-addresses`).
-                _ => vec![Symbol::new(UNKNOWN_KERNEL, SymbolKind::Kernel)],
-            })
+            // Not its address: names reach every output (see `--kernel-addresses`).
+            .map(|&addr| vec![Symbol::new(kernel.name(addr).unwrap_or(UNKNOWN_KERNEL), SymbolKind::Kernel)])
             .collect()
     }
 
