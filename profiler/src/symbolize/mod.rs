@@ -1,6 +1,7 @@
 //! Naming frames: blazesym for ELF symbols and DWARF (with inlined functions and demangling) in
-//! user modules and kallsyms for the kernel; PLT stubs named after the function they call
-//! ([`plt`]); JIT code named by its process's perf map ([`perf_map`]).
+//! user modules, the kernel's table of its functions ([`KernelSymbols`]) for kernel frames; PLT
+//! stubs named after the function they call ([`plt`]); JIT code named by its process's perf map
+//! ([`perf_map`]).
 //!
 //! Modules are symbolized through the handles [`Modules`] keeps open, so a module symbolizes
 //! after its process exited or its file was deleted. blazesym caches each parsed file by its
