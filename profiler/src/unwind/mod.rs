@@ -35,6 +35,8 @@ use crate::{
 
 /// Deepest stack unwound; deeper ones end as [`UnwindEnd::Lost`].
 pub const MAX_FRAMES: usize = 1024;
+/// Frames room is made for before unwinding.
+const FRAMES_RESERVED: usize = 128;
 
 /// Synthetic addresses live above the canonical user range, so they never collide with the
 /// real addresses of anonymous memory that framehop is also asked about.
@@ -178,8 +180,10 @@ impl Unwinder {
         space: &mut ProcessView<'_>,
         runtime: &mut dyn RuntimeCode,
     ) -> Unwound {
-        let mut frames = Vec::new();
-        let mut locations = Vec::new();
+        // Room for most stacks at once: grown a frame at a time, a 200-frame stack was copied
+        // six times over.
+        let mut frames = Vec::with_capacity(FRAMES_RESERVED);
+        let mut locations = Vec::with_capacity(FRAMES_RESERVED);
         let mut unwind_regs = UnwindRegsX86_64::new(regs.ip, regs.sp, regs.bp);
         let mut addr = regs.ip;
         // Set when the last step was a guess, in code without CFI (`Some(None)`: anonymous
