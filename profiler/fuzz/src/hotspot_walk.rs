@@ -23,7 +23,6 @@ pub fn check(data: &[u8]) {
     // The leaf's pc and frame pointer, the segment size and layout (JDK 25's or 17's), where the
     // heap ends; then the memory.
     let Some((head, bytes)) = data.split_first_chunk::<18>() else { return };
-    let bytes = bytes.to_vec();
     let word = |i: usize| u64::from_le_bytes(head[i..i + 8].try_into().unwrap());
     // The heap ends within the memory or just past it: headers cut by its end are read.
     let code = BASE..(BASE + bytes.len() as u64 + 1).saturating_sub(u64::from(head[17]));
@@ -32,16 +31,10 @@ pub fn check(data: &[u8]) {
     }
     let heap = Heap { code: code.clone(), segmap: BASE, log2_segment: 4 + u32::from(head[16] % 13) };
     let layout = if head[16] & 0x80 == 0 { jdk25_layout() } else { jdk17_layout() };
-    let memory = bytes.clone();
-    let read = move |addr: u64, buffer: &mut [u8]| {
-        assert!(buffer.len() <= MAX_READ, "a read of {} bytes", buffer.len());
-        let start = addr.checked_sub(BASE).and_then(|start| usize::try_from(start).ok());
-        let piece = start.and_then(|start| memory.get(start..start.checked_add(buffer.len())?));
-        piece.map(|piece| buffer.copy_from_slice(piece)).is_some()
-    };
     let kinds = [(NMETHOD_NAME, BlobKind::Nmethod), (INTERPRETER_NAME, BlobKind::Interpreter)];
-    let mut jvm = fixture::jvm(layout, heap, &kinds, Box::new(read));
-    let stack = StackSnapshot::new(BASE, &bytes, false);
+    let mut jvm =
+        fixture::jvm(layout, heap, &kinds, Box::new(super::memory_at(BASE, bytes.to_vec(), MAX_READ)));
+    let stack = StackSnapshot::new(BASE, bytes, false);
     let leaf = [BASE + word(0) % (bytes.len() as u64 + 1), BASE, word(8), word(8) ^ word(0)];
     let walked = fixture::walk(&mut jvm, leaf, &stack, &mut |addr| code.contains(&addr), 64);
     assert!(walked.steps.len() <= 64);

@@ -24,12 +24,7 @@ pub fn check(data: &[u8]) {
     let matching = head[0] & 0x80 == 0;
     let types = Types { code: if matching { field(OB_TYPE) } else { 1 }, unicode: word(&head[1..9]) };
     let first_line = if matching { field(layout.code.first_line) as u32 } else { 1 };
-    let mut read_from_memory = |addr: u64, buffer: &mut [u8]| {
-        assert!(buffer.len() as u64 <= MAX_LINE_TABLE_BYTES, "a read of {} bytes", buffer.len());
-        let start = addr.checked_sub(BASE).and_then(|start| usize::try_from(start).ok());
-        let bytes = start.and_then(|start| memory.get(start..start.checked_add(buffer.len())?));
-        bytes.map(|bytes| buffer.copy_from_slice(bytes)).is_some()
-    };
+    let mut read_from_memory = super::memory_at(BASE, memory.to_vec(), MAX_LINE_TABLE_BYTES as usize);
     let tables = &mut LineTables::default();
     let Ok(code) = read(&mut read_from_memory, layout, &types, BASE, first_line, tables) else { return };
     assert!(code.name.chars().count() <= MAX_NAME_CHARS);

@@ -17,20 +17,17 @@ const MAX_READ: usize = 2 * MAX_SOURCE as usize;
 pub fn check(data: &[u8]) {
     // The leaf's pc and frame pointer, and the layout (V8 11.3's or 13.6's); then the memory.
     let Some((head, bytes)) = data.split_first_chunk::<17>() else { return };
-    let bytes = bytes.to_vec();
     let word = |i: usize| u64::from_le_bytes(head[i..i + 8].try_into().unwrap());
     let end = BASE + bytes.len() as u64;
-    let memory = bytes.clone();
-    let read = move |addr: u64, buffer: &mut [u8]| {
-        assert!(buffer.len() <= MAX_READ, "a read of {} bytes", buffer.len());
-        let start = addr.checked_sub(BASE).and_then(|start| usize::try_from(start).ok());
-        let piece = start.and_then(|start| memory.get(start..start.checked_add(buffer.len())?));
-        piece.map(|piece| buffer.copy_from_slice(piece)).is_some()
-    };
     let layout = fixture::node20_layout(head[16] & 1 == 1);
     let builtins = BASE..BASE + bytes.len() as u64 / 2;
-    let mut v8 = fixture::process(layout, builtins, 0..0x1000, Box::new(read));
-    let stack = StackSnapshot::new(BASE, &bytes, false);
+    let mut v8 = fixture::process(
+        layout,
+        builtins,
+        0..0x1000,
+        Box::new(super::memory_at(BASE, bytes.to_vec(), MAX_READ)),
+    );
+    let stack = StackSnapshot::new(BASE, bytes, false);
     let leaf = [BASE + word(0) % (bytes.len() as u64 + 1), BASE, word(8)];
     let walked = fixture::walk(&mut v8, leaf, &stack, &mut |addr| (BASE..end).contains(&addr), 64);
     assert!(walked.steps.len() <= 64);
