@@ -14,19 +14,18 @@ const KALLSYMS: &str = "/proc/kallsyms";
 /// Every function of the kernel (its modules' and BPF programs' too) by start address.
 #[derive(Debug, Default)]
 pub struct KernelSymbols {
-    /// Sorted; the first listed of functions at the same address comes first.
+    /// Sorted, each once: of functions at the same address, the first listed stands for all.
     addresses: Box<[u64]>,
     /// Where each function's name starts in `names`, in the order of `addresses`.
     name_starts: Box<[u32]>,
-    /// Every name, each ended by a line break.
+    /// The names read, each ended by a line break (the other names at an address too).
     names: Box<str>,
 }
 
 impl KernelSymbols {
     /// The running kernel's, from `/proc/kallsyms`.
     pub fn read() -> Result<Self> {
-        let file = File::open(KALLSYMS).with_context(|| format!("cannot open {KALLSYMS}"))?;
-        Self::parse(BufReader::new(file)).with_context(|| format!("cannot read {KALLSYMS}"))
+        Self::parse(open()?).with_context(|| format!("cannot read {KALLSYMS}"))
     }
 
     /// Functions from text in kallsyms' format. Addresses hidden from the reader (listed as 0,
@@ -41,8 +40,9 @@ impl KernelSymbols {
                 names.push('\n');
             }
         })?;
-        // Stable: functions at the same address stay in their listed order.
+        // Stable, so that the first listed at an address is the one kept.
         listed.sort_by_key(|&(address, _)| address);
+        listed.dedup_by_key(|&mut (address, _)| address);
         let (addresses, name_starts): (Vec<u64>, Vec<u32>) = listed.into_iter().unzip();
         Ok(Self {
             addresses: addresses.into_boxed_slice(),
@@ -55,12 +55,7 @@ impl KernelSymbols {
     /// sizes), none below the first.
     pub fn name(&self, address: u64) -> Option<&str> {
         let after = self.addresses.partition_point(|&start| start <= address);
-        let last = after.checked_sub(1)?;
-        // The first listed of those at its address.
-        let start = self.addresses[last];
-        let first = self.addresses[..last].iter().rev().take_while(|&&other| other == start).count();
-        let from = self.name_starts[last - first] as usize;
-        let name = &self.names[from..];
+        let name = &self.names[self.name_starts[after.checked_sub(1)?] as usize..];
         Some(name.split_once('\n').map_or(name, |(name, _)| name))
     }
 
@@ -72,15 +67,18 @@ impl KernelSymbols {
 /// The address of the kernel function `wanted`, as `/proc/kallsyms` lists it (0 when hidden);
 /// none when not listed.
 pub fn address_of(wanted: &str) -> Result<Option<u64>> {
-    let file = File::open(KALLSYMS).with_context(|| format!("cannot open {KALLSYMS}"))?;
     let mut found = None;
-    for_each_symbol(BufReader::new(file), |address, _, name| {
+    for_each_symbol(open()?, |address, _, name| {
         if found.is_none() && name == wanted {
             found = Some(address);
         }
     })
     .with_context(|| format!("cannot read {KALLSYMS}"))?;
     Ok(found)
+}
+
+fn open() -> Result<BufReader<File>> {
+    Ok(BufReader::new(File::open(KALLSYMS).with_context(|| format!("cannot open {KALLSYMS}"))?))
 }
 
 /// Calls `each` with every line's address, type and name (`ffffffff81000000 T _stext`, a
