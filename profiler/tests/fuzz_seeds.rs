@@ -10,19 +10,25 @@ mod fuzz;
 type Check = fn(&[u8]);
 
 /// Each target, by its name, with its checks.
-const TARGETS: &[(&str, Check)] = &[
-    ("decode_record", fuzz::decode_record::check),
-    ("elf_file", fuzz::elf_file::check),
-    ("hostile_names", fuzz::hostile_names::check),
-    ("hotspot_walk", fuzz::hotspot_walk::check),
-    ("jitdump", fuzz::jitdump::check),
-    ("proc_text", fuzz::proc_text::check),
-    ("python_code_object", fuzz::python_code_object::check),
-    ("python_line_table", fuzz::python_line_table::check),
-    ("raw_recording", fuzz::raw_recording::check),
-    ("task_event", fuzz::task_event::check),
-    ("unwind_stack", fuzz::unwind_stack::check),
-    ("v8_walk", fuzz::v8_walk::check),
+macro_rules! targets {
+    ($($target:ident),* $(,)?) => {
+        &[$((stringify!($target), fuzz::$target::check as Check)),*]
+    };
+}
+
+const TARGETS: &[(&str, Check)] = targets![
+    decode_record,
+    elf_file,
+    hostile_names,
+    hotspot_walk,
+    jitdump,
+    proc_text,
+    python_code_object,
+    python_line_table,
+    raw_recording,
+    task_event,
+    unwind_stack,
+    v8_walk,
 ];
 
 fn fuzz_dir() -> &'static Path {
