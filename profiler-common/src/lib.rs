@@ -302,6 +302,25 @@ unsafe impl aya::Pod for AllocationKey {}
 unsafe impl aya::Pod for Allocation {}
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for OffCpuThread {}
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for KernelNames {}
+
+/// Addresses the kernel names in one run of [`programs::NAME_KERNEL_ADDRESSES`]: its arguments.
+pub const KERNEL_NAMES_PER_RUN: usize = 8;
+
+/// Bytes of a kernel function's name in [`KernelNames`], its NUL included: the kernel's own
+/// limit (`KSYM_NAME_LEN`).
+pub const KERNEL_NAME_LEN: usize = 512;
+
+/// Value of the `KERNEL_NAMES` map: what [`programs::NAME_KERNEL_ADDRESSES`] made of the
+/// addresses it was run with, each NUL-terminated, the function's name followed by ` [module]`
+/// for a module's, and the address in hex (`0x...`) where the kernel knows no function.
+#[repr(C)]
+#[cfg_attr(feature = "user", derive(bytemuck::Pod, bytemuck::Zeroable))]
+#[derive(Clone, Copy)]
+pub struct KernelNames {
+    pub names: [[u8; KERNEL_NAME_LEN]; KERNEL_NAMES_PER_RUN],
+}
 
 /// The allocator functions the leak tracker probes; the attach cookie of `alloc_enter` tells
 /// which one a call is, hence where its arguments are.
@@ -438,6 +457,9 @@ pub mod maps {
     /// `Array<u64>` of one entry: when sampling started (`bpf_ktime_get_ns()`), set by
     /// userspace. A thread off the CPU since before is counted from then.
     pub const STARTED_NS: &str = "STARTED_NS";
+    /// `Array<KernelNames>` of one entry: where [`super::programs::NAME_KERNEL_ADDRESSES`]
+    /// writes the names it made.
+    pub const KERNEL_NAMES: &str = "KERNEL_NAMES";
 }
 
 /// Names of the programs in the eBPF object.
@@ -469,6 +491,10 @@ pub mod programs {
     pub const SAMPLE_RUNTIME: &str = "sample_runtime";
     pub const SYSCALL_EXIT_RUNTIME: &str = "syscall_exit_runtime";
     pub const ALLOC_RETURN_RUNTIME: &str = "alloc_return_runtime";
+    /// raw tracepoint program never attached: userspace runs it (`BPF_PROG_TEST_RUN`) with up
+    /// to [`crate::KERNEL_NAMES_PER_RUN`] kernel addresses as its arguments, and it has the
+    /// kernel name them (`%ps`) into `KERNEL_NAMES`.
+    pub const NAME_KERNEL_ADDRESSES: &str = "name_kernel_addresses";
 }
 
 /// Read-only globals set when the program is loaded (`.rodata`, frozen, so the verifier sees

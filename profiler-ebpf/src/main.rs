@@ -10,6 +10,7 @@
 //!   time (Python's).
 //! - [`memory`]: reads of the sampled thread's user memory.
 //! - [`task_storage`]: values kept on a thread's task (whether off-CPU follows it).
+//! - [`kernel_names`]: kernel addresses named by the kernel, on demand (never attached).
 //!
 //! Record layouts are documented in `profiler_common`.
 #![no_std]
@@ -18,6 +19,7 @@
 #![feature(core_intrinsics)]
 #![allow(internal_features)]
 
+mod kernel_names;
 mod leaks;
 mod memory;
 mod off_cpu;

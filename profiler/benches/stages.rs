@@ -9,7 +9,7 @@ use profiler::{
         AddressSpaces, Aggregate, DebugInfo, Frame, Namer, NewFrames, NoRuntime, PerfMaps, Runtimes,
         StackSnapshot, Symbolizer, Tracking, Unwinder, Walked, Want, folded,
     },
-    testing::{Fixture, encode_sample},
+    testing::{Fixture, encode_sample, no_kernel_namer},
 };
 use profiler_common::SampleHeader;
 
@@ -71,7 +71,7 @@ fn aggregate(c: &mut Criterion) {
     let mut aggregate = synthetic_aggregate(100_000, 1_000);
     let spaces = AddressSpaces::new(Tracking { all: false, follow_forks: false });
     let modules = spaces.modules();
-    let mut namer = Namer::new(DebugInfo::Own);
+    let mut namer = Namer::new(DebugInfo::Own, no_kernel_namer());
     namer.name(NewFrames::new(aggregate.new_frames(), &spaces, &Runtimes::new(false), 0));
     let symbols = namer.finish(0);
     group.throughput(Throughput::Elements(100_000));
@@ -103,7 +103,7 @@ fn symbolize(c: &mut Criterion) {
     let mut group = c.benchmark_group("symbolize");
     group.throughput(Throughput::Elements(frames.len() as u64));
     let (mut symbolizer, perf_maps, interpreters) =
-        (Symbolizer::new(DebugInfo::Own), PerfMaps::default(), Default::default());
+        (Symbolizer::new(DebugInfo::Own, no_kernel_namer()), PerfMaps::default(), Default::default());
     symbolizer.symbolize(&frames, modules, &interpreters, &perf_maps);
     group.bench_function("warm_1000_addresses", |b| {
         b.iter(|| symbolizer.symbolize(black_box(&frames), modules, &interpreters, &perf_maps))
@@ -114,7 +114,7 @@ fn symbolize(c: &mut Criterion) {
     group.sample_size(10);
     group.bench_function("cold_module_first_address", |b| {
         b.iter(|| {
-            Symbolizer::new(DebugInfo::Own).symbolize(
+            Symbolizer::new(DebugInfo::Own, no_kernel_namer()).symbolize(
                 black_box(&frames[..1]),
                 modules,
                 &interpreters,

@@ -1,9 +1,11 @@
 //! The kernel side, from userspace: the embedded eBPF object and what loads it (the [`sampler`]
 //! of CPU profiles, the allocation [`tracer`] of `leaks`), the [`ring`] their records come
 //! through, the [`task_events`] that tell how address spaces change, the layouts of kernel
-//! structures read from its BTF ([`btf`]), and its functions by address ([`kallsyms`]).
+//! structures read from its BTF ([`btf`]), and what names its functions ([`names`]; a function's
+//! address from [`kallsyms`]).
 pub mod btf;
 pub mod kallsyms;
+pub mod names;
 pub mod object;
 pub mod ring;
 pub mod sampler;
@@ -17,6 +19,7 @@ use aya::{
 };
 use profiler_common::runtimes::RuntimeProcess;
 
+use self::names::KernelNamer;
 use crate::{
     decode::RecordKind,
     model::{Tgid, Tid},
@@ -66,5 +69,10 @@ pub trait KernelSource {
     /// the outputs are written.
     fn pause(&mut self) -> Result<()> {
         object::pause(self.ebpf())
+    }
+
+    /// What names kernel frames, for naming's thread: the object's naming program, loaded.
+    fn kernel_namer(&mut self) -> Result<KernelNamer> {
+        KernelNamer::load(self.ebpf())
     }
 }

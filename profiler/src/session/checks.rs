@@ -197,10 +197,11 @@ fn sample_rate(hz: u64) -> Finding {
     }
 }
 
-/// Loads and verifies the eBPF program, creates its ring buffer and opens a cpu-clock event on
-/// every CPU, then releases everything.
+/// Loads and verifies the eBPF programs, creates their ring buffer, opens a cpu-clock event on
+/// every CPU and has the kernel name an address, then releases everything.
 fn sampling(privileged: bool) -> Finding {
-    let done = "eBPF program verified, ring buffer created, cpu-clock perf events opened on every CPU";
+    let done = "eBPF programs verified, ring buffer created, cpu-clock perf events opened on every CPU, \
+                kernel addresses named";
     try_sampler("sampling", privileged, true, None, done)
 }
 
@@ -233,6 +234,8 @@ fn try_sampler(
     };
     let result = Sampler::load(&config).and_then(|mut sampler| {
         sampler.start()?;
+        // Naming kernel frames runs a program of its own.
+        sampler.kernel_namer()?.name(&[0])?;
         if off_cpu.is_some() {
             // Runs the task iterator too, as the end of a recording does.
             sampler.unsent_off_cpu()?;

@@ -16,7 +16,7 @@ use super::{
 use crate::{
     address_space::{ModuleId, TaskEvent},
     aggregate::Aggregate,
-    kernel::{KernelSource, ring::DRAIN_INTERVAL},
+    kernel::{KernelSource, names::KernelNamer, ring::DRAIN_INTERVAL},
     symbolize::{DebugInfo, NamingReport, NamingThread, NewFrames, Symbols},
     walk::StackWalker,
 };
@@ -60,11 +60,12 @@ impl<M: Mode> Pipeline<M> {
         aggregate: Aggregate,
         max_records: Option<u64>,
         debug_info: DebugInfo,
+        kernel_namer: Result<KernelNamer>,
     ) -> Result<Self> {
         Ok(Self {
             mode,
             walker,
-            naming: NamingThread::start(debug_info)?,
+            naming: NamingThread::start(debug_info, kernel_namer)?,
             aggregate,
             records: 0,
             max_records,
@@ -247,7 +248,7 @@ mod tests {
         frame::Frame,
         model::{Meta, Tgid, Tid},
         session::{End, Target},
-        testing::encode_sample,
+        testing::{encode_sample, no_kernel_namer},
         walk::CallGraph,
     };
 
@@ -304,8 +305,15 @@ mod tests {
     #[tokio::test]
     async fn garbage_and_panics_cost_one_record_each() {
         let walker = StackWalker::new(CallGraph::Fp, Tracking { all: false, follow_forks: false }, false);
-        let mut pipeline =
-            Pipeline::new(Counting, walker, Aggregate::new(Detail::ALL), Some(3), DebugInfo::Own).unwrap();
+        let mut pipeline = Pipeline::new(
+            Counting,
+            walker,
+            Aggregate::new(Detail::ALL),
+            Some(3),
+            DebugInfo::Own,
+            no_kernel_namer(),
+        )
+        .unwrap();
         pipeline.record(&[1, 2, 3]);
         pipeline.record(&record(13));
         pipeline.record(&record(1));
@@ -321,8 +329,15 @@ mod tests {
     #[test]
     fn records_beyond_the_maximum_are_dropped() {
         let walker = StackWalker::new(CallGraph::Fp, Tracking { all: false, follow_forks: false }, false);
-        let mut pipeline =
-            Pipeline::new(Counting, walker, Aggregate::new(Detail::ALL), Some(2), DebugInfo::Own).unwrap();
+        let mut pipeline = Pipeline::new(
+            Counting,
+            walker,
+            Aggregate::new(Detail::ALL),
+            Some(2),
+            DebugInfo::Own,
+            no_kernel_namer(),
+        )
+        .unwrap();
         for tid in 1..=5 {
             pipeline.record(&record(tid));
         }

@@ -1,5 +1,5 @@
 //! Naming frames: blazesym for ELF symbols and DWARF (with inlined functions and demangling) in
-//! user modules, the kernel's table of its functions ([`KernelSymbols`]) for kernel frames; PLT
+//! user modules, the kernel itself for kernel frames ([`KernelNamer`]); PLT
 //! stubs named after the function they call ([`plt`]); JIT code named by its process's perf map
 //! ([`perf_map`]).
 //!
@@ -36,7 +36,7 @@ pub use self::{
 use crate::{
     address_space::{AddressSpaces, Identity, Module, ModuleId, ModuleSet},
     frame::Frame,
-    kernel::kallsyms::KernelSymbols,
+    kernel::names::KernelNamer,
     model::{SourceLine, Symbol, SymbolKind, Tgid},
     named::Named,
     runtimes::Runtimes,
@@ -89,9 +89,10 @@ pub struct Namer {
 }
 
 impl Namer {
-    pub fn new(debug_info: DebugInfo) -> Self {
+    /// With `kernel` to name kernel frames (see [`Symbolizer::new`]).
+    pub fn new(debug_info: DebugInfo, kernel: anyhow::Result<KernelNamer>) -> Self {
         Self {
-            symbolizer: Symbolizer::new(debug_info),
+            symbolizer: Symbolizer::new(debug_info, kernel),
             perf_maps: PerfMaps::default(),
             identities: FxHashMap::default(),
             symbols: Symbols::default(),
@@ -319,10 +320,10 @@ pub struct Symbolizer {
     debug_info: DebugInfo,
     /// What naming each module takes, found at its first frame.
     modules: FxHashMap<ModuleId, ModuleNaming>,
-    /// The kernel's functions, read at the first kernel frame.
-    kernel: Option<KernelSymbols>,
+    /// What names kernel frames; or why none does, said at the first kernel frame.
+    kernel: Result<KernelNamer, Option<anyhow::Error>>,
     /// Debug information not given to blazesym, a line per module; the kernel's names when
-    /// they cannot be read.
+    /// they cannot be had.
     refused: Warnings,
 }
 
@@ -336,7 +337,8 @@ struct ModuleNaming {
 }
 
 impl Symbolizer {
-    pub fn new(debug_info: DebugInfo) -> Self {
+    /// With `kernel` to name kernel frames (its error said at the first one).
+    pub fn new(debug_info: DebugInfo, kernel: anyhow::Result<KernelNamer>) -> Self {
         // No debug directories: blazesym is only ever given files that send it nowhere else (see
         // `Module::symbol_file`); finding debug files is the address-space stage's, inside each
         // target's root.
@@ -346,7 +348,13 @@ impl Symbolizer {
             .enable_demangling(true)
             .set_debug_dirs(Some(Vec::<PathBuf>::new()))
             .build();
-        Self { blaze, debug_info, modules: FxHashMap::default(), kernel: None, refused: Warnings::default() }
+        Self {
+            blaze,
+            debug_info,
+            modules: FxHashMap::default(),
+            kernel: kernel.map_err(Some),
+            refused: Warnings::default(),
+        }
     }
 
     /// Lets go of what was read of `modules`: the naming state (PLT stubs, the DWARF charge)
@@ -406,31 +414,28 @@ impl Symbolizer {
     }
 
     fn kernel(&mut self, addrs: &[u64]) -> Vec<Vec<Symbol>> {
-        /// The name of a kernel address kallsyms does not know.
+        /// The name of a kernel address the kernel knows no function at.
         const UNKNOWN_KERNEL: &str = "[unknown kernel]";
-        // Not read without addresses: a recording of programs in user mode may have none.
+        // Nothing to say without kernel frames: a recording of programs in user mode may have none.
         if addrs.is_empty() {
             return Vec::new();
         }
-        let refused = &mut self.refused;
-        let kernel = self.kernel.get_or_insert_with(|| match KernelSymbols::read() {
-            Ok(read) => {
-                if read.is_empty() {
-                    refused.push(|| {
-                        "kernel frames unnamed: /proc/kallsyms hides addresses (kptr_restrict)".into()
-                    });
-                }
-                read
+        let named = match &mut self.kernel {
+            Ok(namer) => namer.name(addrs).map_err(Some),
+            Err(why) => Err(why.take()),
+        };
+        let named = named.unwrap_or_else(|why| {
+            // Said once: after a failure there is no namer, and nothing left to say.
+            if let Some(why) = why {
+                self.refused.push(|| format!("kernel frames unnamed: {why:#}"));
             }
-            Err(err) => {
-                refused.push(|| format!("kernel frames unnamed: {err:#}"));
-                KernelSymbols::default()
-            }
+            self.kernel = Err(None);
+            vec![None; addrs.len()]
         });
-        addrs
-            .iter()
+        named
+            .into_iter()
             // Not its address: names reach every output (see `--kernel-addresses`).
-            .map(|&addr| vec![Symbol::new(kernel.name(addr).unwrap_or(UNKNOWN_KERNEL), SymbolKind::Kernel)])
+            .map(|name| vec![Symbol::new(name.as_deref().unwrap_or(UNKNOWN_KERNEL), SymbolKind::Kernel)])
             .collect()
     }
 
@@ -566,7 +571,10 @@ fn contained<T: Default>(f: impl FnOnce() -> T) -> T {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::address_space::{AddressSpaces, Identity, Mapping, Modules, Tracking, Want};
+    use crate::{
+        address_space::{AddressSpaces, Identity, Mapping, Modules, Tracking, Want},
+        testing::no_kernel_namer,
+    };
 
     #[inline(never)]
     fn a_function_to_find() -> u64 {
@@ -580,7 +588,7 @@ mod tests {
         let mut view = spaces.observe(pid, pid.main_thread(), "test", 0);
         let addr = a_function_to_find as *const () as usize as u64 + 1;
         let frames = [addr, 0x10].map(|addr| Frame::user(pid, 0, addr, view.resolve(addr, Want::Any)));
-        let mut namer = Namer::new(DebugInfo::Own);
+        let mut namer = Namer::new(DebugInfo::Own, no_kernel_namer());
         namer.name(NewFrames::new(frames.to_vec(), &spaces, &Runtimes::new(false), 0));
         let symbols = namer.finish(0);
         let names = symbols.of(&frames[0]);
@@ -595,12 +603,31 @@ mod tests {
         let heap = Mapping::pseudo("[heap]", 0x1000, 0x3000);
         let module = modules.intern(Tgid(1), &Identity::own(), &heap).unwrap();
         let frame = Frame::Module { module, offset: 0x123 };
-        let names = Symbolizer::new(DebugInfo::Own).symbolize(
+        let names = Symbolizer::new(DebugInfo::Own, no_kernel_namer()).symbolize(
             &[frame],
             &modules.share([module]),
             &FxHashSet::default(),
             &PerfMaps::default(),
         );
         assert_eq!(names.of(&frame), [Symbol::new("[heap]+0x123", SymbolKind::Function)]);
+    }
+
+    /// Without a namer, kernel frames are unknown, and why is said once.
+    #[test]
+    fn unnamed_kernel_frames_are_said_once() {
+        let mut symbolizer = Symbolizer::new(DebugInfo::Own, no_kernel_namer());
+        let (frames, modules) = ([Frame::Kernel(0xffff_ffff_8100_0000)], Modules::default());
+        let unknown = [Symbol::new("[unknown kernel]", SymbolKind::Kernel)];
+        for _ in 0..2 {
+            let names = symbolizer.symbolize(
+                &frames,
+                &modules.share([]),
+                &FxHashSet::default(),
+                &PerfMaps::default(),
+            );
+            assert_eq!(names.of(&frames[0]), unknown);
+        }
+        assert_eq!(symbolizer.refused.count(), 1);
+        assert_eq!(symbolizer.refused.kept(), ["kernel frames unnamed: no eBPF object loaded (a test)"]);
     }
 }

@@ -16,7 +16,7 @@ use anyhow::{Context as _, Result, anyhow};
 use tokio::sync::oneshot;
 
 use super::{DebugInfo, Namer, NamingReport, NewFrames, Symbols};
-use crate::{address_space::ModuleSet, model::Tgid};
+use crate::{address_space::ModuleSet, kernel::names::KernelNamer, model::Tgid};
 
 enum Job {
     Name(NewFrames),
@@ -38,11 +38,12 @@ pub struct NamingThread {
 }
 
 impl NamingThread {
-    pub fn start(debug_info: DebugInfo) -> Result<Self> {
+    /// With `kernel` to name kernel frames (see [`super::Symbolizer::new`]).
+    pub fn start(debug_info: DebugInfo, kernel: Result<KernelNamer>) -> Result<Self> {
         let (jobs, queue) = mpsc::channel();
         let thread = thread::Builder::new()
             .name("naming".into())
-            .spawn(move || work(&queue, debug_info))
+            .spawn(move || work(&queue, Namer::new(debug_info, kernel)))
             .context("cannot start the naming thread")?;
         Ok(Self { jobs, thread: Some(thread) })
     }
@@ -107,8 +108,7 @@ fn failed() -> anyhow::Error {
 /// Does the jobs, until told to stop or until nobody can send more (the session ended early).
 /// A job that panics (a dependency tripping on a corrupt file outside the places that contain
 /// it already) costs its own names, not the thread.
-fn work(queue: &mpsc::Receiver<Message>, debug_info: DebugInfo) -> NamingReport {
-    let mut namer = Namer::new(debug_info);
+fn work(queue: &mpsc::Receiver<Message>, mut namer: Namer) -> NamingReport {
     for message in queue {
         let Message::Job(job) = message else { break };
         let done = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| do_job(&mut namer, job)));
@@ -145,6 +145,7 @@ mod tests {
         frame::Frame,
         model::SymbolKind,
         runtimes::Runtimes,
+        testing::no_kernel_namer,
     };
 
     #[inline(never)]
@@ -161,7 +162,7 @@ mod tests {
         let addr = a_function_to_find as *const () as usize as u64 + 1;
         let frame = Frame::user(pid, 0, addr, view.resolve(addr, Want::Any));
         let kernel = Frame::Kernel(0xffff_ffff_8100_0000);
-        let mut naming = NamingThread::start(DebugInfo::Own).unwrap();
+        let mut naming = NamingThread::start(DebugInfo::Own, no_kernel_namer()).unwrap();
         naming.name(NewFrames::new(vec![frame], &spaces, &Runtimes::new(false), 0));
         let first = naming.finish(0).await.unwrap();
         naming.name(NewFrames::new(vec![kernel], &spaces, &Runtimes::new(false), 0));

@@ -8,10 +8,17 @@ use std::mem::size_of;
 use profiler_common::{AllocationHeader, SampleHeader, frames_offset};
 
 pub use self::fixture::{FIXTURE_TGID, Fixture};
+use crate::kernel::names::KernelNamer;
 
 /// The recorded fixtures (`profiler/tests/fixtures`), found from any crate that uses this one
 /// (the fuzz targets are built from their own folder).
 pub const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
+
+/// Naming without the eBPF object, which names kernel frames: they are `[unknown kernel]`, and
+/// naming says why once.
+pub fn no_kernel_namer() -> anyhow::Result<KernelNamer> {
+    Err(anyhow::anyhow!("no eBPF object loaded (a test)"))
+}
 
 /// Serializes a sample record the way the eBPF program lays it out: `header` with its lengths
 /// set from the parts, the stack copy, padding to 8 bytes, the frame-pointer user stack and the
