@@ -1,6 +1,6 @@
-//! Builds the eBPF object (`profiler-ebpf`, for bpfel-unknown-none with the nightly its
-//! `rust-toolchain.toml` names, and bpf-linker) into OUT_DIR, where `src/kernel/object.rs` embeds
-//! it.
+//! Builds the eBPF objects (`profiler-ebpf`, for bpfel-unknown-none with the nightly its
+//! `rust-toolchain.toml` names, and bpf-linker) into OUT_DIR, where `src/kernel/object.rs` and
+//! `src/kernel/names.rs` embed them.
 use std::{path::Path, process::Command};
 
 use anyhow::{Context as _, anyhow, bail};
@@ -20,13 +20,15 @@ fn main() -> anyhow::Result<()> {
     // SAFETY: a build script's one thread; aya-build reads OUT_DIR from the environment.
     unsafe { std::env::set_var("OUT_DIR", &shared) };
     aya_build::build_ebpf([package], aya_build::Toolchain::Custom(&toolchain))?;
-    std::fs::copy(shared.join(OBJECT), Path::new(&out_dir).join(OBJECT))
-        .with_context(|| format!("copy the eBPF object from {}", shared.display()))?;
+    for object in OBJECTS {
+        std::fs::copy(shared.join(object), Path::new(&out_dir).join(object))
+            .with_context(|| format!("copy the eBPF object {object} from {}", shared.display()))?;
+    }
     Ok(())
 }
 
-/// The eBPF crate's binary, as aya-build names it in OUT_DIR.
-const OBJECT: &str = "profiler";
+/// The eBPF crate's binaries, as aya-build names them in OUT_DIR.
+const OBJECTS: [&str; 2] = ["profiler", "kernel-names"];
 
 /// The toolchain the eBPF crate's `rust-toolchain.toml` names, as rustup resolves it there (not
 /// the one cargo runs this script with, which rustup passes down in `RUSTUP_TOOLCHAIN`).

@@ -305,11 +305,12 @@ unsafe impl aya::Pod for OffCpuThread {}
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for KernelNames {}
 
-/// Addresses the kernel names in one run of [`programs::NAME_KERNEL_ADDRESSES`]: its arguments.
+/// Addresses the kernel names in one run of [`programs::NAME_KERNEL_ADDRESSES`]: its arguments
+/// (of the 12 a run takes, as many as keep [`KernelNames`] a page).
 pub const KERNEL_NAMES_PER_RUN: usize = 8;
 
 /// Bytes of a kernel function's name in [`KernelNames`], its NUL included: the kernel's own
-/// limit (`KSYM_NAME_LEN`).
+/// limit (`KSYM_NAME_LEN`, 512 since Linux 6.1); a longer one is cut.
 pub const KERNEL_NAME_LEN: usize = 512;
 
 /// Value of the `KERNEL_NAMES` map: what [`programs::NAME_KERNEL_ADDRESSES`] made of the
@@ -457,8 +458,8 @@ pub mod maps {
     /// `Array<u64>` of one entry: when sampling started (`bpf_ktime_get_ns()`), set by
     /// userspace. A thread off the CPU since before is counted from then.
     pub const STARTED_NS: &str = "STARTED_NS";
-    /// `Array<KernelNames>` of one entry: where [`super::programs::NAME_KERNEL_ADDRESSES`]
-    /// writes the names it made.
+    /// `Array<KernelNames>` of one entry, in the `kernel-names` object: where
+    /// [`super::programs::NAME_KERNEL_ADDRESSES`] writes the names it made.
     pub const KERNEL_NAMES: &str = "KERNEL_NAMES";
 }
 
@@ -491,9 +492,9 @@ pub mod programs {
     pub const SAMPLE_RUNTIME: &str = "sample_runtime";
     pub const SYSCALL_EXIT_RUNTIME: &str = "syscall_exit_runtime";
     pub const ALLOC_RETURN_RUNTIME: &str = "alloc_return_runtime";
-    /// raw tracepoint program never attached: userspace runs it (`BPF_PROG_TEST_RUN`) with up
-    /// to [`crate::KERNEL_NAMES_PER_RUN`] kernel addresses as its arguments, and it has the
-    /// kernel name them (`%ps`) into `KERNEL_NAMES`.
+    /// Raw tracepoint program of the `kernel-names` object, never attached: userspace runs it
+    /// (`BPF_PROG_TEST_RUN`) with up to [`crate::KERNEL_NAMES_PER_RUN`] kernel addresses as its
+    /// arguments, and it has the kernel name them (`%ps`) into `KERNEL_NAMES`.
     pub const NAME_KERNEL_ADDRESSES: &str = "name_kernel_addresses";
 }
 

@@ -1,8 +1,12 @@
-//! Names of kernel addresses, made by the kernel itself for userspace, which runs
-//! [`name_kernel_addresses`] on demand (`BPF_PROG_TEST_RUN`) with the addresses as its arguments:
-//! the program is never attached. `%ps` looks each address up in the kernel's own tables (its
-//! modules' and BPF programs' too), where reading `/proc/kallsyms` has the kernel format all
-//! 120,000 of its functions.
+//! Names of kernel addresses, made by the kernel itself: an object of its own, whose one program
+//! userspace runs on demand (`BPF_PROG_TEST_RUN`) with the addresses as its arguments; it is
+//! never attached. `%ps` looks each address up in the kernel's own tables (its modules' and BPF
+//! programs' too), where reading `/proc/kallsyms` has the kernel format all 120,000 of its
+//! functions. Apart from the profiler's object, so that its user owns it (a second handle on a
+//! program of that object would take `CAP_SYS_ADMIN`).
+#![no_std]
+#![no_main]
+
 use aya_ebpf::{
     cty::c_char,
     helpers::generated::bpf_snprintf,
@@ -18,29 +22,45 @@ static KERNEL_NAMES: Array<KernelNames> = Array::with_max_entries(1, 0);
 
 /// `bpf_snprintf` takes its format only from read-only memory the verifier can read: `.rodata`,
 /// which the loader freezes.
-static FUNCTION_NAME: [u8; 4] = *b"%ps\0";
+static SYMBOL_FORMAT: [u8; 4] = *b"%ps\0";
 
 /// Names the addresses it is run with, an argument each ([`KERNEL_NAMES_PER_RUN`]), into
-/// `KERNEL_NAMES`. Returns 1 when the map has no entry.
+/// `KERNEL_NAMES`; a name the kernel could not format is left empty. Returns 1 when the map has
+/// no entry.
 #[raw_tracepoint]
 pub fn name_kernel_addresses(ctx: RawTracePointContext) -> i32 {
     let Some(names) = KERNEL_NAMES.get_ptr_mut(0) else {
         return 1;
     };
+    // Unrolled by the compiler, as it must be: the verifier takes no argument at a variable offset.
     for index in 0..KERNEL_NAMES_PER_RUN {
         let mut address: u64 = ctx.arg(index);
         // SAFETY: `names` is the map's entry, which nothing else writes while this runs (runs
         // are userspace's, one at a time); the name is as long as the size given.
         unsafe {
             let name = &mut (*names).names[index];
-            bpf_snprintf(
+            let written = bpf_snprintf(
                 name.as_mut_ptr().cast::<c_char>(),
                 KERNEL_NAME_LEN as u32,
-                FUNCTION_NAME.as_ptr().cast::<c_char>(),
+                SYMBOL_FORMAT.as_ptr().cast::<c_char>(),
                 &mut address,
                 8,
             );
+            // Not the last run's name.
+            if written < 0 {
+                name[0] = 0;
+            }
         }
     }
     0
 }
+
+#[cfg(not(test))]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    loop {}
+}
+
+#[unsafe(link_section = "license")]
+#[unsafe(no_mangle)]
+static LICENSE: [u8; 13] = *b"Dual MIT/GPL\0";

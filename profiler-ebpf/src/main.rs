@@ -10,16 +10,15 @@
 //!   time (Python's).
 //! - [`memory`]: reads of the sampled thread's user memory.
 //! - [`task_storage`]: values kept on a thread's task (whether off-CPU follows it).
-//! - [`kernel_names`]: kernel addresses named by the kernel, on demand (never attached).
 //!
-//! Record layouts are documented in `profiler_common`.
+//! Record layouts are documented in `profiler_common`. Kernel addresses are named by an object of
+//! their own (`kernel_names.rs`).
 #![no_std]
 #![no_main]
 // Atomic adds without a returned value: all the eBPF instruction set offers before v3.
 #![feature(core_intrinsics)]
 #![allow(internal_features)]
 
-mod kernel_names;
 mod leaks;
 mod memory;
 mod off_cpu;

@@ -773,8 +773,9 @@ fn a_fake_libjvm_with_garbage_tables_is_refused() {
         assert!(said.len() == 1 && said[0].contains(&pid) && said[0].contains(reason), "{mode}: {stderr}");
         let folded = Folded::read(&folded);
         let (working, total) = (folded.leaf_samples("fake_work", &["main", "fake_work"]).1, folded.total());
+        // Enough to judge a share by: beside the other tests the target may get half a CPU.
         assert!(
-            total >= 100 && working * 10 >= total * 9,
+            total >= 50 && working * 10 >= total * 9,
             "{mode}: {working} of {total} samples in main;fake_work"
         );
     }

@@ -172,6 +172,44 @@ fn without_privileges_says_so() {
     );
 }
 
+/// With only the capabilities to load and sample (as nobody, `CAP_BPF` and `CAP_PERFMON`), kernel
+/// frames are named: by the kernel, through a program the profiler holds itself.
+#[test]
+fn kernel_frames_are_named_with_only_the_capabilities_to_sample() {
+    if !e2e_enabled() {
+        return;
+    }
+    let dir = scratch_dir("capabilities_to_sample");
+    std::os::unix::fs::chown(&dir, Some(NOBODY), Some(NOBODY)).unwrap();
+    let folded = dir.join("out.folded");
+    let caps = "-all,+bpf,+perfmon";
+    let run = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .args([
+            format!("--inh-caps={caps}"),
+            format!("--ambient-caps={caps}"),
+            format!("--bounding-set={caps}"),
+        ])
+        .arg(env!("CARGO_BIN_EXE_profiler"))
+        .args(["record", "-q", "-F", "999", "-o"])
+        .arg(&folded)
+        .args(["--", "dd", "if=/dev/zero", "of=/dev/null", "bs=64k", "count=400000"])
+        .output()
+        .expect("run setpriv");
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stderr}");
+    assert!(!stderr.contains("kernel frames unnamed"), "{stderr}");
+    let folded = Folded::read(&folded);
+    let in_read: u64 = folded
+        .stacks
+        .iter()
+        .filter(|(frames, _)| frames.iter().any(|f| f == "vfs_read_[k]"))
+        .map(|(_, weight)| weight)
+        .sum();
+    // dd copies 26 GB between two character devices: most of its time is in the kernel.
+    assert!(in_read * 4 > folded.total(), "{in_read} of {} under vfs_read", folded.total());
+}
+
 #[test]
 fn quiet_says_nothing() {
     if !e2e_enabled() {

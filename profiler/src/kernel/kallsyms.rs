@@ -18,7 +18,7 @@ pub fn address_of(wanted: &str) -> Result<Option<u64>> {
     find(BufReader::new(file), wanted).with_context(|| format!("cannot read {KALLSYMS}"))
 }
 
-/// The address of the first function named `wanted` in text in kallsyms' format (`ffffffff81000000
+/// The address of the first symbol named `wanted` in text in kallsyms' format (`ffffffff81000000
 /// T _stext`, a module's symbols followed by `[module]`); lines of another shape are skipped.
 fn find(mut reader: impl BufRead, wanted: &str) -> io::Result<Option<u64>> {
     let mut line = String::new();
@@ -56,6 +56,7 @@ ffffffffc0000000 t module_fn\t[some_module]
         assert_eq!(find(LISTED.as_bytes(), "helper").unwrap(), Some(0xffffffff81000100));
         assert_eq!(find(LISTED.as_bytes(), "module_fn").unwrap(), Some(0xffffffffc0000000));
         assert_eq!(find(LISTED.as_bytes(), "absent").unwrap(), None);
+        assert_eq!(find(LISTED.as_bytes(), "line").unwrap(), None, "no address");
         assert_eq!(find("0000000000000000 T hidden\n".as_bytes(), "hidden").unwrap(), Some(0));
     }
 }

@@ -19,7 +19,6 @@ use aya::{
 };
 use profiler_common::runtimes::RuntimeProcess;
 
-use self::names::KernelNamer;
 use crate::{
     decode::RecordKind,
     model::{Tgid, Tid},
@@ -69,10 +68,5 @@ pub trait KernelSource {
     /// the outputs are written.
     fn pause(&mut self) -> Result<()> {
         object::pause(self.ebpf())
-    }
-
-    /// What names kernel frames, for naming's thread: the object's naming program, loaded.
-    fn kernel_namer(&mut self) -> Result<KernelNamer> {
-        KernelNamer::load(self.ebpf())
     }
 }

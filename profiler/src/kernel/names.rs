@@ -1,49 +1,50 @@
-//! Kernel frames named by the kernel: the eBPF object's `name_kernel_addresses`, run on demand
-//! (`BPF_PROG_TEST_RUN`) with a few addresses, has `%ps` look each one up in the kernel's own
-//! tables and writes the names to a map. A name costs a lookup: reading `/proc/kallsyms`
-//! instead has the kernel format all 120,000 of its functions (40-60 ms of CPU) and the profiler
-//! hold them (4 MiB), for the few hundred a recording meets.
-use std::borrow::Cow;
-
+//! Kernel frames named by the kernel: a small eBPF object of its own (`kernel_names.rs` of
+//! `profiler-ebpf`), whose program, run on demand (`BPF_PROG_TEST_RUN`) with a few addresses,
+//! has `%ps` look each one up in the kernel's own tables and writes the names to a map. A name
+//! costs a lookup: reading `/proc/kallsyms` instead has the kernel format all 120,000 of its
+//! functions (40-60 ms of CPU) and the profiler hold them (4-6 MiB), for the few hundred a
+//! recording meets.
 use anyhow::{Context as _, Result, anyhow};
 use aya::{
-    Ebpf,
+    Ebpf, EbpfLoader,
     maps::{Array, MapData},
-    programs::{Program, RawTracePoint, RawTracePointRunOptions, TestRun as _},
+    programs::{RawTracePoint, RawTracePointRunOptions, TestRun as _},
 };
 use profiler_common::{KERNEL_NAMES_PER_RUN, KernelNames, maps, programs};
 
 use super::object::{missing, program, verifier_error};
 
+static KERNEL_NAMES_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/kernel-names"));
+
 /// Names kernel addresses, on the thread that owns it (naming's).
 pub struct KernelNamer {
-    /// A handle of its own on the loaded program: the object keeps the other.
-    program: RawTracePoint,
+    /// Its own object: the program, loaded.
+    ebpf: Ebpf,
     names: Array<MapData, KernelNames>,
 }
 
 impl KernelNamer {
-    /// Loads the naming program of `ebpf` and takes its map.
-    pub fn load(ebpf: &mut Ebpf) -> Result<Self> {
+    /// Loads the naming object and its program.
+    pub fn load() -> Result<Self> {
         let name = programs::NAME_KERNEL_ADDRESSES;
-        let Program::RawTracePoint(loaded) = program(ebpf, name)? else {
-            return Err(anyhow!("the eBPF program `{name}` is not a raw tracepoint"));
-        };
+        let mut ebpf =
+            EbpfLoader::new().load(KERNEL_NAMES_OBJECT).context("cannot load the kernel's naming object")?;
+        let loaded: &mut RawTracePoint = program(&mut ebpf, name)?.try_into()?;
         loaded.load().map_err(verifier_error).with_context(|| format!("cannot load `{name}`"))?;
-        let program = RawTracePoint::from_program_info(loaded.info()?, Cow::Borrowed(name))
-            .with_context(|| format!("cannot hold `{name}`"))?;
         let map = ebpf.take_map(maps::KERNEL_NAMES).ok_or_else(|| missing(maps::KERNEL_NAMES))?;
-        Ok(Self { program, names: Array::try_from(map)? })
+        Ok(Self { ebpf, names: Array::try_from(map)? })
     }
 
     /// The function each of `addresses` is in (without its module), `None` where the kernel
     /// knows none.
     pub fn name(&mut self, addresses: &[u64]) -> Result<Vec<Option<String>>> {
+        let program: &mut RawTracePoint =
+            program(&mut self.ebpf, programs::NAME_KERNEL_ADDRESSES)?.try_into()?;
         let mut named = Vec::with_capacity(addresses.len());
         for run in addresses.chunks(KERNEL_NAMES_PER_RUN) {
             let mut options = RawTracePointRunOptions::new();
             options.args[..run.len()].copy_from_slice(run);
-            let ran = self.program.test_run(options).context("cannot run the kernel's naming program")?;
+            let ran = program.test_run(options).context("cannot run the kernel's naming program")?;
             if ran.return_value != 0 {
                 return Err(anyhow!("the kernel's naming program found no map entry"));
             }
@@ -57,7 +58,7 @@ impl KernelNamer {
 /// The function in what `%ps` wrote: `name` or `name [module]`, up to its NUL; none when it is
 /// an address (`0x...`, nothing known there).
 fn function_name(written: &[u8]) -> Option<String> {
-    let written = written.split(|&byte| byte == 0).next().unwrap_or_default();
+    let written = &written[..written.iter().position(|&byte| byte == 0).unwrap_or(written.len())];
     let written = String::from_utf8_lossy(written);
     let name = written.split_once(" [").map_or(&*written, |(name, _)| name);
     (!name.is_empty() && !name.starts_with("0x")).then(|| name.to_owned())
@@ -65,17 +66,21 @@ fn function_name(written: &[u8]) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use aya::EbpfLoader;
-
     use super::*;
-    use crate::kernel::{kallsyms, object::EBPF_OBJECT};
+    use crate::{kernel::kallsyms, testing::e2e_enabled};
 
     /// Needs root, as the tests that record do.
     #[test]
     fn the_running_kernel_names_its_functions_in_runs_of_a_few() {
-        let mut ebpf = EbpfLoader::new().allow_unsupported_maps().load(EBPF_OBJECT).expect("as root");
-        let mut namer = KernelNamer::load(&mut ebpf).unwrap();
-        let address = |name| kallsyms::address_of(name).unwrap().filter(|&address| address != 0).unwrap();
+        if !e2e_enabled() {
+            return;
+        }
+        let mut namer = KernelNamer::load().unwrap();
+        let address = |name| {
+            let address = kallsyms::address_of(name).unwrap().expect("listed");
+            assert_ne!(address, 0, "kallsyms hides addresses (kptr_restrict)");
+            address
+        };
         let (schedule, vfs_read) = (address("schedule"), address("vfs_read"));
         let mut addresses = vec![schedule, schedule + 1, 0x1000];
         addresses.extend((0..KERNEL_NAMES_PER_RUN as u64).map(|offset| vfs_read + offset));

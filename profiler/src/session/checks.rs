@@ -17,6 +17,7 @@ use crate::{
     address_space::{AddressSpaces, Backing, Mappings, Tracking},
     kernel::{
         KernelSource as _,
+        names::KernelNamer,
         sampler::{OffCpuConfig, Sampler, SamplerConfig},
     },
     model::{Tgid, printable},
@@ -85,6 +86,7 @@ pub fn all(pids: &[u32]) -> Vec<Finding> {
         sample_rate(99),
         sampling(privileged),
         off_cpu(privileged),
+        kernel_names(privileged),
     ];
     for &pid in pids {
         findings.extend(target(Tgid(pid)));
@@ -197,11 +199,10 @@ fn sample_rate(hz: u64) -> Finding {
     }
 }
 
-/// Loads and verifies the eBPF programs, creates their ring buffer, opens a cpu-clock event on
-/// every CPU and has the kernel name an address, then releases everything.
+/// Loads and verifies the eBPF program, creates its ring buffer and opens a cpu-clock event on
+/// every CPU, then releases everything.
 fn sampling(privileged: bool) -> Finding {
-    let done = "eBPF programs verified, ring buffer created, cpu-clock perf events opened on every CPU, \
-                kernel addresses named";
+    let done = "eBPF program verified, ring buffer created, cpu-clock perf events opened on every CPU";
     try_sampler("sampling", privileged, true, None, done)
 }
 
@@ -210,6 +211,19 @@ fn off_cpu(privileged: bool) -> Finding {
     let hooks = OffCpuConfig { min_ns: u64::MAX, runqueue: true };
     let done = "sched_switch (BTF tracepoint) and sys_exit (raw tracepoint) attached, the task iterator run";
     try_sampler("off-CPU", privileged, false, Some(hooks), done)
+}
+
+/// Has the kernel name an address, as naming does for kernel frames. Without it they are unnamed:
+/// a warning.
+fn kernel_names(privileged: bool) -> Finding {
+    let subject = "kernel frames' names";
+    if !privileged {
+        return Finding::new(Status::Warn, subject, "not tried: needs the privileges above");
+    }
+    match KernelNamer::load().and_then(|mut namer| namer.name(&[0])) {
+        Ok(_) => Finding::new(Status::Ok, subject, "the kernel names addresses (bpf_snprintf %ps)"),
+        Err(err) => Finding::new(Status::Warn, subject, format!("kernel frames stay unnamed: {err:#}")),
+    }
 }
 
 fn try_sampler(
@@ -234,8 +248,6 @@ fn try_sampler(
     };
     let result = Sampler::load(&config).and_then(|mut sampler| {
         sampler.start()?;
-        // Naming kernel frames runs a program of its own.
-        sampler.kernel_namer()?.name(&[0])?;
         if off_cpu.is_some() {
             // Runs the task iterator too, as the end of a recording does.
             sampler.unsent_off_cpu()?;

@@ -40,7 +40,7 @@ use crate::{
     aggregate::{Aggregate, Detail, Site},
     clock::{self, Start},
     decode::Payload,
-    kernel::{KernelSource, ring::RingReader, task_events::TaskEventReader},
+    kernel::{KernelSource, names::KernelNamer, ring::RingReader, task_events::TaskEventReader},
     model::{Meta, Recording, Tgid, printable_owned},
     named::Named as _,
     output::{self, OutputFile, Outputs},
@@ -188,7 +188,7 @@ struct Written {
 impl<M: Mode> Session<M> {
     /// The blocking checks, the outputs created, the target opened, the kernel side loaded,
     /// pointed at it and started, and the target let run.
-    fn set_up(mut mode: M, settings: &Settings) -> Result<Self> {
+    fn set_up(mode: M, settings: &Settings) -> Result<Self> {
         checks::blocking(settings.frequency_hz)?;
         if let Some(warning) = limits::raise_open_files() {
             eprintln!("profiler: warning: {warning}");
@@ -197,16 +197,15 @@ impl<M: Mode> Session<M> {
         let files = settings.outputs.create()?;
         let target = Target::open(&settings.pids, &settings.command)?;
         let description = printable_owned(target.describe());
-        let mut kernel = mode.load(&target)?;
-        let kernel_namer = kernel.kernel_namer();
         let mut pipeline = Pipeline::new(
             mode,
             walker(settings, &target),
             aggregate(settings),
             settings.max_records,
             settings.debug_info,
-            kernel_namer,
+            KernelNamer::load(),
         )?;
+        let mut kernel = pipeline.mode.load(&target)?;
         let ring = RingReader::new(kernel.take_ring()?).context("cannot poll the ring buffer")?;
         let intake = Intake::new(ring, TaskEventReader::open()?, Monotonic, M::Kernel::RECORDS);
         follow(&target, &mut kernel, &mut pipeline.walker)?;

@@ -320,11 +320,38 @@ pub struct Symbolizer {
     debug_info: DebugInfo,
     /// What naming each module takes, found at its first frame.
     modules: FxHashMap<ModuleId, ModuleNaming>,
-    /// What names kernel frames; or why none does, said at the first kernel frame.
-    kernel: Result<KernelNamer, Option<anyhow::Error>>,
+    kernel: KernelNaming,
     /// Debug information not given to blazesym, a line per module; the kernel's names when
     /// they cannot be had.
     refused: Warnings,
+}
+
+/// What names kernel frames.
+enum KernelNaming {
+    Namer(Box<KernelNamer>),
+    /// None does, for this reason, to be said at the first kernel frame.
+    Unsaid(anyhow::Error),
+    /// None does, and why was said.
+    Said,
+}
+
+impl KernelNaming {
+    /// The names of `addrs` (`None`: unknown), and why they are not named when that is still to
+    /// be said: once, the first time (after a failure there is no namer).
+    fn name(&mut self, addrs: &[u64]) -> (Vec<Option<String>>, Option<anyhow::Error>) {
+        let unnamed = match std::mem::replace(self, Self::Said) {
+            Self::Namer(mut namer) => match namer.name(addrs) {
+                Ok(named) => {
+                    *self = Self::Namer(namer);
+                    return (named, None);
+                }
+                Err(why) => Some(why),
+            },
+            Self::Unsaid(why) => Some(why),
+            Self::Said => None,
+        };
+        (vec![None; addrs.len()], unnamed)
+    }
 }
 
 /// How a module is named beside blazesym's lookups.
@@ -352,7 +379,7 @@ impl Symbolizer {
             blaze,
             debug_info,
             modules: FxHashMap::default(),
-            kernel: kernel.map_err(Some),
+            kernel: kernel.map_or_else(KernelNaming::Unsaid, |namer| KernelNaming::Namer(Box::new(namer))),
             refused: Warnings::default(),
         }
     }
@@ -420,18 +447,10 @@ impl Symbolizer {
         if addrs.is_empty() {
             return Vec::new();
         }
-        let named = match &mut self.kernel {
-            Ok(namer) => namer.name(addrs).map_err(Some),
-            Err(why) => Err(why.take()),
-        };
-        let named = named.unwrap_or_else(|why| {
-            // Said once: after a failure there is no namer, and nothing left to say.
-            if let Some(why) = why {
-                self.refused.push(|| format!("kernel frames unnamed: {why:#}"));
-            }
-            self.kernel = Err(None);
-            vec![None; addrs.len()]
-        });
+        let (named, unnamed) = self.kernel.name(addrs);
+        if let Some(why) = unnamed {
+            self.refused.push(|| format!("kernel frames unnamed: {why:#}"));
+        }
         named
             .into_iter()
             // Not its address: names reach every output (see `--kernel-addresses`).
@@ -573,6 +592,7 @@ mod tests {
     use super::*;
     use crate::{
         address_space::{AddressSpaces, Identity, Mapping, Modules, Tracking, Want},
+        frame::Marker,
         testing::no_kernel_namer,
     };
 
@@ -612,11 +632,14 @@ mod tests {
         assert_eq!(names.of(&frame), [Symbol::new("[heap]+0x123", SymbolKind::Function)]);
     }
 
-    /// Without a namer, kernel frames are unknown, and why is said once.
+    /// Without a namer, kernel frames are unknown, and why is said once, at the first one.
     #[test]
     fn unnamed_kernel_frames_are_said_once() {
         let mut symbolizer = Symbolizer::new(DebugInfo::Own, no_kernel_namer());
         let (frames, modules) = ([Frame::Kernel(0xffff_ffff_8100_0000)], Modules::default());
+        let marker = [Frame::Marker(Marker::Runqueue)];
+        symbolizer.symbolize(&marker, &modules.share([]), &FxHashSet::default(), &PerfMaps::default());
+        assert_eq!(symbolizer.refused.count(), 0, "no kernel frame, nothing said");
         let unknown = [Symbol::new("[unknown kernel]", SymbolKind::Kernel)];
         for _ in 0..2 {
             let names = symbolizer.symbolize(
@@ -628,6 +651,6 @@ mod tests {
             assert_eq!(names.of(&frames[0]), unknown);
         }
         assert_eq!(symbolizer.refused.count(), 1);
-        assert_eq!(symbolizer.refused.kept(), ["kernel frames unnamed: no eBPF object loaded (a test)"]);
+        assert_eq!(symbolizer.refused.kept(), ["kernel frames unnamed: no kernel namer loaded here"]);
     }
 }

@@ -14,10 +14,29 @@ use crate::kernel::names::KernelNamer;
 /// (the fuzz targets are built from their own folder).
 pub const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
 
-/// Naming without the eBPF object, which names kernel frames: they are `[unknown kernel]`, and
+/// Naming without the eBPF object that names kernel frames: they are `[unknown kernel]`, and
 /// naming says why once.
 pub fn no_kernel_namer() -> anyhow::Result<KernelNamer> {
-    Err(anyhow::anyhow!("no eBPF object loaded (a test)"))
+    Err(anyhow::anyhow!("no kernel namer loaded here"))
+}
+
+/// Set to 1 to skip the tests that need root (the end-to-end ones); they fail otherwise.
+pub const SKIP_VAR: &str = "PROFILER_SKIP_E2E";
+
+/// Whether to run a test that needs root (it loads eBPF programs). Without root it fails, unless
+/// the developer opted out explicitly: a test that needs root never passes silently.
+pub fn e2e_enabled() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        return true;
+    }
+    if std::env::var(SKIP_VAR).is_ok_and(|v| v == "1") {
+        eprintln!("SKIPPED: end-to-end test needs root ({SKIP_VAR}=1)");
+        return false;
+    }
+    panic!(
+        "end-to-end tests need root: run `cargo xtask test` (it uses sudo), or set {SKIP_VAR}=1 to skip them"
+    );
 }
 
 /// Serializes a sample record the way the eBPF program lays it out: `header` with its lengths

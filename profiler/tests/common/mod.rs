@@ -14,24 +14,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-/// Set to 1 to skip the end-to-end tests (they need root); they fail otherwise.
-pub const SKIP_VAR: &str = "PROFILER_SKIP_E2E";
-
-/// Whether to run an end-to-end test. Without root it fails, unless the developer opted out
-/// explicitly: a test that needs root never passes silently.
-pub fn e2e_enabled() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
-        return true;
-    }
-    if std::env::var(SKIP_VAR).is_ok_and(|v| v == "1") {
-        eprintln!("SKIPPED: end-to-end test needs root ({SKIP_VAR}=1)");
-        return false;
-    }
-    panic!(
-        "end-to-end tests need root: run `cargo xtask test` (it uses sudo), or set {SKIP_VAR}=1 to skip them"
-    );
-}
+pub use profiler::testing::e2e_enabled;
 
 pub fn profiler() -> Command {
     Command::new(env!("CARGO_BIN_EXE_profiler"))
