@@ -225,9 +225,10 @@ fn quiet_says_nothing() {
     assert!(Folded::read(&out).total() > 0);
 }
 
-/// A Ctrl-C while naming reads debug information (the DWARF of every pyenv libpython, first
-/// named all at once: about a second) ends the recording, and every frame is still named (the
-/// native ones: in half a second, Python frames may not have been found yet).
+/// A Ctrl-C while naming reads debug information (the DWARF of every pyenv libpython, which
+/// `--debug-info all` reads, first named all at once: about a second) ends the recording, and
+/// every frame is still named (the native ones: in half a second, Python frames may not have
+/// been found yet).
 #[test]
 fn ctrl_c_during_naming_still_names_every_frame() {
     if !e2e_enabled() {
@@ -246,7 +247,8 @@ fn ctrl_c_during_naming_still_names_every_frame() {
     }
     let out = dir.join("out.folded");
     let pids: Vec<String> = workloads.iter().map(|workload| workload.pid().to_string()).collect();
-    let mut args = vec!["record", "--per-thread", "-F", "999", "-o", out.to_str().unwrap()];
+    let mut args =
+        vec!["record", "--per-thread", "--debug-info", "all", "-F", "999", "-o", out.to_str().unwrap()];
     pids.iter().for_each(|pid| args.extend(["-p", pid]));
     let recording = start_profiler(&args);
     let naming = named_thread(recording.pid(), "naming");

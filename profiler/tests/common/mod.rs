@@ -63,11 +63,14 @@ pub fn build_rust(source: &str, name: &str, flags: &[&str]) -> PathBuf {
     out
 }
 
-/// Runs `profiler record -F 999 [extra] -o <dir>/out.folded -- <workload> <args>` and returns
-/// the folded stacks.
+/// Runs `profiler record [-F 999] [extra] -o <dir>/out.folded -- <workload> <args>` (at 999 Hz
+/// unless `extra` says `-F`) and returns the folded stacks.
 pub fn record_command(dir: &Path, extra: &[&str], workload: &Path, args: &[&str]) -> Folded {
     let out = dir.join("out.folded");
-    let mut argv = vec!["record", "-F", "999", "-o", out.to_str().unwrap()];
+    let mut argv = vec!["record", "-o", out.to_str().unwrap()];
+    if !extra.contains(&"-F") {
+        argv.extend(["-F", "999"]);
+    }
     argv.extend(extra);
     argv.push("--");
     argv.push(workload.to_str().unwrap());
