@@ -7,6 +7,8 @@
 #![no_std]
 #![no_main]
 
+mod object;
+
 use aya_ebpf::{
     cty::c_char,
     helpers::generated::bpf_snprintf,
@@ -54,13 +56,3 @@ pub fn name_kernel_addresses(ctx: RawTracePointContext) -> i32 {
     }
     0
 }
-
-#[cfg(not(test))]
-#[panic_handler]
-fn panic(_info: &core::panic::PanicInfo) -> ! {
-    loop {}
-}
-
-#[unsafe(link_section = "license")]
-#[unsafe(no_mangle)]
-static LICENSE: [u8; 13] = *b"Dual MIT/GPL\0";

@@ -21,6 +21,7 @@
 
 mod leaks;
 mod memory;
+mod object;
 mod off_cpu;
 mod runtimes;
 mod sample;
@@ -44,13 +45,3 @@ fn setting<T: Copy>(global: &'static T) -> T {
     // A volatile read keeps the compiler from folding in the build-time default.
     unsafe { read_volatile(global) }
 }
-
-#[cfg(not(test))]
-#[panic_handler]
-fn panic(_info: &core::panic::PanicInfo) -> ! {
-    loop {}
-}
-
-#[unsafe(link_section = "license")]
-#[unsafe(no_mangle)]
-static LICENSE: [u8; 13] = *b"Dual MIT/GPL\0";
