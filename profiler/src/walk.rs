@@ -177,6 +177,12 @@ impl StackWalker {
         }
     }
 
+    /// Whether a runtime was found in a process since the kernel was last told: from then on
+    /// the kernel reads its frames.
+    pub fn runtime_found(&self) -> bool {
+        self.runtimes.found()
+    }
+
     /// The kernel would not take what it was told of `tgid`'s runtime (`why`): its runtime
     /// frames are not read.
     pub fn refused_by_kernel(&mut self, tgid: Tgid, why: &anyhow::Error) {

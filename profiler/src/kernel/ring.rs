@@ -3,7 +3,7 @@
 //! The eBPF program does not wake the reader for each record (that costs the kernel more than
 //! the sample itself); it wakes it only when the ring is a quarter full. The reader drains the
 //! ring every [`DRAIN_INTERVAL`] (or sooner, as its caller says) and on such wakeups.
-use std::{io, time::Duration};
+use std::{io, ops::ControlFlow, time::Duration};
 
 use aya::maps::{MapData, RingBuf};
 use tokio::{io::unix::AsyncFd, time::Instant};
@@ -39,13 +39,19 @@ impl RingReader {
         ready
     }
 
-    /// Hands the records available now to `consume`, without waiting, until `out_of_time`
-    /// says so. Returns whether records were left for lack of time.
-    pub fn drain(&mut self, mut out_of_time: impl FnMut() -> bool, mut consume: impl FnMut(&[u8])) -> bool {
+    /// Hands the records available now to `consume`, without waiting, until `out_of_time` or
+    /// `consume` says so. Returns whether it stopped before the ring was empty.
+    pub fn drain(
+        &mut self,
+        mut out_of_time: impl FnMut() -> bool,
+        mut consume: impl FnMut(&[u8]) -> ControlFlow<()>,
+    ) -> bool {
         let ring = self.fd.get_mut();
         let mut count = 0u32;
         while let Some(record) = ring.next() {
-            consume(&record);
+            if consume(&record).is_break() {
+                return true;
+            }
             count = count.wrapping_add(1);
             // The clock is read every so many records: reading it costs more than a record.
             if count.is_multiple_of(CLOCK_EVERY) && out_of_time() {

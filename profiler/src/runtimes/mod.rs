@@ -231,6 +231,11 @@ impl Runtimes {
         std::mem::take(&mut self.shared.kernel_updates)
     }
 
+    /// Whether the kernel is still to be told of a process whose runtime it should walk.
+    pub fn found(&self) -> bool {
+        self.shared.kernel_updates.iter().any(|(_, process)| process.is_some())
+    }
+
     /// The kernel would not take what it was told of `tgid` (`why`): its runtime's frames are
     /// not read (for as long as it runs that runtime).
     pub fn refused_by_kernel(&mut self, tgid: Tgid, why: &anyhow::Error) {

@@ -5,7 +5,10 @@
 //! processed, the session still looks at its stop conditions between drains (the kernel counts
 //! what its ring could not hold as lost). The last drain, once the kernel side is paused, has
 //! [`END_BUDGET`]; what is left then is thrown away and counted as lost.
-use std::time::{Duration, Instant};
+use std::{
+    ops::ControlFlow,
+    time::{Duration, Instant},
+};
 
 use anyhow::{Context as _, Result};
 
@@ -25,6 +28,12 @@ const END_BUDGET: Duration = Duration::from_secs(2);
 pub trait Sink {
     fn task_event(&mut self, event: TaskEvent);
     fn record(&mut self, record: &[u8]);
+    /// Whether what the records taught must reach the kernel before more are taken: the drain
+    /// ends there, and the next one starts once it has (a runtime found in a process is walked
+    /// by the kernel only from then on, and the rest of a drain can take milliseconds).
+    fn kernel_must_hear(&self) -> bool {
+        false
+    }
     /// The drain is over: nothing taken before `now_ns` is still to come (but records other
     /// CPUs took a few microseconds apart, and off-CPU spans, whose time is their start).
     fn drained(&mut self, now_ns: u64);
@@ -34,9 +43,13 @@ pub trait Sink {
 pub trait Records {
     /// Waits until records may be there, or `interval` has passed since the last wait.
     async fn ready(&mut self, interval: Duration) -> Result<()>;
-    /// Hands the records there now to `consume` until `out_of_time` says so (asked every so
-    /// many records); returns whether some were left for lack of time.
-    fn drain(&mut self, out_of_time: impl FnMut() -> bool, consume: impl FnMut(&[u8])) -> bool;
+    /// Hands the records there now to `consume` until `out_of_time` (asked every so many
+    /// records) or `consume` says so; returns whether it stopped before the last.
+    fn drain(
+        &mut self,
+        out_of_time: impl FnMut() -> bool,
+        consume: impl FnMut(&[u8]) -> ControlFlow<()>,
+    ) -> bool;
     /// Throws away the records there now; returns how many.
     fn discard(&mut self) -> u64;
 }
@@ -67,7 +80,11 @@ impl Records for RingReader {
         RingReader::ready(self, interval).await.context("cannot read the ring buffer")
     }
 
-    fn drain(&mut self, out_of_time: impl FnMut() -> bool, consume: impl FnMut(&[u8])) -> bool {
+    fn drain(
+        &mut self,
+        out_of_time: impl FnMut() -> bool,
+        consume: impl FnMut(&[u8]) -> ControlFlow<()>,
+    ) -> bool {
         RingReader::drain(self, out_of_time, consume)
     }
 
@@ -80,6 +97,13 @@ impl TaskEvents for TaskEventReader {
     fn drain(&mut self, horizon_ns: u64, handle: impl FnMut(TaskEvent)) -> bool {
         TaskEventReader::drain(self, horizon_ns, handle)
     }
+}
+
+/// Whether a drain ends when its sink says the kernel must hear something.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Pause {
+    ForTheKernel,
+    Never,
 }
 
 pub struct Intake<R = RingReader, T = TaskEventReader, C = Monotonic> {
@@ -111,15 +135,15 @@ impl<R: Records, T: TaskEvents, C: Clock> Intake<R, T, C> {
         self.ring.ready(interval).await
     }
 
-    /// One drain, of at most [`DRAIN_BUDGET`].
+    /// One drain, of at most [`DRAIN_BUDGET`], ended early when the kernel must hear something.
     pub fn drain(&mut self, sink: &mut impl Sink) {
-        self.drain_until(self.clock.now() + DRAIN_BUDGET, sink);
+        self.drain_until(self.clock.now() + DRAIN_BUDGET, Pause::ForTheKernel, sink);
     }
 
     /// Hands `sink` the pending task events and records, in time order, until `deadline`: a
     /// record must find the mappings made before it. Task events are read up to a horizon;
     /// records taken after it wait for the next drain, whose task events will cover them.
-    fn drain_until(&mut self, deadline: Instant, sink: &mut impl Sink) {
+    fn drain_until(&mut self, deadline: Instant, pause: Pause, sink: &mut impl Sink) {
         let Self { ring, task_events, clock, kind, later, behind, .. } = self;
         let horizon = clock::monotonic_ns();
         let events_left = task_events.drain(horizon, |event| sink.task_event(event));
@@ -128,15 +152,22 @@ impl<R: Records, T: TaskEvents, C: Clock> Intake<R, T, C> {
         }
         let out_of_time = || clock.now() >= deadline;
         let mut handed_ns = 0;
-        let records_left = ring.drain(out_of_time, |record| match kind.time_ns(record) {
-            Some(time_ns) if time_ns > horizon => later.push(record.to_vec()),
-            time_ns => {
-                handed_ns = handed_ns.max(time_ns.unwrap_or(0));
-                sink.record(record)
+        let records_left = ring.drain(out_of_time, |record| {
+            match kind.time_ns(record) {
+                Some(time_ns) if time_ns > horizon => later.push(record.to_vec()),
+                time_ns => {
+                    handed_ns = handed_ns.max(time_ns.unwrap_or(0));
+                    sink.record(record);
+                }
+            }
+            if pause == Pause::ForTheKernel && sink.kernel_must_hear() {
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
             }
         });
         *behind = events_left || records_left;
-        // A drain that ran out of time leaves records taken after the last one it handed over
+        // A drain that stopped early leaves records taken after the last one it handed over
         // (the ring holds them about in the order they were taken), not after the horizon.
         sink.drained(if records_left { handed_ns } else { horizon });
     }
@@ -146,7 +177,8 @@ impl<R: Records, T: TaskEvents, C: Clock> Intake<R, T, C> {
     pub fn drain_all(&mut self, sink: &mut impl Sink) {
         let deadline = self.clock.now() + END_BUDGET;
         loop {
-            self.drain_until(deadline, sink);
+            // The kernel side is paused: what it would be told no longer matters.
+            self.drain_until(deadline, Pause::Never, sink);
             let done = !self.behind && self.later.is_empty();
             if done || self.clock.now() >= deadline {
                 break;
@@ -212,11 +244,17 @@ mod tests {
             std::future::pending().await
         }
 
-        fn drain(&mut self, mut out_of_time: impl FnMut() -> bool, mut consume: impl FnMut(&[u8])) -> bool {
+        fn drain(
+            &mut self,
+            mut out_of_time: impl FnMut() -> bool,
+            mut consume: impl FnMut(&[u8]) -> ControlFlow<()>,
+        ) -> bool {
             loop {
                 assert!(self.handed < 1_000_000, "the drain does not end");
-                consume(&self.record);
                 self.handed += 1;
+                if consume(&self.record).is_break() {
+                    return true;
+                }
                 if self.handed.is_multiple_of(ASKS_EVERY) && out_of_time() {
                     return true;
                 }
@@ -245,6 +283,8 @@ mod tests {
         records: u64,
         drains: u64,
         drained_ns: u64,
+        /// After how many records it has something the kernel must hear (for good).
+        kernel_must_hear_after: Option<u64>,
     }
 
     impl Sink for Slow {
@@ -252,6 +292,9 @@ mod tests {
         fn record(&mut self, _: &[u8]) {
             self.records += 1;
             self.clock.advance(RECORD_COST);
+        }
+        fn kernel_must_hear(&self) -> bool {
+            self.kernel_must_hear_after.is_some_and(|after| self.records >= after)
         }
         fn drained(&mut self, now_ns: u64) {
             self.drains += 1;
@@ -264,7 +307,7 @@ mod tests {
         // A record of the distant past: never held back for its task events.
         let ring = Endless { record: vec![0; 64], handed: 0 };
         let intake = Intake::new(ring, NoEvents, clock.clone(), RecordKind::Sample);
-        (intake, Slow { clock, records: 0, drains: 0, drained_ns: 0 })
+        (intake, Slow { clock, records: 0, drains: 0, drained_ns: 0, kernel_must_hear_after: None })
     }
 
     /// The time the records handed to `sink` cost: at least `budget`, and at most one more
@@ -303,6 +346,27 @@ mod tests {
         intake.drain_all(&mut sink);
         assert_within(&sink, END_BUDGET);
         assert_eq!(intake.discarded(), 1000);
+    }
+
+    #[test]
+    fn a_drain_ends_when_the_kernel_must_hear_and_the_next_starts_at_once() {
+        let (mut intake, mut sink) = endless();
+        sink.kernel_must_hear_after = Some(3);
+        intake.drain(&mut sink);
+        assert_eq!((sink.records, sink.drains), (3, 1), "ended right after the third record");
+        assert!(ready_at_once(&mut intake), "the rest is taken as soon as the kernel has heard");
+        sink.kernel_must_hear_after = None;
+        intake.drain(&mut sink);
+        assert!(sink.records > 3, "the next drain goes on");
+    }
+
+    /// Once the kernel side is paused, what it would be told is moot: the last drain goes on.
+    #[test]
+    fn the_last_drain_does_not_end_for_the_kernel() {
+        let (mut intake, mut sink) = endless();
+        sink.kernel_must_hear_after = Some(3);
+        intake.drain_all(&mut sink);
+        assert_within(&sink, END_BUDGET);
     }
 
     /// Whether `intake` is ready within two polls (a yield takes one), its ring never waking it.

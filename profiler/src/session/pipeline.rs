@@ -231,6 +231,10 @@ impl<M: Mode> Sink for Pipeline<M> {
         }
     }
 
+    fn kernel_must_hear(&self) -> bool {
+        self.walker.runtime_found()
+    }
+
     fn drained(&mut self, now_ns: u64) {
         self.drained_ns = self.drained_ns.max(now_ns);
     }

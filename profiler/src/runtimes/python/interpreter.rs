@@ -3,6 +3,7 @@
 //! `PyCode_Type` are, and which of its code is the eval loop.
 use std::ops::Range;
 
+use gimli::UnwindSection as _;
 use object::{Object as _, ObjectSection as _, ObjectSymbol as _, SectionIndex, read::elf::ElfFile64};
 
 use super::{
@@ -160,24 +161,29 @@ fn bytes_at<'data>(
     data.get(at..at.checked_add(len)?)
 }
 
-/// The file ranges of the eval loop's code, from the dynamic and the full symbol tables, and the
-/// parts of it the compiler split off that no symbol names (see [`split_parts`]).
+/// The file ranges of the eval loop's code, from the dynamic and the full symbol tables (read in
+/// one pass: a pyenv libpython's full table has 15,000 symbols), and the parts of it the
+/// compiler split off that no symbol names (see [`split_parts`]).
 fn eval_loop(elf: &ElfFile64<'_, object::Endianness>, facts: &ElfFacts) -> Vec<Range<u64>> {
-    let is_eval = |name: &str| name == EVAL_LOOP || name == "_PyEval_EvalFrameDefault.cold";
-    let symbols: Vec<Range<u64>> = elf
-        .dynamic_symbols()
-        .chain(elf.symbols())
-        .filter(|symbol| symbol.name().is_ok_and(is_eval) && symbol.size() > 0)
-        .filter_map(|symbol| Some(symbol.address()..symbol.address().checked_add(symbol.size())?))
-        .collect();
-    let function = elf.dynamic_symbols().chain(elf.symbols()).find(|symbol| {
-        symbol.name() == Ok(EVAL_LOOP) && symbol.size() > 0 && symbol.kind() == object::SymbolKind::Text
-    });
+    let mut symbols: Vec<Range<u64>> = Vec::new();
+    let mut function = None;
+    for symbol in elf.dynamic_symbols().chain(elf.symbols()) {
+        let Ok(name) = symbol.name_bytes() else { continue };
+        let is_function = name == EVAL_LOOP.as_bytes();
+        if !(is_function || name == EVAL_LOOP_COLD.as_bytes()) || symbol.size() == 0 {
+            continue;
+        }
+        if is_function && symbol.kind() == object::SymbolKind::Text && function.is_none() {
+            function = Some(symbol);
+        }
+        symbols.extend(symbol.address().checked_add(symbol.size()).map(|end| symbol.address()..end));
+    }
     let parts = function
         .and_then(|function| {
             let code =
                 bytes_at(elf, function.address(), function.section_index()?, function.size() as usize)?;
-            Some(split_parts(function.address(), code, &fde_ranges(elf)))
+            let unwind = UnwindEntries::of(elf)?;
+            Some(split_parts(function.address(), code, |address| unwind.covering(address)))
         })
         .unwrap_or_default();
     let mut ranges: Vec<Range<u64>> = symbols
@@ -194,34 +200,56 @@ fn eval_loop(elf: &ElfFile64<'_, object::Endianness>, facts: &ElfFacts) -> Vec<R
 }
 
 const EVAL_LOOP: &str = "_PyEval_EvalFrameDefault";
+const EVAL_LOOP_COLD: &str = "_PyEval_EvalFrameDefault.cold";
 
-/// The address ranges `.eh_frame` describes, one per function or part of one.
-fn fde_ranges(elf: &ElfFile64<'_, object::Endianness>) -> Vec<Range<u64>> {
-    use gimli::UnwindSection as _;
-    let Some(section) = elf.section_by_name(".eh_frame") else { return Vec::new() };
-    let Ok(data) = section.data() else { return Vec::new() };
-    let eh_frame = gimli::EhFrame::new(data, gimli::LittleEndian);
-    let bases = gimli::BaseAddresses::default().set_eh_frame(section.address());
-    let mut entries = eh_frame.entries(&bases);
-    let mut ranges = Vec::new();
-    while let Ok(Some(entry)) = entries.next() {
-        let gimli::CieOrFde::Fde(partial) = entry else { continue };
-        if let Ok(fde) = partial.parse(gimli::EhFrame::cie_from_offset) {
-            ranges.extend(fde.initial_address().checked_add(fde.len()).map(|end| fde.initial_address()..end));
-        }
+/// An image's unwind entries (FDEs), found by address through `.eh_frame_hdr`'s sorted table:
+/// the few the eval loop jumps into are read, not the thousands of `.eh_frame`.
+struct UnwindEntries<'data> {
+    eh_frame: gimli::EhFrame<gimli::EndianSlice<'data, gimli::LittleEndian>>,
+    header: gimli::ParsedEhFrameHdr<gimli::EndianSlice<'data, gimli::LittleEndian>>,
+    bases: gimli::BaseAddresses,
+}
+
+impl<'data> UnwindEntries<'data> {
+    fn of(elf: &ElfFile64<'data, object::Endianness>) -> Option<Self> {
+        let eh_frame = elf.section_by_name(".eh_frame")?;
+        let header = elf.section_by_name(".eh_frame_hdr")?;
+        let bases = gimli::BaseAddresses::default()
+            .set_eh_frame(eh_frame.address())
+            .set_eh_frame_hdr(header.address());
+        let header =
+            gimli::EhFrameHdr::new(header.data().ok()?, gimli::LittleEndian).parse(&bases, 8).ok()?;
+        Some(Self {
+            eh_frame: gimli::EhFrame::new(eh_frame.data().ok()?, gimli::LittleEndian),
+            header,
+            bases,
+        })
     }
-    ranges
+
+    /// The address range of the entry that covers `address`.
+    fn covering(&self, address: u64) -> Option<Range<u64>> {
+        let fde = self
+            .header
+            .table()?
+            .fde_for_address(&self.eh_frame, &self.bases, address, gimli::EhFrame::cie_from_offset)
+            .ok()?;
+        Some(fde.initial_address()..fde.initial_address().checked_add(fde.len())?)
+    }
 }
 
 /// The parts of the function at `address` (whose code is `code`) that the compiler put elsewhere:
 /// GCC moves the code it finds cold (by its guesses, or by a profile: Debian's builds move most
 /// of the eval loop) out of the function's body, into a `.cold` part only the full symbol table
 /// names. Such a part is code the function jumps into, not at its start as a tail call to
-/// another function does, with unwind information of its own (`fdes`). The body's direct jumps
+/// another function does, with an unwind entry of its own (`fde_covering`). The body's direct jumps
 /// are found by their encodings (`jmp rel32`, `jcc rel32`) without decoding every instruction:
 /// a part counts once two of them land inside it, which bytes that only look like a jump do not
 /// do by chance.
-fn split_parts(address: u64, code: &[u8], fdes: &[Range<u64>]) -> Vec<Range<u64>> {
+fn split_parts(
+    address: u64,
+    code: &[u8],
+    fde_covering: impl Fn(u64) -> Option<Range<u64>>,
+) -> Vec<Range<u64>> {
     let body = address..address + code.len() as u64;
     let mut landings: Vec<(Range<u64>, u64)> = Vec::new();
     for at in 0..code.len() {
@@ -238,11 +266,9 @@ fn split_parts(address: u64, code: &[u8], fdes: &[Range<u64>]) -> Vec<Range<u64>
         if body.contains(&target) {
             continue;
         }
-        let Some(fde) = fdes.iter().find(|fde| fde.contains(&target) && fde.start != target) else {
-            continue;
-        };
-        if !landings.iter().any(|(part, at)| *part == *fde && *at == target) {
-            landings.push((fde.clone(), target));
+        let Some(fde) = fde_covering(target).filter(|fde| fde.start != target) else { continue };
+        if !landings.iter().any(|(part, at)| *part == fde && *at == target) {
+            landings.push((fde, target));
         }
     }
     let mut parts: Vec<Range<u64>> = Vec::new();
@@ -311,9 +337,10 @@ mod tests {
         ]
         .concat();
         let fdes = [BODY..BODY + code.len() as u64, 0x5000..0x5800, 0x6000..0x6100, 0x7000..0x7100];
-        assert_eq!(split_parts(BODY, &code, &fdes), vec![Range { start: 0x5000, end: 0x5800 }]);
+        let covering = |address| fdes.iter().find(|fde| fde.contains(&address)).cloned();
+        assert_eq!(split_parts(BODY, &code, covering), vec![Range { start: 0x5000, end: 0x5800 }]);
         // One landing is not enough.
-        assert_eq!(split_parts(BODY, &code[..5], &fdes), Vec::<Range<u64>>::new());
+        assert_eq!(split_parts(BODY, &code[..5], covering), Vec::<Range<u64>>::new());
     }
 
     #[test]
