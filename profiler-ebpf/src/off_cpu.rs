@@ -1,21 +1,24 @@
 //! `record --off-cpu` and `--wall`: spans of followed threads off the CPU.
 //!
 //! A context switch is frequent and most spans are short, so a switch does only what every
-//! switch needs, and what a long span needs is paid for once it is known to be long:
+//! switch needs, on the threads' own task-local storage (no hashing), and what a long span
+//! needs is paid for once it is known to be long:
 //!
 //! - `sched_switch` (a BTF tracepoint, run by the thread leaving, `prev`): when a followed
-//!   thread leaves, writes when, why (blocked, or runnable and preempted) and whether inside a
-//!   system call into its entry of the thread table, made once per thread and then written in
-//!   place. The same call sees the thread coming in (`next`): if it was away shorter than the
-//!   threshold, its entry is marked on the CPU (the whole cost of a short span). Otherwise its
-//!   kernel stack is taken then, from where it still waits (`bpf_get_task_stack` on a thread not
-//!   running), and the span is marked back.
+//!   thread leaves, writes when and why (blocked, or runnable and preempted) on the thread. The
+//!   same call sees the thread coming in (`next`): if it was away shorter than the threshold,
+//!   that is all (the whole cost of a short span: two task-storage lookups and a clock read per
+//!   switch). Otherwise the span goes into the thread table, whose entry is made once per
+//!   thread and then written in place: whether it left inside a system call, and its kernel
+//!   stack, taken from where it still waits (`bpf_get_task_stack` on a thread not running);
+//!   the span is marked back.
 //! - `sys_exit`, in the context of a thread returning from a system call: a span marked back is
 //!   sent there, with the user registers and stack copy of the call, which are as the thread
-//!   left them.
+//!   left them. Any other return costs a task-storage lookup.
 //! - `off_cpu_stacks`, a task iterator userspace runs when it counts the spans still open (at a
-//!   window's end, at the end): takes the kernel stacks of followed threads still away, and
-//!   notes those away since before sampling started that no switch showed.
+//!   window's end, at the end): puts the spans of followed threads still away long enough into
+//!   the thread table, with the kernel stacks they wait in, and notes those away since before
+//!   sampling started that no switch showed.
 //!
 //! A span that does not end in a system call's return (a wait for a CPU, a page fault, a kernel
 //! thread) is sent at once from `sched_switch` without a user stack: a wait for a CPU shows as
@@ -51,41 +54,65 @@ use crate::{
     task_storage::TaskStorage,
 };
 
-/// Followed threads that have left the CPU since sampling started, by thread id: an entry is
-/// made the first time a thread is seen away (it leaves, it comes back from a wait begun before
-/// sampling started, or the task iterator finds it waiting since then; ~1 KiB, no
-/// preallocation), written in place after that and removed as the thread exits. `since_ns` is 0
-/// while the thread is on the CPU with no span to send.
+/// Followed threads that have been away long enough since sampling started, by thread id: an
+/// entry is made the first time a thread's span is (it comes back from a long span, or the task
+/// iterator finds it waiting long; ~1 KiB, no preallocation), written in place after that and
+/// removed as the thread exits. `since_ns` is 0 while the thread has no span to send.
 #[map(name = "OFF_CPU_THREADS")]
 static OFF_CPU_THREADS: HashMap<u32, OffCpuThread> =
     HashMap::with_max_entries(OFF_CPU_THREADS_MAX, aya_ebpf::bindings::BPF_F_NO_PREALLOC);
 
-/// Whether a thread is followed, kept on the thread once looked up ([`FOLLOWED`] or
-/// [`NOT_FOLLOWED`]; none on a thread not seen switching yet): a thread not followed then costs
-/// a switch or a system call's return a look at its own task, not a lookup by id. Whether a
-/// process is followed does not change once sampling started (userspace adds processes before,
-/// the kernel their children as they are forked, and those are new threads).
-#[btf_map(name = "OFF_CPU_FOLLOWED")]
-static OFF_CPU_FOLLOWED: TaskStorage<u32> = TaskStorage::new();
-const FOLLOWED: u32 = 1;
-const NOT_FOLLOWED: u32 = 2;
+/// What a switch needs of a thread, kept on it from the first time it is seen switching (or
+/// found by the task iterator): whether it is followed (a thread not followed then costs a
+/// switch or a system call's return one lookup on its own task), and, if so, since when and why
+/// it is away. Whether a process is followed does not change once sampling started (userspace
+/// adds processes before, the kernel their children as they are forked, and those are new
+/// threads).
+#[btf_map(name = "OFF_CPU_TASKS")]
+static OFF_CPU_TASKS: TaskStorage<Switching> = TaskStorage::new();
 
-/// Whether `task`, a thread of process `tgid`, is followed: as kept on it, or looked up and
-/// kept (when the kernel has room: else looked up again next time).
-fn followed(task: *mut c_void, tgid: u32) -> bool {
-    match OFF_CPU_FOLLOWED.get(task) {
-        Some(mark) => mark == FOLLOWED,
-        None => {
-            let wanted = wanted(tgid);
-            OFF_CPU_FOLLOWED.set(task, if wanted { FOLLOWED } else { NOT_FOLLOWED });
-            wanted
-        }
+#[derive(Clone, Copy)]
+#[repr(C)]
+struct Switching {
+    followed: u32,
+    /// The [`OffCpuState`] it left in.
+    state: u32,
+    /// When it left; 0 while on the CPU.
+    since_ns: u64,
+    /// Nonzero while its span, back and long enough, waits in [`OFF_CPU_THREADS`] to be sent at
+    /// its system call's return (or as it leaves again before).
+    pending: u32,
+    padding: u32,
+}
+
+impl Switching {
+    fn followed(followed: bool) -> Self {
+        Self { followed: u32::from(followed), state: 0, since_ns: 0, pending: 0, padding: 0 }
     }
 }
 
-/// Whether `task` was found not to be followed (false too for a thread not looked at yet).
-fn known_not_followed(task: *mut c_void) -> bool {
-    OFF_CPU_FOLLOWED.get(task) == Some(NOT_FOLLOWED)
+/// What is kept on `task`, a thread of process `tgid`, made if it had nothing (the filter
+/// looked up once); `None` when the kernel has no room.
+fn switching(task: *mut c_void, tgid: u32) -> Option<&'static mut Switching> {
+    let kept = match OFF_CPU_TASKS.get_ptr_mut(task) {
+        Some(kept) => kept,
+        None => OFF_CPU_TASKS.get_or_insert(task, &mut Switching::followed(wanted(tgid)))?,
+    };
+    Some(unsafe { &mut *kept })
+}
+
+/// What is kept on `task`, if it is followed (none on a thread not seen switching yet).
+fn followed_switching(task: *mut c_void) -> Option<&'static mut Switching> {
+    let kept = unsafe { &mut *OFF_CPU_TASKS.get_ptr_mut(task)? };
+    (kept.followed != 0).then_some(kept)
+}
+
+/// The clock, read at most once per program run (`now` is 0 until then).
+fn clock(now: &mut u64) -> u64 {
+    if *now == 0 {
+        *now = unsafe { bpf_ktime_get_ns() };
+    }
+    *now
 }
 
 /// Entries of [`OFF_CPU_THREADS`] each user's threads hold, when the whole system is followed:
@@ -156,9 +183,10 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
     if stopped() || setting(&OFF_CPU) == 0 {
         return 0;
     }
+    let mut now = 0;
     let next: *mut c_void = ctx.arg(2);
     if !next.is_null() {
-        came_back(next);
+        came_back(next, &mut now);
     }
     let pid_tgid = bpf_get_current_pid_tgid();
     let prev_state = ctx.arg::<u64>(3) & 0xffff_ffff;
@@ -168,40 +196,29 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
         remove(pid_tgid as u32);
         return 0;
     }
-    if !followed(current_task(), (pid_tgid >> 32) as u32) {
+    let Some(prev) = switching(current_task(), (pid_tgid >> 32) as u32) else { return 0 };
+    if prev.followed == 0 {
         return 0;
     }
     let preempt: u64 = ctx.arg(0);
-    let now = unsafe { bpf_ktime_get_ns() };
-    left(&ctx, pid_tgid, OffCpuState::at_switch(preempt & 1 != 0, prev_state), now);
+    left(&ctx, pid_tgid, prev, OffCpuState::at_switch(preempt & 1 != 0, prev_state), clock(&mut now));
     0
 }
 
 /// The current thread leaves the CPU: a span of it still unsent goes now (it is in its own
-/// context), then the new one is noted.
-fn left(ctx: &BtfTracePointContext, pid_tgid: u64, state: OffCpuState, now: u64) {
-    let tid = pid_tgid as u32;
-    let Some(thread) = OFF_CPU_THREADS.get_ptr_mut(tid) else {
-        return first_left(pid_tgid, state, now);
-    };
-    let thread = unsafe { &mut *thread };
-    if thread.resumed_ns != 0 {
-        // Without runtime frames: the verifier checks a runtime's walk once per program that
-        // makes it, and this one would double sched_switch's load time; these are the spans of threads
-        // that came back inside a system call and leave again before it returns (a wait
-        // retried), rare beside those sent at the return.
-        send(ctx, pid_tgid, thread, UserStack::Native);
+/// context), then the new one is noted on it.
+fn left(ctx: &BtfTracePointContext, pid_tgid: u64, prev: &mut Switching, state: OffCpuState, now: u64) {
+    if prev.pending != 0 {
+        prev.pending = 0;
+        if let Some(thread) = OFF_CPU_THREADS.get_ptr_mut(pid_tgid as u32) {
+            // Without runtime frames: the verifier checks a runtime's walk once per program
+            // that makes it, and this one would double sched_switch's load time; these are the
+            // spans of threads that came back inside a system call and leave again before it
+            // returns (a wait retried), rare beside those sent at the return.
+            send(ctx, pid_tgid, unsafe { &mut *thread }, UserStack::Native);
+        }
     }
-    note(thread, current_task(), (pid_tgid >> 32) as u32, state, now);
-}
-
-/// A followed thread leaves the CPU for the first time: its entry is made.
-fn first_left(pid_tgid: u64, state: OffCpuState, now: u64) {
-    let Some(thread) = OFF_CPU_NOTE.get_ptr_mut(0) else { return };
-    let thread = unsafe { &mut *thread };
-    let task = current_task();
-    note(thread, task, (pid_tgid >> 32) as u32, state, now);
-    insert(pid_tgid as u32, thread, task);
+    (prev.since_ns, prev.state) = (now, state as u32);
 }
 
 /// The running task, as a pointer the verifier knows.
@@ -209,15 +226,27 @@ fn current_task() -> *mut c_void {
     unsafe { bpf_get_current_task_btf() }.cast()
 }
 
-/// Notes in `thread` that `task`, of process `tgid`, is away since `since_ns`, and why; not
-/// back yet, its kernel stack not taken.
-fn note(thread: &mut OffCpuThread, task: *mut c_void, tgid: u32, state: OffCpuState, since_ns: u64) {
+/// Notes in `thread` that `task`, of process `tgid`, is away since `since_ns`, and why (an
+/// [`OffCpuState`]); not back yet, its kernel stack not taken. Whether it left inside a system
+/// call is read from its registers saved on entering the kernel, unchanged while it is away.
+fn note(thread: &mut OffCpuThread, task: *mut c_void, tgid: u32, state: u32, since_ns: u64) {
     thread.since_ns = since_ns;
     thread.resumed_ns = 0;
     thread.tgid = tgid;
-    thread.state = state as u32;
+    thread.state = state;
     thread.in_syscall = u32::from(in_syscall(task));
     (thread.kernel_stack_len, thread.kernel_stack_skip) = (0, 0);
+}
+
+/// The entry of `tid` (of `task`) in the thread table, made from `scratch` if it has none.
+fn entry(tid: u32, task: *mut c_void, scratch: *mut OffCpuThread) -> Option<&'static mut OffCpuThread> {
+    if let Some(thread) = OFF_CPU_THREADS.get_ptr_mut(tid) {
+        return Some(unsafe { &mut *thread });
+    }
+    let scratch = unsafe { &mut *scratch };
+    scratch.since_ns = 0;
+    insert(tid, scratch, task);
+    OFF_CPU_THREADS.get_ptr_mut(tid).map(|thread| unsafe { &mut *thread })
 }
 
 /// Takes the kernel stack of `task`, a thread off the CPU, into `thread`: where it waits. A
@@ -361,56 +390,66 @@ fn in_syscall(task: *mut c_void) -> bool {
     saved.is_ok_and(|[nr, _, cs]| (nr as i64) >= 0 && cs & 3 == USER_MODE_RPL)
 }
 
-/// `next` comes back onto the CPU (still in `prev`'s context). A thread known not to be followed
-/// costs a look at its task here; the clock is read only for one that was away.
-fn came_back(next: *mut c_void) {
-    if known_not_followed(next) {
+/// `next` comes back onto the CPU (still in `prev`'s context). A thread not followed, or back
+/// from a short span, costs the lookup of what is kept on it (and the clock, for the second).
+fn came_back(next: *mut c_void, now: &mut u64) {
+    let Some(kept) = OFF_CPU_TASKS.get_ptr_mut(next) else { return came_back_unseen(next, now) };
+    let next_kept = unsafe { &mut *kept };
+    if next_kept.followed == 0 || next_kept.since_ns == 0 {
         return;
     }
-    let Ok((tid, tgid)) = (unsafe { task_ids(next.cast()) }) else { return };
-    let Some(thread) = OFF_CPU_THREADS.get_ptr_mut(tid) else {
-        return came_back_unseen(next, tid, tgid);
-    };
-    let thread = unsafe { &mut *thread };
-    if thread.since_ns == 0 {
-        return;
-    }
-    let now = unsafe { bpf_ktime_get_ns() };
-    let away = now.saturating_sub(thread.since_ns);
-    let runnable = thread.state == OffCpuState::Runnable as u32;
-    if away < setting(&MIN_OFF_CPU_NS) || (runnable && setting(&RUNQUEUE) == 0) {
-        if away < setting(&MIN_OFF_CPU_NS) {
-            count(Counter::ShortOffCpu, 1);
-        }
-        thread.since_ns = 0;
-        return;
-    }
-    thread.resumed_ns = now;
-    take_kernel_stack(next, thread);
-    if thread.in_syscall == 0 || runnable {
-        // No system call to return from, or nothing to learn from the stack of a wait for a
-        // CPU: sent now, without a user stack.
-        let pid_tgid = (u64::from(thread.tgid) << 32) | u64::from(tid);
-        send_without_user_stack(next, pid_tgid, thread);
-        (thread.since_ns, thread.resumed_ns) = (0, 0);
+    let since = core::mem::replace(&mut next_kept.since_ns, 0);
+    let now = clock(now);
+    if long_enough(next_kept.state, now.saturating_sub(since), true) {
+        back_from_long_span(next, next_kept, since, now);
     }
 }
 
-/// A followed thread coming back that was not seen leaving: one that left before sampling
-/// started (not one created since, running for the first time). Its span counts from the
-/// start, sent when its call returns.
-fn came_back_unseen(next: *mut c_void, tid: u32, tgid: u32) {
-    if !followed(next, tgid) {
-        return;
+/// Whether a span of `away` ns in `state` is recorded (counting a short one as such when
+/// `count_short`).
+fn long_enough(state: u32, away: u64, count_short: bool) -> bool {
+    if away < setting(&MIN_OFF_CPU_NS) {
+        if count_short {
+            count(Counter::ShortOffCpu, 1);
+        }
+        return false;
     }
-    let now = unsafe { bpf_ktime_get_ns() };
-    let Some(started) = away_since_start(next, now) else { return };
-    let Some(thread) = OFF_CPU_NOTE.get_ptr_mut(0) else { return };
-    let thread = unsafe { &mut *thread };
-    note(thread, next, tgid, OffCpuState::Sleeping, started);
+    state != OffCpuState::Runnable as u32 || setting(&RUNQUEUE) != 0
+}
+
+/// `next` comes back from a span long enough to record, begun at `since`: its entry in the
+/// thread table gets the span, marked back, and the kernel stack it waited in. A span with no
+/// system call to return from (or a wait for a CPU, whose stack says nothing) is sent now,
+/// without a user stack; any other at the call's return.
+fn back_from_long_span(next: *mut c_void, next_kept: &mut Switching, since: u64, now: u64) {
+    let Ok((tid, tgid)) = (unsafe { task_ids(next.cast()) }) else { return };
+    let Some(scratch) = OFF_CPU_NOTE.get_ptr_mut(0) else { return };
+    let Some(thread) = entry(tid, next, scratch) else { return };
+    note(thread, next, tgid, next_kept.state, since);
     thread.resumed_ns = now;
     take_kernel_stack(next, thread);
-    insert(tid, thread, next);
+    if thread.in_syscall == 0 || thread.state == OffCpuState::Runnable as u32 {
+        let pid_tgid = (u64::from(tgid) << 32) | u64::from(tid);
+        send_without_user_stack(next, pid_tgid, thread);
+        (thread.since_ns, thread.resumed_ns) = (0, 0);
+    } else {
+        next_kept.pending = 1;
+    }
+}
+
+/// A thread coming back with nothing kept on it: one that left before sampling started (or one
+/// created since, running for the first time). A followed one away since before is recorded
+/// from the start.
+fn came_back_unseen(next: *mut c_void, now: &mut u64) {
+    let Ok((_, tgid)) = (unsafe { task_ids(next.cast()) }) else { return };
+    let Some(next_kept) = switching(next, tgid) else { return };
+    if next_kept.followed == 0 {
+        return;
+    }
+    let now = clock(now);
+    let Some(started) = away_since_start(next, now) else { return };
+    next_kept.state = OffCpuState::Sleeping as u32;
+    back_from_long_span(next, next_kept, started, now);
 }
 
 /// When sampling started, if `task` (a followed thread) was created before and, at `now`, has
@@ -441,17 +480,34 @@ pub extern "C" fn off_cpu_stacks(ctx: *mut TaskIterContext) -> i32 {
         return 0;
     }
     let Ok((tid, tgid)) = (unsafe { task_ids(task.cast()) }) else { return 0 };
-    let Some(thread) = OFF_CPU_THREADS.get_ptr_mut(tid) else {
-        if wanted(tgid) {
-            away_all_along(task, tid, tgid);
+    match OFF_CPU_TASKS.get_ptr_mut(task) {
+        Some(kept) => {
+            let kept = unsafe { &*kept };
+            if kept.followed != 0 && kept.since_ns != 0 {
+                still_away(task, tid, tgid, kept);
+            }
         }
-        return 0;
-    };
-    let thread = unsafe { &mut *thread };
-    if thread.since_ns != 0 && thread.resumed_ns == 0 && thread.kernel_stack_len == 0 && !on_cpu(task) {
-        take_kernel_stack(task, thread);
+        None if wanted(tgid) => away_all_along(task, tid, tgid),
+        None => {}
     }
     0
+}
+
+/// Puts the span of `task`, a followed thread that left at `kept.since_ns`, into the thread
+/// table with the kernel stack it waits in, if it is still away and long enough for its switch
+/// back to find the same (once there, its span is counted until then).
+fn still_away(task: *mut c_void, tid: u32, tgid: u32, kept: &Switching) {
+    let now = unsafe { bpf_ktime_get_ns() };
+    if !long_enough(kept.state, now.saturating_sub(kept.since_ns), false) || on_cpu(task) {
+        return;
+    }
+    let Some(scratch) = ITERATOR_NOTE.get_ptr_mut(0) else { return };
+    let Some(thread) = entry(tid, task, scratch) else { return };
+    if thread.since_ns == kept.since_ns && (thread.resumed_ns != 0 || thread.kernel_stack_len != 0) {
+        return;
+    }
+    note(thread, task, tgid, kept.state, kept.since_ns);
+    take_kernel_stack(task, thread);
 }
 
 /// Whether `task` is running: its stack is not one it waits in, and its state may be one it set
@@ -461,8 +517,9 @@ fn on_cpu(task: *mut c_void) -> bool {
     unsafe { bpf_probe_read_kernel(on_cpu) }.is_ok_and(|on_cpu| on_cpu != 0)
 }
 
-/// Notes `task`, a followed thread not seen leaving the CPU, if it waits (not running, nor
-/// runnable) since before sampling started.
+/// Notes `task`, a thread of a followed process not seen switching, if it waits (not running,
+/// nor runnable) since before sampling started: on the thread, as if it had left as sampling
+/// started, and in the thread table.
 fn away_all_along(task: *mut c_void, tid: u32, tgid: u32) {
     let now = unsafe { bpf_ktime_get_ns() };
     let Some(started) = away_since_start(task, now) else { return };
@@ -476,12 +533,12 @@ fn away_all_along(task: *mut c_void, tid: u32, tgid: u32) {
         }
         _ => return,
     };
-    let Some(thread) = ITERATOR_NOTE.get_ptr_mut(0) else { return };
-    let thread = unsafe { &mut *thread };
-    note(thread, task, tgid, state, started);
-    take_kernel_stack(task, thread);
-    // Not over an entry a switch made meanwhile on another CPU: that one is newer.
-    insert(tid, thread, task);
+    let Some(kept) = switching(task, tgid) else { return };
+    if kept.since_ns == 0 {
+        // Not over a span a switch noted meanwhile on another CPU: that one is newer.
+        (kept.since_ns, kept.state) = (started, state as u32);
+    }
+    still_away(task, tid, tgid, kept);
 }
 
 /// The context of a task iterator (`struct bpf_iter__task`).
@@ -498,9 +555,11 @@ pub fn syscall_exit(ctx: RawTracePointContext) -> i32 {
     if stopped() || setting(&OFF_CPU) == 0 {
         return 0;
     }
-    if known_not_followed(current_task()) {
+    let Some(kept) = followed_switching(current_task()) else { return 0 };
+    if kept.pending == 0 {
         return 0;
     }
+    kept.pending = 0;
     let pid_tgid = bpf_get_current_pid_tgid();
     let Some(thread) = OFF_CPU_THREADS.get_ptr_mut(pid_tgid as u32) else { return 0 };
     let thread = unsafe { &mut *thread };

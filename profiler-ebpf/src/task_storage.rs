@@ -34,20 +34,20 @@ impl<T: Copy> TaskStorage<T> {
         }
     }
 
-    /// The value kept on `task` (a task pointer the verifier knows), if any.
-    pub fn get(&self, task: *mut c_void) -> Option<T> {
+    /// The value kept on `task` (a task pointer the verifier knows), to read and write in
+    /// place, if any.
+    pub fn get_ptr_mut(&self, task: *mut c_void) -> Option<*mut T> {
         let value = unsafe { bpf_task_storage_get(self.as_ptr(), task.cast(), ptr::null_mut(), 0) };
-        (!value.is_null()).then(|| unsafe { *value.cast::<T>() })
+        (!value.is_null()).then_some(value.cast())
     }
 
-    /// Keeps `value` on `task`, over any value there; nothing when the kernel has no room.
-    pub fn set(&self, task: *mut c_void, mut value: T) {
+    /// The value kept on `task`, made a copy of `initial` if it had none; `None` when the
+    /// kernel has no room.
+    pub fn get_or_insert(&self, task: *mut c_void, initial: &mut T) -> Option<*mut T> {
         let flags = u64::from(BPF_LOCAL_STORAGE_GET_F_CREATE);
-        let initial = ptr::from_mut(&mut value).cast();
-        let kept = unsafe { bpf_task_storage_get(self.as_ptr(), task.cast(), initial, flags) };
-        if !kept.is_null() {
-            unsafe { *kept.cast::<T>() = value };
-        }
+        let value =
+            unsafe { bpf_task_storage_get(self.as_ptr(), task.cast(), ptr::from_mut(initial).cast(), flags) };
+        (!value.is_null()).then_some(value.cast())
     }
 
     fn as_ptr(&self) -> *mut c_void {
