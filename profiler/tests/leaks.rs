@@ -164,13 +164,7 @@ fn cpp_operator_new_with_libstdcxx_tcmalloc_and_jemalloc() {
         flags.extend(allocator.map(|library| ["-Wl,--no-as-needed", library]).into_iter().flatten());
         let workload = build_workload("leaks_new.cpp", name, "g++", &flags);
         let (folded, report, _) = leaks(&scratch_dir(name), &[], &workload);
-        let through_leak_one: u64 = folded
-            .stacks
-            .iter()
-            .filter(|(frames, _)| frames.iter().any(|f| f == "leak_one()"))
-            .map(|(_, n)| n)
-            .sum();
-        assert_eq!(through_leak_one, 4_096_000, "{name}: the leaked blocks");
+        assert_eq!(folded.weight_through("leak_one()"), 4_096_000, "{name}: the leaked blocks");
         if allocator.is_some() {
             // Its operator new is probed itself: nothing between the program and the allocator.
             assert_eq!(bytes_at(&folded, "leak_one()"), 4_096_000, "{name}: operator new probed");

@@ -306,18 +306,17 @@ mod tests {
         encode_sample(&header, &[], &[], &[0xffff_ffff_8100_0000])
     }
 
+    /// A pipeline of [`Counting`] records, at most `max_records` of them.
+    fn counting_pipeline(max_records: u64) -> Pipeline<Counting> {
+        let walker = StackWalker::new(CallGraph::Fp, Tracking { all: false, follow_forks: false }, false);
+        let aggregate = Aggregate::new(Detail::ALL);
+        Pipeline::new(Counting, walker, aggregate, Some(max_records), DebugInfo::Own, no_kernel_namer())
+            .unwrap()
+    }
+
     #[tokio::test]
     async fn garbage_and_panics_cost_one_record_each() {
-        let walker = StackWalker::new(CallGraph::Fp, Tracking { all: false, follow_forks: false }, false);
-        let mut pipeline = Pipeline::new(
-            Counting,
-            walker,
-            Aggregate::new(Detail::ALL),
-            Some(3),
-            DebugInfo::Own,
-            no_kernel_namer(),
-        )
-        .unwrap();
+        let mut pipeline = counting_pipeline(3);
         pipeline.record(&[1, 2, 3]);
         pipeline.record(&record(13));
         pipeline.record(&record(1));
@@ -332,16 +331,7 @@ mod tests {
 
     #[test]
     fn records_beyond_the_maximum_are_dropped() {
-        let walker = StackWalker::new(CallGraph::Fp, Tracking { all: false, follow_forks: false }, false);
-        let mut pipeline = Pipeline::new(
-            Counting,
-            walker,
-            Aggregate::new(Detail::ALL),
-            Some(2),
-            DebugInfo::Own,
-            no_kernel_namer(),
-        )
-        .unwrap();
+        let mut pipeline = counting_pipeline(2);
         for tid in 1..=5 {
             pipeline.record(&record(tid));
         }

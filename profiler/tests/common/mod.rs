@@ -169,6 +169,11 @@ impl Folded {
         self.stacks.iter().map(|(_, n)| n).sum()
     }
 
+    /// The weight of the stacks through `frame`.
+    pub fn weight_through(&self, frame: &str) -> u64 {
+        self.stacks.iter().filter(|(frames, _)| frames.iter().any(|f| f == frame)).map(|(_, n)| n).sum()
+    }
+
     /// Samples whose innermost user frame (the last one without `_[k]`) is `leaf`, grouped by
     /// whether their user frames contain `chain` (root to leaf, contiguous) ending at the leaf.
     pub fn leaf_samples(&self, leaf: &str, chain: &[&str]) -> (u64, u64) {
