@@ -91,20 +91,21 @@ impl Switching {
     }
 }
 
+/// What is kept on `task`, if anything (nothing on a thread not seen switching yet).
+fn kept_on(task: *mut c_void) -> Option<&'static mut Switching> {
+    OFF_CPU_TASKS.get_ptr_mut(task).map(|kept| unsafe { &mut *kept })
+}
+
 /// What is kept on `task`, a thread of process `tgid`, made if it had nothing (the filter
 /// looked up once); `None` when the kernel has no room.
 fn switching(task: *mut c_void, tgid: u32) -> Option<&'static mut Switching> {
-    let kept = match OFF_CPU_TASKS.get_ptr_mut(task) {
-        Some(kept) => kept,
-        None => OFF_CPU_TASKS.get_or_insert(task, &mut Switching::followed(wanted(tgid)))?,
-    };
-    Some(unsafe { &mut *kept })
-}
-
-/// What is kept on `task`, if it is followed (none on a thread not seen switching yet).
-fn followed_switching(task: *mut c_void) -> Option<&'static mut Switching> {
-    let kept = unsafe { &mut *OFF_CPU_TASKS.get_ptr_mut(task)? };
-    (kept.followed != 0).then_some(kept)
+    match kept_on(task) {
+        Some(kept) => Some(kept),
+        None => {
+            let kept = OFF_CPU_TASKS.get_or_insert(task, &mut Switching::followed(wanted(tgid)))?;
+            Some(unsafe { &mut *kept })
+        }
+    }
 }
 
 /// The clock, read at most once per program run (`now` is 0 until then).
@@ -393,8 +394,7 @@ fn in_syscall(task: *mut c_void) -> bool {
 /// `next` comes back onto the CPU (still in `prev`'s context). A thread not followed, or back
 /// from a short span, costs the lookup of what is kept on it (and the clock, for the second).
 fn came_back(next: *mut c_void, now: &mut u64) {
-    let Some(kept) = OFF_CPU_TASKS.get_ptr_mut(next) else { return came_back_unseen(next, now) };
-    let next_kept = unsafe { &mut *kept };
+    let Some(next_kept) = kept_on(next) else { return came_back_unseen(next, now) };
     if next_kept.followed == 0 || next_kept.since_ns == 0 {
         return;
     }
@@ -480,9 +480,8 @@ pub extern "C" fn off_cpu_stacks(ctx: *mut TaskIterContext) -> i32 {
         return 0;
     }
     let Ok((tid, tgid)) = (unsafe { task_ids(task.cast()) }) else { return 0 };
-    match OFF_CPU_TASKS.get_ptr_mut(task) {
+    match kept_on(task) {
         Some(kept) => {
-            let kept = unsafe { &*kept };
             if kept.followed != 0 && kept.since_ns != 0 {
                 still_away(task, tid, tgid, kept);
             }
@@ -555,7 +554,8 @@ pub fn syscall_exit(ctx: RawTracePointContext) -> i32 {
     if stopped() || setting(&OFF_CPU) == 0 {
         return 0;
     }
-    let Some(kept) = followed_switching(current_task()) else { return 0 };
+    // Only a followed thread's span is ever pending.
+    let Some(kept) = kept_on(current_task()) else { return 0 };
     if kept.pending == 0 {
         return 0;
     }

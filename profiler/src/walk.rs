@@ -180,7 +180,7 @@ impl StackWalker {
     /// Whether a runtime was found in a process since the kernel was last told: from then on
     /// the kernel reads its frames.
     pub fn runtime_found(&self) -> bool {
-        self.runtimes.found()
+        self.runtimes.runtime_found()
     }
 
     /// The kernel would not take what it was told of `tgid`'s runtime (`why`): its runtime

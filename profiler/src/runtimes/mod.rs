@@ -232,7 +232,7 @@ impl Runtimes {
     }
 
     /// Whether the kernel is still to be told of a process whose runtime it should walk.
-    pub fn found(&self) -> bool {
+    pub fn runtime_found(&self) -> bool {
         self.shared.kernel_updates.iter().any(|(_, process)| process.is_some())
     }
 
