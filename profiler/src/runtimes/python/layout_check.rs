@@ -362,6 +362,33 @@ fn debian_python() -> Vec<u8> {
     std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e} (run `cargo xtask setup`)", path.display()))
 }
 
+/// The unwind table the eval loop's moved part is found through is the target's: garbage in it
+/// (all ones, or entries pointing anywhere) costs that part, never the image or a panic.
+#[test]
+fn a_garbage_unwind_table_costs_only_the_moved_part() {
+    let clean = debian_python();
+    let read = |image: &[u8]| match Image::read("python3.14", image, &ElfFacts::read(image).unwrap()) {
+        Image::Supported(interpreter) => interpreter.eval_loop,
+        other => panic!("{other:?}"),
+    };
+    let whole = read(&clean);
+    let table = {
+        let elf = object::File::parse(&*clean).unwrap();
+        let (start, len) = elf.section_by_name(".eh_frame_hdr").unwrap().file_range().unwrap();
+        // Past the header's four bytes, its two encoded pointers and its count.
+        start as usize + 12..(start + len) as usize
+    };
+    for garbage in [|_: usize| 0xff, |at: usize| (at.wrapping_mul(0x9e37_79b9) >> 7) as u8] {
+        let mut image = clean.clone();
+        for at in table.clone() {
+            image[at] = garbage(at);
+        }
+        let eval_loop = read(&image);
+        assert!(eval_loop.iter().all(|range| whole.contains(range)), "{eval_loop:x?} beside {whole:x?}");
+        assert!(!eval_loop.is_empty(), "the function's own symbol is still read");
+    }
+}
+
 #[test]
 fn debian_3_14_is_read_by_its_own_offsets() {
     let mut image = debian_python();
