@@ -226,14 +226,16 @@ impl<'data> UnwindEntries<'data> {
         })
     }
 
-    /// The address range of the entry that covers `address`.
+    /// The address range of the entry that covers `address`. The table's pointer is turned into
+    /// an offset here, checked: gimli's `fde_for_address` subtracts without a check, and the
+    /// table is the target's.
     fn covering(&self, address: u64) -> Option<Range<u64>> {
-        let fde = self
-            .header
-            .table()?
-            .fde_for_address(&self.eh_frame, &self.bases, address, gimli::EhFrame::cie_from_offset)
-            .ok()?;
-        Some(fde.initial_address()..fde.initial_address().checked_add(fde.len())?)
+        let pointer = self.header.table()?.lookup(address, &self.bases).ok()?.direct().ok()?;
+        let offset = pointer.checked_sub(self.header.eh_frame_ptr().direct().ok()?)?;
+        let offset = gimli::EhFrameOffset(usize::try_from(offset).ok()?);
+        let fde = self.eh_frame.fde_from_offset(&self.bases, offset, gimli::EhFrame::cie_from_offset).ok()?;
+        let range = fde.initial_address()..fde.initial_address().checked_add(fde.len())?;
+        range.contains(&address).then_some(range)
     }
 }
 
