@@ -105,12 +105,14 @@ fn exact_leaks_under_a_multithreaded_churn() {
     }
     let _alone = MACHINE.write().unwrap_or_else(|e| e.into_inner());
     // Eight threads churn every allocation function, some 100,000 traced allocations a second,
-    // while the main thread leaks exactly 1000 pages. The program waits until it is probed.
+    // while the main thread leaks exactly 1000 pages.
     let workload = build("leaks_churn.c");
     for attach in [false, true] {
         let dir = scratch_dir(if attach { "leaks-churn-pid" } else { "leaks-churn" });
         let (folded, report) = if attach {
-            let running = spawn(&workload, &[]);
+            // It starts once the profiler says it is tracking: every probe is in place by then.
+            let go = dir.join("go");
+            let running = spawn(&workload, &["3", go.to_str().unwrap()]);
             // Attached once its allocator is mapped: before, the loader may still be at work
             // and there is no malloc to probe yet.
             let maps = format!("/proc/{}/maps", running.pid());
@@ -123,9 +125,10 @@ fn exact_leaks_under_a_multithreaded_churn() {
             let pid = running.pid().to_string();
             let (folded, report) = (dir.join("out.folded"), dir.join("out.txt"));
             let (folded_arg, report_arg) = (folded.to_str().unwrap(), report.to_str().unwrap());
-            let run =
-                run_profiler(&["leaks", "--top", "100", "-o", folded_arg, "-o", report_arg, "-p", &pid]);
-            assert!(run.status.success());
+            let tracking =
+                start_profiler(&["leaks", "--top", "100", "-o", folded_arg, "-o", report_arg, "-p", &pid]);
+            std::fs::write(&go, "").unwrap();
+            assert!(tracking.wait().0.success());
             (Folded::read(&folded), std::fs::read_to_string(&report).unwrap())
         } else {
             let (folded, report, _) = leaks(&dir, &[], &workload);
