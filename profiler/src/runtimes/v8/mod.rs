@@ -315,47 +315,23 @@ impl V8Process {
         self.read_name(frame, functions).unwrap_or(Naming::Unread)
     }
 
-    /// [`Self::name`], `None` when the function cannot be read.
+    /// [`Self::name`], `None` when the function cannot be read, now or before.
     fn read_name(&mut self, frame: JsFrame, functions: &mut Functions) -> Option<Naming> {
-        let layout = self.layout.clone();
-        let function = untag(frame.function)?;
-        let mut heap = Heap { layout: &layout, read: &mut *self.memory };
-        let Some(shared) = heap.word(function.checked_add(layout.function_shared)?) else {
+        let Some((shared, fields)) = self.shared_info(frame.function) else {
+            // The process is gone, or the garbage collector moved the function since the sample
+            // and something else is there now: what was there when last read named it then.
             return self.last_read(frame);
         };
-        let shared = untag(shared)?;
         if self.closures.get(&frame.function) != Some(&shared) {
             self.closures.insert(frame.function, shared, ENTRY_BYTES);
         }
-        let fields_end =
-            layout.shared_name_or_scope_info.max(layout.shared_script).max(layout.heap_object_map) + 8;
-        let mut header = vec![0u8; fields_end as usize];
-        if !(heap.read)(shared, &mut header) {
-            return None;
-        }
-        let word = |offset: u64| {
-            let at = offset as usize;
-            u64::from_le_bytes(header[at..at + 8].try_into().unwrap_or_default())
-        };
-        let map = untag(word(layout.heap_object_map))?;
-        let kind = match self.maps.get(&map) {
-            Some(&kind) => kind,
-            None => {
-                let kind = heap.map_type(map)?;
-                self.maps.insert(map, kind, ENTRY_BYTES);
-                kind
-            }
-        };
-        if kind != layout.types.shared_function_info {
-            return None;
-        }
-        let fields = (word(layout.shared_name_or_scope_info), word(layout.shared_script));
         if let Some(entry) = self.functions.get(&shared)
             && entry.fields == fields
         {
             return Some(entry.read.naming());
         }
-        let read = heap.function(fields.0, fields.1);
+        let layout = self.layout.clone();
+        let read = Heap { layout: &layout, read: &mut *self.memory }.function(fields.0, fields.1);
         // A read refused for want of the sample's allowance says nothing of the function.
         if read.is_none() && self.allowance.spent() {
             return None;
@@ -376,6 +352,35 @@ impl V8Process {
         };
         self.functions.insert(shared, Entry { fields, read }, bytes);
         Some(naming)
+    }
+
+    /// The `SharedFunctionInfo` of the `JSFunction` at tagged address `function`, with its
+    /// name-or-scope-info and script fields: `None` unless it can be read and is one.
+    fn shared_info(&mut self, function: u64) -> Option<(u64, (u64, u64))> {
+        let layout = self.layout.clone();
+        let mut heap = Heap { layout: &layout, read: &mut *self.memory };
+        let shared = untag(heap.word(untag(function)?.checked_add(layout.function_shared)?)?)?;
+        let fields_end =
+            layout.shared_name_or_scope_info.max(layout.shared_script).max(layout.heap_object_map) + 8;
+        let mut header = vec![0u8; fields_end as usize];
+        if !(heap.read)(shared, &mut header) {
+            return None;
+        }
+        let word = |offset: u64| {
+            let at = offset as usize;
+            u64::from_le_bytes(header[at..at + 8].try_into().unwrap_or_default())
+        };
+        let map = untag(word(layout.heap_object_map))?;
+        let kind = match self.maps.get(&map) {
+            Some(&kind) => kind,
+            None => {
+                let kind = heap.map_type(map)?;
+                self.maps.insert(map, kind, ENTRY_BYTES);
+                kind
+            }
+        };
+        (kind == layout.types.shared_function_info)
+            .then(|| (shared, (word(layout.shared_name_or_scope_info), word(layout.shared_script))))
     }
 
     /// What named `frame`'s function when last read, for a function that cannot be read now.

@@ -288,6 +288,37 @@ fn frames_of_a_process_gone_are_named_as_last_read() {
     assert_eq!(v8.name(super::stack::JsFrame { function: 0x9001 }, &mut functions), Naming::Unread);
 }
 
+/// A function the garbage collector moved between the sample and the read, something else now
+/// where it was (an object that is no function, or words pointing at nothing mapped): named as
+/// last read at that address, the way a process gone is.
+#[test]
+fn a_function_moved_since_the_sample_is_named_as_last_read() {
+    for there_now in [words(&[0, 0, 0, SCRIPT + 1]), words(&[0, 0, 0, 0x9990_0001])] {
+        let moved = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut after = heap();
+        after.retain(|(at, _)| *at != FUNCTION);
+        after.push((FUNCTION, there_now));
+        let (before, after) = (Pieces(heap()), Pieces(after));
+        let memory = Box::new({
+            let moved = moved.clone();
+            move |addr, buf: &mut [u8]| {
+                if moved.load(std::sync::atomic::Ordering::Relaxed) {
+                    after.read(addr, buf)
+                } else {
+                    before.read(addr, buf)
+                }
+            }
+        });
+        let mut v8 = fixture::process(node20(), BUILTINS..BUILTINS + 0x1000, 0x30_0000..0x50_0000, memory);
+        let mut functions = Functions::default();
+        let alpha = super::stack::JsFrame { function: FUNCTION + 1 };
+        let named = v8.name(alpha, &mut functions);
+        assert!(named.frame().is_some());
+        moved.store(true, std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(v8.name(alpha, &mut functions), named);
+    }
+}
+
 /// The frame of a closure of V8's builtins (no script, no name: what an `await` resumes by) is
 /// not named `(anonymous)`: its native frame, the builtin's, stays; from the cache too, and once
 /// the process is gone.
