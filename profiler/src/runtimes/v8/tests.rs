@@ -1,5 +1,10 @@
 //! The layout, the naming and the stepping on fixture bytes: Node 20's metadata (V8 11.3), and a
 //! heap and a stack made up with it.
+use std::sync::{
+    Arc,
+    atomic::{AtomicBool, Ordering},
+};
+
 use framehop::x86_64::UnwindRegsX86_64;
 
 use super::{
@@ -268,23 +273,41 @@ fn frames_that_fail_their_checks_are_lost_and_other_objects_not_named() {
     assert_eq!(v8.name(super::stack::JsFrame { function: 0x9001 }, &mut functions), Naming::Unread);
 }
 
+/// A process whose memory is `before` until the flag returned is set, then `after` (`None`:
+/// nothing readable, the process gone).
+fn process_changing(
+    before: Vec<(u64, Vec<u8>)>,
+    after: Option<Vec<(u64, Vec<u8>)>>,
+) -> (V8Process, Arc<AtomicBool>) {
+    let changed = Arc::new(AtomicBool::new(false));
+    let (before, after) = (Pieces(before), after.map(Pieces));
+    let memory = Box::new({
+        let changed = changed.clone();
+        move |addr, buf: &mut [u8]| match (changed.load(Ordering::Relaxed), &after) {
+            (false, _) => before.read(addr, buf),
+            (true, Some(after)) => after.read(addr, buf),
+            (true, None) => false,
+        }
+    });
+    (fixture::process(node20(), BUILTINS..BUILTINS + 0x1000, 0x30_0000..0x50_0000, memory), changed)
+}
+
+/// Names alpha's frame, sets `changed`, and checks that it is named the same again.
+fn alpha_named_as_before(v8: &mut V8Process, changed: &AtomicBool, functions: &mut Functions) {
+    let alpha = super::stack::JsFrame { function: FUNCTION + 1 };
+    let named = v8.name(alpha, functions);
+    assert!(named.frame().is_some());
+    changed.store(true, Ordering::Relaxed);
+    assert_eq!(v8.name(alpha, functions), named);
+}
+
 /// The last samples of a process that exits are named once it is gone: a function read before is
 /// named as it was, one never read is not.
 #[test]
 fn frames_of_a_process_gone_are_named_as_last_read() {
-    let gone = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let pieces = Pieces(heap());
-    let memory = Box::new({
-        let gone = gone.clone();
-        move |addr, buf: &mut [u8]| !gone.load(std::sync::atomic::Ordering::Relaxed) && pieces.read(addr, buf)
-    });
-    let mut v8 = fixture::process(node20(), BUILTINS..BUILTINS + 0x1000, 0x30_0000..0x50_0000, memory);
+    let (mut v8, gone) = process_changing(heap(), None);
     let mut functions = Functions::default();
-    let alpha = super::stack::JsFrame { function: FUNCTION + 1 };
-    let named = v8.name(alpha, &mut functions);
-    assert!(named.frame().is_some());
-    gone.store(true, std::sync::atomic::Ordering::Relaxed);
-    assert_eq!(v8.name(alpha, &mut functions), named);
+    alpha_named_as_before(&mut v8, &gone, &mut functions);
     assert_eq!(v8.name(super::stack::JsFrame { function: 0x9001 }, &mut functions), Naming::Unread);
 }
 
@@ -294,28 +317,11 @@ fn frames_of_a_process_gone_are_named_as_last_read() {
 #[test]
 fn a_function_moved_since_the_sample_is_named_as_last_read() {
     for there_now in [words(&[0, 0, 0, SCRIPT + 1]), words(&[0, 0, 0, 0x9990_0001])] {
-        let moved = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let mut after = heap();
         after.retain(|(at, _)| *at != FUNCTION);
         after.push((FUNCTION, there_now));
-        let (before, after) = (Pieces(heap()), Pieces(after));
-        let memory = Box::new({
-            let moved = moved.clone();
-            move |addr, buf: &mut [u8]| {
-                if moved.load(std::sync::atomic::Ordering::Relaxed) {
-                    after.read(addr, buf)
-                } else {
-                    before.read(addr, buf)
-                }
-            }
-        });
-        let mut v8 = fixture::process(node20(), BUILTINS..BUILTINS + 0x1000, 0x30_0000..0x50_0000, memory);
-        let mut functions = Functions::default();
-        let alpha = super::stack::JsFrame { function: FUNCTION + 1 };
-        let named = v8.name(alpha, &mut functions);
-        assert!(named.frame().is_some());
-        moved.store(true, std::sync::atomic::Ordering::Relaxed);
-        assert_eq!(v8.name(alpha, &mut functions), named);
+        let (mut v8, moved) = process_changing(heap(), Some(after));
+        alpha_named_as_before(&mut v8, &moved, &mut Functions::default());
     }
 }
 
@@ -326,21 +332,15 @@ fn a_function_moved_since_the_sample_is_named_as_last_read() {
 fn closures_of_v8s_builtins_leave_their_native_frame() {
     const RESOLVE: u64 = 0x2100;
     const RESOLVE_SHARED: u64 = 0x3100;
-    let gone = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut pieces = heap();
     pieces.push((RESOLVE, words(&[0, 0, 0, RESOLVE_SHARED + 1])));
     pieces.push((RESOLVE_SHARED, words(&[SFI_MAP + 1, 0, smi(0), 0, smi(0)])));
-    let pieces = Pieces(pieces);
-    let memory = Box::new({
-        let gone = gone.clone();
-        move |addr, buf: &mut [u8]| !gone.load(std::sync::atomic::Ordering::Relaxed) && pieces.read(addr, buf)
-    });
-    let mut v8 = fixture::process(node20(), BUILTINS..BUILTINS + 0x1000, 0x30_0000..0x50_0000, memory);
+    let (mut v8, gone) = process_changing(pieces, None);
     let mut functions = Functions::default();
     let resolve = super::stack::JsFrame { function: RESOLVE + 1 };
     assert_eq!(v8.name(resolve, &mut functions), Naming::Builtin);
     assert_eq!(v8.name(resolve, &mut functions), Naming::Builtin, "from the cache");
-    gone.store(true, std::sync::atomic::Ordering::Relaxed);
+    gone.store(true, Ordering::Relaxed);
     assert_eq!(v8.name(resolve, &mut functions), Naming::Builtin, "as last read");
 }
 
