@@ -68,15 +68,22 @@ impl Detail {
 // The size the documentation above quotes.
 const _: () = assert!(std::mem::size_of::<crate::model::Sample>() == 40);
 
-/// The samples of a recording. Identical stacks and names are stored once. When no output needs
+/// The samples of a recording. Identical frames, stacks and names are stored once, a stack as
+/// its frames' indices (4 bytes a frame, not 16: a busy host's recording of minutes holds
+/// hundreds of thousands, most of them of stacks that differ by their innermost frame alone).
+/// When no output needs
 /// each sample's time, samples are counted by what the outputs need (stack and command, and the
 /// process or thread when they need those), so memory grows with what differs, not with the
 /// length of the recording or the processes and threads that came and went; otherwise each is
 /// kept (40 bytes).
 #[derive(Debug, Default)]
 pub struct Aggregate {
-    /// FxHash: every sample hashes its whole stack here, up to 1024 frames.
-    stacks: IndexSet<Box<[Frame]>, FxBuildHasher>,
+    /// FxHash for both: every frame of every sample (up to 1024) is looked up in `frames`, and
+    /// its stack, as their indices, in `stacks`.
+    frames: IndexSet<Frame, FxBuildHasher>,
+    stacks: IndexSet<Box<[u32]>, FxBuildHasher>,
+    /// The indices of the stack being interned (kept for its allocation).
+    indices: Vec<u32>,
     comms: IndexSet<String, FxBuildHasher>,
     samples: Samples,
     detail: Detail,
@@ -84,8 +91,8 @@ pub struct Aggregate {
     /// have none, so that no output tells where the kernel is loaded (KASLR).
     kernel_addresses: bool,
     total_weight: u64,
-    /// Stacks whose frames [`Self::new_frames`] has handed out (stacks are numbered in order).
-    stacks_handed_out: usize,
+    /// Frames [`Self::new_frames`] has handed out (frames are numbered in order).
+    frames_handed_out: usize,
 }
 
 /// Stack, command, process, thread, state.
@@ -159,7 +166,12 @@ impl Aggregate {
 
     /// The id of a stack (innermost frame first), stored once however often it recurs.
     pub fn intern_stack(&mut self, frames: &[Frame]) -> StackId {
-        StackId(intern(&mut self.stacks, frames) as u32)
+        let mut indices = std::mem::take(&mut self.indices);
+        indices.clear();
+        indices.extend(frames.iter().map(|frame| intern(&mut self.frames, frame) as u32));
+        let stack = StackId(intern(&mut self.stacks, &indices[..]) as u32);
+        self.indices = indices;
+        stack
     }
 
     pub fn intern_comm(&mut self, comm: &str) -> CommId {
@@ -181,22 +193,19 @@ impl Aggregate {
     }
 
     /// The frames of a stack, innermost first.
-    pub fn stack(&self, id: StackId) -> &[Frame] {
-        &self.stacks[id.0 as usize]
+    pub fn stack(&self, id: StackId) -> impl ExactSizeIterator<Item = Frame> + '_ {
+        self.stacks[id.0 as usize].iter().map(|&index| self.frames[index as usize])
     }
 
     pub fn comm(&self, id: CommId) -> &str {
         &self.comms[id.0 as usize]
     }
 
-    /// Every distinct frame of the stacks added since the last call, each once: the frames to
-    /// name next.
+    /// The frames first seen since the last call, each once, in order: the frames to name next.
     pub fn new_frames(&mut self) -> Vec<Frame> {
-        let mut frames: Vec<Frame> =
-            self.stacks[self.stacks_handed_out..].iter().flat_map(|stack| stack.iter().copied()).collect();
-        self.stacks_handed_out = self.stacks.len();
+        let mut frames: Vec<Frame> = self.frames.iter().skip(self.frames_handed_out).copied().collect();
+        self.frames_handed_out = self.frames.len();
         frames.sort_unstable();
-        frames.dedup();
         frames
     }
 
@@ -250,8 +259,14 @@ struct Builder {
 }
 
 impl Builder {
-    fn add_stack(&mut self, id: StackId, frames: &[Frame], symbols: &Symbols, modules: &Modules) -> u32 {
-        let locations = frames.iter().map(|frame| self.location(frame, symbols, modules)).collect();
+    fn add_stack(
+        &mut self,
+        id: StackId,
+        frames: impl Iterator<Item = Frame>,
+        symbols: &Symbols,
+        modules: &Modules,
+    ) -> u32 {
+        let locations = frames.map(|frame| self.location(&frame, symbols, modules)).collect();
         self.recording.stacks.push(locations);
         let index = self.recording.stacks.len() as u32 - 1;
         self.stack_ids.insert(id, index);
@@ -314,17 +329,23 @@ mod tests {
         add(&mut aggregate, 30, 7, 8, "app", &b);
         add(&mut aggregate, 40, 9, 9, "other", &a);
         assert_eq!(aggregate.samples().count(), 4);
-        let described: Vec<(&str, &[Frame])> = aggregate
+        let described: Vec<(&str, Vec<Frame>)> = aggregate
             .samples()
-            .map(|s| (aggregate.comm(s.site.comm), aggregate.stack(s.site.stack)))
+            .map(|s| (aggregate.comm(s.site.comm), aggregate.stack(s.site.stack).collect()))
             .collect();
-        assert_eq!(described, [("app", &a[..]), ("app", &a[..]), ("app", &b[..]), ("other", &a[..])]);
+        let (a, b) = (a.to_vec(), b.to_vec());
+        assert_eq!(described, [("app", a.clone()), ("app", a.clone()), ("app", b), ("other", a)]);
         assert_eq!(
             aggregate.new_frames(),
             [Frame::Anonymous { tgid: Tgid(7), addr: 3 }],
             "only the new stack's"
         );
         assert!(aggregate.new_frames().is_empty());
+        // A new stack of frames seen before hands out nothing: its frames are named already.
+        let c = [Frame::Kernel(1), Frame::Anonymous { tgid: Tgid(7), addr: 3 }];
+        add(&mut aggregate, 50, 7, 8, "app", &c);
+        assert!(aggregate.new_frames().is_empty());
+        assert_eq!(aggregate.stack(StackId(2)).collect::<Vec<_>>(), c);
         assert_eq!(
             aggregate.samples().nth(2).unwrap(),
             Weighted {
