@@ -68,6 +68,10 @@ fn aggregate(c: &mut Criterion) {
     group.bench_function("add_sample_30_frames", |b| {
         b.iter_batched_ref(Aggregate::default, |a| add(a, 1, black_box(&frames)), BatchSize::SmallInput)
     });
+    // The common case of a recording: a stack seen before, among a thousand.
+    let mut known = synthetic_aggregate(10_000, 1_000);
+    let seen: Vec<Frame> = (0..30).map(|d| Frame::Anonymous { tgid: Tgid(1), addr: 500 * 64 + d }).collect();
+    group.bench_function("add_known_sample_30_frames", |b| b.iter(|| add(&mut known, 1, black_box(&seen))));
     let mut aggregate = synthetic_aggregate(100_000, 1_000);
     let spaces = AddressSpaces::new(Tracking { all: false, follow_forks: false });
     let modules = spaces.modules();
