@@ -71,11 +71,10 @@ const _: () = assert!(std::mem::size_of::<crate::model::Sample>() == 40);
 /// The samples of a recording. Identical frames, stacks and names are stored once, a stack as
 /// its frames' indices (4 bytes a frame, not 16: a busy host's recording of minutes holds
 /// hundreds of thousands, most of them of stacks that differ by their innermost frame alone).
-/// When no output needs
-/// each sample's time, samples are counted by what the outputs need (stack and command, and the
-/// process or thread when they need those), so memory grows with what differs, not with the
-/// length of the recording or the processes and threads that came and went; otherwise each is
-/// kept (40 bytes).
+/// When no output needs each sample's time, samples are counted by what the outputs need (stack
+/// and command, and the process or thread when they need those), so memory grows with what
+/// differs, not with the length of the recording or the processes and threads that came and
+/// went; otherwise each is kept (40 bytes).
 #[derive(Debug, Default)]
 pub struct Aggregate {
     /// FxHash for both: every frame of every sample (up to 1024) is looked up in `frames`, and
