@@ -139,6 +139,11 @@ impl StackWalker {
         gone
     }
 
+    /// Sampling starts at `now_ns` (see [`Runtimes::sampling_starts`]).
+    pub fn sampling_starts(&mut self, now_ns: u64) {
+        self.runtimes.sampling_starts(now_ns);
+    }
+
     /// Whether a runtime may be starting in a process followed at `now_ns`: then the ring is
     /// drained sooner, so that it is found before much of it runs unread.
     pub fn runtime_may_be_starting(&self, now_ns: u64) -> bool {
@@ -387,6 +392,20 @@ mod tests {
         assert!(matches!(frames[2], Frame::Module { .. }), "{frames:?}");
         assert_eq!(frames[3], Frame::Anonymous { tgid: Tgid::own(), addr: 0xf }, "a caller steps back");
         assert_eq!(walker.stats().summary().total(), 0, "fp mode does not unwind");
+    }
+
+    #[test]
+    fn processes_are_young_from_when_sampling_starts() {
+        let mut walker = StackWalker::new(CallGraph::Dwarf, TRACKING, false);
+        // Loading the kernel side took a second: processes are young from the end of that.
+        let start_ns = crate::clock::monotonic_ns() + 1_000_000_000;
+        assert!(!walker.runtime_may_be_starting(start_ns), "nothing sampled yet");
+        walker.sampling_starts(start_ns);
+        assert!(walker.runtime_may_be_starting(start_ns + 10_000_000), "the ring drained sooner at first");
+        assert!(!walker.runtime_may_be_starting(start_ns + 1_000_000_000), "then not, unless one is young");
+        let mut native_only = StackWalker::new(CallGraph::Dwarf, TRACKING, true);
+        native_only.sampling_starts(start_ns);
+        assert!(!native_only.runtime_may_be_starting(start_ns), "no runtime is looked for");
     }
 
     #[test]

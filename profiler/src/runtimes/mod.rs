@@ -33,7 +33,6 @@ use self::{
 };
 use crate::{
     address_space::{Mapping, ModuleId, ProcessView},
-    clock,
     decode::{RuntimeFrames, UserRegs},
     frame::Frame,
     model::Tgid,
@@ -166,9 +165,7 @@ impl Runtimes {
             allowance: Arc::new(Allowance::default()),
             table: KernelTable::new(system_wide),
             kernel_updates: Vec::new(),
-            // Every process is new to a session that starts: its runtimes are looked for as
-            // soon as its first samples come.
-            young_until_ns: clock::monotonic_ns().saturating_add(slot::YOUNG_NS),
+            young_until_ns: 0,
         };
         Self { slots, stepping: None, shared, functions: Functions::default() }
     }
@@ -180,6 +177,13 @@ impl Runtimes {
         for slot in &mut self.slots {
             slot.observe(view, time_ns, &mut self.shared);
         }
+    }
+
+    /// Sampling starts at `now_ns`: every process is new to the session, and its runtimes are
+    /// looked for as soon as its first samples come. Counted from here, not from when this was
+    /// made: loading the kernel side in between takes longer than a process is young.
+    pub fn sampling_starts(&mut self, now_ns: u64) {
+        self.shared.young_until_ns = now_ns.saturating_add(slot::YOUNG_NS);
     }
 
     /// Whether a process looked at is still young at `now_ns`, with a runtime not (yet) found

@@ -211,6 +211,7 @@ impl<M: Mode> Session<M> {
         follow(&target, &mut kernel, &mut pipeline.walker)?;
         kernel.start()?;
         let start = Start::now();
+        pipeline.walker.sampling_starts(start.monotonic_ns);
         let running = target.start()?;
         if !settings.quiet {
             ready(&pipeline.mode.activity(&kernel, &description), settings.duration);
