@@ -1,6 +1,6 @@
 //! Names of kernel addresses, made by the kernel itself: an object of its own, whose one program
 //! userspace runs on demand (`BPF_PROG_TEST_RUN`) with the addresses as its arguments; it is
-//! never attached. `%ps` looks each address up in the kernel's own tables (its modules' and BPF
+//! never attached. `%pS` looks each address up in the kernel's own tables (its modules' and BPF
 //! programs' too), where reading `/proc/kallsyms` has the kernel format all 120,000 of its
 //! functions. Apart from the profiler's object, so that its user owns it (a second handle on a
 //! program of that object would take `CAP_SYS_ADMIN`).
@@ -24,7 +24,7 @@ static KERNEL_NAMES: Array<KernelNames> = Array::with_max_entries(1, 0);
 
 /// `bpf_snprintf` takes its format only from read-only memory the verifier can read: `.rodata`,
 /// which the loader freezes.
-static SYMBOL_FORMAT: [u8; 4] = *b"%ps\0";
+static SYMBOL_FORMAT: [u8; 4] = *b"%pS\0";
 
 /// Names the addresses it is run with, an argument each ([`KERNEL_NAMES_PER_RUN`]), into
 /// `KERNEL_NAMES`; a name the kernel could not format is left empty. Returns 1 when the map has

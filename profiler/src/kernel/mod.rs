@@ -1,9 +1,10 @@
 //! The kernel side, from userspace: the embedded eBPF object and what loads it (the [`sampler`]
 //! of CPU profiles, the allocation [`tracer`] of `leaks`), the [`ring`] their records come
 //! through, the [`task_events`] that tell how address spaces change, the layouts of kernel
-//! structures read from its BTF ([`btf`]), and what names its functions ([`names`]; a function's
-//! address from [`kallsyms`]).
+//! structures read from its BTF ([`btf`]), what names its functions ([`names`]; a function's
+//! address from [`kallsyms`]), and where kernel frames' functions start ([`functions`]).
 pub mod btf;
+pub mod functions;
 pub mod kallsyms;
 pub mod names;
 pub mod object;

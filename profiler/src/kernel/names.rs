@@ -1,9 +1,9 @@
 //! Kernel frames named by the kernel: a small eBPF object of its own (`kernel_names.rs` of
 //! `profiler-ebpf`), whose program, run on demand (`BPF_PROG_TEST_RUN`) with a few addresses,
-//! has `%ps` look each one up in the kernel's own tables and writes the names to a map. A name
-//! costs a lookup: reading `/proc/kallsyms` instead has the kernel format all 120,000 of its
-//! functions (40-60 ms of CPU) and the profiler hold them (4-6 MiB), for the few hundred a
-//! recording meets.
+//! has `%pS` look each one up in the kernel's own tables and writes each one's function and
+//! place in it to a map. A name costs a lookup: reading `/proc/kallsyms` instead has the kernel
+//! format all 120,000 of its functions (40-60 ms of CPU) and the profiler hold them (4-6 MiB),
+//! for the few hundred a recording meets.
 use anyhow::{Context as _, Result, anyhow};
 use aya::{
     Ebpf, EbpfLoader,
@@ -35,12 +35,12 @@ impl KernelNamer {
         Ok(Self { ebpf, names: Array::try_from(map)? })
     }
 
-    /// The function each of `addresses` is in (without its module), `None` where the kernel
-    /// knows none.
-    pub fn name(&mut self, addresses: &[u64]) -> Result<Vec<Option<String>>> {
+    /// The function each of `addresses` is in (its name without its module, and where it
+    /// starts), `None` where the kernel knows none.
+    pub fn functions(&mut self, addresses: &[u64]) -> Result<Vec<Option<KernelFunction>>> {
         let program: &mut RawTracePoint =
             program(&mut self.ebpf, programs::NAME_KERNEL_ADDRESSES)?.try_into()?;
-        let mut named = Vec::with_capacity(addresses.len());
+        let mut found = Vec::with_capacity(addresses.len());
         for run in addresses.chunks(KERNEL_NAMES_PER_RUN) {
             let mut options = RawTracePointRunOptions::new();
             options.args[..run.len()].copy_from_slice(run);
@@ -49,19 +49,41 @@ impl KernelNamer {
                 return Err(anyhow!("the kernel's naming program found no map entry"));
             }
             let names = self.names.get(&0, 0).context("cannot read the kernel's names")?;
-            named.extend(names.names[..run.len()].iter().map(|name| function_name(name)));
+            let written = names.names[..run.len()].iter();
+            found.extend(
+                run.iter().zip(written).map(|(&address, written)| KernelFunction::read(address, written)),
+            );
         }
-        Ok(named)
+        Ok(found)
+    }
+
+    /// The name of the function each of `addresses` is in (see [`Self::functions`]).
+    pub fn name(&mut self, addresses: &[u64]) -> Result<Vec<Option<String>>> {
+        let functions = self.functions(addresses)?;
+        Ok(functions.into_iter().map(|function| function.map(|function| function.name)).collect())
     }
 }
 
-/// The function in what `%ps` wrote: `name` or `name [module]`, up to its NUL; none when it is
-/// an address (`0x...`, nothing known there).
-fn function_name(written: &[u8]) -> Option<String> {
-    let written = &written[..written.iter().position(|&byte| byte == 0).unwrap_or(written.len())];
-    let written = String::from_utf8_lossy(written);
-    let name = written.split_once(" [").map_or(&*written, |(name, _)| name);
-    (!name.is_empty() && !name.starts_with("0x")).then(|| name.to_owned())
+/// A kernel function, as the kernel names it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KernelFunction {
+    pub name: String,
+    pub start: u64,
+}
+
+impl KernelFunction {
+    /// The function `address` is in, from what `%pS` wrote of it: `name+0xOFFSET/0xSIZE`, then
+    /// ` [module]` for a module's, up to its NUL; none when it is an address (`0x...`, nothing
+    /// known there) or says no offset within reach of `address`.
+    fn read(address: u64, written: &[u8]) -> Option<Self> {
+        let written = &written[..written.iter().position(|&byte| byte == 0).unwrap_or(written.len())];
+        let written = String::from_utf8_lossy(written);
+        let symbol = written.split_once(" [").map_or(&*written, |(symbol, _)| symbol);
+        let (name, place) = symbol.rsplit_once('+')?;
+        let offset = place.split_once('/').map_or(place, |(offset, _)| offset).strip_prefix("0x")?;
+        let start = address.checked_sub(u64::from_str_radix(offset, 16).ok()?)?;
+        (!name.is_empty() && !name.starts_with("0x")).then(|| Self { name: name.to_owned(), start })
+    }
 }
 
 #[cfg(test)]
@@ -71,7 +93,7 @@ mod tests {
 
     /// Needs root, as the tests that record do.
     #[test]
-    fn the_running_kernel_names_its_functions_in_runs_of_a_few() {
+    fn the_running_kernel_names_its_functions_and_their_starts_in_runs_of_a_few() {
         if !e2e_enabled() {
             return;
         }
@@ -84,25 +106,40 @@ mod tests {
         let (schedule, vfs_read) = (address("schedule"), address("vfs_read"));
         let mut addresses = vec![schedule, schedule + 1, 0x1000];
         addresses.extend((0..KERNEL_NAMES_PER_RUN as u64).map(|offset| vfs_read + offset));
-        let named = namer.name(&addresses).unwrap();
-        let expected: Vec<Option<&str>> = [Some("schedule"), Some("schedule"), None]
-            .into_iter()
-            .chain([Some("vfs_read"); KERNEL_NAMES_PER_RUN])
-            .collect();
-        assert_eq!(named.iter().map(Option::as_deref).collect::<Vec<_>>(), expected);
+        let found = namer.functions(&addresses).unwrap();
+        let function = |name: &str, start| Some(KernelFunction { name: name.into(), start });
+        let expected: Vec<Option<KernelFunction>> =
+            [function("schedule", schedule), function("schedule", schedule), None]
+                .into_iter()
+                .chain(vec![function("vfs_read", vfs_read); KERNEL_NAMES_PER_RUN])
+                .collect();
+        assert_eq!(found, expected);
+        let named = namer.name(&addresses[..3]).unwrap();
+        assert_eq!(named, [Some("schedule".to_owned()), Some("schedule".to_owned()), None]);
         assert!(namer.name(&[]).unwrap().is_empty());
     }
 
     #[test]
-    fn a_name_is_what_precedes_its_module_and_nul() {
-        assert_eq!(function_name(b"schedule\0garbage"), Some("schedule".into()));
-        assert_eq!(function_name(b"nf_hook_slow [nf_tables]\0"), Some("nf_hook_slow".into()));
+    fn a_function_is_what_precedes_its_offset_module_and_nul() {
+        let read = |written: &[u8]| KernelFunction::read(0xffff_ffff_8100_0120, written);
+        let function = |name: &str, start| Some(KernelFunction { name: name.into(), start });
+        assert_eq!(read(b"schedule+0x20/0x90\0garbage"), function("schedule", 0xffff_ffff_8100_0100));
         assert_eq!(
-            function_name(b"bpf_prog_6deef7357e7b4530_sample\0"),
-            Some("bpf_prog_6deef7357e7b4530_sample".into())
+            read(b"nf_hook_slow+0x0/0x40 [nf_tables]\0"),
+            function("nf_hook_slow", 0xffff_ffff_8100_0120)
         );
-        assert_eq!(function_name(b"0xffffffffc0001234\0"), None, "no function there");
-        assert_eq!(function_name(b"\0"), None);
-        assert_eq!(function_name(b"truncated_without_nul"), Some("truncated_without_nul".into()));
+        assert_eq!(
+            read(b"bpf_prog_6deef7357e7b4530_sample+0x120/0x200\0"),
+            function("bpf_prog_6deef7357e7b4530_sample", 0xffff_ffff_8100_0000)
+        );
+        assert_eq!(read(b"0xffffffffc0001234\0"), None, "no function there");
+        assert_eq!(read(b"\0"), None);
+        assert_eq!(read(b"schedule\0"), None, "no offset said");
+        assert_eq!(read(b"schedule+0xzz/0x90\0"), None);
+        assert_eq!(read(b"far+0xffffffffffffffff/0x90\0"), None, "an offset beyond the address");
+        assert_eq!(
+            read(b"truncated_without_nul+0x20/0x9"),
+            function("truncated_without_nul", 0xffff_ffff_8100_0100)
+        );
     }
 }

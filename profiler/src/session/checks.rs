@@ -221,7 +221,7 @@ fn kernel_names(privileged: bool) -> Finding {
         return Finding::new(Status::Warn, subject, "not tried: needs the privileges above");
     }
     match KernelNamer::load().and_then(|mut namer| namer.name(&[0])) {
-        Ok(_) => Finding::new(Status::Ok, subject, "the kernel names addresses (bpf_snprintf %ps)"),
+        Ok(_) => Finding::new(Status::Ok, subject, "the kernel names addresses (bpf_snprintf %pS)"),
         Err(err) => Finding::new(Status::Warn, subject, format!("kernel frames stay unnamed: {err:#}")),
     }
 }

@@ -40,7 +40,10 @@ use crate::{
     aggregate::{Aggregate, Detail, Site},
     clock::{self, Start},
     decode::Payload,
-    kernel::{KernelSource, names::KernelNamer, ring::RingReader, task_events::TaskEventReader},
+    kernel::{
+        KernelSource, functions::KernelFunctions, names::KernelNamer, ring::RingReader,
+        task_events::TaskEventReader,
+    },
     model::{Meta, Recording, Tgid, printable_owned},
     named::Named as _,
     output::{self, OutputFile, Outputs},
@@ -319,10 +322,20 @@ impl<M: Mode> Session<M> {
     }
 }
 
-/// The stage that walks stacks, for `target`.
+/// The stage that walks stacks, for `target`, kernel frames kept as their function's start
+/// unless their addresses are kept.
 fn walker(settings: &Settings, target: &Target) -> StackWalker {
     let tracking = Tracking { all: matches!(target, Target::System), follow_forks: settings.follow_forks };
-    StackWalker::new(settings.call_graph, tracking, settings.native_only)
+    let walker = StackWalker::new(settings.call_graph, tracking, settings.native_only);
+    if settings.kernel_addresses {
+        return walker;
+    }
+    // Without the kernel's naming program (whose failure naming reports), frames stay where
+    // they are: named alike, only more of them.
+    match KernelNamer::load() {
+        Ok(namer) => walker.with_kernel_functions(KernelFunctions::new(Box::new(namer))),
+        Err(_) => walker,
+    }
 }
 
 /// The aggregate, keeping of each sample what the outputs need (or the mode asks for).
