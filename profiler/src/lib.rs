@@ -58,6 +58,15 @@ pub mod stages {
         walk::{CallGraph, StackWalker, Walked},
     };
 
+    /// What each runtime's recogniser makes of a file a process maps (the `elf_file` fuzz
+    /// target).
+    pub mod runtime_images {
+        pub use crate::runtimes::{
+            hotspot::vm_structs::Image as HotSpotImage, python::interpreter::Image as PythonImage,
+            v8::image::Image as V8Image,
+        };
+    }
+
     /// HotSpot's walk and naming over fixture memory (the `hotspot_walk` fuzz target).
     pub mod hotspot {
         pub use crate::runtimes::hotspot::{

@@ -11,7 +11,7 @@
 //! now holds another code object (the first was freed) does not match and is not misnamed.
 pub(crate) mod code;
 mod debug_offsets;
-mod interpreter;
+pub(crate) mod interpreter;
 pub(crate) mod layout;
 #[cfg(test)]
 mod layout_check;

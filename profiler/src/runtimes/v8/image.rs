@@ -63,7 +63,11 @@ impl Image {
                 let (offset, size) = segment.file_range();
                 let start = builtins.start.checked_sub(segment.address())?;
                 let end = builtins.end.checked_sub(segment.address())?;
-                (end <= size).then(|| offset + start..offset + end)
+                if end > size {
+                    return None;
+                }
+                // A segment's file offset is the file's word: near the top, the sum wraps.
+                Some(offset.checked_add(start)?..offset.checked_add(end)?)
             })
             .with_context(|| {
                 format!("{version}: JavaScript frames not read: its builtins are in none of its segments")
