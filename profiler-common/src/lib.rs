@@ -309,13 +309,14 @@ unsafe impl aya::Pod for KernelNames {}
 /// (of the 12 a run takes, as many as keep [`KernelNames`] a page).
 pub const KERNEL_NAMES_PER_RUN: usize = 8;
 
-/// Bytes of a kernel function's name in [`KernelNames`], its NUL included: the kernel's own
-/// limit (`KSYM_NAME_LEN`, 512 since Linux 6.1); a longer one is cut.
+/// Bytes of a kernel function's name and place in [`KernelNames`], its NUL included: the
+/// kernel's own limit of a name (`KSYM_NAME_LEN`, 512 since Linux 6.1); a longer text is cut.
 pub const KERNEL_NAME_LEN: usize = 512;
 
 /// Value of the `KERNEL_NAMES` map: what [`programs::NAME_KERNEL_ADDRESSES`] made of the
-/// addresses it was run with, each NUL-terminated, the function's name followed by ` [module]`
-/// for a module's, and the address in hex (`0x...`) where the kernel knows no function.
+/// addresses it was run with, each NUL-terminated: the function's name and the address's place
+/// in it (`name+0xOFFSET/0xSIZE`) followed by ` [module]` for a module's, and the address in
+/// hex (`0x...`) where the kernel knows no function.
 #[repr(C)]
 #[cfg_attr(feature = "user", derive(bytemuck::Pod, bytemuck::Zeroable))]
 #[derive(Clone, Copy)]
@@ -494,7 +495,7 @@ pub mod programs {
     pub const ALLOC_RETURN_RUNTIME: &str = "alloc_return_runtime";
     /// Raw tracepoint program of the `kernel-names` object, never attached: userspace runs it
     /// (`BPF_PROG_TEST_RUN`) with up to [`crate::KERNEL_NAMES_PER_RUN`] kernel addresses as its
-    /// arguments, and it has the kernel name them (`%ps`) into `KERNEL_NAMES`.
+    /// arguments, and it has the kernel name them (`%pS`) into `KERNEL_NAMES`.
     pub const NAME_KERNEL_ADDRESSES: &str = "name_kernel_addresses";
 }
 

@@ -8,6 +8,7 @@ use rustc_hash::{FxBuildHasher, FxHashMap};
 use crate::{
     address_space::{ModuleId, Modules},
     frame::Frame,
+    kernel::functions::KernelFunctions,
     model::{
         Location, Meta, ModuleInfo, Recording, Sample, Tgid, ThreadState, Tid, intern, printable,
         printable_owned,
@@ -89,6 +90,8 @@ pub struct Aggregate {
     /// Kernel frames keep their addresses in the recording (`--kernel-addresses`); else they
     /// have none, so that no output tells where the kernel is loaded (KASLR).
     kernel_addresses: bool,
+    /// Where kernel frames' functions start, to intern each as that (without their addresses).
+    kernel_functions: Option<KernelFunctions>,
     total_weight: u64,
     /// Frames [`Self::new_frames`] has handed out (frames are numbered in order).
     frames_handed_out: usize,
@@ -124,6 +127,11 @@ impl Aggregate {
         Self { kernel_addresses: keep, ..self }
     }
 
+    /// The same, interning each kernel frame as its function's start (see [`KernelFunctions`]).
+    pub fn with_kernel_functions(self, kernel_functions: KernelFunctions) -> Self {
+        Self { kernel_functions: Some(kernel_functions), ..self }
+    }
+
     /// The site of a record of thread `tid` of process `tgid` at `time_ns`, in `state`, its
     /// stack walked.
     pub fn site(
@@ -153,9 +161,12 @@ impl Aggregate {
         }
     }
 
-    /// The samples so far, leaving an empty aggregate that keeps the same detail.
+    /// The samples so far, leaving an empty aggregate that keeps the same detail. Where kernel
+    /// functions start is asked anew too: the kernel's modules and BPF programs come and go.
     pub fn take(&mut self) -> Aggregate {
-        std::mem::replace(self, Aggregate::new(self.detail).with_kernel_addresses(self.kernel_addresses))
+        let kernel_functions = self.kernel_functions.take().map(KernelFunctions::afresh);
+        let empty = Aggregate::new(self.detail).with_kernel_addresses(self.kernel_addresses);
+        std::mem::replace(self, Aggregate { kernel_functions, ..empty })
     }
 
     /// The samples' weights, summed.
@@ -167,7 +178,14 @@ impl Aggregate {
     pub fn intern_stack(&mut self, frames: &[Frame]) -> StackId {
         let mut indices = std::mem::take(&mut self.indices);
         indices.clear();
-        indices.extend(frames.iter().map(|frame| intern(&mut self.frames, frame) as u32));
+        match &mut self.kernel_functions {
+            Some(kernel_functions) => {
+                kernel_functions.learn(frames);
+                let placed = frames.iter().map(|&frame| kernel_functions.placed(frame));
+                indices.extend(placed.map(|frame| intern(&mut self.frames, &frame) as u32));
+            }
+            None => indices.extend(frames.iter().map(|frame| intern(&mut self.frames, frame) as u32)),
+        }
         let stack = StackId(intern(&mut self.stacks, &indices[..]) as u32);
         self.indices = indices;
         stack
@@ -421,6 +439,31 @@ mod tests {
             let expected = if keep { 0xffff_ffff_8100_0010 } else { 0 };
             assert_eq!(addresses, [expected, 0x10], "user addresses stay");
         }
+    }
+
+    #[test]
+    fn kernel_frames_are_interned_at_their_functions_start_asked_afresh_each_window() {
+        /// Kernel functions 4 KiB long, each at its page; counts the addresses asked.
+        struct Paged(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+        impl crate::kernel::functions::FunctionStarts for Paged {
+            fn starts(&mut self, addresses: &[u64]) -> anyhow::Result<Vec<Option<u64>>> {
+                self.0.fetch_add(addresses.len(), std::sync::atomic::Ordering::Relaxed);
+                Ok(addresses.iter().map(|&address| Some(address & !0xfff)).collect())
+            }
+        }
+        let asked = std::sync::Arc::default();
+        let functions = KernelFunctions::new(Box::new(Paged(std::sync::Arc::clone(&asked))));
+        let mut aggregate = Aggregate::new(Detail::default()).with_kernel_functions(functions);
+        let user = Frame::Anonymous { tgid: Tgid(1), addr: 0x10 };
+        let (a, b) = (Frame::Kernel(0xffff_ffff_8100_0010), Frame::Kernel(0xffff_ffff_8100_0f00));
+        let first = aggregate.intern_stack(&[a, user]);
+        assert_eq!(aggregate.intern_stack(&[b, user]), first, "one function, one stack");
+        assert_eq!(aggregate.stack(first).collect::<Vec<_>>(), [Frame::Kernel(0xffff_ffff_8100_0000), user]);
+        assert_eq!(aggregate.new_frames().len(), 2, "named once");
+        let _window = aggregate.take();
+        aggregate.intern_stack(&[a]);
+        let asked = asked.load(std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(asked, 3, "each address once a window: modules and BPF programs come and go");
     }
 
     #[test]

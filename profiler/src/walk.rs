@@ -11,7 +11,6 @@ use crate::{
     address_space::{AddressSpaces, ModuleId, Modules, ProcessView, TaskEvent, Tracking, Want},
     decode::SampleRecord,
     frame::{Frame, Marker},
-    kernel::functions::KernelFunctions,
     model::{Tgid, ThreadState, Tid},
     named::Named,
     runtimes::Runtimes,
@@ -66,8 +65,6 @@ pub struct StackWalker {
     stack_ends: StackEnds,
     /// Language runtimes' frames, in place of native ones.
     runtimes: Runtimes,
-    /// Where kernel frames' functions start, to keep them as that (unless addresses are kept).
-    kernel_functions: Option<KernelFunctions>,
     /// When the budget of what targets describe started its epoch.
     epoch_started: Instant,
     /// Scratch space for one stack, reused across samples.
@@ -86,16 +83,10 @@ impl StackWalker {
             stats: UnwindStats::default(),
             stack_ends: StackEnds::default(),
             runtimes: Runtimes::new(tracking.all),
-            kernel_functions: None,
             epoch_started: Instant::now(),
             frames: Vec::new(),
             chain: Vec::new(),
         }
-    }
-
-    /// Kernel frames kept as their function's start (see [`KernelFunctions`]).
-    pub fn with_kernel_functions(self, kernel_functions: KernelFunctions) -> Self {
-        Self { kernel_functions: Some(kernel_functions), ..self }
     }
 
     /// The processes followed and the modules they map.
@@ -213,7 +204,6 @@ impl StackWalker {
             stats,
             stack_ends,
             runtimes,
-            kernel_functions,
             frames,
             chain,
             ..
@@ -230,9 +220,6 @@ impl StackWalker {
         } else {
             let kernel = sample.kernel_stack().iter().enumerate();
             frames.extend(kernel.map(|(depth, addr)| Frame::kernel(depth, addr)));
-            if let Some(kernel_functions) = kernel_functions {
-                kernel_functions.place(frames);
-            }
         }
         chain.clear();
         chain.extend(sample.user_stack().iter());
@@ -378,7 +365,7 @@ mod tests {
     use profiler_common::{SampleHeader, sample_flags};
 
     use super::*;
-    use crate::{decode::RecordKind, kernel::functions::FunctionStarts, testing::encode_sample};
+    use crate::{decode::RecordKind, testing::encode_sample};
 
     const TRACKING: Tracking = Tracking { all: false, follow_forks: true };
 
@@ -405,25 +392,6 @@ mod tests {
         assert!(matches!(frames[2], Frame::Module { .. }), "{frames:?}");
         assert_eq!(frames[3], Frame::Anonymous { tgid: Tgid::own(), addr: 0xf }, "a caller steps back");
         assert_eq!(walker.stats().summary().total(), 0, "fp mode does not unwind");
-    }
-
-    #[test]
-    fn kernel_frames_are_kept_as_their_functions_start() {
-        /// Kernel functions 4 KiB long, each at its page.
-        struct Paged;
-        impl FunctionStarts for Paged {
-            fn starts(&mut self, addresses: &[u64]) -> anyhow::Result<Vec<Option<u64>>> {
-                Ok(addresses.iter().map(|&address| Some(address & !0xfff)).collect())
-            }
-        }
-        let kernel = [0xffff_ffff_8100_0010, 0xffff_ffff_8100_2100];
-        let record = encode_sample(&own_header(), &[], &[], &kernel);
-        let sample = RecordKind::Sample.decode(&record).unwrap().sample;
-        let functions = KernelFunctions::new(Box::new(Paged));
-        let mut walker = StackWalker::new(CallGraph::Fp, TRACKING, false).with_kernel_functions(functions);
-        // The caller's return address is looked up a byte back: in the function that called.
-        let starts = [Frame::Kernel(0xffff_ffff_8100_0000), Frame::Kernel(0xffff_ffff_8100_2000)];
-        assert_eq!(walker.walk(&sample).frames, starts);
     }
 
     #[test]

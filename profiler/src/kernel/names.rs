@@ -68,22 +68,30 @@ impl KernelNamer {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KernelFunction {
     pub name: String,
-    pub start: u64,
+    /// Where it starts, unless the name was too long for the place in it to fit.
+    pub start: Option<u64>,
 }
 
 impl KernelFunction {
     /// The function `address` is in, from what `%pS` wrote of it: `name+0xOFFSET/0xSIZE`, then
-    /// ` [module]` for a module's, up to its NUL; none when it is an address (`0x...`, nothing
-    /// known there) or says no offset within reach of `address`.
+    /// ` [module]` for a module's, up to its NUL (cut at [`profiler_common::KERNEL_NAME_LEN`]); none when it is
+    /// an address (`0x...`, nothing known there). The place is trusted only whole.
     fn read(address: u64, written: &[u8]) -> Option<Self> {
         let written = &written[..written.iter().position(|&byte| byte == 0).unwrap_or(written.len())];
         let written = String::from_utf8_lossy(written);
         let symbol = written.split_once(" [").map_or(&*written, |(symbol, _)| symbol);
-        let (name, place) = symbol.rsplit_once('+')?;
-        let offset = place.split_once('/').map_or(place, |(offset, _)| offset).strip_prefix("0x")?;
-        let start = address.checked_sub(u64::from_str_radix(offset, 16).ok()?)?;
+        let (name, start) = match symbol.rsplit_once('+') {
+            Some((name, place)) => (name, start_of(address, place)),
+            None => (symbol, None),
+        };
         (!name.is_empty() && !name.starts_with("0x")).then(|| Self { name: name.to_owned(), start })
     }
+}
+
+/// The start of the function `address` is `place` (`0xOFFSET/0xSIZE`) into.
+fn start_of(address: u64, place: &str) -> Option<u64> {
+    let (offset, _size) = place.split_once('/')?;
+    address.checked_sub(u64::from_str_radix(offset.strip_prefix("0x")?, 16).ok()?)
 }
 
 #[cfg(test)]
@@ -107,7 +115,7 @@ mod tests {
         let mut addresses = vec![schedule, schedule + 1, 0x1000];
         addresses.extend((0..KERNEL_NAMES_PER_RUN as u64).map(|offset| vfs_read + offset));
         let found = namer.functions(&addresses).unwrap();
-        let function = |name: &str, start| Some(KernelFunction { name: name.into(), start });
+        let function = |name: &str, start| Some(KernelFunction { name: name.into(), start: Some(start) });
         let expected: Vec<Option<KernelFunction>> =
             [function("schedule", schedule), function("schedule", schedule), None]
                 .into_iter()
@@ -123,23 +131,21 @@ mod tests {
     fn a_function_is_what_precedes_its_offset_module_and_nul() {
         let read = |written: &[u8]| KernelFunction::read(0xffff_ffff_8100_0120, written);
         let function = |name: &str, start| Some(KernelFunction { name: name.into(), start });
-        assert_eq!(read(b"schedule+0x20/0x90\0garbage"), function("schedule", 0xffff_ffff_8100_0100));
+        assert_eq!(read(b"schedule+0x20/0x90\0garbage"), function("schedule", Some(0xffff_ffff_8100_0100)));
         assert_eq!(
             read(b"nf_hook_slow+0x0/0x40 [nf_tables]\0"),
-            function("nf_hook_slow", 0xffff_ffff_8100_0120)
+            function("nf_hook_slow", Some(0xffff_ffff_8100_0120))
         );
         assert_eq!(
             read(b"bpf_prog_6deef7357e7b4530_sample+0x120/0x200\0"),
-            function("bpf_prog_6deef7357e7b4530_sample", 0xffff_ffff_8100_0000)
+            function("bpf_prog_6deef7357e7b4530_sample", Some(0xffff_ffff_8100_0000))
         );
         assert_eq!(read(b"0xffffffffc0001234\0"), None, "no function there");
         assert_eq!(read(b"\0"), None);
-        assert_eq!(read(b"schedule\0"), None, "no offset said");
-        assert_eq!(read(b"schedule+0xzz/0x90\0"), None);
-        assert_eq!(read(b"far+0xffffffffffffffff/0x90\0"), None, "an offset beyond the address");
-        assert_eq!(
-            read(b"truncated_without_nul+0x20/0x9"),
-            function("truncated_without_nul", 0xffff_ffff_8100_0100)
-        );
+        assert_eq!(read(b"schedule+0xzz/0x90\0"), function("schedule", None));
+        assert_eq!(read(b"far+0xffffffffffffffff/0x90\0"), function("far", None), "beyond the address");
+        // Cut at the map's size: the name is kept, the place only when whole.
+        assert_eq!(read(b"a_very_long_name+0x2"), function("a_very_long_name", None));
+        assert_eq!(read(b"a_very_long_na"), function("a_very_long_na", None));
     }
 }

@@ -41,7 +41,10 @@ use crate::{
     clock::{self, Start},
     decode::Payload,
     kernel::{
-        KernelSource, functions::KernelFunctions, names::KernelNamer, ring::RingReader,
+        KernelSource,
+        functions::{KernelFunctions, KernelStarts},
+        names::KernelNamer,
+        ring::RingReader,
         task_events::TaskEventReader,
     },
     model::{Meta, Recording, Tgid, printable_owned},
@@ -322,26 +325,21 @@ impl<M: Mode> Session<M> {
     }
 }
 
-/// The stage that walks stacks, for `target`, kernel frames kept as their function's start
-/// unless their addresses are kept.
+/// The stage that walks stacks, for `target`.
 fn walker(settings: &Settings, target: &Target) -> StackWalker {
     let tracking = Tracking { all: matches!(target, Target::System), follow_forks: settings.follow_forks };
-    let walker = StackWalker::new(settings.call_graph, tracking, settings.native_only);
-    if settings.kernel_addresses {
-        return walker;
-    }
-    // Without the kernel's naming program (whose failure naming reports), frames stay where
-    // they are: named alike, only more of them.
-    match KernelNamer::load() {
-        Ok(namer) => walker.with_kernel_functions(KernelFunctions::new(Box::new(namer))),
-        Err(_) => walker,
-    }
+    StackWalker::new(settings.call_graph, tracking, settings.native_only)
 }
 
 /// The aggregate, keeping of each sample what the outputs need (or the mode asks for).
+/// Kernel frames are interned as their function's start unless their addresses are kept.
 fn aggregate(settings: &Settings) -> Aggregate {
     let detail = settings.detail.unwrap_or_else(|| settings.outputs.detail(settings.render.grouping));
-    Aggregate::new(detail).with_kernel_addresses(settings.kernel_addresses)
+    let aggregate = Aggregate::new(detail).with_kernel_addresses(settings.kernel_addresses);
+    if settings.kernel_addresses {
+        return aggregate;
+    }
+    aggregate.with_kernel_functions(KernelFunctions::new(Box::<KernelStarts>::default()))
 }
 
 /// Points the kernel side and the walker at the processes of `target`; system-wide, the walker
