@@ -14,7 +14,7 @@ use std::{
 use anyhow::{Context as _, Result};
 
 use super::{
-    long_run::{slope, storm},
+    long_run::{measure, measured, slope, storm},
     verdict,
     workloads::KillOnDrop,
 };
@@ -54,19 +54,7 @@ pub fn table(profiler: &Path, src: &Path, dir: &Path, quick: bool) -> Result<Str
     // Waiting, not polling: this program (with DWARF of its own) stays off the CPU, so the agent
     // samples and names only the churn.
     agent.wait()?;
-    let points: Vec<(f64, f64, usize)> = std::fs::read_to_string(&measures)?
-        .lines()
-        .filter_map(|line| {
-            let mut fields = line.split_whitespace().map(str::parse::<f64>);
-            let (Some(Ok(at)), Some(Ok(rss_kib)), Some(Ok(fds))) =
-                (fields.next(), fields.next(), fields.next())
-            else {
-                return None;
-            };
-            // Not once its run is over: it is letting go of everything then.
-            (at < seconds).then_some((at / 60.0, rss_kib / 1024.0, fds as usize))
-        })
-        .collect();
+    let points = measured(&measures, seconds)?;
     let started_programs = std::fs::metadata(&launches).map_or(0, |m| m.len());
     let at =
         |minute: f64| points.iter().find(|p| p.0 >= minute).or(points.last()).copied().unwrap_or_default();
@@ -172,20 +160,5 @@ fn launch(programs: &[PathBuf], launches: &Path) -> Result<KillOnDrop> {
         EVERY.as_secs_f64()
     );
     let _ = std::fs::remove_file(launches);
-    Ok(KillOnDrop(Command::new("sh").args(["-c", &script]).stdin(Stdio::null()).spawn()?))
-}
-
-/// Writes to `measures`, every `every` while process `pid` lives, a line of the seconds since
-/// the start, its RSS (KiB) and its open descriptors, from a shell.
-fn measure(pid: u32, every: Duration, measures: &Path) -> Result<KillOnDrop> {
-    let script = format!(
-        "start=$(date +%s.%N); while sleep {every}; do \
-           rss=$(awk '/^VmRSS/ {{print $2}}' /proc/{pid}/status 2>/dev/null); [ -n \"$rss\" ] || break; \
-           fds=$(ls /proc/{pid}/fd | wc -l); \
-           awk -v now=$(date +%s.%N) -v start=$start -v rss=$rss -v fds=$fds 'BEGIN {{ print now - start, rss, fds }}'; \
-         done > '{measures}'",
-        every = every.as_secs_f64(),
-        measures = measures.display()
-    );
     Ok(KillOnDrop(Command::new("sh").args(["-c", &script]).stdin(Stdio::null()).spawn()?))
 }

@@ -6,8 +6,7 @@ use std::{
     fmt::Write as _,
     path::Path,
     process::{Command, Stdio},
-    thread::sleep,
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use anyhow::{Context as _, Result};
@@ -30,21 +29,21 @@ pub fn table(profiler: &Path, src: &Path, dir: &Path, quick: bool) -> Result<Str
         .stdin(Stdio::null())
         .spawn()
         .context("cannot start the profiler")?;
-    let started = Instant::now();
-    let mut points: Vec<(f64, f64)> = Vec::new();
-    while recorder.try_wait()?.is_none() {
-        if let Some(rss) = rss_mib(recorder.id()) {
-            points.push((started.elapsed().as_secs_f64() / 60.0, rss));
-        }
-        sleep(every);
-    }
+    let measures = dir.join("long-run-measures");
+    let _measuring = measure(recorder.id(), every, &measures)?;
+    // Waiting, not polling: this program (with DWARF of its own) stays off the CPU, so the
+    // recording samples and names only the churn.
+    recorder.wait()?;
+    let points: Vec<(f64, f64)> =
+        measured(&measures, seconds)?.into_iter().map(|(minute, rss, _)| (minute, rss)).collect();
     let after_first_minute: Vec<(f64, f64)> = points.iter().copied().filter(|&(t, _)| t >= 1.0).collect();
     let slope = slope(&after_first_minute);
     let mut text = format!(
         "## Long run: `record -a` under churn\n\n\
          `profiler record -a -q -F 999 -d {seconds:.0} -o churn.svg -o churn.folded` while `churn` forks and execs \
          `/bin/true` in a loop, loads and unloads a library in a loop and creates and joins threads in a loop. \
-         The profiler's RSS (VmRSS) every {} s.\n\n\
+         The profiler's RSS (VmRSS) every {} s, read by a shell while the benchmark's own program waits off the \
+         CPU (sampled, its DWARF would be named too).\n\n\
          RSS slope after the first minute: **{slope:.2} MiB per minute** (goal: under 1, {}).\n\n\
          | minute | RSS (MiB) |\n|---|---|\n",
         every.as_secs(),
@@ -71,6 +70,41 @@ pub(super) fn storm(src: &Path, dir: &Path, seconds: f64) -> Result<KillOnDrop> 
     )?;
     let workload = Command::new(&churn).arg(seconds.to_string()).arg(&plugin).stdin(Stdio::null()).spawn();
     Ok(KillOnDrop(workload.context("cannot start the churn workload")?))
+}
+
+/// Writes to `measures`, every `every` while process `pid` lives, a line of the seconds since
+/// the start, its RSS (KiB) and its open descriptors, from a shell: this program, built with
+/// DWARF, would be sampled and named by a system-wide profiler.
+pub(super) fn measure(pid: u32, every: Duration, measures: &Path) -> Result<KillOnDrop> {
+    let script = format!(
+        "start=$(date +%s.%N); while sleep {every}; do \
+           rss=$(awk '/^VmRSS/ {{print $2}}' /proc/{pid}/status 2>/dev/null); [ -n \"$rss\" ] || break; \
+           fds=$(ls /proc/{pid}/fd | wc -l); \
+           awk -v now=$(date +%s.%N) -v start=$start -v rss=$rss -v fds=$fds 'BEGIN {{ print now - start, rss, fds }}'; \
+         done > '{measures}'",
+        every = every.as_secs_f64(),
+        measures = measures.display()
+    );
+    Ok(KillOnDrop(Command::new("sh").args(["-c", &script]).stdin(Stdio::null()).spawn()?))
+}
+
+/// What [`measure`] wrote while the run lasted (`seconds`): the minute, the RSS (MiB) and the
+/// open descriptors of each line.
+pub(super) fn measured(measures: &Path, seconds: f64) -> Result<Vec<(f64, f64, usize)>> {
+    let points = std::fs::read_to_string(measures)?
+        .lines()
+        .filter_map(|line| {
+            let mut fields = line.split_whitespace().map(str::parse::<f64>);
+            let (Some(Ok(at)), Some(Ok(rss_kib)), Some(Ok(fds))) =
+                (fields.next(), fields.next(), fields.next())
+            else {
+                return None;
+            };
+            // Not once its run is over: it is letting go of everything then.
+            (at < seconds).then_some((at / 60.0, rss_kib / 1024.0, fds as usize))
+        })
+        .collect();
+    Ok(points)
 }
 
 /// The resident set of a process, in MiB.
