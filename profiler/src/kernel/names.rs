@@ -74,8 +74,9 @@ pub struct KernelFunction {
 
 impl KernelFunction {
     /// The function `address` is in, from what `%pS` wrote of it: `name+0xOFFSET/0xSIZE`, then
-    /// ` [module]` for a module's, up to its NUL (cut at [`profiler_common::KERNEL_NAME_LEN`]); none when it is
-    /// an address (`0x...`, nothing known there). The place is trusted only whole.
+    /// ` [module]` for a module's, up to its NUL (cut at
+    /// [`profiler_common::KERNEL_NAME_LEN`]); none when it is an address (`0x...`, nothing known
+    /// there). The place is trusted only whole.
     fn read(address: u64, written: &[u8]) -> Option<Self> {
         let written = &written[..written.iter().position(|&byte| byte == 0).unwrap_or(written.len())];
         let written = String::from_utf8_lossy(written);
