@@ -5,6 +5,7 @@
 mod module;
 mod proc_maps;
 mod process;
+pub mod program;
 mod resolve;
 mod task_event;
 mod vdso;

@@ -12,15 +12,14 @@ use std::{
     ffi::OsStr,
     fs::File,
     path::{Path, PathBuf},
-    process::Command,
 };
 
-use anyhow::{Context as _, Result, anyhow, bail};
+use anyhow::{Context as _, Result, bail};
 use object::{Object as _, ObjectSegment as _, ObjectSymbol as _, SymbolKind};
 use profiler_common::AllocFunction;
 
 use crate::{
-    address_space::{Backing, Mapping, Mappings},
+    address_space::{Backing, Mapping, Mappings, program},
     kernel::tracer::{Allocator, EntryPoint, EntryPoints},
     model::Tgid,
     session::Target,
@@ -107,20 +106,14 @@ fn of_process(pid: Tgid) -> Result<Allocator> {
 /// `malloc`, else the first library its dynamic linker lists (in load order, with
 /// `LD_PRELOAD` and `LD_LIBRARY_PATH` applied) that does.
 fn of_command(program: &OsStr) -> Result<Allocator> {
-    let path = find_program(program)?;
-    let data = open::map_path(&path)?;
-    let elf =
-        object::File::parse(&*data).with_context(|| format!("{} is not an ELF file", path.display()))?;
-    let mut paths = vec![path.clone()];
-    if let Some(interpreter) = interpreter(&elf) {
-        let libraries = libraries(&interpreter, &path)?;
-        paths.extend(libraries.into_iter().filter(|lib| *lib != interpreter && !is_dynamic_linker(lib)));
-    }
-    let candidates = paths
+    let files = program::load_order(program)?;
+    let target = files[0].display().to_string();
+    let candidates = files
         .into_iter()
+        .filter(|path| !is_dynamic_linker(path))
         .filter_map(|path| Some(Candidate { file: open::own_file(&path).ok()?, path }))
         .collect();
-    choose(candidates, &path.display().to_string())
+    choose(candidates, &target)
 }
 
 fn file_name(path: &Path) -> &str {
@@ -214,86 +207,9 @@ fn file_offset(elf: &object::File, address: u64) -> Option<u64> {
     })
 }
 
-fn interpreter(elf: &object::File) -> Option<PathBuf> {
-    let object::File::Elf64(elf) = elf else { return None };
-    use object::read::elf::ProgramHeader as _;
-    let endian = elf.endian();
-    elf.elf_program_headers().iter().find_map(|header| {
-        let bytes = header.interpreter(endian, elf.data()).ok()??;
-        Some(PathBuf::from(std::str::from_utf8(bytes).ok()?))
-    })
-}
-
-/// The libraries a dynamic program loads, in load order, as its own dynamic linker lists them
-/// (what `ldd` does). Only the linker runs, in list mode; the program does not.
-fn libraries(interpreter: &Path, program: &Path) -> Result<Vec<PathBuf>> {
-    let output = Command::new(interpreter)
-        .arg("--list")
-        .arg(program)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .with_context(|| format!("cannot run the dynamic linker {}", interpreter.display()))?;
-    if !output.status.success() {
-        let why = String::from_utf8_lossy(&output.stderr);
-        bail!(
-            "cannot list the libraries of {}: {}",
-            program.display(),
-            why.lines().next().unwrap_or("the dynamic linker failed")
-        );
-    }
-    Ok(parse_library_list(&String::from_utf8_lossy(&output.stdout)))
-}
-
-/// Lines of `ld.so --list`: `name => /path (0x...)`, `/path (0x...)`, or `name (0x...)` for the
-/// vDSO, which has no file.
-fn parse_library_list(list: &str) -> Vec<PathBuf> {
-    list.lines()
-        .filter_map(|line| {
-            let line = line.trim();
-            let path = line.split_once("=>").map_or(line, |(_, path)| path.trim());
-            let path = path.rsplit_once(" (").map_or(path, |(path, _)| path);
-            path.starts_with('/').then(|| PathBuf::from(path))
-        })
-        .collect()
-}
-
-/// The program `execvp` would run.
-fn find_program(program: &OsStr) -> Result<PathBuf> {
-    let program = Path::new(program);
-    if program.components().count() > 1 {
-        return Ok(program.to_owned());
-    }
-    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
-    std::env::split_paths(&path)
-        .map(|dir| dir.join(program))
-        .find(|candidate| is_executable(candidate))
-        .ok_or_else(|| anyhow!("cannot run {}: not found in PATH", program.display()))
-}
-
-fn is_executable(path: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt as _;
-    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn library_list_in_load_order() {
-        let list = "\tlinux-vdso.so.1 (0x00007ffd)\n\
-                    \tlibjemalloc.so.2 => /usr/lib/x86_64-linux-gnu/libjemalloc.so.2 (0x00007f01)\n\
-                    \tlibc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x00007f02)\n\
-                    \t/lib64/ld-linux-x86-64.so.2 (0x00007f03)\n";
-        assert_eq!(
-            parse_library_list(list),
-            [
-                PathBuf::from("/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"),
-                PathBuf::from("/lib/x86_64-linux-gnu/libc.so.6"),
-                PathBuf::from("/lib64/ld-linux-x86-64.so.2"),
-            ]
-        );
-    }
 
     #[test]
     fn a_dynamic_program_allocates_through_libc() {
