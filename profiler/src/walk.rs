@@ -2,19 +2,25 @@
 //! from the copied stack bytes (DWARF, completed with the frame-pointer chain) or taken from the
 //! frame-pointer chain alone, every address pinned to (module, file offset) with the mappings of
 //! the moment the sample was taken.
-use std::time::{Duration, Instant};
+use std::{
+    ffi::OsStr,
+    time::{Duration, Instant},
+};
 
 use profiler_common::{FramePointers, runtimes::RuntimeProcess};
 use rustc_hash::FxHashMap;
 
 use crate::{
-    address_space::{AddressSpaces, ModuleId, Modules, ProcessView, TaskEvent, Tracking, Want},
+    address_space::{
+        AddressSpaces, Mapping, ModuleId, Modules, ProcessView, TaskEvent, Tracking, Want, program,
+    },
+    clock,
     decode::SampleRecord,
     frame::{Frame, Marker},
     model::{Tgid, ThreadState, Tid},
     named::Named,
     runtimes::Runtimes,
-    untrusted::DESCRIBED,
+    untrusted::{DESCRIBED, open},
     unwind::{
         NoRuntime, RuntimeCode, StackSnapshot, UnwindEnd, UnwindStats, Unwinder, Unwound,
         hybrid::{self, StackSource},
@@ -139,6 +145,25 @@ impl StackWalker {
         gone
     }
 
+    /// Process `tgid` is about to run `program` (a command held before exec): the runtimes'
+    /// images among the files it will map (see [`program::load_order`]) are recognised now, so
+    /// that its first samples find them read. A program whose files cannot be listed (a script)
+    /// is looked at from its first samples, as any process.
+    pub fn expect_program(&mut self, tgid: Tgid, program: &OsStr) {
+        if self.native_only {
+            return;
+        }
+        let (Ok(files), Some(mut process)) =
+            (program::load_order(program), self.spaces.view(tgid, clock::monotonic_ns()))
+        else {
+            return;
+        };
+        for path in &files {
+            let Ok(metadata) = open::own_file(path).and_then(|file| file.metadata()) else { continue };
+            self.runtimes.expect(&mut process, &Mapping::whole_file(path, &metadata));
+        }
+    }
+
     /// Sampling starts at `now_ns` (see [`Runtimes::sampling_starts`]).
     pub fn sampling_starts(&mut self, now_ns: u64) {
         self.runtimes.sampling_starts(now_ns);
@@ -182,20 +207,17 @@ impl StackWalker {
         }
     }
 
-    /// Whether a runtime was found in a process since the kernel was last told: from then on
-    /// the kernel reads its frames.
-    pub fn runtime_found(&self) -> bool {
-        self.runtimes.runtime_found()
-    }
-
     /// The kernel would not take what it was told of `tgid`'s runtime (`why`): its runtime
     /// frames are not read.
     pub fn refused_by_kernel(&mut self, tgid: Tgid, why: &anyhow::Error) {
         self.runtimes.refused_by_kernel(tgid, why);
     }
 
-    /// The stack of a sample, walked and pinned to modules.
-    pub fn walk(&mut self, sample: &SampleRecord<'_>) -> Walked<'_> {
+    /// The stack of a sample, walked and pinned to modules; `None` if `hold` and, once its
+    /// process is looked at, a runtime found is still to be told to the kernel (the sample is
+    /// handed again once it is: the kernel reads the runtime's frames from then on, and walking
+    /// the sample can take a while).
+    pub fn walk(&mut self, sample: &SampleRecord<'_>, hold: bool) -> Option<Walked<'_>> {
         let Self {
             call_graph,
             native_only,
@@ -212,6 +234,9 @@ impl StackWalker {
         let mut process = spaces.observe(sample.tgid(), tid, &sample.comm(), sample.time_ns());
         if !*native_only {
             runtimes.observe(&mut process, sample.time_ns());
+            if hold && runtimes.runtime_found() {
+                return None;
+            }
         }
         frames.clear();
         if sample.state() == ThreadState::Runnable {
@@ -252,7 +277,7 @@ impl StackWalker {
         };
         push_resolved(&mut process, fp_addrs, first_depth, frames);
         runtimes.merge(process.tgid(), sample.runtime_frames(), frames);
-        Walked { comm: process.into_comm(), frames }
+        Some(Walked { comm: process.into_comm(), frames })
     }
 }
 
@@ -385,7 +410,7 @@ mod tests {
         let record = encode_sample(&own_header(), &[], &[ip, 0x10], &kernel);
         let sample = RecordKind::Sample.decode(&record).unwrap().sample;
         let mut walker = StackWalker::new(CallGraph::Fp, TRACKING, false);
-        let walked = walker.walk(&sample);
+        let walked = walker.walk(&sample, false).unwrap();
         assert_eq!(walked.comm, "self", "the main thread's name is the process's");
         let frames = walked.frames;
         assert_eq!(frames[..2], [Frame::Kernel(0xffff_ffff_8100_0000), Frame::Kernel(0xffff_ffff_8100_00ff)]);
@@ -419,7 +444,7 @@ mod tests {
         let record = encode_sample(&header, &stack, &[], &[]);
         let sample = RecordKind::Sample.decode(&record).unwrap().sample;
         let mut walker = StackWalker::new(CallGraph::Dwarf, TRACKING, false);
-        let frames = walker.walk(&sample).frames.to_vec();
+        let frames = walker.walk(&sample, false).unwrap().frames.to_vec();
         assert_eq!(walker.stats().summary().total(), 1);
         assert!(matches!(frames[0], Frame::Module { .. }), "the ip resolves: {frames:?}");
         let (tid, end) = walker.take_kernel_updates().stack_ends[0];

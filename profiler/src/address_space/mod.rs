@@ -105,4 +105,11 @@ impl AddressSpaces {
         let process = self.processes.observe(tgid, tid, thread_comm, time_ns);
         ProcessView::new(tgid, time_ns, process, &mut self.modules)
     }
+
+    /// Process `tgid`, followed, as it is at `time_ns`: for what is read of it ahead of its
+    /// samples (it is not counted as sampled).
+    pub fn view(&mut self, tgid: Tgid, time_ns: u64) -> Option<ProcessView<'_>> {
+        let process = self.processes.get_mut(tgid)?;
+        Some(ProcessView::new(tgid, time_ns, process, &mut self.modules))
+    }
 }

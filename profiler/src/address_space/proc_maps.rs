@@ -36,6 +36,24 @@ pub struct Mapping {
 }
 
 impl Mapping {
+    /// The whole of the file at `path` (its device and inode in `metadata`), as a mapping of it
+    /// would be listed, from address 0: a file a process is about to map.
+    pub fn whole_file(path: &std::path::Path, metadata: &std::fs::Metadata) -> Self {
+        use std::os::unix::fs::MetadataExt as _;
+        let dev = (u64::from(rustix::fs::major(metadata.dev())) << 32)
+            | u64::from(rustix::fs::minor(metadata.dev()));
+        let backing = Backing::File { path: path.to_owned(), deleted: false };
+        Self {
+            start: 0,
+            end: metadata.len(),
+            offset: 0,
+            executable: true,
+            dev,
+            inode: metadata.ino(),
+            backing,
+        }
+    }
+
     pub fn contains(&self, addr: u64) -> bool {
         (self.start..self.end).contains(&addr)
     }
@@ -53,15 +71,10 @@ impl Mapping {
 
 #[cfg(test)]
 impl Mapping {
-    /// `start..end` mapped executable from the start of the file at `path`, with the file's
-    /// device and inode, as the kernel would list it.
+    /// `start..end` mapped executable from the start of the file at `path`, as the kernel would
+    /// list it.
     pub fn of_file(path: &std::path::Path, start: u64, end: u64) -> Self {
-        use std::os::unix::fs::MetadataExt as _;
-        let metadata = std::fs::metadata(path).unwrap();
-        let dev = (u64::from(rustix::fs::major(metadata.dev())) << 32)
-            | u64::from(rustix::fs::minor(metadata.dev()));
-        let backing = Backing::File { path: path.to_owned(), deleted: false };
-        Self { start, end, offset: 0, executable: true, dev, inode: metadata.ino(), backing }
+        Self { start, end, ..Self::whole_file(path, &std::fs::metadata(path).unwrap()) }
     }
 
     /// `start..end` mapped executable from a region named like `[heap]`.

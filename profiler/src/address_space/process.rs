@@ -488,6 +488,10 @@ impl Processes {
         self.by_tgid.get(&tgid)
     }
 
+    pub fn get_mut(&mut self, tgid: Tgid) -> Option<&mut Process> {
+        self.by_tgid.get_mut(&tgid)
+    }
+
     /// Task events the kernel dropped (the profiler then falls back to reading /proc).
     pub fn lost_events(&self) -> u64 {
         self.lost_events

@@ -179,6 +179,15 @@ impl Runtimes {
         }
     }
 
+    /// A file the process of `view` is about to map (its program or a library, before it
+    /// runs): recognised now by the runtime it may be an image of, so that the process's first
+    /// look, at its first samples, has only to find where it is loaded.
+    pub fn expect(&mut self, view: &mut ProcessView<'_>, file: &Mapping) {
+        for slot in &mut self.slots {
+            slot.expect(view, file);
+        }
+    }
+
     /// Sampling starts at `now_ns`: every process is new to the session, and its runtimes are
     /// looked for as soon as its first samples come. Counted from here, not from when this was
     /// made: loading the kernel side in between takes longer than a process is young.

@@ -35,6 +35,7 @@ const YOUNG_RECHECK_NS: u64 = 1_000_000;
 pub(super) trait Slot: Send {
     fn kind(&self) -> RuntimeKind;
     fn observe(&mut self, view: &mut ProcessView<'_>, time_ns: u64, shared: &mut Shared);
+    fn expect(&mut self, view: &mut ProcessView<'_>, file: &Mapping);
     fn stepper(&mut self, tgid: Tgid, time_ns: u64, regs: &UserRegs) -> Option<&mut dyn RuntimeCode>;
     fn push_frames(
         &mut self,
@@ -158,19 +159,7 @@ impl<R: Runtime> Loaded<R> {
             .collect();
         for mapping in candidates {
             let Some(module) = view.intern(&mapping) else { continue };
-            let recognised = match self.images.get(&module) {
-                Some(known) => known.clone(),
-                None => {
-                    let recognised = match self.runtime.recognise(view, module) {
-                        Ok(Some(image)) => Recognised::Mine(Arc::new(image)),
-                        Ok(None) => Recognised::NotMine,
-                        Err(what) => Recognised::Refused(format!("{what:#}")),
-                    };
-                    self.images.insert(module, recognised.clone());
-                    recognised
-                }
-            };
-            match recognised {
+            match self.recognised(view, module) {
                 Recognised::NotMine => {}
                 Recognised::Refused(what) => return self.refuse(view.tgid(), what),
                 Recognised::Mine(image) => {
@@ -179,6 +168,20 @@ impl<R: Runtime> Loaded<R> {
             }
         }
         State::Absent { first_ns, checked_ns: time_ns }
+    }
+
+    /// What `module` is to this runtime, recognised once.
+    fn recognised(&mut self, view: &ProcessView<'_>, module: ModuleId) -> Recognised<R::Image> {
+        if let Some(known) = self.images.get(&module) {
+            return known.clone();
+        }
+        let recognised = match self.runtime.recognise(view, module) {
+            Ok(Some(image)) => Recognised::Mine(Arc::new(image)),
+            Ok(None) => Recognised::NotMine,
+            Err(what) => Recognised::Refused(format!("{what:#}")),
+        };
+        self.images.insert(module, recognised.clone());
+        recognised
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -252,6 +255,14 @@ impl<R: Runtime> Slot for Loaded<R> {
             shared.young_until_ns = shared.young_until_ns.max(first_ns.saturating_add(YOUNG_NS));
         }
         self.processes.insert(tgid, state);
+    }
+
+    fn expect(&mut self, view: &mut ProcessView<'_>, file: &Mapping) {
+        if self.runtime.may_be_image(file)
+            && let Some(module) = view.intern(file)
+        {
+            self.recognised(view, module);
+        }
     }
 
     fn stepper(&mut self, tgid: Tgid, time_ns: u64, regs: &UserRegs) -> Option<&mut dyn RuntimeCode> {
@@ -359,7 +370,10 @@ impl<R: Runtime> Slot for Loaded<R> {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::{
+        path::Path,
+        sync::atomic::{AtomicUsize, Ordering},
+    };
 
     use profiler_common::runtimes::{RUNTIME_PROCESS_WORDS, RUNTIME_USER_SHARE, RuntimeProcess};
 
@@ -451,6 +465,33 @@ mod tests {
         observe(&mut slot, &mut shared, 1 + START_TIMEOUT_NS);
         let refused = format!("pid {}: not started: native frames only", Tgid::own());
         assert_eq!(slot.describe().1, ["0 running".to_owned(), refused], "given up on");
+    }
+
+    /// A command's program, expected before it runs, is recognised then: its first look finds
+    /// the same module read, and only attaches.
+    #[test]
+    fn an_image_expected_before_its_process_runs_is_recognised_then() {
+        let fake = Fake { attach: || Ok(()), walked_in_kernel: false };
+        let mut slot = Loaded {
+            runtime: fake,
+            images: FxHashMap::default(),
+            processes: FxHashMap::default(),
+            refused: BTreeMap::new(),
+        };
+        let mut shared = shared(false);
+        let mut spaces = AddressSpaces::new(Tracking { all: false, follow_forks: false });
+        spaces.track(Tgid::own());
+        let mut view = spaces.view(Tgid::own(), crate::clock::monotonic_ns()).unwrap();
+        let other = Path::new("/bin/sh");
+        slot.expect(&mut view, &Mapping::whole_file(other, &std::fs::metadata(other).unwrap()));
+        assert!(slot.images.is_empty(), "not a file the runtime may read");
+        let exe = std::env::current_exe().unwrap();
+        slot.expect(&mut view, &Mapping::whole_file(&exe, &std::fs::metadata(&exe).unwrap()));
+        assert!(matches!(slot.images.values().collect::<Vec<_>>()[..], [Recognised::Mine(_)]));
+        assert!(slot.processes.is_empty(), "no process looked at yet");
+        slot.observe(&mut view, 1, &mut shared);
+        assert_eq!(slot.images.len(), 1, "the module mapped is the one recognised");
+        assert_eq!(slot.describe().1, ["1 running"]);
     }
 
     static YOUNG_LOOKS: AtomicUsize = AtomicUsize::new(0);

@@ -27,13 +27,12 @@ const END_BUDGET: Duration = Duration::from_secs(2);
 /// What takes the records and task events of a drain.
 pub trait Sink {
     fn task_event(&mut self, event: TaskEvent);
-    fn record(&mut self, record: &[u8]);
-    /// Whether what the records taught must reach the kernel before more are taken: the drain
-    /// ends there, and the next one starts once it has (a runtime found in a process is walked
-    /// by the kernel only from then on, and the rest of a drain can take milliseconds).
-    fn kernel_must_hear(&self) -> bool {
-        false
-    }
+    /// Takes a record, unless `pause` allows holding it back because what it taught must reach
+    /// the kernel first (`Break`): a runtime found in its process is walked by the kernel only
+    /// once told, and walking the record itself can take milliseconds (its files read for the
+    /// first time). The drain ends there; the record is handed again first thing in the next,
+    /// which starts once the kernel has heard.
+    fn record(&mut self, record: &[u8], pause: Pause) -> ControlFlow<()>;
     /// The drain is over: nothing taken before `now_ns` is still to come (but records other
     /// CPUs took a few microseconds apart, and off-CPU spans, whose time is their start).
     fn drained(&mut self, now_ns: u64);
@@ -101,7 +100,7 @@ impl TaskEvents for TaskEventReader {
 
 /// Whether a drain ends when its sink says the kernel must hear something.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Pause {
+pub enum Pause {
     ForTheKernel,
     Never,
 }
@@ -147,8 +146,10 @@ impl<R: Records, T: TaskEvents, C: Clock> Intake<R, T, C> {
         let Self { ring, task_events, clock, kind, later, behind, .. } = self;
         let horizon = clock::monotonic_ns();
         let events_left = task_events.drain(horizon, |event| sink.task_event(event));
+        // Held back for the kernel or taken after the last horizon: none holds anything back
+        // any more (a record held was looked at already).
         for record in later.drain(..) {
-            sink.record(&record);
+            let _ = sink.record(&record, Pause::Never);
         }
         let out_of_time = || clock.now() >= deadline;
         let mut handed_ns = 0;
@@ -156,15 +157,15 @@ impl<R: Records, T: TaskEvents, C: Clock> Intake<R, T, C> {
             match kind.time_ns(record) {
                 Some(time_ns) if time_ns > horizon => later.push(record.to_vec()),
                 time_ns => {
+                    if sink.record(record, pause).is_break() {
+                        // Older than any taken after the horizon: first in line.
+                        later.insert(0, record.to_vec());
+                        return ControlFlow::Break(());
+                    }
                     handed_ns = handed_ns.max(time_ns.unwrap_or(0));
-                    sink.record(record);
                 }
             }
-            if pause == Pause::ForTheKernel && sink.kernel_must_hear() {
-                ControlFlow::Break(())
-            } else {
-                ControlFlow::Continue(())
-            }
+            ControlFlow::Continue(())
         });
         *behind = events_left || records_left;
         // A drain that stopped early leaves records taken after the last one it handed over
@@ -283,18 +284,22 @@ mod tests {
         records: u64,
         drains: u64,
         drained_ns: u64,
-        /// After how many records it has something the kernel must hear (for good).
-        kernel_must_hear_after: Option<u64>,
+        /// From which record on it holds each back for the kernel, when allowed to.
+        holds_from: Option<u64>,
+        /// Records held back.
+        held: u64,
     }
 
     impl Sink for Slow {
         fn task_event(&mut self, _: TaskEvent) {}
-        fn record(&mut self, _: &[u8]) {
+        fn record(&mut self, _: &[u8], pause: Pause) -> ControlFlow<()> {
+            if pause == Pause::ForTheKernel && self.holds_from.is_some_and(|from| self.records + 1 >= from) {
+                self.held += 1;
+                return ControlFlow::Break(());
+            }
             self.records += 1;
             self.clock.advance(RECORD_COST);
-        }
-        fn kernel_must_hear(&self) -> bool {
-            self.kernel_must_hear_after.is_some_and(|after| self.records >= after)
+            ControlFlow::Continue(())
         }
         fn drained(&mut self, now_ns: u64) {
             self.drains += 1;
@@ -307,7 +312,7 @@ mod tests {
         // A record of the distant past: never held back for its task events.
         let ring = Endless { record: vec![0; 64], handed: 0 };
         let intake = Intake::new(ring, NoEvents, clock.clone(), RecordKind::Sample);
-        (intake, Slow { clock, records: 0, drains: 0, drained_ns: 0, kernel_must_hear_after: None })
+        (intake, Slow { clock, records: 0, drains: 0, drained_ns: 0, holds_from: None, held: 0 })
     }
 
     /// The time the records handed to `sink` cost: at least `budget`, and at most one more
@@ -349,14 +354,16 @@ mod tests {
     }
 
     #[test]
-    fn a_drain_ends_when_the_kernel_must_hear_and_the_next_starts_at_once() {
+    fn a_drain_ends_at_a_record_held_for_the_kernel_and_the_next_takes_it_first() {
         let (mut intake, mut sink) = endless();
-        sink.kernel_must_hear_after = Some(3);
+        sink.holds_from = Some(3);
         intake.drain(&mut sink);
-        assert_eq!((sink.records, sink.drains), (3, 1), "ended right after the third record");
+        assert_eq!((sink.records, sink.held, sink.drains), (2, 1, 1), "ended at the third record");
+        assert_eq!(intake.later.len(), 1, "the third record waits");
         assert!(ready_at_once(&mut intake), "the rest is taken as soon as the kernel has heard");
-        sink.kernel_must_hear_after = None;
+        sink.holds_from = None;
         intake.drain(&mut sink);
+        assert!(intake.later.is_empty(), "the record held was taken");
         assert!(sink.records > 3, "the next drain goes on");
     }
 
@@ -364,9 +371,10 @@ mod tests {
     #[test]
     fn the_last_drain_does_not_end_for_the_kernel() {
         let (mut intake, mut sink) = endless();
-        sink.kernel_must_hear_after = Some(3);
+        sink.holds_from = Some(3);
         intake.drain_all(&mut sink);
         assert_within(&sink, END_BUDGET);
+        assert_eq!(sink.held, 0);
     }
 
     /// Whether `intake` is ready within two polls (a yield takes one), its ring never waking it.

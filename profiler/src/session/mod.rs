@@ -215,6 +215,9 @@ impl<M: Mode> Session<M> {
         let ring = RingReader::new(kernel.take_ring()?).context("cannot poll the ring buffer")?;
         let intake = Intake::new(ring, TaskEventReader::open()?, Monotonic, M::Kernel::RECORDS);
         follow(&target, &mut kernel, &mut pipeline.walker)?;
+        if let Target::Command(command) = &target {
+            pipeline.walker.expect_program(Tgid(command.pid()), command.program());
+        }
         kernel.start()?;
         let start = Start::now();
         pipeline.walker.sampling_starts(start.monotonic_ns);

@@ -2,13 +2,16 @@
 //! walked and interned into a site, handed to the mode; between drains, the kernel is told what
 //! the walk learned (where stacks end, Python processes), the new frames are handed to naming
 //! and the processes gone are forgotten.
-use std::time::{Duration, Instant};
+use std::{
+    ops::ControlFlow,
+    time::{Duration, Instant},
+};
 
 use anyhow::Result;
 
 use super::{
     Mode, Progress,
-    intake::{Intake, Sink},
+    intake::{Intake, Pause, Sink},
     status::StatusLine,
     stop::StopReason,
     windows::Windows,
@@ -43,7 +46,7 @@ pub(super) struct Pipeline<M> {
 }
 
 /// How often the ring is drained while a runtime may be starting in a process followed.
-const STARTING_DRAIN_INTERVAL: Duration = Duration::from_millis(2);
+const STARTING_DRAIN_INTERVAL: Duration = Duration::from_millis(1);
 
 /// The longest naming and pruning are put off while records wait.
 const MAX_UNSETTLED: Duration = Duration::from_secs(1);
@@ -131,7 +134,7 @@ impl<M: Mode> Pipeline<M> {
                 }
                 ready = intake.ready(drain_interval) => {
                     ready?;
-                    intake.drain(self);
+                                        intake.drain(self);
                     let updates = self.walker.take_kernel_updates();
                     for &(tid, end) in &updates.stack_ends {
                         kernel.set_stack_end(tid, end)?;
@@ -200,19 +203,21 @@ impl<M: Mode> Pipeline<M> {
         Ok((symbols, self.naming.stop()?))
     }
 
-    /// Adds one record. Corrupt input anywhere (a record, a binary, its CFI) costs at most this
+    /// Adds one record, unless `hold` and its look found a runtime the kernel should hear of
+    /// first (`Break`). Corrupt input anywhere (a record, a binary, its CFI) costs at most this
     /// record: a panic below is contained and counted.
-    fn add(&mut self, bytes: &[u8]) {
+    fn add(&mut self, bytes: &[u8], hold: bool) -> ControlFlow<()> {
         let Self { mode, walker, aggregate, malformed, records, .. } = self;
         let Ok(record) = M::Kernel::RECORDS.decode(bytes) else {
             *malformed += 1;
-            return;
+            return ControlFlow::Continue(());
         };
         let sample = &record.sample;
-        let walked = walker.walk(sample);
+        let Some(walked) = walker.walk(sample, hold) else { return ControlFlow::Break(()) };
         let site = aggregate.site(sample.time_ns(), sample.tgid(), sample.tid(), sample.state(), &walked);
         mode.add(site, record.payload, aggregate);
         *records += 1;
+        ControlFlow::Continue(())
     }
 }
 
@@ -221,18 +226,16 @@ impl<M: Mode> Sink for Pipeline<M> {
         self.walker.apply(event);
     }
 
-    fn record(&mut self, record: &[u8]) {
+    fn record(&mut self, record: &[u8], pause: Pause) -> ControlFlow<()> {
         if self.full() {
-            return;
+            return ControlFlow::Continue(());
         }
-        let added = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.add(record)));
-        if added.is_err() {
+        let hold = pause == Pause::ForTheKernel;
+        let added = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.add(record, hold)));
+        added.unwrap_or_else(|_| {
             self.failed += 1;
-        }
-    }
-
-    fn kernel_must_hear(&self) -> bool {
-        self.walker.runtime_found()
+            ControlFlow::Continue(())
+        })
     }
 
     fn drained(&mut self, now_ns: u64) {
@@ -317,9 +320,9 @@ mod tests {
     #[tokio::test]
     async fn garbage_and_panics_cost_one_record_each() {
         let mut pipeline = counting_pipeline(3);
-        pipeline.record(&[1, 2, 3]);
-        pipeline.record(&record(13));
-        pipeline.record(&record(1));
+        assert!(pipeline.record(&[1, 2, 3], Pause::ForTheKernel).is_continue());
+        assert!(pipeline.record(&record(13), Pause::ForTheKernel).is_continue());
+        assert!(pipeline.record(&record(1), Pause::ForTheKernel).is_continue());
         pipeline.drained(0);
         pipeline.settle();
         assert_eq!((pipeline.malformed, pipeline.failed, pipeline.records), (1, 1, 1));
@@ -333,7 +336,7 @@ mod tests {
     fn records_beyond_the_maximum_are_dropped() {
         let mut pipeline = counting_pipeline(2);
         for tid in 1..=5 {
-            pipeline.record(&record(tid));
+            assert!(pipeline.record(&record(tid), Pause::ForTheKernel).is_continue());
         }
         assert!(pipeline.full());
         assert_eq!(pipeline.aggregate.samples().count(), 2);
