@@ -3,6 +3,8 @@
 //! program is the user's choice, not a target's: its files are opened in the profiler's root.
 use std::{
     ffi::OsStr,
+    io::Read as _,
+    os::unix::ffi::OsStrExt as _,
     path::{Path, PathBuf},
     process::Command,
 };
@@ -11,29 +13,40 @@ use anyhow::{Context as _, Result, anyhow, bail};
 
 use crate::untrusted::open;
 
+/// Bytes read of a program to find its dynamic linker: linkers write the ELF header, the program
+/// headers and the linker's name first.
+const HEAD_BYTES: u64 = 64 << 10;
+
 /// The files `program` will map once it runs: the program first, then the libraries in load
 /// order (its dynamic linker among them); the program alone if it is static.
 pub fn load_order(program: &OsStr) -> Result<Vec<PathBuf>> {
     let path = find(program)?;
-    let data = open::map_path(&path)?;
-    let elf =
-        object::File::parse(&*data).with_context(|| format!("{} is not an ELF file", path.display()))?;
+    // Read, not mapped: a file its owner may truncate as it is read (no copy of it is made).
+    let mut head = Vec::new();
+    open::own_file(&path)
+        .and_then(|file| file.take(HEAD_BYTES).read_to_end(&mut head))
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    let interpreter =
+        interpreter(&head).with_context(|| format!("{} is not a 64-bit ELF file", path.display()))?;
     let mut files = vec![path.clone()];
-    if let Some(interpreter) = interpreter(&elf) {
+    if let Some(interpreter) = interpreter {
         files.extend(libraries(&interpreter, &path)?);
     }
     Ok(files)
 }
 
-/// The dynamic linker a program names (`PT_INTERP`), if it is dynamic.
-fn interpreter(elf: &object::File) -> Option<PathBuf> {
-    let object::File::Elf64(elf) = elf else { return None };
-    use object::read::elf::ProgramHeader as _;
-    let endian = elf.endian();
-    elf.elf_program_headers().iter().find_map(|header| {
-        let bytes = header.interpreter(endian, elf.data()).ok()??;
-        Some(PathBuf::from(std::str::from_utf8(bytes).ok()?))
-    })
+/// The dynamic linker the ELF file that starts with `head` names (`PT_INTERP`); `None` if it
+/// is static.
+fn interpreter(head: &[u8]) -> Result<Option<PathBuf>> {
+    use object::read::elf::{FileHeader as _, ProgramHeader as _};
+    let header = object::elf::FileHeader64::<object::Endianness>::parse(head)?;
+    let endian = header.endian()?;
+    for segment in header.program_headers(endian, head)? {
+        if let Some(name) = segment.interpreter(endian, head)? {
+            return Ok(Some(PathBuf::from(OsStr::from_bytes(name))));
+        }
+    }
+    Ok(None)
 }
 
 /// The libraries a dynamic program loads, in load order, as its own dynamic linker lists them.
@@ -113,6 +126,19 @@ mod tests {
         assert!(files[0].ends_with("true") && files[0].is_absolute(), "{files:?}");
         let names: Vec<&str> = files[1..].iter().filter_map(|f| f.file_name()?.to_str()).collect();
         assert!(names.iter().any(|name| name.starts_with("libc.so")), "{names:?}");
+    }
+
+    #[test]
+    fn a_static_program_has_no_dynamic_linker() {
+        let program = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/unwind/snapshot");
+        let files = load_order(program.as_os_str()).unwrap();
+        assert_eq!(files, [program]);
+    }
+
+    #[test]
+    fn what_is_not_elf_is_an_error() {
+        let err = load_order(OsStr::new("/etc/passwd")).unwrap_err();
+        assert_eq!(format!("{err}"), "/etc/passwd is not a 64-bit ELF file");
     }
 
     #[test]

@@ -22,7 +22,6 @@ use std::{
     sync::Arc,
 };
 
-use anyhow::{Context as _, Result};
 use rustix::fs::{
     AtFlags, CWD, FileType, Mode, OFlags, ResolveFlags, Stat, StatxFlags, fstat, openat2, statx,
 };
@@ -329,15 +328,6 @@ pub fn map(file: &File) -> io::Result<memmap2::Mmap> {
 /// A path through which this process can read an open file, whatever happened to it since.
 pub fn readable_path(file: &File) -> PathBuf {
     PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()))
-}
-
-/// The bytes of a file the profiler itself chose by path (a program it will start, its
-/// libraries), opened in its own root and mapped.
-pub fn map_path(path: &Path) -> Result<memmap2::Mmap> {
-    let file = own_file(path)
-        .and_then(|file| stable(file, Parts::Whole))
-        .with_context(|| format!("cannot open {}", path.display()))?;
-    map(&file).with_context(|| format!("cannot map {}", path.display()))
 }
 
 #[cfg(test)]
