@@ -11,16 +11,14 @@ use profiler_common::{FramePointers, runtimes::RuntimeProcess};
 use rustc_hash::FxHashMap;
 
 use crate::{
-    address_space::{
-        AddressSpaces, Mapping, ModuleId, Modules, ProcessView, TaskEvent, Tracking, Want, program,
-    },
+    address_space::{AddressSpaces, ModuleId, Modules, ProcessView, TaskEvent, Tracking, Want, program},
     clock,
     decode::SampleRecord,
     frame::{Frame, Marker},
     model::{Tgid, ThreadState, Tid},
     named::Named,
     runtimes::Runtimes,
-    untrusted::{DESCRIBED, open},
+    untrusted::DESCRIBED,
     unwind::{
         NoRuntime, RuntimeCode, StackSnapshot, UnwindEnd, UnwindStats, Unwinder, Unwound,
         hybrid::{self, StackSource},
@@ -153,14 +151,12 @@ impl StackWalker {
         if self.native_only {
             return;
         }
-        let (Ok(files), Some(mut process)) =
-            (program::load_order(program), self.spaces.view(tgid, clock::monotonic_ns()))
-        else {
-            return;
-        };
-        for path in &files {
-            let Ok(metadata) = open::own_file(path).and_then(|file| file.metadata()) else { continue };
-            self.runtimes.expect(&mut process, &Mapping::whole_file(path, &metadata));
+        let Some(mut process) = self.spaces.view(tgid, clock::monotonic_ns()) else { return };
+        let Ok(order) = program::load_order(program, &|path| process.open(path)) else { return };
+        for path in order.files() {
+            if let Some(file) = process.file_to_map(path) {
+                self.runtimes.expect(&mut process, &file);
+            }
         }
     }
 

@@ -40,8 +40,7 @@ impl Mapping {
     /// would be listed, from address 0: a file a process is about to map.
     pub fn whole_file(path: &std::path::Path, metadata: &std::fs::Metadata) -> Self {
         use std::os::unix::fs::MetadataExt as _;
-        let dev = (u64::from(rustix::fs::major(metadata.dev())) << 32)
-            | u64::from(rustix::fs::minor(metadata.dev()));
+        let dev = crate::untrusted::mounts::listed_dev(metadata.dev());
         let backing = Backing::File { path: path.to_owned(), deleted: false };
         Self {
             start: 0,

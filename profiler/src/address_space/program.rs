@@ -1,72 +1,123 @@
 //! What a command will map before it runs: its program, found in `PATH` as `execvp` finds it,
 //! and the libraries its own dynamic linker lists for it, in load order (what `ldd` does). The
-//! program is the user's choice, not a target's: its files are opened in the profiler's root.
+//! caller says how its files are opened.
 use std::{
     ffi::OsStr,
-    io::Read as _,
-    os::unix::ffi::OsStrExt as _,
+    fs::File,
+    io::{self, Read as _},
+    os::unix::{ffi::OsStrExt as _, fs::FileExt as _, fs::PermissionsExt as _},
     path::{Path, PathBuf},
-    process::Command,
+    process::{Command, Stdio},
+    time::{Duration, Instant},
 };
 
 use anyhow::{Context as _, Result, anyhow, bail};
+use object::elf::PT_INTERP;
 
-use crate::untrusted::open;
-
-/// Bytes read of a program to find its dynamic linker: linkers write the ELF header, the program
-/// headers and the linker's name first.
+/// Bytes read of a program for its ELF and program headers: linkers write them first.
 const HEAD_BYTES: u64 = 64 << 10;
+/// The longest dynamic linker's name read (`PATH_MAX`).
+const MAX_LINKER_NAME: u64 = 4096;
+/// The longest the dynamic linker may take to list a program's libraries: one on a file system
+/// that never answers would hold it, and the profiler's start, for ever.
+const LIST_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// The files `program` will map once it runs: the program first, then the libraries in load
-/// order (its dynamic linker among them); the program alone if it is static.
-pub fn load_order(program: &OsStr) -> Result<Vec<PathBuf>> {
-    let path = find(program)?;
-    // Read, not mapped: a file its owner may truncate as it is read (no copy of it is made).
-    let mut head = Vec::new();
-    open::own_file(&path)
-        .and_then(|file| file.take(HEAD_BYTES).read_to_end(&mut head))
-        .with_context(|| format!("cannot read {}", path.display()))?;
-    let interpreter =
-        interpreter(&head).with_context(|| format!("{} is not a 64-bit ELF file", path.display()))?;
-    let mut files = vec![path.clone()];
-    if let Some(interpreter) = interpreter {
-        files.extend(libraries(&interpreter, &path)?);
-    }
-    Ok(files)
+/// The files a command will map, in the order its dynamic linker loads them.
+#[derive(Debug, PartialEq, Eq)]
+pub struct LoadOrder {
+    /// The program, as `execvp` finds it.
+    pub program: PathBuf,
+    /// Its dynamic linker (`PT_INTERP`), unless it is static.
+    pub linker: Option<PathBuf>,
+    /// The libraries the linker lists for it, in load order (the linker among them).
+    pub libraries: Vec<PathBuf>,
 }
 
-/// The dynamic linker the ELF file that starts with `head` names (`PT_INTERP`); `None` if it
-/// is static.
-fn interpreter(head: &[u8]) -> Result<Option<PathBuf>> {
+impl LoadOrder {
+    /// The program, then its libraries.
+    pub fn files(&self) -> impl Iterator<Item = &Path> {
+        std::iter::once(self.program.as_path()).chain(self.libraries.iter().map(PathBuf::as_path))
+    }
+}
+
+/// The files `program` will map once it runs, each opened (to look for it in `PATH` and to read
+/// the program's headers) with `open`.
+pub fn load_order(program: &OsStr, open: &dyn Fn(&Path) -> io::Result<File>) -> Result<LoadOrder> {
+    let (path, file) = find(program, open)?;
+    let linker = linker(&file).with_context(|| format!("{} is not a 64-bit ELF file", path.display()))?;
+    let libraries = match &linker {
+        Some(linker) => libraries(linker, &path)?,
+        None => Vec::new(),
+    };
+    Ok(LoadOrder { program: path, linker, libraries })
+}
+
+/// The dynamic linker an ELF program names (`PT_INTERP`); `None` if it is static. Read, not
+/// mapped: a file its owner may truncate as it is read (and no copy of it is made).
+fn linker(file: &File) -> Result<Option<PathBuf>> {
     use object::read::elf::{FileHeader as _, ProgramHeader as _};
-    let header = object::elf::FileHeader64::<object::Endianness>::parse(head)?;
+    let mut head = Vec::new();
+    file.take(HEAD_BYTES).read_to_end(&mut head)?;
+    let header = object::elf::FileHeader64::<object::Endianness>::parse(&*head)?;
     let endian = header.endian()?;
-    for segment in header.program_headers(endian, head)? {
-        if let Some(name) = segment.interpreter(endian, head)? {
-            return Ok(Some(PathBuf::from(OsStr::from_bytes(name))));
-        }
-    }
-    Ok(None)
+    let Some(interp) =
+        header.program_headers(endian, &*head)?.iter().find(|segment| segment.p_type(endian) == PT_INTERP)
+    else {
+        return Ok(None);
+    };
+    let (offset, size) = (interp.p_offset(endian), interp.p_filesz(endian));
+    let mut name = vec![0; usize::try_from(size.min(MAX_LINKER_NAME))?];
+    file.read_exact_at(&mut name, offset)?;
+    let name = name.split(|&b| b == 0).next().unwrap_or_default();
+    Ok(Some(PathBuf::from(OsStr::from_bytes(name))))
 }
 
-/// The libraries a dynamic program loads, in load order, as its own dynamic linker lists them.
-/// Only the linker runs, in list mode; the program does not.
-fn libraries(interpreter: &Path, program: &Path) -> Result<Vec<PathBuf>> {
-    let output = Command::new(interpreter)
+/// The libraries a dynamic program loads, in load order, as its own dynamic linker lists them
+/// (what `ldd` does), within [`LIST_TIMEOUT`]. Only the linker runs, in list mode; the program
+/// does not.
+fn libraries(linker: &Path, program: &Path) -> Result<Vec<PathBuf>> {
+    let mut child = Command::new(linker)
         .arg("--list")
         .arg(program)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .with_context(|| format!("cannot run the dynamic linker {}", interpreter.display()))?;
-    if !output.status.success() {
-        let why = String::from_utf8_lossy(&output.stderr);
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("cannot run the dynamic linker {}", linker.display()))?;
+    let (mut stdout, mut stderr) = (child.stdout.take(), child.stderr.take());
+    // Read beside the wait: a long list fills the pipe before the linker exits.
+    let output = std::thread::spawn(move || {
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        stdout.as_mut().map(|pipe| pipe.read_to_end(&mut out));
+        stderr.as_mut().map(|pipe| pipe.read_to_end(&mut err));
+        (out, err)
+    });
+    let deadline = Instant::now() + LIST_TIMEOUT;
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!(
+                "the dynamic linker did not list the libraries of {} within {LIST_TIMEOUT:?}",
+                program.display()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    let (out, err) =
+        output.join().map_err(|_| anyhow!("the reader of the dynamic linker's list panicked"))?;
+    if !status.success() {
+        let why = String::from_utf8_lossy(&err);
         bail!(
             "cannot list the libraries of {}: {}",
             program.display(),
             why.lines().next().unwrap_or("the dynamic linker failed")
         );
     }
-    Ok(parse_library_list(&String::from_utf8_lossy(&output.stdout)))
+    Ok(parse_library_list(&String::from_utf8_lossy(&out)))
 }
 
 /// Lines of `ld.so --list`: `name => /path (0x...)`, `/path (0x...)`, or `name (0x...)` for the
@@ -82,22 +133,22 @@ fn parse_library_list(list: &str) -> Vec<PathBuf> {
         .collect()
 }
 
-/// The program `execvp` would run for `program`.
-fn find(program: &OsStr) -> Result<PathBuf> {
+/// The program `execvp` would run for `program`, opened with `open`.
+fn find(program: &OsStr, open: &dyn Fn(&Path) -> io::Result<File>) -> Result<(PathBuf, File)> {
     let program = Path::new(program);
     if program.components().count() > 1 {
-        return Ok(program.to_owned());
+        let file = open(program).with_context(|| format!("cannot read {}", program.display()))?;
+        return Ok((program.to_owned(), file));
     }
     let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
     std::env::split_paths(&path)
         .map(|dir| dir.join(program))
-        .find(|candidate| is_executable(candidate))
+        .find_map(|candidate| {
+            let file = open(&candidate).ok()?;
+            let executable = file.metadata().is_ok_and(|m| m.permissions().mode() & 0o111 != 0);
+            executable.then_some((candidate, file))
+        })
         .ok_or_else(|| anyhow!("cannot run {}: not found in PATH", program.display()))
-}
-
-fn is_executable(path: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt as _;
-    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
 #[cfg(test)]
@@ -120,30 +171,44 @@ mod tests {
         );
     }
 
+    /// Files as the profiler opens its own.
+    fn own(path: &Path) -> io::Result<File> {
+        crate::untrusted::open::own_file(path)
+    }
+
     #[test]
     fn a_dynamic_program_is_followed_by_its_libraries() {
-        let files = load_order(OsStr::new("true")).unwrap();
-        assert!(files[0].ends_with("true") && files[0].is_absolute(), "{files:?}");
-        let names: Vec<&str> = files[1..].iter().filter_map(|f| f.file_name()?.to_str()).collect();
+        let order = load_order(OsStr::new("true"), &own).unwrap();
+        assert!(order.program.ends_with("true") && order.program.is_absolute(), "{order:?}");
+        let linker = order.linker.as_deref().expect("dynamic");
+        assert!(order.libraries.iter().any(|library| library == linker), "{order:?}");
+        let names: Vec<&str> = order.libraries.iter().filter_map(|f| f.file_name()?.to_str()).collect();
         assert!(names.iter().any(|name| name.starts_with("libc.so")), "{names:?}");
+        assert_eq!(order.files().next(), Some(order.program.as_path()), "the program first");
     }
 
     #[test]
     fn a_static_program_has_no_dynamic_linker() {
         let program = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/unwind/snapshot");
-        let files = load_order(program.as_os_str()).unwrap();
-        assert_eq!(files, [program]);
+        let order = load_order(program.as_os_str(), &own).unwrap();
+        assert_eq!(order, LoadOrder { program, linker: None, libraries: Vec::new() });
     }
 
     #[test]
     fn what_is_not_elf_is_an_error() {
-        let err = load_order(OsStr::new("/etc/passwd")).unwrap_err();
+        let err = load_order(OsStr::new("/etc/passwd"), &own).unwrap_err();
         assert_eq!(format!("{err}"), "/etc/passwd is not a 64-bit ELF file");
     }
 
     #[test]
     fn a_program_not_in_path_is_an_error() {
-        let err = load_order(OsStr::new("no-such-program-anywhere")).unwrap_err();
+        let err = load_order(OsStr::new("no-such-program-anywhere"), &own).unwrap_err();
         assert_eq!(format!("{err:#}"), "cannot run no-such-program-anywhere: not found in PATH");
+    }
+
+    #[test]
+    fn a_program_in_path_that_cannot_be_opened_is_not_found() {
+        let refuse = |_: &Path| Err(io::Error::from(io::ErrorKind::PermissionDenied));
+        assert!(load_order(OsStr::new("true"), &refuse).is_err());
     }
 }

@@ -2,12 +2,15 @@
 //! [`ProcessView::resolve`] is the one lookup that pinning frames, the unwinder and the recorded
 //! fixtures all use: an address of a process at a moment, to the module and file offset of the
 //! mapping that held it.
-use std::sync::Arc;
+use std::{fs::File, io, path::Path, sync::Arc};
 
 use super::{Backing, Mapping, Mappings, Module, ModuleId, Modules, Process};
 use crate::{
     model::Tgid,
-    untrusted::mounts::{self, Answerer, Mounts},
+    untrusted::{
+        mounts::{self, Answerer, Mounts},
+        open,
+    },
 };
 
 /// What a lookup accepts as found.
@@ -131,6 +134,22 @@ impl<'a> ProcessView<'a> {
         found.resolve(addr, want)
     }
 
+    /// How the process will list a file it is about to map (a command held before exec): `path`
+    /// [opened](Self::open) and named as the kernel names a mapping (every link resolved), from
+    /// address 0.
+    pub fn file_to_map(&self, path: &Path) -> Option<Mapping> {
+        let file = self.open(path).ok()?;
+        let name = std::fs::read_link(open::readable_path(&file)).ok()?;
+        Some(Mapping::whole_file(&name, &file.metadata().ok()?))
+    }
+
+    /// Opens `path` (absolute, or from the profiler's directory) in the process's root, as the
+    /// registry opens files by path: never on a file system the kernel does not answer for.
+    pub fn open(&self, path: &Path) -> io::Result<File> {
+        let identity = self.process.identity();
+        identity.root.open(&std::path::absolute(path)?, &identity.asked(self.tgid))
+    }
+
     /// What the process is, for reading what it controls: its root, its user.
     pub fn identity(&self) -> &super::Identity {
         self.process.identity()
@@ -165,6 +184,30 @@ impl<'a> ProcessView<'a> {
 mod tests {
     use super::*;
     use crate::address_space::{AddressSpaces, Tracking};
+
+    /// A command's program named through a link (`python3`, a virtualenv's `bin/python`), or from
+    /// the working directory, is named as the kernel will list its mapping: what the registry
+    /// and the runtimes' recognisers find it by.
+    #[test]
+    fn a_file_to_map_is_named_as_the_kernel_will_list_it() {
+        let mut spaces = AddressSpaces::new(Tracking { all: false, follow_forks: false });
+        spaces.track(Tgid::own());
+        let view = spaces.view(Tgid::own(), 0).unwrap();
+        let exe = std::env::current_exe().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let link = dir.path().join("python3");
+        std::os::unix::fs::symlink(&exe, &link).unwrap();
+        let to_map = view.file_to_map(&link).unwrap();
+        let mapped = view
+            .mappings()
+            .find(|mapping| matches!(&mapping.backing, Backing::File { path, .. } if *path == exe));
+        let mapped = mapped.expect("this test's executable is mapped");
+        assert_eq!(to_map.backing, mapped.backing);
+        assert_eq!((to_map.dev, to_map.inode), (mapped.dev, mapped.inode));
+        let relative = view.file_to_map(Path::new("Cargo.toml")).unwrap();
+        let absolute = std::fs::canonicalize("Cargo.toml").unwrap();
+        assert!(matches!(relative.backing, Backing::File { path, .. } if path == absolute));
+    }
 
     #[test]
     fn resolves_own_code_to_its_file_offset() {

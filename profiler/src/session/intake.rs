@@ -238,7 +238,16 @@ mod tests {
     struct Endless {
         record: Vec<u8>,
         handed: u64,
+        /// Each record taken at its rank (1, 2...) in nanoseconds, rather than as `record` says.
+        ranked: bool,
+        /// The rank of a record taken long after anything else (past every drain's horizon).
+        late_rank: Option<u64>,
     }
+
+    /// Where a sample record says when it was taken.
+    const TIME_AT: usize = std::mem::offset_of!(profiler_common::SampleHeader, time_ns);
+    /// When [`Endless::late_rank`]'s record was taken.
+    const LATE_NS: u64 = u64::MAX / 2;
 
     impl Records for Endless {
         async fn ready(&mut self, _: Duration) -> Result<()> {
@@ -253,6 +262,10 @@ mod tests {
             loop {
                 assert!(self.handed < 1_000_000, "the drain does not end");
                 self.handed += 1;
+                if self.ranked {
+                    let time_ns = if self.late_rank == Some(self.handed) { LATE_NS } else { self.handed };
+                    self.record[TIME_AT..TIME_AT + 8].copy_from_slice(&time_ns.to_ne_bytes());
+                }
                 if consume(&self.record).is_break() {
                     return true;
                 }
@@ -284,18 +297,24 @@ mod tests {
         records: u64,
         drains: u64,
         drained_ns: u64,
-        /// From which record on it holds each back for the kernel, when allowed to.
-        holds_from: Option<u64>,
+        /// From which time on it holds records back for the kernel, when allowed to.
+        holds_from_ns: Option<u64>,
         /// Records held back.
         held: u64,
+        /// When the first records taken were taken, in the order they were.
+        taken_ns: Vec<u64>,
     }
 
     impl Sink for Slow {
         fn task_event(&mut self, _: TaskEvent) {}
-        fn record(&mut self, _: &[u8], pause: Pause) -> ControlFlow<()> {
-            if pause == Pause::ForTheKernel && self.holds_from.is_some_and(|from| self.records + 1 >= from) {
+        fn record(&mut self, record: &[u8], pause: Pause) -> ControlFlow<()> {
+            let time_ns = RecordKind::Sample.time_ns(record).unwrap_or(0);
+            if pause == Pause::ForTheKernel && self.holds_from_ns.is_some_and(|from| time_ns >= from) {
                 self.held += 1;
                 return ControlFlow::Break(());
+            }
+            if self.taken_ns.len() < 16 {
+                self.taken_ns.push(time_ns);
             }
             self.records += 1;
             self.clock.advance(RECORD_COST);
@@ -310,9 +329,20 @@ mod tests {
     fn endless() -> (Intake<Endless, NoEvents, Manual>, Slow) {
         let clock = Manual::new();
         // A record of the distant past: never held back for its task events.
-        let ring = Endless { record: vec![0; 64], handed: 0 };
+        let ring = Endless { record: vec![0; 64], handed: 0, ranked: false, late_rank: None };
         let intake = Intake::new(ring, NoEvents, clock.clone(), RecordKind::Sample);
-        (intake, Slow { clock, records: 0, drains: 0, drained_ns: 0, holds_from: None, held: 0 })
+        (
+            intake,
+            Slow {
+                clock,
+                records: 0,
+                drains: 0,
+                drained_ns: 0,
+                holds_from_ns: None,
+                held: 0,
+                taken_ns: Vec::new(),
+            },
+        )
     }
 
     /// The time the records handed to `sink` cost: at least `budget`, and at most one more
@@ -338,8 +368,7 @@ mod tests {
     #[test]
     fn a_drain_that_falls_behind_vouches_only_for_what_it_handed_over() {
         let (mut intake, mut sink) = endless();
-        let at = std::mem::offset_of!(profiler_common::SampleHeader, time_ns);
-        intake.ring.record[at..at + 8].copy_from_slice(&12_345u64.to_ne_bytes());
+        intake.ring.record[TIME_AT..TIME_AT + 8].copy_from_slice(&12_345u64.to_ne_bytes());
         intake.drain(&mut sink);
         assert!(intake.behind);
         assert_eq!(sink.drained_ns, 12_345);
@@ -356,22 +385,31 @@ mod tests {
     #[test]
     fn a_drain_ends_at_a_record_held_for_the_kernel_and_the_next_takes_it_first() {
         let (mut intake, mut sink) = endless();
-        sink.holds_from = Some(3);
+        intake.ring.ranked = true;
+        // The second record waits for the next drain's task events; every record from the third
+        // on is held back whenever it may be.
+        intake.ring.late_rank = Some(2);
+        sink.holds_from_ns = Some(3);
         intake.drain(&mut sink);
-        assert_eq!((sink.records, sink.held, sink.drains), (2, 1, 1), "ended at the third record");
-        assert_eq!(intake.later.len(), 1, "the third record waits");
+        assert_eq!(
+            (sink.taken_ns.as_slice(), sink.held, sink.drains),
+            (&[1][..], 1, 1),
+            "ended at the third"
+        );
         assert!(ready_at_once(&mut intake), "the rest is taken as soon as the kernel has heard");
-        sink.holds_from = None;
         intake.drain(&mut sink);
-        assert!(intake.later.is_empty(), "the record held was taken");
-        assert!(sink.records > 3, "the next drain goes on");
+        assert_eq!(sink.taken_ns, [1, 3, LATE_NS], "the record held first, older than the late one");
+        assert_eq!(sink.held, 2, "not held again; the fourth held in its turn");
+        sink.holds_from_ns = None;
+        intake.drain(&mut sink);
+        assert_eq!(sink.taken_ns[..5], [1, 3, LATE_NS, 4, 5]);
     }
 
     /// Once the kernel side is paused, what it would be told is moot: the last drain goes on.
     #[test]
     fn the_last_drain_does_not_end_for_the_kernel() {
         let (mut intake, mut sink) = endless();
-        sink.holds_from = Some(3);
+        sink.holds_from_ns = Some(0);
         intake.drain_all(&mut sink);
         assert_within(&sink, END_BUDGET);
         assert_eq!(sink.held, 0);

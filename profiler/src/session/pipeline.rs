@@ -134,7 +134,7 @@ impl<M: Mode> Pipeline<M> {
                 }
                 ready = intake.ready(drain_interval) => {
                     ready?;
-                                        intake.drain(self);
+                    intake.drain(self);
                     let updates = self.walker.take_kernel_updates();
                     for &(tid, end) in &updates.stack_ends {
                         kernel.set_stack_end(tid, end)?;

@@ -151,12 +151,18 @@ fn shared_memory_dev() -> Option<u64> {
     *DEV.get_or_init(|| {
         let memfd = rustix::fs::memfd_create("profiler-dev", rustix::fs::MemfdFlags::CLOEXEC).ok()?;
         let dev = std::fs::File::from(memfd).metadata().ok()?.dev();
-        Some((u64::from(rustix::fs::major(dev)) << 32) | u64::from(rustix::fs::minor(dev)))
+        Some(listed_dev(dev))
     })
 }
 
 /// The mounts of every namespace seen, by the inode of its `/proc/PID/ns/mnt`.
 static NAMESPACES: Mutex<Option<FxHashMap<u64, Arc<Mounts>>>> = Mutex::new(None);
+
+/// A device number (`st_dev`) as `/proc/PID/maps` and the kernel's mmap events write it: the
+/// major number in the high half, the minor in the low.
+pub fn listed_dev(dev: u64) -> u64 {
+    (u64::from(rustix::fs::major(dev)) << 32) | u64::from(rustix::fs::minor(dev))
+}
 
 /// Who answers for the files of `dev`, as process `tgid` maps them: as its namespace's mounts
 /// (`known`, as read when it was seen) say, read again while it lives if they do not list the
@@ -218,8 +224,7 @@ mod tests {
 
     #[test]
     fn own_files_are_the_kernels() {
-        let exe = std::fs::metadata(std::env::current_exe().unwrap()).unwrap().dev();
-        let dev = (u64::from(rustix::fs::major(exe)) << 32) | u64::from(rustix::fs::minor(exe));
+        let dev = listed_dev(std::fs::metadata(std::env::current_exe().unwrap()).unwrap().dev());
         let mounts = of(Tgid::own()).unwrap();
         assert_eq!(mounts.answerer(dev), Some(Answerer::Kernel), "this test's own executable");
         assert_eq!(mounts.answerer(shared_memory_dev().unwrap()), Some(Answerer::Kernel), "memfds");

@@ -29,6 +29,7 @@ use rustix::fs::{
 use super::{
     copy::{self, Parts, StableFile, Writer},
     descriptors::{self, Slot},
+    mounts,
 };
 use crate::model::Tgid;
 
@@ -266,8 +267,7 @@ pub fn map_files_path(tgid: Tgid, mapping: MappedAt) -> PathBuf {
 }
 
 fn is_mapped_inode(stat: &Stat, mapping: MappedAt) -> bool {
-    let dev = (u64::from(rustix::fs::major(stat.st_dev)) << 32) | u64::from(rustix::fs::minor(stat.st_dev));
-    (dev, stat.st_ino) == (mapping.dev, mapping.inode)
+    (mounts::listed_dev(stat.st_dev), stat.st_ino) == (mapping.dev, mapping.inode)
 }
 
 /// Opens for reading (never blocking) what an `O_PATH` handle names, if it is a regular file.

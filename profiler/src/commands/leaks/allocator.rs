@@ -106,14 +106,16 @@ fn of_process(pid: Tgid) -> Result<Allocator> {
 /// `malloc`, else the first library its dynamic linker lists (in load order, with
 /// `LD_PRELOAD` and `LD_LIBRARY_PATH` applied) that does.
 fn of_command(program: &OsStr) -> Result<Allocator> {
-    let files = program::load_order(program)?;
-    let target = files[0].display().to_string();
-    let candidates = files
-        .into_iter()
-        .filter(|path| !is_dynamic_linker(path))
-        .filter_map(|path| Some(Candidate { file: open::own_file(&path).ok()?, path }))
+    let order = program::load_order(program, &open::own_file)?;
+    let libraries = order
+        .libraries
+        .iter()
+        .filter(|library| Some(*library) != order.linker.as_ref() && !is_dynamic_linker(library));
+    let candidates = std::iter::once(&order.program)
+        .chain(libraries)
+        .filter_map(|path| Some(Candidate { file: open::own_file(path).ok()?, path: path.clone() }))
         .collect();
-    choose(candidates, &target)
+    choose(candidates, &order.program.display().to_string())
 }
 
 fn file_name(path: &Path) -> &str {
