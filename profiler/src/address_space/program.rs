@@ -45,8 +45,13 @@ impl LoadOrder {
 pub fn load_order(program: &OsStr, open: &dyn Fn(&Path) -> io::Result<File>) -> Result<LoadOrder> {
     let (path, file) = find(program, open)?;
     let linker = linker(&file).with_context(|| format!("{} is not a 64-bit ELF file", path.display()))?;
+    let linker = linker.map(std::path::absolute).transpose()?;
     let libraries = match &linker {
-        Some(linker) => libraries(linker, &path)?,
+        Some(linker) => {
+            // Its file system asked first: running it waits until it is loaded.
+            open(linker).with_context(|| format!("cannot read the dynamic linker {}", linker.display()))?;
+            libraries(linker, &path)?
+        }
         None => Vec::new(),
     };
     Ok(LoadOrder { program: path, linker, libraries })
@@ -94,18 +99,20 @@ fn libraries(linker: &Path, program: &Path) -> Result<Vec<PathBuf>> {
     });
     let deadline = Instant::now() + LIST_TIMEOUT;
     let status = loop {
-        if let Some(status) = child.try_wait()? {
-            break status;
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(1)),
+            waited => {
+                let _ = child.kill();
+                // Reaped aside: one held by a file system that does not answer outlives a kill.
+                std::thread::spawn(move || child.wait());
+                waited?;
+                bail!(
+                    "the dynamic linker did not list the libraries of {} within {LIST_TIMEOUT:?}",
+                    program.display()
+                );
+            }
         }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            bail!(
-                "the dynamic linker did not list the libraries of {} within {LIST_TIMEOUT:?}",
-                program.display()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(1));
     };
     let (out, err) =
         output.join().map_err(|_| anyhow!("the reader of the dynamic linker's list panicked"))?;
@@ -141,14 +148,21 @@ fn find(program: &OsStr, open: &dyn Fn(&Path) -> io::Result<File>) -> Result<(Pa
         return Ok((program.to_owned(), file));
     }
     let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
-    std::env::split_paths(&path)
-        .map(|dir| dir.join(program))
-        .find_map(|candidate| {
-            let file = open(&candidate).ok()?;
-            let executable = file.metadata().is_ok_and(|m| m.permissions().mode() & 0o111 != 0);
-            executable.then_some((candidate, file))
-        })
-        .ok_or_else(|| anyhow!("cannot run {}: not found in PATH", program.display()))
+    for dir in std::env::split_paths(&path) {
+        let candidate = dir.join(program);
+        match open(&candidate) {
+            Ok(file) if file.metadata().is_ok_and(|m| m.permissions().mode() & 0o111 != 0) => {
+                return Ok((candidate, file));
+            }
+            // Where `execvp` may find it, but whose files `open` does not read: what is there
+            // is not known, and what comes after in `PATH` may not be what runs.
+            Err(err) if err.kind() == io::ErrorKind::PermissionDenied => {
+                return Err(err).with_context(|| format!("cannot read {}", candidate.display()));
+            }
+            _ => {}
+        }
+    }
+    bail!("cannot run {}: not found in PATH", program.display())
 }
 
 #[cfg(test)]
@@ -207,8 +221,23 @@ mod tests {
     }
 
     #[test]
-    fn a_program_in_path_that_cannot_be_opened_is_not_found() {
-        let refuse = |_: &Path| Err(io::Error::from(io::ErrorKind::PermissionDenied));
-        assert!(load_order(OsStr::new("true"), &refuse).is_err());
+    fn a_file_system_not_read_in_path_stops_the_search() {
+        let not_read = |_: &Path| Err(io::Error::from(io::ErrorKind::PermissionDenied));
+        let err = load_order(OsStr::new("true"), &not_read).unwrap_err();
+        assert!(format!("{err}").starts_with("cannot read /"), "{err}");
+        let absent = |_: &Path| Err(io::Error::from(io::ErrorKind::NotFound));
+        let err = load_order(OsStr::new("true"), &absent).unwrap_err();
+        assert_eq!(format!("{err}"), "cannot run true: not found in PATH");
+    }
+
+    #[test]
+    fn a_dynamic_linker_not_read_is_not_run() {
+        let program = Path::new("/bin/true");
+        let only_the_program = |path: &Path| match path == program {
+            true => own(path),
+            false => Err(io::Error::from(io::ErrorKind::PermissionDenied)),
+        };
+        let err = load_order(program.as_os_str(), &only_the_program).unwrap_err();
+        assert!(format!("{err}").starts_with("cannot read the dynamic linker /"), "{err}");
     }
 }

@@ -138,6 +138,10 @@ impl<'a> ProcessView<'a> {
     /// [opened](Self::open) and named as the kernel names a mapping (every link resolved), from
     /// address 0.
     pub fn file_to_map(&self, path: &Path) -> Option<Mapping> {
+        // The opened file's path is as the profiler sees it: the process's only in its root.
+        if !matches!(self.process.identity().root, open::Root::Own) {
+            return None;
+        }
         let file = self.open(path).ok()?;
         let name = std::fs::read_link(open::readable_path(&file)).ok()?;
         Some(Mapping::whole_file(&name, &file.metadata().ok()?))
