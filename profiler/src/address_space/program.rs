@@ -233,9 +233,8 @@ mod tests {
     #[test]
     fn a_dynamic_linker_not_read_is_not_run() {
         let program = Path::new("/bin/true");
-        let only_the_program = |path: &Path| match path == program {
-            true => own(path),
-            false => Err(io::Error::from(io::ErrorKind::PermissionDenied)),
+        let only_the_program = |path: &Path| {
+            if path == program { own(path) } else { Err(io::Error::from(io::ErrorKind::PermissionDenied)) }
         };
         let err = load_order(program.as_os_str(), &only_the_program).unwrap_err();
         assert!(format!("{err}").starts_with("cannot read the dynamic linker /"), "{err}");

@@ -98,10 +98,12 @@ impl TaskEvents for TaskEventReader {
     }
 }
 
-/// Whether a drain ends when its sink says the kernel must hear something.
+/// Whether a sink may hold a record back until the kernel has heard what its look found (the
+/// drain then ends there).
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum Pause {
     ForTheKernel,
+    /// The last drain (the kernel side paused), and records handed again.
     Never,
 }
 
