@@ -18,6 +18,7 @@ pub mod hotspot;
 mod kernel_table;
 pub mod memory;
 pub mod python;
+mod ranges;
 mod slot;
 pub mod v8;
 

@@ -10,7 +10,7 @@ use super::{
     debug_offsets,
     layout::{self, Layout, Root, Version},
 };
-use crate::untrusted::ElfFacts;
+use crate::{runtimes::ranges::Ranges, untrusted::ElfFacts};
 
 /// A CPython image this profiler reads.
 #[derive(Debug, Clone)]
@@ -24,7 +24,7 @@ pub struct Interpreter {
     pub unicode_type_svma: u64,
     /// The eval loop (`_PyEval_EvalFrameDefault`, and its `.cold` part where the symbol table
     /// names one), as file offsets: the native frames the Python frames replace.
-    pub eval_loop: Vec<Range<u64>>,
+    pub eval_loop: Ranges,
 }
 
 /// What an image is, as far as Python goes.
@@ -163,8 +163,8 @@ fn bytes_at<'data>(
 
 /// The file ranges of the eval loop's code, from the dynamic and the full symbol tables (read in
 /// one pass: a pyenv libpython's full table has 15,000 symbols), and the parts of it the
-/// compiler split off that no symbol names (see [`split_parts`]).
-fn eval_loop(elf: &ElfFile64<'_, object::Endianness>, facts: &ElfFacts) -> Vec<Range<u64>> {
+/// compiler split off that no symbol names (see [`split_parts`]); the symbols' first.
+fn eval_loop(elf: &ElfFile64<'_, object::Endianness>, facts: &ElfFacts) -> Ranges {
     let mut symbols: Vec<Range<u64>> = Vec::new();
     let mut function = None;
     for symbol in elf.dynamic_symbols().chain(elf.symbols()) {
@@ -180,27 +180,27 @@ fn eval_loop(elf: &ElfFile64<'_, object::Endianness>, facts: &ElfFacts) -> Vec<R
     }
     let parts = function
         .and_then(|function| {
-            let code =
-                bytes_at(elf, function.address(), function.section_index()?, function.size() as usize)?;
+            let size = usize::try_from(function.size()).ok()?.min(MAX_EVAL_LOOP_BYTES);
+            let code = bytes_at(elf, function.address(), function.section_index()?, size)?;
             let unwind = UnwindEntries::of(elf)?;
             Some(split_parts(function.address(), code, |address| unwind.covering(address)))
         })
         .unwrap_or_default();
-    let mut ranges: Vec<Range<u64>> = symbols
-        .into_iter()
-        .chain(parts)
-        .filter_map(|range| {
-            let start = file_offset(facts, range.start)?;
-            Some(start..start.checked_add(range.end - range.start)?)
-        })
-        .collect();
-    ranges.sort_unstable_by_key(|range| (range.start, range.end));
-    ranges.dedup();
-    ranges
+    let in_file = symbols.into_iter().chain(parts).filter_map(|range| {
+        let start = file_offset(facts, range.start)?;
+        Some(start..start.checked_add(range.end - range.start)?)
+    });
+    Ranges::new(in_file, MAX_EVAL_LOOP_RANGES)
 }
 
 const EVAL_LOOP: &str = "_PyEval_EvalFrameDefault";
 const EVAL_LOOP_COLD: &str = "_PyEval_EvalFrameDefault.cold";
+/// Ranges of the eval loop kept at most: GCC splits a handful of parts off it, and each native
+/// frame is looked up in them.
+const MAX_EVAL_LOOP_RANGES: usize = 64;
+/// Bytes of the eval loop's body searched for jumps into parts split off it at most: CPython's is
+/// 10-200 KB; the search is linear in it.
+const MAX_EVAL_LOOP_BYTES: usize = 4 << 20;
 
 /// An image's unwind entries (FDEs), found by address through `.eh_frame_hdr`'s sorted table:
 /// the few the eval loop jumps into are read, not the thousands of `.eh_frame`.
@@ -253,7 +253,10 @@ fn split_parts(
     fde_covering: impl Fn(u64) -> Option<Range<u64>>,
 ) -> Vec<Range<u64>> {
     let body = address..address + code.len() as u64;
-    let mut landings: Vec<(Range<u64>, u64)> = Vec::new();
+    // (the part's start and end, where a jump lands in it), once per jump.
+    let mut landings: Vec<(u64, u64, u64)> = Vec::new();
+    // Jumps into one part come in runs: its entry is looked up again only past it.
+    let mut last_fde: Option<Range<u64>> = None;
     for at in 0..code.len() {
         let opcode_len = match code[at..] {
             [0xe9, ..] => 1,
@@ -268,19 +271,26 @@ fn split_parts(
         if body.contains(&target) {
             continue;
         }
-        let Some(fde) = fde_covering(target).filter(|fde| fde.start != target) else { continue };
-        if !landings.iter().any(|(part, at)| *part == fde && *at == target) {
-            landings.push((fde, target));
+        let fde = match &last_fde {
+            Some(fde) if fde.contains(&target) => fde.clone(),
+            _ => {
+                let Some(fde) = fde_covering(target) else { continue };
+                last_fde = Some(fde.clone());
+                fde
+            }
+        };
+        if fde.start != target {
+            landings.push((fde.start, fde.end, target));
         }
     }
-    let mut parts: Vec<Range<u64>> = Vec::new();
-    for (part, _) in &landings {
-        let count = landings.iter().filter(|(other, _)| other == part).count();
-        if count >= 2 && !parts.contains(part) && !part.contains(&address) {
-            parts.push(part.clone());
-        }
-    }
-    parts
+    landings.sort_unstable();
+    landings.dedup();
+    landings
+        .chunk_by(|a, b| (a.0, a.1) == (b.0, b.1))
+        .filter(|landed| landed.len() >= 2)
+        .map(|landed| landed[0].0..landed[0].1)
+        .filter(|part| !part.contains(&address))
+        .collect()
 }
 
 /// The file offset of an address the file states, through its load segments.
@@ -343,6 +353,32 @@ mod tests {
         assert_eq!(split_parts(BODY, &code, covering), vec![Range { start: 0x5000, end: 0x5800 }]);
         // One landing is not enough.
         assert_eq!(split_parts(BODY, &code[..5], covering), Vec::<Range<u64>>::new());
+    }
+
+    /// A body made of nothing but jumps, each landing apart in one of thousands of parts: each
+    /// part is found once (the image keeps at most [`MAX_EVAL_LOOP_RANGES`] of them).
+    #[test]
+    fn a_body_of_jumps_everywhere_finds_each_part_once() {
+        const BODY: u64 = 0x10_0000;
+        const PARTS: u64 = 4_000;
+        let jumps = 200_000u64;
+        let code: Vec<u8> = (0..jumps)
+            .flat_map(|i| {
+                let target = 0x100_0000 + (i % PARTS) * 0x100 + 1 + i / PARTS;
+                let next = BODY + i * 5 + 5;
+                let mut jump = vec![0xe9];
+                jump.extend_from_slice(&(target.wrapping_sub(next) as i32).to_le_bytes());
+                jump
+            })
+            .collect();
+        let covering = |address: u64| {
+            let start = address & !0xff;
+            (address >= 0x100_0000).then_some(start..start + 0x100)
+        };
+        let parts = split_parts(BODY, &code, covering);
+        assert_eq!(parts.len(), PARTS as usize);
+        assert!(parts.windows(2).all(|pair| pair[0].end <= pair[1].start), "sorted, each once");
+        assert_eq!(Ranges::new(parts, MAX_EVAL_LOOP_RANGES).len(), 1, "adjacent parts merge");
     }
 
     #[test]

@@ -226,9 +226,7 @@ impl Runtime for Python {
         native.append(frames);
         let (module, eval_loop) = (running.module, &running.interpreter.eval_loop);
         let is_eval_loop = |frame: &Frame| match *frame {
-            Frame::Module { module: m, offset } => {
-                m == module && eval_loop.iter().any(|r| r.contains(&offset))
-            }
+            Frame::Module { module: m, offset } => m == module && eval_loop.contains(offset),
             _ => false,
         };
         merge::merge(native, &runs, is_eval_loop, frames);

@@ -8,7 +8,7 @@ use super::{Allowance, Memory, V8Process, image::Version, layout::Layout};
 use crate::{
     address_space::ModuleId,
     frame::Frame,
-    runtimes::functions::Functions,
+    runtimes::{functions::Functions, ranges::Ranges},
     unwind::{RuntimeCode, RuntimeStep, StackSnapshot},
 };
 
@@ -63,8 +63,8 @@ pub fn process(layout: Layout, builtins: Range<u64>, text: Range<u64>, memory: M
     V8Process::new(
         Arc::new(layout),
         ModuleId::from_index(0),
-        vec![builtins],
-        vec![text],
+        Ranges::new([builtins], 1),
+        Ranges::new([text], 1),
         memory,
         Allowance::unbounded(None),
     )

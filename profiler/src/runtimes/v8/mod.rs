@@ -21,7 +21,7 @@ mod stack;
 #[cfg(test)]
 mod tests;
 
-use std::{ops::Range, sync::Arc};
+use std::sync::Arc;
 
 use anyhow::{Context as _, Result};
 
@@ -35,6 +35,7 @@ use super::{
     Refusal, Runtime,
     functions::{FunctionRef, Functions, Kind},
     memory::{self, Allowance, Memory, ProcessMemory},
+    ranges::Ranges,
 };
 use crate::{
     address_space::{Backing, Mapping, ModuleId, ProcessView},
@@ -43,6 +44,10 @@ use crate::{
     untrusted::Cache,
     unwind::RuntimeCode,
 };
+
+/// Mappings of its binary a process's V8 is looked for in at most (its text, and its builtins
+/// mapped again near its JIT code: a handful); each native frame is looked up in them.
+const MAX_MAPPINGS: usize = 64;
 
 /// What a small entry holds in a cache (a function not read, a map's type, a closure's
 /// `SharedFunctionInfo`), about: key, value and the cache's links.
@@ -112,24 +117,24 @@ impl Runtime for V8 {
             }
         };
         // Every executable mapping of the binary, and where the builtins are in those that map
-        // them (V8 may map them twice: where the binary is loaded, and near its JIT code).
-        let text: Vec<Range<u64>> = view
-            .mappings()
-            .filter(|other| other.executable && other.dev == mapping.dev && other.inode == mapping.inode)
-            .map(|other| other.start..other.end)
-            .collect();
-        let builtins: Vec<Range<u64>> = view
-            .mappings()
-            .filter(|other| other.executable && other.dev == mapping.dev && other.inode == mapping.inode)
-            .filter(|other| {
-                other.offset <= image.builtins.start
-                    && image.builtins.end - other.offset <= other.end - other.start
-            })
-            .map(|other| {
-                let start = other.start + (image.builtins.start - other.offset);
-                start..start + (image.builtins.end - image.builtins.start)
-            })
-            .collect();
+        // them (V8 may map them twice: where the binary is loaded, and near its JIT code); the
+        // mapping found first, and at most a few, however many times a process maps the file.
+        let binary =
+            |other: &&Mapping| other.executable && other.dev == mapping.dev && other.inode == mapping.inode;
+        let mapped = || std::iter::once(mapping).chain(view.mappings().filter(binary));
+        let text = Ranges::new(mapped().map(|other| other.start..other.end), MAX_MAPPINGS);
+        let builtins = Ranges::new(
+            mapped()
+                .filter(|other| {
+                    other.offset <= image.builtins.start
+                        && image.builtins.end - other.offset <= other.end - other.start
+                })
+                .map(|other| {
+                    let start = other.start + (image.builtins.start - other.offset);
+                    start..start + (image.builtins.end - image.builtins.start)
+                }),
+            MAX_MAPPINGS,
+        );
         if builtins.is_empty() {
             return Err(Refusal::Never(anyhow::anyhow!(
                 "{}: JavaScript frames not read: its embedded builtins are not in its mapped code",
@@ -188,7 +193,7 @@ impl Runtime for V8 {
     }
 
     fn inspect(&self, process: &V8Process) -> String {
-        let first = &process.builtins[0];
+        let first = process.builtins.iter().next().cloned().unwrap_or_default();
         format!(
             "its v8dbg_* metadata read; its embedded builtins at {:#x}-{:#x} ({} mapping(s))",
             first.start,
@@ -223,8 +228,8 @@ pub struct V8Process {
     layout: Arc<Layout>,
     /// Its binary's module, and its builtins' code and its binary's code, as mapped.
     module: ModuleId,
-    builtins: Vec<Range<u64>>,
-    text: Vec<Range<u64>>,
+    builtins: Ranges,
+    text: Ranges,
     memory: Memory,
     allowance: Arc<Allowance>,
     /// Functions by their `SharedFunctionInfo`'s address, with the name-or-scope-info and
@@ -285,8 +290,8 @@ impl V8Process {
     fn new(
         layout: Arc<Layout>,
         module: ModuleId,
-        builtins: Vec<Range<u64>>,
-        text: Vec<Range<u64>>,
+        builtins: Ranges,
+        text: Ranges,
         memory: Memory,
         allowance: Arc<Allowance>,
     ) -> Self {
@@ -307,7 +312,9 @@ impl V8Process {
 
     /// The JavaScript frame the walk stepped at `depth` of the last stack.
     fn stepped(&self, depth: usize) -> Option<JsFrame> {
-        self.stepped.iter().find(|(at, _)| *at == depth).map(|(_, frame)| *frame)
+        // Stepped outwards: by depth.
+        let index = self.stepped.binary_search_by_key(&depth, |(at, _)| *at).ok()?;
+        Some(self.stepped[index].1)
     }
 
     /// What names `frame`: its function's frame, at its start's line, if it has one.

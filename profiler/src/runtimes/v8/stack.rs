@@ -30,8 +30,7 @@ impl RuntimeCode for V8Process {
         is_code: &mut dyn FnMut(u64) -> bool,
     ) -> RuntimeStep {
         let pc = regs.ip();
-        let in_builtins = self.builtins.iter().any(|builtins| builtins.contains(&pc));
-        if !in_builtins && self.text.iter().any(|text| text.contains(&pc)) {
+        if !self.builtins.contains(pc) && self.text.contains(pc) {
             return RuntimeStep::NotMine;
         }
         match self.step_frame(regs, stack, is_code) {
