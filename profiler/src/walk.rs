@@ -107,9 +107,9 @@ impl StackWalker {
         &self.stats
     }
 
-    /// Lets go of `modules` here (the unwinder, the runtimes, the registry) and hands them to
-    /// `also` first (naming, which forgets them after what it was handed before); not of a
-    /// module a running runtime's frames are recognised by.
+    /// Lets go of `modules` here (the unwinder, the registry) and hands them to `also` first
+    /// (naming, which forgets them after what it was handed before); not of a module a running
+    /// runtime's frames are recognised by.
     pub fn evict_modules(&mut self, modules: &[ModuleId], also: impl FnOnce(&[ModuleId], &Modules)) {
         let modules: Vec<ModuleId> =
             modules.iter().copied().filter(|&module| !self.runtimes.pins(module)).collect();
@@ -119,19 +119,31 @@ impl StackWalker {
         let modules = &modules[..];
         also(modules, self.spaces.modules());
         self.unwinder.forget(modules);
-        self.runtimes.forget_modules(modules);
         self.spaces.modules_mut().evict(modules);
         // What framehop parsed is given back to the system by naming's trim, once it has let
         // go of its part (`NamingThread::forget_modules`).
     }
 
-    /// Applies what a process did to its address space. After an exec, whatever it runs is
-    /// looked at anew: a runtime found before is gone.
+    /// Applies what a process did to its address space, and has the runtimes look at what it
+    /// maps now (after an exec, whatever it runs is looked at anew: a runtime found before is
+    /// gone).
     pub fn apply(&mut self, event: TaskEvent) {
-        if let TaskEvent::Exec { pid, .. } = event {
-            self.runtimes.forget(pid);
+        let runtimes = &mut self.runtimes;
+        match event {
+            TaskEvent::Map { pid, .. } => runtimes.mapped(pid),
+            TaskEvent::Exec { pid, time_ns, .. } => runtimes.exec(pid, time_ns),
+            TaskEvent::Fork { parent, child, .. } => runtimes.forked(parent, child),
+            TaskEvent::Rename { .. } | TaskEvent::Exit { .. } | TaskEvent::Lost { .. } => {}
         }
         self.spaces.apply(event);
+    }
+
+    /// Once a drain's task events are applied, before its records: what runtimes' discovery
+    /// found since, taken (see [`Runtimes::discover`]).
+    pub fn discover(&mut self) {
+        if !self.native_only {
+            self.runtimes.discover(&mut self.spaces, clock::monotonic_ns());
+        }
     }
 
     /// Forgets the processes gone by `now_ns` (their runtimes too), and returns them.
@@ -145,19 +157,19 @@ impl StackWalker {
 
     /// Process `tgid` is about to run `program` (a command held before exec): the runtimes'
     /// images among the files it will map (see [`program::load_order`]) are recognised now, so
-    /// that its first samples find them read. A program whose files cannot be listed (a script)
-    /// is looked at from its first samples, as any process.
+    /// that they are found known as soon as it maps them. A program whose files cannot be
+    /// listed (a script) has them recognised once it maps them, as any process.
     pub fn expect_program(&mut self, tgid: Tgid, program: &OsStr) {
         if self.native_only {
             return;
         }
-        let Some(mut process) = self.spaces.view(tgid, clock::monotonic_ns()) else { return };
-        let Ok(order) = program::load_order(program, &|path| process.open(path)) else { return };
-        for path in order.files() {
-            if let Some(file) = process.file_to_map(path) {
-                self.runtimes.expect(&mut process, &file);
-            }
-        }
+        let now_ns = clock::monotonic_ns();
+        let Some(process) = self.spaces.view(tgid, now_ns) else { return };
+        let files: Vec<_> = match program::load_order(program, &|path| process.open(path)) {
+            Ok(order) => order.files().filter_map(|path| process.file_to_map(path)).collect(),
+            Err(_) => Vec::new(),
+        };
+        self.runtimes.expect(&process, &files, now_ns);
     }
 
     /// Sampling starts at `now_ns` (see [`Runtimes::sampling_starts`]).
@@ -169,6 +181,11 @@ impl StackWalker {
     /// drained sooner, so that it is found before much of it runs unread.
     pub fn runtime_may_be_starting(&self, now_ns: u64) -> bool {
         !self.native_only && self.runtimes.may_be_starting(now_ns)
+    }
+
+    /// Whether the kernel is still to be told of a process whose runtime it should walk.
+    pub fn runtime_found(&self) -> bool {
+        self.runtimes.runtime_found()
     }
 
     /// The runtimes read: the functions their frames name, the modules they read them through.
@@ -273,6 +290,7 @@ impl StackWalker {
         };
         push_resolved(&mut process, fp_addrs, first_depth, frames);
         runtimes.merge(process.tgid(), sample.runtime_frames(), frames);
+        runtimes.read_maps_if_stale(&mut process, sample.time_ns());
         Some(Walked { comm: process.into_comm(), frames })
     }
 }

@@ -11,7 +11,7 @@ mod task_event;
 mod vdso;
 
 pub use self::{
-    module::{Module, ModuleId, ModuleSet, Modules},
+    module::{Module, ModuleId, ModuleSet, Modules, open_mapped},
     proc_maps::{Backing, MAX_MAPS_BYTES, Mapping, Mappings, TimedMapping, backing_named, cut_readings},
     process::Identity,
     process::{Process, Processes, Tracking, running},

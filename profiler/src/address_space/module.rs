@@ -228,23 +228,33 @@ pub struct Modules {
 }
 
 impl Default for Modules {
-    /// The modules of live processes, their files opened through `/proc`; those of file systems
-    /// the kernel does not answer for, off the pipeline (see `remote`).
+    /// The modules of live processes, their files opened through `/proc` ([`open_mapped`]).
     fn default() -> Self {
-        Self::with_opener(Box::new(|tgid, identity, mapping, path| {
-            match identity.answerer(tgid, mapping.dev) {
-                Answerer::Kernel => {}
-                Answerer::Server => return remote::open(tgid, mapping.at()),
-                Answerer::Daemon => return Err(remote::not_asked()),
-            }
-            let file = open::mapped_file(tgid, mapping.at())
-                .or_else(|_| open::mapped_path(&identity.root, path, mapping.at(), &identity.asked(tgid)))?;
-            if open::is_jit_memory(path, &file) {
-                return Err(open::jit_memory_error());
-            }
-            open::stable(file, Parts::Module)
-        }))
+        Self::with_opener(Box::new(open_mapped))
     }
+}
+
+/// Opens the file behind `mapping` (named `path`) of live process `tgid` (what it is:
+/// `identity`), safe to map: the file a registry's module is made of, and what runtimes are
+/// recognised in. Those of file systems the kernel does not answer for are copied off the
+/// pipeline (see `remote`), or not opened at all.
+pub fn open_mapped(
+    tgid: Tgid,
+    identity: &Identity,
+    mapping: &Mapping,
+    path: &Path,
+) -> io::Result<StableFile> {
+    match identity.answerer(tgid, mapping.dev) {
+        Answerer::Kernel => {}
+        Answerer::Server => return remote::open(tgid, mapping.at()),
+        Answerer::Daemon => return Err(remote::not_asked()),
+    }
+    let file = open::mapped_file(tgid, mapping.at())
+        .or_else(|_| open::mapped_path(&identity.root, path, mapping.at(), &identity.asked(tgid)))?;
+    if open::is_jit_memory(path, &file) {
+        return Err(open::jit_memory_error());
+    }
+    open::stable(file, Parts::Module)
 }
 
 impl Modules {

@@ -6,7 +6,10 @@ use std::{
     io::{self, BufRead as _, BufReader, Read as _},
     os::unix::ffi::OsStrExt as _,
     path::PathBuf,
-    sync::atomic::{AtomicU64, Ordering},
+    sync::{
+        Arc, OnceLock,
+        atomic::{AtomicU64, Ordering},
+    },
 };
 
 use crate::{model::Tgid, untrusted::open::MappedAt};
@@ -98,11 +101,26 @@ pub struct TimedMapping {
 }
 
 /// The mappings of one process, sorted by address and not overlapping, like the kernel's.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct Mappings {
     entries: Vec<TimedMapping>,
     /// Read from a `/proc/PID/maps` longer than [`MAX_MAPS_BYTES`]: only up to there.
     cut: bool,
+    /// Which table this is (one read from `/proc`, or begun at exec), whatever is mapped into it
+    /// since: a table replaced is another one.
+    id: u64,
+    /// The files it maps executable, once asked (see [`Self::executable_files`]); forgotten at
+    /// each change.
+    executable_files: OnceLock<Arc<[Mapping]>>,
+}
+
+/// The last table id given.
+static TABLES: AtomicU64 = AtomicU64::new(0);
+
+impl Default for Mappings {
+    fn default() -> Self {
+        Self::of(Vec::new(), false)
+    }
 }
 
 /// Bytes of a `/proc/PID/maps` read at most. A process may map as many files as the kernel
@@ -173,10 +191,36 @@ impl Mappings {
             mappings.push(parse_line(text).ok_or(ParseError { line: number })?);
         }
         mappings.sort_by_key(|m| m.start);
-        Ok(Self {
-            entries: mappings.into_iter().map(|mapping| TimedMapping { mapping, since_ns: 0 }).collect(),
-            cut,
-        })
+        let entries = mappings.into_iter().map(|mapping| TimedMapping { mapping, since_ns: 0 }).collect();
+        Ok(Self::of(entries, cut))
+    }
+
+    fn of(entries: Vec<TimedMapping>, cut: bool) -> Self {
+        let id = TABLES.fetch_add(1, Ordering::Relaxed) + 1;
+        Self { entries, cut, id, executable_files: OnceLock::new() }
+    }
+
+    /// Which table this is: another once the process runs exec or its maps are read again.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Each file mapped executable, once (by device, inode and path), at its lowest mapping: what
+    /// runtimes are looked for in. Worked out once per change of the table, and shared by the
+    /// processes that share it (children forked from one with tens of thousands of mappings).
+    pub fn executable_files(&self) -> Arc<[Mapping]> {
+        let files = self.executable_files.get_or_init(|| {
+            let mut seen = rustc_hash::FxHashSet::default();
+            self.mappings()
+                .filter(|mapping| mapping.executable)
+                .filter(|mapping| match &mapping.backing {
+                    Backing::File { path, .. } => seen.insert((mapping.dev, mapping.inode, path)),
+                    _ => false,
+                })
+                .cloned()
+                .collect()
+        });
+        Arc::clone(files)
     }
 
     /// The mapping that contains `addr`.
@@ -218,6 +262,7 @@ impl Mappings {
         kept.push(TimedMapping { mapping, since_ns });
         kept.sort_by_key(|e| e.mapping.start);
         self.entries = kept;
+        self.executable_files = OnceLock::new();
         displaced
     }
 }

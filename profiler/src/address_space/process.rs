@@ -65,6 +65,8 @@ pub struct Process {
     past_spaces: Vec<PastSpace>,
     /// When `/proc/PID/maps` was last read, and how long until it may be read again.
     read_at_ns: u64,
+    /// When it last mapped something (a task event).
+    mapped_ns: u64,
     reread_interval_ns: u64,
     /// `/proc/PID` is gone: no more reads.
     gone: bool,
@@ -183,6 +185,7 @@ impl Process {
             history: Vec::new(),
             past_spaces: Vec::new(),
             read_at_ns,
+            mapped_ns: 0,
             reread_interval_ns: REREAD_INTERVAL_NS,
             exited_at_ns: None,
             sampled: false,
@@ -201,6 +204,7 @@ impl Process {
             history: Vec::new(),
             past_spaces: Vec::new(),
             read_at_ns: 0,
+            mapped_ns: 0,
             reread_interval_ns: REREAD_INTERVAL_NS,
             gone: true,
             exited_at_ns: None,
@@ -223,7 +227,6 @@ impl Process {
         self.mappings().find(|m| matches!(&m.backing, Backing::File { path, .. } if path.file_name().is_some_and(|n| *n == *name)))
     }
 
-    /// Its mappings now.
     /// Its mappings now, shared.
     pub fn space(&self) -> Arc<Mappings> {
         Arc::clone(&self.space)
@@ -253,6 +256,20 @@ impl Process {
         }
     }
 
+    /// Whether it mapped something since `/proc/PID/maps` was read: that came from a task
+    /// event, and the mappings it made with it that are not executable (a library's data, an
+    /// archive it maps to read) from none.
+    pub fn maps_stale(&self) -> bool {
+        self.mapped_ns > self.read_at_ns && !self.gone
+    }
+
+    /// Reads `/proc/PID/maps` again.
+    pub fn read_maps(&mut self) {
+        if !self.gone {
+            self.reread();
+        }
+    }
+
     /// The mapping known to have contained `addr` at `time_ns`.
     pub fn lookup(&self, addr: u64, time_ns: u64) -> Option<&Mapping> {
         if let Some(current) = self.space.find_timed(addr).filter(|e| e.since_ns <= time_ns) {
@@ -278,6 +295,7 @@ impl Process {
     }
 
     fn map(&mut self, mapping: Mapping, time_ns: u64) {
+        self.mapped_ns = self.mapped_ns.max(time_ns);
         let displaced = Arc::make_mut(&mut self.space).insert(mapping, time_ns);
         self.retire(displaced, time_ns);
     }
@@ -332,6 +350,7 @@ impl Process {
             history: Vec::new(),
             past_spaces: Vec::new(),
             read_at_ns: self.read_at_ns,
+            mapped_ns: self.mapped_ns,
             reread_interval_ns: REREAD_INTERVAL_NS,
             gone: self.gone,
             exited_at_ns: None,

@@ -2,7 +2,15 @@
 //! [`ProcessView::resolve`] is the one lookup that pinning frames, the unwinder and the recorded
 //! fixtures all use: an address of a process at a moment, to the module and file offset of the
 //! mapping that held it.
-use std::{fs::File, io, path::Path, sync::Arc};
+use std::{
+    fs::File,
+    io,
+    path::Path,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+};
 
 use super::{Backing, Mapping, Mappings, Module, ModuleId, Modules, Process};
 use crate::{
@@ -40,16 +48,34 @@ pub struct FileMappings {
     tgid: Tgid,
     space: Arc<Mappings>,
     mounts: Option<Arc<Mounts>>,
+    /// A page of a file found where no mapping is known (0: none yet), shared by the copies.
+    unknown: Arc<AtomicU64>,
 }
 
 impl FileMappings {
-    /// Whether `addr` of process `tgid` is in a mapping of a file the kernel answers for.
-    pub fn kernels_file(&self, tgid: Tgid, addr: u64) -> bool {
-        tgid == self.tgid
-            && self.space.find(addr).is_some_and(|mapping| {
-                matches!(mapping.backing, Backing::File { .. })
-                    && mounts::answerer(self.tgid, self.mounts.as_deref(), mapping.dev) == Answerer::Kernel
-            })
+    /// Whether `addr` of process `tgid` is in a mapping of a file the kernel answers for:
+    /// `None` when no mapping known holds it (one the process made since its maps were read,
+    /// not executable: task events report only those), which is noted, for
+    /// [`Self::take_unknown`].
+    pub fn kernels_file(&self, tgid: Tgid, addr: u64) -> Option<bool> {
+        if tgid != self.tgid {
+            return Some(false);
+        }
+        let Some(mapping) = self.space.find(addr) else {
+            let _ = self.unknown.compare_exchange(0, addr, Ordering::Relaxed, Ordering::Relaxed);
+            return None;
+        };
+        Some(
+            matches!(mapping.backing, Backing::File { .. })
+                && mounts::answerer(self.tgid, self.mounts.as_deref(), mapping.dev) == Answerer::Kernel,
+        )
+    }
+
+    /// A page of a file found in no mapping known since the last call: the process's maps are
+    /// worth reading again (see [`ProcessView::mapping`]).
+    pub fn take_unknown(&self) -> Option<u64> {
+        let addr = self.unknown.swap(0, Ordering::Relaxed);
+        (addr != 0).then_some(addr)
     }
 }
 
@@ -170,12 +196,35 @@ impl<'a> ProcessView<'a> {
             tgid: self.tgid,
             space: self.process.space(),
             mounts: self.process.identity().mounts.clone(),
+            unknown: Arc::default(),
         }
     }
 
-    /// The process's mappings now, for runtimes that look for their interpreter in them.
+    /// The process's mappings now.
     pub fn mappings(&self) -> impl Iterator<Item = &Mapping> {
         self.process.mappings()
+    }
+
+    /// Whether the process mapped something since its maps were read (see
+    /// [`Process::maps_stale`]).
+    pub fn maps_stale(&self) -> bool {
+        self.process.maps_stale()
+    }
+
+    /// Reads the process's maps again.
+    pub fn read_maps(&mut self) {
+        self.last = None;
+        self.process.read_maps();
+    }
+
+    /// Which table of mappings the process has now (see [`Mappings::id`]).
+    pub fn table(&self) -> u64 {
+        self.process.space().id()
+    }
+
+    /// Each file the process maps executable now, once (see [`Mappings::executable_files`]).
+    pub fn executable_files(&self) -> Arc<[Mapping]> {
+        self.process.space().executable_files()
     }
 
     /// The module behind one of the process's mappings (`None`: anonymous memory).

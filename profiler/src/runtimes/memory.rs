@@ -22,11 +22,11 @@ pub const READS_PER_SAMPLE: u64 = 1024;
 pub const BYTES_PER_SAMPLE: u64 = 4 << 20;
 
 /// The summary's line for `frames` frames of `runtime` left unnamed in their sample for want of
-/// its allowance of reads of `memory`.
+/// its allowance of reads of `memory` (or of its file mappings known).
 pub fn spent_line(frames: u64, runtime: &str, memory: &str) -> String {
     format!(
         "{frames} {runtime} frames left unnamed in their sample: it had spent its {READS_PER_SAMPLE} reads or {} MiB \
-         of {memory}",
+         of {memory}, or met a file mapped since its maps were read",
         BYTES_PER_SAMPLE >> 20
     )
 }
@@ -39,7 +39,8 @@ pub struct Allowance {
     limits: (u64, u64),
     reads: AtomicU64,
     bytes: AtomicU64,
-    /// A read was refused since the last reset.
+    /// A read was refused since the last reset that may succeed at a later sample (see
+    /// [`Self::spent`]).
     spent: AtomicBool,
     /// The file mappings of the process being walked: a page of a file is read only when it is
     /// a page of a file the kernel answers for (see [`ProcessMemory`]).
@@ -86,10 +87,25 @@ impl Allowance {
         self.files.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
-    /// Whether `addr` of process `tgid` is a page of a file the kernel answers for.
+    /// A page of a file that a read of the process being walked found in no mapping known, if
+    /// any since the last call (see [`FileMappings::take_unknown`]).
+    pub fn unknown_file_page(&self) -> Option<u64> {
+        self.files.lock().unwrap_or_else(PoisonError::into_inner).as_ref()?.take_unknown()
+    }
+
+    /// Whether `addr` of process `tgid` is a page of a file the kernel answers for. A page of a
+    /// file not known to be mapped there yet is refused as the allowance refuses a read: it may
+    /// be read once the process's maps are read again.
     fn kernels_file(&self, tgid: Tgid, addr: u64) -> bool {
         let files = self.files.lock().unwrap_or_else(PoisonError::into_inner);
-        files.as_ref().is_some_and(|files| files.kernels_file(tgid, addr))
+        match files.as_ref().map(|files| files.kernels_file(tgid, addr)) {
+            Some(Some(kernels)) => kernels,
+            Some(None) => {
+                self.spent.store(true, Ordering::Relaxed);
+                false
+            }
+            None => false,
+        }
     }
 
     /// Takes a read of `bytes`, if the sample has room for it.
@@ -105,8 +121,9 @@ impl Allowance {
         true
     }
 
-    /// Whether a read was refused since the sample began: what failed then may read another
-    /// time, and is not remembered as unreadable.
+    /// Whether a read was refused since the sample began for want of its allowance, or of the
+    /// process's file mappings known: what failed then may read another time, and is not
+    /// remembered as unreadable.
     pub fn spent(&self) -> bool {
         self.spent.load(Ordering::Relaxed)
     }

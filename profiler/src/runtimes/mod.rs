@@ -4,15 +4,17 @@
 //! native stack, stepped and named during unwinding.
 //!
 //! Each runtime is a folder behind one interface, [`Runtime`], in the manner of the OpenTelemetry
-//! eBPF profiler's interpreters: it recognises an image of its own (once per module), attaches
-//! to a process that maps one (or refuses, and says why), tells the kernel what its walker needs
-//! (when it walks in the kernel), steps the native frames it owns, names frames at a depth or
-//! merges the frames read at sample time, and reports its counters. [`Runtimes`] owns the
-//! rest, the same for every runtime: the life of a runtime in each process (when to look again,
-//! starting, refused, running), the kernel's table of processes, the function table its frames
-//! name, each sample's allowance of reads of target memory, and the summary's lines. Adding a
-//! runtime is a folder here (and one in `profiler-ebpf/src/runtimes/` when it walks in the
-//! kernel) and one line in [`Runtimes::new`].
+//! eBPF profiler's interpreters: it says what marks its images and recognises one (once per
+//! file), attaches to a process that maps one (or refuses, and says why), tells the kernel what
+//! its walker needs (when it walks in the kernel), steps the native frames it owns, names frames
+//! at a depth or merges the frames read at sample time, and reports its counters. [`Runtimes`]
+//! owns the rest, the same for every runtime: finding which runtime a process runs, off the
+//! thread that drains samples (`discovery`), the life of a runtime in each process (starting,
+//! refused, running), the kernel's table of processes, the function table its frames name, each
+//! sample's allowance of reads of target memory, and the summary's lines. Adding a runtime is a
+//! folder here (and one in `profiler-ebpf/src/runtimes/` when it walks in the kernel) and one
+//! line in [`Runtimes::new`].
+mod discovery;
 pub mod functions;
 pub mod hotspot;
 mod kernel_table;
@@ -22,18 +24,20 @@ mod ranges;
 mod slot;
 pub mod v8;
 
-use std::sync::Arc;
+use std::{any::Any, marker::PhantomData, sync::Arc};
 
 use profiler_common::runtimes::{RuntimeKind, RuntimeProcess};
 
+pub(crate) use self::discovery::ImageFile;
 use self::{
+    discovery::{Discovery, Found, Recogniser},
     functions::Functions,
     kernel_table::KernelTable,
     memory::Allowance,
     slot::{Loaded, Slot},
 };
 use crate::{
-    address_space::{Mapping, ModuleId, ProcessView},
+    address_space::{AddressSpaces, Mapping, ModuleId, ProcessView},
     decode::{RuntimeFrames, UserRegs},
     frame::Frame,
     model::Tgid,
@@ -53,15 +57,17 @@ pub trait Runtime: Send + 'static {
     const NAME: &'static str;
     /// Whose frame records its kernel walker writes ([`RuntimeKind::None`]: it walks none).
     const KIND: RuntimeKind = RuntimeKind::None;
-    /// How often a process that maps none of its images is looked at again.
+    /// How often a process whose runtime is still starting (or has no room in the kernel's
+    /// table) is looked at again.
     const RECHECK_NS: u64;
 
-    /// Whether `mapping` may be one of its images (by what its file is called, and where): the
-    /// only mappings of a process looked at.
-    fn may_be_image(&self, mapping: &Mapping) -> bool;
-    /// What it needs of `module` (the file of such a mapping): `None` when it is not one of its
-    /// images, an error when it is one it does not read (what it is, for the summary).
-    fn recognise(&mut self, view: &ProcessView<'_>, module: ModuleId) -> anyhow::Result<Option<Self::Image>>;
+    /// Whether a file that defines `symbol` for dynamic linking may be one of its images: what
+    /// every file a process maps executable is checked for, whatever it is called.
+    fn marks(symbol: &[u8]) -> bool;
+    /// What it needs of `file`, which its marks were found in: `None` when it is not one of its
+    /// images, an error when it is one it does not read (what it is, for the summary). Runs on
+    /// discovery's worker, once per file.
+    fn recognise(file: &ImageFile<'_>) -> anyhow::Result<Option<Self::Image>>;
     /// Attaches to the process of `view`, which maps `image` (`module`) at `mapping`; its reads
     /// of the process's memory at sample time within `allowance`.
     fn attach(
@@ -134,6 +140,7 @@ pub enum Refusal {
 /// Every runtime, and what they share.
 pub struct Runtimes {
     slots: Vec<Box<dyn Slot>>,
+    discovery: Discovery,
     /// The slot stepping the stack being walked, which alone has frames to push at its depths.
     stepping: Option<usize>,
     shared: Shared,
@@ -150,50 +157,165 @@ pub(crate) struct Shared {
     kernel_updates: Vec<(Tgid, Option<RuntimeProcess>)>,
     /// Until when a process is young and a runtime may be starting in it (CLOCK_MONOTONIC).
     young_until_ns: u64,
+    /// Reads of processes' maps as runtimes attach to them (see [`MapsReads`]).
+    maps_reads: MapsReads,
+}
+
+/// Reads of a process's maps as a runtime attaches to it (when it mapped something since they
+/// were read: what the runtime reads may lie in mappings no task event reported), at most
+/// [`MapsReads::PER_SECOND`] a second across every process: a storm of processes, each with tens
+/// of thousands of mappings, reads few of them at once; the others have theirs read as they are
+/// found wanting (see [`Runtimes::read_maps_if_stale`]).
+#[derive(Default)]
+struct MapsReads {
+    second: u64,
+    taken: u32,
+}
+
+impl MapsReads {
+    const PER_SECOND: u32 = 64;
+
+    fn take(&mut self, now_ns: u64) -> bool {
+        let second = now_ns / 1_000_000_000;
+        if second != self.second {
+            (self.second, self.taken) = (second, 0);
+        }
+        self.taken += 1;
+        self.taken <= Self::PER_SECOND
+    }
+}
+
+/// A runtime's recognition, for discovery's worker (see [`Recogniser`]).
+struct RecogniserOf<R>(PhantomData<fn() -> R>);
+
+impl<R: Runtime> Recogniser for RecogniserOf<R> {
+    fn marks(&self, symbol: &[u8]) -> bool {
+        R::marks(symbol)
+    }
+
+    fn recognise(&self, file: &ImageFile<'_>) -> anyhow::Result<Option<Arc<dyn Any + Send + Sync>>> {
+        Ok(R::recognise(file)?.map(|image| Arc::new(image) as Arc<dyn Any + Send + Sync>))
+    }
+}
+
+/// The runtimes' slots and their recognitions, in one order.
+#[derive(Default)]
+struct Registered {
+    slots: Vec<Box<dyn Slot>>,
+    recognisers: Vec<Box<dyn Recogniser>>,
+}
+
+impl Registered {
+    fn add<R: Runtime>(mut self, runtime: R) -> Self {
+        self.slots.push(Loaded::boxed(runtime));
+        self.recognisers.push(Box::new(RecogniserOf::<R>(PhantomData)));
+        self
+    }
 }
 
 impl Runtimes {
     /// Every runtime, for a session that follows the whole system (`system_wide`: users share
     /// the kernel's table) or some processes.
     pub fn new(system_wide: bool) -> Self {
-        let slots: Vec<Box<dyn Slot>> = vec![
+        let Registered { slots, recognisers } = Registered::default()
             // One line per runtime.
-            Loaded::boxed(python::Python::default()),
-            Loaded::boxed(hotspot::HotSpot::default()),
-            Loaded::boxed(v8::V8::default()),
-        ];
+            .add(python::Python::default())
+            .add(hotspot::HotSpot::default())
+            .add(v8::V8::default());
         let shared = Shared {
             allowance: Arc::new(Allowance::default()),
             table: KernelTable::new(system_wide),
             kernel_updates: Vec::new(),
             young_until_ns: 0,
+            maps_reads: MapsReads::default(),
         };
-        Self { slots, stepping: None, shared, functions: Functions::default() }
+        let discovery = Discovery::new(recognisers);
+        Self { slots, discovery, stepping: None, shared, functions: Functions::default() }
     }
 
-    /// A new sample of the process of `view`, at `time_ns`: its allowance starts, and its
-    /// runtimes are looked for if it is time to.
+    /// A new sample of the process of `view`, at `time_ns`: its allowance starts; it is looked
+    /// at if it is new, and a runtime still starting in it if it is time to.
     pub fn observe(&mut self, view: &mut ProcessView<'_>, time_ns: u64) {
         self.shared.allowance.begin(view.file_pages());
+        let found = self.discovery.observe(view, time_ns, &mut self.shared.young_until_ns);
+        self.take(view, found, time_ns);
         for slot in &mut self.slots {
             slot.observe(view, time_ns, &mut self.shared);
         }
+        self.read_maps_if_stale(view, time_ns);
     }
 
-    /// A file the process of `view` is about to map (its program or a library, before it
-    /// runs): recognised now by the runtime it may be an image of, so that the process's first
-    /// look, at its first samples, has only to find where it is loaded.
-    pub fn expect(&mut self, view: &mut ProcessView<'_>, file: &Mapping) {
-        for slot in &mut self.slots {
-            slot.expect(view, file);
+    /// Once a drain's task events are in, before its records: the answers discovery's worker
+    /// gave, and the processes that mapped new files, looked at (`spaces`, at `now_ns`).
+    pub fn discover(&mut self, spaces: &mut AddressSpaces, now_ns: u64) {
+        for tgid in self.discovery.due(now_ns) {
+            let Some(mut view) = spaces.view(tgid, now_ns) else {
+                self.discovery.forget(tgid);
+                continue;
+            };
+            self.shared.allowance.begin(view.file_pages());
+            let found = self.discovery.look(&view, now_ns);
+            self.take(&mut view, found, now_ns);
+            self.read_maps_if_stale(&mut view, now_ns);
         }
+    }
+
+    /// Hands the images found in the process of `view` to their runtimes.
+    fn take(&mut self, view: &mut ProcessView<'_>, found: Vec<Found>, time_ns: u64) {
+        for Found { slot, mapping, recognised } in found {
+            let Some(slot) = self.slots.get_mut(slot) else { continue };
+            if !slot.found(view, &mapping, &recognised, time_ns, &mut self.shared) {
+                self.discovery.retry(view.tgid(), time_ns);
+            }
+        }
+    }
+
+    /// What runtimes read of the process of `view` since its allowance began may have met a
+    /// page of a file it mapped since its maps were read (a JVM's class archive: task events
+    /// report only executable mappings): its maps are read again then, within the reads
+    /// [`MapsReads`] allows, else as often as an address in no mapping has them read.
+    pub fn read_maps_if_stale(&mut self, view: &mut ProcessView<'_>, time_ns: u64) {
+        let Some(addr) = self.shared.allowance.unknown_file_page() else { return };
+        if view.maps_stale() && self.shared.maps_reads.take(time_ns) {
+            view.read_maps();
+        } else {
+            view.mapping(addr);
+        }
+    }
+
+    /// Process `tgid` (of `view`) is about to run a command, which will map `files` (its
+    /// program and libraries): each recognised now, before it runs, so that its first look
+    /// finds them known; it is looked at as soon as it maps them.
+    pub fn expect(&mut self, view: &ProcessView<'_>, files: &[Mapping], now_ns: u64) {
+        self.discovery.follow(view.tgid(), now_ns, &mut self.shared.young_until_ns);
+        for file in files {
+            self.discovery.expect(view, file);
+        }
+    }
+
+    /// Process `pid` mapped a file executable (a task event).
+    pub fn mapped(&mut self, pid: Tgid) {
+        self.discovery.mapped(pid);
+    }
+
+    /// Process `pid` ran exec at `time_ns`: whatever it runs is looked at anew.
+    pub fn exec(&mut self, pid: Tgid, time_ns: u64) {
+        for slot in &mut self.slots {
+            slot.forget(pid, &mut self.shared);
+        }
+        self.discovery.exec(pid, time_ns, &mut self.shared.young_until_ns);
+    }
+
+    /// Process `parent` forked `child`, which runs what its parent runs.
+    pub fn forked(&mut self, parent: Tgid, child: Tgid) {
+        self.discovery.forked(parent, child);
     }
 
     /// Sampling starts at `now_ns`: every process is new to the session, and its runtimes are
     /// looked for as soon as its first samples come. Counted from here, not from when this was
     /// made: loading the kernel side in between takes longer than a process is young.
     pub fn sampling_starts(&mut self, now_ns: u64) {
-        self.shared.young_until_ns = now_ns.saturating_add(slot::YOUNG_NS);
+        self.shared.young_until_ns = now_ns.saturating_add(discovery::YOUNG_NS);
     }
 
     /// Whether a process looked at is still young at `now_ns`, with a runtime not (yet) found
@@ -232,11 +354,12 @@ impl Runtimes {
         }
     }
 
-    /// Forgets a process gone, or that ran exec.
+    /// Forgets a process gone.
     pub fn forget(&mut self, tgid: Tgid) {
         for slot in &mut self.slots {
             slot.forget(tgid, &mut self.shared);
         }
+        self.discovery.forget(tgid);
     }
 
     /// What the kernel should be told since the last call: processes whose runtime's frames it
@@ -263,13 +386,6 @@ impl Runtimes {
         self.slots.iter().any(|slot| slot.pins(module))
     }
 
-    /// Forgets what was recognised of `modules` (evicted, none of them pinned).
-    pub fn forget_modules(&mut self, modules: &[ModuleId]) {
-        for slot in &mut self.slots {
-            slot.forget_modules(modules);
-        }
-    }
-
     /// Once an epoch of the budget of what targets describe: functions nothing holds go, and
     /// runtimes' caches give room back if it was short.
     pub fn end_epoch(&mut self) {
@@ -283,10 +399,18 @@ impl Runtimes {
     /// by name, and what was read of it or why it is not read. Nothing is left attached.
     pub fn inspect(&mut self, view: &mut ProcessView<'_>) -> Vec<(&'static str, Result<String, String>)> {
         self.shared.allowance.begin(view.file_pages());
-        let found: Vec<_> =
-            self.slots.iter_mut().filter_map(|slot| slot.inspect(view, &mut self.shared)).collect();
-        self.forget(view.tgid());
-        found
+        let mut inspected: Vec<usize> = Vec::new();
+        let mut said = Vec::new();
+        for Found { slot, mapping, recognised } in self.discovery.examine_now(view) {
+            if inspected.contains(&slot) {
+                continue;
+            }
+            inspected.push(slot);
+            if let Some(runtime) = self.slots.get_mut(slot) {
+                said.push(runtime.inspect(view, &mapping, &recognised, &mut self.shared));
+            }
+        }
+        said
     }
 
     /// The functions runtimes' frames name.
@@ -297,7 +421,9 @@ impl Runtimes {
     /// The summary's rows: a label and lines for each runtime met, and the kernel table's.
     pub fn describe(&self) -> Vec<(&'static str, Vec<String>)> {
         let mut rows: Vec<_> = self.slots.iter().map(|slot| slot.describe()).collect();
-        rows.push(("runtimes", self.shared.table.describe()));
+        let mut shared = self.shared.table.describe();
+        shared.extend(self.discovery.describe());
+        rows.push(("runtimes", shared));
         rows.retain(|(_, lines)| !lines.is_empty());
         rows
     }

@@ -1,13 +1,12 @@
-//! The life of one runtime in the processes sampled, the same for every runtime: when a process
-//! is looked at (again), what was recognised of each module, the state of each process (none
-//! of its images mapped, starting, refused, running), and what the summary says of those not
-//! read.
+//! The life of one runtime in the processes sampled, the same for every runtime: attaching to
+//! a process once discovery finds its image there (see `discovery`), a runtime still starting
+//! looked at again, refused, running; and what the summary says of those not read.
 use std::{collections::BTreeMap, sync::Arc};
 
 use profiler_common::runtimes::RuntimeKind;
-use rustc_hash::{FxHashMap, FxHashSet};
+use rustc_hash::FxHashMap;
 
-use super::{MAX_REFUSED_NAMED, Refusal, Runtime, Shared, functions::Functions};
+use super::{MAX_REFUSED_NAMED, Refusal, Runtime, Shared, discovery::Recognised, functions::Functions};
 use crate::{
     address_space::{Mapping, ModuleId, ProcessView},
     decode::{RuntimeFrames, UserRegs},
@@ -16,26 +15,35 @@ use crate::{
     unwind::RuntimeCode,
 };
 
-/// Files of a process looked at for a runtime's image at most, at each look.
-const MAX_CANDIDATES: usize = 16;
 /// How long a runtime still starting is looked at every [`Runtime::RECHECK_NS`]; ten times
 /// less often after that.
 const SLOW_START_NS: u64 = 1_000_000_000;
 /// How long a runtime may take to start before it is given up on.
 const START_TIMEOUT_NS: u64 = 60_000_000_000;
-/// How long after its first look a process is young: a runtime may be starting in it (its
-/// library being mapped by the loader, its globals set), and it is looked at again every
-/// [`YOUNG_RECHECK_NS`] rather than every [`Runtime::RECHECK_NS`], with the ring drained
-/// faster meanwhile: an interpreter runs its first functions a few milliseconds after exec,
-/// and what the kernel samples before it is told of them is native only.
-pub(super) const YOUNG_NS: u64 = 50_000_000;
+/// How long after it was found a runtime still starting is looked at again every
+/// [`YOUNG_RECHECK_NS`] rather than every [`Runtime::RECHECK_NS`]: an interpreter runs its first
+/// functions a few milliseconds after exec, and what the kernel samples before it is told of
+/// them is native only.
+const YOUNG_NS: u64 = super::discovery::YOUNG_NS;
 const YOUNG_RECHECK_NS: u64 = 1_000_000;
 
 /// A runtime behind the interface [`super::Runtimes`] calls, whatever its types.
 pub(super) trait Slot: Send {
     fn kind(&self) -> RuntimeKind;
+    /// Its image, as `recognised`, found in the process of `view` at `mapping`: attached to,
+    /// refused, or left starting; false when its file could not be opened now (found again
+    /// later).
+    fn found(
+        &mut self,
+        view: &mut ProcessView<'_>,
+        mapping: &Mapping,
+        recognised: &Recognised,
+        time_ns: u64,
+        shared: &mut Shared,
+    ) -> bool;
+    /// A sample of the process of `view`: a runtime still starting in it is looked at again
+    /// when it is time to.
     fn observe(&mut self, view: &mut ProcessView<'_>, time_ns: u64, shared: &mut Shared);
-    fn expect(&mut self, view: &mut ProcessView<'_>, file: &Mapping);
     fn stepper(&mut self, tgid: Tgid, time_ns: u64, regs: &UserRegs) -> Option<&mut dyn RuntimeCode>;
     fn push_frames(
         &mut self,
@@ -54,63 +62,55 @@ pub(super) trait Slot: Send {
     fn forget(&mut self, tgid: Tgid, shared: &mut Shared);
     fn refused_by_kernel(&mut self, tgid: Tgid, why: &anyhow::Error, shared: &mut Shared);
     fn pins(&self, module: ModuleId) -> bool;
-    fn forget_modules(&mut self, modules: &[ModuleId]);
     fn relieve(&mut self);
     fn describe(&self) -> (&'static str, Vec<String>);
+    /// What `profiler check` says of its image found in the process of `view`; nothing is left
+    /// attached.
     fn inspect(
         &mut self,
         view: &mut ProcessView<'_>,
+        mapping: &Mapping,
+        recognised: &Recognised,
         shared: &mut Shared,
-    ) -> Option<(&'static str, Result<String, String>)>;
+    ) -> (&'static str, Result<String, String>);
 }
 
-/// A runtime, what it recognised of modules, and its state in each process.
+/// A runtime, and its state in each process that maps one of its images.
 pub(super) struct Loaded<R: Runtime> {
     runtime: R,
-    images: FxHashMap<ModuleId, Recognised<R::Image>>,
-    processes: FxHashMap<Tgid, State<R::Instance>>,
+    processes: FxHashMap<Tgid, State<R::Image, R::Instance>>,
     /// Processes whose runtime is not read, and why (the first [`MAX_REFUSED_NAMED`]).
     refused: BTreeMap<Tgid, String>,
 }
 
-/// What a module is to a runtime.
-enum Recognised<I> {
-    Mine(Arc<I>),
-    NotMine,
-    /// One of its images, which it does not read: what it is.
-    Refused(String),
-}
-
-impl<I> Clone for Recognised<I> {
-    fn clone(&self) -> Self {
-        match self {
-            Self::Mine(image) => Self::Mine(image.clone()),
-            Self::NotMine => Self::NotMine,
-            Self::Refused(what) => Self::Refused(what.clone()),
-        }
-    }
+/// One of a runtime's images, where a process maps it.
+struct ImageAt<I> {
+    image: Arc<I>,
+    module: ModuleId,
+    mapping: Mapping,
 }
 
 /// A runtime in a process.
-enum State<I> {
-    /// None of its images mapped when last looked at (or no room in the kernel's table).
-    Absent {
-        first_ns: u64,
-        checked_ns: u64,
-    },
+enum State<I, P> {
     /// Not ready when last looked at, and why.
     Starting {
+        at: ImageAt<I>,
         first_ns: u64,
         checked_ns: u64,
         why: String,
     },
+    /// Ready, but the kernel's table had no room for it when last looked at.
+    NoRoom {
+        at: ImageAt<I>,
+        checked_ns: u64,
+    },
     /// Not read: native frames only.
     Refused,
-    Running(Box<Attached<I>>),
+    Running(Box<Attached<P>>),
 }
 
-struct Attached<I> {
-    instance: I,
+struct Attached<P> {
+    instance: P,
     /// Its user, whose share of the kernel's table it holds when `registered`.
     uid: Option<u32>,
     registered: bool,
@@ -118,12 +118,7 @@ struct Attached<I> {
 
 impl<R: Runtime> Loaded<R> {
     pub(super) fn boxed(runtime: R) -> Box<dyn Slot> {
-        Box::new(Self {
-            runtime,
-            images: FxHashMap::default(),
-            processes: FxHashMap::default(),
-            refused: BTreeMap::new(),
-        })
+        Box::new(Self { runtime, processes: FxHashMap::default(), refused: BTreeMap::new() })
     }
 
     fn running(&mut self, tgid: Tgid) -> Option<&mut Attached<R::Instance>> {
@@ -133,70 +128,30 @@ impl<R: Runtime> Loaded<R> {
         }
     }
 
-    fn refuse(&mut self, tgid: Tgid, why: String) -> State<R::Instance> {
+    fn refuse(&mut self, tgid: Tgid, why: String) -> State<R::Image, R::Instance> {
         if self.refused.len() < MAX_REFUSED_NAMED {
             self.refused.insert(tgid, why);
         }
         State::Refused
     }
 
-    /// Looks among the process's mappings that may be the runtime's images (the first
-    /// [`MAX_CANDIDATES`] files, each once, however many the process maps) for one it reads.
-    fn look(
-        &mut self,
-        view: &mut ProcessView<'_>,
-        time_ns: u64,
-        first_ns: u64,
-        shared: &mut Shared,
-    ) -> State<R::Instance> {
-        let mut files = FxHashSet::default();
-        let candidates: Vec<Mapping> = view
-            .mappings()
-            .filter(|mapping| self.runtime.may_be_image(mapping))
-            .filter(|mapping| files.insert((mapping.dev, mapping.inode)))
-            .take(MAX_CANDIDATES)
-            .cloned()
-            .collect();
-        for mapping in candidates {
-            let Some(module) = view.intern(&mapping) else { continue };
-            match self.recognised(view, module) {
-                Recognised::NotMine => {}
-                Recognised::Refused(what) => return self.refuse(view.tgid(), what),
-                Recognised::Mine(image) => {
-                    return self.attach(view, &image, module, &mapping, time_ns, first_ns, shared);
-                }
-            }
-        }
-        State::Absent { first_ns, checked_ns: time_ns }
-    }
-
-    /// What `module` is to this runtime, recognised once.
-    fn recognised(&mut self, view: &ProcessView<'_>, module: ModuleId) -> Recognised<R::Image> {
-        if let Some(known) = self.images.get(&module) {
-            return known.clone();
-        }
-        let recognised = match self.runtime.recognise(view, module) {
-            Ok(Some(image)) => Recognised::Mine(Arc::new(image)),
-            Ok(None) => Recognised::NotMine,
-            Err(what) => Recognised::Refused(format!("{what:#}")),
-        };
-        self.images.insert(module, recognised.clone());
-        recognised
-    }
-
-    #[allow(clippy::too_many_arguments)]
+    /// Attaches to the process of `view` at `at`, first found at `first_ns`.
     fn attach(
         &mut self,
         view: &mut ProcessView<'_>,
-        image: &Arc<R::Image>,
-        module: ModuleId,
-        mapping: &Mapping,
+        at: ImageAt<R::Image>,
         time_ns: u64,
         first_ns: u64,
         shared: &mut Shared,
-    ) -> State<R::Instance> {
+    ) -> State<R::Image, R::Instance> {
         let tgid = view.tgid();
-        match self.runtime.attach(view, image, module, mapping, &shared.allowance) {
+        // What the runtime reads of the process may be in its image's data, or in files it
+        // mapped since, which no task event reported.
+        if view.maps_stale() && shared.maps_reads.take(time_ns) {
+            view.read_maps();
+            shared.allowance.begin(view.file_pages());
+        }
+        match self.runtime.attach(view, &at.image, at.module, &at.mapping, &shared.allowance) {
             Ok(instance) => {
                 let uid = view.identity().user;
                 let process = self.runtime.kernel_process(&instance);
@@ -204,14 +159,14 @@ impl<R: Runtime> Loaded<R> {
                     if !shared.table.take(uid) {
                         // Looked at again later, when there may be room.
                         self.runtime.detach(instance);
-                        return State::Absent { first_ns, checked_ns: time_ns };
+                        return State::NoRoom { at, checked_ns: time_ns };
                     }
                     shared.kernel_updates.push((tgid, process));
                 }
                 State::Running(Box::new(Attached { instance, uid, registered: process.is_some() }))
             }
             Err(Refusal::NotYet(why)) if time_ns < first_ns.saturating_add(START_TIMEOUT_NS) => {
-                State::Starting { first_ns, checked_ns: time_ns, why: format!("{why:#}") }
+                State::Starting { at, first_ns, checked_ns: time_ns, why: format!("{why:#}") }
             }
             Err(Refusal::NotYet(why) | Refusal::Never(why)) => self.refuse(tgid, format!("{why:#}")),
         }
@@ -232,37 +187,61 @@ impl<R: Runtime> Slot for Loaded<R> {
         R::KIND
     }
 
+    fn found(
+        &mut self,
+        view: &mut ProcessView<'_>,
+        mapping: &Mapping,
+        recognised: &Recognised,
+        time_ns: u64,
+        shared: &mut Shared,
+    ) -> bool {
+        let tgid = view.tgid();
+        if self.processes.contains_key(&tgid) {
+            return true;
+        }
+        let image = match recognised {
+            Ok(image) => match Arc::clone(image).downcast::<R::Image>() {
+                Ok(image) => image,
+                Err(_) => return true,
+            },
+            Err(what) => {
+                let refused = self.refuse(tgid, what.clone());
+                self.processes.insert(tgid, refused);
+                return true;
+            }
+        };
+        let Some(module) = view.intern(mapping) else { return false };
+        let at = ImageAt { image, module, mapping: mapping.clone() };
+        let state = self.attach(view, at, time_ns, time_ns, shared);
+        self.processes.insert(tgid, state);
+        true
+    }
+
     fn observe(&mut self, view: &mut ProcessView<'_>, time_ns: u64, shared: &mut Shared) {
         let tgid = view.tgid();
         let (first_ns, checked_ns, every) = match self.processes.get(&tgid) {
-            Some(State::Refused | State::Running(_)) => return,
-            None => (time_ns, 0, 0),
-            Some(&State::Absent { first_ns, checked_ns }) => (first_ns, checked_ns, R::RECHECK_NS),
             // Each look at a runtime still starting may read much of it again: less often after
-            // a while (most are ready in a fraction of a second).
+            // a while (most are ready in a fraction of a second), more often at first.
             Some(&State::Starting { first_ns, checked_ns, .. }) => {
-                let slow = time_ns.saturating_sub(first_ns) > SLOW_START_NS;
-                (first_ns, checked_ns, if slow { 10 * R::RECHECK_NS } else { R::RECHECK_NS })
+                let age = time_ns.saturating_sub(first_ns);
+                let every = match age {
+                    _ if age < YOUNG_NS => YOUNG_RECHECK_NS,
+                    _ if age > SLOW_START_NS => 10 * R::RECHECK_NS,
+                    _ => R::RECHECK_NS,
+                };
+                (first_ns, checked_ns, every)
             }
+            Some(&State::NoRoom { checked_ns, .. }) => (time_ns, checked_ns, R::RECHECK_NS),
+            _ => return,
         };
-        let young = time_ns.saturating_sub(first_ns) < YOUNG_NS;
-        let every = if young { every.min(YOUNG_RECHECK_NS) } else { every };
         if time_ns < checked_ns.saturating_add(every) {
             return;
         }
-        let state = self.look(view, time_ns, first_ns, shared);
-        if matches!(state, State::Absent { .. } | State::Starting { .. }) {
-            shared.young_until_ns = shared.young_until_ns.max(first_ns.saturating_add(YOUNG_NS));
-        }
+        let Some(State::Starting { at, .. } | State::NoRoom { at, .. }) = self.processes.remove(&tgid) else {
+            return;
+        };
+        let state = self.attach(view, at, time_ns, first_ns, shared);
         self.processes.insert(tgid, state);
-    }
-
-    fn expect(&mut self, view: &mut ProcessView<'_>, file: &Mapping) {
-        if self.runtime.may_be_image(file)
-            && let Some(module) = view.intern(file)
-        {
-            self.recognised(view, module);
-        }
     }
 
     fn stepper(&mut self, tgid: Tgid, time_ns: u64, regs: &UserRegs) -> Option<&mut dyn RuntimeCode> {
@@ -315,12 +294,6 @@ impl<R: Runtime> Slot for Loaded<R> {
         })
     }
 
-    fn forget_modules(&mut self, modules: &[ModuleId]) {
-        for module in modules {
-            self.images.remove(module);
-        }
-    }
-
     fn relieve(&mut self) {
         for state in self.processes.values_mut() {
             if let State::Running(attached) = state {
@@ -332,20 +305,25 @@ impl<R: Runtime> Slot for Loaded<R> {
     fn inspect(
         &mut self,
         view: &mut ProcessView<'_>,
+        mapping: &Mapping,
+        recognised: &Recognised,
         shared: &mut Shared,
-    ) -> Option<(&'static str, Result<String, String>)> {
+    ) -> (&'static str, Result<String, String>) {
         let tgid = view.tgid();
-        let found = match self.look(view, 0, 0, shared) {
-            State::Absent { .. } => return None,
-            State::Running(attached) => {
+        self.forget(tgid, shared);
+        self.found(view, mapping, recognised, 0, shared);
+        let said = match self.processes.remove(&tgid) {
+            Some(State::Running(attached)) => {
                 let said = self.runtime.inspect(&attached.instance);
                 self.release(tgid, *attached, shared);
                 Ok(said)
             }
-            State::Starting { why, .. } => Err(why),
-            State::Refused => Err(self.refused.remove(&tgid).unwrap_or_default()),
+            Some(State::Starting { why, .. }) => Err(why),
+            Some(State::NoRoom { .. }) => Err("no room in the kernel's table of processes".into()),
+            Some(State::Refused) => Err(self.refused.remove(&tgid).unwrap_or_default()),
+            None => Err("its file could not be opened".into()),
         };
-        Some((R::NAME, found))
+        (R::NAME, said)
     }
 
     fn describe(&self) -> (&'static str, Vec<String>) {
@@ -370,17 +348,14 @@ impl<R: Runtime> Slot for Loaded<R> {
 
 #[cfg(test)]
 mod tests {
-    use std::{
-        path::Path,
-        sync::atomic::{AtomicUsize, Ordering},
-    };
+    use std::sync::atomic::{AtomicUsize, Ordering};
 
     use profiler_common::runtimes::{RUNTIME_PROCESS_WORDS, RUNTIME_USER_SHARE, RuntimeProcess};
 
     use super::*;
     use crate::{
         address_space::{AddressSpaces, Backing, Tracking},
-        runtimes::{kernel_table::KernelTable, memory::Allowance},
+        runtimes::{ImageFile, kernel_table::KernelTable, memory::Allowance},
     };
 
     /// A runtime whose image is this test's own executable, attaching as `attach` says.
@@ -397,12 +372,11 @@ mod tests {
         const NAME: &'static str = "Fake";
         const RECHECK_NS: u64 = 2 * YOUNG_NS;
 
-        fn may_be_image(&self, mapping: &Mapping) -> bool {
-            let own = std::env::current_exe().unwrap();
-            matches!(&mapping.backing, Backing::File { path, .. } if *path == own) && mapping.executable
+        fn marks(_: &[u8]) -> bool {
+            false
         }
 
-        fn recognise(&mut self, _: &ProcessView<'_>, _: ModuleId) -> anyhow::Result<Option<()>> {
+        fn recognise(_: &ImageFile<'_>) -> anyhow::Result<Option<()>> {
             Ok(Some(()))
         }
 
@@ -442,16 +416,36 @@ mod tests {
             table: KernelTable::new(system_wide),
             kernel_updates: Vec::new(),
             young_until_ns: 0,
+            maps_reads: Default::default(),
         }
     }
 
-    /// Looks at this process at `time_ns` with `slot`.
-    fn observe(slot: &mut Box<dyn Slot>, shared: &mut Shared, time_ns: u64) {
+    /// Runs `run` on a view of this process.
+    fn with_own_view(run: impl FnOnce(&mut ProcessView<'_>)) {
         let mut spaces = AddressSpaces::new(Tracking { all: false, follow_forks: false });
         spaces.track(Tgid::own());
-        let mut view =
-            spaces.observe(Tgid::own(), Tgid::own().main_thread(), "", crate::clock::monotonic_ns());
-        slot.observe(&mut view, time_ns, shared);
+        run(&mut spaces.view(Tgid::own(), crate::clock::monotonic_ns()).unwrap());
+    }
+
+    /// The fake's image, `recognised`, found in this process at `time_ns`.
+    fn found(slot: &mut Box<dyn Slot>, shared: &mut Shared, recognised: Recognised, time_ns: u64) {
+        let own = std::env::current_exe().unwrap();
+        with_own_view(|view| {
+            let image = view
+                .mappings()
+                .find(|m| m.executable && matches!(&m.backing, Backing::File { path, .. } if *path == own))
+                .cloned()
+                .unwrap();
+            assert!(slot.found(view, &image, &recognised, time_ns, shared));
+        });
+    }
+
+    fn observe(slot: &mut Box<dyn Slot>, shared: &mut Shared, time_ns: u64) {
+        with_own_view(|view| slot.observe(view, time_ns, shared));
+    }
+
+    fn image() -> Recognised {
+        Ok(Arc::new(()))
     }
 
     #[test]
@@ -459,7 +453,7 @@ mod tests {
         let fake =
             Fake { attach: || Err(Refusal::NotYet(anyhow::anyhow!("not started"))), walked_in_kernel: false };
         let (mut slot, mut shared) = (Loaded::boxed(fake), shared(false));
-        observe(&mut slot, &mut shared, 1);
+        found(&mut slot, &mut shared, image(), 1);
         let starting = format!("pid {}: not started (still so at the end): native frames only", Tgid::own());
         assert_eq!(slot.describe().1, ["0 running".to_owned(), starting]);
         observe(&mut slot, &mut shared, 1 + START_TIMEOUT_NS);
@@ -467,61 +461,44 @@ mod tests {
         assert_eq!(slot.describe().1, ["0 running".to_owned(), refused], "given up on");
     }
 
-    /// A command's program, expected before it runs, is recognised then: its first look finds
-    /// the same module read, and only attaches.
     #[test]
-    fn an_image_expected_before_its_process_runs_is_recognised_then() {
+    fn an_image_its_runtime_does_not_read_is_said_once() {
         let fake = Fake { attach: || Ok(()), walked_in_kernel: false };
-        let mut slot = Loaded {
-            runtime: fake,
-            images: FxHashMap::default(),
-            processes: FxHashMap::default(),
-            refused: BTreeMap::new(),
-        };
-        let mut shared = shared(false);
-        let mut spaces = AddressSpaces::new(Tracking { all: false, follow_forks: false });
-        spaces.track(Tgid::own());
-        let mut view = spaces.view(Tgid::own(), crate::clock::monotonic_ns()).unwrap();
-        let other = Path::new("/bin/sh");
-        slot.expect(&mut view, &Mapping::whole_file(other, &std::fs::metadata(other).unwrap()));
-        assert!(slot.images.is_empty(), "not a file the runtime may read");
-        let exe = std::env::current_exe().unwrap();
-        slot.expect(&mut view, &Mapping::whole_file(&exe, &std::fs::metadata(&exe).unwrap()));
-        assert!(matches!(slot.images.values().collect::<Vec<_>>()[..], [Recognised::Mine(_)]));
-        assert!(slot.processes.is_empty(), "no process looked at yet");
-        slot.observe(&mut view, 1, &mut shared);
-        assert_eq!(slot.images.len(), 1, "the module mapped is the one recognised");
-        assert_eq!(slot.describe().1, ["1 running"]);
+        let (mut slot, mut shared) = (Loaded::boxed(fake), shared(false));
+        found(&mut slot, &mut shared, Err("Fake 9.9".into()), 1);
+        found(&mut slot, &mut shared, image(), 2);
+        let refused = format!("pid {}: Fake 9.9: native frames only", Tgid::own());
+        assert_eq!(slot.describe().1, ["0 running".to_owned(), refused], "refused for as long as it runs it");
     }
 
     static YOUNG_LOOKS: AtomicUsize = AtomicUsize::new(0);
 
     #[test]
-    fn a_young_process_is_looked_at_again_sooner_and_drained_for() {
+    fn a_young_runtime_still_starting_is_looked_at_again_sooner() {
         let not_yet = || {
             YOUNG_LOOKS.fetch_add(1, Ordering::Relaxed);
             Err(Refusal::NotYet(anyhow::anyhow!("not started")))
         };
         let (mut slot, mut shared) =
             (Loaded::boxed(Fake { attach: not_yet, walked_in_kernel: false }), shared(false));
+        found(&mut slot, &mut shared, image(), 1);
+        assert_eq!(YOUNG_LOOKS.load(Ordering::Relaxed), 1);
         let looks = |slot: &mut Box<dyn Slot>, shared: &mut Shared, time_ns| {
             observe(slot, shared, time_ns);
             YOUNG_LOOKS.load(Ordering::Relaxed)
         };
-        assert_eq!(looks(&mut slot, &mut shared, 1), 1);
-        assert_eq!(shared.young_until_ns, 1 + YOUNG_NS, "the ring drained sooner while it is young");
         assert_eq!(looks(&mut slot, &mut shared, YOUNG_RECHECK_NS), 1, "not looked at twice at once");
         assert_eq!(looks(&mut slot, &mut shared, 1 + YOUNG_RECHECK_NS), 2, "looked at again soon");
-        assert_eq!(looks(&mut slot, &mut shared, 2 + YOUNG_NS), 2, "no longer young");
-        assert_eq!(looks(&mut slot, &mut shared, 1 + YOUNG_RECHECK_NS + Fake::RECHECK_NS), 3);
-        assert_eq!(shared.young_until_ns, 1 + YOUNG_NS);
+        assert_eq!(looks(&mut slot, &mut shared, YOUNG_NS), 3, "the last young look");
+        assert_eq!(looks(&mut slot, &mut shared, 1 + YOUNG_NS), 3, "no longer young");
+        assert_eq!(looks(&mut slot, &mut shared, YOUNG_NS + Fake::RECHECK_NS), 4);
     }
 
     #[test]
     fn a_runtime_walked_in_the_kernel_holds_a_place_until_forgotten() {
         let fake = Fake { attach: || Ok(()), walked_in_kernel: true };
         let (mut slot, mut shared) = (Loaded::boxed(fake), shared(true));
-        observe(&mut slot, &mut shared, 1);
+        found(&mut slot, &mut shared, image(), 1);
         assert_eq!(slot.describe().1, ["1 running"]);
         assert!(matches!(shared.kernel_updates[..], [(tgid, Some(_))] if tgid == Tgid::own()));
         slot.forget(Tgid::own(), &mut shared);
@@ -540,15 +517,15 @@ mod tests {
         for _ in 0..RUNTIME_USER_SHARE {
             assert!(shared.table.take(user));
         }
-        observe(&mut slot, &mut shared, 1);
+        found(&mut slot, &mut shared, image(), 1);
         assert!(
             shared.kernel_updates.is_empty() && slot.describe().1 == ["0 running"],
-            "over its user's share"
+            "over its user's share, and not said to be refused"
         );
         shared.table.give_back(user);
         observe(&mut slot, &mut shared, 2);
         assert_eq!(slot.describe().1, ["0 running"], "not before its re-check");
-        observe(&mut slot, &mut shared, 2 + Fake::RECHECK_NS);
+        observe(&mut slot, &mut shared, 1 + Fake::RECHECK_NS);
         assert_eq!(slot.describe().1, ["1 running"], "room again");
     }
 
@@ -556,7 +533,7 @@ mod tests {
     fn a_refusal_of_the_kernel_lets_the_process_go() {
         let fake = Fake { attach: || Ok(()), walked_in_kernel: true };
         let (mut slot, mut shared) = (Loaded::boxed(fake), shared(false));
-        observe(&mut slot, &mut shared, 1);
+        found(&mut slot, &mut shared, image(), 1);
         slot.refused_by_kernel(Tgid::own(), &anyhow::anyhow!("map full"), &mut shared);
         let said =
             format!("pid {}: the kernel refused its fake frames (map full): native frames only", Tgid::own());

@@ -27,6 +27,11 @@ const END_BUDGET: Duration = Duration::from_secs(2);
 /// What takes the records and task events of a drain.
 pub trait Sink {
     fn task_event(&mut self, event: TaskEvent);
+    /// The drain's task events are in, its records still to come: what the events taught is
+    /// acted on (runtimes' images found in what processes mapped). `Break` when the kernel must
+    /// hear of it before any record is walked: the drain ends there, and the next one, which
+    /// starts at once, takes the records.
+    fn events_applied(&mut self) -> ControlFlow<()>;
     /// Takes a record, unless `pause` allows holding it back because what it taught must reach
     /// the kernel first (`Break`): a runtime found in its process is walked by the kernel only
     /// once told, and walking the record itself can take milliseconds (its files read for the
@@ -148,6 +153,10 @@ impl<R: Records, T: TaskEvents, C: Clock> Intake<R, T, C> {
         let Self { ring, task_events, clock, kind, later, behind, .. } = self;
         let horizon = clock::monotonic_ns();
         let events_left = task_events.drain(horizon, |event| sink.task_event(event));
+        if sink.events_applied().is_break() && pause == Pause::ForTheKernel {
+            *behind = true;
+            return;
+        }
         // Held back for the kernel or taken after the last horizon: none holds anything back
         // any more (a record held was looked at already).
         for record in later.drain(..) {
@@ -305,10 +314,20 @@ mod tests {
         held: u64,
         /// When the first records taken were taken, in the order they were.
         taken_ns: Vec<u64>,
+        /// Drains in which what the task events taught must reach the kernel first, still to
+        /// come.
+        told_by_events: u32,
     }
 
     impl Sink for Slow {
         fn task_event(&mut self, _: TaskEvent) {}
+        fn events_applied(&mut self) -> ControlFlow<()> {
+            if self.told_by_events == 0 {
+                return ControlFlow::Continue(());
+            }
+            self.told_by_events -= 1;
+            ControlFlow::Break(())
+        }
         fn record(&mut self, record: &[u8], pause: Pause) -> ControlFlow<()> {
             let time_ns = RecordKind::Sample.time_ns(record).unwrap_or(0);
             if pause == Pause::ForTheKernel && self.holds_from_ns.is_some_and(|from| time_ns >= from) {
@@ -343,6 +362,7 @@ mod tests {
                 holds_from_ns: None,
                 held: 0,
                 taken_ns: Vec::new(),
+                told_by_events: 0,
             },
         )
     }
@@ -407,11 +427,25 @@ mod tests {
         assert_eq!(sink.taken_ns[..5], [1, 3, LATE_NS, 4, 5]);
     }
 
+    /// A runtime found in what the task events say processes mapped reaches the kernel before
+    /// any record is walked.
+    #[test]
+    fn a_drain_whose_task_events_found_a_runtime_walks_nothing_until_the_kernel_heard() {
+        let (mut intake, mut sink) = endless();
+        sink.told_by_events = 1;
+        intake.drain(&mut sink);
+        assert_eq!((sink.records, sink.drains), (0, 0), "no record walked, nothing vouched for");
+        assert!(ready_at_once(&mut intake), "the records are taken as soon as the kernel has heard");
+        intake.drain(&mut sink);
+        assert_within(&sink, DRAIN_BUDGET);
+    }
+
     /// Once the kernel side is paused, what it would be told is moot: the last drain goes on.
     #[test]
     fn the_last_drain_does_not_end_for_the_kernel() {
         let (mut intake, mut sink) = endless();
         sink.holds_from_ns = Some(0);
+        sink.told_by_events = 1;
         intake.drain_all(&mut sink);
         assert_within(&sink, END_BUDGET);
         assert_eq!(sink.held, 0);

@@ -226,6 +226,11 @@ impl<M: Mode> Sink for Pipeline<M> {
         self.walker.apply(event);
     }
 
+    fn events_applied(&mut self) -> ControlFlow<()> {
+        self.walker.discover();
+        if self.walker.runtime_found() { ControlFlow::Break(()) } else { ControlFlow::Continue(()) }
+    }
+
     fn record(&mut self, record: &[u8], pause: Pause) -> ControlFlow<()> {
         if self.full() {
             return ControlFlow::Continue(());

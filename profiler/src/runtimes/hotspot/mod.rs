@@ -34,12 +34,12 @@ use self::{
     vm_structs::{Image, TableCounts, VmStructs},
 };
 use super::{
-    Refusal, Runtime,
+    ImageFile, Refusal, Runtime,
     functions::{FunctionRef, Functions, Kind},
     memory::{self, Allowance, Memory, ProcessMemory, ReadMemory, read_bytes, read_u32, read_u64},
 };
 use crate::{
-    address_space::{Backing, Mapping, ModuleId, ProcessView},
+    address_space::{Mapping, ModuleId, ProcessView},
     decode::UserRegs,
     frame::Frame,
     model::Tgid,
@@ -95,15 +95,13 @@ impl Runtime for HotSpot {
     /// Often: the JVM runs Java code (its own start-up) as soon as it has started.
     const RECHECK_NS: u64 = 20_000_000;
 
-    /// The mapping of the start of a `libjvm.so`.
-    fn may_be_image(&self, mapping: &Mapping) -> bool {
-        is_libjvm(mapping)
+    /// `libjvm.so` defines the tables HotSpot exports for external tools.
+    fn marks(symbol: &[u8]) -> bool {
+        symbol == b"gHotSpotVMStructs"
     }
 
-    fn recognise(&mut self, view: &ProcessView<'_>, module: ModuleId) -> Result<Option<LibJvm>> {
-        // The module's own copy of the file: one for every JVM of the same JDK, and the one its
-        // CFI and symbols come from.
-        let file = view.module(module).image().context("HotSpot JVM not read: cannot read its libjvm.so")?;
+    fn recognise(file: &ImageFile<'_>) -> Result<Option<LibJvm>> {
+        let file = file.map().context("HotSpot JVM not read: cannot read its libjvm.so")?;
         LibJvm::read(file).map(Some)
     }
 
@@ -257,23 +255,18 @@ impl Nmethod {
     }
 }
 
-/// Whether `mapping` is of the start of a `libjvm.so`.
-fn is_libjvm(mapping: &Mapping) -> bool {
-    mapping.offset == 0
-        && matches!(&mapping.backing, Backing::File { path, .. } if path.file_name().is_some_and(|name| name == "libjvm.so"))
-}
-
-/// Reads the JVM of `pid` whose `libjvm.so` starts with `mapping` (its load bias is the
-/// mapping's start: HotSpot's segments have file offsets equal to their addresses). Its tables
-/// are read whole; its frames, later, within `allowance`.
+/// Reads the JVM of `pid` whose `libjvm.so` is mapped at `mapping` (its load bias is the
+/// mapping's start less its offset: HotSpot's segments have file offsets equal to their
+/// addresses). Its tables are read whole; its frames, later, within `allowance`.
 fn read(
     pid: Tgid,
     mapping: &Mapping,
     libjvm: Arc<LibJvm>,
     allowance: Arc<Allowance>,
 ) -> Result<Jvm, Refusal> {
-    let bias = mapping.start;
+    let bias = mapping.start.wrapping_sub(mapping.offset);
     let (image, file) = (&libjvm.image, &libjvm.file);
+    // What it reads is noted in the sample's file mappings (shared), as a sample's reads are.
     let mut memory = ProcessMemory::new(pid, Allowance::unbounded(allowance.files()));
     let mut read = |addr: u64, buf: &mut [u8]| memory.read(addr, buf);
     let tables = match VmStructs::read(image, file, bias, &mut read) {

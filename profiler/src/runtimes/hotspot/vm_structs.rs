@@ -104,7 +104,8 @@ pub enum Field {
 /// Why a process's tables were not taken.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Refusal {
-    /// The scalars are still zero: `libjvm.so`'s constructors have not run yet.
+    /// The scalars cannot be read yet (`libjvm.so` is still being loaded) or are still zero
+    /// (its constructors have not run yet).
     NotReady,
     /// Memory the tables point to could not be read.
     Unreadable { what: &'static str, address: u64 },
@@ -171,10 +172,10 @@ impl VmStructs {
     pub fn read(image: &Image, bytes: &[u8], bias: u64, read: &mut ReadMemory<'_>) -> Result<Self, Refusal> {
         let mut values = [0u64; 24];
         for (value, &svma) in values.iter_mut().zip(&image.symbols) {
-            let address = bias.wrapping_add(svma);
             let mut raw = [0; 8];
-            if !read(address, &mut raw) {
-                return Err(Refusal::Unreadable { what: "an exported symbol", address });
+            // Found as soon as its code is mapped: its data may not be yet, or not touched.
+            if !read(bias.wrapping_add(svma), &mut raw) {
+                return Err(Refusal::NotReady);
             }
             *value = u64::from_ne_bytes(raw);
         }

@@ -28,12 +28,12 @@ use profiler_common::runtimes::{
 
 use self::{code::CodeObject, interpreter::Interpreter};
 use super::{
-    Refusal, Runtime,
+    ImageFile, Refusal, Runtime,
     functions::{FunctionRef, Functions, Kind},
     memory::{self, Allowance, ProcessMemory},
 };
 use crate::{
-    address_space::{Backing, Mapping, ModuleId, ProcessView},
+    address_space::{Mapping, ModuleId, ProcessView},
     decode::RuntimeFrames,
     frame::Frame,
     untrusted::Cache,
@@ -99,18 +99,14 @@ impl Runtime for Python {
     const KIND: RuntimeKind = RuntimeKind::Python;
     const RECHECK_NS: u64 = 200_000_000;
 
-    /// Executable mappings of files named like `python` (a `python3.N` with the interpreter
-    /// linked in, or a `libpython3.N.so`).
-    fn may_be_image(&self, mapping: &Mapping) -> bool {
-        mapping.executable
-            && matches!(&mapping.backing, Backing::File { path, .. }
-                if path.file_name().and_then(|name| name.to_str()).is_some_and(|name| name.contains("python")))
+    /// An interpreter (a `python` executable with it linked in, or a `libpython`, whatever it
+    /// is called) defines `PyCode_Type`; an extension module only refers to it.
+    fn marks(symbol: &[u8]) -> bool {
+        symbol == b"PyCode_Type"
     }
 
-    fn recognise(&mut self, view: &ProcessView<'_>, module: ModuleId) -> anyhow::Result<Option<Interpreter>> {
-        let module = view.module(module);
-        let (Some(image), Some(facts)) = (module.image(), module.facts()) else { return Ok(None) };
-        match interpreter::Image::read(module.name(), &image, facts) {
+    fn recognise(file: &ImageFile<'_>) -> anyhow::Result<Option<Interpreter>> {
+        match interpreter::Image::read(file.name, file.bytes, file.facts) {
             interpreter::Image::Supported(interpreter) => Ok(Some(interpreter)),
             interpreter::Image::Unsupported(what) => Err(anyhow::anyhow!(what)),
             interpreter::Image::NotPython => Ok(None),

@@ -23,7 +23,7 @@ mod tests;
 
 use std::sync::Arc;
 
-use anyhow::{Context as _, Result};
+use anyhow::Result;
 
 use self::{
     heap::{FunctionInfo, Heap, untag},
@@ -32,13 +32,13 @@ use self::{
     stack::JsFrame,
 };
 use super::{
-    Refusal, Runtime,
+    ImageFile, Refusal, Runtime,
     functions::{FunctionRef, Functions, Kind},
     memory::{self, Allowance, Memory, ProcessMemory},
     ranges::Ranges,
 };
 use crate::{
-    address_space::{Backing, Mapping, ModuleId, ProcessView},
+    address_space::{Mapping, ModuleId, ProcessView},
     decode::UserRegs,
     frame::Frame,
     untrusted::Cache,
@@ -85,17 +85,14 @@ impl Runtime for V8 {
     /// Node runs JavaScript of its own as soon as it has started.
     const RECHECK_NS: u64 = 20_000_000;
 
-    /// The mapping of the start of an executable called `node` or `nodejs`, or of a `libnode.so`.
-    fn may_be_image(&self, mapping: &Mapping) -> bool {
-        mapping.offset == 0
-            && matches!(&mapping.backing, Backing::File { path, .. } if path.file_name().and_then(|name| name.to_str()).is_some_and(|name| {
-                name == "node" || name == "nodejs" || name.starts_with("libnode.so")
-            }))
+    /// A binary embedding V8 (`node`, `libnode.so`) defines V8's `v8dbg_*` metadata for
+    /// debuggers.
+    fn marks(symbol: &[u8]) -> bool {
+        symbol.starts_with(b"v8dbg_")
     }
 
-    fn recognise(&mut self, view: &ProcessView<'_>, module: ModuleId) -> Result<Option<Binary>> {
-        let file = view.module(module).image().context("V8 not read: cannot read its binary")?;
-        Ok(Image::read(&file)?.map(|image| Binary { image }))
+    fn recognise(file: &ImageFile<'_>) -> Result<Option<Binary>> {
+        Ok(Image::read(file.bytes)?.map(|image| Binary { image }))
     }
 
     fn attach(

@@ -1,0 +1,426 @@
+//! Discovery: which runtime a process runs, found from what the files it maps executable are,
+//! whatever they are called (an extension module called `*.cpython-312-*.so` is no interpreter;
+//! a renamed `python3.11`, or a server with libpython linked in, is one), with the reading of
+//! files kept off the thread that drains samples.
+//!
+//! What each file is (by device, inode and path) is examined once ([`examine`]), on the worker
+//! thread ([`worker`]), and kept in a cache under the budget of what targets describe. A process
+//! is looked at when it is first sampled, when it runs exec or is forked from one looked at,
+//! when its table of mappings is read again, and once per drain after it maps new files (its
+//! task events): each look costs a lookup per file it maps executable (worked out once per
+//! table, and shared with the children that share it), and queues the files not known yet.
+//! Their answers come at a later drain, and the processes that waited for them are looked at
+//! again then; meanwhile their samples have native frames.
+mod examine;
+mod worker;
+
+use std::{hash::BuildHasher as _, sync::Arc};
+
+use rustc_hash::{FxBuildHasher, FxHashMap, FxHashSet};
+
+pub(crate) use self::examine::{ImageFile, Recognised, Recogniser};
+use self::{
+    examine::{Examined, examine},
+    worker::{Job, Worker},
+};
+use crate::{
+    address_space::{Backing, Mapping, ProcessView},
+    model::Tgid,
+    untrusted::{Cache, mounts::Answerer},
+};
+
+/// How long after a process is first looked at, or runs exec, it is young: a runtime may be
+/// starting in it, and the session drains the ring every millisecond meanwhile, so that the
+/// files it maps are looked at within a millisecond or two.
+pub(super) const YOUNG_NS: u64 = 50_000_000;
+/// How long a process waits before it is looked at again when some of its files could not be
+/// queued (its user's queue full) or read.
+const RETRY_NS: u64 = 200_000_000;
+/// Processes that wait for one file's answer, at most (the others look again later).
+const MAX_WAITERS: usize = 64;
+
+/// A file mapped executable, as a mapping names it: its device, inode, and a hash of its path
+/// (the same inode under two names is examined under each).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct FileKey {
+    dev: u64,
+    inode: u64,
+    path: u64,
+}
+
+impl FileKey {
+    fn of(mapping: &Mapping) -> Option<Self> {
+        let Backing::File { path, .. } = &mapping.backing else { return None };
+        Some(Self { dev: mapping.dev, inode: mapping.inode, path: FxBuildHasher.hash_one(path) })
+    }
+}
+
+/// A runtime's image found in a process: by which runtime (its index), at which mapping, and
+/// what the runtime made of it.
+pub(super) struct Found {
+    pub slot: usize,
+    pub mapping: Mapping,
+    pub recognised: Recognised,
+}
+
+/// What discovery knows of files and processes (the pipeline's side), and its worker.
+pub(super) struct Discovery {
+    recognisers: Arc<[Box<dyn Recogniser>]>,
+    worker: Worker,
+    examined: Cache<FileKey, Examined>,
+    /// Files being examined, and the processes waiting for them.
+    pending: FxHashMap<FileKey, Vec<Tgid>>,
+    /// Processes looked at, and the table of mappings they were last looked at with.
+    processes: FxHashMap<Tgid, Looked>,
+    /// Processes to look at in the next drain, and later.
+    stale: FxHashSet<Tgid>,
+    retries: Vec<(u64, Tgid)>,
+    stats: Stats,
+}
+
+#[derive(Clone, Copy)]
+struct Looked {
+    /// The id of the table of mappings looked at (0: none yet).
+    table: u64,
+}
+
+/// What discovery did, for the summary.
+#[derive(Default)]
+struct Stats {
+    files: u64,
+    images: u64,
+    given_up: u64,
+    queue_full: u64,
+}
+
+impl Discovery {
+    pub fn new(recognisers: Vec<Box<dyn Recogniser>>) -> Self {
+        let recognisers: Arc<[Box<dyn Recogniser>]> = recognisers.into();
+        Self {
+            worker: Worker::new(recognisers.clone()),
+            recognisers,
+            examined: Cache::default(),
+            pending: FxHashMap::default(),
+            processes: FxHashMap::default(),
+            stale: FxHashSet::default(),
+            retries: Vec::new(),
+            stats: Stats::default(),
+        }
+    }
+
+    /// A sample of the process of `view` at `time_ns`: looked at when it is new, or its table of
+    /// mappings was read again (young from now when new, see [`YOUNG_NS`]).
+    pub fn observe(&mut self, view: &ProcessView<'_>, time_ns: u64, young_until_ns: &mut u64) -> Vec<Found> {
+        match self.processes.get(&view.tgid()) {
+            Some(looked) if looked.table == view.table() => Vec::new(),
+            Some(_) => self.look(view, time_ns),
+            None => {
+                *young_until_ns = (*young_until_ns).max(time_ns.saturating_add(YOUNG_NS));
+                self.look(view, time_ns)
+            }
+        }
+    }
+
+    /// Process `tgid` is about to run a command (held before its exec): looked at as soon as
+    /// it maps files, and young.
+    pub fn follow(&mut self, tgid: Tgid, now_ns: u64, young_until_ns: &mut u64) {
+        self.processes.insert(tgid, Looked { table: 0 });
+        *young_until_ns = (*young_until_ns).max(now_ns.saturating_add(YOUNG_NS));
+    }
+
+    /// Process `pid` mapped a file executable: looked at again in the next drain, if it is one
+    /// looked at.
+    pub fn mapped(&mut self, pid: Tgid) {
+        if self.processes.contains_key(&pid) {
+            self.stale.insert(pid);
+        }
+    }
+
+    /// Process `pid` ran exec at `time_ns`: what it maps now is looked at anew (and it is young).
+    pub fn exec(&mut self, pid: Tgid, time_ns: u64, young_until_ns: &mut u64) {
+        if let Some(looked) = self.processes.get_mut(&pid) {
+            looked.table = 0;
+            self.stale.insert(pid);
+            *young_until_ns = (*young_until_ns).max(time_ns.saturating_add(YOUNG_NS));
+        }
+    }
+
+    /// Process `parent` forked `child`: the child, which runs what its parent runs, is looked
+    /// at in the next drain if the parent is one looked at.
+    pub fn forked(&mut self, parent: Tgid, child: Tgid) {
+        if self.processes.contains_key(&parent) {
+            self.processes.insert(child, Looked { table: 0 });
+            self.stale.insert(child);
+        }
+    }
+
+    /// Process `tgid` is to be looked at again later: an image found in it could not be taken
+    /// now (its file not opened).
+    pub fn retry(&mut self, tgid: Tgid, now_ns: u64) {
+        self.retries.push((now_ns.saturating_add(RETRY_NS), tgid));
+    }
+
+    /// Forgets a process gone.
+    pub fn forget(&mut self, tgid: Tgid) {
+        self.processes.remove(&tgid);
+        self.stale.remove(&tgid);
+    }
+
+    /// The processes to look at now: those that mapped files or waited for answers come by
+    /// `now_ns`, and those whose time to look again has come.
+    pub fn due(&mut self, now_ns: u64) -> Vec<Tgid> {
+        for answer in self.worker.answers(now_ns) {
+            let waiters = self.pending.remove(&answer.key).unwrap_or_default();
+            let kept = answer.examined.is_some_and(|examined| {
+                self.stats.files += 1;
+                self.stats.images += examined.images.len() as u64;
+                self.stats.given_up += u64::from(examined.given_up);
+                let bytes = examined.bytes();
+                self.examined.insert(answer.key, examined, bytes)
+            });
+            for tgid in waiters.into_iter().filter(|tgid| self.processes.contains_key(tgid)) {
+                // An answer not kept (not readable through that process, or no room to keep it)
+                // is asked again later, not at once.
+                if kept {
+                    self.stale.insert(tgid);
+                } else {
+                    self.retries.push((now_ns.saturating_add(RETRY_NS), tgid));
+                }
+            }
+        }
+        let (due, later): (Vec<_>, Vec<_>) = self.retries.drain(..).partition(|&(at_ns, _)| at_ns <= now_ns);
+        self.retries = later;
+        self.stale
+            .extend(due.into_iter().map(|(_, tgid)| tgid).filter(|tgid| self.processes.contains_key(tgid)));
+        self.stale.drain().collect()
+    }
+
+    /// Looks at the files the process of `view` maps executable: the images of runtimes among
+    /// those known; those not known are queued for the worker.
+    pub fn look(&mut self, view: &ProcessView<'_>, now_ns: u64) -> Vec<Found> {
+        let tgid = view.tgid();
+        let identity = view.identity();
+        let mut found = Vec::new();
+        let mut complete = true;
+        for mapping in view.executable_files().iter() {
+            let Some(key) = FileKey::of(mapping) else { continue };
+            if let Some(examined) = self.examined.get(&key) {
+                found.extend(examined.images.iter().map(|(slot, recognised)| Found {
+                    slot: *slot,
+                    mapping: mapping.clone(),
+                    recognised: recognised.clone(),
+                }));
+                continue;
+            }
+            if let Some(waiters) = self.pending.get_mut(&key) {
+                if waiters.len() >= MAX_WAITERS {
+                    complete = false;
+                } else if !waiters.contains(&tgid) {
+                    waiters.push(tgid);
+                }
+                continue;
+            }
+            // Never opened: its daemon could hold the worker for ever.
+            if identity.answerer(tgid, mapping.dev) == Answerer::Daemon {
+                continue;
+            }
+            let job = Job { key, tgid, identity: identity.clone(), mapping: mapping.clone() };
+            if self.worker.push(identity.user, job) {
+                self.pending.insert(key, vec![tgid]);
+            } else {
+                self.stats.queue_full += 1;
+                complete = false;
+            }
+        }
+        if !complete && self.worker.examining() {
+            self.retries.push((now_ns.saturating_add(RETRY_NS), tgid));
+        }
+        self.processes.insert(tgid, Looked { table: view.table() });
+        found
+    }
+
+    /// A file the process of `view` is about to map (a command's, before it runs): examined
+    /// now, so that its first look finds it known.
+    pub fn expect(&mut self, view: &ProcessView<'_>, file: &Mapping) {
+        let Some(key) = FileKey::of(file) else { return };
+        if self.examined.get(&key).is_some() {
+            return;
+        }
+        if let Some(examined) = examine(&self.recognisers, view.tgid(), view.identity(), file) {
+            let bytes = examined.bytes();
+            self.examined.insert(key, examined, bytes);
+        }
+    }
+
+    /// The runtimes' images among the files the process of `view` maps, each examined now if
+    /// it is not known (`profiler check`).
+    pub fn examine_now(&mut self, view: &ProcessView<'_>) -> Vec<Found> {
+        for mapping in view.executable_files().iter() {
+            if view.identity().answerer(view.tgid(), mapping.dev) != Answerer::Daemon {
+                self.expect(view, mapping);
+            }
+        }
+        let found = self.look(view, 0);
+        self.forget(view.tgid());
+        found
+    }
+
+    /// The summary's lines: what was given up on, what had to wait.
+    pub fn describe(&self) -> Vec<String> {
+        let Stats { files, images, given_up, queue_full } = self.stats;
+        let mut lines = Vec::new();
+        if given_up > 0 || queue_full > 0 {
+            lines.push(format!(
+                "discovery: {files} files examined for runtimes ({images} images); {given_up} given up on after {} s \
+                 each; {queue_full} left for later, their user's {} files waiting already",
+                worker::DEADLINE.as_secs(),
+                worker::MAX_QUEUED
+            ));
+        }
+        if !self.worker.examining() {
+            lines.push(format!(
+                "discovery stopped after {} files took longer than {} s to examine: runtimes of processes seen since are not read",
+                worker::MAX_ABANDONED,
+                worker::DEADLINE.as_secs()
+            ));
+        }
+        lines
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{
+        any::Any,
+        time::{Duration, Instant},
+    };
+
+    use super::*;
+    use crate::{
+        address_space::{AddressSpaces, Tracking},
+        clock,
+    };
+
+    /// Marks the file that defines `malloc` (this process's C library), and names it.
+    struct Libc;
+
+    impl Recogniser for Libc {
+        fn marks(&self, symbol: &[u8]) -> bool {
+            symbol == b"malloc"
+        }
+
+        fn recognise(&self, file: &ImageFile<'_>) -> anyhow::Result<Option<Arc<dyn Any + Send + Sync>>> {
+            Ok(Some(Arc::new(file.name.to_owned())))
+        }
+    }
+
+    /// Marks nothing.
+    struct Nothing;
+
+    impl Recogniser for Nothing {
+        fn marks(&self, _: &[u8]) -> bool {
+            false
+        }
+
+        fn recognise(&self, _: &ImageFile<'_>) -> anyhow::Result<Option<Arc<dyn Any + Send + Sync>>> {
+            unreachable!("marked by nothing")
+        }
+    }
+
+    fn discovery() -> Discovery {
+        Discovery::new(vec![Box::new(Nothing), Box::new(Libc)])
+    }
+
+    fn own_spaces() -> AddressSpaces {
+        let mut spaces = AddressSpaces::new(Tracking { all: false, follow_forks: true });
+        spaces.track(Tgid::own());
+        spaces
+    }
+
+    /// Whether `found` has this process's C library, named, as the image of `Libc` (the second).
+    fn libc_found(found: &[Found]) -> bool {
+        found.iter().any(|found| {
+            found.slot == 1
+                && matches!(&found.recognised, Ok(image)
+                    if image.downcast_ref::<String>().is_some_and(|name| name.starts_with("libc")))
+        })
+    }
+
+    #[test]
+    fn files_are_examined_on_the_worker_and_their_process_looked_at_again() {
+        let (mut discovery, mut spaces) = (discovery(), own_spaces());
+        let now = clock::monotonic_ns();
+        let mut young_until_ns = 0;
+        let found = discovery.observe(&spaces.view(Tgid::own(), now).unwrap(), now, &mut young_until_ns);
+        assert!(found.is_empty(), "nothing known yet: its files are queued");
+        assert!(!discovery.pending.is_empty());
+        assert_eq!(young_until_ns, now + YOUNG_NS, "a process new to discovery is young");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let due = discovery.due(clock::monotonic_ns());
+            if due.contains(&Tgid::own()) {
+                let found = discovery.look(&spaces.view(Tgid::own(), now).unwrap(), now);
+                if libc_found(&found) {
+                    assert_eq!(found.len(), 1, "no other file is an image");
+                    break;
+                }
+            }
+            assert!(Instant::now() < deadline, "the worker answered");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let view = spaces.view(Tgid::own(), now).unwrap();
+        assert!(discovery.observe(&view, now, &mut young_until_ns).is_empty(), "its table is looked at once");
+        assert!(libc_found(&discovery.look(&view, now)), "what a file is, is kept");
+        assert!(discovery.stats.files > 0 && discovery.stats.images == 1);
+    }
+
+    /// A command's files, expected before it runs, are examined then: its first look finds
+    /// them known, with no wait for the worker.
+    #[test]
+    fn an_image_expected_before_its_process_maps_it_is_found_at_once() {
+        let (mut discovery, mut spaces) = (discovery(), own_spaces());
+        let view = spaces.view(Tgid::own(), 0).unwrap();
+        let libc = view
+            .executable_files()
+            .iter()
+            .find_map(|mapping| match &mapping.backing {
+                Backing::File { path, .. }
+                    if path.file_name().is_some_and(|name| name.to_string_lossy().starts_with("libc.so")) =>
+                {
+                    Some(path.clone())
+                }
+                _ => None,
+            })
+            .expect("this process maps a C library");
+        let mut young_until_ns = 0;
+        discovery.follow(Tgid::own(), 5, &mut young_until_ns);
+        assert_eq!(young_until_ns, 5 + YOUNG_NS);
+        discovery.expect(&view, &Mapping::whole_file(&libc, &std::fs::metadata(&libc).unwrap()));
+        assert!(discovery.pending.is_empty(), "examined at once");
+        assert!(libc_found(&discovery.look(&view, 0)), "found at the first look");
+    }
+
+    #[test]
+    fn processes_are_looked_at_again_when_they_map_exec_or_fork() {
+        let mut discovery = discovery();
+        let (own, other, child) = (Tgid::own(), Tgid(999_999_999), Tgid(999_999_998));
+        let mut young_until_ns = 0;
+        discovery.mapped(other);
+        discovery.forked(other, child);
+        discovery.exec(other, 1, &mut young_until_ns);
+        assert!(discovery.due(0).is_empty(), "a process never looked at is not looked at for its events");
+        assert_eq!(young_until_ns, 0);
+        discovery.follow(own, 0, &mut young_until_ns);
+        assert!(discovery.due(0).is_empty(), "followed, it waits for what it maps");
+        discovery.mapped(own);
+        assert_eq!(discovery.due(0), [own]);
+        discovery.forked(own, child);
+        assert_eq!(discovery.due(0), [child], "a child runs what its parent runs");
+        discovery.exec(own, 10, &mut young_until_ns);
+        assert_eq!(discovery.due(0), [own]);
+        assert_eq!(young_until_ns, 10 + YOUNG_NS, "young again after its exec");
+        discovery.mapped(own);
+        discovery.forget(own);
+        assert!(discovery.due(0).is_empty(), "a process gone is not looked at");
+    }
+}
