@@ -46,6 +46,7 @@ pub fn ensure(root: &Path) -> Result<()> {
     ensure_bpf_linker(root)?;
     ensure_packages()?;
     ensure_debian_python(root)?;
+    ensure_python_services(root)?;
     ensure_speedscope_schema(root)?;
     ensure_node_versions(root)
 }
@@ -124,6 +125,33 @@ fn ensure_debian_python(root: &Path) -> Result<()> {
     let version = output(Command::new(&python).args(["-c", DEBIAN_PYTHON_CHECK]))?;
     eprintln!("xtask: {DEBIAN_PYTHON} runs CPython {}", version.trim());
     Ok(())
+}
+
+/// A virtual environment with numpy and pandas from PyPI, made with the newest CPython
+/// installed, which the tests run a data service in as one is run (each package maps dozens of
+/// extension modules).
+const PYTHON_SERVICES: &str = ".tools/python-services";
+const PYTHON_SERVICES_PACKAGES: [&str; 2] = ["numpy==2.5.5", "pandas==3.1.1"];
+
+fn ensure_python_services(root: &Path) -> Result<()> {
+    let dir = root.join(PYTHON_SERVICES);
+    let python = dir.join("bin/python");
+    if Command::new(&python).args(["-c", "import numpy, pandas"]).output().is_ok_and(|o| o.status.success()) {
+        return Ok(());
+    }
+    let interpreter =
+        crate::python::newest_supported().context("no CPython to make a virtual environment with")?;
+    eprintln!(
+        "xtask: installing {} from PyPI into {PYTHON_SERVICES} (with {})",
+        PYTHON_SERVICES_PACKAGES.join(" "),
+        interpreter.display()
+    );
+    check(Command::new(&interpreter).args(["-m", "venv", "--clear"]).arg(&dir))?;
+    check(
+        Command::new(&python)
+            .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"])
+            .args(PYTHON_SERVICES_PACKAGES),
+    )
 }
 
 /// What `cargo xtask bench` runs besides profiler: perf, valgrind, libbpf-tools' offcputime,

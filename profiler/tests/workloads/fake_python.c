@@ -1,12 +1,12 @@
 /* A program that poses as CPython 3.12 to a profiler reading it from outside: it exports
- * _PyRuntime, PyCode_Type, PyUnicode_Type and Py_Version as python3.12 does, and fills the runtime with what a
- * hostile or broken target could: with no argument, a thread list that loops on itself; with
- * "frames", a thread state for the calling thread whose current frame is its own caller (an
- * endless frame chain) running a "code object" whose names are made of folded-format separators
- * and terminal escapes; with "names-in FILE", the same frames, the names of whose code object are
- * in a page of FILE mapped and never touched (a reader's fault there goes to FILE's file system).
- * It then spins in a function named like the eval loop for argv's seconds. Built with -rdynamic
- * so the symbols are exported. */
+ * _PyRuntime, PyCode_Type, PyUnicode_Type, PyUnicode_AsUTF8 and Py_Version as python3.12 does,
+ * and fills the runtime with what a hostile or broken target could: with no argument, a thread
+ * list that loops on itself; with "frames", a thread state for the calling thread whose current
+ * frame is its own caller (an endless frame chain) running a "code object" whose names are made
+ * of folded-format separators and terminal escapes; with "names-in FILE", the same frames, the
+ * names of whose code object are in a page of FILE mapped and never touched (a reader's fault
+ * there goes to FILE's file system). It then spins in a function named like the eval loop for
+ * argv's seconds. Built with -rdynamic so the symbols are exported. */
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -19,6 +19,7 @@ char _PyRuntime[4096];
 char PyCode_Type[512];
 char PyUnicode_Type[512];
 const uint32_t Py_Version = 0x030c01f0;
+const char *PyUnicode_AsUTF8(void *unicode) { return unicode ? "" : 0; }
 
 static char interp[8192], tstate[512], cframe[64], frame[128], code[256], name[64], no_lines[64];
 

@@ -4,7 +4,8 @@
 //! Files wait in a queue per user (a user namespace counting as its outermost owner), taken
 //! in turn, one user's file after another's: a user mapping thousands of files delays another
 //! user's by at most one of its own at a time. Each user has at most [`MAX_QUEUED`] files
-//! waiting; past that its processes are looked at again later. A file examined for longer than
+//! waiting; past that its processes are looked at again later. The thread works at most
+//! [`BUSY_PER_SECOND`] of each second, however many files wait. A file examined for longer than
 //! [`DEADLINE`] is given up on (taken as no runtime's image) and the thread left to it, a new
 //! one taking the queue; after [`MAX_ABANDONED`] such threads, nothing more is examined.
 use std::{
@@ -15,7 +16,7 @@ use std::{
         atomic::{AtomicU64, Ordering},
         mpsc,
     },
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use super::{
@@ -34,6 +35,9 @@ pub const MAX_QUEUED: usize = 1024;
 pub const DEADLINE: Duration = Duration::from_secs(2);
 /// Threads left to a file that took too long, at most: then nothing more is examined.
 pub const MAX_ABANDONED: u32 = 4;
+/// The share of each second the thread may work: files the targets chose cost the profiler a
+/// quarter of a CPU at most.
+const BUSY_PER_SECOND: Duration = Duration::from_millis(250);
 
 /// A file to examine, through the process that maps it.
 pub struct Job {
@@ -196,7 +200,16 @@ impl Waiting {
 /// The worker thread: examines what the queue hands it until the queue closes or nobody takes
 /// its answers (it was left to a file that took too long).
 fn work(queue: &Queue, recognisers: &[Box<dyn Recogniser>], busy: &Busy, answers: &mpsc::Sender<Answer>) {
+    let mut second = Instant::now();
+    let mut worked = Duration::ZERO;
     while let Some(job) = queue.next() {
+        if second.elapsed() >= Duration::from_secs(1) {
+            (second, worked) = (Instant::now(), Duration::ZERO);
+        } else if worked >= BUSY_PER_SECOND {
+            std::thread::sleep(Duration::from_secs(1).saturating_sub(second.elapsed()));
+            (second, worked) = (Instant::now(), Duration::ZERO);
+        }
+        let started = Instant::now();
         *busy.key.lock().unwrap_or_else(PoisonError::into_inner) = Some(job.key);
         busy.since_ns.store(clock::monotonic_ns(), Ordering::Release);
         // A panic in a parser on a hostile file costs that file.
@@ -205,6 +218,7 @@ fn work(queue: &Queue, recognisers: &[Box<dyn Recogniser>], busy: &Busy, answers
         }))
         .unwrap_or_else(|_| Some(Examined::default()));
         busy.since_ns.store(0, Ordering::Release);
+        worked += started.elapsed();
         if answers.send(Answer { key: job.key, examined }).is_err() {
             return;
         }

@@ -51,19 +51,18 @@ impl Image {
         else {
             return Self::NotPython;
         };
-        let named = NamedVersion::of(file_name);
-        // 3.6 has no `_PyRuntime`: only its name says it is CPython 3.6.
+        if exported("PyUnicode_AsUTF8").is_none() {
+            return Self::Unsupported("CPython 2".into());
+        }
         let runtime = exported("_PyRuntime");
-        if runtime.is_none() && named.is_none_or(|named| named.version != Version(6)) {
+        // 3.6 has no `_PyRuntime`, but its interpreters' head.
+        if runtime.is_none() && exported("PyInterpreterState_Head").is_none() {
             return Self::NotPython;
         }
         let version = exported("Py_Version")
             .and_then(|symbol| bytes_at(&elf, symbol.address(), symbol.section_index()?, 4))
-            .map(|bytes| Version(bytes[2]))
-            .or(named.map(|named| named.version));
-        let Some(version) = version else {
-            return Self::Unsupported("CPython of an unknown version".into());
-        };
+            .map_or_else(|| version_by_exports(|name| exported(name).is_some()), |bytes| Version(bytes[2]));
+        let named = NamedFlags::of(file_name);
         if named.is_some_and(|named| named.free_threaded) {
             return Self::Unsupported(format!("CPython {version} free-threaded"));
         }
@@ -129,22 +128,29 @@ fn interp_head_from_code(address: u64, code: &[u8]) -> Option<u64> {
     (address + 7).checked_add_signed(displacement)
 }
 
-/// The version and ABI flags a file name says (`libpython3.12.so.1.0`, `python3.11`,
-/// `libpython3.13t.so`).
+/// The minor version of a CPython older than 3.11 (which states it in `Py_Version`), whatever its
+/// file is called (a renamed interpreter, a server with it linked in), from the newest of the
+/// functions each release added that it exports (`exports`).
+fn version_by_exports(exports: impl Fn(&str) -> bool) -> Version {
+    const ADDED: [(&str, u8); 4] =
+        [("Py_IsNone", 10), ("PyFrame_GetCode", 9), ("PyCode_NewWithPosOnlyArgs", 8), ("_PyRuntime", 7)];
+    let minor = ADDED.iter().find(|(name, _)| exports(name)).map_or(6, |&(_, minor)| minor);
+    Version(minor)
+}
+
+/// The ABI flags a file name says (`libpython3.13t.so`, `python3.13d`), which builds of other
+/// layouts carry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct NamedVersion {
-    version: Version,
+struct NamedFlags {
     free_threaded: bool,
     debug: bool,
 }
 
-impl NamedVersion {
+impl NamedFlags {
     fn of(file_name: &str) -> Option<Self> {
         let (_, after) = file_name.split_once("python3.")?;
-        let digits = after.len() - after.trim_start_matches(|c: char| c.is_ascii_digit()).len();
-        let minor = after[..digits].parse().ok()?;
-        let flags: &str = after[digits..].split('.').next().unwrap_or("");
-        Some(Self { version: Version(minor), free_threaded: flags.contains('t'), debug: flags.contains('d') })
+        let flags = after.trim_start_matches(|c: char| c.is_ascii_digit()).split('.').next().unwrap_or("");
+        Some(Self { free_threaded: flags.contains('t'), debug: flags.contains('d') })
     }
 }
 
@@ -318,15 +324,30 @@ mod tests {
     use super::*;
 
     #[test]
-    fn file_names_say_version_and_build() {
-        let named = |name| NamedVersion::of(name).map(|n| (n.version.0, n.free_threaded, n.debug));
-        assert_eq!(named("libpython3.12.so.1.0"), Some((12, false, false)));
-        assert_eq!(named("python3.11"), Some((11, false, false)));
-        assert_eq!(named("libpython3.13t.so.1.0"), Some((13, true, false)));
-        assert_eq!(named("python3.13d"), Some((13, false, true)));
+    fn file_names_say_the_build() {
+        let named = |name| NamedFlags::of(name).map(|n| (n.free_threaded, n.debug));
+        assert_eq!(named("libpython3.12.so.1.0"), Some((false, false)));
+        assert_eq!(named("python3.11"), Some((false, false)));
+        assert_eq!(named("libpython3.13t.so.1.0"), Some((true, false)));
+        assert_eq!(named("python3.13d"), Some((false, true)));
         assert_eq!(named("python3"), None);
         assert_eq!(named("libc.so.6"), None);
-        assert_eq!(named("libpython3.6m.so.1.0"), Some((6, false, false)));
+        assert_eq!(named("libpython3.6m.so.1.0"), Some((false, false)));
+    }
+
+    /// Each release's exports, as the installed interpreters have them (`nm -D --defined-only`).
+    #[test]
+    fn versions_before_3_11_are_told_apart_by_what_they_export() {
+        let releases: [(u8, &[&str]); 5] = [
+            (6, &[]),
+            (7, &["_PyRuntime"]),
+            (8, &["_PyRuntime", "PyCode_NewWithPosOnlyArgs"]),
+            (9, &["_PyRuntime", "PyCode_NewWithPosOnlyArgs", "PyFrame_GetCode"]),
+            (10, &["_PyRuntime", "PyCode_NewWithPosOnlyArgs", "PyFrame_GetCode", "Py_IsNone"]),
+        ];
+        for (minor, exports) in releases {
+            assert_eq!(version_by_exports(|name| exports.contains(&name)), Version(minor));
+        }
     }
 
     #[test]
