@@ -111,8 +111,9 @@ impl StackWalker {
     /// (naming, which forgets them after what it was handed before); not of a module a running
     /// runtime's frames are recognised by.
     pub fn evict_modules(&mut self, modules: &[ModuleId], also: impl FnOnce(&[ModuleId], &Modules)) {
+        let pinned = self.runtimes.pinned_modules();
         let modules: Vec<ModuleId> =
-            modules.iter().copied().filter(|&module| !self.runtimes.pins(module)).collect();
+            modules.iter().copied().filter(|module| !pinned.contains(module)).collect();
         if modules.is_empty() {
             return;
         }

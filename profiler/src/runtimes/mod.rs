@@ -27,6 +27,7 @@ pub mod v8;
 use std::{any::Any, marker::PhantomData, sync::Arc};
 
 use profiler_common::runtimes::{RuntimeKind, RuntimeProcess};
+use rustc_hash::FxHashSet;
 
 pub(crate) use self::discovery::ImageFile;
 use self::{
@@ -381,9 +382,14 @@ impl Runtimes {
         }
     }
 
-    /// Whether `module` must stay: a running runtime's frames are recognised by it.
-    pub fn pins(&self, module: ModuleId) -> bool {
-        self.slots.iter().any(|slot| slot.pins(module))
+    /// The modules that must stay: running runtimes' frames are recognised by them (their
+    /// interpreters).
+    pub fn pinned_modules(&self) -> FxHashSet<ModuleId> {
+        let mut pinned = FxHashSet::default();
+        for slot in &self.slots {
+            slot.pinned(&mut pinned);
+        }
+        pinned
     }
 
     /// Once an epoch of the budget of what targets describe: functions nothing holds go, and

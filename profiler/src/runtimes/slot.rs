@@ -4,7 +4,7 @@
 use std::{collections::BTreeMap, sync::Arc};
 
 use profiler_common::runtimes::RuntimeKind;
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::{MAX_REFUSED_NAMED, Refusal, Runtime, Shared, discovery::Recognised, functions::Functions};
 use crate::{
@@ -61,7 +61,8 @@ pub(super) trait Slot: Send {
     );
     fn forget(&mut self, tgid: Tgid, shared: &mut Shared);
     fn refused_by_kernel(&mut self, tgid: Tgid, why: &anyhow::Error, shared: &mut Shared);
-    fn pins(&self, module: ModuleId) -> bool;
+    /// Adds the modules its running processes' frames are recognised by to `pinned`.
+    fn pinned(&self, pinned: &mut FxHashSet<ModuleId>);
     fn relieve(&mut self);
     fn describe(&self) -> (&'static str, Vec<String>);
     /// What `profiler check` says of its image found in the process of `view`; nothing is left
@@ -288,10 +289,12 @@ impl<R: Runtime> Slot for Loaded<R> {
         }
     }
 
-    fn pins(&self, module: ModuleId) -> bool {
-        self.processes.values().any(|state| {
-            matches!(state, State::Running(attached) if self.runtime.pinned_module(&attached.instance) == Some(module))
-        })
+    fn pinned(&self, pinned: &mut FxHashSet<ModuleId>) {
+        let running = self.processes.values().filter_map(|state| match state {
+            State::Running(attached) => self.runtime.pinned_module(&attached.instance),
+            _ => None,
+        });
+        pinned.extend(running);
     }
 
     fn relieve(&mut self) {

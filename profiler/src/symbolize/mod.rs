@@ -100,12 +100,25 @@ impl Namer {
         }
     }
 
-    /// Names `new` frames (frames named already are skipped).
+    /// Names `new` frames (frames named already are skipped). The frames of a module named
+    /// from its DWARF before a runtime was found reading its frames through it (found off the
+    /// drain's thread, after its first samples) are named again, from its symbols.
     pub fn name(&mut self, new: NewFrames) {
         let NewFrames { frames, runtime, modules, interpreters, identities, now_ns } = new;
         self.identities.extend(identities);
         for (frame, symbol) in runtime {
             self.symbols.by_frame.insert(frame, vec![symbol]);
+        }
+        let renamed = self.symbolizer.now_interpreters(&interpreters, &modules);
+        if !renamed.is_empty() {
+            let again: Vec<Frame> = self
+                .symbols
+                .by_frame
+                .keys()
+                .filter(|frame| matches!(frame, Frame::Module { module, .. } if renamed.contains(module)))
+                .copied()
+                .collect();
+            self.symbols.extend(self.symbolizer.symbolize(&again, &modules, &interpreters, &self.perf_maps));
         }
         let frames: Vec<Frame> = frames.into_iter().filter(|frame| !self.symbols.contains(frame)).collect();
         self.read_perf_maps(&frames, now_ns);
@@ -135,7 +148,7 @@ impl Namer {
     /// Lets go of what was read of `modules` (evicted from the registry): blazesym's parsed
     /// files and the PLT stubs.
     pub fn forget_modules(&mut self, modules: &ModuleSet) {
-        self.symbolizer.forget(modules);
+        self.symbolizer.forget(modules.iter());
     }
 
     /// What it has to say once done.
@@ -208,7 +221,8 @@ pub struct NewFrames {
     /// Runtimes' frames, named already from the functions they stand for.
     runtime: Vec<(Frame, Symbol)>,
     modules: ModuleSet,
-    /// Those of `modules` a runtime reads its frames through (its interpreter).
+    /// The modules runtimes read their frames through now (their interpreters), among
+    /// `modules`.
     interpreters: FxHashSet<ModuleId>,
     identities: FxHashMap<Tgid, Identity>,
     /// When they were seen: perf maps are read as they were then.
@@ -241,7 +255,8 @@ impl NewFrames {
         }
         let identities =
             processes.into_iter().filter_map(|tgid| Some((tgid, spaces.identity(tgid)?))).collect();
-        let interpreters = modules.iter().copied().filter(|&module| runtimes.pins(module)).collect();
+        let interpreters = runtimes.pinned_modules();
+        modules.extend(interpreters.iter().copied());
         Self { frames, runtime, modules: spaces.modules().share(modules), interpreters, identities, now_ns }
     }
 
@@ -384,10 +399,22 @@ impl Symbolizer {
         }
     }
 
+    /// Those of `interpreters` (among `modules`) named from their DWARF so far: let go of, to
+    /// be named from their symbols from now on.
+    fn now_interpreters(&mut self, interpreters: &FxHashSet<ModuleId>, modules: &ModuleSet) -> Vec<ModuleId> {
+        let named_from_dwarf =
+            |id: &ModuleId| self.modules.get(id).is_some_and(|naming| naming.dwarf.is_some());
+        let renamed: Vec<ModuleId> = interpreters.iter().copied().filter(named_from_dwarf).collect();
+        if !renamed.is_empty() {
+            self.forget(modules.iter().filter(|(id, _)| renamed.contains(id)));
+        }
+        renamed
+    }
+
     /// Lets go of what was read of `modules`: the naming state (PLT stubs, the DWARF charge)
     /// and blazesym's parsed files.
-    fn forget(&mut self, modules: &ModuleSet) {
-        for (id, module) in modules.iter() {
+    fn forget<'a>(&mut self, modules: impl Iterator<Item = (ModuleId, &'a Module)>) {
+        for (id, module) in modules {
             self.modules.remove(&id);
             let files = module.file().into_iter().chain(module.debug_file().map(|debug| &*debug.file));
             for file in files {

@@ -7,15 +7,17 @@
 //! thread ([`worker`]), and kept in a cache under the budget of what targets describe. A process
 //! is looked at when it is first sampled, when it runs exec or is forked from one looked at,
 //! when its table of mappings is read again, and once per drain after it maps new files (its
-//! task events): each look costs a lookup per file it maps executable (worked out once per
-//! table, and shared with the children that share it), and queues the files not known yet.
-//! Their answers come at a later drain, and the processes that waited for them are looked at
-//! again then; meanwhile their samples have native frames.
+//! task events). What a table of mappings holds is worked out once, and shared by the processes
+//! that share the table (children forked from one with tens of thousands of mappings): each of
+//! its files looked up, those not known yet queued for the worker. It is worked out again once
+//! an answer finds an image, or, while some of its files could not be queued, every
+//! [`RETRY_NS`]; meanwhile its processes' samples have native frames.
 mod examine;
 mod worker;
 
-use std::{hash::BuildHasher as _, sync::Arc};
+use std::{hash::BuildHasher as _, num::NonZeroUsize, sync::Arc};
 
+use lru::LruCache;
 use rustc_hash::{FxBuildHasher, FxHashMap, FxHashSet};
 
 pub(crate) use self::examine::{ImageFile, Recognised, Recogniser};
@@ -33,11 +35,11 @@ use crate::{
 /// starting in it, and the session drains the ring every millisecond meanwhile, so that the
 /// files it maps are looked at within a millisecond or two.
 pub(super) const YOUNG_NS: u64 = 50_000_000;
-/// How long a process waits before it is looked at again when some of its files could not be
-/// queued (its user's queue full) or read.
+/// How long a process waits before it is looked at again when some of its files are not known
+/// yet: queued, or not (its user's queue full, or not readable through the process).
 const RETRY_NS: u64 = 200_000_000;
-/// Processes that wait for one file's answer, at most (the others look again later).
-const MAX_WAITERS: usize = 64;
+/// Tables of mappings whose images are remembered, at most (least recently used first out).
+const MAX_TABLES: usize = 4096;
 
 /// A file mapped executable, as a mapping names it: its device, inode, and a hash of its path
 /// (the same inode under two names is examined under each).
@@ -57,24 +59,31 @@ impl FileKey {
 
 /// A runtime's image found in a process: by which runtime (its index), at which mapping, and
 /// what the runtime made of it.
+#[derive(Clone)]
 pub(super) struct Found {
     pub slot: usize,
     pub mapping: Mapping,
     pub recognised: Recognised,
 }
 
-/// What discovery knows of files and processes (the pipeline's side), and its worker.
+/// What discovery knows of files, tables of mappings and processes (the pipeline's side), and
+/// its worker.
 pub(super) struct Discovery {
     recognisers: Arc<[Box<dyn Recogniser>]>,
     worker: Worker,
     examined: Cache<FileKey, Examined>,
-    /// Files being examined, and the processes waiting for them.
-    pending: FxHashMap<FileKey, Vec<Tgid>>,
+    /// Files queued for the worker.
+    pending: FxHashSet<FileKey>,
+    /// What each table of mappings looked through holds.
+    tables: LruCache<u64, TableLook>,
+    /// Answers that found an image so far: tables looked through before the last one hold
+    /// files that may be images, and are looked through again.
+    images_found: u64,
     /// Processes looked at, and the table of mappings they were last looked at with.
     processes: FxHashMap<Tgid, Looked>,
-    /// Processes to look at in the next drain, and later.
+    /// Processes to look at in the next drain, and later ones.
     stale: FxHashSet<Tgid>,
-    retries: Vec<(u64, Tgid)>,
+    retries: FxHashMap<Tgid, u64>,
     stats: Stats,
 }
 
@@ -82,6 +91,15 @@ pub(super) struct Discovery {
 struct Looked {
     /// The id of the table of mappings looked at (0: none yet).
     table: u64,
+}
+
+/// What a table of mappings was found to hold: the runtimes' images among its files, whether
+/// every other file was known not to be one, and when.
+struct TableLook {
+    images: Vec<Found>,
+    complete: bool,
+    images_found: u64,
+    looked_ns: u64,
 }
 
 /// What discovery did, for the summary.
@@ -100,10 +118,12 @@ impl Discovery {
             worker: Worker::new(recognisers.clone()),
             recognisers,
             examined: Cache::default(),
-            pending: FxHashMap::default(),
+            pending: FxHashSet::default(),
+            tables: LruCache::new(NonZeroUsize::new(MAX_TABLES).expect("not zero")),
+            images_found: 0,
             processes: FxHashMap::default(),
             stale: FxHashSet::default(),
-            retries: Vec::new(),
+            retries: FxHashMap::default(),
             stats: Stats::default(),
         }
     }
@@ -157,86 +177,110 @@ impl Discovery {
     /// Process `tgid` is to be looked at again later: an image found in it could not be taken
     /// now (its file not opened).
     pub fn retry(&mut self, tgid: Tgid, now_ns: u64) {
-        self.retries.push((now_ns.saturating_add(RETRY_NS), tgid));
+        self.retries.entry(tgid).or_insert(now_ns.saturating_add(RETRY_NS));
     }
 
     /// Forgets a process gone.
     pub fn forget(&mut self, tgid: Tgid) {
         self.processes.remove(&tgid);
         self.stale.remove(&tgid);
+        self.retries.remove(&tgid);
     }
 
-    /// The processes to look at now: those that mapped files or waited for answers come by
-    /// `now_ns`, and those whose time to look again has come.
+    /// The processes to look at now: those that mapped files, those whose files were not all
+    /// known when an answer found an image (by `now_ns`), and those whose time to look again
+    /// has come.
     pub fn due(&mut self, now_ns: u64) -> Vec<Tgid> {
+        let images_found = self.images_found;
         for answer in self.worker.answers(now_ns) {
-            let waiters = self.pending.remove(&answer.key).unwrap_or_default();
-            let kept = answer.examined.is_some_and(|examined| {
-                self.stats.files += 1;
-                self.stats.images += examined.images.len() as u64;
-                self.stats.given_up += u64::from(examined.given_up);
-                let bytes = examined.bytes();
-                self.examined.insert(answer.key, examined, bytes)
-            });
-            for tgid in waiters.into_iter().filter(|tgid| self.processes.contains_key(tgid)) {
-                // An answer not kept (not readable through that process, or no room to keep it)
-                // is asked again later, not at once.
-                if kept {
-                    self.stale.insert(tgid);
-                } else {
-                    self.retries.push((now_ns.saturating_add(RETRY_NS), tgid));
-                }
+            self.pending.remove(&answer.key);
+            // Not readable through that process: asked again as its table is looked through.
+            let Some(examined) = answer.examined else { continue };
+            self.stats.files += 1;
+            self.stats.given_up += u64::from(examined.given_up);
+            let images = examined.images.len() as u64;
+            let bytes = examined.bytes();
+            // An image not kept (no room in the budget) is found again later, not at once.
+            if self.examined.insert(answer.key, examined, bytes) && images > 0 {
+                self.stats.images += images;
+                self.images_found += 1;
             }
         }
-        let (due, later): (Vec<_>, Vec<_>) = self.retries.drain(..).partition(|&(at_ns, _)| at_ns <= now_ns);
-        self.retries = later;
-        self.stale
-            .extend(due.into_iter().map(|(_, tgid)| tgid).filter(|tgid| self.processes.contains_key(tgid)));
-        self.stale.drain().collect()
+        if self.images_found != images_found {
+            let tables = &self.tables;
+            let waiting = self
+                .processes
+                .iter()
+                .filter(|(_, looked)| tables.peek(&looked.table).is_none_or(|look| !look.complete));
+            self.stale.extend(waiting.map(|(&tgid, _)| tgid));
+        }
+        self.retries.retain(|&tgid, &mut at_ns| {
+            let due = at_ns <= now_ns;
+            if due {
+                self.stale.insert(tgid);
+            }
+            !due
+        });
+        let processes = &self.processes;
+        self.stale.drain().filter(|tgid| processes.contains_key(tgid)).collect()
     }
 
-    /// Looks at the files the process of `view` maps executable: the images of runtimes among
-    /// those known; those not known are queued for the worker.
+    /// Looks at the process of `view`: the images of runtimes among the files it maps
+    /// executable, as its table of mappings was last looked through (again if an image was
+    /// found since, or, while it was not all known, if [`RETRY_NS`] have passed).
     pub fn look(&mut self, view: &ProcessView<'_>, now_ns: u64) -> Vec<Found> {
-        let tgid = view.tgid();
-        let identity = view.identity();
-        let mut found = Vec::new();
+        let (tgid, table) = (view.tgid(), view.table());
+        let fresh = self.tables.get(&table).is_some_and(|look| {
+            look.images_found == self.images_found
+                && (look.complete || now_ns < look.looked_ns.saturating_add(RETRY_NS))
+        });
+        if !fresh {
+            let look = self.look_through(view, now_ns);
+            self.tables.put(table, look);
+        }
+        self.processes.insert(tgid, Looked { table });
+        let look = self.tables.peek(&table).expect("just looked through");
+        if !look.complete && self.worker.examining() {
+            self.retries.entry(tgid).or_insert(look.looked_ns.saturating_add(RETRY_NS));
+        }
+        look.images.clone()
+    }
+
+    /// Looks through the files the process of `view` maps executable: the runtimes' images
+    /// among those known; those not known yet are queued for the worker.
+    fn look_through(&mut self, view: &ProcessView<'_>, now_ns: u64) -> TableLook {
+        let (tgid, identity) = (view.tgid(), view.identity());
+        let mut images = Vec::new();
         let mut complete = true;
-        for mapping in view.executable_files().iter() {
+        // Highest first: the loader maps the libraries a program starts with from the top down,
+        // and what it loads later (hundreds of extension modules) below them, so an interpreter
+        // loaded at the start is examined before those.
+        for mapping in view.executable_files().iter().rev() {
             let Some(key) = FileKey::of(mapping) else { continue };
             if let Some(examined) = self.examined.get(&key) {
-                found.extend(examined.images.iter().map(|(slot, recognised)| Found {
+                images.extend(examined.images.iter().map(|(slot, recognised)| Found {
                     slot: *slot,
                     mapping: mapping.clone(),
                     recognised: recognised.clone(),
                 }));
                 continue;
             }
-            if let Some(waiters) = self.pending.get_mut(&key) {
-                if waiters.len() >= MAX_WAITERS {
-                    complete = false;
-                } else if !waiters.contains(&tgid) {
-                    waiters.push(tgid);
-                }
-                continue;
-            }
             // Never opened: its daemon could hold the worker for ever.
             if identity.answerer(tgid, mapping.dev) == Answerer::Daemon {
                 continue;
             }
+            complete = false;
+            if self.pending.contains(&key) {
+                continue;
+            }
             let job = Job { key, tgid, identity: identity.clone(), mapping: mapping.clone() };
             if self.worker.push(identity.user, job) {
-                self.pending.insert(key, vec![tgid]);
+                self.pending.insert(key);
             } else {
                 self.stats.queue_full += 1;
-                complete = false;
             }
         }
-        if !complete && self.worker.examining() {
-            self.retries.push((now_ns.saturating_add(RETRY_NS), tgid));
-        }
-        self.processes.insert(tgid, Looked { table: view.table() });
-        found
+        TableLook { images, complete, images_found: self.images_found, looked_ns: now_ns }
     }
 
     /// A file the process of `view` is about to map (a command's, before it runs): examined

@@ -113,23 +113,26 @@ impl Runtime for V8 {
                 )));
             }
         };
-        // Every executable mapping of the binary, and where the builtins are in those that map
-        // them (V8 may map them twice: where the binary is loaded, and near its JIT code); the
-        // mapping found first, and at most a few, however many times a process maps the file.
+        // Where the builtins are in the mappings of the binary that map them (V8 may map them
+        // twice: where the binary is loaded, and near its JIT code), and every executable
+        // mapping of the binary, those first: at most a few, however many times a process maps
+        // the file.
         let binary =
             |other: &&Mapping| other.executable && other.dev == mapping.dev && other.inode == mapping.inode;
-        let mapped = || std::iter::once(mapping).chain(view.mappings().filter(binary));
-        let text = Ranges::new(mapped().map(|other| other.start..other.end), MAX_MAPPINGS);
+        let holds_builtins = |other: &&Mapping| {
+            other.offset <= image.builtins.start
+                && image.builtins.end - other.offset <= other.end - other.start
+        };
         let builtins = Ranges::new(
-            mapped()
-                .filter(|other| {
-                    other.offset <= image.builtins.start
-                        && image.builtins.end - other.offset <= other.end - other.start
-                })
-                .map(|other| {
-                    let start = other.start + (image.builtins.start - other.offset);
-                    start..start + (image.builtins.end - image.builtins.start)
-                }),
+            view.mappings().filter(binary).filter(holds_builtins).map(|other| {
+                let start = other.start + (image.builtins.start - other.offset);
+                start..start + (image.builtins.end - image.builtins.start)
+            }),
+            MAX_MAPPINGS,
+        );
+        let with_builtins = view.mappings().filter(binary).filter(holds_builtins);
+        let text = Ranges::new(
+            with_builtins.chain(view.mappings().filter(binary)).map(|other| other.start..other.end),
             MAX_MAPPINGS,
         );
         if builtins.is_empty() {
