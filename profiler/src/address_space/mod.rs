@@ -12,9 +12,12 @@ mod vdso;
 
 pub use self::{
     module::{Module, ModuleId, ModuleSet, Modules, open_mapped},
-    proc_maps::{Backing, MAX_MAPS_BYTES, Mapping, Mappings, TimedMapping, backing_named, cut_readings},
+    proc_maps::{
+        Backing, MAX_MAPS_BYTES, MAX_MAPS_READ_TIME, Mapping, Mappings, TimedMapping, backing_named,
+        cut_readings,
+    },
     process::Identity,
-    process::{Process, Processes, Tracking, running},
+    process::{Process, Processes, Tracking},
     resolve::{FileMappings, ProcessView, Resolved, Want},
     task_event::TaskEvent,
 };

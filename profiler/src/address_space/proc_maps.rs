@@ -10,6 +10,7 @@ use std::{
         Arc, OnceLock,
         atomic::{AtomicU64, Ordering},
     },
+    time::{Duration, Instant},
 };
 
 use crate::{model::Tgid, untrusted::open::MappedAt};
@@ -106,8 +107,8 @@ pub struct Mappings {
     entries: Vec<TimedMapping>,
     /// Read from a `/proc/PID/maps` longer than [`MAX_MAPS_BYTES`]: only up to there.
     cut: bool,
-    /// Which table this is (one read from `/proc`, or begun at exec), whatever is mapped into it
-    /// since: a table replaced is another one.
+    /// Which table this is, as it is now: each change makes it another (processes that share
+    /// it share it unchanged).
     id: u64,
     /// The files it maps executable, once asked (see [`Self::executable_files`]); forgotten at
     /// each change.
@@ -116,6 +117,10 @@ pub struct Mappings {
 
 /// The last table id given.
 static TABLES: AtomicU64 = AtomicU64::new(0);
+
+fn next_table_id() -> u64 {
+    TABLES.fetch_add(1, Ordering::Relaxed) + 1
+}
 
 impl Default for Mappings {
     fn default() -> Self {
@@ -128,7 +133,31 @@ impl Default for Mappings {
 /// text. Every mapping of that many with a name of 100 bytes fits.
 pub const MAX_MAPS_BYTES: u64 = 16 << 20;
 
-/// Readings of a `/proc/PID/maps` cut at [`MAX_MAPS_BYTES`], for the summary.
+/// The longest a reading of a `/proc/PID/maps` takes: the kernel writes it a chunk at a time
+/// (100 ms for 60,000 mappings), each chunk waiting for the process's memory lock, which a
+/// process with tens of thousands of mappings holds for tens of milliseconds at each fork. What
+/// was read by then is kept, as a reading cut at [`MAX_MAPS_BYTES`] is.
+pub const MAX_MAPS_READ_TIME: Duration = Duration::from_millis(250);
+
+/// A file read until a time: past it, it reads as ended.
+struct Timed {
+    file: std::fs::File,
+    until: Instant,
+    out_of_time: bool,
+}
+
+impl io::Read for Timed {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if Instant::now() >= self.until {
+            self.out_of_time = true;
+            return Ok(0);
+        }
+        self.file.read(buf)
+    }
+}
+
+/// Readings of a `/proc/PID/maps` cut at [`MAX_MAPS_BYTES`] or [`MAX_MAPS_READ_TIME`], for the
+/// summary.
 static CUT_READINGS: AtomicU64 = AtomicU64::new(0);
 
 /// How many readings of a `/proc/PID/maps` stopped at [`MAX_MAPS_BYTES`] so far.
@@ -154,15 +183,30 @@ impl fmt::Display for ParseError {
 impl std::error::Error for ParseError {}
 
 impl Mappings {
-    /// Reads `/proc/PID/maps`, up to [`MAX_MAPS_BYTES`], a line at a time.
+    /// Reads `/proc/PID/maps`, up to [`MAX_MAPS_BYTES`] or [`MAX_MAPS_READ_TIME`], a line at a
+    /// time.
     pub fn read(pid: Tgid) -> io::Result<Self> {
+        Self::read_within(pid, MAX_MAPS_READ_TIME)
+    }
+
+    /// Reads `/proc/PID/maps` as [`Self::read`] does, for at most `time`.
+    pub fn read_within(pid: Tgid, time: Duration) -> io::Result<Self> {
         let file = std::fs::File::open(format!("/proc/{pid}/maps"))?;
-        let mappings = Self::parse_from(BufReader::with_capacity(64 << 10, file.take(MAX_MAPS_BYTES)))
-            .map_err(|err| io::Error::new(io::ErrorKind::InvalidData, err))?;
+        let timed = Timed { file, until: Instant::now() + time, out_of_time: false };
+        let mut text = BufReader::with_capacity(64 << 10, timed.take(MAX_MAPS_BYTES));
+        let mut mappings =
+            Self::parse_from(&mut text).map_err(|err| io::Error::new(io::ErrorKind::InvalidData, err))?;
+        mappings.cut |= text.into_inner().into_inner().out_of_time;
         if mappings.cut {
             CUT_READINGS.fetch_add(1, Ordering::Relaxed);
         }
         Ok(mappings)
+    }
+
+    /// Whether `addr` lies past what a reading cut at [`MAX_MAPS_BYTES`] got to: reading the
+    /// maps again would not find its mapping either.
+    pub fn beyond_reading(&self, addr: u64) -> bool {
+        self.cut && self.entries.last().is_some_and(|last| addr >= last.mapping.end)
     }
 
     /// Parses the text of a `/proc/PID/maps` file: paths are bytes, as the kernel gives them.
@@ -196,11 +240,11 @@ impl Mappings {
     }
 
     fn of(entries: Vec<TimedMapping>, cut: bool) -> Self {
-        let id = TABLES.fetch_add(1, Ordering::Relaxed) + 1;
-        Self { entries, cut, id, executable_files: OnceLock::new() }
+        Self { entries, cut, id: next_table_id(), executable_files: OnceLock::new() }
     }
 
-    /// Which table this is: another once the process runs exec or its maps are read again.
+    /// Which table this is, as it is now: another once anything is mapped into it, the process
+    /// runs exec or its maps are read again.
     pub fn id(&self) -> u64 {
         self.id
     }
@@ -262,6 +306,7 @@ impl Mappings {
         kept.push(TimedMapping { mapping, since_ns });
         kept.sort_by_key(|e| e.mapping.start);
         self.entries = kept;
+        self.id = next_table_id();
         self.executable_files = OnceLock::new();
         displaced
     }

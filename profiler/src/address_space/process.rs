@@ -9,9 +9,15 @@
 //! A forked child shares its parent's table of mappings until either maps something: a process
 //! with tens of thousands of mappings that starts children all day (`posix_spawn`, `vfork`:
 //! children that run exec at once) costs one table, not one per child.
-use std::{collections::HashMap, sync::Arc};
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
 
-use super::{Backing, Mapping, Mappings, TaskEvent, TimedMapping};
+use rustc_hash::FxHashMap;
+
+use super::{Backing, MAX_MAPS_READ_TIME, Mapping, Mappings, TaskEvent, TimedMapping};
 use crate::{
     clock::monotonic_ns,
     model::{Tgid, Tid},
@@ -33,6 +39,67 @@ const KEEP_NS: u64 = 250_000_000;
 /// frame-pointer walk through JIT code without frame pointers).
 const REREAD_INTERVAL_NS: u64 = 100_000_000;
 const MAX_REREAD_INTERVAL_NS: u64 = 16 * REREAD_INTERVAL_NS;
+
+/// The time one user's processes' `/proc/PID/maps` may take to read at once, and again each
+/// second (see [`MAPS_READS`]).
+const MAPS_BURST_NS: i64 = 500_000_000;
+const MAPS_NS_PER_SECOND: i64 = 100_000_000;
+
+/// The time spent reading processes' `/proc/PID/maps`, per user. A process may map tens of
+/// thousands of files, under names of thousands of bytes, and hold its memory's lock while it
+/// forks: its maps take the kernel a quarter of a second to write out, read on the thread that
+/// drains samples whenever a process is seen or found wanting. Each user's processes are read
+/// within [`MAPS_BURST_NS`], refilled by [`MAPS_NS_PER_SECOND`]: a user starting such processes
+/// all day has few of them read (their samples find no mapping meanwhile), and others'
+/// processes are read as they come.
+static MAPS_READS: Mutex<Option<FxHashMap<Option<u32>, MapsBucket>>> = Mutex::new(None);
+
+/// A user's time left to read (below zero after a read longer than what was left), as of when.
+#[derive(Clone, Copy, Debug)]
+struct MapsBucket {
+    left_ns: i64,
+    at_ns: u64,
+}
+
+impl MapsBucket {
+    fn full(now_ns: u64) -> Self {
+        Self { left_ns: MAPS_BURST_NS, at_ns: now_ns }
+    }
+
+    /// How long a reading may take at `now_ns`: `None` while the time is spent.
+    fn allows(&mut self, now_ns: u64) -> Option<Duration> {
+        let elapsed_us = i64::try_from(now_ns.saturating_sub(self.at_ns) / 1_000).unwrap_or(i64::MAX);
+        let refill = elapsed_us.saturating_mul(MAPS_NS_PER_SECOND / 1_000_000);
+        *self = Self { left_ns: self.left_ns.saturating_add(refill).min(MAPS_BURST_NS), at_ns: now_ns };
+        (self.left_ns > 0).then(|| MAX_MAPS_READ_TIME.min(Duration::from_nanos(self.left_ns.unsigned_abs())))
+    }
+
+    /// A reading took `spent_ns`.
+    fn spend(&mut self, spent_ns: u64) {
+        self.left_ns = self.left_ns.saturating_sub(i64::try_from(spent_ns).unwrap_or(i64::MAX));
+    }
+}
+
+/// The maps of `tgid`, of `user`, read within the time `user` has left (`None` when none is).
+fn read_maps(tgid: Tgid, user: Option<u32>) -> Option<std::io::Result<Mappings>> {
+    let bucket = |now_ns| {
+        let mut reads = MAPS_READS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        *reads.get_or_insert_with(FxHashMap::default).entry(user).or_insert(MapsBucket::full(now_ns))
+    };
+    let set = |bucket| {
+        let mut reads = MAPS_READS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        reads.get_or_insert_with(FxHashMap::default).insert(user, bucket);
+    };
+    let started_ns = monotonic_ns();
+    let mut left = bucket(started_ns);
+    let allowed = left.allows(started_ns);
+    let read = allowed.map(|time| Mappings::read_within(tgid, time));
+    if read.is_some() {
+        left.spend(monotonic_ns().saturating_sub(started_ns));
+    }
+    set(left);
+    read
+}
 
 /// A mapping that was valid from `since_ns` to `until_ns`.
 #[derive(Clone, Debug)]
@@ -173,18 +240,19 @@ impl Process {
             .map(|comm| comm.trim_end_matches('\n').to_owned())
             .unwrap_or_else(|| fallback_comm.to_owned());
         let identity = Identity::read(tgid);
-        let read_at_ns = monotonic_ns();
-        let space = Mappings::read(tgid);
+        let now_ns = monotonic_ns();
+        let space = read_maps(tgid, identity.user);
         Self {
             tgid,
             comm,
-            comm_since_ns: read_at_ns,
+            comm_since_ns: now_ns,
             identity,
-            gone: space.is_err(),
-            space: Arc::new(space.unwrap_or_default()),
+            gone: matches!(space, Some(Err(_))),
+            // Not read, for want of its user's time: read when found wanting, as if long ago.
+            read_at_ns: if space.is_some() { now_ns } else { 0 },
+            space: Arc::new(space.and_then(Result::ok).unwrap_or_default()),
             history: Vec::new(),
             past_spaces: Vec::new(),
-            read_at_ns,
             mapped_ns: 0,
             reread_interval_ns: REREAD_INTERVAL_NS,
             exited_at_ns: None,
@@ -248,10 +316,10 @@ impl Process {
     /// mprotect). The interval bounds the cost of addresses in no mapping at all (garbage from a
     /// frame-pointer walk through code without frame pointers) to a read every so often, not one
     /// per sample, and doubles, up to [`MAX_REREAD_INTERVAL_NS`], while reads find the mappings
-    /// unchanged.
+    /// unchanged. An address past where a reading cut at its bound stopped is not read again for.
     pub fn refresh_for(&mut self, addr: u64, time_ns: u64) {
         let stale = time_ns > self.read_at_ns.saturating_add(self.reread_interval_ns);
-        if self.lookup(addr, time_ns).is_none() && !self.gone && stale {
+        if stale && !self.gone && self.lookup(addr, time_ns).is_none() && !self.space.beyond_reading(addr) {
             self.reread();
         }
     }
@@ -322,9 +390,11 @@ impl Process {
         }
     }
 
+    /// Reads `/proc/PID/maps` again, if its user has time left to read them (see [`MAPS_READS`]).
     fn reread(&mut self) {
+        let Some(read) = read_maps(self.tgid, self.identity.user) else { return };
         self.read_at_ns = monotonic_ns();
-        match Mappings::read(self.tgid) {
+        match read {
             Ok(space) if space.mappings().eq(self.space.mappings()) => {
                 self.reread_interval_ns = (2 * self.reread_interval_ns).min(MAX_REREAD_INTERVAL_NS);
             }
@@ -351,7 +421,8 @@ impl Process {
             past_spaces: Vec::new(),
             read_at_ns: self.read_at_ns,
             mapped_ns: self.mapped_ns,
-            reread_interval_ns: REREAD_INTERVAL_NS,
+            // As its parent's: a child found wanting reads no sooner than its parent would.
+            reread_interval_ns: self.reread_interval_ns,
             gone: self.gone,
             exited_at_ns: None,
             sampled: false,
@@ -362,12 +433,6 @@ impl Process {
         self.history.retain(|past| past.until_ns >= time_ns);
         self.past_spaces.retain(|past| past.until_ns >= time_ns);
     }
-}
-
-/// The ids of every process running now.
-pub fn running() -> Vec<Tgid> {
-    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
-    entries.filter_map(|entry| Some(Tgid(entry.ok()?.file_name().to_str()?.parse().ok()?))).collect()
 }
 
 /// Which processes to follow through task events.
@@ -546,6 +611,26 @@ mod tests {
 
     fn ghost(processes: &mut Processes) -> &mut Process {
         processes.observe(GHOST, Tid(GHOST.0 + 1), "ghost", 0)
+    }
+
+    #[test]
+    fn a_users_maps_are_read_within_its_time() {
+        let mut bucket = MapsBucket::full(0);
+        assert_eq!(bucket.allows(0), Some(MAX_MAPS_READ_TIME), "a reading takes its longest at most");
+        bucket.spend(MAPS_BURST_NS as u64 - 1_000_000);
+        assert_eq!(bucket.allows(0), Some(Duration::from_millis(1)), "or what is left");
+        bucket.spend(50_000_000);
+        assert_eq!(
+            bucket.allows(100_000_000),
+            None,
+            "overdrawn: a tenth of a second refills a tenth of that"
+        );
+        assert!(bucket.allows(600_000_000).is_some(), "half a second later, a reading again");
+        assert_eq!(
+            bucket.allows(60_000_000_000).map(|_| bucket.left_ns),
+            Some(MAPS_BURST_NS),
+            "no more than full"
+        );
     }
 
     #[test]

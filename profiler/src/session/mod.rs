@@ -36,7 +36,7 @@ use self::{
 };
 pub use self::{stop::terminal_gone, target::Target};
 use crate::{
-    address_space::{Tracking, running},
+    address_space::Tracking,
     aggregate::{Aggregate, Detail, Site},
     clock::{self, Start},
     decode::Payload,
@@ -345,19 +345,14 @@ fn aggregate(settings: &Settings) -> Aggregate {
     aggregate.with_kernel_functions(KernelFunctions::new(Box::<KernelStarts>::default()))
 }
 
-/// Points the kernel side and the walker at the processes of `target`; system-wide, the walker
-/// at every process running.
+/// Points the kernel side and the walker at the processes of `target`. System-wide, each
+/// process is read as it is first seen (a sample, a task event): read all at the start (a
+/// host's thousands, one of tens of thousands of mappings waiting on its memory's lock while it
+/// forks), they held the start up for seconds.
 fn follow<K: KernelSource>(target: &Target, kernel: &mut K, walker: &mut StackWalker) -> Result<()> {
-    match target.pids() {
-        pids if pids.is_empty() => {
-            running().into_iter().for_each(|pid| walker.address_spaces_mut().track(pid))
-        }
-        pids => {
-            for pid in pids {
-                kernel.follow(pid)?;
-                walker.address_spaces_mut().track(pid);
-            }
-        }
+    for pid in target.pids() {
+        kernel.follow(pid)?;
+        walker.address_spaces_mut().track(pid);
     }
     Ok(())
 }

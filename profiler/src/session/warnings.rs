@@ -2,7 +2,7 @@
 //! was dropped on the way, the limits the targets ran into, and what the kernel side has to say.
 use super::{Mode, limits, pipeline::Pipeline, stop::StopReason};
 use crate::{
-    address_space::{MAX_MAPS_BYTES, cut_readings},
+    address_space::{MAX_MAPS_BYTES, MAX_MAPS_READ_TIME, cut_readings},
     kernel::KernelSource,
     model::printable,
     symbolize::NamingReport,
@@ -109,9 +109,11 @@ fn limits_reached<M: Mode>(pipeline: &Pipeline<M>) {
     let cut = cut_readings();
     if cut > 0 {
         eprintln!(
-            "profiler: warning: {cut} readings of a process's /proc/PID/maps stopped at {} MiB (more mappings, \
-             or longer names, than any program has): its mappings past there are unknown",
-            MAX_MAPS_BYTES >> 20
+            "profiler: warning: {cut} readings of a process's /proc/PID/maps stopped at {} MiB or {} ms (more \
+             mappings, or longer names, than any program has, or a process holding its memory's lock): its \
+             mappings past there are unknown",
+            MAX_MAPS_BYTES >> 20,
+            MAX_MAPS_READ_TIME.as_millis()
         );
     }
     let inflations = INFLATED.refused();
