@@ -34,11 +34,14 @@ fn jdks() -> Vec<PathBuf> {
     found
 }
 
-/// The workload `java/{source}` compiled for the oldest JDK here, in `dir`.
+/// The workload `java/{source}` compiled for the oldest JDK here, in `dir` (with what is
+/// compiled there already).
 fn compile(jdks: &[PathBuf], dir: &Path, source: &str) {
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/java").join(source);
     let javac = jdks[0].join("javac");
-    let status = Command::new(&javac).args(["--release", "17", "-d"]).arg(dir).arg(&source).status().unwrap();
+    let mut command = Command::new(&javac);
+    command.args(["--release", "17", "-cp"]).arg(dir).arg("-d").arg(dir).arg(&source);
+    let status = command.status().unwrap();
     assert!(status.success(), "{} failed", javac.display());
 }
 
@@ -168,6 +171,55 @@ fn java_methods_named_with_no_options() {
         };
         assert_java_named(&running, &format!("{java} (running)"));
     }
+}
+
+/// A JVM that loaded 300 native libraries once running (`System.load`, each a file of its own):
+/// they lie below `libjvm.so` and come before it in its maps. Profiled once running, on the
+/// oldest JDK here, its Java frames are named as any JVM's.
+#[test]
+fn a_jvm_that_loaded_hundreds_of_native_libraries() {
+    if !e2e_enabled() {
+        return;
+    }
+    let _alone = alone();
+    let jdks = jdks();
+    let dir = scratch_dir("java-many-libraries");
+    compile(&jdks, &dir, "Shares.java");
+    compile(&jdks, &dir, "ManyLibraries.java");
+    let libraries = dir.join("libraries");
+    std::fs::create_dir(&libraries).unwrap();
+    let plugin = build_workload("plugin.c", "libplugin.so", "gcc", &["-O2", "-shared", "-fPIC"]);
+    for n in 0..300 {
+        std::fs::copy(&plugin, libraries.join(format!("libplugin-{n:03}.so"))).unwrap();
+    }
+    let java = jdks[0].join("java");
+    let mut child = Command::new(&java)
+        .arg("-cp")
+        .arg(&dir)
+        .arg("ManyLibraries")
+        .arg(&libraries)
+        .arg("30")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut line)
+        .unwrap();
+    assert_eq!(line, "ready\n");
+    let jvm = KillOnDrop(child);
+    let maps = std::fs::read_to_string(format!("/proc/{}/maps", jvm.pid())).unwrap();
+    let before_libjvm = maps
+        .lines()
+        .take_while(|line| !line.ends_with("/libjvm.so"))
+        .filter(|line| line.contains(" r-xp ") && line.contains("/libplugin-"))
+        .count();
+    assert!(before_libjvm >= 300, "{before_libjvm} libraries before libjvm.so in its maps");
+    wait_for_cpu(jvm.pid(), std::time::Duration::from_secs(2));
+    let folded = dir.join("out.folded");
+    let pid = jvm.pid().to_string();
+    let args = ["record", "--per-thread", "-F", "499", "-d", "5", "-p", &pid, "-o", folded.to_str().unwrap()];
+    assert!(run_profiler(&args).status.success());
+    assert_java_named(&Folded::read(&folded), &format!("{} (300 libraries loaded)", java.display()));
 }
 
 /// Fails unless at least 90% of the samples of the JVM's busiest Java thread (`java-TID`, the

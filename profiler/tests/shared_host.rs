@@ -547,3 +547,142 @@ fn rss(pid: u32) -> u64 {
     let line = status.lines().find(|l| l.starts_with("VmRSS:")).expect("VmRSS");
     line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 1024
 }
+
+/// `record -a -F 499 -d 3` beside a program of root's that keeps a CPU busy (split) and a
+/// program of nobody's, its `control` first (as busy, and harmless), then its `attack`: each
+/// recording ends within a second of its duration, its output written, and in the attack's the
+/// root program keeps at least 90% of the samples it has in the control's, for each second of
+/// CPU it had (an attack may take CPU of its own: forks of a process with tens of thousands of
+/// mappings do). Both programs print `ready` once they run. Returns the attack's recording's
+/// stderr, which says whether the attack was read.
+fn record_beside(name: &str, control: &mut Command, attack: &mut Command) -> String {
+    let _alone = alone();
+    let dir = nobodys_dir(name);
+    let root = spawn(&split_with_frame_pointers(), &["60"]);
+    let record = |what: &str, beside: &mut Command| {
+        let mut child = beside.stdout(Stdio::piped()).stdin(Stdio::null()).spawn().unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        assert_eq!(line, "ready\n", "{what}: the program of nobody's did not start");
+        let _beside = KillOnDrop(child);
+        let out = dir.join(format!("{what}.folded"));
+        let (started, cpu) = (Instant::now(), cpu_time(root.pid()));
+        let run =
+            run_bounded(&["record", "-a", "--per-pid", "-F", "499", "-d", "3", "-o", out.to_str().unwrap()]);
+        let (took, cpu) = (started.elapsed(), cpu_time(root.pid()) - cpu);
+        let stderr = String::from_utf8_lossy(&run.stderr).into_owned();
+        assert!(run.status.success(), "{what}: {stderr}");
+        assert!(took < Duration::from_secs(4), "{what}: `record -d 3` took {took:?}");
+        let samples = common::python::weight(&thread_stacks(&Folded::read(&out), root.pid()), |_| true);
+        eprintln!("{name}: {what}: root's program has {samples} samples in {cpu:?} of CPU");
+        (samples as f64 / cpu.as_secs_f64(), stderr)
+    };
+    let (control, _) = record("control", control);
+    let (attacked, stderr) = record("attack", attack);
+    assert!(
+        attacked >= 0.9 * control,
+        "{name}: root's program has {attacked:.0} samples a second of CPU beside the attack, {control:.0} beside \
+         its control"
+    );
+    stderr
+}
+
+/// `fake_eval_loop.c` built to pose as CPython with `jumps` jumps from its eval loop into
+/// `parts` parts of `part_bytes` each, named `python3.11`, in a directory of its own.
+fn fake_eval_loop(jumps: u32, parts: u32, part_bytes: u32) -> PathBuf {
+    let defines =
+        [format!("-DJUMPS={jumps}"), format!("-DPARTS={parts}"), format!("-DPART_BYTES={part_bytes}")];
+    let mut flags = vec!["-O1", "-rdynamic"];
+    flags.extend(defines.iter().map(String::as_str));
+    build_workload("fake_eval_loop.c", &format!("eval-loop-{jumps}-{parts}/python3.11"), "gcc", &flags)
+}
+
+/// Whether `stderr` says the fake interpreter was read: the kernel walked its frames (and found
+/// no thread of its own in its runtime).
+fn python_read(stderr: &str) -> bool {
+    said(stderr, "samples with Python frames").iter().any(|line| !line.contains(" 0 cut by a failed read"))
+        || said(stderr, "of threads without a Python thread state")
+            .iter()
+            .any(|line| !line.contains(" 0 of threads"))
+}
+
+/// A 2.4 MB "python3.11" of nobody's whose eval loop is 400,000 jumps, each landing at another
+/// place of the part they jump into: looking for the parts split off the loop went through every
+/// landing at each jump (a recording stalled for three minutes, and its first Ctrl-C was
+/// ignored). Read in time, off the thread that drains samples, beside a root program.
+#[test]
+fn an_interpreter_whose_eval_loop_is_hundreds_of_thousands_of_jumps() {
+    if !e2e_enabled() {
+        return;
+    }
+    let (control, attack) = (fake_eval_loop(2, 1, 16), fake_eval_loop(400_000, 1, 400_002));
+    assert!(std::fs::metadata(&attack).unwrap().len() > 2 << 20);
+    let stderr =
+        record_beside("eval-loop-jumps", as_nobody(&control).arg("30"), as_nobody(&attack).arg("30"));
+    assert!(python_read(&stderr), "the fake interpreter was read:\n{stderr}");
+}
+
+/// A "python3.11" of nobody's whose eval loop jumps into 4,000 parts of its own, each with its
+/// unwind entry: the ranges the eval loop's frames are looked up in are kept to a few, each
+/// native frame looked up with a search.
+#[test]
+fn an_interpreter_whose_eval_loop_jumps_into_thousands_of_parts() {
+    if !e2e_enabled() {
+        return;
+    }
+    let (control, attack) = (fake_eval_loop(2, 1, 16), fake_eval_loop(400_000, 4_000, 16));
+    let stderr =
+        record_beside("eval-loop-parts", as_nobody(&control).arg("30"), as_nobody(&attack).arg("30"));
+    assert!(python_read(&stderr), "the fake interpreter was read:\n{stderr}");
+}
+
+/// A process of nobody's that maps root's `node` once whole and 60,000 times more a page of it,
+/// and runs 1,000 frames deep in anonymous code whose frames read as JavaScript's: V8's stepper
+/// went through every mapping of the binary at every frame (0.1 s a sample, samples of others
+/// lost). Its ranges are kept to a few, each frame looked up with a search.
+#[test]
+fn node_mapped_sixty_thousand_times_under_a_thousand_frames() {
+    if !e2e_enabled() {
+        return;
+    }
+    let node = Path::new("/usr/bin/node");
+    assert!(node.exists(), "Debian's node is installed (`cargo xtask setup`)");
+    let program = build_workload("v8_maps.c", "v8_maps", "gcc", &["-O2"]);
+    let node = node.to_str().unwrap();
+    let stderr = record_beside(
+        "node-mapped",
+        as_nobody(&program).args([node, "0", "1000", "30"]),
+        as_nobody(&program).args([node, "60000", "1000", "30"]),
+    );
+    let read = said(&stderr, "of functions that could not be read");
+    assert!(
+        read.iter().any(|line| !line.contains(" 0 of functions")),
+        "V8 was read in the process, its frames stepped:\n{stderr}"
+    );
+}
+
+/// A process of nobody's with 60,000 mappings (hard links to one file, under names of 4 KB)
+/// forking children that share its table, 32 alive at a time: what a table holds is looked
+/// through once for all the processes that share it, a process's maps are read within a time and
+/// its user's bytes, and never again for what a reading cut short could not hold.
+#[test]
+fn a_fork_storm_sharing_a_huge_table_of_mappings() {
+    if !e2e_enabled() {
+        return;
+    }
+    let flood = build_workload("maps_flood.c", "maps_flood", "gcc", &["-O2"]);
+    let dir = nobodys_dir("fork-storm-files");
+    let files = |name: &str| {
+        let files = dir.join(name);
+        std::fs::create_dir(&files).unwrap();
+        std::os::unix::fs::chown(&files, Some(NOBODY), Some(NOBODY)).unwrap();
+        files.to_str().unwrap().to_owned()
+    };
+    let (few, many) = (files("few"), files("many"));
+    let stderr = record_beside(
+        "fork-storm",
+        as_nobody(&flood).args(["forks", &few, "1", "30"]),
+        as_nobody(&flood).args(["forks", &many, "60000", "30"]),
+    );
+    assert!(!said(&stderr, "/proc/PID/maps stopped at").is_empty(), "the huge maps were read:\n{stderr}");
+}

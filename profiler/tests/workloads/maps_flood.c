@@ -5,6 +5,9 @@
 //   links DIR COUNT SECONDS   COUNT hard links to one file, each under a path of about 4000
 //                             bytes, each mapped (a /proc/PID/maps of COUNT × 4 KB); spins in its
 //                             own code
+//   forks DIR COUNT SECONDS   the same links, then forks children, 32 alive at a time, each
+//                             spinning 2 ms then sleeping 50 ms five times: a fork storm, each
+//                             child with the whole table, and few of them running at once
 // Prints "ready" once everything is mapped.
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -13,6 +16,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -52,12 +56,41 @@ NOINLINE static void spin_in_flood(double seconds) {
         for (int i = 0; i < 100000; i++) x += i;
 }
 
+// COUNT hard links to one file of DIR, each under a path of about 4000 bytes, each mapped.
+static void map_links(const char *dir, int count) {
+    static char path[4096];
+    char target[512];
+    snprintf(target, sizeof target, "%s/target", dir);
+    make_file(target);
+    // 18 directories of 200 bytes: links at about 3700 bytes of path, named 200 bytes more.
+    int len = snprintf(path, sizeof path, "%s", dir);
+    for (int level = 0; level < 18; level++) {
+        path[len++] = '/';
+        memset(path + len, 'd', 200);
+        len += 200;
+        path[len] = 0;
+        if (mkdir(path, 0755) != 0) {
+            perror("mkdir");
+            exit(1);
+        }
+    }
+    for (int i = 0; i < count; i++) {
+        snprintf(path + len, sizeof path - len, "/%0190d", i);
+        if (link(target, path) != 0) {
+            perror("link");
+            exit(1);
+        }
+        map_file(path);
+    }
+}
+
 int main(int argc, char **argv) {
     if (argc != 5) return 2;
     const char *dir = argv[2];
     int count = atoi(argv[3]);
-    static char path[4096];
+    double seconds = atof(argv[4]);
     if (strcmp(argv[1], "files") == 0) {
+        static char path[4096];
         void (**code)(void) = calloc(count, sizeof *code);
         for (int i = 0; i < count; i++) {
             snprintf(path, sizeof path, "%s/python-%d.so", dir, i);
@@ -66,36 +99,31 @@ int main(int argc, char **argv) {
         }
         printf("ready\n");
         fflush(stdout);
-        for (double stop = now() + atof(argv[4]); now() < stop;)
+        for (double stop = now() + seconds; now() < stop;)
             for (int i = 0; i < count; i++) code[i]();
         return 0;
-    } else {
-        char target[512];
-        snprintf(target, sizeof target, "%s/target", dir);
-        make_file(target);
-        // 18 directories of 200 bytes: links at about 3700 bytes of path, named 200 bytes more.
-        int len = snprintf(path, sizeof path, "%s", dir);
-        for (int level = 0; level < 18; level++) {
-            path[len++] = '/';
-            memset(path + len, 'd', 200);
-            len += 200;
-            path[len] = 0;
-            if (mkdir(path, 0755) != 0) {
-                perror("mkdir");
-                return 1;
-            }
-        }
-        for (int i = 0; i < count; i++) {
-            snprintf(path + len, sizeof path - len, "/%0190d", i);
-            if (link(target, path) != 0) {
-                perror("link");
-                return 1;
-            }
-            map_file(path);
-        }
     }
+    map_links(dir, count);
     printf("ready\n");
     fflush(stdout);
-    spin_in_flood(atof(argv[4]));
+    if (strcmp(argv[1], "forks") != 0) {
+        spin_in_flood(seconds);
+        return 0;
+    }
+    int running = 0;
+    for (double stop = now() + seconds; now() < stop;) {
+        if (running == 32 && waitpid(-1, NULL, 0) > 0) running--;
+        pid_t child = fork();
+        if (child == 0) {
+            for (int round = 0; round < 5; round++) {
+                spin_in_flood(0.002);
+                usleep(50000);
+            }
+            _exit(0);
+        }
+        if (child < 0) return 1;
+        running++;
+    }
+    while (wait(NULL) > 0) {}
     return 0;
 }
