@@ -291,7 +291,7 @@ impl StackWalker {
         };
         push_resolved(&mut process, fp_addrs, first_depth, frames);
         runtimes.merge(process.tgid(), sample.runtime_frames(), frames);
-        runtimes.read_maps_if_stale(&mut process, sample.time_ns());
+        runtimes.read_maps_if_stale(&mut process);
         Some(Walked { comm: process.into_comm(), frames })
     }
 }

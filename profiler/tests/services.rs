@@ -126,8 +126,7 @@ fn assert_shares_read(recordings: &[(&str, Folded)], pid: u32, python: &Interpre
 }
 
 /// A service that imported 320 extension modules (each a file of its own) before it got to work:
-/// its interpreter (libpython) is mapped after all of them, and comes last of its files in its
-/// maps.
+/// they are mapped below its interpreter (libpython), which its maps list after all of them.
 #[test]
 fn a_service_that_imported_hundreds_of_extension_modules() {
     if !e2e_enabled() {
@@ -201,8 +200,8 @@ fn a_pandas_service() {
     );
 }
 
-/// CPython linked into a small C program (`host`, nothing like python: as uWSGI-like servers and
-/// programs calling `Py_Initialize` are), running shares.py.
+/// CPython in a small C program (`host`, nothing like python: as uWSGI-like servers and programs
+/// calling `Py_Initialize` are), through pyenv's shared libpython, running shares.py.
 #[test]
 fn python_linked_into_a_program_of_another_name() {
     if !e2e_enabled() {

@@ -662,9 +662,11 @@ fn node_mapped_sixty_thousand_times_under_a_thousand_frames() {
 }
 
 /// A process of nobody's with 60,000 mappings (hard links to one file, under names of 4 KB)
-/// forking children that share its table, 32 alive at a time: what a table holds is looked
-/// through once for all the processes that share it, a process's maps are read within a time and
-/// its user's bytes, and never again for what a reading cut short could not hold.
+/// forking children that share its table, 32 alive at a time: the recording ends on time and
+/// root's program keeps its samples (what a table holds is looked through once for all the
+/// processes that share it; maps are read within a time and their user's time, and not again
+/// for what a reading cut at its bound could not hold). The control that it was read: the
+/// summary says a reading of its maps was cut.
 #[test]
 fn a_fork_storm_sharing_a_huge_table_of_mappings() {
     if !e2e_enabled() {

@@ -107,6 +107,9 @@ pub struct Mappings {
     entries: Vec<TimedMapping>,
     /// Read from a `/proc/PID/maps` longer than [`MAX_MAPS_BYTES`]: only up to there.
     cut: bool,
+    /// Read from a `/proc/PID/maps` that took longer than [`MAX_MAPS_READ_TIME`]: only as far as
+    /// it got by then.
+    out_of_time: bool,
     /// Which table this is, as it is now: each change makes it another (processes that share
     /// it share it unchanged).
     id: u64,
@@ -196,15 +199,22 @@ impl Mappings {
         let mut text = BufReader::with_capacity(64 << 10, timed.take(MAX_MAPS_BYTES));
         let mut mappings =
             Self::parse_from(&mut text).map_err(|err| io::Error::new(io::ErrorKind::InvalidData, err))?;
-        mappings.cut |= text.into_inner().into_inner().out_of_time;
-        if mappings.cut {
+        // A line cut at the end is the time's doing, not the bound's, when time ran out.
+        mappings.out_of_time = text.into_inner().into_inner().out_of_time;
+        mappings.cut &= !mappings.out_of_time;
+        if mappings.cut || mappings.out_of_time {
             CUT_READINGS.fetch_add(1, Ordering::Relaxed);
         }
         Ok(mappings)
     }
 
+    /// Whether this was read from a `/proc/PID/maps` that took too long, as far as it got.
+    pub fn out_of_time(&self) -> bool {
+        self.out_of_time
+    }
+
     /// Whether `addr` lies past what a reading cut at [`MAX_MAPS_BYTES`] got to: reading the
-    /// maps again would not find its mapping either.
+    /// maps again would not find its mapping either (a reading cut for time may, another time).
     pub fn beyond_reading(&self, addr: u64) -> bool {
         self.cut && self.entries.last().is_some_and(|last| addr >= last.mapping.end)
     }
@@ -240,7 +250,7 @@ impl Mappings {
     }
 
     fn of(entries: Vec<TimedMapping>, cut: bool) -> Self {
-        Self { entries, cut, id: next_table_id(), executable_files: OnceLock::new() }
+        Self { entries, cut, out_of_time: false, id: next_table_id(), executable_files: OnceLock::new() }
     }
 
     /// Which table this is, as it is now: another once anything is mapped into it, the process
@@ -249,17 +259,18 @@ impl Mappings {
         self.id
     }
 
-    /// Each file mapped executable, once (by device, inode and path), at its lowest mapping: what
-    /// runtimes are looked for in. Worked out once per change of the table, and shared by the
-    /// processes that share it (children forked from one with tens of thousands of mappings).
+    /// Each file mapped executable, once (by device and inode: hard links are one file), at its
+    /// lowest mapping: what runtimes are looked for in. Worked out once per change of the table,
+    /// and shared by the processes that share it (children forked from one with tens of
+    /// thousands of mappings).
     pub fn executable_files(&self) -> Arc<[Mapping]> {
         let files = self.executable_files.get_or_init(|| {
             let mut seen = rustc_hash::FxHashSet::default();
             self.mappings()
-                .filter(|mapping| mapping.executable)
-                .filter(|mapping| match &mapping.backing {
-                    Backing::File { path, .. } => seen.insert((mapping.dev, mapping.inode, path)),
-                    _ => false,
+                .filter(|mapping| {
+                    mapping.executable
+                        && matches!(mapping.backing, Backing::File { .. })
+                        && seen.insert((mapping.dev, mapping.inode))
                 })
                 .cloned()
                 .collect()

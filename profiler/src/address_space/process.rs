@@ -41,9 +41,10 @@ const REREAD_INTERVAL_NS: u64 = 100_000_000;
 const MAX_REREAD_INTERVAL_NS: u64 = 16 * REREAD_INTERVAL_NS;
 
 /// The time one user's processes' `/proc/PID/maps` may take to read at once, and again each
-/// second (see [`MAPS_READS`]).
+/// second, and the least a reading is begun with (see [`MAPS_READS`]).
 const MAPS_BURST_NS: i64 = 500_000_000;
 const MAPS_NS_PER_SECOND: i64 = 100_000_000;
+const MAPS_LEAST_NS: i64 = 50_000_000;
 
 /// The time spent reading processes' `/proc/PID/maps`, per user. A process may map tens of
 /// thousands of files, under names of thousands of bytes, and hold its memory's lock while it
@@ -66,12 +67,13 @@ impl MapsBucket {
         Self { left_ns: MAPS_BURST_NS, at_ns: now_ns }
     }
 
-    /// How long a reading may take at `now_ns`: `None` while the time is spent.
+    /// How long a reading may take at `now_ns`: `None` while less than [`MAPS_LEAST_NS`] is left.
     fn allows(&mut self, now_ns: u64) -> Option<Duration> {
         let elapsed_us = i64::try_from(now_ns.saturating_sub(self.at_ns) / 1_000).unwrap_or(i64::MAX);
         let refill = elapsed_us.saturating_mul(MAPS_NS_PER_SECOND / 1_000_000);
         *self = Self { left_ns: self.left_ns.saturating_add(refill).min(MAPS_BURST_NS), at_ns: now_ns };
-        (self.left_ns > 0).then(|| MAX_MAPS_READ_TIME.min(Duration::from_nanos(self.left_ns.unsigned_abs())))
+        (self.left_ns >= MAPS_LEAST_NS)
+            .then(|| MAX_MAPS_READ_TIME.min(Duration::from_nanos(self.left_ns.unsigned_abs())))
     }
 
     /// A reading took `spent_ns`.
@@ -395,6 +397,8 @@ impl Process {
         let Some(read) = read_maps(self.tgid, self.identity.user) else { return };
         self.read_at_ns = monotonic_ns();
         match read {
+            // A reading that ran out of time does not replace a whole one: read again later.
+            Ok(space) if space.out_of_time() && !self.space.out_of_time() => {}
             Ok(space) if space.mappings().eq(self.space.mappings()) => {
                 self.reread_interval_ns = (2 * self.reread_interval_ns).min(MAX_REREAD_INTERVAL_NS);
             }
@@ -617,20 +621,19 @@ mod tests {
     fn a_users_maps_are_read_within_its_time() {
         let mut bucket = MapsBucket::full(0);
         assert_eq!(bucket.allows(0), Some(MAX_MAPS_READ_TIME), "a reading takes its longest at most");
-        bucket.spend(MAPS_BURST_NS as u64 - 1_000_000);
-        assert_eq!(bucket.allows(0), Some(Duration::from_millis(1)), "or what is left");
+        bucket.spend(MAPS_BURST_NS as u64 - 60_000_000);
+        assert_eq!(bucket.allows(0), Some(Duration::from_millis(60)), "or what is left");
+        bucket.spend(20_000_000);
+        assert_eq!(bucket.allows(0), None, "too little left to begin one");
         bucket.spend(50_000_000);
         assert_eq!(
             bucket.allows(100_000_000),
             None,
             "overdrawn: a tenth of a second refills a tenth of that"
         );
-        assert!(bucket.allows(600_000_000).is_some(), "half a second later, a reading again");
-        assert_eq!(
-            bucket.allows(60_000_000_000).map(|_| bucket.left_ns),
-            Some(MAPS_BURST_NS),
-            "no more than full"
-        );
+        assert!(bucket.allows(1_000_000_000).is_some(), "a second later, a reading again");
+        let full = bucket.allows(60_000_000_000).map(|_| bucket.left_ns);
+        assert_eq!(full, Some(MAPS_BURST_NS), "no more than full");
     }
 
     #[test]

@@ -158,32 +158,6 @@ pub(crate) struct Shared {
     kernel_updates: Vec<(Tgid, Option<RuntimeProcess>)>,
     /// Until when a process is young and a runtime may be starting in it (CLOCK_MONOTONIC).
     young_until_ns: u64,
-    /// Reads of processes' maps as runtimes attach to them (see [`MapsReads`]).
-    maps_reads: MapsReads,
-}
-
-/// Reads of a process's maps as a runtime attaches to it (when it mapped something since they
-/// were read: what the runtime reads may lie in mappings no task event reported), at most
-/// [`MapsReads::PER_SECOND`] a second across every process: a storm of processes, each with tens
-/// of thousands of mappings, reads few of them at once; the others have theirs read as they are
-/// found wanting (see [`Runtimes::read_maps_if_stale`]).
-#[derive(Default)]
-struct MapsReads {
-    second: u64,
-    taken: u32,
-}
-
-impl MapsReads {
-    const PER_SECOND: u32 = 64;
-
-    fn take(&mut self, now_ns: u64) -> bool {
-        let second = now_ns / 1_000_000_000;
-        if second != self.second {
-            (self.second, self.taken) = (second, 0);
-        }
-        self.taken += 1;
-        self.taken <= Self::PER_SECOND
-    }
 }
 
 /// A runtime's recognition, for discovery's worker (see [`Recogniser`]).
@@ -228,7 +202,6 @@ impl Runtimes {
             table: KernelTable::new(system_wide),
             kernel_updates: Vec::new(),
             young_until_ns: 0,
-            maps_reads: MapsReads::default(),
         };
         let discovery = Discovery::new(recognisers);
         Self { slots, discovery, stepping: None, shared, functions: Functions::default() }
@@ -243,7 +216,7 @@ impl Runtimes {
         for slot in &mut self.slots {
             slot.observe(view, time_ns, &mut self.shared);
         }
-        self.read_maps_if_stale(view, time_ns);
+        self.read_maps_if_stale(view);
     }
 
     /// Once a drain's task events are in, before its records: the answers discovery's worker
@@ -257,7 +230,7 @@ impl Runtimes {
             self.shared.allowance.begin(view.file_pages());
             let found = self.discovery.look(&view, now_ns);
             self.take(&mut view, found, now_ns);
-            self.read_maps_if_stale(&mut view, now_ns);
+            self.read_maps_if_stale(&mut view);
         }
     }
 
@@ -273,11 +246,11 @@ impl Runtimes {
 
     /// What runtimes read of the process of `view` since its allowance began may have met a
     /// page of a file it mapped since its maps were read (a JVM's class archive: task events
-    /// report only executable mappings): its maps are read again then, within the reads
-    /// [`MapsReads`] allows, else as often as an address in no mapping has them read.
-    pub fn read_maps_if_stale(&mut self, view: &mut ProcessView<'_>, time_ns: u64) {
+    /// report only executable mappings): its maps are read again then (within its user's time
+    /// for reading maps), else as often as an address in no mapping has them read.
+    pub fn read_maps_if_stale(&mut self, view: &mut ProcessView<'_>) {
         let Some(addr) = self.shared.allowance.unknown_file_page() else { return };
-        if view.maps_stale() && self.shared.maps_reads.take(time_ns) {
+        if view.maps_stale() {
             view.read_maps();
         } else {
             view.mapping(addr);
@@ -307,8 +280,10 @@ impl Runtimes {
         self.discovery.exec(pid, time_ns, &mut self.shared.young_until_ns);
     }
 
-    /// Process `parent` forked `child`, which runs what its parent runs.
+    /// Process `parent` forked `child`, which runs what its parent runs (a pid used again: what
+    /// ran under it before is forgotten).
     pub fn forked(&mut self, parent: Tgid, child: Tgid) {
+        self.forget(child);
         self.discovery.forked(parent, child);
     }
 
@@ -396,6 +371,7 @@ impl Runtimes {
     /// runtimes' caches give room back if it was short.
     pub fn end_epoch(&mut self) {
         self.functions.prune();
+        self.discovery.relieve();
         for slot in &mut self.slots {
             slot.relieve();
         }

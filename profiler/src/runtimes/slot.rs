@@ -148,7 +148,7 @@ impl<R: Runtime> Loaded<R> {
         let tgid = view.tgid();
         // What the runtime reads of the process may be in its image's data, or in files it
         // mapped since, which no task event reported.
-        if view.maps_stale() && shared.maps_reads.take(time_ns) {
+        if view.maps_stale() {
             view.read_maps();
             shared.allowance.begin(view.file_pages());
         }
@@ -419,7 +419,6 @@ mod tests {
             table: KernelTable::new(system_wide),
             kernel_updates: Vec::new(),
             young_until_ns: 0,
-            maps_reads: Default::default(),
         }
     }
 

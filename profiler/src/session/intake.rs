@@ -121,13 +121,26 @@ pub struct Intake<R = RingReader, T = TaskEventReader, C = Monotonic> {
     later: Vec<Vec<u8>>,
     /// The last drain left work behind: the next one starts at once.
     behind: bool,
+    /// The last drain ended at its task events, for the kernel: this one takes its records
+    /// whatever its events teach (a storm of processes each starting a runtime must not keep
+    /// everyone's records waiting).
+    ended_for_events: bool,
     /// Records thrown away at the end, for lack of time.
     discarded: u64,
 }
 
 impl<R: Records, T: TaskEvents, C: Clock> Intake<R, T, C> {
     pub fn new(ring: R, task_events: T, clock: C, kind: RecordKind) -> Self {
-        Self { ring, task_events, clock, kind, later: Vec::new(), behind: false, discarded: 0 }
+        Self {
+            ring,
+            task_events,
+            clock,
+            kind,
+            later: Vec::new(),
+            behind: false,
+            ended_for_events: false,
+            discarded: 0,
+        }
     }
 
     /// Waits for the ring (`interval` since the last wait, or a wakeup), unless the last drain
@@ -150,10 +163,12 @@ impl<R: Records, T: TaskEvents, C: Clock> Intake<R, T, C> {
     /// record must find the mappings made before it. Task events are read up to a horizon;
     /// records taken after it wait for the next drain, whose task events will cover them.
     fn drain_until(&mut self, deadline: Instant, pause: Pause, sink: &mut impl Sink) {
-        let Self { ring, task_events, clock, kind, later, behind, .. } = self;
+        let Self { ring, task_events, clock, kind, later, behind, ended_for_events, .. } = self;
         let horizon = clock::monotonic_ns();
         let events_left = task_events.drain(horizon, |event| sink.task_event(event));
-        if sink.events_applied().is_break() && pause == Pause::ForTheKernel {
+        let told = sink.events_applied().is_break();
+        *ended_for_events = told && pause == Pause::ForTheKernel && !*ended_for_events;
+        if *ended_for_events {
             *behind = true;
             return;
         }
@@ -428,16 +443,17 @@ mod tests {
     }
 
     /// A runtime found in what the task events say processes mapped reaches the kernel before
-    /// any record is walked.
+    /// any record is walked; the next drain takes its records whatever its events teach.
     #[test]
     fn a_drain_whose_task_events_found_a_runtime_walks_nothing_until_the_kernel_heard() {
         let (mut intake, mut sink) = endless();
-        sink.told_by_events = 1;
+        sink.told_by_events = 2;
         intake.drain(&mut sink);
         assert_eq!((sink.records, sink.drains), (0, 0), "no record walked, nothing vouched for");
         assert!(ready_at_once(&mut intake), "the records are taken as soon as the kernel has heard");
         intake.drain(&mut sink);
         assert_within(&sink, DRAIN_BUDGET);
+        assert_eq!(sink.told_by_events, 0, "its events taught something too");
     }
 
     /// Once the kernel side is paused, what it would be told is moot: the last drain goes on.

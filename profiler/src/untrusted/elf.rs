@@ -109,6 +109,17 @@ impl ElfFacts {
             .and_then(|s| s.svma.checked_add(file_offset - s.file_offset))
     }
 
+    /// The load bias of the file mapped at `start` from file offset `offset`, `len` bytes: what
+    /// its stated addresses are moved by, from the load segment that mapping holds.
+    pub fn load_bias(&self, start: u64, offset: u64, len: u64) -> Option<u64> {
+        let segment = self
+            .segments
+            .iter()
+            .find(|s| s.file_size > 0 && (offset..offset.saturating_add(len)).contains(&s.file_offset))?;
+        let address_of_segment = start.checked_add(segment.file_offset - offset)?;
+        Some(address_of_segment.wrapping_sub(segment.svma))
+    }
+
     /// Whether a DWARF reader can be given this file alone: it sends the reader to no other
     /// file, and inflates nothing beyond bounds.
     pub fn dwarf_readable_alone(&self) -> bool {

@@ -3,7 +3,7 @@
 //! whatever the file is called: an extension module only imports CPython's), and, when one
 //! marks it, recognised by that runtime. Runs on the discovery worker, or at once for a file a
 //! command will map and for `profiler check`.
-use std::{any::Any, io, path::Path, sync::Arc};
+use std::{any::Any, cell::Cell, io, panic::AssertUnwindSafe, path::Path, sync::Arc};
 
 use object::{Object as _, ObjectSymbol as _, read::elf::ElfFile64};
 
@@ -22,18 +22,21 @@ pub struct ImageFile<'a> {
     pub bytes: &'a [u8],
     pub facts: &'a ElfFacts,
     file: &'a StableFile,
+    /// Mapped again for the image to keep (a copy's pages, held while it lives).
+    kept: Cell<bool>,
 }
 
 impl ImageFile<'_> {
-    /// The file mapped again, for an image that keeps its bytes.
+    /// The file mapped again, for an image that keeps its bytes (counted as held by it).
     pub fn map(&self) -> io::Result<memmap2::Mmap> {
+        self.kept.set(true);
         open::map(self.file)
     }
 }
 
 /// A runtime's recognition, as discovery runs it (on its worker): what marks its images, and what
 /// it makes of one.
-pub trait Recogniser: Send + Sync {
+pub(crate) trait Recogniser: Send + Sync {
     /// Whether a file defining `symbol` for dynamic linking may be one of its images.
     fn marks(&self, symbol: &[u8]) -> bool;
     /// Its image in `file` (`None`: not one after all), or what it is when it is one it does
@@ -42,28 +45,31 @@ pub trait Recogniser: Send + Sync {
 }
 
 /// What a runtime made of an image of its own: the image, or why it does not read it.
-pub type Recognised = Result<Arc<dyn Any + Send + Sync>, String>;
+pub(crate) type Recognised = Result<Arc<dyn Any + Send + Sync>, String>;
 
 /// What a file is to the runtimes: the images it is, by runtime (the index of its recogniser),
 /// none for most files.
 #[derive(Clone, Default)]
-pub struct Examined {
+pub(super) struct Examined {
     pub images: Vec<(usize, Recognised)>,
     /// It took too long to examine: taken as no runtime's image.
     pub given_up: bool,
+    /// Bytes of its file its images keep mapped.
+    pub held: u64,
 }
 
 impl Examined {
     /// What it holds in the cache of what targets describe, about.
     pub fn bytes(&self) -> u64 {
-        64 + 64 * self.images.len() as u64
+        64 + 64 * self.images.len() as u64 + self.held
     }
 }
 
 /// What `mapping` of process `tgid` (`identity`) is to `recognisers`; `None` when it could not
-/// be read through that process (gone, out of descriptors, a copy still under way): that says
-/// nothing of the file.
-pub fn examine(
+/// be read through that process (gone, out of descriptors, a copy still under way, no room for
+/// a copy): that says nothing of the file. A panic in a parser on a hostile file costs that
+/// file, taken as no runtime's image.
+pub(super) fn examine(
     recognisers: &[Box<dyn Recogniser>],
     tgid: Tgid,
     identity: &Identity,
@@ -72,15 +78,18 @@ pub fn examine(
     let Backing::File { path, .. } = &mapping.backing else { return Some(Examined::default()) };
     let file = match open_mapped(tgid, identity, mapping, path) {
         Ok(file) => file,
-        // JIT code in a file: not an image.
-        Err(err) if open::is_jit_memory_error(&err) => return Some(Examined::default()),
+        // JIT code in a file, or a user's file too large to copy: not an image read.
+        Err(err) if open::is_jit_memory_error(&err) || err.kind() == io::ErrorKind::FileTooLarge => {
+            return Some(Examined::default());
+        }
         Err(_) => return None,
     };
-    Some(examine_file(recognisers, path, &file))
+    let examined = std::panic::catch_unwind(AssertUnwindSafe(|| examine_file(recognisers, path, &file)));
+    Some(examined.unwrap_or_default())
 }
 
 /// What the open `file` (mapped as `path`) is to `recognisers`.
-pub fn examine_file(recognisers: &[Box<dyn Recogniser>], path: &Path, file: &StableFile) -> Examined {
+fn examine_file(recognisers: &[Box<dyn Recogniser>], path: &Path, file: &StableFile) -> Examined {
     let Ok(bytes) = open::map(file) else { return Examined::default() };
     let marked = marked_by(recognisers, &bytes);
     if marked.is_empty() {
@@ -88,16 +97,22 @@ pub fn examine_file(recognisers: &[Box<dyn Recogniser>], path: &Path, file: &Sta
     }
     let Some(facts) = ElfFacts::read(&bytes) else { return Examined::default() };
     let name = path.file_name().and_then(|name| name.to_str()).unwrap_or_default();
-    let image = ImageFile { name, bytes: &bytes, facts: &facts, file };
+    let mut held = 0;
     let images = marked
         .into_iter()
-        .filter_map(|index| match recognisers[index].recognise(&image) {
-            Ok(Some(image)) => Some((index, Ok(image))),
-            Ok(None) => None,
-            Err(what) => Some((index, Err(format!("{what:#}")))),
+        .filter_map(|index| {
+            let image = ImageFile { name, bytes: &bytes, facts: &facts, file, kept: Cell::new(false) };
+            match recognisers[index].recognise(&image) {
+                Ok(Some(recognised)) => {
+                    held += if image.kept.get() { bytes.len() as u64 } else { 0 };
+                    Some((index, Ok(recognised)))
+                }
+                Ok(None) => None,
+                Err(what) => Some((index, Err(format!("{what:#}")))),
+            }
         })
         .collect();
-    Examined { images, given_up: false }
+    Examined { images, given_up: false, held }
 }
 
 /// The recognisers (by index) whose marks `image` defines among its first [`MAX_SYMBOLS`]

@@ -3,8 +3,10 @@
 //! a renamed `python3.11`, or a server with libpython linked in, is one), with the reading of
 //! files kept off the thread that drains samples.
 //!
-//! What each file is (by device, inode and path) is examined once ([`examine`]), on the worker
-//! thread ([`worker`]), and kept in a cache under the budget of what targets describe. A process
+//! What each file is (by device and inode) is examined once ([`examine`]), on the worker thread
+//! ([`worker`]), and kept in a cache under the budget of what targets describe (an image found
+//! that the budget has no room for, in a small table of its own: else it would be examined
+//! again and again, and its runtime never read). A process
 //! is looked at when it is first sampled, when it runs exec or is forked from one looked at,
 //! when its table of mappings is read again, and once per drain after it maps new files (its
 //! task events). What a table of mappings holds is worked out once, and shared by the processes
@@ -15,10 +17,10 @@
 mod examine;
 mod worker;
 
-use std::{hash::BuildHasher as _, num::NonZeroUsize, sync::Arc};
+use std::{num::NonZeroUsize, sync::Arc};
 
 use lru::LruCache;
-use rustc_hash::{FxBuildHasher, FxHashMap, FxHashSet};
+use rustc_hash::{FxHashMap, FxHashSet};
 
 pub(crate) use self::examine::{ImageFile, Recognised, Recogniser};
 use self::{
@@ -28,7 +30,7 @@ use self::{
 use crate::{
     address_space::{Backing, Mapping, ProcessView},
     model::Tgid,
-    untrusted::{Cache, mounts::Answerer},
+    untrusted::{Budget, Cache, DESCRIBED, mounts::Answerer},
 };
 
 /// How long after a process is first looked at, or runs exec, it is young: a runtime may be
@@ -40,20 +42,22 @@ pub(super) const YOUNG_NS: u64 = 50_000_000;
 const RETRY_NS: u64 = 200_000_000;
 /// Tables of mappings whose images are remembered, at most (least recently used first out).
 const MAX_TABLES: usize = 4096;
+/// Images kept beside the cache when its budget had no room for them, at most.
+const MAX_UNKEPT_IMAGES: usize = 1024;
 
-/// A file mapped executable, as a mapping names it: its device, inode, and a hash of its path
-/// (the same inode under two names is examined under each).
+/// A file mapped executable, as a mapping names it: its device and inode (the names it goes by,
+/// hard links, are one file). A file deleted and its inode given to another is the other file
+/// only once what was found of the first goes unused for a minute, or for want of room.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct FileKey {
+pub(super) struct FileKey {
     dev: u64,
     inode: u64,
-    path: u64,
 }
 
 impl FileKey {
     fn of(mapping: &Mapping) -> Option<Self> {
-        let Backing::File { path, .. } = &mapping.backing else { return None };
-        Some(Self { dev: mapping.dev, inode: mapping.inode, path: FxBuildHasher.hash_one(path) })
+        matches!(mapping.backing, Backing::File { .. })
+            .then_some(Self { dev: mapping.dev, inode: mapping.inode })
     }
 }
 
@@ -72,8 +76,11 @@ pub(super) struct Discovery {
     recognisers: Arc<[Box<dyn Recogniser>]>,
     worker: Worker,
     examined: Cache<FileKey, Examined>,
-    /// Files queued for the worker.
-    pending: FxHashSet<FileKey>,
+    /// Images found that the cache had no room for.
+    unkept_images: LruCache<FileKey, Examined>,
+    /// Files queued for the worker, and for whom: a file queued for one user is queued for
+    /// another in turn, not left to wait behind the first one's queue.
+    pending: FxHashSet<(FileKey, Option<u32>)>,
     /// What each table of mappings looked through holds.
     tables: LruCache<u64, TableLook>,
     /// Answers that found an image so far: tables looked through before the last one hold
@@ -105,19 +112,27 @@ struct TableLook {
 /// What discovery did, for the summary.
 #[derive(Default)]
 struct Stats {
+    /// Answers of the worker, the images among them, and files it gave up on.
     files: u64,
     images: u64,
     given_up: u64,
-    queue_full: u64,
+    /// Files left for later, their user's queue full, each time.
+    left_for_later: u64,
 }
 
 impl Discovery {
     pub fn new(recognisers: Vec<Box<dyn Recogniser>>) -> Self {
+        Self::within(recognisers, &DESCRIBED)
+    }
+
+    /// What files are kept in `budget`.
+    fn within(recognisers: Vec<Box<dyn Recogniser>>, budget: &'static Budget) -> Self {
         let recognisers: Arc<[Box<dyn Recogniser>]> = recognisers.into();
         Self {
             worker: Worker::new(recognisers.clone()),
             recognisers,
-            examined: Cache::default(),
+            examined: Cache::new(budget),
+            unkept_images: LruCache::new(NonZeroUsize::new(MAX_UNKEPT_IMAGES).expect("not zero")),
             pending: FxHashSet::default(),
             tables: LruCache::new(NonZeroUsize::new(MAX_TABLES).expect("not zero")),
             images_found: 0,
@@ -193,17 +208,21 @@ impl Discovery {
     pub fn due(&mut self, now_ns: u64) -> Vec<Tgid> {
         let images_found = self.images_found;
         for answer in self.worker.answers(now_ns) {
-            self.pending.remove(&answer.key);
+            self.pending.remove(&(answer.key, answer.user));
             // Not readable through that process: asked again as its table is looked through.
             let Some(examined) = answer.examined else { continue };
             self.stats.files += 1;
             self.stats.given_up += u64::from(examined.given_up);
-            let images = examined.images.len() as u64;
+            if examined.images.is_empty() {
+                let bytes = examined.bytes();
+                self.examined.insert(answer.key, examined, bytes);
+                continue;
+            }
+            self.stats.images += examined.images.len() as u64;
+            self.images_found += 1;
             let bytes = examined.bytes();
-            // An image not kept (no room in the budget) is found again later, not at once.
-            if self.examined.insert(answer.key, examined, bytes) && images > 0 {
-                self.stats.images += images;
-                self.images_found += 1;
+            if !self.examined.insert(answer.key, examined.clone(), bytes) {
+                self.unkept_images.put(answer.key, examined);
             }
         }
         if self.images_found != images_found {
@@ -257,7 +276,7 @@ impl Discovery {
         // loaded at the start is examined before those.
         for mapping in view.executable_files().iter().rev() {
             let Some(key) = FileKey::of(mapping) else { continue };
-            if let Some(examined) = self.examined.get(&key) {
+            if let Some(examined) = self.examined.get(&key).or_else(|| self.unkept_images.get(&key)) {
                 images.extend(examined.images.iter().map(|(slot, recognised)| Found {
                     slot: *slot,
                     mapping: mapping.clone(),
@@ -270,17 +289,24 @@ impl Discovery {
                 continue;
             }
             complete = false;
-            if self.pending.contains(&key) {
+            let user = identity.user;
+            if self.pending.contains(&(key, user)) {
                 continue;
             }
-            let job = Job { key, tgid, identity: identity.clone(), mapping: mapping.clone() };
-            if self.worker.push(identity.user, job) {
-                self.pending.insert(key);
-            } else {
-                self.stats.queue_full += 1;
+            let job = Job { key, user, tgid, identity: identity.clone(), mapping: mapping.clone() };
+            if self.worker.push(job) {
+                self.pending.insert((key, user));
+            } else if self.worker.examines(user) {
+                self.stats.left_for_later += 1;
             }
         }
         TableLook { images, complete, images_found: self.images_found, looked_ns: now_ns }
+    }
+
+    /// Once an epoch of the budget of what targets describe: what was found of files gives
+    /// room back if it was short.
+    pub fn relieve(&mut self) {
+        self.examined.relieve();
     }
 
     /// A file the process of `view` is about to map (a command's, before it runs): examined
@@ -311,21 +337,32 @@ impl Discovery {
 
     /// The summary's lines: what was given up on, what had to wait.
     pub fn describe(&self) -> Vec<String> {
-        let Stats { files, images, given_up, queue_full } = self.stats;
+        let Stats { files, images, given_up, left_for_later } = self.stats;
         let mut lines = Vec::new();
-        if given_up > 0 || queue_full > 0 {
+        if given_up > 0 || left_for_later > 0 {
             lines.push(format!(
                 "discovery: {files} files examined for runtimes ({images} images); {given_up} given up on after {} s \
-                 each; {queue_full} left for later, their user's {} files waiting already",
+                 each; {left_for_later} times a file was left for later, its user's {} files waiting already",
                 worker::DEADLINE.as_secs(),
                 worker::MAX_QUEUED
             ));
         }
+        let abandoned = self.worker.abandoned();
         if !self.worker.examining() {
+            lines.push(match abandoned {
+                0 => "discovery stopped: its thread could not be started: runtimes not read".into(),
+                _ => format!(
+                    "discovery stopped after {abandoned} files took longer than {} s to examine: runtimes of processes \
+                     seen since are not read",
+                    worker::DEADLINE.as_secs()
+                ),
+            });
+        } else if abandoned > 0 {
             lines.push(format!(
-                "discovery stopped after {} files took longer than {} s to examine: runtimes of processes seen since are not read",
-                worker::MAX_ABANDONED,
-                worker::DEADLINE.as_secs()
+                "discovery: {abandoned} files took longer than {} s to examine; a user's files that did so {} times \
+                 are not examined any more",
+                worker::DEADLINE.as_secs(),
+                worker::MAX_ABANDONED_PER_USER
             ));
         }
         lines
@@ -375,6 +412,24 @@ mod tests {
         Discovery::new(vec![Box::new(Nothing), Box::new(Libc)])
     }
 
+    /// Looks at this process until `Libc` is found in it (the worker's answers taken as they
+    /// come), or fails after 20 s.
+    fn look_until_libc_found(discovery: &mut Discovery, spaces: &mut AddressSpaces) {
+        let now = clock::monotonic_ns();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if discovery.due(clock::monotonic_ns()).contains(&Tgid::own()) {
+                let found = discovery.look(&spaces.view(Tgid::own(), now).unwrap(), now);
+                if libc_found(&found) {
+                    assert_eq!(found.len(), 1, "no other file is an image");
+                    return;
+                }
+            }
+            assert!(Instant::now() < deadline, "the worker answered");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
     fn own_spaces() -> AddressSpaces {
         let mut spaces = AddressSpaces::new(Tracking { all: false, follow_forks: true });
         spaces.track(Tgid::own());
@@ -399,23 +454,24 @@ mod tests {
         assert!(found.is_empty(), "nothing known yet: its files are queued");
         assert!(!discovery.pending.is_empty());
         assert_eq!(young_until_ns, now + YOUNG_NS, "a process new to discovery is young");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let due = discovery.due(clock::monotonic_ns());
-            if due.contains(&Tgid::own()) {
-                let found = discovery.look(&spaces.view(Tgid::own(), now).unwrap(), now);
-                if libc_found(&found) {
-                    assert_eq!(found.len(), 1, "no other file is an image");
-                    break;
-                }
-            }
-            assert!(Instant::now() < deadline, "the worker answered");
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        look_until_libc_found(&mut discovery, &mut spaces);
         let view = spaces.view(Tgid::own(), now).unwrap();
         assert!(discovery.observe(&view, now, &mut young_until_ns).is_empty(), "its table is looked at once");
         assert!(libc_found(&discovery.look(&view, now)), "what a file is, is kept");
         assert!(discovery.stats.files > 0 && discovery.stats.images == 1);
+    }
+
+    /// With no room in the budget of what targets describe, an image found is kept beside it:
+    /// found at the next look, not examined again and again.
+    #[test]
+    fn an_image_the_budget_has_no_room_for_is_found_all_the_same() {
+        let full: &'static Budget = Box::leak(Box::new(Budget::new(0)));
+        let (mut discovery, mut spaces) =
+            (Discovery::within(vec![Box::new(Nothing), Box::new(Libc)], full), own_spaces());
+        let now = clock::monotonic_ns();
+        discovery.look(&spaces.view(Tgid::own(), now).unwrap(), now);
+        look_until_libc_found(&mut discovery, &mut spaces);
+        assert_eq!(discovery.unkept_images.len(), 1);
     }
 
     /// A command's files, expected before it runs, are examined then: its first look finds

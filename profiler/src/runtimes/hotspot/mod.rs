@@ -43,7 +43,7 @@ use crate::{
     decode::UserRegs,
     frame::Frame,
     model::Tgid,
-    untrusted::Cache,
+    untrusted::{Cache, ElfFacts},
     unwind::RuntimeCode,
 };
 
@@ -84,6 +84,8 @@ pub struct JavaStats {
 pub struct LibJvm {
     image: Image,
     file: memmap2::Mmap,
+    /// Where its segments are, for its load bias.
+    facts: ElfFacts,
 }
 
 impl Runtime for HotSpot {
@@ -101,8 +103,8 @@ impl Runtime for HotSpot {
     }
 
     fn recognise(file: &ImageFile<'_>) -> Result<Option<LibJvm>> {
-        let file = file.map().context("HotSpot JVM not read: cannot read its libjvm.so")?;
-        LibJvm::read(file).map(Some)
+        let bytes = file.map().context("HotSpot JVM not read: cannot read its libjvm.so")?;
+        LibJvm::read(bytes, file.facts.clone()).map(Some)
     }
 
     fn attach(
@@ -183,10 +185,10 @@ impl Runtime for HotSpot {
 }
 
 impl LibJvm {
-    fn read(file: memmap2::Mmap) -> Result<Self> {
+    fn read(file: memmap2::Mmap, facts: ElfFacts) -> Result<Self> {
         let image =
             Image::read(&file).context("HotSpot JVM not read: libjvm.so exports none of HotSpot's tables")?;
-        Ok(Self { image, file })
+        Ok(Self { image, file, facts })
     }
 }
 
@@ -255,16 +257,19 @@ impl Nmethod {
     }
 }
 
-/// Reads the JVM of `pid` whose `libjvm.so` is mapped at `mapping` (its load bias is the
-/// mapping's start less its offset: HotSpot's segments have file offsets equal to their
-/// addresses). Its tables are read whole; its frames, later, within `allowance`.
+/// Reads the JVM of `pid` whose `libjvm.so` is mapped at `mapping`. Its tables are read whole;
+/// its frames, later, within `allowance`.
 fn read(
     pid: Tgid,
     mapping: &Mapping,
     libjvm: Arc<LibJvm>,
     allowance: Arc<Allowance>,
 ) -> Result<Jvm, Refusal> {
-    let bias = mapping.start.wrapping_sub(mapping.offset);
+    let bias = libjvm
+        .facts
+        .load_bias(mapping.start, mapping.offset, mapping.end - mapping.start)
+        .context("where its libjvm.so is loaded is not known")
+        .map_err(Refusal::NotYet)?;
     let (image, file) = (&libjvm.image, &libjvm.file);
     // What it reads is noted in the sample's file mappings (shared), as a sample's reads are.
     let mut memory = ProcessMemory::new(pid, Allowance::unbounded(allowance.files()));

@@ -59,9 +59,16 @@ impl Image {
         if runtime.is_none() && exported("PyInterpreterState_Head").is_none() {
             return Self::NotPython;
         }
-        let version = exported("Py_Version")
-            .and_then(|symbol| bytes_at(&elf, symbol.address(), symbol.section_index()?, 4))
-            .map_or_else(|| version_by_exports(|name| exported(name).is_some()), |bytes| Version(bytes[2]));
+        let version = match exported("Py_Version") {
+            None => version_by_exports(|name| exported(name).is_some()),
+            Some(symbol) => {
+                match symbol.section_index().and_then(|section| bytes_at(&elf, symbol.address(), section, 4))
+                {
+                    Some(bytes) => Version(bytes[2]),
+                    None => return Self::Unsupported("CPython of an unknown version".into()),
+                }
+            }
+        };
         let named = NamedFlags::of(file_name);
         if named.is_some_and(|named| named.free_threaded) {
             return Self::Unsupported(format!("CPython {version} free-threaded"));
@@ -204,9 +211,10 @@ const EVAL_LOOP_COLD: &str = "_PyEval_EvalFrameDefault.cold";
 /// Ranges of the eval loop kept at most: GCC splits a handful of parts off it, and each native
 /// frame is looked up in them.
 const MAX_EVAL_LOOP_RANGES: usize = 64;
-/// Bytes of the eval loop's body searched for jumps into parts split off it at most: CPython's is
-/// 10-200 KB; the search is linear in it.
+/// Bytes of the eval loop's body searched for jumps into parts split off it at most (CPython's is
+/// 10-200 KB; the search is linear in it), and the landings kept of those jumps at most.
 const MAX_EVAL_LOOP_BYTES: usize = 4 << 20;
+const MAX_LANDINGS: usize = 1 << 20;
 
 /// An image's unwind entries (FDEs), found by address through `.eh_frame_hdr`'s sorted table:
 /// the few the eval loop jumps into are read, not the thousands of `.eh_frame`.
@@ -285,7 +293,7 @@ fn split_parts(
                 fde
             }
         };
-        if fde.start != target {
+        if fde.start != target && landings.len() < MAX_LANDINGS {
             landings.push((fde.start, fde.end, target));
         }
     }
@@ -306,17 +314,6 @@ fn file_offset(facts: &ElfFacts, svma: u64) -> Option<u64> {
         .iter()
         .find(|s| (s.svma..s.svma.saturating_add(s.file_size)).contains(&svma))
         .map(|s| svma - s.svma + s.file_offset)
-}
-
-/// The load bias of a module mapped at `start` from file offset `offset`: what its stated
-/// addresses are moved by.
-pub fn load_bias(facts: &ElfFacts, start: u64, offset: u64, len: u64) -> Option<u64> {
-    let segment = facts
-        .segments
-        .iter()
-        .find(|s| s.file_size > 0 && (offset..offset.saturating_add(len)).contains(&s.file_offset))?;
-    let address_of_segment = start.checked_add(segment.file_offset - offset)?;
-    Some(address_of_segment.wrapping_sub(segment.svma))
 }
 
 #[cfg(test)]

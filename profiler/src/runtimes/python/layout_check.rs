@@ -384,8 +384,9 @@ fn a_garbage_unwind_table_costs_only_the_moved_part() {
             image[at] = garbage(at);
         }
         let eval_loop = read(&image);
-        let within =
-            |range: &std::ops::Range<u64>| whole.contains(range.start) && whole.contains(range.end - 1);
+        let within = |range: &std::ops::Range<u64>| {
+            whole.iter().any(|clean| clean.start <= range.start && range.end <= clean.end)
+        };
         assert!(eval_loop.iter().all(within), "{eval_loop:x?} beside {whole:x?}");
         assert!(!eval_loop.is_empty(), "the function's own symbol is still read");
     }

@@ -2,9 +2,10 @@
 //! frames are, naming the frames it sends, and putting them in place of the eval loop's native
 //! frames.
 //!
-//! A process is looked at when it is first sampled, and again every so often until it maps an
-//! interpreter (a `python` executable with the interpreter linked in, or a `libpython`). The
-//! kernel is then told where `_PyRuntime` and `PyCode_Type` are and the version's offsets
+//! Discovery (`runtimes/discovery`) finds an interpreter among the files a process maps (a file
+//! that defines `PyCode_Type`: a `python` executable with the interpreter linked in, or a
+//! `libpython`, whatever it is called) and has [`Python::recognise`] read it. The kernel is then
+//! told where `_PyRuntime` and `PyCode_Type` are and the version's offsets
 //! ([`PythonProcess`]), and walks each sample's Python frames. Each frame it sends names a code
 //! object by address; the code object is read from `/proc/PID/mem` when the sample is walked,
 //! soon after it was taken, and cached per process by (address, first line): an address that
@@ -123,9 +124,7 @@ impl Runtime for Python {
     ) -> Result<Running, Refusal> {
         let facts = view.module(module).facts();
         let bias = facts
-            .and_then(|facts| {
-                interpreter::load_bias(facts, mapping.start, mapping.offset, mapping.end - mapping.start)
-            })
+            .and_then(|facts| facts.load_bias(mapping.start, mapping.offset, mapping.end - mapping.start))
             .ok_or_else(|| {
                 Refusal::NotYet(anyhow::anyhow!("where its interpreter is loaded is not known"))
             })?;
