@@ -13,6 +13,7 @@ use std::{
     collections::VecDeque,
     fs::File,
     io,
+    os::fd::AsFd as _,
     os::unix::fs::MetadataExt,
     path::{Path, PathBuf},
     sync::Arc,
@@ -236,21 +237,29 @@ impl Default for Modules {
 
 /// Opens the file behind `mapping` (named `path`) of live process `tgid` (what it is:
 /// `identity`), safe to map: the file a registry's module is made of, and what runtimes are
-/// recognised in. Those of file systems the kernel does not answer for are copied off the
-/// pipeline (see `remote`), or not opened at all.
+/// recognised in. Who answers for its file system is asked of the mapped file itself: those the
+/// kernel does not answer for are copied off the pipeline (see `remote`), or not opened at all.
 pub fn open_mapped(
     tgid: Tgid,
     identity: &Identity,
     mapping: &Mapping,
     path: &Path,
 ) -> io::Result<StableFile> {
-    match identity.answerer(tgid, mapping.dev) {
-        Answerer::Kernel => {}
-        Answerer::Server => return remote::open(tgid, mapping.at()),
-        Answerer::Daemon => return Err(remote::not_asked()),
-    }
-    let file = open::mapped_file(tgid, mapping.at())
-        .or_else(|_| open::mapped_path(&identity.root, path, mapping.at(), &identity.asked(tgid)))?;
+    let file = match open::mapped_handle(tgid, mapping.at()) {
+        Ok(handle) => match identity.answerer(handle.as_fd()) {
+            Some(Answerer::Kernel) => open::reopen(handle)?,
+            Some(Answerer::Server) => return remote::open(handle, mapping.at()),
+            Some(Answerer::Daemon) => return Err(remote::not_asked()),
+            None => return Err(remote::not_known_yet()),
+        },
+        // Gone, or mapped over since: its file may still be reached by path (a path through a
+        // file system never asked is refused, and counted as such a file is).
+        Err(_) => {
+            open::mapped_path(&identity.root, path, mapping.at(), &identity.asked()).map_err(|err| {
+                if err.kind() == io::ErrorKind::PermissionDenied { remote::not_asked() } else { err }
+            })?
+        }
+    };
     if open::is_jit_memory(path, &file) {
         return Err(open::jit_memory_error());
     }
@@ -340,14 +349,13 @@ impl Modules {
                 id
             }
             None => {
-                // Not next to a file of a file system the kernel does not answer for: looking
-                // there could wait for ever.
+                // Every directory on the way asked first: looking into a file system the kernel
+                // does not answer for could wait for ever.
                 let debug = match (&key, &facts, writer) {
                     (MappedKey::File { .. }, Some(facts), Some(writer))
-                        if (!facts.has_dwarf || !facts.has_cfi)
-                            && identity.answerer(tgid, mapping.dev) == Answerer::Kernel =>
+                        if !facts.has_dwarf || !facts.has_cfi =>
                     {
-                        debug_file::find(&identity.root, &identity.asked(tgid), path, facts, writer).and_then(
+                        debug_file::find(&identity.root, &identity.asked(), path, facts, writer).and_then(
                             |file| Some(DebugFile { facts: ElfFacts::read(&open::map(&file).ok()?)?, file }),
                         )
                     }

@@ -11,6 +11,7 @@
 //! children that run exec at once) costs one table, not one per child.
 use std::{
     collections::HashMap,
+    os::fd::BorrowedFd,
     sync::{Arc, Mutex},
     time::Duration,
 };
@@ -22,8 +23,8 @@ use crate::{
     clock::monotonic_ns,
     model::{Tgid, Tid},
     untrusted::{
-        mounts::{self, Answerer, Mounts},
-        open::Root,
+        mounts::{self, Answerer, Namespace},
+        open::{MappedAt, Root},
         read_bounded,
     },
 };
@@ -158,9 +159,12 @@ pub struct Identity {
     /// Its jitdump (`jit-NSPID.dump`), which a JIT writing one maps for tools to find, as it
     /// was mapped when last looked at (see `AddressSpaces::identity`).
     pub jitdump: Option<Mapping>,
-    /// Its mount namespace's mounts, as read when it was seen (see `mounts`): which of its
-    /// files the kernel answers for, also once it is gone.
-    pub mounts: Option<Arc<Mounts>>,
+    /// Its mount namespace, as it was when it was seen (see `mounts`): where the mounts of its
+    /// files are looked up, also once it is gone.
+    pub namespace: Option<Namespace>,
+    /// Which of its file mappings are of files the kernel answers for, as asked so far (see
+    /// `resolve::FileMappings`), the least recently asked forgotten first.
+    pub kernels_files: Arc<Mutex<lru::LruCache<MappedAt, bool>>>,
 }
 
 impl Identity {
@@ -176,20 +180,21 @@ impl Identity {
             user: user_of(tgid).or(uid),
             ns_pid: field("NSpid:").and_then(|ids| ids.last()?.parse().ok()).unwrap_or(tgid.0),
             jitdump: None,
-            mounts: mounts::of(tgid),
+            namespace: Namespace::of(tgid),
+            kernels_files: Arc::new(Mutex::new(lru::LruCache::unbounded())),
         }
     }
 
-    /// Who answers for the files of `dev`, as process `tgid` (this one) maps them (see
-    /// [`mounts::answerer`]).
-    pub fn answerer(&self, tgid: Tgid, dev: u64) -> Answerer {
-        mounts::answerer(tgid, self.mounts.as_deref(), dev)
+    /// Who answers for the file `handle` names, one of this process's (see [`mounts::answerer`]):
+    /// `None` while that cannot be known (ask again later).
+    pub fn answerer(&self, handle: BorrowedFd<'_>) -> Option<Answerer> {
+        mounts::answerer(handle, self.namespace.as_ref())
     }
 
-    /// Whether a file of `dev` may be looked into or read, for process `tgid` (this one): only
-    /// when the kernel answers for its file system (see `mounts`).
-    pub fn asked(&self, tgid: Tgid) -> impl Fn(u64) -> bool + '_ {
-        move |dev| self.answerer(tgid, dev) == Answerer::Kernel
+    /// Whether the file or directory `handle` names may be looked into or read, for this
+    /// process: only when the kernel answers for its file system (see `mounts`).
+    pub fn asked(&self) -> impl Fn(BorrowedFd<'_>) -> bool + '_ {
+        move |handle| self.answerer(handle) == Some(Answerer::Kernel)
     }
 
     /// The identity of this very process (tests).
@@ -200,7 +205,15 @@ impl Identity {
 
     #[cfg(any(test, feature = "testing"))]
     fn unknown(tgid: Tgid) -> Self {
-        Self { root: Root::Unknown, uid: None, user: None, ns_pid: tgid.0, jitdump: None, mounts: None }
+        Self {
+            root: Root::Unknown,
+            uid: None,
+            user: None,
+            ns_pid: tgid.0,
+            jitdump: None,
+            namespace: None,
+            kernels_files: Arc::new(Mutex::new(lru::LruCache::unbounded())),
+        }
     }
 }
 

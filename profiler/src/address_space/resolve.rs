@@ -5,9 +5,10 @@
 use std::{
     fs::File,
     io,
+    os::fd::AsFd as _,
     path::Path,
     sync::{
-        Arc,
+        Arc, Mutex, PoisonError,
         atomic::{AtomicU64, Ordering},
     },
 };
@@ -16,8 +17,8 @@ use super::{Backing, Mapping, Mappings, Module, ModuleId, Modules, Process};
 use crate::{
     model::Tgid,
     untrusted::{
-        mounts::{self, Answerer, Mounts},
-        open,
+        mounts::{self, Answerer, Namespace},
+        open::{self, MappedAt},
     },
 };
 
@@ -47,7 +48,9 @@ pub enum Resolved {
 pub struct FileMappings {
     tgid: Tgid,
     space: Arc<Mappings>,
-    mounts: Option<Arc<Mounts>>,
+    namespace: Option<Namespace>,
+    /// The process's answers so far, by mapping (see `Identity`).
+    answers: Arc<Mutex<lru::LruCache<MappedAt, bool>>>,
     /// A page of a file found where no mapping is known (0: none yet), shared by the copies.
     unknown: Arc<AtomicU64>,
 }
@@ -65,10 +68,26 @@ impl FileMappings {
             let _ = self.unknown.compare_exchange(0, addr, Ordering::Relaxed, Ordering::Relaxed);
             return None;
         };
-        Some(
-            matches!(mapping.backing, Backing::File { .. })
-                && mounts::answerer(self.tgid, self.mounts.as_deref(), mapping.dev) == Answerer::Kernel,
-        )
+        if !matches!(mapping.backing, Backing::File { .. }) {
+            return Some(false);
+        }
+        let at = mapping.at();
+        let mut answers = self.answers.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(&kernels) = answers.get(&at) {
+            return Some(kernels);
+        }
+        // Asked of the file mapped there now: one mapped over it since the maps were read is
+        // not the inode they name, and is refused.
+        let answerer = open::mapped_handle(self.tgid, at).map_or(Some(Answerer::Daemon), |handle| {
+            mounts::answerer(handle.as_fd(), self.namespace.as_ref())
+        });
+        let Some(answerer) = answerer else { return Some(false) };
+        let kernels = answerer == Answerer::Kernel;
+        answers.put(at, kernels);
+        if answers.len() > MAX_ANSWERS {
+            answers.pop_lru();
+        }
+        Some(kernels)
     }
 
     /// A page of a file found in no mapping known since the last call: the process's maps are
@@ -78,6 +97,9 @@ impl FileMappings {
         (addr != 0).then_some(addr)
     }
 }
+
+/// File mappings whose answerer a process remembers, at most.
+const MAX_ANSWERS: usize = 1024;
 
 /// One process at one moment.
 pub struct ProcessView<'a> {
@@ -177,7 +199,7 @@ impl<'a> ProcessView<'a> {
     /// registry opens files by path: never on a file system the kernel does not answer for.
     pub fn open(&self, path: &Path) -> io::Result<File> {
         let identity = self.process.identity();
-        identity.root.open(&std::path::absolute(path)?, &identity.asked(self.tgid))
+        identity.root.open(&std::path::absolute(path)?, &identity.asked())
     }
 
     /// What the process is, for reading what it controls: its root, its user.
@@ -192,10 +214,12 @@ impl<'a> ProcessView<'a> {
     /// Which of the process's file pages its memory may be read in (see
     /// [`crate::runtimes::memory::FilePages`]): its mappings now, and its mounts.
     pub fn file_pages(&self) -> FileMappings {
+        let identity = self.process.identity();
         FileMappings {
             tgid: self.tgid,
             space: self.process.space(),
-            mounts: self.process.identity().mounts.clone(),
+            namespace: identity.namespace,
+            answers: Arc::clone(&identity.kernels_files),
             unknown: Arc::default(),
         }
     }

@@ -131,7 +131,8 @@ impl Allowance {
 
 /// A process's memory, through `/proc/PID/mem`: only pages present in memory are read (as its
 /// `/proc/PID/pagemap` says), and of pages of a file, only those of a file the kernel answers
-/// for (as the process's mappings said at the sample, and its mounts): a read faults nothing in.
+/// for (the file mapped there, as the process's mappings at the sample name it, asked of its
+/// handle: see `resolve::FileMappings`): a read faults nothing in.
 /// A fault can wait for ever, uninterruptibly, on a file of a FUSE daemon that never answers
 /// (`allow_other`), or for long on a network file system or swap, and it would hold up the
 /// pipeline for every process; and a daemon may drop a page it served at any moment, so a page

@@ -101,9 +101,9 @@ fn limits_reached<M: Mode>(pipeline: &Pipeline<M>) {
     let not_asked = remote::not_asked_count();
     if not_asked > 0 {
         eprintln!(
-            "profiler: warning: {not_asked} files of FUSE file systems were not read: their daemons answer \
-             root when they like, and a read that waits for one cannot be stopped; their frames are named \
-             by address"
+            "profiler: warning: {not_asked} files of FUSE file systems or of users' overlays were not read: \
+             a FUSE daemon (an overlay's layer may be one) answers root when it likes, and a read that waits \
+             for one cannot be stopped; their frames are named by address"
         );
     }
     let cut = cut_readings();

@@ -28,6 +28,7 @@
 use std::{
     cell::Cell,
     fs::File,
+    os::fd::AsFd as _,
     os::unix::fs::{FileExt as _, MetadataExt as _},
     path::PathBuf,
 };
@@ -291,7 +292,7 @@ impl PerfMaps {
         if map.left_out > 0 && !map.short {
             return;
         }
-        match open(tgid, identity) {
+        match open(identity) {
             Ok(Some(file)) => map.read_from(&file),
             // Gone since it was read (what was read is kept), or not there yet.
             Ok(None) => {}
@@ -358,9 +359,9 @@ impl PerfMaps {
 /// saying why when there is one that is refused. The process's own map is a regular file (not a
 /// link: another user could plant one at the predictable path before the process starts, and
 /// point it anywhere) owned by the process's effective user and writable by nobody else.
-fn open(tgid: Tgid, identity: &Identity) -> Result<Option<File>, String> {
+fn open(identity: &Identity) -> Result<Option<File>, String> {
     let path = PathBuf::from(format!("/tmp/perf-{}.map", identity.ns_pid));
-    let file = match identity.root.open_unlinked(&path, &identity.asked(tgid)) {
+    let file = match identity.root.open_unlinked(&path, &identity.asked()) {
         Ok(file) => file,
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(err) => return Err(format!("{}: {err}", path.display())),
@@ -372,15 +373,16 @@ fn open(tgid: Tgid, identity: &Identity) -> Result<Option<File>, String> {
 /// the perf map's rules (owned by the process's user, writable by nobody else).
 fn open_dump(tgid: Tgid, identity: &Identity) -> Result<Option<File>, String> {
     let Some(mapping) = &identity.jitdump else { return Ok(None) };
-    if identity.answerer(tgid, mapping.dev) != Answerer::Kernel {
-        return Err("its file system is not the kernel's (FUSE or network)".into());
-    }
-    let file = match target_open::mapped_file(tgid, mapping.at()) {
-        Ok(file) => file,
+    let handle = match target_open::mapped_handle(tgid, mapping.at()) {
+        Ok(handle) => handle,
         // Unmapped since (the process exited): what was read is kept.
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(err) => return Err(err.to_string()),
     };
+    if identity.answerer(handle.as_fd()) != Some(Answerer::Kernel) {
+        return Err("its file system is not the kernel's (FUSE, a user's overlay, or network)".into());
+    }
+    let file = target_open::reopen(handle).map_err(|err| err.to_string())?;
     owned_by_the_process(file, identity, &target_open::map_files_path(tgid, mapping.at())).map(Some)
 }
 

@@ -20,14 +20,14 @@ use super::{
 const DEBUG_DIRS: [&str; 2] = ["/usr/lib/debug", "/lib/debug"];
 
 /// The debug file of a module mapped from `path` by a process whose paths resolve in `root`
-/// (`asked`: whether a device's file system is one the kernel answers for), whose facts
+/// (`asked`: whether a handle's file system is one the kernel answers for), whose facts
 /// are `facts`, a file `writer` can change; made [`open::stable`]. A debug file names the
 /// module's frames: it is taken only from root, or from the user who could change the module
 /// anyway (a user's mount namespace may put their own files at the debug directories' paths).
 /// Nothing is looked up in a file system the kernel does not answer for (see `mounts`).
 pub fn find(
     root: &Root,
-    asked: &dyn Fn(u64) -> bool,
+    asked: &dyn Fn(std::os::fd::BorrowedFd<'_>) -> bool,
     path: &Path,
     facts: &ElfFacts,
     writer: Writer,

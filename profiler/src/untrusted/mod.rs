@@ -8,9 +8,10 @@
 //! - nothing a target can truncate is mapped: a file its owner could change is read from a
 //!   sealed copy in memory ([`copy`]), since a mapped file cut short would kill the profiler with
 //!   SIGBUS, which no panic handler contains;
-//! - nothing waits on a FUSE daemon, whose wait nothing ends, not even a fatal signal: its files
-//!   are never opened, stat'ed or looked up through ([`mounts`] says who answers for a file
-//!   system); a network server's files are copied off the pipeline, with a deadline ([`remote`]);
+//! - nothing waits on a FUSE daemon, whose wait nothing ends, not even a fatal signal: its files,
+//!   and a user's overlay's, are never opened, stat'ed or looked up through ([`mounts`] says who
+//!   answers for a file, asked of the file itself); a network server's files are copied off the
+//!   pipeline, with a deadline ([`remote`]);
 //! - memory is bounded whatever a target claims: copies, inflated sections ([`elf`]) and what
 //!   targets describe about themselves ([`cache`]) are charged to budgets ([`Budget`]), `/proc`
 //!   text is read up to a bound ([`read_bounded`]), and the descriptors kept for targets share

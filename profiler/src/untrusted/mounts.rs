@@ -1,23 +1,38 @@
-//! Who answers for a file system's files. Most file systems are the kernel's (ext4, xfs, tmpfs,
-//! overlay): reading their files waits for a disk at worst. A network file system's are its
-//! server's: a read may wait long, but a fatal signal ends the wait, so the profiler reads them
-//! off its pipeline, with a deadline (`remote`), and its exit is never held up. A FUSE file
-//! system's are its daemon's, which a user may run and mount (with `allow_other`, where the
-//! administrator allows it): a request the daemon has taken is waited for uninterruptibly, even
-//! by a process being killed, until the daemon answers, which it need never do. The profiler
-//! never asks anything of those: no open, no stat, no read, no lookup through them. What any
-//! file system but the kernel's says of a file (its owner, its bytes) is its answerer's, so
-//! such files are trusted as anyone's.
+//! Who answers for a file's file system, asked of the file itself. Most file systems are the
+//! kernel's (ext4, xfs, tmpfs, root's overlays): reading their files waits for a disk at worst.
+//! A network file system's are its server's: a read may wait long, but a fatal signal ends the
+//! wait, so the profiler reads them off its pipeline, with a deadline (`remote`), and its exit is
+//! never held up. A FUSE file system's are its daemon's, which a user may run and mount (in a
+//! user namespace of their own, which needs no privilege): a request the daemon has taken is
+//! waited for uninterruptibly, even by a process being killed, until the daemon answers, which it
+//! need never do. The profiler never asks anything of those: no open, no stat, no read, no lookup
+//! through them. Nor of an overlay a user mounted: its layers are whatever the user chose,
+//! FUSE's included, and a read goes through to them. What any file system but the kernel's says
+//! of a file (its owner, its bytes) is its answerer's, so such files are trusted as anyone's.
 //!
-//! A process's mounts are read from its `/proc/PID/mountinfo` (the kernel's text, which asks no
-//! daemon), once per mount namespace and again when a file of a device it did not list shows up.
+//! The question is asked of an open handle (an `O_PATH` one, which opens nothing), never of a
+//! device number: a user can unmount a file system and mount another that takes its number.
+//! The handle's mount, by the id the kernel never gives twice (`statx`'s unique mount id, read
+//! from cached attributes: no daemon is asked), is looked up in the mount namespace of the
+//! process the file is of, then in the profiler's own (`statmount`, which reads the kernel's
+//! tables): its file system's type says who answers, and, for an overlay, whether the namespace
+//! is a user's (owned by a user namespace other than the profiler's). A mount found in neither
+//! (a detached one, another namespace's) is nobody the profiler knows: never asked. On kernels
+//! without those calls (before 6.11), the handle's mount id (reused, but not while the handle
+//! holds the mount) is looked up in a mount table read after the handle was taken.
 use std::{
-    os::unix::fs::MetadataExt as _,
-    sync::{Arc, Mutex, OnceLock},
+    fs::File,
+    num::NonZeroUsize,
+    os::{
+        fd::{AsFd, AsRawFd as _, BorrowedFd},
+        unix::fs::MetadataExt as _,
+    },
+    sync::{Mutex, OnceLock, PoisonError},
     time::{Duration, Instant},
 };
 
-use rustc_hash::FxHashMap;
+use lru::LruCache;
+use rustix::fs::{AtFlags, StatxFlags, statx};
 
 use super::proc_file::read_bounded_bytes;
 use crate::model::Tgid;
@@ -29,7 +44,8 @@ pub enum Answerer {
     Kernel,
     /// A server, over a network: a wait a fatal signal ends.
     Server,
-    /// A daemon (FUSE): a wait nothing ends but its answer. Never asked.
+    /// A daemon (FUSE), or a user's overlay, whose layers may be one: a wait nothing ends but
+    /// the daemon's answer. Never asked.
     Daemon,
 }
 
@@ -81,15 +97,14 @@ const KERNELS: &[&str] = &[
 ];
 
 impl Answerer {
-    /// Who answers for a file system of type `fs_type` with `options` (mountinfo's): FUSE's,
-    /// and virtiofs's (FUSE's requests, its host's daemon), are a daemon's, and so is an overlay
-    /// a user mounted (`userxattr`, which unprivileged overlays need), whose layers may be a
-    /// FUSE daemon's read with the user's rights; the kernel's own types its own; anything else
-    /// a server's.
-    fn of(fs_type: &str, options: &[u8]) -> Self {
-        let users_overlay =
-            fs_type == "overlay" && options.split(|&b| b == b',').any(|option| option == b"userxattr");
-        if fs_type.starts_with("fuse") || fs_type == "virtiofs" || users_overlay {
+    /// Who answers for a file system of type `fs_type`, mounted in a namespace a user owns
+    /// (`users`) or not. FUSE's, and virtiofs's (FUSE's requests, its host's daemon), are a
+    /// daemon's; so is an overlay in a user's namespace, whatever its options: its layers may be
+    /// a daemon's, read with the user's rights. Of the other types a user may mount in a
+    /// namespace of theirs (tmpfs, ramfs, proc...), the kernel answers: they hold memory, and a
+    /// bind mount has its file system's type. Everything else is a server's.
+    fn of(fs_type: &str, users: bool) -> Self {
+        if fs_type.starts_with("fuse") || fs_type == "virtiofs" || (users && fs_type == "overlay") {
             Self::Daemon
         } else if KERNELS.contains(&fs_type) {
             Self::Kernel
@@ -99,64 +114,196 @@ impl Answerer {
     }
 }
 
+/// A process's mount namespace, as far as its files' mounts are looked up in it.
+#[derive(Clone, Copy, Debug)]
+pub struct Namespace {
+    /// The process that showed it (its mount table, on kernels without `statmount`).
+    tgid: Tgid,
+    /// Its id, as `statmount` takes it (`None` before Linux 6.11).
+    id: Option<u64>,
+    /// Whether a user namespace other than the profiler's owns it: a user may have made its
+    /// mounts.
+    users: bool,
+}
+
+impl Namespace {
+    /// The mount namespace of process `tgid`, as it is now; `None` when the process is gone.
+    pub fn of(tgid: Tgid) -> Option<Self> {
+        let namespace = File::open(format!("/proc/{tgid}/ns/mnt")).ok()?;
+        let mut id = 0u64;
+        // SAFETY: NS_GET_MNTNS_ID writes one u64 to the pointer given.
+        let id = (unsafe { libc::ioctl(namespace.as_raw_fd(), libc::NS_GET_MNTNS_ID, &raw mut id) } == 0)
+            .then_some(id);
+        // SAFETY: NS_GET_USERNS takes no argument and returns a new descriptor, or -1.
+        let owner = unsafe { libc::ioctl(namespace.as_raw_fd(), libc::NS_GET_USERNS) };
+        let owner = (owner >= 0).then(|| {
+            // SAFETY: a descriptor the call just made, owned by nothing else.
+            let owner = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(owner) };
+            File::from(owner).metadata().map(|metadata| metadata.ino()).ok()
+        });
+        let users = owner.flatten().is_none_or(|owner| Some(owner) != own_user_namespace());
+        Some(Self { tgid, id, users })
+    }
+
+    /// The profiler's own (tests).
+    #[cfg(test)]
+    pub fn own() -> Self {
+        Self::of(Tgid::own()).expect("our own")
+    }
+}
+
+/// The inode of the profiler's user namespace.
+fn own_user_namespace() -> Option<u64> {
+    static OWN: OnceLock<Option<u64>> = OnceLock::new();
+    *OWN.get_or_init(|| std::fs::metadata("/proc/self/ns/user").ok().map(|metadata| metadata.ino()))
+}
+
+/// Who answers for the file `handle` names (an `O_PATH` handle will do), a file process
+/// `namespace`'s paths reach (`None`: the namespace is not known). `None` when that cannot be
+/// known now: on a kernel without `statmount`, while mount tables are read at their most often
+/// (ask again later).
+pub fn answerer(handle: BorrowedFd<'_>, namespace: Option<&Namespace>) -> Option<Answerer> {
+    let statmount = namespace.is_none_or(|namespace| namespace.id.is_some());
+    match mount_id(handle, true) {
+        Some(id) if statmount => Some(by_unique_id(id, namespace)),
+        _ => match mount_id(handle, false) {
+            Some(id) => by_listed_id(id, namespace),
+            None => Some(Answerer::Daemon),
+        },
+    }
+}
+
+/// `statx`'s mask bit for the unique mount id (Linux 6.8).
+const STATX_MNT_ID_UNIQUE: u32 = 0x4000;
+
+/// The id of the mount `handle` is on: the unique one (never given twice), or the one
+/// `/proc/PID/mountinfo` lists; from cached attributes (no daemon is asked). `None` when the
+/// kernel does not say it.
+fn mount_id(handle: BorrowedFd<'_>, unique: bool) -> Option<u64> {
+    let wanted = if unique { STATX_MNT_ID_UNIQUE } else { StatxFlags::MNT_ID.bits() };
+    let flags = AtFlags::EMPTY_PATH | AtFlags::STATX_DONT_SYNC;
+    let stat = statx(handle, "", flags, StatxFlags::from_bits_retain(wanted)).ok()?;
+    (stat.stx_mask & wanted != 0).then_some(stat.stx_mnt_id)
+}
+
+/// Mounts remembered, by unique id (never reused: what was found stays true).
+const MAX_MOUNTS: usize = 4096;
+
+/// Who answers for the mount of unique id `id`, looked up in `namespace`, then in the
+/// profiler's own.
+fn by_unique_id(id: u64, namespace: Option<&Namespace>) -> Answerer {
+    static KNOWN: Mutex<Option<LruCache<u64, Answerer>>> = Mutex::new(None);
+    let mut known = KNOWN.lock().unwrap_or_else(PoisonError::into_inner);
+    let known = known.get_or_insert_with(|| LruCache::new(NonZeroUsize::new(MAX_MOUNTS).expect("not zero")));
+    if let Some(&answerer) = known.get(&id) {
+        return answerer;
+    }
+    let found = namespace
+        .and_then(|namespace| Some((fs_type(id, namespace.id?)?, namespace.users)))
+        .or_else(|| Some((fs_type(id, 0)?, false)))
+        .map(|(fs_type, users)| Answerer::of(&fs_type, users))
+        .or_else(|| (Some(id) == shared_memory_mount(true)).then_some(Answerer::Kernel));
+    // A mount in no namespace looked in is not remembered: another process's may list it.
+    let Some(answerer) = found else { return Answerer::Daemon };
+    known.put(id, answerer);
+    answerer
+}
+
+/// The type of the file system of the mount of unique id `id` in mount namespace `namespace`
+/// (0: the profiler's), as `statmount` says; `None` when it lists no such mount.
+fn fs_type(id: u64, namespace: u64) -> Option<String> {
+    // struct mnt_id_req: size, spare, mnt_id, param (what to say), mnt_ns_id.
+    let mut request = [0u8; 32];
+    let size: u32 = if namespace == 0 { 24 } else { 32 };
+    request[..4].copy_from_slice(&size.to_ne_bytes());
+    request[8..16].copy_from_slice(&id.to_ne_bytes());
+    request[16..24].copy_from_slice(&STATMOUNT_FS_TYPE.to_ne_bytes());
+    request[24..32].copy_from_slice(&namespace.to_ne_bytes());
+    let mut answer = vec![0u8; 4096];
+    // SAFETY: statmount reads `size` bytes of the request and writes at most `answer.len()`.
+    let done =
+        unsafe { libc::syscall(SYS_STATMOUNT, request.as_ptr(), answer.as_mut_ptr(), answer.len(), 0u32) };
+    (done == 0).then(|| statmount_fs_type(&answer).map(str::to_owned)).flatten()
+}
+
+/// `statmount`'s number on x86-64 (Linux 6.8), and what it is asked to say: the file system's
+/// type.
+const SYS_STATMOUNT: libc::c_long = 457;
+const STATMOUNT_FS_TYPE: u64 = 0x20;
+/// Where `struct statmount`'s strings begin.
+const STATMOUNT_STRINGS: usize = 512;
+
+/// The file system type in an answer of `statmount` (`struct statmount`: its size, its mask of
+/// what it says, the offset of the type among its strings).
+fn statmount_fs_type(answer: &[u8]) -> Option<&str> {
+    let field = |at: usize, len: usize| answer.get(at..at + len);
+    let size = u32::from_ne_bytes(field(0, 4)?.try_into().ok()?) as usize;
+    let mask = u64::from_ne_bytes(field(8, 8)?.try_into().ok()?);
+    if mask & STATMOUNT_FS_TYPE == 0 {
+        return None;
+    }
+    let offset = u32::from_ne_bytes(field(36, 4)?.try_into().ok()?) as usize;
+    let strings = answer.get(STATMOUNT_STRINGS..size.min(answer.len()))?;
+    let name = strings.get(offset..)?;
+    std::str::from_utf8(&name[..name.iter().position(|&b| b == 0)?]).ok()
+}
+
+/// The id (unique, or as listed) of the kernel's internal shared-memory mount (a memfd's,
+/// shared anonymous memory's), listed in no namespace.
+fn shared_memory_mount(unique: bool) -> Option<u64> {
+    static IDS: OnceLock<[Option<u64>; 2]> = OnceLock::new();
+    IDS.get_or_init(|| {
+        let memfd = rustix::fs::memfd_create("profiler-mount", rustix::fs::MemfdFlags::CLOEXEC).ok();
+        let id = |unique| mount_id(memfd.as_ref()?.as_fd(), unique);
+        [id(false), id(true)]
+    })[usize::from(unique)]
+}
+
 /// Bytes of a `/proc/PID/mountinfo` read at most.
 const MAX_MOUNTINFO_BYTES: u64 = 4 << 20;
-/// Mount namespaces remembered at most; beyond, the memory starts over.
-const MAX_NAMESPACES: usize = 256;
-/// How often a namespace's mounts may be read again, for a device they did not list.
-const REREAD: Duration = Duration::from_secs(1);
+/// Mount tables read at most a second, in all, on kernels without `statmount`.
+const MAX_TABLE_READS: u32 = 20;
 
-/// The mounts of one mount namespace: who answers for each device's files.
-#[derive(Debug)]
-pub struct Mounts {
-    by_dev: FxHashMap<u64, Answerer>,
-    read_at: Instant,
-}
-
-impl Mounts {
-    /// Parses a `/proc/PID/mountinfo`: `ID PARENT MAJOR:MINOR ROOT POINT OPTIONS... - TYPE
-    /// SOURCE SUPER_OPTIONS`.
-    fn parse(text: &[u8]) -> Self {
-        let by_dev = text
-            .split(|&b| b == b'\n')
-            .filter_map(|line| {
-                let separator = line.windows(3).position(|window| window == b" - ")?;
-                let (head, tail) = (&line[..separator], &line[separator + 3..]);
-                let device = std::str::from_utf8(head.split(|&b| b == b' ').nth(2)?).ok()?;
-                let (major, minor) = device.split_once(':')?;
-                let dev = (major.parse::<u64>().ok()? << 32) | minor.parse::<u64>().ok()?;
-                let mut tail = tail.split(|&b| b == b' ');
-                let fs_type = std::str::from_utf8(tail.next()?).ok()?;
-                let options = tail.nth(1).unwrap_or_default();
-                Some((dev, Answerer::of(fs_type, options)))
-            })
-            .collect();
-        Self { by_dev, read_at: Instant::now() }
-    }
-
-    /// Who answers for the files of `dev` (as `/proc/PID/maps` numbers it): its mount's
-    /// answerer, or the kernel's for its own shared memory (memfds, shared anonymous memory).
-    /// `None`: not listed.
-    pub fn answerer(&self, dev: u64) -> Option<Answerer> {
-        if Some(dev) == shared_memory_dev() {
-            return Some(Answerer::Kernel);
+/// Who answers for the mount of id `id` (a handle's) as `/proc/PID/mountinfo` lists it
+/// (kernels without `statmount`): the tables are read after the handle was taken, and the handle
+/// holds its mount, so the id is not another mount's. `None` when the tables were read as often
+/// as they may be this second.
+fn by_listed_id(id: u64, namespace: Option<&Namespace>) -> Option<Answerer> {
+    let theirs = namespace.map(|namespace| (namespace.tgid, namespace.users));
+    for (tgid, users) in theirs.into_iter().chain([(Tgid::own(), false)]) {
+        if !take_table_read() {
+            return None;
         }
-        self.by_dev.get(&dev).copied()
+        let text = read_bounded_bytes(&format!("/proc/{tgid}/mountinfo"), MAX_MOUNTINFO_BYTES);
+        if let Some(fs_type) = text.as_deref().and_then(|text| listed_fs_type(text, id)) {
+            return Some(Answerer::of(fs_type, users));
+        }
     }
+    Some(if shared_memory_mount(false) == Some(id) { Answerer::Kernel } else { Answerer::Daemon })
 }
 
-/// The device of the kernel's internal shared-memory mount (a memfd's), listed in no mountinfo.
-fn shared_memory_dev() -> Option<u64> {
-    static DEV: OnceLock<Option<u64>> = OnceLock::new();
-    *DEV.get_or_init(|| {
-        let memfd = rustix::fs::memfd_create("profiler-dev", rustix::fs::MemfdFlags::CLOEXEC).ok()?;
-        let dev = std::fs::File::from(memfd).metadata().ok()?.dev();
-        Some(listed_dev(dev))
+/// Takes one of this second's reads of a mount table, if any is left.
+fn take_table_read() -> bool {
+    static READS: Mutex<Option<(Instant, u32)>> = Mutex::new(None);
+    let mut reads = READS.lock().unwrap_or_else(PoisonError::into_inner);
+    let (since, count) = reads.get_or_insert((Instant::now(), 0));
+    if since.elapsed() >= Duration::from_secs(1) {
+        (*since, *count) = (Instant::now(), 0);
+    }
+    *count += 1;
+    *count <= MAX_TABLE_READS
+}
+
+/// The file system type of mount `id` in a `/proc/PID/mountinfo`: `ID PARENT MAJOR:MINOR ROOT
+/// POINT OPTIONS... - TYPE SOURCE SUPER_OPTIONS`.
+fn listed_fs_type(text: &[u8], id: u64) -> Option<&str> {
+    text.split(|&b| b == b'\n').find_map(|line| {
+        let listed = std::str::from_utf8(line.split(|&b| b == b' ').next()?).ok()?.parse::<u64>().ok()?;
+        let separator = line.windows(3).position(|window| window == b" - ")?;
+        let fs_type = line[separator + 3..].split(|&b| b == b' ').next()?;
+        (listed == id).then(|| std::str::from_utf8(fs_type).ok()).flatten()
     })
 }
-
-/// The mounts of every namespace seen, by the inode of its `/proc/PID/ns/mnt`.
-static NAMESPACES: Mutex<Option<FxHashMap<u64, Arc<Mounts>>>> = Mutex::new(None);
 
 /// A device number (`st_dev`) as `/proc/PID/maps` and the kernel's mmap events write it: the
 /// major number in the high half, the minor in the low.
@@ -164,70 +311,88 @@ pub fn listed_dev(dev: u64) -> u64 {
     (u64::from(rustix::fs::major(dev)) << 32) | u64::from(rustix::fs::minor(dev))
 }
 
-/// Who answers for the files of `dev`, as process `tgid` maps them: as its namespace's mounts
-/// (`known`, as read when it was seen) say, read again while it lives if they do not list the
-/// device (mounted since), else as the profiler's own mounts say (a chroot lists no mount
-/// outside its root). A daemon (never asked) when nothing is known of it.
-pub fn answerer(tgid: Tgid, known: Option<&Mounts>, dev: u64) -> Answerer {
-    let found = known.and_then(|mounts| mounts.answerer(dev));
-    let found = found.or_else(|| of(tgid)?.answerer(dev));
-    found.or_else(|| own()?.answerer(dev)).unwrap_or(Answerer::Daemon)
-}
-
-/// The mounts of the profiler's own namespace, as read at most a second ago: a device's answerer
-/// is the same in every namespace (it is its superblock's), and a process whose root is inside
-/// a mount (a chroot) does not list the mounts outside it.
-fn own() -> Option<Arc<Mounts>> {
-    of(Tgid::own())
-}
-
-/// The mounts of process `tgid`'s namespace, as read at most a second ago; `None` when the
-/// process is gone.
-pub fn of(tgid: Tgid) -> Option<Arc<Mounts>> {
-    let namespace = std::fs::metadata(format!("/proc/{tgid}/ns/mnt")).ok()?.ino();
-    let mut namespaces = NAMESPACES.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    let namespaces = namespaces.get_or_insert_with(FxHashMap::default);
-    if let Some(mounts) = namespaces.get(&namespace).filter(|mounts| mounts.read_at.elapsed() < REREAD) {
-        return Some(mounts.clone());
-    }
-    let text = read_bounded_bytes(&format!("/proc/{tgid}/mountinfo"), MAX_MOUNTINFO_BYTES)?;
-    let mounts = Arc::new(Mounts::parse(&text));
-    if namespaces.len() >= MAX_NAMESPACES {
-        namespaces.clear();
-    }
-    namespaces.insert(namespace, mounts.clone());
-    Some(mounts)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn mounts_say_who_answers_for_their_files() {
+    fn file_systems_say_who_answers_for_their_files() {
+        assert_eq!(Answerer::of("ext4", false), Answerer::Kernel);
+        assert_eq!(
+            Answerer::of("ext4", true),
+            Answerer::Kernel,
+            "root's disk, bound into a user's namespace"
+        );
+        assert_eq!(Answerer::of("fuse.sshfs", false), Answerer::Daemon, "a FUSE daemon's");
+        assert_eq!(Answerer::of("fuse", true), Answerer::Daemon, "a user's FUSE, or a bind mount of it");
+        assert_eq!(Answerer::of("nfs4", false), Answerer::Server, "a server's");
+        assert_eq!(Answerer::of("overlay", false), Answerer::Kernel, "root's overlay (a container's)");
+        assert_eq!(
+            Answerer::of("overlay", true),
+            Answerer::Daemon,
+            "a user's overlay, with or without userxattr"
+        );
+        assert_eq!(Answerer::of("tmpfs", true), Answerer::Kernel, "a user's tmpfs holds memory");
+    }
+
+    /// `statmount`'s answers, as Linux 6.18 gave them (tests/fixtures/mounts, `record.py`): for
+    /// `/`, `/dev/shm`, `/proc`, and an overlay a user mounted in a namespace of theirs.
+    #[test]
+    fn statmount_answers_say_who_answers() {
+        let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mounts");
+        let answer = |name: &str| std::fs::read(fixtures.join(format!("{name}.statmount"))).unwrap();
+        for (name, users, expected) in [
+            ("ext4", false, Answerer::Kernel),
+            ("ext4", true, Answerer::Kernel),
+            ("tmpfs", true, Answerer::Kernel),
+            ("proc", false, Answerer::Kernel),
+            ("overlay", false, Answerer::Kernel),
+            ("overlay", true, Answerer::Daemon),
+        ] {
+            let answer = answer(name);
+            let fs_type = statmount_fs_type(&answer);
+            assert_eq!(fs_type, Some(name));
+            assert_eq!(Answerer::of(fs_type.unwrap(), users), expected, "{name}, a user's: {users}");
+        }
+        let ext4 = answer("ext4");
+        let mut unsaid = ext4.clone();
+        unsaid[8] &= !(STATMOUNT_FS_TYPE as u8);
+        assert_eq!(statmount_fs_type(&unsaid), None, "the type not said");
+        let mut beyond = ext4.clone();
+        beyond[36..40].copy_from_slice(&600u32.to_ne_bytes());
+        assert_eq!(statmount_fs_type(&beyond), None, "an offset past the answer");
+        let mut unended = ext4.clone();
+        unended.pop();
+        unended[..4].copy_from_slice(&517u32.to_ne_bytes());
+        assert_eq!(statmount_fs_type(&unended), None, "a string without its end");
+        assert_eq!(statmount_fs_type(&ext4[..40]), None, "cut short");
+    }
+
+    #[test]
+    fn mount_tables_name_a_mounts_file_system_by_its_id() {
         let text = b"22 27 0:21 / /proc rw,relatime - proc proc rw\n\
             27 1 254:1 / / rw,relatime - ext4 /dev/vda rw\n\
             31 27 0:45 / /home/u/mnt rw,nosuid,nodev,relatime - fuse.sshfs host:/ rw,user_id=1000\n\
-            32 27 0:46 / /mnt/n rw - nfs4 server:/export rw\n\
-            33 27 0:47 / /var/lib/c rw - overlay overlay rw,lowerdir=/l,upperdir=/u,workdir=/w\n\
-            34 27 0:48 / /home/u/o rw - overlay overlay rw,lowerdir=/l,upperdir=/u,workdir=/w,userxattr\n\
+            33 27 0:47 / /var/lib/c rw shared:4 - overlay overlay rw,lowerdir=/l,upperdir=/u,workdir=/w\n\
             garbage\n";
-        let mounts = Mounts::parse(text);
-        assert_eq!(mounts.answerer(254 << 32 | 1), Some(Answerer::Kernel));
-        assert_eq!(mounts.answerer(21), Some(Answerer::Kernel));
-        assert_eq!(mounts.answerer(45), Some(Answerer::Daemon), "a FUSE daemon's");
-        assert_eq!(mounts.answerer(46), Some(Answerer::Server), "a server's");
-        assert_eq!(mounts.answerer(47), Some(Answerer::Kernel), "root's overlay");
-        assert_eq!(mounts.answerer(48), Some(Answerer::Daemon), "a user's overlay, whose layers may be FUSE");
-        assert_eq!(mounts.answerer(99), None, "not listed");
+        assert_eq!(listed_fs_type(text, 27), Some("ext4"));
+        assert_eq!(listed_fs_type(text, 31), Some("fuse.sshfs"));
+        assert_eq!(listed_fs_type(text, 33), Some("overlay"), "optional fields before the separator");
+        assert_eq!(listed_fs_type(text, 99), None, "not listed");
     }
 
     #[test]
     fn own_files_are_the_kernels() {
-        let dev = listed_dev(std::fs::metadata(std::env::current_exe().unwrap()).unwrap().dev());
-        let mounts = of(Tgid::own()).unwrap();
-        assert_eq!(mounts.answerer(dev), Some(Answerer::Kernel), "this test's own executable");
-        assert_eq!(mounts.answerer(shared_memory_dev().unwrap()), Some(Answerer::Kernel), "memfds");
-        assert!(of(Tgid(u32::MAX)).is_none(), "no such process");
+        let own = Namespace::own();
+        assert!(!own.users, "the profiler's namespace is not a user's");
+        let executable = File::open(std::env::current_exe().unwrap()).unwrap();
+        assert_eq!(
+            answerer(executable.as_fd(), Some(&own)),
+            Some(Answerer::Kernel),
+            "this test's executable"
+        );
+        let memfd = rustix::fs::memfd_create("test", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
+        assert_eq!(answerer(memfd.as_fd(), Some(&own)), Some(Answerer::Kernel), "a memfd");
+        assert!(Namespace::of(Tgid(u32::MAX)).is_none(), "no such process");
     }
 }

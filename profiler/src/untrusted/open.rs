@@ -15,7 +15,7 @@ use std::{
     fs::File,
     io,
     os::{
-        fd::{AsFd, AsRawFd as _, OwnedFd},
+        fd::{AsFd, AsRawFd as _, BorrowedFd, OwnedFd},
         unix::ffi::OsStrExt as _,
     },
     path::{Path, PathBuf},
@@ -73,27 +73,32 @@ impl Root {
 
     /// Opens `path`, as a process with this root names it, for reading: a regular file only,
     /// resolved inside the root a component at a time (see [`Self::walk`]), every directory
-    /// looked into and the file itself on a file system `asked` accepts by its device.
-    pub fn open(&self, path: &Path, asked: &dyn Fn(u64) -> bool) -> io::Result<File> {
+    /// looked into and the file itself on a file system `asked` accepts (asked of its handle).
+    pub fn open(&self, path: &Path, asked: &dyn Fn(BorrowedFd<'_>) -> bool) -> io::Result<File> {
         reopen(self.walk(path, asked, true)?)
     }
 
     /// Opens `path` as [`Self::open`] does, but not through a symbolic link at its last
     /// component: for files the process itself writes (its perf map), where a link is how another
     /// user would point the profiler at a file that is not the process's.
-    pub fn open_unlinked(&self, path: &Path, asked: &dyn Fn(u64) -> bool) -> io::Result<File> {
+    pub fn open_unlinked(&self, path: &Path, asked: &dyn Fn(BorrowedFd<'_>) -> bool) -> io::Result<File> {
         reopen(self.walk(path, asked, false)?)
     }
 
     /// An `O_PATH` handle on `path`, resolved as the kernel's `RESOLVE_IN_ROOT` would (`..` stops
     /// at the root, an absolute symbolic link starts again from it, at most [`MAX_LINKS`] links),
-    /// but a component at a time: before a name is looked up in a directory, the directory's
-    /// device (from its cached attributes, which ask no daemon) must be one `asked` accepts, and
-    /// so must the file's. A FUSE daemon's file system is never looked into: a lookup it has
+    /// but a component at a time: before a name is looked up in a directory, `asked` must
+    /// accept the directory's handle (see `mounts`: who answers for its file system), and then
+    /// the file's. A FUSE daemon's file system is never looked into: a lookup it has
     /// taken is waited for uninterruptibly, and a link, a mount or a mount namespace can lead a
     /// path there whatever its text says. Magic links are not followed (their text is read and
     /// resolved as a path inside the root).
-    fn walk(&self, path: &Path, asked: &dyn Fn(u64) -> bool, follow_last: bool) -> io::Result<OwnedFd> {
+    fn walk(
+        &self,
+        path: &Path,
+        asked: &dyn Fn(BorrowedFd<'_>) -> bool,
+        follow_last: bool,
+    ) -> io::Result<OwnedFd> {
         let root = match self {
             Self::Own => {
                 rustix::fs::open("/", OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?
@@ -121,7 +126,7 @@ impl Root {
                 _ => {}
             }
             let dir = dirs.last().expect("the root stays");
-            if !asked(cached_stat(dir)?.0) {
+            if !asked(dir.as_fd()) {
                 return Err(not_asked());
             }
             let handle = rustix::fs::openat(
@@ -130,7 +135,7 @@ impl Root {
                 OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
                 Mode::empty(),
             )?;
-            let (dev, _, kind) = cached_stat(&handle)?;
+            let (_, _, kind) = cached_stat(&handle)?;
             let last = left.is_empty();
             match kind {
                 FileType::Symlink if !last || follow_last => {
@@ -147,7 +152,7 @@ impl Root {
                 }
                 FileType::Directory if !last => dirs.push(handle),
                 _ if last => {
-                    if !asked(dev) {
+                    if !asked(handle.as_fd()) {
                         return Err(not_asked());
                     }
                     return Ok(handle);
@@ -157,7 +162,7 @@ impl Root {
         }
         // A path of directories only (or `/`): the last one reached.
         let handle = dirs.pop().expect("the root stays");
-        if !asked(cached_stat(&handle)?.0) {
+        if !asked(handle.as_fd()) {
             return Err(not_asked());
         }
         Ok(handle)
@@ -192,7 +197,7 @@ pub fn own_file(path: &Path) -> io::Result<File> {
 
 /// Where a file is mapped in a process, as `/proc/PID/maps` says: the range `map_files` names it
 /// by, and the device and inode it was mapped from (what a file opened for it must be).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct MappedAt {
     pub start: u64,
     pub end: u64,
@@ -204,14 +209,22 @@ pub struct MappedAt {
 /// mapped inode itself, even deleted or replaced since. Refused unless it is the regular file
 /// the mapping names (device and inode).
 pub fn mapped_file(tgid: Tgid, mapping: MappedAt) -> io::Result<File> {
+    reopen(mapped_handle(tgid, mapping)?)
+}
+
+/// An `O_PATH` handle on the file a mapping of process `tgid` was made from (see
+/// [`mapped_file`]): nothing is opened, and no file system is asked anything (the link is the
+/// kernel's own, to the mapped inode, and its attributes are the ones cached), so that who
+/// answers for it can be asked first. Refused unless it is the inode the mapping names.
+pub fn mapped_handle(tgid: Tgid, mapping: MappedAt) -> io::Result<OwnedFd> {
     // The map_files link is the kernel's own: following it is what we want.
     let handle =
         rustix::fs::open(map_files_path(tgid, mapping), OFlags::PATH | OFlags::CLOEXEC, Mode::empty())?;
-    let stat = fstat(&handle)?;
-    if !is_mapped_inode(&stat, mapping) {
+    let (dev, inode, _) = cached_stat(&handle)?;
+    if (dev, inode) != (mapping.dev, mapping.inode) {
         return Err(io::Error::new(io::ErrorKind::InvalidData, "not the mapped file"));
     }
-    reopen(handle)
+    Ok(handle)
 }
 
 /// A memfd that holds no ELF image (`/memfd:doublemapper`, as .NET and other JITs map their code
@@ -251,7 +264,7 @@ pub fn mapped_path(
     root: &Root,
     path: &Path,
     mapping: MappedAt,
-    asked: &dyn Fn(u64) -> bool,
+    asked: &dyn Fn(BorrowedFd<'_>) -> bool,
 ) -> io::Result<File> {
     let file = root.open(path, asked)?;
     let stat = fstat(&file)?;
@@ -271,8 +284,8 @@ fn is_mapped_inode(stat: &Stat, mapping: MappedAt) -> bool {
 }
 
 /// Opens for reading (never blocking) what an `O_PATH` handle names, if it is a regular file.
-fn reopen(handle: OwnedFd) -> io::Result<File> {
-    let what = match FileType::from_raw_mode(fstat(&handle)?.st_mode) {
+pub fn reopen(handle: OwnedFd) -> io::Result<File> {
+    let what = match cached_stat(&handle)?.2 {
         FileType::RegularFile => None,
         // `O_PATH | O_NOFOLLOW` opens a link itself.
         FileType::Symlink => Some("a symbolic link"),
@@ -346,7 +359,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("f");
         std::fs::write(&file, b"x").unwrap();
-        let any = &|_| true;
+        let any = &|_: BorrowedFd<'_>| true;
         assert!(Root::Own.open(&file, any).is_ok());
         assert!(own_file(Path::new("Cargo.toml")).is_ok(), "the profiler's own: from the current directory");
         assert!(Root::Own.open(dir.path(), any).is_err(), "a directory");
@@ -354,7 +367,10 @@ mod tests {
         let fifo = dir.path().join("fifo");
         rustix::fs::mknodat(CWD, &fifo, FileType::Fifo, Mode::from_raw_mode(0o600), 0).unwrap();
         assert!(Root::Own.open(&fifo, any).is_err(), "a FIFO is refused, and opening it did not block");
-        assert!(Root::Own.open(&file, &|_| false).is_err(), "nothing looked up where it is not asked");
+        assert!(
+            Root::Own.open(&file, &|_: BorrowedFd<'_>| false).is_err(),
+            "nothing looked up where it is not asked"
+        );
     }
 
     #[test]
@@ -371,16 +387,23 @@ mod tests {
         let root = Root::Foreign(Arc::new((handle, descriptors::take().unwrap())));
         for path in ["/absolute", "/dotdot", "/etc/hostname", "../../etc/hostname"] {
             let mut text = String::new();
-            root.open(Path::new(path), &|_| true).unwrap().read_to_string(&mut text).unwrap();
+            root.open(Path::new(path), &|_: BorrowedFd<'_>| true).unwrap().read_to_string(&mut text).unwrap();
             assert_eq!(text, "inside", "{path} resolves inside the root");
         }
         // A magic link's text is a path like any other, inside the root (which has no /proc).
         symlink("/proc/self/root/etc/hostname", root_dir.join("magic")).unwrap();
-        assert!(root.open(Path::new("/magic"), &|_| true).is_err(), "no way out through /proc");
+        assert!(
+            root.open(Path::new("/magic"), &|_: BorrowedFd<'_>| true).is_err(),
+            "no way out through /proc"
+        );
         // Nothing is looked up in a file system not asked: not even the root's.
         let root_dev =
             cached_stat(&rustix::fs::open(&root_dir, OFlags::PATH, Mode::empty()).unwrap()).unwrap().0;
-        assert!(root.open(Path::new("/etc/hostname"), &|dev| dev != root_dev).is_err());
+        assert!(
+            root.open(Path::new("/etc/hostname"), &|handle: BorrowedFd<'_>| cached_stat(&handle).unwrap().0
+                != root_dev)
+                .is_err()
+        );
     }
 
     #[test]

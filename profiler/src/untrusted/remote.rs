@@ -9,6 +9,7 @@
 //! asked for at all ([`not_asked`]).
 use std::{
     io,
+    os::fd::OwnedFd,
     sync::{
         Mutex,
         atomic::{AtomicU64, Ordering},
@@ -23,7 +24,6 @@ use super::{
     Parts, StableFile,
     open::{self, MappedAt},
 };
-use crate::model::Tgid;
 
 /// How long a file may take to open and copy.
 pub const DEADLINE: Duration = Duration::from_secs(5);
@@ -47,9 +47,10 @@ impl Job {
     }
 }
 
-/// The file `mapping` of process `tgid` was made from, copied: `WouldBlock` while its copy is
-/// under way or waits for room (ask again), `TimedOut` when it was not ready in time.
-pub fn open(tgid: Tgid, mapping: MappedAt) -> io::Result<StableFile> {
+/// The file `handle` names (an `O_PATH` one, on the file `mapping` was made from), copied:
+/// `WouldBlock` while its copy is under way or waits for room (ask again), `TimedOut` when it
+/// was not ready in time. The handle itself is opened: the file whose file system was asked.
+pub fn open(handle: OwnedFd, mapping: MappedAt) -> io::Result<StableFile> {
     let mut jobs = JOBS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let jobs = jobs.get_or_insert_with(FxHashMap::default);
     // Results come in; those given up on, or nobody asked for in time, are let go (and with
@@ -80,7 +81,7 @@ pub fn open(tgid: Tgid, mapping: MappedAt) -> io::Result<StableFile> {
     }
     let (sender, done) = mpsc::sync_channel(1);
     std::thread::Builder::new().name("profiler-remote".into()).spawn(move || {
-        let copied = open::mapped_file(tgid, mapping).and_then(|file| open::copied(file, Parts::Module));
+        let copied = open::reopen(handle).and_then(|file| open::copied(file, Parts::Module));
         let _ = sender.send(copied);
     })?;
     jobs.insert(key, Job { started: Instant::now(), done, result: None, given_up: false });
@@ -94,7 +95,10 @@ static NOT_ASKED: AtomicU64 = AtomicU64::new(0);
 /// which need never answer, and whose wait nothing ends. Counted.
 pub fn not_asked() -> io::Error {
     NOT_ASKED.fetch_add(1, Ordering::Relaxed);
-    io::Error::new(io::ErrorKind::PermissionDenied, "a FUSE daemon answers for it: not asked")
+    io::Error::new(
+        io::ErrorKind::PermissionDenied,
+        "a FUSE daemon, or a user's overlay, answers for it: not asked",
+    )
 }
 
 /// Files of daemons' file systems not read, for the summary.
@@ -107,7 +111,12 @@ fn not_yet() -> io::Error {
     io::Error::new(io::ErrorKind::WouldBlock, "its copy is under way")
 }
 
-/// Whether `err` is [`open`]'s "not yet".
+/// What a file is refused with while who answers for it cannot be known (see `mounts`), for now.
+pub fn not_known_yet() -> io::Error {
+    io::Error::new(io::ErrorKind::WouldBlock, "who answers for its file system is not known yet")
+}
+
+/// Whether `err` is [`open`]'s "not yet", or [`not_known_yet`].
 pub fn is_not_yet(err: &io::Error) -> bool {
     err.kind() == io::ErrorKind::WouldBlock
 }

@@ -237,7 +237,10 @@ mod tests {
     /// The CFI of the module the registry makes of the file at `path`.
     fn module_cfi(path: &Path) -> ModuleCfi {
         let mut modules = Modules::with_opener(Box::new(|_, identity, _, path| {
-            identity.root.open(path, &|_| true).and_then(|file| open::stable(file, Parts::Module))
+            identity
+                .root
+                .open(path, &|_: std::os::fd::BorrowedFd<'_>| true)
+                .and_then(|file| open::stable(file, Parts::Module))
         }));
         let mapping = Mapping::of_file(path, 0x400000, 0x401000);
         let id = modules.intern(crate::model::Tgid(1), &Identity::own(), &mapping).unwrap();

@@ -78,8 +78,12 @@ pub(super) fn examine(
     let Backing::File { path, .. } = &mapping.backing else { return Some(Examined::default()) };
     let file = match open_mapped(tgid, identity, mapping, path) {
         Ok(file) => file,
-        // JIT code in a file, or a user's file too large to copy: not an image read.
-        Err(err) if open::is_jit_memory_error(&err) || err.kind() == io::ErrorKind::FileTooLarge => {
+        // JIT code in a file, a user's file too large to copy, or one of a file system never
+        // asked (a FUSE daemon's, a user's overlay): not an image read.
+        Err(err)
+            if open::is_jit_memory_error(&err)
+                || matches!(err.kind(), io::ErrorKind::FileTooLarge | io::ErrorKind::PermissionDenied) =>
+        {
             return Some(Examined::default());
         }
         Err(_) => return None,

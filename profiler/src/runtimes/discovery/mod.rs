@@ -30,7 +30,7 @@ use self::{
 use crate::{
     address_space::{Backing, Mapping, ProcessView},
     model::Tgid,
-    untrusted::{Budget, Cache, DESCRIBED, mounts::Answerer},
+    untrusted::{Budget, Cache, DESCRIBED},
 };
 
 /// How long after a process is first looked at, or runs exec, it is young: a runtime may be
@@ -284,10 +284,6 @@ impl Discovery {
                 }));
                 continue;
             }
-            // Never opened: its daemon could hold the worker for ever.
-            if identity.answerer(tgid, mapping.dev) == Answerer::Daemon {
-                continue;
-            }
             complete = false;
             let user = identity.user;
             if self.pending.contains(&(key, user)) {
@@ -326,9 +322,7 @@ impl Discovery {
     /// it is not known (`profiler check`).
     pub fn examine_now(&mut self, view: &ProcessView<'_>) -> Vec<Found> {
         for mapping in view.executable_files().iter() {
-            if view.identity().answerer(view.tgid(), mapping.dev) != Answerer::Daemon {
-                self.expect(view, mapping);
-            }
+            self.expect(view, mapping);
         }
         let found = self.look(view, 0);
         self.forget(view.tgid());
