@@ -328,16 +328,7 @@ fn a_file_system_that_never_answers_stalls_nothing() {
     }
     let _alone = alone();
     let dir = nobodys_dir("fuse-stall");
-    let daemon = dir.join("fuse_stall");
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/fuse_stall.c");
-    let built = Command::new("gcc")
-        .args(["-O2", "-I/usr/include/fuse3", "-o"])
-        .arg(&daemon)
-        .arg(source)
-        .args(["-lfuse3", "-lpthread"])
-        .status()
-        .unwrap();
-    assert!(built.success(), "building the FUSE daemon (libfuse3-dev) failed");
+    let daemon = fuse_daemon(&dir);
     let plugin = build_workload("plugin.c", "libplugin-fuse.so", "gcc", &["-O2", "-g", "-shared", "-fPIC"]);
     let mount = dir.join("mnt");
     std::fs::create_dir(&mount).unwrap();
@@ -380,10 +371,7 @@ fn a_file_system_that_never_answers_stalls_nothing() {
     assert!(took < Duration::from_secs(20), "the recording took {took:?} for its 8 s");
     let held = std::fs::read_to_string(&log).unwrap_or_default();
     assert!(!held.contains("held 0"), "a request of root's reached the daemon:\n{held}");
-    assert!(
-        !said(&stderr, "files of FUSE file systems were not read").is_empty(),
-        "the library was not read, and that was said:\n{stderr}"
-    );
+    assert!(said_unasked(&stderr), "the library was not read, and that was said:\n{stderr}");
     let folded = Folded::read(&out);
     let by_address = weight_with(&folded, |frame| frame.starts_with("lib.so+0x"));
     assert!(by_address > 100, "the library's frames were sampled, and named by address");
@@ -394,6 +382,43 @@ fn a_file_system_that_never_answers_stalls_nothing() {
     assert_split(&mine, "main", 10.0, 0.9);
     drop(fuse);
     drop(unmount);
+}
+
+/// `fuse_stall.c` built in `dir`, where nobody can run it.
+fn fuse_daemon(dir: &Path) -> PathBuf {
+    let daemon = dir.join("fuse_stall");
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/fuse_stall.c");
+    let built = Command::new("gcc")
+        .args(["-O2", "-I/usr/include/fuse3", "-o"])
+        .arg(&daemon)
+        .arg(source)
+        .args(["-lfuse3", "-lpthread"])
+        .status()
+        .unwrap();
+    assert!(built.success(), "building the FUSE daemon (libfuse3-dev) failed");
+    daemon
+}
+
+/// `/dev/fuse` open to every user while it lives, as Debian leaves it; as it was after.
+struct FuseForUsers(Option<u32>);
+
+impl FuseForUsers {
+    fn new() -> Self {
+        let mode = std::fs::metadata("/dev/fuse").expect("/dev/fuse (the fuse module)").mode() & 0o7777;
+        if mode & 0o006 == 0o006 {
+            return Self(None);
+        }
+        std::fs::set_permissions("/dev/fuse", std::fs::Permissions::from_mode(0o666)).unwrap();
+        Self(Some(mode))
+    }
+}
+
+impl Drop for FuseForUsers {
+    fn drop(&mut self) {
+        if let Some(mode) = self.0 {
+            let _ = std::fs::set_permissions("/dev/fuse", std::fs::Permissions::from_mode(mode));
+        }
+    }
 }
 
 /// Unmounts a FUSE file system when dropped (its daemon killed first).
@@ -553,9 +578,9 @@ fn rss(pid: u32) -> u64 {
 /// recording ends within a second of its duration, its output written, and in the attack's the
 /// root program keeps at least 90% of the samples it has in the control's, for each second of
 /// CPU it had (an attack may take CPU of its own: forks of a process with tens of thousands of
-/// mappings do). Both programs print `ready` once they run. Returns the attack's recording's
-/// stderr, which says whether the attack was read.
-fn record_beside(name: &str, control: &mut Command, attack: &mut Command) -> String {
+/// mappings do). Both programs print `ready` once they run. Returns the recordings, whose
+/// attack's stderr says whether the attack was read.
+fn record_beside(name: &str, control: &mut Command, attack: &mut Command) -> Beside {
     let _alone = alone();
     let dir = nobodys_dir(name);
     let root = spawn(&split_with_frame_pointers(), &["60"]);
@@ -575,16 +600,24 @@ fn record_beside(name: &str, control: &mut Command, attack: &mut Command) -> Str
         assert!(took < Duration::from_secs(4), "{what}: `record -d 3` took {took:?}");
         let samples = common::python::weight(&thread_stacks(&Folded::read(&out), root.pid()), |_| true);
         eprintln!("{name}: {what}: root's program has {samples} samples in {cpu:?} of CPU");
-        (samples as f64 / cpu.as_secs_f64(), stderr)
+        (samples as f64 / cpu.as_secs_f64(), stderr, Folded::read(&out))
     };
-    let (control, _) = record("control", control);
-    let (attacked, stderr) = record("attack", attack);
+    let (controlled, _, control) = record("control", control);
+    let (attacked, stderr, attack) = record("attack", attack);
     assert!(
-        attacked >= 0.9 * control,
-        "{name}: root's program has {attacked:.0} samples a second of CPU beside the attack, {control:.0} beside \
-         its control"
+        attacked >= 0.9 * controlled,
+        "{name}: root's program has {attacked:.0} samples a second of CPU beside the attack, {controlled:.0} \
+         beside its control"
     );
-    stderr
+    Beside { stderr, control, attack }
+}
+
+/// What [`record_beside`] recorded.
+struct Beside {
+    /// The attack's recording's.
+    stderr: String,
+    control: Folded,
+    attack: Folded,
 }
 
 /// `fake_eval_loop.c` built to pose as CPython with `jumps` jumps from its eval loop into
@@ -618,7 +651,7 @@ fn an_interpreter_whose_eval_loop_is_hundreds_of_thousands_of_jumps() {
     let (control, attack) = (fake_eval_loop(2, 1, 16), fake_eval_loop(400_000, 1, 400_002));
     assert!(std::fs::metadata(&attack).unwrap().len() > 2 << 20);
     let stderr =
-        record_beside("eval-loop-jumps", as_nobody(&control).arg("30"), as_nobody(&attack).arg("30"));
+        record_beside("eval-loop-jumps", as_nobody(&control).arg("30"), as_nobody(&attack).arg("30")).stderr;
     assert!(python_read(&stderr), "the fake interpreter was read:\n{stderr}");
 }
 
@@ -632,7 +665,7 @@ fn an_interpreter_whose_eval_loop_jumps_into_thousands_of_parts() {
     }
     let (control, attack) = (fake_eval_loop(2, 1, 16), fake_eval_loop(400_000, 4_000, 16));
     let stderr =
-        record_beside("eval-loop-parts", as_nobody(&control).arg("30"), as_nobody(&attack).arg("30"));
+        record_beside("eval-loop-parts", as_nobody(&control).arg("30"), as_nobody(&attack).arg("30")).stderr;
     assert!(python_read(&stderr), "the fake interpreter was read:\n{stderr}");
 }
 
@@ -653,7 +686,8 @@ fn node_mapped_sixty_thousand_times_under_a_thousand_frames() {
         "node-mapped",
         as_nobody(&program).args([node, "0", "1000", "30"]),
         as_nobody(&program).args([node, "60000", "1000", "30"]),
-    );
+    )
+    .stderr;
     let read = said(&stderr, "of functions that could not be read");
     assert!(
         read.iter().any(|line| !line.contains(" 0 of functions")),
@@ -685,6 +719,229 @@ fn a_fork_storm_sharing_a_huge_table_of_mappings() {
         "fork-storm",
         as_nobody(&flood).args(["forks", &few, "1", "30"]),
         as_nobody(&flood).args(["forks", &many, "60000", "30"]),
-    );
+    )
+    .stderr;
     assert!(!said(&stderr, "/proc/PID/maps stopped at").is_empty(), "the huge maps were read:\n{stderr}");
+}
+
+/// `plugin.c` twice: as it is (`plugin_spin`), and with its hot function named `overlay_spin`,
+/// which a recording names only if it read the library from a user's overlay.
+fn plugins() -> (PathBuf, PathBuf) {
+    let flags = ["-O2", "-g", "-shared", "-fPIC"];
+    let read = build_workload("plugin.c", "libplugin-tmpfs.so", "gcc", &flags);
+    let unread = build_workload(
+        "plugin.c",
+        "libplugin-overlay.so",
+        "gcc",
+        &[&flags[..], &["-Dplugin_spin=overlay_spin"]].concat(),
+    );
+    (read, unread)
+}
+
+/// `user_mounts MODE` as nobody, in a directory of its own, for 30 s, running `library`.
+fn user_mounts(mode: &str, name: &str, libraries: &[&Path]) -> Command {
+    let program = build_workload("user_mounts.c", "user_mounts", "gcc", &["-O2", "-ldl"]);
+    let mut command = as_nobody(program);
+    command.args([mode, nobodys_dir(name).to_str().unwrap(), "30"]).args(libraries);
+    command
+}
+
+/// The weight of `folded`'s stacks of `user_mounts` with a frame that `is` picks.
+fn user_mounts_weight(folded: &Folded, is: impl Fn(&str) -> bool) -> u64 {
+    let theirs = |frames: &[String]| frames[0].starts_with("user_mounts");
+    folded
+        .stacks
+        .iter()
+        .filter(|(frames, _)| theirs(frames) && frames.iter().any(|f| is(f)))
+        .map(|(_, n)| n)
+        .sum()
+}
+
+/// Whether `stderr` says files of file systems never asked were left unread.
+fn said_unasked(stderr: &str) -> bool {
+    said(stderr, "were not read: ").iter().any(|line| line.contains("FUSE"))
+}
+
+/// nobody, in user and mount namespaces of its own, mounts an overlay without `userxattr` (the
+/// kernel allows it) and runs a library from it: its layers are whatever nobody chose (a FUSE
+/// daemon's included), so it is not read, whatever its options; its frames are named by address.
+/// The control: the same library from a tmpfs of nobody's, which holds memory, read and named.
+#[test]
+fn a_users_overlay_without_userxattr_is_not_read() {
+    if !e2e_enabled() {
+        return;
+    }
+    let (read, unread) = plugins();
+    let beside = record_beside(
+        "overlay-no-userxattr",
+        &mut user_mounts("tmpfs", "overlay-control", &[&read]),
+        &mut user_mounts("overlay", "overlay-attack", &[&unread]),
+    );
+    assert_user_mount_unread(&beside);
+}
+
+/// As [`a_users_overlay_without_userxattr_is_not_read`], the overlay bound at another place by
+/// nobody: a bind mount is its file system's.
+#[test]
+fn a_bind_mount_of_a_users_overlay_is_not_read() {
+    if !e2e_enabled() {
+        return;
+    }
+    let (read, unread) = plugins();
+    let beside = record_beside(
+        "overlay-bound",
+        &mut user_mounts("tmpfs", "bound-control", &[&read]),
+        &mut user_mounts("bind", "bound-attack", &[&unread]),
+    );
+    assert_user_mount_unread(&beside);
+}
+
+/// The control's library (from a tmpfs) named, the attack's (from nobody's overlay) sampled and
+/// named by address, and said so.
+fn assert_user_mount_unread(beside: &Beside) {
+    let Beside { stderr, control, attack } = beside;
+    let named = user_mounts_weight(control, |frame| frame == "plugin_spin");
+    assert!(named > 100, "the control's library, on a tmpfs of nobody's, was read: {named} samples");
+    let by_address = user_mounts_weight(attack, |frame| frame.starts_with("libplugin-overlay.so+0x"));
+    assert!(by_address > 100, "the overlay's library was sampled, named by address: {by_address} samples");
+    let named = user_mounts_weight(attack, |frame| frame == "overlay_spin");
+    assert_eq!(named, 0, "nothing was read from nobody's overlay");
+    assert!(said_unasked(stderr), "what was not read was said:\n{stderr}");
+}
+
+/// nobody mounts a tmpfs, runs a library from it until the recording has read it, then unmounts
+/// it and mounts an overlay that takes its device number: taken from a table of mounts read
+/// earlier, the number said "tmpfs", and the overlay was read as the kernel's. Who answers is
+/// asked of each file: the tmpfs's library is named, the overlay's by address.
+#[test]
+fn a_device_number_a_user_freed_does_not_vouch_for_the_next_mount() {
+    if !e2e_enabled() {
+        return;
+    }
+    let _alone = alone();
+    let (read, unread) = plugins();
+    let mut workload = user_mounts("reuse", "device-reuse", &[&read, &unread])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(workload.stdout.take().unwrap()).lines();
+    let mut input = workload.stdin.take().unwrap();
+    let _workload = KillOnDrop(workload);
+    assert_eq!(lines.next().unwrap().unwrap(), "ready", "the tmpfs's library runs");
+    let out = nobodys_dir("device-reuse-out").join("out.folded");
+    let started = Instant::now();
+    let recording = start_profiler(&["record", "-a", "-F", "499", "-d", "6", "-o", out.to_str().unwrap()]);
+    std::thread::sleep(Duration::from_secs(3));
+    std::io::Write::write_all(&mut input, b"now\n").unwrap();
+    assert_eq!(lines.next().unwrap().unwrap(), "reused", "the overlay took the tmpfs's device number");
+    let (status, stderr) = recording.wait();
+    let took = started.elapsed();
+    assert!(status.success(), "{stderr}");
+    assert!(took < Duration::from_secs(8), "the recording took {took:?} for its 6 s");
+    let folded = Folded::read(&out);
+    let named = user_mounts_weight(&folded, |frame| frame == "plugin_spin");
+    assert!(named > 100, "the tmpfs's library was read, the process seen there: {named} samples");
+    let by_address = user_mounts_weight(&folded, |frame| frame.starts_with("libplugin-overlay.so+0x"));
+    assert!(by_address > 100, "the overlay's library was sampled, named by address: {by_address} samples");
+    assert_eq!(
+        user_mounts_weight(&folded, |frame| frame == "overlay_spin"),
+        0,
+        "nothing read from the overlay"
+    );
+    assert!(said_unasked(&stderr), "what was not read was said:\n{stderr}");
+}
+
+/// nobody keeps 300 user and mount namespaces churning (each a process that mounts a tmpfs,
+/// runs 2 ms, sleeps 1 s and leaves: 300 new ones a second) while a program of root's runs again
+/// and again: the mount of each file is asked of the kernel's tables by its id, no namespace's
+/// mount table is read. The recording ends on time, root's programs keep their samples and are
+/// named, and the churning processes were sampled.
+#[test]
+fn three_hundred_mount_namespaces_churning_beside_a_program_run_in_a_loop() {
+    if !e2e_enabled() {
+        return;
+    }
+    let (read, _) = plugins();
+    let dir = scratch_dir("namespace-churn-execs");
+    let again = dir.join("again");
+    std::fs::copy(split_with_frame_pointers(), &again).unwrap();
+    let script = format!("while :; do {} 0.05 > /dev/null; done", again.display());
+    let _execs = KillOnDrop(Command::new("sh").args(["-c", &script]).spawn().unwrap());
+    let beside = record_beside(
+        "namespace-churn",
+        &mut user_mounts("tmpfs", "churn-control", &[&read]),
+        &mut user_mounts("churn", "churn-attack", &[]),
+    );
+    let churned = user_mounts_weight(&beside.attack, |_| true);
+    assert!(churned > 20, "the churning processes were sampled: {churned} samples");
+    let again = beside.attack.stacks.iter().filter(|(frames, _)| frames[0].starts_with("again"));
+    let (all, named) = again.fold((0, 0), |(all, named), (frames, n)| {
+        (all + n, named + if frames.iter().any(|frame| frame == "main") { *n } else { 0 })
+    });
+    assert!(all > 100, "the program run in a loop was sampled: {all} samples");
+    assert!(named as f64 >= 0.9 * all as f64, "and named: {named} of {all} samples through main");
+}
+
+/// nobody, in user and mount namespaces of its own, runs a FUSE daemon that holds every request
+/// a process of root's makes (whatever credentials it comes with: an overlay reads its layers
+/// with its mounter's), and runs a library from it through an overlay of it, then through a bind
+/// mount of it. Nothing of root's reaches the daemon: a recording lasts its `-d` and writes its
+/// output, and the first Ctrl-C ends another; the library's frames are named by address, root's
+/// program in full.
+#[test]
+fn a_fuse_daemon_behind_a_users_overlay_or_bind_mount_is_never_asked() {
+    if !e2e_enabled() {
+        return;
+    }
+    let _alone = alone();
+    let _fuse = FuseForUsers::new();
+    let daemon = fuse_daemon(&nobodys_dir("fuse-behind-daemon"));
+    let (plugin, _) = plugins();
+    let root = spawn(&split_with_frame_pointers(), &["120"]);
+    for mode in ["fuse-overlay", "fuse-bind"] {
+        let dir = format!("fuse-behind-{mode}");
+        let mut workload = user_mounts(mode, &dir, &[&plugin, &daemon]);
+        let workload = workload.stdout(Stdio::piped()).stdin(Stdio::null()).spawn().unwrap();
+        let mut workload = KillOnDrop(workload);
+        let mut line = String::new();
+        BufReader::new(workload.0.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        assert_eq!(line, "ready\n", "{mode}: the library runs from the daemon's file system");
+        let out = nobodys_dir(&format!("{dir}-out"));
+        for (case, duration, interrupted) in [("lasting", "4", false), ("interrupted", "60", true)] {
+            let out = out.join(format!("{case}.folded"));
+            let started = Instant::now();
+            let recording =
+                start_profiler(&["record", "-a", "-F", "499", "-d", duration, "-o", out.to_str().unwrap()]);
+            if interrupted {
+                std::thread::sleep(Duration::from_secs(3));
+                recording.signal(libc::SIGINT);
+            }
+            let (status, stderr) = recording.wait();
+            let took = started.elapsed();
+            assert!(status.success(), "{mode}, {case}: {stderr}");
+            assert!(took < Duration::from_secs(6), "{mode}, {case}: the recording took {took:?}");
+            let held = std::fs::read_to_string(
+                Path::new(env!("CARGO_TARGET_TMPDIR")).join("e2e").join(&dir).join("daemon.log"),
+            )
+            .unwrap_or_default();
+            assert!(held.is_empty(), "{mode}, {case}: a request of root's reached the daemon:\n{held}");
+            assert!(said_unasked(&stderr), "{mode}, {case}: what was not read was said:\n{stderr}");
+            let folded = Folded::read(&out);
+            let by_address = user_mounts_weight(&folded, |frame| frame.starts_with("lib.so+0x"));
+            assert!(
+                by_address > 50,
+                "{mode}, {case}: the library was sampled, named by address: {by_address}"
+            );
+            let roots = folded.stacks.iter().filter(|(frames, _)| frames[0] == "split-fp");
+            let (all, named) = roots.fold((0, 0), |(all, named), (frames, n)| {
+                (all + n, named + if frames.iter().any(|frame| frame == "main") { *n } else { 0 })
+            });
+            assert!(
+                all > 100 && named as f64 >= 0.9 * all as f64,
+                "{mode}, {case}: root's program: {named} of {all}"
+            );
+        }
+    }
+    drop(root);
 }

@@ -1,9 +1,13 @@
 // A FUSE file system that answers everyone but root: a user's daemon, mounted with
-// `allow_other`, that holds every request root makes for ever (root's reads of its files then
-// wait as long as the daemon likes). It serves two files: `lib.so`, the bytes of LIBRARY, and
-// `data`, a megabyte of zeros. Each request held is logged to LOG (`held UID OPERATION`).
+// `allow_other`, that holds every request a process of root's makes for ever (root's reads of
+// its files then wait as long as the daemon likes), whoever's credentials it comes with (an
+// overlay reads its layers with its mounter's). It serves two files: `lib.so`, the bytes of
+// LIBRARY, and `data`, a megabyte of zeros. Each request held is logged to LOG (`held 0
+// OPERATION`). With `in-namespace`, it is mounted by the daemon itself, as root of a user
+// namespace (fusermount3's auto_unmount is not for those).
 //
-// usage: fuse_stall MOUNTPOINT LIBRARY LOG   (runs in the foreground until unmounted or killed)
+// usage: fuse_stall MOUNTPOINT LIBRARY LOG [in-namespace]
+//        (runs in the foreground until unmounted or killed)
 #define FUSE_USE_VERSION 31
 #include <errno.h>
 #include <fuse.h>
@@ -18,9 +22,21 @@ static size_t library_len;
 static FILE *log_file;
 static const size_t data_len = 1 << 20;
 
-// Holds the request for ever if root made it.
+// Whether process `pid` (in the daemon's pid namespace) is not the daemon's user's: a process
+// whose user namespace the daemon cannot see (a request's uid is the credentials it comes with,
+// as the daemon's user namespace maps them, and /proc shows ids as the reader's namespace maps
+// them: neither tells root's processes from the user's once the daemon runs in a namespace).
+static int roots(pid_t pid) {
+    char path[64], theirs[64] = "", own[64] = "";
+    snprintf(path, sizeof path, "/proc/%d/ns/user", (int)pid);
+    if (readlink(path, theirs, sizeof theirs - 1) < 0) return 1;
+    if (readlink("/proc/self/ns/user", own, sizeof own - 1) < 0) return 1;
+    return strcmp(theirs, own) != 0;
+}
+
+// Holds the request for ever if a process of root's made it.
 static void hold_root(const char *operation) {
-    if (fuse_get_context()->uid != 0) return;
+    if (!roots(fuse_get_context()->pid)) return;
     fprintf(log_file, "held 0 %s\n", operation);
     fflush(log_file);
     for (;;) pause();
@@ -83,8 +99,8 @@ static const struct fuse_operations operations = {
 };
 
 int main(int argc, char **argv) {
-    if (argc != 4) {
-        fprintf(stderr, "usage: fuse_stall MOUNTPOINT LIBRARY LOG\n");
+    if (argc != 4 && argc != 5) {
+        fprintf(stderr, "usage: fuse_stall MOUNTPOINT LIBRARY LOG [in-namespace]\n");
         return 2;
     }
     FILE *lib = fopen(argv[2], "rb");
@@ -99,7 +115,8 @@ int main(int argc, char **argv) {
     if (!log_file) return 1;
     // Foreground, many threads (a held request holds one), everyone's reads allowed, no cached
     // attributes or names, so that root's lookups reach the daemon.
-    char *args[] = {argv[0], "-f", "-o", "allow_other,auto_unmount,attr_timeout=0,entry_timeout=0",
-                    argv[1], NULL};
+    char *options = argc == 5 ? "allow_other,attr_timeout=0,entry_timeout=0"
+                              : "allow_other,auto_unmount,attr_timeout=0,entry_timeout=0";
+    char *args[] = {argv[0], "-f", "-o", options, argv[1], NULL};
     return fuse_main(5, args, &operations, NULL);
 }
