@@ -740,9 +740,14 @@ fn plugins() -> (PathBuf, PathBuf) {
 
 /// `user_mounts MODE` as nobody, in a directory of its own, for 30 s, running `library`.
 fn user_mounts(mode: &str, name: &str, libraries: &[&Path]) -> Command {
+    user_mounts_in(mode, &nobodys_dir(name), libraries)
+}
+
+/// [`user_mounts`] in `dir`, as it is.
+fn user_mounts_in(mode: &str, dir: &Path, libraries: &[&Path]) -> Command {
     let program = build_workload("user_mounts.c", "user_mounts", "gcc", &["-O2", "-ldl"]);
     let mut command = as_nobody(program);
-    command.args([mode, nobodys_dir(name).to_str().unwrap(), "30"]).args(libraries);
+    command.args([mode, dir.to_str().unwrap(), "30"]).args(libraries);
     command
 }
 
@@ -801,12 +806,44 @@ fn a_bind_mount_of_a_users_overlay_is_not_read() {
 fn assert_user_mount_unread(beside: &Beside) {
     let Beside { stderr, control, attack } = beside;
     let named = user_mounts_weight(control, |frame| frame == "plugin_spin");
-    assert!(named > 100, "the control's library, on a tmpfs of nobody's, was read: {named} samples");
+    assert!(
+        named > 100,
+        "the control's library (a tmpfs of nobody's, root's overlay) was read: {named} samples"
+    );
     let by_address = user_mounts_weight(attack, |frame| frame.starts_with("libplugin-overlay.so+0x"));
     assert!(by_address > 100, "the overlay's library was sampled, named by address: {by_address} samples");
     let named = user_mounts_weight(attack, |frame| frame == "overlay_spin");
     assert_eq!(named, 0, "nothing was read from nobody's overlay");
     assert!(said_unasked(stderr), "what was not read was said:\n{stderr}");
+}
+
+/// An overlay root mounted (a container's) is read in the user namespace a process of nobody's
+/// made, whose mount namespace copied it: a user's mount never shows in the profiler's, this one
+/// does. The overlay of nobody's beside it is not read.
+#[test]
+fn a_containers_overlay_copied_into_a_user_namespace_is_read() {
+    if !e2e_enabled() {
+        return;
+    }
+    let (read, unread) = plugins();
+    let dir = nobodys_dir("overlay-copied");
+    for layer in ["lower", "upper", "work", "merged"] {
+        std::fs::create_dir(dir.join(layer)).unwrap();
+    }
+    std::fs::copy(&read, dir.join("lower").join(read.file_name().unwrap())).unwrap();
+    let options = format!("lowerdir={0}/lower,upperdir={0}/upper,workdir={0}/work", dir.display());
+    let merged = dir.join("merged");
+    let mounted =
+        Command::new("mount").args(["-t", "overlay", "overlay", "-o", &options]).arg(&merged).status();
+    assert!(mounted.unwrap().success(), "root's overlay mounted");
+    let unmount = Unmount(merged);
+    let beside = record_beside(
+        "overlay-copied-recorded",
+        &mut user_mounts_in("copied", &dir, &[&read]),
+        &mut user_mounts("overlay", "overlay-copied-users", &[&unread]),
+    );
+    assert_user_mount_unread(&beside);
+    drop(unmount);
 }
 
 /// nobody mounts a tmpfs, runs a library from it until the recording has read it, then unmounts

@@ -29,7 +29,7 @@ use crate::{
 
 /// Opens the file behind a mapping of a process (`tgid`, what it is, the mapping, the path it
 /// names); the registry calls it once per file. Live processes are read through
-/// [`open::mapped_file`]; recorded fixtures bring their own. A file of JIT code is refused with
+/// [`open_mapped`]; recorded fixtures bring their own. A file of JIT code is refused with
 /// [`open::jit_memory_error`]: its mappings are then anonymous memory.
 pub type FileOpener = Box<dyn Fn(Tgid, &Identity, &Mapping, &Path) -> io::Result<StableFile>>;
 

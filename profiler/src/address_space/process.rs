@@ -24,7 +24,7 @@ use crate::{
     model::{Tgid, Tid},
     untrusted::{
         mounts::{self, Answerer, Namespace},
-        open::{MappedAt, Root},
+        open::Root,
         read_bounded,
     },
 };
@@ -162,9 +162,6 @@ pub struct Identity {
     /// Its mount namespace, as it was when it was seen (see `mounts`): where the mounts of its
     /// files are looked up, also once it is gone.
     pub namespace: Option<Namespace>,
-    /// Which of its file mappings are of files the kernel answers for, as asked so far (see
-    /// `resolve::FileMappings`), the least recently asked forgotten first.
-    pub kernels_files: Arc<Mutex<lru::LruCache<MappedAt, bool>>>,
 }
 
 impl Identity {
@@ -181,7 +178,6 @@ impl Identity {
             ns_pid: field("NSpid:").and_then(|ids| ids.last()?.parse().ok()).unwrap_or(tgid.0),
             jitdump: None,
             namespace: Namespace::of(tgid),
-            kernels_files: Arc::new(Mutex::new(lru::LruCache::unbounded())),
         }
     }
 
@@ -205,15 +201,7 @@ impl Identity {
 
     #[cfg(any(test, feature = "testing"))]
     fn unknown(tgid: Tgid) -> Self {
-        Self {
-            root: Root::Unknown,
-            uid: None,
-            user: None,
-            ns_pid: tgid.0,
-            jitdump: None,
-            namespace: None,
-            kernels_files: Arc::new(Mutex::new(lru::LruCache::unbounded())),
-        }
+        Self { root: Root::Unknown, uid: None, user: None, ns_pid: tgid.0, jitdump: None, namespace: None }
     }
 }
 

@@ -13,6 +13,8 @@ use std::{
     },
 };
 
+use rustc_hash::FxHashMap;
+
 use super::{Backing, Mapping, Mappings, Module, ModuleId, Modules, Process};
 use crate::{
     model::Tgid,
@@ -49,8 +51,8 @@ pub struct FileMappings {
     tgid: Tgid,
     space: Arc<Mappings>,
     namespace: Option<Namespace>,
-    /// The process's answers so far, by mapping (see `Identity`).
-    answers: Arc<Mutex<lru::LruCache<MappedAt, bool>>>,
+    /// Whether each mapping asked of in this sample is of a file of the kernel's file systems.
+    answers: Arc<Mutex<FxHashMap<MappedAt, bool>>>,
     /// A page of a file found where no mapping is known (0: none yet), shared by the copies.
     unknown: Arc<AtomicU64>,
 }
@@ -76,17 +78,14 @@ impl FileMappings {
         if let Some(&kernels) = answers.get(&at) {
             return Some(kernels);
         }
-        // Asked of the file mapped there now: one mapped over it since the maps were read is
-        // not the inode they name, and is refused.
-        let answerer = open::mapped_handle(self.tgid, at).map_or(Some(Answerer::Daemon), |handle| {
+        // Asked of the file mapped at that range now, once a sample: the one its pages fault in
+        // from (an overlay's layer's), and not one the mappings known lag behind.
+        let answerer = open::mapped_now(self.tgid, at).map_or(Some(Answerer::Daemon), |handle| {
             mounts::answerer(handle.as_fd(), self.namespace.as_ref())
         });
-        let Some(answerer) = answerer else { return Some(false) };
-        let kernels = answerer == Answerer::Kernel;
-        answers.put(at, kernels);
-        if answers.len() > MAX_ANSWERS {
-            answers.pop_lru();
-        }
+        // Not known yet: the read is refused this time, not remembered as unreadable.
+        let kernels = answerer? == Answerer::Kernel;
+        answers.insert(at, kernels);
         Some(kernels)
     }
 
@@ -97,9 +96,6 @@ impl FileMappings {
         (addr != 0).then_some(addr)
     }
 }
-
-/// File mappings whose answerer a process remembers, at most.
-const MAX_ANSWERS: usize = 1024;
 
 /// One process at one moment.
 pub struct ProcessView<'a> {
@@ -212,14 +208,14 @@ impl<'a> ProcessView<'a> {
     }
 
     /// Which of the process's file pages its memory may be read in (see
-    /// [`crate::runtimes::memory::FilePages`]): its mappings now, and its mounts.
+    /// [`crate::runtimes::memory::ProcessMemory`]): its mappings now, and its mount namespace.
     pub fn file_pages(&self) -> FileMappings {
         let identity = self.process.identity();
         FileMappings {
             tgid: self.tgid,
             space: self.process.space(),
             namespace: identity.namespace,
-            answers: Arc::clone(&identity.kernels_files),
+            answers: Arc::default(),
             unknown: Arc::default(),
         }
     }

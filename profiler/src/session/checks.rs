@@ -22,7 +22,7 @@ use crate::{
     },
     model::{Tgid, printable},
     runtimes::Runtimes,
-    untrusted::{open, read_bounded},
+    untrusted::{mounts, open, read_bounded},
     unwind::cfi::ModuleCfi,
 };
 
@@ -274,13 +274,14 @@ fn target(pid: Tgid) -> Vec<Finding> {
     };
     let mut seen = Vec::new();
     let mut findings = Vec::new();
+    let namespace = mounts::Namespace::of(pid);
     for mapping in space.mappings().filter(|m| m.executable) {
         let Backing::File { path, .. } = &mapping.backing else { continue };
         if seen.contains(path) {
             continue;
         }
         seen.push(path.clone());
-        findings.push(module(&open::map_files_path(pid, mapping.at()), path));
+        findings.push(module(open::mapped_file(pid, mapping.at(), namespace.as_ref()), path));
     }
     findings.extend(runtimes(pid));
     findings
@@ -302,13 +303,20 @@ fn runtimes(pid: Tgid) -> Vec<Finding> {
         .collect()
 }
 
-fn module(readable: &Path, path: &Path) -> Finding {
+/// What unwinding finds in the file mapped as `path` (opened as a recording would open it).
+fn module(file: std::io::Result<fs::File>, path: &Path) -> Finding {
     let subject = path.display().to_string();
-    let cfi = fs::File::open(readable)
-        .with_context(|| format!("cannot open {}", readable.display()))
-        .and_then(|file| ModuleCfi::load(&file, None).with_context(|| path.display().to_string()))
+    let file = file.with_context(|| format!("cannot open {subject}"));
+    let cfi = file
+        .as_ref()
+        .map_err(|err| anyhow::anyhow!("{err:#}"))
+        .and_then(|file| ModuleCfi::load(file, None).with_context(|| subject.clone()))
         .map(|cfi| cfi.has_cfi());
-    let frame_pointers = fs::read(readable).ok().and_then(|data| frame_pointer_share(&data));
+    let data = file.ok().and_then(|mut file| {
+        let mut data = Vec::new();
+        std::io::Read::read_to_end(&mut file, &mut data).ok().map(|_| data)
+    });
+    let frame_pointers = data.and_then(|data| frame_pointer_share(&data));
     let fp = match frame_pointers {
         Some(share) => format!("frame pointers in {:.0}% of functions", share * 100.0),
         None => "no function symbols to look for frame pointers".into(),
@@ -382,8 +390,8 @@ mod tests {
         // Built with -fomit-frame-pointer.
         let share = frame_pointer_share(&fs::read(dir.join("snapshot")).unwrap()).unwrap();
         assert!(share < 0.2, "{share}");
-        assert_eq!(module(&dir.join("snapshot"), &dir.join("snapshot")).status, Status::Ok);
-        let no_cfi = module(&dir.join("snapshot-nocfi"), &dir.join("snapshot-nocfi"));
+        assert_eq!(module(fs::File::open(dir.join("snapshot")), &dir.join("snapshot")).status, Status::Ok);
+        let no_cfi = module(fs::File::open(dir.join("snapshot-nocfi")), &dir.join("snapshot-nocfi"));
         assert_eq!(no_cfi.status, Status::Warn, "{no_cfi}");
         assert!(frame_pointer_share(b"not elf").is_none());
     }

@@ -119,6 +119,8 @@ impl Answerer {
 pub struct Namespace {
     /// The process that showed it (its mount table, on kernels without `statmount`).
     tgid: Tgid,
+    /// The inode of its `/proc/PID/ns/mnt`.
+    inode: u64,
     /// Its id, as `statmount` takes it (`None` before Linux 6.11).
     id: Option<u64>,
     /// Whether a user namespace other than the profiler's owns it: a user may have made its
@@ -130,6 +132,7 @@ impl Namespace {
     /// The mount namespace of process `tgid`, as it is now; `None` when the process is gone.
     pub fn of(tgid: Tgid) -> Option<Self> {
         let namespace = File::open(format!("/proc/{tgid}/ns/mnt")).ok()?;
+        let inode = namespace.metadata().ok()?.ino();
         let mut id = 0u64;
         // SAFETY: NS_GET_MNTNS_ID writes one u64 to the pointer given.
         let id = (unsafe { libc::ioctl(namespace.as_raw_fd(), libc::NS_GET_MNTNS_ID, &raw mut id) } == 0)
@@ -142,7 +145,15 @@ impl Namespace {
             File::from(owner).metadata().map(|metadata| metadata.ino()).ok()
         });
         let users = owner.flatten().is_none_or(|owner| Some(owner) != own_user_namespace());
-        Some(Self { tgid, id, users })
+        Some(Self { tgid, inode, id, users })
+    }
+
+    /// Whether it is the profiler's own.
+    fn ours(&self) -> bool {
+        static OURS: OnceLock<Option<u64>> = OnceLock::new();
+        let ours =
+            OURS.get_or_init(|| std::fs::metadata("/proc/self/ns/mnt").ok().map(|metadata| metadata.ino()));
+        *ours == Some(self.inode)
     }
 
     /// The profiler's own (tests).
@@ -163,14 +174,30 @@ fn own_user_namespace() -> Option<u64> {
 /// known now: on a kernel without `statmount`, while mount tables are read at their most often
 /// (ask again later).
 pub fn answerer(handle: BorrowedFd<'_>, namespace: Option<&Namespace>) -> Option<Answerer> {
-    let statmount = namespace.is_none_or(|namespace| namespace.id.is_some());
+    // Ours needs no id: `statmount` looks in the caller's namespace by default.
+    let namespace = namespace.filter(|namespace| !namespace.ours());
+    let by_unique = statmount_works() && namespace.is_none_or(|namespace| namespace.id.is_some());
     match mount_id(handle, true) {
-        Some(id) if statmount => Some(by_unique_id(id, namespace)),
+        Some(id) if by_unique => by_unique_id(id, namespace),
         _ => match mount_id(handle, false) {
             Some(id) => by_listed_id(id, namespace),
             None => Some(Answerer::Daemon),
         },
     }
+}
+
+/// Whether `statmount` answers here (Linux 6.8, and not refused by a seccomp filter or a
+/// sandbox's kernel): asked once, of the mount of `/`.
+fn statmount_works() -> bool {
+    static WORKS: OnceLock<bool> = OnceLock::new();
+    *WORKS.get_or_init(|| {
+        let root = rustix::fs::open(
+            "/",
+            rustix::fs::OFlags::PATH | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        );
+        root.ok().and_then(|root| mount_id(root.as_fd(), true)).and_then(|id| statmount(id, 0)).is_some()
+    })
 }
 
 /// `statx`'s mask bit for the unique mount id (Linux 6.8).
@@ -189,63 +216,118 @@ fn mount_id(handle: BorrowedFd<'_>, unique: bool) -> Option<u64> {
 /// Mounts remembered, by unique id (never reused: what was found stays true).
 const MAX_MOUNTS: usize = 4096;
 
-/// Who answers for the mount of unique id `id`, looked up in `namespace`, then in the
-/// profiler's own.
-fn by_unique_id(id: u64, namespace: Option<&Namespace>) -> Answerer {
+/// Who answers for the mount of unique id `id` (held by a handle of the caller's), looked up in
+/// `namespace`, then in the profiler's own.
+fn by_unique_id(id: u64, namespace: Option<&Namespace>) -> Option<Answerer> {
     static KNOWN: Mutex<Option<LruCache<u64, Answerer>>> = Mutex::new(None);
     let mut known = KNOWN.lock().unwrap_or_else(PoisonError::into_inner);
     let known = known.get_or_insert_with(|| LruCache::new(NonZeroUsize::new(MAX_MOUNTS).expect("not zero")));
     if let Some(&answerer) = known.get(&id) {
-        return answerer;
+        return Some(answerer);
     }
     let found = namespace
-        .and_then(|namespace| Some((fs_type(id, namespace.id?)?, namespace.users)))
-        .or_else(|| Some((fs_type(id, 0)?, false)))
-        .map(|(fs_type, users)| Answerer::of(&fs_type, users))
-        .or_else(|| (Some(id) == shared_memory_mount(true)).then_some(Answerer::Kernel));
-    // A mount in no namespace looked in is not remembered: another process's may list it.
-    let Some(answerer) = found else { return Answerer::Daemon };
+        .and_then(|namespace| Some((statmount(id, namespace.id?)?, namespace.users)))
+        .or_else(|| Some((statmount(id, 0)?, false)));
+    let answerer = match found {
+        Some((mount, users)) => mount.answerer(users)?,
+        None if Some(id) == shared_memory_mount(true) => Answerer::Kernel,
+        // In no namespace looked in: not remembered, another process's may list it.
+        None => return Some(Answerer::Daemon),
+    };
     known.put(id, answerer);
-    answerer
+    Some(answerer)
 }
 
-/// The type of the file system of the mount of unique id `id` in mount namespace `namespace`
-/// (0: the profiler's), as `statmount` says; `None` when it lists no such mount.
-fn fs_type(id: u64, namespace: u64) -> Option<String> {
+/// A mount, as the kernel's tables say.
+#[derive(Debug, PartialEq, Eq)]
+struct Mount<'a> {
+    fs_type: &'a str,
+    /// Its file system's device (as `/proc/PID/maps` numbers them).
+    dev: u64,
+}
+
+impl Mount<'_> {
+    /// Who answers for this mount's files, in a namespace a user owns (`users`) or not; `None`
+    /// when that needs the profiler's mount table read and it was read as often as it may be.
+    /// An overlay a user's namespace lists is root's when ours lists its file system too: a
+    /// container's, copied into the user namespace its runtime made (a user's mount never shows
+    /// in ours). The caller holds the mount (a handle on a file of it), so its device is not
+    /// another's.
+    fn answerer(&self, users: bool) -> Option<Answerer> {
+        let answerer = Answerer::of(self.fs_type, users);
+        if answerer != Answerer::Daemon || !users || self.fs_type != "overlay" {
+            return Some(answerer);
+        }
+        if !take_table_read() {
+            return None;
+        }
+        let ours = read_bounded_bytes("/proc/self/mountinfo", MAX_MOUNTINFO_BYTES).unwrap_or_default();
+        let copied = mountinfo(&ours).any(|(_, mount)| mount == *self);
+        Some(if copied { Answerer::of(self.fs_type, false) } else { answerer })
+    }
+}
+
+/// What `statmount` says of the mount of unique id `id` in mount namespace `namespace` (0: the
+/// profiler's): its file system's type and device; `None` when it lists no such mount.
+fn statmount(id: u64, namespace: u64) -> Option<Mount<'static>> {
     // struct mnt_id_req: size, spare, mnt_id, param (what to say), mnt_ns_id.
     let mut request = [0u8; 32];
     let size: u32 = if namespace == 0 { 24 } else { 32 };
     request[..4].copy_from_slice(&size.to_ne_bytes());
     request[8..16].copy_from_slice(&id.to_ne_bytes());
-    request[16..24].copy_from_slice(&STATMOUNT_FS_TYPE.to_ne_bytes());
+    request[16..24].copy_from_slice(&(STATMOUNT_SB_BASIC | STATMOUNT_FS_TYPE).to_ne_bytes());
     request[24..32].copy_from_slice(&namespace.to_ne_bytes());
     let mut answer = vec![0u8; 4096];
     // SAFETY: statmount reads `size` bytes of the request and writes at most `answer.len()`.
     let done =
         unsafe { libc::syscall(SYS_STATMOUNT, request.as_ptr(), answer.as_mut_ptr(), answer.len(), 0u32) };
-    (done == 0).then(|| statmount_fs_type(&answer).map(str::to_owned)).flatten()
+    let mount = (done == 0).then(|| statmount_mount(&answer)).flatten()?;
+    // The few types there are, kept for as long as the profiler runs.
+    Some(Mount { fs_type: interned(mount.fs_type), dev: mount.dev })
 }
 
-/// `statmount`'s number on x86-64 (Linux 6.8), and what it is asked to say: the file system's
-/// type.
+/// `fs_type`, for as long as the profiler runs: file system types are few.
+fn interned(fs_type: &str) -> &'static str {
+    static TYPES: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
+    let mut types = TYPES.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(&known) = types.iter().find(|&&known| known == fs_type) {
+        return known;
+    }
+    if types.len() >= MAX_TYPES {
+        return "(too many file system types)";
+    }
+    let leaked: &'static str = Box::leak(fs_type.to_owned().into_boxed_str());
+    types.push(leaked);
+    leaked
+}
+
+/// File system types kept at most (Linux has about a hundred).
+const MAX_TYPES: usize = 512;
+
+/// `statmount`'s number on x86-64 (Linux 6.8), and what it is asked to say: the super block's
+/// device, the file system's type.
 const SYS_STATMOUNT: libc::c_long = 457;
+const STATMOUNT_SB_BASIC: u64 = 0x1;
 const STATMOUNT_FS_TYPE: u64 = 0x20;
 /// Where `struct statmount`'s strings begin.
 const STATMOUNT_STRINGS: usize = 512;
 
-/// The file system type in an answer of `statmount` (`struct statmount`: its size, its mask of
-/// what it says, the offset of the type among its strings).
-fn statmount_fs_type(answer: &[u8]) -> Option<&str> {
+/// The mount an answer of `statmount` describes (`struct statmount`: its size, its mask of what
+/// it says, its super block's device, the offset of its type among its strings).
+fn statmount_mount(answer: &[u8]) -> Option<Mount<'_>> {
     let field = |at: usize, len: usize| answer.get(at..at + len);
-    let size = u32::from_ne_bytes(field(0, 4)?.try_into().ok()?) as usize;
+    let word = |at: usize| Some(u32::from_ne_bytes(field(at, 4)?.try_into().ok()?));
+    let size = word(0)? as usize;
     let mask = u64::from_ne_bytes(field(8, 8)?.try_into().ok()?);
-    if mask & STATMOUNT_FS_TYPE == 0 {
+    if mask & (STATMOUNT_SB_BASIC | STATMOUNT_FS_TYPE) != STATMOUNT_SB_BASIC | STATMOUNT_FS_TYPE {
         return None;
     }
-    let offset = u32::from_ne_bytes(field(36, 4)?.try_into().ok()?) as usize;
+    let dev = (u64::from(word(16)?) << 32) | u64::from(word(20)?);
+    let offset = word(36)? as usize;
     let strings = answer.get(STATMOUNT_STRINGS..size.min(answer.len()))?;
     let name = strings.get(offset..)?;
-    std::str::from_utf8(&name[..name.iter().position(|&b| b == 0)?]).ok()
+    let fs_type = std::str::from_utf8(&name[..name.iter().position(|&b| b == 0)?]).ok()?;
+    Some(Mount { fs_type, dev })
 }
 
 /// The id (unique, or as listed) of the kernel's internal shared-memory mount (a memfd's,
@@ -269,14 +351,22 @@ const MAX_TABLE_READS: u32 = 20;
 /// holds its mount, so the id is not another mount's. `None` when the tables were read as often
 /// as they may be this second.
 fn by_listed_id(id: u64, namespace: Option<&Namespace>) -> Option<Answerer> {
-    let theirs = namespace.map(|namespace| (namespace.tgid, namespace.users));
-    for (tgid, users) in theirs.into_iter().chain([(Tgid::own(), false)]) {
+    // Whose namespace a process is in, and whether a user owns it, asked now, before and after
+    // its table is read: it may have entered another since it was seen.
+    let theirs = namespace.map(|namespace| namespace.tgid).filter(|&tgid| tgid != Tgid::own());
+    for tgid in theirs.into_iter().chain([Tgid::own()]) {
         if !take_table_read() {
             return None;
         }
+        let Some(before) = Namespace::of(tgid) else { continue };
         let text = read_bounded_bytes(&format!("/proc/{tgid}/mountinfo"), MAX_MOUNTINFO_BYTES);
-        if let Some(fs_type) = text.as_deref().and_then(|text| listed_fs_type(text, id)) {
-            return Some(Answerer::of(fs_type, users));
+        let text = text.unwrap_or_default();
+        if Namespace::of(tgid).is_none_or(|after| after.inode != before.inode) {
+            continue;
+        }
+        // Listed ids are the system's (one allocator), so the id is this mount in any table.
+        if let Some((_, mount)) = mountinfo(&text).find(|&(listed, _)| listed == id) {
+            return mount.answerer(before.users);
         }
     }
     Some(if shared_memory_mount(false) == Some(id) { Answerer::Kernel } else { Answerer::Daemon })
@@ -294,14 +384,17 @@ fn take_table_read() -> bool {
     *count <= MAX_TABLE_READS
 }
 
-/// The file system type of mount `id` in a `/proc/PID/mountinfo`: `ID PARENT MAJOR:MINOR ROOT
-/// POINT OPTIONS... - TYPE SOURCE SUPER_OPTIONS`.
-fn listed_fs_type(text: &[u8], id: u64) -> Option<&str> {
-    text.split(|&b| b == b'\n').find_map(|line| {
-        let listed = std::str::from_utf8(line.split(|&b| b == b' ').next()?).ok()?.parse::<u64>().ok()?;
+/// The mounts a `/proc/PID/mountinfo` lists, by id: `ID PARENT MAJOR:MINOR ROOT POINT
+/// OPTIONS... - TYPE SOURCE SUPER_OPTIONS`.
+fn mountinfo(text: &[u8]) -> impl Iterator<Item = (u64, Mount<'_>)> {
+    text.split(|&b| b == b'\n').filter_map(|line| {
+        let mut fields = line.split(|&b| b == b' ');
+        let id = std::str::from_utf8(fields.next()?).ok()?.parse().ok()?;
+        let (major, minor) = std::str::from_utf8(fields.nth(1)?).ok()?.split_once(':')?;
+        let dev = (major.parse::<u64>().ok()? << 32) | minor.parse::<u64>().ok()?;
         let separator = line.windows(3).position(|window| window == b" - ")?;
-        let fs_type = line[separator + 3..].split(|&b| b == b' ').next()?;
-        (listed == id).then(|| std::str::from_utf8(fs_type).ok()).flatten()
+        let fs_type = std::str::from_utf8(line[separator + 3..].split(|&b| b == b' ').next()?).ok()?;
+        Some((id, Mount { fs_type, dev }))
     })
 }
 
@@ -341,44 +434,55 @@ mod tests {
     fn statmount_answers_say_who_answers() {
         let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mounts");
         let answer = |name: &str| std::fs::read(fixtures.join(format!("{name}.statmount"))).unwrap();
-        for (name, users, expected) in [
-            ("ext4", false, Answerer::Kernel),
-            ("ext4", true, Answerer::Kernel),
-            ("tmpfs", true, Answerer::Kernel),
-            ("proc", false, Answerer::Kernel),
-            ("overlay", false, Answerer::Kernel),
-            ("overlay", true, Answerer::Daemon),
+        for (name, dev, users, expected) in [
+            ("ext4", 254 << 32, false, Answerer::Kernel),
+            ("ext4", 254 << 32, true, Answerer::Kernel),
+            ("tmpfs", 27, true, Answerer::Kernel),
+            ("proc", 21, false, Answerer::Kernel),
+            ("overlay", 39, false, Answerer::Kernel),
         ] {
             let answer = answer(name);
-            let fs_type = statmount_fs_type(&answer);
-            assert_eq!(fs_type, Some(name));
-            assert_eq!(Answerer::of(fs_type.unwrap(), users), expected, "{name}, a user's: {users}");
+            let mount = statmount_mount(&answer).unwrap();
+            assert_eq!(mount, Mount { fs_type: name, dev });
+            assert_eq!(mount.answerer(users), Some(expected), "{name}, a user's: {users}");
         }
+        // Not in the profiler's own mount table (no such device there): a user's.
+        let overlay = answer("overlay");
+        let mount = Mount { dev: u64::MAX, ..statmount_mount(&overlay).unwrap() };
+        assert_eq!(mount.answerer(true), Some(Answerer::Daemon), "a user's overlay");
         let ext4 = answer("ext4");
         let mut unsaid = ext4.clone();
-        unsaid[8] &= !(STATMOUNT_FS_TYPE as u8);
-        assert_eq!(statmount_fs_type(&unsaid), None, "the type not said");
+        unsaid[8] &= !(STATMOUNT_SB_BASIC as u8);
+        assert_eq!(statmount_mount(&unsaid), None, "the device not said");
         let mut beyond = ext4.clone();
         beyond[36..40].copy_from_slice(&600u32.to_ne_bytes());
-        assert_eq!(statmount_fs_type(&beyond), None, "an offset past the answer");
+        assert_eq!(statmount_mount(&beyond), None, "an offset past the answer");
         let mut unended = ext4.clone();
         unended.pop();
         unended[..4].copy_from_slice(&517u32.to_ne_bytes());
-        assert_eq!(statmount_fs_type(&unended), None, "a string without its end");
-        assert_eq!(statmount_fs_type(&ext4[..40]), None, "cut short");
+        assert_eq!(statmount_mount(&unended), None, "a string without its end");
+        assert_eq!(statmount_mount(&ext4[..40]), None, "cut short");
     }
 
     #[test]
-    fn mount_tables_name_a_mounts_file_system_by_its_id() {
+    fn mount_tables_list_mounts_by_id() {
         let text = b"22 27 0:21 / /proc rw,relatime - proc proc rw\n\
             27 1 254:1 / / rw,relatime - ext4 /dev/vda rw\n\
             31 27 0:45 / /home/u/mnt rw,nosuid,nodev,relatime - fuse.sshfs host:/ rw,user_id=1000\n\
             33 27 0:47 / /var/lib/c rw shared:4 - overlay overlay rw,lowerdir=/l,upperdir=/u,workdir=/w\n\
             garbage\n";
-        assert_eq!(listed_fs_type(text, 27), Some("ext4"));
-        assert_eq!(listed_fs_type(text, 31), Some("fuse.sshfs"));
-        assert_eq!(listed_fs_type(text, 33), Some("overlay"), "optional fields before the separator");
-        assert_eq!(listed_fs_type(text, 99), None, "not listed");
+        let listed: Vec<_> = mountinfo(text).collect();
+        assert_eq!(
+            listed,
+            [
+                (22, Mount { fs_type: "proc", dev: 21 }),
+                (27, Mount { fs_type: "ext4", dev: 254 << 32 | 1 }),
+                (31, Mount { fs_type: "fuse.sshfs", dev: 45 }),
+                (33, Mount { fs_type: "overlay", dev: 47 }),
+            ],
+            "optional fields before the separator; garbage left out"
+        );
+        assert_eq!(listed[2].1.answerer(false), Some(Answerer::Daemon));
     }
 
     #[test]

@@ -143,6 +143,11 @@ impl Root {
                     if links > MAX_LINKS {
                         return Err(io::Error::from_raw_os_error(libc::ELOOP));
                     }
+                    // A link's own file system answers its readlink: a mount can cover a link
+                    // with one of a daemon's.
+                    if !asked(handle.as_fd()) {
+                        return Err(not_asked());
+                    }
                     let target = rustix::fs::readlinkat(&handle, "", Vec::new())?;
                     let target = target.as_bytes();
                     if target.starts_with(b"/") {
@@ -205,11 +210,16 @@ pub struct MappedAt {
     pub inode: u64,
 }
 
-/// Opens the file a mapping of process `tgid` was made from, through `/proc/PID/map_files`: the
-/// mapped inode itself, even deleted or replaced since. Refused unless it is the regular file
-/// the mapping names (device and inode).
-pub fn mapped_file(tgid: Tgid, mapping: MappedAt) -> io::Result<File> {
-    reopen(mapped_handle(tgid, mapping)?)
+/// Opens the file a mapping of process `tgid` (in mount namespace `namespace`) was made from,
+/// through `/proc/PID/map_files`: the mapped inode itself, even deleted or replaced since.
+/// Refused unless it is the regular file the mapping names (device and inode), on a file system
+/// the kernel answers for (see `mounts`).
+pub fn mapped_file(tgid: Tgid, mapping: MappedAt, namespace: Option<&mounts::Namespace>) -> io::Result<File> {
+    let handle = mapped_handle(tgid, mapping)?;
+    if mounts::answerer(handle.as_fd(), namespace) != Some(mounts::Answerer::Kernel) {
+        return Err(super::remote::not_asked());
+    }
+    reopen(handle)
 }
 
 /// An `O_PATH` handle on the file a mapping of process `tgid` was made from (see
@@ -217,14 +227,20 @@ pub fn mapped_file(tgid: Tgid, mapping: MappedAt) -> io::Result<File> {
 /// kernel's own, to the mapped inode, and its attributes are the ones cached), so that who
 /// answers for it can be asked first. Refused unless it is the inode the mapping names.
 pub fn mapped_handle(tgid: Tgid, mapping: MappedAt) -> io::Result<OwnedFd> {
-    // The map_files link is the kernel's own: following it is what we want.
-    let handle =
-        rustix::fs::open(map_files_path(tgid, mapping), OFlags::PATH | OFlags::CLOEXEC, Mode::empty())?;
+    let handle = mapped_now(tgid, mapping)?;
     let (dev, inode, _) = cached_stat(&handle)?;
     if (dev, inode) != (mapping.dev, mapping.inode) {
         return Err(io::Error::new(io::ErrorKind::InvalidData, "not the mapped file"));
     }
     Ok(handle)
+}
+
+/// An `O_PATH` handle on the file mapped now at `mapping`'s range of process `tgid`, whichever
+/// it is: the file its pages fault in from (an overlay's layer's, whose device and inode are
+/// not the ones `/proc/PID/maps` names).
+pub fn mapped_now(tgid: Tgid, mapping: MappedAt) -> io::Result<OwnedFd> {
+    // The map_files link is the kernel's own: following it is what we want.
+    Ok(rustix::fs::open(map_files_path(tgid, mapping), OFlags::PATH | OFlags::CLOEXEC, Mode::empty())?)
 }
 
 /// A memfd that holds no ELF image (`/memfd:doublemapper`, as .NET and other JITs map their code

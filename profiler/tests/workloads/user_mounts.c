@@ -14,6 +14,7 @@
 //   fuse-overlay  SECOND_LIBRARY is fuse_stall (a FUSE daemon holding root's requests), run at
 //            DIR/fuse serving LIBRARY; an overlay of it at DIR/merged, LIBRARY run from there
 //   fuse-bind     that FUSE file system bound at DIR/bound, LIBRARY run from there
+//   copied   LIBRARY run from DIR/merged, as root mounted it before the namespaces were made
 //   churn    processes in new namespaces, each mounting a tmpfs, running 2 ms, sleeping 1 s and
 //            leaving, 300 at a time
 #define _GNU_SOURCE
@@ -164,6 +165,8 @@ int main(int argc, char **argv) {
             if (mount(at, bound, NULL, MS_BIND, NULL) != 0) die("mount --bind");
             strcpy(at, bound);
         }
+    } else if (strcmp(mode, "copied") == 0) {
+        snprintf(at, sizeof at, "%s/merged", dir);
     } else if (strncmp(mode, "fuse-", 5) == 0) {
         if (argc < 6) return 2;
         char fuse[4096], log[4096];

@@ -23,7 +23,7 @@ use crate::{
     kernel::tracer::{Allocator, EntryPoint, EntryPoints},
     model::Tgid,
     session::Target,
-    untrusted::{Parts, open},
+    untrusted::{Parts, mounts, open},
 };
 
 /// Every form of C++'s operator new (plain, array, aligned, nothrow): the size comes first and
@@ -92,10 +92,11 @@ fn of_process(pid: Tgid) -> Result<Allocator> {
     }
     // The program first, libc last.
     files.sort_by_key(|(path, _)| (*path != program, is_libc(path)));
+    let namespace = mounts::Namespace::of(pid);
     let candidates = files
         .into_iter()
         .filter_map(|(path, mapping)| {
-            let file = open::mapped_file(pid, mapping.at()).ok()?;
+            let file = open::mapped_file(pid, mapping.at(), namespace.as_ref()).ok()?;
             Some(Candidate { path: path.to_owned(), file })
         })
         .collect();

@@ -78,12 +78,9 @@ pub(super) fn examine(
     let Backing::File { path, .. } = &mapping.backing else { return Some(Examined::default()) };
     let file = match open_mapped(tgid, identity, mapping, path) {
         Ok(file) => file,
-        // JIT code in a file, a user's file too large to copy, or one of a file system never
-        // asked (a FUSE daemon's, a user's overlay): not an image read.
-        Err(err)
-            if open::is_jit_memory_error(&err)
-                || matches!(err.kind(), io::ErrorKind::FileTooLarge | io::ErrorKind::PermissionDenied) =>
-        {
+        // JIT code in a file, or a user's file too large to copy: not an image read. One of a
+        // file system never asked is not remembered: its device number may be another's later.
+        Err(err) if open::is_jit_memory_error(&err) || err.kind() == io::ErrorKind::FileTooLarge => {
             return Some(Examined::default());
         }
         Err(_) => return None,
