@@ -11,7 +11,9 @@ use profiler_common::{FramePointers, runtimes::RuntimeProcess};
 use rustc_hash::FxHashMap;
 
 use crate::{
-    address_space::{AddressSpaces, ModuleId, Modules, ProcessView, TaskEvent, Tracking, Want, program},
+    address_space::{
+        AddressSpaces, Mapping, ModuleId, Modules, ProcessView, TaskEvent, Tracking, Want, program,
+    },
     clock,
     decode::SampleRecord,
     frame::{Frame, Marker},
@@ -170,7 +172,27 @@ impl StackWalker {
             Ok(order) => order.files().filter_map(|path| process.file_to_map(path)).collect(),
             Err(_) => Vec::new(),
         };
-        self.runtimes.expect(&process, &files, now_ns);
+        self.runtimes.expect(&process, &files, now_ns, Instant::now() + EXPECTED_WITHIN);
+    }
+
+    /// Processes that run already (`-p`): the runtimes' images among the files each maps now
+    /// are recognised before sampling starts, as a command's are, so that their first samples
+    /// are walked (found off the drain's thread, a busy host kept the first half second of a
+    /// recording native). Within [`EXPECTED_WITHIN`] in all: the files left are found as any
+    /// process's are.
+    pub fn expect_running(&mut self, pids: &[Tgid]) {
+        if self.native_only {
+            return;
+        }
+        let until = Instant::now() + EXPECTED_WITHIN;
+        let now_ns = clock::monotonic_ns();
+        for &tgid in pids {
+            let Some(process) = self.spaces.view(tgid, now_ns) else { continue };
+            // Highest address first: an interpreter loaded at the start before the hundreds of
+            // extension modules it loads later.
+            let files: Vec<Mapping> = process.executable_files().iter().rev().cloned().collect();
+            self.runtimes.expect(&process, &files, now_ns, until);
+        }
     }
 
     /// Sampling starts at `now_ns` (see [`Runtimes::sampling_starts`]).
@@ -314,6 +336,9 @@ pub struct KernelUpdates {
 
 /// How long an epoch of the budget of what targets describe lasts, at least.
 const EPOCH: Duration = Duration::from_secs(1);
+/// How long the files of the processes to follow are examined for runtimes, at most, before
+/// sampling starts (see [`StackWalker::expect_running`]).
+const EXPECTED_WITHIN: Duration = Duration::from_millis(500);
 
 /// Threads whose stack end is remembered; beyond this the memory starts over (the kernel's map
 /// is an LRU of its own).

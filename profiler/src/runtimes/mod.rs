@@ -24,7 +24,7 @@ mod ranges;
 mod slot;
 pub mod v8;
 
-use std::{any::Any, marker::PhantomData, sync::Arc};
+use std::{any::Any, marker::PhantomData, sync::Arc, time::Instant};
 
 use profiler_common::runtimes::{RuntimeKind, RuntimeProcess};
 use rustc_hash::FxHashSet;
@@ -258,11 +258,14 @@ impl Runtimes {
     }
 
     /// Process `tgid` (of `view`) is about to run a command, which will map `files` (its
-    /// program and libraries): each recognised now, before it runs, so that its first look
-    /// finds them known; it is looked at as soon as it maps them.
-    pub fn expect(&mut self, view: &ProcessView<'_>, files: &[Mapping], now_ns: u64) {
+    /// program and libraries), or maps them already: each recognised now, until `until`, so
+    /// that its first look finds them known; it is looked at as soon as it maps them.
+    pub fn expect(&mut self, view: &ProcessView<'_>, files: &[Mapping], now_ns: u64, until: Instant) {
         self.discovery.follow(view.tgid(), now_ns, &mut self.shared.young_until_ns);
         for file in files {
+            if Instant::now() >= until {
+                return;
+            }
             self.discovery.expect(view, file);
         }
     }

@@ -215,8 +215,12 @@ impl<M: Mode> Session<M> {
         let ring = RingReader::new(kernel.take_ring()?).context("cannot poll the ring buffer")?;
         let intake = Intake::new(ring, TaskEventReader::open()?, Monotonic, M::Kernel::RECORDS);
         follow(&target, &mut kernel, &mut pipeline.walker)?;
-        if let Target::Command(command) = &target {
-            pipeline.walker.expect_program(Tgid(command.pid()), command.program());
+        match &target {
+            Target::Command(command) => {
+                pipeline.walker.expect_program(Tgid(command.pid()), command.program())
+            }
+            Target::Processes(_) => pipeline.walker.expect_running(&target.pids()),
+            Target::System => {}
         }
         kernel.start()?;
         let start = Start::now();
