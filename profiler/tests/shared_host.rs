@@ -751,15 +751,21 @@ fn user_mounts_in(mode: &str, dir: &Path, libraries: &[&Path]) -> Command {
     command
 }
 
-/// The weight of `folded`'s stacks of `user_mounts` with a frame that `is` picks.
-fn user_mounts_weight(folded: &Folded, is: impl Fn(&str) -> bool) -> u64 {
-    let theirs = |frames: &[String]| frames[0].starts_with("user_mounts");
+/// The weight of `folded`'s stacks of `program` (its first frame, with or without its pid) with
+/// a frame that `is` picks.
+fn program_weight(folded: &Folded, program: &str, is: impl Fn(&str) -> bool) -> u64 {
+    let theirs = |frames: &[String]| frames[0].starts_with(program);
     folded
         .stacks
         .iter()
         .filter(|(frames, _)| theirs(frames) && frames.iter().any(|f| is(f)))
         .map(|(_, n)| n)
         .sum()
+}
+
+/// [`program_weight`] of the stacks of `user_mounts`.
+fn user_mounts_weight(folded: &Folded, is: impl Fn(&str) -> bool) -> u64 {
+    program_weight(folded, "user_mounts", is)
 }
 
 /// Whether `stderr` says files of file systems never asked were left unread.
@@ -897,10 +903,8 @@ fn three_hundred_mount_namespaces_churning_beside_a_program_run_in_a_loop() {
     );
     let churned = user_mounts_weight(&beside.attack, |_| true);
     assert!(churned > 20, "the churning processes were sampled: {churned} samples");
-    let again = beside.attack.stacks.iter().filter(|(frames, _)| frames[0].starts_with("again"));
-    let (all, named) = again.fold((0, 0), |(all, named), (frames, n)| {
-        (all + n, named + if frames.iter().any(|frame| frame == "main") { *n } else { 0 })
-    });
+    let all = program_weight(&beside.attack, "again", |_| true);
+    let named = program_weight(&beside.attack, "again", |frame| frame == "main");
     assert!(all > 100, "the program run in a loop was sampled: {all} samples");
     assert!(named as f64 >= 0.9 * all as f64, "and named: {named} of {all} samples through main");
 }
@@ -955,10 +959,8 @@ fn a_fuse_daemon_behind_a_users_overlay_or_bind_mount_is_never_asked() {
                 by_address > 50,
                 "{mode}, {case}: the library was sampled, named by address: {by_address}"
             );
-            let roots = folded.stacks.iter().filter(|(frames, _)| frames[0] == "split-fp");
-            let (all, named) = roots.fold((0, 0), |(all, named), (frames, n)| {
-                (all + n, named + if frames.iter().any(|frame| frame == "main") { *n } else { 0 })
-            });
+            let all = program_weight(&folded, "split-fp", |_| true);
+            let named = program_weight(&folded, "split-fp", |frame| frame == "main");
             assert!(
                 all > 100 && named as f64 >= 0.9 * all as f64,
                 "{mode}, {case}: root's program: {named} of {all}"

@@ -228,8 +228,7 @@ pub fn mapped_file(tgid: Tgid, mapping: MappedAt, namespace: Option<&mounts::Nam
 /// answers for it can be asked first. Refused unless it is the inode the mapping names.
 pub fn mapped_handle(tgid: Tgid, mapping: MappedAt) -> io::Result<OwnedFd> {
     let handle = mapped_now(tgid, mapping)?;
-    let (dev, inode, _) = cached_stat(&handle)?;
-    if (dev, inode) != (mapping.dev, mapping.inode) {
+    if !is_mapped_inode(&handle, mapping)? {
         return Err(io::Error::new(io::ErrorKind::InvalidData, "not the mapped file"));
     }
     Ok(handle)
@@ -283,8 +282,7 @@ pub fn mapped_path(
     asked: &dyn Fn(BorrowedFd<'_>) -> bool,
 ) -> io::Result<File> {
     let file = root.open(path, asked)?;
-    let stat = fstat(&file)?;
-    if !is_mapped_inode(&stat, mapping) {
+    if !is_mapped_inode(&file, mapping)? {
         return Err(io::Error::new(io::ErrorKind::InvalidData, "replaced since it was mapped"));
     }
     Ok(file)
@@ -295,8 +293,10 @@ pub fn map_files_path(tgid: Tgid, mapping: MappedAt) -> PathBuf {
     PathBuf::from(format!("/proc/{tgid}/map_files/{:x}-{:x}", mapping.start, mapping.end))
 }
 
-fn is_mapped_inode(stat: &Stat, mapping: MappedAt) -> bool {
-    (mounts::listed_dev(stat.st_dev), stat.st_ino) == (mapping.dev, mapping.inode)
+/// Whether `handle` names the inode `mapping` was made from (its cached attributes).
+fn is_mapped_inode(handle: &impl AsFd, mapping: MappedAt) -> io::Result<bool> {
+    let (dev, inode, _) = cached_stat(handle)?;
+    Ok((dev, inode) == (mapping.dev, mapping.inode))
 }
 
 /// Opens for reading (never blocking) what an `O_PATH` handle names, if it is a regular file.
