@@ -177,7 +177,7 @@ fn javascript_functions_named_with_no_flags() {
     let out = dir.join("out.folded");
     for (version, node) in nodes() {
         let node = node.to_str().unwrap();
-        let started = record_node(&out, &["-F", "499"], Path::new(node), Path::new(script), &["8"]);
+        let started = record_node(&out, &["-F", "499"], Path::new(node), Path::new(script), &["6"]);
         let pid = busiest_node_thread(&started);
         assert_named_with_no_flags(&started, pid, 0.90, &format!("Node {version} (started by the profiler)"));
         let running = spawn(Path::new(node), &[script, "30"]);

@@ -135,7 +135,7 @@ fn python_functions_get_their_shares_under_module() {
     let source = script("shares.py");
     on_every_interpreter("shares", |python, dir| {
         let pprof = dir.join("out.pb.gz");
-        let run = record_script(dir, python, "shares.py", "6", &["-o", pprof.to_str().unwrap()]);
+        let run = record_script(dir, python, "shares.py", "4", &["-o", pprof.to_str().unwrap()]);
         let main = run.thread("main");
         assert_rooted_at_module(&main, "shares.py", Native::Complete(python.native_entry()));
         let in_script = weight(&main, |frames| runs_script(frames, "shares.py"));

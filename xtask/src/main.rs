@@ -7,6 +7,7 @@ mod bench;
 mod fuzz;
 mod python;
 mod setup;
+mod test_binaries;
 
 use std::{
     ffi::OsString,
@@ -56,10 +57,10 @@ enum Task {
         /// Targets to run (all when none given).
         targets: Vec<String>,
     },
-    /// Formatting and clippy checks, then every test, end-to-end ones as root (the fuzz
-    /// targets' seeds among them).
+    /// Formatting and clippy checks, then every test binary in turn, end-to-end ones as root
+    /// (the fuzz targets' seeds among them), each timed and each run whatever the one before.
     Test {
-        /// Extra arguments for `cargo test` (a test name filter, say).
+        /// Arguments for each test binary (a test name filter, say).
         #[arg(last = true)]
         args: Vec<OsString>,
     },
@@ -204,17 +205,7 @@ fn test(root: &Path, args: &[OsString]) -> Result<()> {
     // The binary alone, without the `testing` feature the tests turn on.
     cargo(root, &["clippy", "--release", "--package", "profiler", "--", "-D", "warnings"])?;
     setup::clippy_ebpf(root)?;
-    let mut command = Command::new("cargo");
-    // Release code with overflow checks and debug assertions (the workspace's `ci` profile).
-    command.current_dir(root).args(["test", "--profile", "ci"]);
-    if !is_root() {
-        // Build as the user, run the test binaries as root.
-        command.args(["--config", r#"target."cfg(all())".runner="sudo -E""#]);
-    }
-    if !args.is_empty() {
-        command.arg("--").args(args);
-    }
-    check(&mut command)
+    test_binaries::run(root, args)
 }
 
 pub fn cargo(root: &Path, args: &[&str]) -> Result<()> {
