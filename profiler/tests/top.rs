@@ -3,7 +3,8 @@
 //! full-screen view in a real terminal (tmux): the functions shown with their shares, keys that
 //! sort, filter, switch to since the start, pause, split rows by thread and open a function's
 //! call paths, a terminal too small, and `q` and SIGTERM giving the terminal back to the shell;
-//! with `-o`, the whole session's profile written at the end, whichever way it ends.
+//! with `-o`, the whole session's profile written at the end, whichever way it ends; and with
+//! `--off-cpu`, a wait that spans windows shared between them.
 mod common;
 
 use std::{
@@ -132,6 +133,51 @@ fn once_prints_one_plain_table() {
     assert_eq!(profile_written(&dir).total(), samples(&text), "{text}");
     let said = String::from_utf8(stderr).unwrap();
     assert!(said.contains(&format!("profiler: top: wrote {folded} (folded), {pprof} (pprof)")), "{said}");
+}
+
+/// The thread time a plain table's title counts (`· 1.0 s of thread time`), in seconds.
+fn thread_seconds(title: &str) -> Option<f64> {
+    let words: Vec<&str> = title.strip_suffix(" s of thread time")?.split_whitespace().collect();
+    words.last()?.parse().ok()
+}
+
+/// `top --off-cpu`, a table a window, watching a process that waits 5 s in one `nanosleep`: each
+/// table counts the wait only for its window's part of it (the span is carried across the
+/// windows' ends, as the agent's profiles carry it), the tables add up to the wait, and the
+/// profile written at the end has it once.
+#[test]
+fn off_cpu_tables_share_a_long_wait_between_their_windows() {
+    if !e2e_enabled() {
+        return;
+    }
+    let mut shell = Command::new("sh")
+        .args(["-c", "read go; exec sleep 5"])
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = shell.id().to_string();
+    let dir = scratch_dir("top-off-cpu");
+    let (folded, tables) = (dir.join("top.folded"), dir.join("tables.txt"));
+    let top = start_profiler_writing(
+        &["top", "-p", &pid, "--off-cpu", "-i", "1", "-o", folded.to_str().unwrap()],
+        std::fs::File::create(&tables).unwrap(),
+    );
+    std::io::Write::write_all(shell.stdin.as_mut().unwrap(), b"go\n").unwrap();
+    assert!(shell.wait().unwrap().success());
+    // The target gone, top ends by itself.
+    let (status, stderr) = top.wait();
+    assert!(status.success(), "{stderr}");
+    let text = std::fs::read_to_string(&tables).unwrap();
+    let windows: Vec<f64> =
+        text.lines().filter(|line| line.starts_with("profiler top: ")).filter_map(thread_seconds).collect();
+    let total: f64 = windows.iter().sum();
+    assert!((total - 5.0).abs() < 0.3, "{total:.1} s in all: {windows:?}\n{text}");
+    assert!(windows.len() >= 4, "spread over {windows:?}");
+    assert!(windows.iter().all(|&seconds| seconds < 1.5), "at most a window's length each: {windows:?}");
+    let written = Folded::read(&folded).total() as f64 / 1e9;
+    assert!((written - total).abs() < 0.1, "{written:.2} s written, {total:.2} s in the tables");
+    let sleeping = text.lines().any(|line| line.contains(&format!("sleep ({pid})")));
+    assert!(sleeping, "the tables name the process sleeping:\n{text}");
 }
 
 /// A tmux server of its own (its own socket), killed when the test ends.

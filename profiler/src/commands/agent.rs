@@ -4,15 +4,14 @@ use std::{collections::BTreeMap, path::Path, time::Duration};
 
 use anyhow::{Context as _, Result};
 
-use super::record::{CpuProfile, SamplingPlan, sampling};
+use super::record::{SamplingPlan, sampling};
 use crate::{
-    aggregate::{Aggregate, Detail, Site},
+    aggregate::Detail,
     cli::{AGENT_DEFAULT_HZ, AgentArgs},
-    decode::Payload,
     export::{ExportConfig, Exporter, Retention, Window, service::Services},
     kernel::sampler::{self, Sampler},
-    model::{Meta, Recording, Tgid, ThreadState, Weight, filter::Filter},
-    session::{self, End, Mode, Progress, Settings, Target},
+    model::{Recording, Tgid, ThreadState, Weight, filter::Filter},
+    session::{self, Consumer, End, Settings},
 };
 
 pub async fn run(args: AgentArgs) -> Result<()> {
@@ -54,8 +53,9 @@ pub async fn run(args: AgentArgs) -> Result<()> {
         window: Some(Duration::from_secs_f64(args.interval)),
         ..settings
     };
-    let agent = Agent { cpu, exporter, services: Services::new(args.service_name), windows: 0, profiles: 0 };
-    session::run(agent, settings).await
+    let services = Services::new(args.service_name);
+    let agent = Agent { weight: cpu.weight, exporter, services, windows: 0, profiles: 0 };
+    session::run(cpu, agent, settings).await
 }
 
 /// The ring: the default one scaled down to the sampling rate, at least 1 MiB (its pages stay
@@ -80,46 +80,27 @@ fn cgroup_processes(cgroup: &Path) -> Result<Vec<Tgid>> {
     Ok(pids)
 }
 
+/// The agent's consumer of a CPU profile: each window's profiles, by service, to the exporter.
 struct Agent {
-    cpu: CpuProfile,
+    /// What the CPU profile's samples weigh: with `--off-cpu`, thread time on and off the CPU,
+    /// split into two profiles.
+    weight: Weight,
     exporter: Exporter,
     services: Services,
     windows: u64,
     profiles: u64,
 }
 
-impl Mode for Agent {
-    type Kernel = Sampler;
-
-    fn load(&mut self, target: &Target) -> Result<Sampler> {
-        self.cpu.load(target)
+impl Consumer<Sampler> for Agent {
+    fn ready(&mut self, _: &str, collecting: String) -> String {
+        format!("agent {collecting}")
     }
 
-    fn add(&mut self, site: Site, payload: Payload, aggregate: &mut Aggregate) {
-        self.cpu.add(site, payload, aggregate);
+    fn status(&self, collecting: String) -> String {
+        format!("{collecting} · {} windows", self.windows)
     }
 
-    fn activity(&self, sampler: &Sampler, target: &str) -> String {
-        format!("agent {}", self.cpu.activity(sampler, target))
-    }
-
-    fn status(&self, sampler: &Sampler, progress: &Progress) -> String {
-        format!("{} · {} windows", self.cpu.status(sampler, progress), self.windows)
-    }
-
-    fn finish(
-        &mut self,
-        sampler: &mut Sampler,
-        aggregate: &mut Aggregate,
-        end_ns: u64,
-        meta: &mut Meta,
-    ) -> Result<()> {
-        self.cpu.finish(sampler, aggregate, end_ns, meta)
-    }
-
-    fn close_window(&mut self, sampler: &mut Sampler, aggregate: &mut Aggregate, end_ns: u64) -> Result<()> {
-        self.cpu.close_window(sampler, aggregate, end_ns)
-    }
+    fn sampling_ended(&mut self) {}
 
     fn report(&self, end: &End<'_, Sampler>) {
         eprintln!(
@@ -153,7 +134,7 @@ impl Mode for Agent {
 impl Agent {
     /// The window's profiles: CPU samples, and with `--off-cpu` the time off the CPU.
     fn profiles_of(&self, window: Recording) -> Vec<Recording> {
-        if self.cpu.weight != Weight::WallNs {
+        if self.weight != Weight::WallNs {
             return vec![window];
         }
         let part = |states: Vec<ThreadState>, weight: Weight| {

@@ -11,10 +11,10 @@ use crate::{
     decode::Payload,
     frame::{Frame, Marker},
     kernel::sampler::{self, OffCpuConfig, Sampler, SamplerConfig},
-    model::{Meta, Tgid, ThreadState, Tid, Weight},
+    model::{Meta, Recording, Tgid, ThreadState, Tid, Weight},
     render::RenderOptions,
     session::{
-        self, End, Mode, Progress, Settings, Target,
+        self, Collector, Consumer, End, Progress, Settings, Target,
         summary::{KernelFigures, Summary},
     },
     untrusted::read_bounded,
@@ -47,7 +47,7 @@ pub async fn run(args: RecordArgs) -> Result<()> {
         },
         ..settings
     };
-    session::run(profile, settings).await
+    session::run(profile, RecordSummary, settings).await
 }
 
 /// What `record` and `agent` decide themselves about sampling; the rest comes from their
@@ -175,7 +175,7 @@ impl CpuProfile {
     }
 }
 
-impl Mode for CpuProfile {
+impl Collector for CpuProfile {
     type Kernel = Sampler;
 
     fn load(&mut self, _: &Target) -> Result<Sampler> {
@@ -241,6 +241,25 @@ impl Mode for CpuProfile {
         self.carried.retain(|_, carried| carried.until_ns >= last_cut);
         Ok(())
     }
+}
+
+/// `record`'s consumer: the recording goes to the outputs alone, and the summary to the
+/// terminal.
+struct RecordSummary;
+
+impl Consumer<Sampler> for RecordSummary {
+    fn ready(&mut self, _: &str, collecting: String) -> String {
+        collecting
+    }
+
+    fn status(&self, collecting: String) -> String {
+        collecting
+    }
+
+    /// `record` asks for no windows.
+    fn window(&mut self, _: Recording) {}
+
+    fn sampling_ended(&mut self) {}
 
     fn report(&self, end: &End<'_, Sampler>) {
         let summary = Summary {

@@ -3,8 +3,10 @@
 //! (records drained and walked until a stop condition, the last drain), finished (the recording
 //! named and written) and reported (what the terminal is told).
 //!
-//! A mode ([`Mode`]) brings what differs: its kernel side (a [`KernelSource`]), what it keeps of
-//! each record (its weight), what only the end knows, and its end-of-run report. Everything
+//! A mode brings what differs, in two parts: a [`Collector`] (its kernel side, a [`KernelSource`],
+//! what it keeps of each record, its weight, and what only a window's end or the session's knows)
+//! and a [`Consumer`] of what it collects (its lines on the terminal, each window, the report at
+//! the end). Everything
 //! between the ring and the recording is the same [`pipeline`] for every mode; a continuous
 //! session cuts it into [`windows`], merged into its [`whole`] when it writes outputs;
 //! [`warnings`] say what was dropped on the way and which limits were reached; `record`'s report
@@ -56,8 +58,10 @@ use crate::{
     walk::{CallGraph, StackWalker},
 };
 
-/// What a mode keeps of records and says at the end; see the module's documentation.
-pub trait Mode {
+/// What a session collects: its kernel side, what it keeps of each record, what it adds as a
+/// window closes and at the end. `record`, `top` and `agent` collect a CPU profile, `leaks` the
+/// blocks outstanding.
+pub trait Collector {
     type Kernel: KernelSource;
 
     /// Loads the kernel side for `target`, which has not started yet.
@@ -69,8 +73,16 @@ pub trait Mode {
     fn activity(&self, kernel: &Self::Kernel, target: &str) -> String;
     /// The live status line's figures.
     fn status(&self, kernel: &Self::Kernel, progress: &Progress) -> String;
+    /// With [`Settings::window`]: a window closes at `end_ns` (not the last one, which
+    /// [`Self::finish`] ends): adds to `aggregate` what it holds that no record brought yet.
+    fn close_window(
+        &mut self,
+        kernel: &mut Self::Kernel,
+        aggregate: &mut Aggregate,
+        end_ns: u64,
+    ) -> Result<()>;
     /// After the last drain, at `end_ns`: adds to `aggregate` what only the end knows, and fills
-    /// in the mode's part of `meta`.
+    /// in the collector's part of `meta`.
     fn finish(
         &mut self,
         kernel: &mut Self::Kernel,
@@ -78,21 +90,23 @@ pub trait Mode {
         end_ns: u64,
         meta: &mut Meta,
     ) -> Result<()>;
-    /// What the terminal shows once the outputs are written (unless `-q`).
-    fn report(&self, end: &End<'_, Self::Kernel>);
-    /// With [`Settings::window`]: a window closes at `end_ns` (not the last one, which
-    /// [`Self::finish`] ends): adds to `aggregate` what it holds that no record brought yet.
-    fn close_window(
-        &mut self,
-        _kernel: &mut Self::Kernel,
-        _aggregate: &mut Aggregate,
-        _end_ns: u64,
-    ) -> Result<()> {
-        Ok(())
-    }
+}
+
+/// What a session does with what it collects (with a kernel side `K`): `record`'s summary,
+/// `top`'s view, `agent`'s exporter, `leaks`' report. A mode is a collector and a consumer.
+pub trait Consumer<K> {
+    /// The readiness line, from what the collector says is under way (`collecting`) in
+    /// `target`; said unless the session is quiet.
+    fn ready(&mut self, target: &str, collecting: String) -> String;
+    /// The live status line, from the collector's figures.
+    fn status(&self, collecting: String) -> String;
     /// With [`Settings::window`]: the recording of one window, named, handed over as it closes
     /// (the last one when the session ends).
-    fn window(&mut self, _recording: Recording) {}
+    fn window(&mut self, recording: Recording);
+    /// Sampling ended; the collector's end, the last window and the report are to come.
+    fn sampling_ended(&mut self);
+    /// What the terminal shows once the outputs are written (unless `-q`).
+    fn report(&self, end: &End<'_, K>);
 }
 
 /// What a session was asked to do, beside its mode.
@@ -127,7 +141,7 @@ pub struct Settings {
     pub detail: Option<Detail>,
     pub outputs: Outputs,
     pub render: RenderOptions,
-    /// Cut the samples into windows this long, each handed to [`Mode::window`] and then
+    /// Cut the samples into windows this long, each handed to [`Consumer::window`] and then
     /// forgotten (continuous profiling), but merged into what the `outputs` get when there are
     /// any; `None`: one recording for the whole session.
     pub window: Option<Duration>,
@@ -142,7 +156,7 @@ pub struct Progress {
     pub processes: u64,
 }
 
-/// The end of a session, for its mode's report.
+/// The end of a session, for its consumer's report.
 pub struct End<'a, K> {
     pub recording: &'a Recording,
     pub kernel: &'a K,
@@ -155,9 +169,13 @@ pub struct End<'a, K> {
     pub runtimes: Vec<(&'static str, Vec<String>)>,
 }
 
-/// Runs a session of `mode` to its end.
-pub async fn run<M: Mode>(mode: M, settings: Settings) -> Result<()> {
-    let mut session = Session::set_up(mode, &settings)?;
+/// Runs a session to its end: what `collector` collects, handed to `consumer`.
+pub async fn run<C: Collector, U: Consumer<C::Kernel>>(
+    collector: C,
+    consumer: U,
+    settings: Settings,
+) -> Result<()> {
+    let mut session = Session::set_up(collector, consumer, &settings)?;
     let reason = session.sample(&settings).await?;
     let written = session.finish(&settings).await;
     session.report(&settings, reason, written)
@@ -166,7 +184,7 @@ pub async fn run<M: Mode>(mode: M, settings: Settings) -> Result<()> {
 /// A session under way: what setting it up made, for the steps after. Its fields come in the
 /// reverse of the order they are made in, the order they are dropped in when a step fails (at
 /// the end, [`Session::report`] drops the kernel side first).
-struct Session<M: Mode> {
+struct Session<C: Collector, U> {
     /// The windows of a continuous session, from when sampling starts.
     windows: Option<Windows>,
     /// What the recording (and every window's) says of the session.
@@ -174,8 +192,9 @@ struct Session<M: Mode> {
     running: Running,
     start: Start,
     intake: Intake,
-    kernel: M::Kernel,
-    pipeline: Pipeline<M>,
+    kernel: C::Kernel,
+    pipeline: Pipeline<C>,
+    consumer: U,
     /// The outputs, created up front, until the recording is written to them.
     files: Vec<(OutputFile, Format)>,
     /// Errors once sampling started (see [`Session::sample`]), returned after the outputs are
@@ -191,10 +210,10 @@ struct Written {
     written: Result<()>,
 }
 
-impl<M: Mode> Session<M> {
+impl<C: Collector, U: Consumer<C::Kernel>> Session<C, U> {
     /// The blocking checks, the outputs created, the target opened, the kernel side loaded,
     /// pointed at it and started, and the target let run.
-    fn set_up(mode: M, settings: &Settings) -> Result<Self> {
+    fn set_up(collector: C, mut consumer: U, settings: &Settings) -> Result<Self> {
         checks::blocking(settings.frequency_hz)?;
         if let Some(warning) = limits::raise_open_files() {
             eprintln!("profiler: warning: {warning}");
@@ -204,16 +223,16 @@ impl<M: Mode> Session<M> {
         let target = Target::open(&settings.pids, &settings.command)?;
         let description = printable_owned(target.describe());
         let mut pipeline = Pipeline::new(
-            mode,
+            collector,
             walker(settings, &target),
             aggregate(settings),
             settings.max_records,
             settings.debug_info,
             KernelNamer::load(),
         )?;
-        let mut kernel = pipeline.mode.load(&target)?;
+        let mut kernel = pipeline.collector.load(&target)?;
         let ring = RingReader::new(kernel.take_ring()?).context("cannot poll the ring buffer")?;
-        let intake = Intake::new(ring, TaskEventReader::open()?, Monotonic, M::Kernel::RECORDS);
+        let intake = Intake::new(ring, TaskEventReader::open()?, Monotonic, C::Kernel::RECORDS);
         follow(&target, &mut kernel, &mut pipeline.walker)?;
         match &target {
             Target::Command(command) => {
@@ -226,11 +245,13 @@ impl<M: Mode> Session<M> {
         let start = Start::now();
         pipeline.walker.sampling_starts(start.monotonic_ns);
         let running = target.start()?;
+        let readiness = consumer.ready(&description, pipeline.collector.activity(&kernel, &description));
         if !settings.quiet {
-            ready(&pipeline.mode.activity(&kernel, &description), settings.duration);
+            ready(&readiness, settings.duration);
         }
         let base = base(settings, description);
-        Ok(Self { windows: None, base, running, start, intake, kernel, pipeline, files, late: Vec::new() })
+        let late = Vec::new();
+        Ok(Self { windows: None, base, running, start, intake, kernel, pipeline, consumer, files, late })
     }
 
     /// Samples until a stop condition, then pauses the kernel side and drains what is left.
@@ -246,13 +267,21 @@ impl<M: Mode> Session<M> {
             settings.window.map(|every| Windows::new(every, self.base.clone(), self.whole(settings)));
         let reason = self
             .pipeline
-            .sample_until(stop, &mut self.intake, &mut self.kernel, &mut status, self.windows.as_mut())
+            .sample_until(
+                stop,
+                &mut self.intake,
+                &mut self.kernel,
+                &mut self.consumer,
+                &mut status,
+                self.windows.as_mut(),
+            )
             .await
             .map_err(|err| self.late.push(err.context("sampling stopped early")))
             .ok();
         self.late.extend(self.kernel.pause().err());
         self.intake.drain_all(&mut self.pipeline);
         status.finish();
+        self.consumer.sampling_ended();
         Ok(reason)
     }
 
@@ -262,7 +291,7 @@ impl<M: Mode> Session<M> {
         (!settings.outputs.paths().is_empty()).then(|| Whole::new(detail, self.start.monotonic_ns))
     }
 
-    /// The recording: what only the end knows added by the mode, the last window handed over,
+    /// The recording: what only the end knows added by the collector, the last window handed over,
     /// every frame named, written to the outputs.
     async fn finish(&mut self, settings: &Settings) -> Written {
         let end_ns = clock::monotonic_ns();
@@ -278,15 +307,16 @@ impl<M: Mode> Session<M> {
             unwind: pipeline.walker.stats().summary(),
             ..std::mem::take(&mut self.base)
         };
-        self.late
-            .extend(pipeline.mode.finish(&mut self.kernel, &mut pipeline.aggregate, end_ns, &mut meta).err());
-        // What the last drains and the mode's end brought is named now.
+        let finished =
+            pipeline.collector.finish(&mut self.kernel, &mut pipeline.aggregate, end_ns, &mut meta);
+        self.late.extend(finished.err());
+        // What the last drains and the collector's end brought is named now.
         pipeline.settle();
         let mut whole = None;
         if let Some(windows) = &mut self.windows {
             // The last window, partial; the aggregate is empty after it: what the outputs below
             // get is the windows merged, or else only the session's summary.
-            windows.close_last(pipeline, meta.weight).await;
+            windows.close_last(pipeline, &mut |recording| self.consumer.window(recording), meta.weight).await;
             whole = windows.take_whole();
         }
         let (symbols, naming) = pipeline.stop_naming(end_ns).await.unwrap_or_else(|err| {
@@ -302,10 +332,10 @@ impl<M: Mode> Session<M> {
         Written { recording, naming, written }
     }
 
-    /// The mode's report and why sampling stopped (unless `-q`), the warnings, the kernel side
+    /// The consumer's report and why sampling stopped (unless `-q`), the warnings, the kernel side
     /// dropped, how a command that failed exited; returns the first error.
     fn report(self, settings: &Settings, reason: Option<StopReason>, written: Written) -> Result<()> {
-        let Self { pipeline: session, kernel, mut running, late, .. } = self;
+        let Self { pipeline: session, consumer, kernel, mut running, late, .. } = self;
         let Written { recording, naming, written } = written;
         if !settings.quiet {
             let modules = session.walker.address_spaces().modules();
@@ -313,7 +343,7 @@ impl<M: Mode> Session<M> {
             let outputs = settings.outputs.paths();
             let options = &settings.render;
             let progress = session.progress();
-            session.mode.report(&End {
+            consumer.report(&End {
                 recording: &recording,
                 kernel: &kernel,
                 missing_cfi,

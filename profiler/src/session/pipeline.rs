@@ -1,5 +1,5 @@
 //! The pipeline: what becomes of each record drained from the ring. It is decoded, its stack
-//! walked and interned into a site, handed to the mode; between drains, the kernel is told what
+//! walked and interned into a site, handed to the collector; between drains, the kernel is told what
 //! the walk learned (where stacks end, Python processes), the new frames are handed to naming
 //! and the processes gone are forgotten.
 use std::{
@@ -10,7 +10,7 @@ use std::{
 use anyhow::Result;
 
 use super::{
-    Mode, Progress,
+    Collector, Consumer, Progress,
     intake::{Intake, Pause, Sink},
     status::StatusLine,
     stop::StopReason,
@@ -25,9 +25,9 @@ use crate::{
 };
 
 /// Everything between the ring and the recording: each record decoded, its stack walked and
-/// interned, handed to the mode; new frames named after each drain.
-pub(super) struct Pipeline<M> {
-    pub(super) mode: M,
+/// interned, handed to the collector; new frames named after each drain.
+pub(super) struct Pipeline<C> {
+    pub(super) collector: C,
     pub(super) walker: StackWalker,
     pub(super) naming: NamingThread,
     pub(super) aggregate: Aggregate,
@@ -56,9 +56,9 @@ const MAX_UNSETTLED: Duration = Duration::from_secs(1);
 /// quarter second or so.
 const UNMAPPED_CHECK_INTERVAL: Duration = Duration::from_millis(250);
 
-impl<M: Mode> Pipeline<M> {
+impl<C: Collector> Pipeline<C> {
     pub(super) fn new(
-        mode: M,
+        collector: C,
         walker: StackWalker,
         aggregate: Aggregate,
         max_records: Option<u64>,
@@ -66,7 +66,7 @@ impl<M: Mode> Pipeline<M> {
         kernel_namer: Result<KernelNamer>,
     ) -> Result<Self> {
         Ok(Self {
-            mode,
+            collector,
             walker,
             naming: NamingThread::start(debug_info, kernel_namer)?,
             aggregate,
@@ -93,12 +93,13 @@ impl<M: Mode> Pipeline<M> {
 
     /// Drains records as they come until `stop` completes or `--max-samples` is reached,
     /// handing what each drain taught to the kernel and to naming; with `windows`, cuts them as
-    /// they close and hands them over as they are named.
+    /// they close and hands them to `consumer` as they are named.
     pub(super) async fn sample_until(
         &mut self,
         stop: impl Future<Output = StopReason>,
         intake: &mut Intake,
-        kernel: &mut M::Kernel,
+        kernel: &mut C::Kernel,
+        consumer: &mut impl Consumer<C::Kernel>,
         status: &mut StatusLine,
         mut windows: Option<&mut Windows>,
     ) -> Result<StopReason> {
@@ -124,12 +125,12 @@ impl<M: Mode> Pipeline<M> {
                 reason = &mut stop => return Ok(reason),
                 symbols = window_named => {
                     if let Some(windows) = windows.as_deref_mut() {
-                        windows.hand_over(self, symbols);
+                        windows.hand_over(self, &mut |recording| consumer.window(recording), symbols);
                     }
                 }
                 () = window_closes => {
                     if let Some(windows) = windows.as_deref_mut() {
-                        windows.close(self, kernel).await?;
+                        windows.close(self, kernel, &mut |recording| consumer.window(recording)).await?;
                     }
                 }
                 ready = intake.ready(drain_interval) => {
@@ -157,7 +158,7 @@ impl<M: Mode> Pipeline<M> {
                         return Ok(StopReason::MaxSamples);
                     }
                     if status.due() {
-                        status.update(self.mode.status(kernel, &self.progress()));
+                        status.update(consumer.status(self.collector.status(kernel, &self.progress())));
                     }
                 }
             }
@@ -207,21 +208,21 @@ impl<M: Mode> Pipeline<M> {
     /// first (`Break`). Corrupt input anywhere (a record, a binary, its CFI) costs at most this
     /// record: a panic below is contained and counted.
     fn add(&mut self, bytes: &[u8], hold: bool) -> ControlFlow<()> {
-        let Self { mode, walker, aggregate, malformed, records, .. } = self;
-        let Ok(record) = M::Kernel::RECORDS.decode(bytes) else {
+        let Self { collector, walker, aggregate, malformed, records, .. } = self;
+        let Ok(record) = C::Kernel::RECORDS.decode(bytes) else {
             *malformed += 1;
             return ControlFlow::Continue(());
         };
         let sample = &record.sample;
         let Some(walked) = walker.walk(sample, hold) else { return ControlFlow::Break(()) };
         let site = aggregate.site(sample.time_ns(), sample.tgid(), sample.tid(), sample.state(), &walked);
-        mode.add(site, record.payload, aggregate);
+        collector.add(site, record.payload, aggregate);
         *records += 1;
         ControlFlow::Continue(())
     }
 }
 
-impl<M: Mode> Sink for Pipeline<M> {
+impl<C: Collector> Sink for Pipeline<C> {
     fn task_event(&mut self, event: TaskEvent) {
         self.walker.apply(event);
     }
@@ -259,12 +260,12 @@ mod tests {
         decode::{Payload, RecordKind},
         frame::Frame,
         model::{Meta, Tgid, Tid},
-        session::{End, Target},
+        session::Target,
         testing::{encode_sample, no_kernel_namer},
         walk::CallGraph,
     };
 
-    /// A mode that keeps every record as a sample, and panics on a thread id of 13.
+    /// A collector that keeps every record as a sample, and panics on a thread id of 13.
     struct Counting;
 
     /// A kernel side that is never loaded: the pipeline is fed by hand.
@@ -287,7 +288,7 @@ mod tests {
         }
     }
 
-    impl Mode for Counting {
+    impl Collector for Counting {
         type Kernel = Unloaded;
 
         fn load(&mut self, _: &Target) -> Result<Unloaded> {
@@ -303,10 +304,12 @@ mod tests {
         fn status(&self, _: &Unloaded, _: &Progress) -> String {
             String::new()
         }
+        fn close_window(&mut self, _: &mut Unloaded, _: &mut Aggregate, _: u64) -> Result<()> {
+            Ok(())
+        }
         fn finish(&mut self, _: &mut Unloaded, _: &mut Aggregate, _: u64, _: &mut Meta) -> Result<()> {
             Ok(())
         }
-        fn report(&self, _: &End<'_, Unloaded>) {}
     }
 
     fn record(tid: u32) -> Vec<u8> {

@@ -1,6 +1,6 @@
 //! What the terminal is told at the end beside the mode's report: why sampling stopped, what
 //! was dropped on the way, the limits the targets ran into, and what the kernel side has to say.
-use super::{Mode, limits, pipeline::Pipeline, stop::StopReason};
+use super::{Collector, limits, pipeline::Pipeline, stop::StopReason};
 use crate::{
     address_space::{MAX_MAPS_BYTES, MAX_MAPS_READ_TIME, cut_readings},
     kernel::KernelSource,
@@ -26,8 +26,8 @@ pub(super) fn stopped(reason: Option<StopReason>) {
 
 /// Warns, on stderr, about what was dropped on the way (by `pipeline`, and what `naming`
 /// refused), the limits that were reached, and what `kernel` has to say.
-pub(super) fn warn<M: Mode>(pipeline: &Pipeline<M>, kernel: &M::Kernel, naming: &NamingReport) {
-    dropped(pipeline, M::Kernel::RECORDS.noun(), naming);
+pub(super) fn warn<C: Collector>(pipeline: &Pipeline<C>, kernel: &C::Kernel, naming: &NamingReport) {
+    dropped(pipeline, C::Kernel::RECORDS.noun(), naming);
     limits_reached(pipeline);
     for warning in kernel.warnings() {
         eprintln!("profiler: warning: {warning}");
@@ -36,7 +36,7 @@ pub(super) fn warn<M: Mode>(pipeline: &Pipeline<M>, kernel: &M::Kernel, naming: 
 
 /// What was dropped on the way: task events the kernel lost, `records` that did not decode or
 /// could not be processed, and what `naming` refused.
-fn dropped<M: Mode>(pipeline: &Pipeline<M>, records: &str, naming: &NamingReport) {
+fn dropped<C: Collector>(pipeline: &Pipeline<C>, records: &str, naming: &NamingReport) {
     let lost_task_events = pipeline.walker.address_spaces().lost_events();
     if lost_task_events > 0 {
         eprintln!(
@@ -70,7 +70,7 @@ fn dropped<M: Mode>(pipeline: &Pipeline<M>, records: &str, naming: &NamingReport
 
 /// The limits that were reached on what targets may cost: descriptors, the budgets of what
 /// they describe, of inflated sections and of copies, network and FUSE files, mappings.
-fn limits_reached<M: Mode>(pipeline: &Pipeline<M>) {
+fn limits_reached<C: Collector>(pipeline: &Pipeline<C>) {
     let out_of_descriptors = pipeline.walker.address_spaces().modules().out_of_descriptors();
     if out_of_descriptors > 0 {
         eprintln!(

@@ -6,11 +6,11 @@ use std::{collections::VecDeque, time::Duration};
 
 use anyhow::Result;
 
-use super::{Mode, pipeline::Pipeline, whole::Whole};
+use super::{Collector, pipeline::Pipeline, whole::Whole};
 use crate::{
     aggregate::Aggregate,
     clock::Start,
-    model::{Meta, Weight},
+    model::{Meta, Recording, Weight},
     symbolize::{Finished, Symbols},
 };
 
@@ -69,37 +69,49 @@ impl Windows {
         }
     }
 
-    /// The current window closes now: the mode adds what it holds that no record brought yet,
-    /// the frames seen so far go to naming, and the window is cut.
-    pub(super) async fn close<M: Mode>(
+    /// The current window closes now: the collector adds what it holds that no record brought
+    /// yet, the frames seen so far go to naming, and the window is cut (the oldest handed to
+    /// `consumer` if too many wait for their names).
+    pub(super) async fn close<C: Collector>(
         &mut self,
-        pipeline: &mut Pipeline<M>,
-        kernel: &mut M::Kernel,
+        pipeline: &mut Pipeline<C>,
+        kernel: &mut C::Kernel,
+        consumer: &mut dyn FnMut(Recording),
     ) -> Result<()> {
         let end = Start::now();
-        pipeline.mode.close_window(kernel, &mut pipeline.aggregate, end.monotonic_ns)?;
+        pipeline.collector.close_window(kernel, &mut pipeline.aggregate, end.monotonic_ns)?;
         pipeline.settle();
-        self.cut(pipeline, end).await;
+        self.cut(pipeline, consumer, end).await;
         Ok(())
     }
 
     /// The last window, partial, once the session's recording says what its samples weigh
-    /// (`weight`): cut, and handed over with every window still waiting for its names.
-    pub(super) async fn close_last<M: Mode>(&mut self, pipeline: &mut Pipeline<M>, weight: Weight) {
+    /// (`weight`): cut, and handed to `consumer` with every window still waiting for its names.
+    pub(super) async fn close_last<C: Collector>(
+        &mut self,
+        pipeline: &mut Pipeline<C>,
+        consumer: &mut dyn FnMut(Recording),
+        weight: Weight,
+    ) {
         self.base.weight = weight;
-        self.cut(pipeline, Start::now()).await;
+        self.cut(pipeline, consumer, Start::now()).await;
         while !self.unnamed.is_empty() {
-            self.hand_over_window(pipeline).await;
+            self.hand_over_window(pipeline, consumer).await;
         }
     }
 
     /// Closes the current window: the aggregate and the names start afresh (so memory follows
-    /// one window, not the session), and its samples go to the mode as a recording once named
-    /// ([`Self::hand_over`]), meanwhile records are drained. Only when naming is
+    /// one window, not the session), and its samples go to the consumer as a recording once
+    /// named ([`Self::hand_over`]), meanwhile records are drained. Only when naming is
     /// [`MAX_UNNAMED_WINDOWS`] windows behind does the cut wait for the oldest.
-    async fn cut<M: Mode>(&mut self, pipeline: &mut Pipeline<M>, end: Start) {
+    async fn cut<C: Collector>(
+        &mut self,
+        pipeline: &mut Pipeline<C>,
+        consumer: &mut dyn FnMut(Recording),
+        end: Start,
+    ) {
         if self.unnamed.len() >= MAX_UNNAMED_WINDOWS {
-            self.hand_over_window(pipeline).await;
+            self.hand_over_window(pipeline, consumer).await;
         }
         let meta = Meta {
             start_unix_ns: self.opened.unix_ns,
@@ -126,16 +138,25 @@ impl Windows {
     }
 
     /// Waits for the names of the oldest window cut, if any, and hands it over.
-    async fn hand_over_window<M: Mode>(&mut self, pipeline: &mut Pipeline<M>) {
+    async fn hand_over_window<C: Collector>(
+        &mut self,
+        pipeline: &mut Pipeline<C>,
+        consumer: &mut dyn FnMut(Recording),
+    ) {
         if let Some(window) = self.unnamed.front_mut() {
             let symbols = (&mut window.symbols).await;
-            self.hand_over(pipeline, symbols);
+            self.hand_over(pipeline, consumer, symbols);
         }
     }
 
-    /// Hands the oldest window cut over to the mode, named by `symbols`; without them (naming
+    /// Hands the oldest window cut to `consumer`, named by `symbols`; without them (naming
     /// failed), its frames keep placeholder names.
-    pub(super) fn hand_over<M: Mode>(&mut self, pipeline: &mut Pipeline<M>, symbols: Result<Symbols>) {
+    pub(super) fn hand_over<C: Collector>(
+        &mut self,
+        pipeline: &mut Pipeline<C>,
+        consumer: &mut dyn FnMut(Recording),
+        symbols: Result<Symbols>,
+    ) {
         let Some(UnnamedWindow { aggregate, meta, opened_ns, .. }) = self.unnamed.pop_front() else {
             return;
         };
@@ -148,6 +169,6 @@ impl Windows {
         if let Some(whole) = &mut self.whole {
             whole.add(&recording, opened_ns);
         }
-        pipeline.mode.window(recording);
+        consumer(recording);
     }
 }

@@ -346,7 +346,12 @@ pub fn is_readiness(line: &str) -> bool {
 /// Starts `profiler ARGS` (standard output discarded) and returns once it says it is recording;
 /// fails if it exits first, or has not said so within [`READY_WITHIN`].
 pub fn start_profiler(args: &[&str]) -> Started {
-    start(profiler(), args)
+    start(profiler(), args, Stdio::null())
+}
+
+/// [`start_profiler`], its standard output written to `stdout` (top's plain tables).
+pub fn start_profiler_writing(args: &[&str], stdout: std::fs::File) -> Started {
+    start(profiler(), args, stdout.into())
 }
 
 /// [`start_profiler`] at the highest priority (nice -20), as an operator runs it beside more
@@ -355,13 +360,13 @@ pub fn start_profiler(args: &[&str]) -> Started {
 pub fn start_profiler_first(args: &[&str]) -> Started {
     let mut command = Command::new("nice");
     command.args(["-n", "-20"]).arg(profiler().get_program());
-    start(command, args)
+    start(command, args, Stdio::null())
 }
 
-fn start(mut command: Command, args: &[&str]) -> Started {
+fn start(mut command: Command, args: &[&str], stdout: Stdio) -> Started {
     eprintln!("profiler {args:?}");
     let mut child =
-        command.args(args).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("start the profiler");
+        command.args(args).stdout(stdout).stderr(Stdio::piped()).spawn().expect("start the profiler");
     let (sender, lines) = mpsc::channel();
     let stderr = BufReader::new(child.stderr.take().unwrap());
     std::thread::spawn(move || stderr.lines().map_while(Result::ok).try_for_each(|line| sender.send(line)));

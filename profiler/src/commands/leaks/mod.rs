@@ -16,10 +16,10 @@ use crate::{
     cli::LeaksArgs,
     decode::Payload,
     kernel::tracer::{Tracer, TracerConfig},
-    model::{AllocationTotals, Meta, Tgid, Weight},
+    model::{AllocationTotals, Meta, Recording, Tgid, Weight},
     output::Outputs,
     render::{Format, RenderOptions, leak_report},
-    session::{self, End, Mode, Progress, Settings, Target},
+    session::{self, Collector, Consumer, End, Progress, Settings, Target},
     walk::CallGraph,
 };
 
@@ -48,7 +48,7 @@ pub async fn run(args: LeaksArgs) -> Result<()> {
     };
     let min_age_ns = args.min_age.map(|seconds| (seconds * 1e9) as u64);
     let leaks = Leaks { config, min_age_ns, pid: Tgid(0), ledger: Ledger::default() };
-    session::run(leaks, settings).await
+    session::run(leaks, LeakReport, settings).await
 }
 
 struct Leaks {
@@ -59,7 +59,7 @@ struct Leaks {
     ledger: Ledger,
 }
 
-impl Mode for Leaks {
+impl Collector for Leaks {
     type Kernel = Tracer;
 
     fn load(&mut self, target: &Target) -> Result<Tracer> {
@@ -89,6 +89,11 @@ impl Mode for Leaks {
         )
     }
 
+    /// `leaks` asks for no windows.
+    fn close_window(&mut self, _: &mut Tracer, _: &mut Aggregate, _: u64) -> Result<()> {
+        Ok(())
+    }
+
     /// One sample per block still outstanding (at least `--min-age` old), on its stack.
     fn finish(
         &mut self,
@@ -104,6 +109,24 @@ impl Mode for Leaks {
         meta.allocations = Some(AllocationTotals { min_age_ns: self.min_age_ns, ..tracer.totals()? });
         Ok(())
     }
+}
+
+/// `leaks`' consumer: the report of the blocks outstanding, on standard output.
+struct LeakReport;
+
+impl Consumer<Tracer> for LeakReport {
+    fn ready(&mut self, _: &str, collecting: String) -> String {
+        collecting
+    }
+
+    fn status(&self, collecting: String) -> String {
+        collecting
+    }
+
+    /// `leaks` asks for no windows.
+    fn window(&mut self, _: Recording) {}
+
+    fn sampling_ended(&mut self) {}
 
     fn report(&self, end: &End<'_, Tracer>) {
         let written = leak_report::write(end.recording, end.options.top, &mut std::io::stdout().lock());

@@ -8,19 +8,18 @@ use std::{io::IsTerminal as _, time::Duration};
 use anyhow::Result;
 
 use self::screen::Screen;
-use super::record::{self, CpuProfile, SamplingPlan, sampling};
+use super::record::{self, SamplingPlan, sampling};
 use crate::{
-    aggregate::{Aggregate, Detail, Site},
+    aggregate::Detail,
     cli::{RECORD_DEFAULT_HZ, TopArgs},
-    decode::Payload,
     kernel::sampler::{self, Sampler},
-    model::{Meta, Recording, Tgid, Weight},
+    model::{Recording, Tgid, Weight},
     output::Outputs,
     render::{
         Format, RenderOptions,
         hot_functions::{HotFunctions, SortBy},
     },
-    session::{self, End, Mode, Progress, Settings, Target},
+    session::{self, Consumer, End, Settings},
 };
 
 /// Rows of each plain table.
@@ -63,7 +62,7 @@ pub async fn run(args: TopArgs) -> Result<()> {
     };
     let view = if full_screen { View::Waiting } else { View::Plain { once: args.once, printed: false } };
     let (quiet, outputs) = (args.sampling.session.quiet, settings.outputs.clone());
-    session::run(Top { cpu, view, title: String::new() }, settings).await?;
+    session::run(cpu, Top { view, title: String::new() }, settings).await?;
     if !quiet {
         say_written(&outputs);
     }
@@ -80,8 +79,8 @@ fn say_written(outputs: &Outputs) {
     }
 }
 
+/// `top`'s consumer of a CPU profile: each window's functions in the view.
 struct Top {
-    cpu: CpuProfile,
     view: View,
     /// What is watched: `PID 1234`, `whole system`.
     title: String,
@@ -101,43 +100,22 @@ enum View {
     Closed,
 }
 
-impl Mode for Top {
-    type Kernel = Sampler;
-
-    fn load(&mut self, target: &Target) -> Result<Sampler> {
-        self.title = crate::model::printable_owned(target.describe());
-        self.cpu.load(target)
+impl Consumer<Sampler> for Top {
+    fn ready(&mut self, target: &str, collecting: String) -> String {
+        self.title = target.to_owned();
+        format!("top: {collecting}")
     }
 
-    fn add(&mut self, site: Site, payload: Payload, aggregate: &mut Aggregate) {
-        self.cpu.add(site, payload, aggregate);
-    }
-
-    fn activity(&self, sampler: &Sampler, target: &str) -> String {
-        format!("top: {}", self.cpu.activity(sampler, target))
-    }
-
-    fn status(&self, sampler: &Sampler, progress: &Progress) -> String {
-        self.cpu.status(sampler, progress)
+    fn status(&self, collecting: String) -> String {
+        collecting
     }
 
     /// The view closes here, before the last window and the warnings: what is said after goes
     /// to the terminal as it was.
-    fn finish(
-        &mut self,
-        sampler: &mut Sampler,
-        aggregate: &mut Aggregate,
-        end_ns: u64,
-        meta: &mut Meta,
-    ) -> Result<()> {
+    fn sampling_ended(&mut self) {
         if matches!(self.view, View::Waiting | View::Screen(_)) {
             self.view = View::Closed;
         }
-        self.cpu.finish(sampler, aggregate, end_ns, meta)
-    }
-
-    fn close_window(&mut self, sampler: &mut Sampler, aggregate: &mut Aggregate, end_ns: u64) -> Result<()> {
-        self.cpu.close_window(sampler, aggregate, end_ns)
     }
 
     fn report(&self, _: &End<'_, Sampler>) {}
