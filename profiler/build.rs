@@ -1,12 +1,22 @@
 //! Builds the eBPF objects (`profiler-ebpf`, for bpfel-unknown-none with the nightly its
 //! `rust-toolchain.toml` names, and bpf-linker) into OUT_DIR, where `src/kernel/object.rs` and
-//! `src/kernel/names.rs` embed them.
+//! `src/kernel/names.rs` embed them; with `PROFILER_EBPF=none`, empty files in their place (the
+//! unit tests' build: `cargo xtask test --unit`, without the nightly and bpf-linker).
 use std::{path::Path, process::Command};
 
 use anyhow::{Context as _, anyhow, bail};
 
 fn main() -> anyhow::Result<()> {
     let manifest_dir = std::env::var("CARGO_MANIFEST_DIR").context("CARGO_MANIFEST_DIR")?;
+    let out_dir = std::env::var_os("OUT_DIR").context("OUT_DIR")?;
+    println!("cargo:rerun-if-env-changed=PROFILER_EBPF");
+    if std::env::var_os("PROFILER_EBPF").is_some_and(|value| value == "none") {
+        for object in OBJECTS {
+            std::fs::write(Path::new(&out_dir).join(object), [])?;
+        }
+        println!("cargo:warning=built without its eBPF programs (PROFILER_EBPF=none): it cannot sample");
+        return Ok(());
+    }
     let ebpf_dir = Path::new(&manifest_dir).join("../profiler-ebpf");
     println!("cargo:rerun-if-changed={}", ebpf_dir.join("rust-toolchain.toml").display());
     let toolchain = ebpf_toolchain(&ebpf_dir)?;
@@ -15,7 +25,6 @@ fn main() -> anyhow::Result<()> {
     // Each profile (dev, release, ci, clippy's, the fuzz targets' own workspace) would build the
     // same object again, `core` included, in its own OUT_DIR: about 40 s each. aya-build builds
     // into OUT_DIR, so it is pointed at one folder for all, and the object copied from there.
-    let out_dir = std::env::var_os("OUT_DIR").context("OUT_DIR")?;
     let shared = Path::new(&manifest_dir).join("../target/ebpf");
     // SAFETY: a build script's one thread; aya-build reads OUT_DIR from the environment.
     unsafe { std::env::set_var("OUT_DIR", &shared) };

@@ -17,13 +17,8 @@ use std::{
 
 use common::*;
 
-/// Taken by the tests that keep many processes busy, and by those that count samples of one: on
-/// two CPUs, ten busy programs starve a workload whose samples another test counts.
-static BUSY_CPUS: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn busy_cpus() -> std::sync::MutexGuard<'static, ()> {
-    BUSY_CPUS.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
+// Alone on the machine: the tests that keep many processes busy, and those that count samples of
+// one (on two CPUs, ten busy programs starve a workload whose samples another test counts).
 
 /// Records the JIT workload for two seconds with `plant` put at its perf map's path first:
 /// `forbidden` must not appear, and one warning must say the map was not read.
@@ -263,7 +258,7 @@ fn more_libraries_than_the_soft_limit_on_open_files() {
     if !e2e_enabled() {
         return;
     }
-    let _cpus = busy_cpus();
+    let _cpus = alone_on_the_machine();
     let dir = scratch_dir("many-libs");
     let plugin = std::fs::read(build_plugin(&dir)).unwrap();
     let libraries: Vec<PathBuf> = (0..300u32)
@@ -603,7 +598,7 @@ fn a_perf_map_of_millions_of_tiny_lines_is_kept_within_bounds() {
 /// profiler in a 512 MiB memory cgroup: its stderr and peak memory, and the share of each
 /// process's samples in the workload's hot functions (the control that its file was read).
 fn record_spoiled_programs(name: &str, count: u32, spoil: impl Fn(&Path)) -> (String, u64, Vec<f64>) {
-    let _cpus = busy_cpus();
+    let _cpus = alone_on_the_machine();
     let dir = scratch_dir(name);
     std::os::unix::fs::chown(&dir, Some(NOBODY), Some(NOBODY)).unwrap();
     let programs: Vec<PathBuf> = (1..=count)
@@ -715,7 +710,7 @@ fn children_sharing_a_large_address_space_share_its_table() {
     if !e2e_enabled() {
         return;
     }
-    let _cpus = busy_cpus();
+    let _cpus = alone_on_the_machine();
     let program = build_workload("clone_vm.c", "clone_vm", "gcc", &["-O2"]);
     let mut workload = KillOnDrop(
         as_nobody(&program).args(["8", "30000"]).stdin(Stdio::null()).stdout(Stdio::piped()).spawn().unwrap(),

@@ -9,14 +9,9 @@ use std::{
 
 use common::*;
 
-/// Held by each test while it runs JVMs: a JVM busy on both CPUs of the test machine beside
-/// another one spends seconds more compiling, and a share measured while its code is half
-/// interpreted, half compiled is the JIT's, not the program's.
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn alone() -> std::sync::MutexGuard<'static, ()> {
-    ONE_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
+// Alone on the machine while a test runs JVMs: a JVM busy on both CPUs of the test machine
+// beside another one spends seconds more compiling, and a share measured while its code is half
+// interpreted, half compiled is the JIT's, not the program's.
 
 /// Every JDK under /usr/lib/jvm (links to another one left out): its `bin` directory.
 fn jdks() -> Vec<PathBuf> {
@@ -57,7 +52,7 @@ fn java_frames_named_from_a_perf_map_written_at_exit() {
     if !e2e_enabled() {
         return;
     }
-    let _alone = alone();
+    let _alone = alone_on_the_machine();
     let jdks = jdks();
     let dir = scratch_dir("java-perf-map-at-exit");
     compile(&jdks, &dir, "Shares.java");
@@ -120,7 +115,7 @@ fn java_methods_named_with_no_options() {
     if !e2e_enabled() {
         return;
     }
-    let _alone = alone();
+    let _alone = alone_on_the_machine();
     let jdks = jdks();
     let dir = scratch_dir("java-no-options");
     compile(&jdks, &dir, "Shares.java");
@@ -181,7 +176,7 @@ fn a_jvm_that_loaded_hundreds_of_native_libraries() {
     if !e2e_enabled() {
         return;
     }
-    let _alone = alone();
+    let _alone = alone_on_the_machine();
     let jdks = jdks();
     let dir = scratch_dir("java-many-libraries");
     compile(&jdks, &dir, "Shares.java");
@@ -286,7 +281,7 @@ fn java_native_and_java_again_in_one_stack() {
     if !e2e_enabled() {
         return;
     }
-    let _alone = alone();
+    let _alone = alone_on_the_machine();
     let jdks = jdks();
     let dir = scratch_dir("java-mixed");
     compile(&jdks, &dir, "Mixed.java");
@@ -348,7 +343,7 @@ fn java_waits_under_the_methods_that_waited() {
     if !e2e_enabled() {
         return;
     }
-    let _alone = alone();
+    let _alone = alone_on_the_machine();
     let jdks = jdks();
     let dir = scratch_dir("java-off-cpu");
     compile(&jdks, &dir, "Sleeper.java");
@@ -410,7 +405,7 @@ fn deep_compiled_recursion_whole_to_main() {
     if !e2e_enabled() {
         return;
     }
-    let _alone = alone();
+    let _alone = alone_on_the_machine();
     let jdks = jdks();
     let dir = scratch_dir("java-deep");
     compile(&jdks, &dir, "Deep.java");
@@ -450,7 +445,7 @@ fn interpreted_frames_at_the_line_they_run() {
     if !e2e_enabled() {
         return;
     }
-    let _alone = alone();
+    let _alone = alone_on_the_machine();
     let jdks = jdks();
     let dir = scratch_dir("java-interpreted-lines");
     compile(&jdks, &dir, "Shares.java");
@@ -556,7 +551,7 @@ fn check_reads_the_tables_hotspot_exports_for_external_tools() {
     if !e2e_enabled() {
         return;
     }
-    let _alone = alone();
+    let _alone = alone_on_the_machine();
     let jdks = jdks();
     let dir = scratch_dir("java-check");
     compile(&jdks, &dir, "Shares.java");

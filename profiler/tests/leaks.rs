@@ -2,13 +2,12 @@
 //! against the folded output (bytes per stack) and the text report (blocks per stack, totals).
 mod common;
 
-use std::{path::Path, sync::RwLock};
+use std::path::Path;
 
 use common::*;
 
-/// Tests share the machine, except the one that measures whether the profiler keeps up under
-/// load: it runs alone.
-static MACHINE: RwLock<()> = RwLock::new(());
+// Tests share the machine, except the one that measures whether the profiler keeps up under
+// load: it runs alone.
 
 /// The allocation workloads: sibling calls kept, so that each site function stays on the stack.
 fn build(source: &str) -> std::path::PathBuf {
@@ -68,7 +67,7 @@ fn threads_that_free_everything_leak_nothing() {
     if !e2e_enabled() {
         return;
     }
-    let _shared = MACHINE.read().unwrap_or_else(|e| e.into_inner());
+    let _shared = beside_others();
     let dir = scratch_dir("leaks-threads");
     let (folded, report, _) = leaks(&dir, &[], &build("leaks_threads.c"));
     // 200 threads x 3000 blocks were all seen, allocated and freed, and none is outstanding.
@@ -85,7 +84,7 @@ fn exactly_the_leaked_blocks_with_their_stack() {
     if !e2e_enabled() {
         return;
     }
-    let _shared = MACHINE.read().unwrap_or_else(|e| e.into_inner());
+    let _shared = beside_others();
     let dir = scratch_dir("leaks-exact");
     let (folded, report, _) = leaks(&dir, &[], &build("leaks_exact.c"));
     assert_eq!(report_groups(&report, "leak_page"), (4_096_000, 1000));
@@ -103,7 +102,7 @@ fn exact_leaks_under_a_multithreaded_churn() {
     if !e2e_enabled() {
         return;
     }
-    let _alone = MACHINE.write().unwrap_or_else(|e| e.into_inner());
+    let _alone = alone_on_the_machine();
     // Eight threads churn every allocation function, some 100,000 traced allocations a second,
     // while the main thread leaks exactly 1000 pages.
     let workload = build("leaks_churn.c");
@@ -157,7 +156,7 @@ fn cpp_operator_new_with_libstdcxx_tcmalloc_and_jemalloc() {
     if !e2e_enabled() {
         return;
     }
-    let _shared = MACHINE.read().unwrap_or_else(|e| e.into_inner());
+    let _shared = beside_others();
     for (name, allocator) in [
         ("leaks_new", None),
         ("leaks_new-tcmalloc", Some("/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4")),
@@ -188,7 +187,7 @@ fn every_allocation_function_matches_the_programs_bookkeeping() {
     if !e2e_enabled() {
         return;
     }
-    let _shared = MACHINE.read().unwrap_or_else(|e| e.into_inner());
+    let _shared = beside_others();
     let dir = scratch_dir("leaks-mix");
     let (folded, report, stdout) = leaks(&dir, &[], &build("leaks_mix.c"));
     let mut sites = 0;
@@ -210,7 +209,7 @@ fn min_age_drops_recent_blocks_and_sampling_scales() {
     if !e2e_enabled() {
         return;
     }
-    let _shared = MACHINE.read().unwrap_or_else(|e| e.into_inner());
+    let _shared = beside_others();
     let dir = scratch_dir("leaks-min-age");
     let workload = build("leaks_exact.c");
     // Every block is younger than a minute when the program exits.
@@ -229,7 +228,7 @@ fn bad_targets_fail_in_one_line() {
     if !e2e_enabled() {
         return;
     }
-    let _shared = MACHINE.read().unwrap_or_else(|e| e.into_inner());
+    let _shared = beside_others();
     let dir = scratch_dir("leaks-bad");
     let out = dir.join("out.txt");
     let static_binary =

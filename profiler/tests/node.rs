@@ -10,13 +10,8 @@ use std::{
 
 use common::*;
 
-/// Held by each test while it runs Node: two beside each other on the test machine's two CPUs
-/// leave each too little to sample.
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn alone() -> std::sync::MutexGuard<'static, ()> {
-    ONE_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
+// Alone on the machine while a test runs Node: two beside each other on the test machine's two
+// CPUs leave each too little to sample.
 
 /// With `--perf-basic-prof --interpreted-frames-native-stack`, V8 writes a perf map as it
 /// compiles and gives interpreted functions frames of their own: every JavaScript function is
@@ -27,7 +22,7 @@ fn javascript_functions_named_from_the_perf_map_get_their_shares() {
     if !e2e_enabled() {
         return;
     }
-    let _alone = alone();
+    let _alone = alone_on_the_machine();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/node/shares.js");
     let dir = scratch_dir("node-perf-map");
     // With a perf map V8 also writes a log, by default in the working directory.
@@ -58,7 +53,7 @@ fn javascript_functions_named_from_the_jitdump_get_their_shares() {
     if !e2e_enabled() {
         return;
     }
-    let _alone = alone();
+    let _alone = alone_on_the_machine();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/node/shares.js");
     let dir = scratch_dir("node-jitdump");
     let out = dir.join("out.folded");
@@ -170,7 +165,7 @@ fn javascript_functions_named_with_no_flags() {
     if !e2e_enabled() {
         return;
     }
-    let _alone = alone();
+    let _alone = alone_on_the_machine();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/node/shares.js");
     let script = script.to_str().unwrap();
     let dir = scratch_dir("node-no-flags");
@@ -208,7 +203,7 @@ fn no_flags_name_as_many_samples_as_the_perf_map() {
     if !e2e_enabled() {
         return;
     }
-    let _alone = alone();
+    let _alone = alone_on_the_machine();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/node/shares.js");
     let dir = scratch_dir("node-no-flags-vs-perf-map");
     // Node's start-up (OpenSSL's certificates, V8's snapshot) is unnamed either way, and the
@@ -466,7 +461,7 @@ fn javascript_called_back_from_a_native_addon_is_named_above_it() {
     if !e2e_enabled() {
         return;
     }
-    let _alone = alone();
+    let _alone = alone_on_the_machine();
     let script = node_workload("addon.js");
     let lines = script_functions(&script, &["work", "drive"]);
     let (top, work, drive) = (&lines[0], &lines[1], &lines[2]);
@@ -515,7 +510,7 @@ fn async_function_resumed_from_the_event_loop_is_named_on_a_whole_stack() {
     if !e2e_enabled() {
         return;
     }
-    let _alone = alone();
+    let _alone = alone_on_the_machine();
     let script = node_workload("resumed.js");
     let lines = script_functions(&script, &["resumed"]);
     let (top, resumed) = (&lines[0], &lines[1]);
@@ -570,7 +565,7 @@ fn function_deoptimized_while_sampled_keeps_its_name() {
     if !e2e_enabled() {
         return;
     }
-    let _alone = alone();
+    let _alone = alone_on_the_machine();
     let script = node_workload("deopt.js");
     let lines = script_functions(&script, &["drive", "hot"]);
     let call_path: Vec<(&str, u32, u32)> =
@@ -646,7 +641,7 @@ fn javascript_function_blocked_off_the_cpu_is_named() {
     if !e2e_enabled() {
         return;
     }
-    let _alone = alone();
+    let _alone = alone_on_the_machine();
     let script = node_workload("blocked.js");
     let lines = script_functions(&script, &["waiter"]);
     let call_path: Vec<(&str, u32, u32)> =
@@ -703,7 +698,7 @@ fn agent_windows_name_javascript_functions_with_no_flags() {
     if !e2e_enabled() {
         return;
     }
-    let _alone = alone();
+    let _alone = alone_on_the_machine();
     let script = node_workload("shares.js");
     let dir = scratch_dir("node-agent");
     let running = spawn(Path::new("node"), &[script.to_str().unwrap(), "30"]);

@@ -9,18 +9,13 @@ mod common;
 use std::{
     path::Path,
     process::Command,
-    sync::Mutex,
     thread,
     time::{Duration, Instant},
 };
 
 use common::*;
 
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
-}
+// Alone on the machine: each workload is timed, profiled from its first instruction to its end.
 
 /// Seconds each workload runs, profiled from its first instruction to its end.
 const SECONDS: &str = "5";
@@ -66,7 +61,7 @@ fn cpp_exceptions_are_not_disturbed() {
     if !e2e_enabled() {
         return;
     }
-    let _one = serial();
+    let _one = alone_on_the_machine();
     let workload = build_workload("exceptions.cpp", "exceptions", "g++", &["-O2", "-g"]);
     assert_undisturbed("exceptions", &workload, &[SECONDS, "2"], "worker");
 }
@@ -76,7 +71,7 @@ fn dlopen_loops_are_not_disturbed() {
     if !e2e_enabled() {
         return;
     }
-    let _one = serial();
+    let _one = alone_on_the_machine();
     let dir = scratch_dir("dlopen-overhead-lib");
     let plugin = dir.join("libplugin.so");
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/plugin.c");
@@ -121,7 +116,7 @@ fn signals_stop_with_complete_outputs_and_release_everything() {
     if !e2e_enabled() {
         return;
     }
-    let _one = serial();
+    let _one = alone_on_the_machine();
     for (signal, name) in [(libc::SIGINT, "sigint"), (libc::SIGTERM, "sigterm"), (libc::SIGHUP, "sighup")] {
         let dir = scratch_dir(name);
         let workload = spawn(&split_with_frame_pointers(), &[]);
@@ -184,7 +179,7 @@ fn corrupt_cfi_and_section_headers_do_not_break_a_recording() {
     if !e2e_enabled() {
         return;
     }
-    let _one = serial();
+    let _one = alone_on_the_machine();
     let dir = scratch_dir("corrupt-elf");
     let good = build_workload("split.c", "split-nofp", "gcc", &["-O2", "-g", "-fomit-frame-pointer"]);
     for (name, section, fill) in [
@@ -219,7 +214,7 @@ fn empty_recording_gives_valid_empty_outputs() {
     if !e2e_enabled() {
         return;
     }
-    let _one = serial();
+    let _one = alone_on_the_machine();
     let dir = scratch_dir("empty");
     let idle = spawn(Path::new("/bin/sleep"), &["30"]);
     let names = ["out.svg", "out.folded", "out.pb.gz", "out.json", "out.prof"];
@@ -262,7 +257,7 @@ fn max_samples_caps_the_recording() {
     if !e2e_enabled() {
         return;
     }
-    let _one = serial();
+    let _one = alone_on_the_machine();
     let dir = scratch_dir("max-samples");
     let out = dir.join("out.folded");
     let workload = spawn(&split_with_frame_pointers(), &[]);
@@ -289,7 +284,7 @@ fn check_reports_the_machine_and_the_targets_binaries() {
     if !e2e_enabled() {
         return;
     }
-    let _one = serial();
+    let _one = alone_on_the_machine();
     let output = profiler().arg("check").output().unwrap();
     let stdout = String::from_utf8(output.stdout).unwrap();
     eprintln!("{stdout}");
@@ -341,7 +336,7 @@ fn check_without_privileges_fails() {
     if !e2e_enabled() {
         return;
     }
-    let _one = serial();
+    let _one = alone_on_the_machine();
     let output = as_nobody(env!("CARGO_BIN_EXE_profiler")).arg("check").output().unwrap();
     assert!(!output.status.success());
     let stdout = String::from_utf8(output.stdout).unwrap();

@@ -19,13 +19,8 @@ const WITH_FRAMES: f64 = 0.95;
 /// How far a function's share of the samples may be from its share of the work, in points.
 const POINTS: f64 = 5.0;
 
-/// Each test keeps a CPU busy with its service: one at a time, so that the other CPU is the
-/// profiler's.
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn alone() -> std::sync::MutexGuard<'static, ()> {
-    ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
+// Alone on the machine: each test keeps a CPU busy with its service, and the other CPU is the
+// profiler's.
 
 /// The virtual environment with numpy and pandas that `cargo xtask setup` makes.
 const PYTHON_SERVICES: &str = ".tools/python-services/bin/python";
@@ -132,7 +127,7 @@ fn a_service_that_imported_hundreds_of_extension_modules() {
     if !e2e_enabled() {
         return;
     }
-    let _alone = alone();
+    let _alone = alone_on_the_machine();
     let python = newest_pyenv();
     let dir = scratch_dir("services-extensions");
     let [include, suffix] =
@@ -170,7 +165,7 @@ fn a_pandas_service() {
     if !e2e_enabled() {
         return;
     }
-    let _alone = alone();
+    let _alone = alone_on_the_machine();
     let python = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(PYTHON_SERVICES);
     assert!(python.exists(), "{} is missing: run `cargo xtask setup`", python.display());
     let dir = scratch_dir("services-pandas");
@@ -207,7 +202,7 @@ fn python_linked_into_a_program_of_another_name() {
     if !e2e_enabled() {
         return;
     }
-    let _alone = alone();
+    let _alone = alone_on_the_machine();
     let python = newest_pyenv();
     let dir = scratch_dir("services-embedded");
     let [include, lib, version] =
@@ -238,7 +233,7 @@ fn an_interpreter_under_a_name_of_its_own() {
     if !e2e_enabled() {
         return;
     }
-    let _alone = alone();
+    let _alone = alone_on_the_machine();
     let python = interpreters()
         .iter()
         .find(|python| python.label.starts_with("usr-bin-"))

@@ -18,12 +18,7 @@ use std::{
 
 use common::*;
 
-/// The tests keep the CPUs busy with their floods: one at a time.
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn alone() -> std::sync::MutexGuard<'static, ()> {
-    ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
+// Alone on the machine: the tests keep the CPUs busy with their floods.
 
 /// Debian's CPython, which nobody can run (pyenv's live under /root).
 const SYSTEM_PYTHON: &str = "/usr/bin/python3.11";
@@ -59,7 +54,7 @@ fn python_code_that_describes_itself_at_length_costs_a_bounded_memory() {
     if !e2e_enabled() {
         return;
     }
-    let _alone = alone();
+    let _alone = alone_on_the_machine();
     let script = common::python::script("line_table_flood.py");
     for (case, count, distinct) in [("shared", "3000", "0"), ("distinct", "200", "1")] {
         let dir = scratch_dir(&format!("line-tables-{case}"));
@@ -100,7 +95,7 @@ fn a_process_mapping_thousands_of_files_leaves_descriptors_for_others() {
     if !e2e_enabled() {
         return;
     }
-    let _alone = alone();
+    let _alone = alone_on_the_machine();
     let dir = nobodys_dir("descriptors");
     let flood = build_workload("maps_flood.c", "maps_flood", "gcc", &["-O2"]);
     let files = dir.join("files");
@@ -142,7 +137,7 @@ fn a_users_copy_of_a_library_does_not_name_roots_frames() {
     if !e2e_enabled() {
         return;
     }
-    let _alone = alone();
+    let _alone = alone_on_the_machine();
     let dir = scratch_dir("same-build-id");
     let (roots, nobodys) = (dir.join("root"), dir.join("nobody"));
     std::fs::create_dir_all(&roots).unwrap();
@@ -218,7 +213,7 @@ fn fresh_code_in_every_sample_costs_a_bounded_number_of_reads() {
     if !e2e_enabled() {
         return;
     }
-    let _alone = alone();
+    let _alone = alone_on_the_machine();
     let dir = scratch_dir("fresh-code");
     let script = common::python::script("fresh_code.py");
     let _fresh = start_as_nobody(SYSTEM_PYTHON, &[script.to_str().unwrap(), "60", "300"]);
@@ -258,7 +253,7 @@ fn a_user_filling_the_kernel_tables_takes_no_more_than_its_share() {
     if !e2e_enabled() {
         return;
     }
-    let _alone = alone();
+    let _alone = alone_on_the_machine();
     let dir = scratch_dir("kernel-tables");
     let threads = build_workload("threads_flood.c", "threads_flood", "gcc", &["-O2", "-lpthread"]);
     let _flood = start_as_nobody(&threads, &["6000", "60"]);
@@ -326,7 +321,7 @@ fn a_file_system_that_never_answers_stalls_nothing() {
     if !e2e_enabled() {
         return;
     }
-    let _alone = alone();
+    let _alone = alone_on_the_machine();
     let dir = nobodys_dir("fuse-stall");
     let daemon = fuse_daemon(&dir);
     let plugin = build_workload("plugin.c", "libplugin-fuse.so", "gcc", &["-O2", "-g", "-shared", "-fPIC"]);
@@ -438,7 +433,7 @@ fn proc_maps_are_read_with_a_bound_and_any_bytes() {
     if !e2e_enabled() {
         return;
     }
-    let _alone = alone();
+    let _alone = alone_on_the_machine();
     let dir = nobodys_dir("proc-maps");
     let flood = build_workload("maps_flood.c", "maps_flood", "gcc", &["-O2"]);
     let links = dir.join("links");
@@ -537,7 +532,7 @@ fn the_agents_tables_stay_flat_on_a_host_making_up_code() {
     if !e2e_enabled() {
         return;
     }
-    let _alone = alone();
+    let _alone = alone_on_the_machine();
     let dir = scratch_dir("agent-flat");
     let script = common::python::script("fresh_code.py");
     let fresh = start_as_nobody(SYSTEM_PYTHON, &[script.to_str().unwrap(), "120", "1"]);
@@ -581,7 +576,7 @@ fn rss(pid: u32) -> u64 {
 /// mappings do). Both programs print `ready` once they run. Returns the recordings, whose
 /// attack's stderr says whether the attack was read.
 fn record_beside(name: &str, control: &mut Command, attack: &mut Command) -> Beside {
-    let _alone = alone();
+    let _alone = alone_on_the_machine();
     let dir = nobodys_dir(name);
     let root = spawn(&split_with_frame_pointers(), &["60"]);
     let record = |what: &str, beside: &mut Command| {
@@ -846,7 +841,7 @@ fn a_device_number_a_user_freed_does_not_vouch_for_the_next_mount() {
     if !e2e_enabled() {
         return;
     }
-    let _alone = alone();
+    let _alone = alone_on_the_machine();
     let (read, unread) = plugins();
     let mut workload = user_mounts("reuse", "device-reuse", &[&read, &unread])
         .stdin(Stdio::piped())
@@ -920,7 +915,7 @@ fn a_fuse_daemon_behind_a_users_overlay_or_bind_mount_is_never_asked() {
     if !e2e_enabled() {
         return;
     }
-    let _alone = alone();
+    let _alone = alone_on_the_machine();
     let _fuse = FuseForUsers::new();
     let daemon = fuse_daemon(&nobodys_dir("fuse-behind-daemon"));
     let (plugin, _) = plugins();

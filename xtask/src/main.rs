@@ -60,6 +60,10 @@ enum Task {
     /// Formatting and clippy checks, then every test binary in turn, end-to-end ones as root
     /// (the fuzz targets' seeds among them), each timed and each run whatever the one before.
     Test {
+        /// Only the unit and fixture tests, as any user, built without the eBPF programs (so
+        /// without the nightly and bpf-linker) and without installing anything: the fast loop.
+        #[arg(long)]
+        unit: bool,
         /// Arguments for each test binary (a test name filter, say).
         #[arg(last = true)]
         args: Vec<OsString>,
@@ -75,6 +79,9 @@ fn main() {
 
 fn run(task: Task) -> Result<()> {
     let root = workspace_root();
+    if let Task::Test { unit: true, args } = &task {
+        return test_binaries::run_unit(&root, args);
+    }
     setup::ensure(&root)?;
     match task {
         Task::Setup => setup::ensure_bench_tools(&root),
@@ -83,7 +90,7 @@ fn run(task: Task) -> Result<()> {
             build(&root)?;
             run_profiler(&root, args)
         }
-        Task::Test { args } => test(&root, &args),
+        Task::Test { args, .. } => test(&root, &args),
         Task::Fuzz { seconds, targets } => fuzz::run(&root, seconds, &targets),
         Task::Bench { quick, only } => {
             if !is_root() {

@@ -55,6 +55,27 @@ pub fn run(root: &Path, args: &[OsString]) -> Result<()> {
     Ok(())
 }
 
+/// The fast loop: the unit and fixture tests of the host crates, built with the `unit` profile
+/// (`dev`'s, in a folder of its own) without the eBPF programs, run as the user; what needs root
+/// says it is skipped.
+pub fn run_unit(root: &Path, args: &[OsString]) -> Result<()> {
+    let cargo_test = |targets: &[&str]| {
+        let mut command = Command::new("cargo");
+        command
+            .current_dir(root)
+            .args(["test", "--profile", "unit"])
+            .args(targets)
+            .env("PROFILER_EBPF", "none")
+            .env("PROFILER_SKIP_E2E", "1");
+        if !args.is_empty() {
+            command.arg("--").args(args);
+        }
+        check(&mut command)
+    };
+    cargo_test(&["-p", "profiler", "-p", "profiler-common", "-p", "xtask", "--lib", "--bins"])?;
+    cargo_test(&["-p", "profiler", "--test", "fuzz_seeds"])
+}
+
 /// `cargo test --no-run`'s test binaries, libraries' unit tests first, then by name.
 fn build(root: &Path) -> Result<Vec<TestBinary>> {
     let output = Command::new("cargo")

@@ -12,7 +12,7 @@ use aya::{
 };
 use profiler_common::{KERNEL_NAMES_PER_RUN, KernelNames, maps, programs};
 
-use super::object::{missing, program, verifier_error};
+use super::object::{embedded, missing, program, verifier_error};
 
 static KERNEL_NAMES_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/kernel-names"));
 
@@ -27,8 +27,9 @@ impl KernelNamer {
     /// Loads the naming object and its program.
     pub fn load() -> Result<Self> {
         let name = programs::NAME_KERNEL_ADDRESSES;
-        let mut ebpf =
-            EbpfLoader::new().load(KERNEL_NAMES_OBJECT).context("cannot load the kernel's naming object")?;
+        let mut ebpf = EbpfLoader::new()
+            .load(embedded(KERNEL_NAMES_OBJECT)?)
+            .context("cannot load the kernel's naming object")?;
         let loaded: &mut RawTracePoint = program(&mut ebpf, name)?.try_into()?;
         loaded.load().map_err(verifier_error).with_context(|| format!("cannot load `{name}`"))?;
         let map = ebpf.take_map(maps::KERNEL_NAMES).ok_or_else(|| missing(maps::KERNEL_NAMES))?;

@@ -1,6 +1,6 @@
 //! The eBPF object embedded in the binary, and what both of its users (the sampler of
 //! `record`, the allocation tracer of `leaks`) need to load it.
-use anyhow::{Context as _, Result, anyhow};
+use anyhow::{Context as _, Result, anyhow, bail};
 use aya::{
     Ebpf,
     maps::{HashMap as BpfHashMap, PerCpuArray, ProgramArray},
@@ -13,6 +13,17 @@ use super::btf::KernelBtf;
 use crate::model::{Tgid, Tid};
 
 pub static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profiler"));
+
+/// An eBPF object as embedded, unless the build left them out (`PROFILER_EBPF=none`: the unit
+/// tests' build, without the nightly and bpf-linker).
+pub fn embedded(object: &'static [u8]) -> Result<&'static [u8]> {
+    if object.is_empty() {
+        bail!(
+            "this profiler was built without its eBPF programs (PROFILER_EBPF=none): build it with `cargo xtask build`"
+        );
+    }
+    Ok(object)
+}
 
 /// The smallest ring buffer: a page. Rings the command does not use are shrunk to it.
 pub const UNUSED_RING_BYTES: u32 = 4096;

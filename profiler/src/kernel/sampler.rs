@@ -172,7 +172,7 @@ impl Sampler {
             .map_max_entries(maps::SAMPLE_SCRATCH, scratch(config.on_cpu)?)
             .map_max_entries(maps::OFF_CPU_SCRATCH, scratch(config.off_cpu.is_some())?)
             .map_max_entries(maps::ALLOCATION_SCRATCH, object::UNUSED_SCRATCH_ENTRIES)
-            .load(EBPF_OBJECT)
+            .load(object::embedded(EBPF_OBJECT)?)
             .context("cannot load the eBPF object")?;
 
         if config.on_cpu {

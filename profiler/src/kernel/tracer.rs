@@ -117,7 +117,7 @@ impl Tracer {
             .map_max_entries(maps::ALLOCATION_SCRATCH, object::scratch_entries()?)
             .map_max_entries(maps::SAMPLE_SCRATCH, object::UNUSED_SCRATCH_ENTRIES)
             .map_max_entries(maps::OUTSTANDING, config.max_outstanding)
-            .load(EBPF_OBJECT)
+            .load(object::embedded(EBPF_OBJECT)?)
             .context("cannot load the eBPF object")?;
         for name in [programs::ALLOC_ENTER, programs::ALLOC_RETURN, programs::FREE_ENTER] {
             let probe: &mut UProbe = program(&mut ebpf, name)?.try_into()?;

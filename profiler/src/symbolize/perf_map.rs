@@ -580,7 +580,8 @@ mod tests {
         std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
         let mut maps = PerfMaps::default();
         // A process of another user than the file's owner (us, or root), who cannot read it.
-        let identity = Identity { uid: Some(65534), ns_pid: pid.0, ..Identity::own() };
+        let another_user = rustix::process::geteuid().as_raw().wrapping_add(1).max(1);
+        let identity = Identity { uid: Some(another_user), ns_pid: pid.0, ..Identity::own() };
         maps.observe(pid, &identity, 0x1010, 1);
         std::fs::remove_file(&path).unwrap();
         assert_eq!(maps.name(pid, 0x1010), None);

@@ -23,19 +23,25 @@ pub fn no_kernel_namer() -> anyhow::Result<KernelNamer> {
 /// Set to 1 to skip the tests that need root (the end-to-end ones); they fail otherwise.
 pub const SKIP_VAR: &str = "PROFILER_SKIP_E2E";
 
-/// Whether to run a test that needs root (it loads eBPF programs). Without root it fails, unless
-/// the developer opted out explicitly: a test that needs root never passes silently.
+/// Whether to run a test that needs root (it loads eBPF programs, or reads files and processes as
+/// the profiler does, as root). Without root it fails, unless the developer opted out explicitly
+/// (`cargo xtask test --unit` does); a build without the eBPF programs (`--unit`'s) skips it, and
+/// says so: a test that needs root never passes silently.
 pub fn e2e_enabled() -> bool {
+    if crate::kernel::object::EBPF_OBJECT.is_empty() {
+        eprintln!("SKIPPED: built without its eBPF programs (PROFILER_EBPF=none)");
+        return false;
+    }
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } == 0 {
         return true;
     }
     if std::env::var(SKIP_VAR).is_ok_and(|v| v == "1") {
-        eprintln!("SKIPPED: end-to-end test needs root ({SKIP_VAR}=1)");
+        eprintln!("SKIPPED: needs root ({SKIP_VAR}=1)");
         return false;
     }
     panic!(
-        "end-to-end tests need root: run `cargo xtask test` (it uses sudo), or set {SKIP_VAR}=1 to skip them"
+        "this test needs root: run `cargo xtask test` (it uses sudo), or set {SKIP_VAR}=1 to skip such tests"
     );
 }
 

@@ -20,6 +20,24 @@ pub fn profiler() -> Command {
     Command::new(env!("CARGO_BIN_EXE_profiler"))
 }
 
+/// The test machine, as the tests of one binary share it (two at a time, on two CPUs): the one
+/// place where end-to-end tests declare how they run beside one another, each holding its guard
+/// while it runs. A test that records beside others holds it shared ([`beside_others`]); one
+/// that keeps both CPUs busy (floods, JVMs, Node, a service) or measures what a test beside it
+/// would change (how soon a new process's frames are read, the samples of a workload it would
+/// starve) holds it alone ([`alone_on_the_machine`]). A test holding neither runs beside any.
+static MACHINE: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+/// Leave to record beside other tests, until dropped.
+pub fn beside_others() -> std::sync::RwLockReadGuard<'static, ()> {
+    MACHINE.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The machine to this test alone, until dropped.
+pub fn alone_on_the_machine() -> std::sync::RwLockWriteGuard<'static, ()> {
+    MACHINE.write().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// A fresh directory for one test's files.
 pub fn scratch_dir(test: &str) -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("e2e").join(test);

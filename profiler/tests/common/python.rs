@@ -6,10 +6,12 @@ use std::{
     panic::{AssertUnwindSafe, catch_unwind},
     path::{Path, PathBuf},
     process::Command,
-    sync::{OnceLock, RwLock, RwLockReadGuard},
+    sync::OnceLock,
 };
 
-use super::{Folded, KillOnDrop, run_bounded, scratch_dir, thread_stacks};
+use super::{
+    Folded, KillOnDrop, alone_on_the_machine, beside_others, run_bounded, scratch_dir, thread_stacks,
+};
 
 /// The CPython minor versions (3.N) the profiler shows Python frames of.
 pub const SUPPORTED_MINORS: RangeInclusive<u32> = 6..=14;
@@ -145,16 +147,6 @@ fn check_runs(interpreter: &Interpreter) {
     );
 }
 
-/// Held for reading by each recording of a Python test, and for writing by those that measure
-/// how soon a new process's frames are read: that latency is the profiler's, and a second
-/// recording beside it (a test binary runs two tests at once, on two CPUs) doubles it.
-static LATENCY: RwLock<()> = RwLock::new(());
-
-/// Leave to record beside other tests, until dropped.
-pub fn beside_others() -> RwLockReadGuard<'static, ()> {
-    LATENCY.read().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
 /// Runs `scenario` on every interpreter, each to its end whatever the others did, and fails
 /// naming every interpreter it failed on (each failure's message is printed as it happens).
 pub fn on_every_interpreter(scenario: &str, run: impl Fn(&Interpreter, &Path)) {
@@ -172,7 +164,9 @@ fn on_every(scenario: &str, run: impl Fn(&Interpreter, &Path), alone: bool) {
         eprintln!("=== {scenario} on {} ({})", interpreter.label, interpreter.path.display());
         let dir = scratch_dir(&format!("python-{scenario}-{}", interpreter.label));
         let _shared = (!alone).then(beside_others);
-        let _alone = alone.then(|| LATENCY.write().unwrap_or_else(|poisoned| poisoned.into_inner()));
+        // How soon a new process's frames are read is the profiler's latency, which a second
+        // recording beside it doubles.
+        let _alone = alone.then(alone_on_the_machine);
         if let Err(panic) = catch_unwind(AssertUnwindSafe(|| run(interpreter, &dir))) {
             let message = panic
                 .downcast_ref::<String>()

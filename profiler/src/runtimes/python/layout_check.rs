@@ -261,6 +261,10 @@ fn stated(minor: u8) -> Vec<(&'static str, String, u64)> {
 
 #[test]
 fn layouts_match_the_debug_information_of_every_installed_cpython() {
+    // The CPythons installed are pyenv's, under root's home.
+    if !crate::testing::e2e_enabled() {
+        return;
+    }
     let installed = installed();
     assert!(
         !installed.is_empty(),
