@@ -174,7 +174,8 @@ fn off_cpu_tables_share_a_long_wait_between_their_windows() {
     assert!((total - 5.0).abs() < 0.3, "{total:.1} s in all: {windows:?}\n{text}");
     assert!(windows.len() >= 4, "spread over {windows:?}");
     assert!(windows.iter().all(|&seconds| seconds < 1.5), "at most a window's length each: {windows:?}");
-    let written = Folded::read(&folded).total() as f64 / 1e9;
+    // Folded stacks weigh thread time in microseconds.
+    let written = Folded::read(&folded).total() as f64 / 1e6;
     assert!((written - total).abs() < 0.1, "{written:.2} s written, {total:.2} s in the tables");
     let sleeping = text.lines().any(|line| line.contains(&format!("sleep ({pid})")));
     assert!(sleeping, "the tables name the process sleeping:\n{text}");

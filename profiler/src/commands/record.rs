@@ -198,6 +198,10 @@ impl Collector for CpuProfile {
         }
     }
 
+    fn weight(&self) -> Weight {
+        self.weight
+    }
+
     fn activity(&self, _: &Sampler, target: &str) -> String {
         let hz = self.config.frequency_hz;
         match self.weight {
@@ -226,9 +230,8 @@ impl Collector for CpuProfile {
         sampler: &mut Sampler,
         aggregate: &mut Aggregate,
         end_ns: u64,
-        meta: &mut Meta,
+        _: &mut Meta,
     ) -> Result<()> {
-        meta.weight = self.weight;
         self.count_open_spans(sampler, aggregate, end_ns, true)
     }
 

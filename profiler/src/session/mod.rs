@@ -49,7 +49,7 @@ use crate::{
         ring::RingReader,
         task_events::TaskEventReader,
     },
-    model::{Meta, Recording, Tgid, printable_owned},
+    model::{Meta, Recording, Tgid, Weight, printable_owned},
     named::Named as _,
     output::{self, OutputFile, Outputs},
     render::{Format, RenderOptions},
@@ -68,6 +68,8 @@ pub trait Collector {
     fn load(&mut self, target: &Target) -> Result<Self::Kernel>;
     /// Keeps a record whose stack was walked and interned as `site`.
     fn add(&mut self, site: Site, payload: Payload, aggregate: &mut Aggregate);
+    /// What its samples weigh: each one sample, nanoseconds of thread time, bytes.
+    fn weight(&self) -> Weight;
     /// What the readiness line says is under way, once records flow: `recording PID 1234 at
     /// 999 Hz`, of `target` as [`Target::describe`] puts it.
     fn activity(&self, kernel: &Self::Kernel, target: &str) -> String;
@@ -82,7 +84,7 @@ pub trait Collector {
         end_ns: u64,
     ) -> Result<()>;
     /// After the last drain, at `end_ns`: adds to `aggregate` what only the end knows, and fills
-    /// in the collector's part of `meta`.
+    /// in the collector's part of `meta` (the weight is the session's, from the start).
     fn finish(
         &mut self,
         kernel: &mut Self::Kernel,
@@ -249,7 +251,7 @@ impl<C: Collector, U: Consumer<C::Kernel>> Session<C, U> {
         if !settings.quiet {
             ready(&readiness, settings.duration);
         }
-        let base = base(settings, description);
+        let base = Meta { weight: pipeline.collector.weight(), ..base(settings, description) };
         let late = Vec::new();
         Ok(Self { windows: None, base, running, start, intake, kernel, pipeline, consumer, files, late })
     }
@@ -316,7 +318,7 @@ impl<C: Collector, U: Consumer<C::Kernel>> Session<C, U> {
         if let Some(windows) = &mut self.windows {
             // The last window, partial; the aggregate is empty after it: what the outputs below
             // get is the windows merged, or else only the session's summary.
-            windows.close_last(pipeline, &mut |recording| self.consumer.window(recording), meta.weight).await;
+            windows.close_last(pipeline, &mut |recording| self.consumer.window(recording)).await;
             whole = windows.take_whole();
         }
         let (symbols, naming) = pipeline.stop_naming(end_ns).await.unwrap_or_else(|err| {

@@ -259,7 +259,7 @@ mod tests {
         aggregate::{Detail, Site},
         decode::{Payload, RecordKind},
         frame::Frame,
-        model::{Meta, Tgid, Tid},
+        model::{Meta, Tgid, Tid, Weight},
         session::Target,
         testing::{encode_sample, no_kernel_namer},
         walk::CallGraph,
@@ -297,6 +297,9 @@ mod tests {
         fn add(&mut self, site: Site, _: Payload, aggregate: &mut Aggregate) {
             assert_ne!(site.tid, Tid(13), "a dependency panicking on a corrupt input");
             aggregate.push(site, 1);
+        }
+        fn weight(&self) -> Weight {
+            Weight::Samples
         }
         fn activity(&self, _: &Unloaded, _: &str) -> String {
             String::new()

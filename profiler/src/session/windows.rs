@@ -10,7 +10,7 @@ use super::{Collector, pipeline::Pipeline, whole::Whole};
 use crate::{
     aggregate::Aggregate,
     clock::Start,
-    model::{Meta, Recording, Weight},
+    model::{Meta, Recording},
     symbolize::{Finished, Symbols},
 };
 
@@ -85,15 +85,13 @@ impl Windows {
         Ok(())
     }
 
-    /// The last window, partial, once the session's recording says what its samples weigh
-    /// (`weight`): cut, and handed to `consumer` with every window still waiting for its names.
+    /// The last window, partial: cut, and handed to `consumer` with every window still waiting
+    /// for its names.
     pub(super) async fn close_last<C: Collector>(
         &mut self,
         pipeline: &mut Pipeline<C>,
         consumer: &mut dyn FnMut(Recording),
-        weight: Weight,
     ) {
-        self.base.weight = weight;
         self.cut(pipeline, consumer, Start::now()).await;
         while !self.unnamed.is_empty() {
             self.hand_over_window(pipeline, consumer).await;

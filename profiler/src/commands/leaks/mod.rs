@@ -68,6 +68,10 @@ impl Collector for Leaks {
         Ok(tracer)
     }
 
+    fn weight(&self) -> Weight {
+        Weight::Bytes
+    }
+
     fn activity(&self, tracer: &Tracer, target: &str) -> String {
         format!("tracking the allocations of {target} in {}", tracer.allocator())
     }
@@ -105,7 +109,6 @@ impl Collector for Leaks {
         let cutoff = self.min_age_ns.map(|age| end_ns.saturating_sub(age));
         let blocks = ledger::older_than(tracer.outstanding(self.pid)?, cutoff);
         self.ledger.push_blocks(&blocks, aggregate, self.config.sample_every);
-        meta.weight = Weight::Bytes;
         meta.allocations = Some(AllocationTotals { min_age_ns: self.min_age_ns, ..tracer.totals()? });
         Ok(())
     }
