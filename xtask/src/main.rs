@@ -13,6 +13,7 @@ use std::{
     ffi::OsString,
     path::{Path, PathBuf},
     process::{Command, Stdio},
+    time::Instant,
 };
 
 use anyhow::{Context as _, Result, bail};
@@ -82,7 +83,9 @@ fn run(task: Task) -> Result<()> {
     if let Task::Test { unit: true, args } = &task {
         return test_binaries::run_unit(&root, args);
     }
+    let started = Instant::now();
     setup::ensure(&root)?;
+    println!("xtask: setup took {:.0} s", started.elapsed().as_secs_f64());
     match task {
         Task::Setup => setup::ensure_bench_tools(&root),
         Task::Build => build(&root),
@@ -207,11 +210,15 @@ fn demo(root: &Path) -> Result<()> {
 }
 
 fn test(root: &Path, args: &[OsString]) -> Result<()> {
+    let started = Instant::now();
     cargo(root, &["fmt", "--all", "--check"])?;
-    cargo(root, &["clippy", "--release", "--all-targets", "--", "-D", "warnings"])?;
+    // With the tests' profile: the build scripts (the eBPF object's among them) and proc macros
+    // it builds are the ones the tests' build then uses.
+    cargo(root, &["clippy", "--profile", "ci", "--all-targets", "--", "-D", "warnings"])?;
     // The binary alone, without the `testing` feature the tests turn on.
-    cargo(root, &["clippy", "--release", "--package", "profiler", "--", "-D", "warnings"])?;
+    cargo(root, &["clippy", "--profile", "ci", "--package", "profiler", "--", "-D", "warnings"])?;
     setup::clippy_ebpf(root)?;
+    println!("xtask: formatting and lints took {:.0} s", started.elapsed().as_secs_f64());
     test_binaries::run(root, args)
 }
 

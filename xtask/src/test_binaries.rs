@@ -26,7 +26,9 @@ struct TestBinary {
 /// Builds every test binary with the `ci` profile, runs each with `args`, then the doc tests;
 /// fails when any failed, after all ran.
 pub fn run(root: &Path, args: &[OsString]) -> Result<()> {
+    let started = Instant::now();
     let binaries = build(root)?;
+    println!("xtask: the tests' build took {:.0} s", started.elapsed().as_secs_f64());
     let mut ran: Vec<(String, Duration, bool)> = Vec::new();
     for binary in &binaries {
         println!("\nxtask: {} ({})", binary.name, binary.executable.display());

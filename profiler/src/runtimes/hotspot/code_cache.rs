@@ -3,7 +3,7 @@
 //! and read from the target with every value checked.
 use std::ops::Range;
 
-use super::layout::{BlobLayout, Layout};
+use super::layout::Layout;
 use crate::runtimes::memory::{ReadMemory, USER_END, read_u64};
 
 /// Most heaps taken (HotSpot has three with a segmented code cache, one without).
@@ -152,14 +152,7 @@ fn read_blob(layout: &Layout, heap: &Heap, block: u64, pc: u64, read: &mut ReadM
     if address.checked_add(size).is_none_or(|end| end > heap.code.end || pc >= end) {
         return None;
     }
-    let code = match layout.blob {
-        BlobLayout::Absolute { code_begin, code_end, .. } => {
-            code_begin.get_u64(&header)?..code_end.get_u64(&header)?
-        }
-        BlobLayout::Relative { code_offset, data_offset, .. } => {
-            address + code_offset.get_u64(&header)?..address + data_offset.get_u64(&header)?
-        }
-    };
+    let code = layout.blob.code(address, &header)?;
     if code.start < address || code.end > address + size || !code.contains(&pc) {
         return None;
     }

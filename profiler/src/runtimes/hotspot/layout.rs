@@ -3,6 +3,8 @@
 //! offsets from the blob, its scopes kept in the blob or in separate immutable data) is chosen by
 //! which name exists, never by the version. Every offset is checked to lie within its type, every
 //! width to be one a read can take.
+use std::ops::Range;
+
 use anyhow::{Context as _, Result, bail, ensure};
 
 use super::vm_structs::VmStructs;
@@ -63,6 +65,98 @@ pub enum BlobLayout {
         mutable_data_size: Int,
         relocation_size: Int,
     },
+}
+
+/// Where the debug information of an nmethod is: its PcDescs, its scopes and its metadata.
+#[derive(Debug, PartialEq, Eq)]
+pub struct DebugInfoRanges {
+    pub descs: Range<u64>,
+    pub scopes: Range<u64>,
+    pub metadata: Range<u64>,
+}
+
+impl BlobLayout {
+    /// Its fields, for how much of a blob's header to read.
+    fn fields(&self) -> Vec<Int> {
+        match *self {
+            Self::Absolute {
+                code_begin,
+                code_end,
+                scopes_data_begin,
+                metadata_offset,
+                dependencies_offset,
+            } => {
+                vec![code_begin, code_end, scopes_data_begin, metadata_offset, dependencies_offset]
+            }
+            Self::Relative {
+                code_offset,
+                data_offset,
+                immutable_data,
+                immutable_data_size,
+                scopes_data_offset,
+                mutable_data,
+                mutable_data_size,
+                relocation_size,
+            } => vec![
+                code_offset,
+                data_offset,
+                immutable_data,
+                immutable_data_size,
+                scopes_data_offset,
+                mutable_data,
+                mutable_data_size,
+                relocation_size,
+            ],
+        }
+    }
+
+    /// The code of the blob at `blob`, whose header is `header`.
+    pub fn code(&self, blob: u64, header: &[u8]) -> Option<Range<u64>> {
+        match *self {
+            Self::Absolute { code_begin, code_end, .. } => {
+                Some(code_begin.get_u64(header)?..code_end.get_u64(header)?)
+            }
+            Self::Relative { code_offset, data_offset, .. } => Some(
+                blob.checked_add(code_offset.get_u64(header)?)?
+                    ..blob.checked_add(data_offset.get_u64(header)?)?,
+            ),
+        }
+    }
+
+    /// Where the debug information of the nmethod at `blob` is, from its header and the offset
+    /// of its PcDescs (`scopes_pcs`); `None` when a field is past the header or an end overflows.
+    pub fn debug_info(&self, blob: u64, header: &[u8], scopes_pcs: u64) -> Option<DebugInfoRanges> {
+        let field = |int: Int| int.get_u64(header);
+        let at = |base: u64, offset: u64| base.checked_add(offset);
+        match *self {
+            Self::Absolute { scopes_data_begin, metadata_offset, dependencies_offset, .. } => {
+                let scopes_begin = field(scopes_data_begin)?;
+                Some(DebugInfoRanges {
+                    descs: at(blob, scopes_pcs)?..at(blob, field(dependencies_offset)?)?,
+                    scopes: scopes_begin..at(blob, scopes_pcs)?,
+                    metadata: at(blob, field(metadata_offset)?)?..scopes_begin,
+                })
+            }
+            Self::Relative {
+                immutable_data,
+                immutable_data_size,
+                scopes_data_offset,
+                mutable_data,
+                mutable_data_size,
+                relocation_size,
+                ..
+            } => {
+                let immutable = field(immutable_data)?;
+                let scopes_data = at(immutable, field(scopes_data_offset)?)?;
+                let mutable = field(mutable_data)?;
+                Some(DebugInfoRanges {
+                    descs: at(immutable, scopes_pcs)?..scopes_data,
+                    scopes: scopes_data..at(immutable, field(immutable_data_size)?)?,
+                    metadata: at(mutable, field(relocation_size)?)?..at(mutable, field(mutable_data_size)?)?,
+                })
+            }
+        }
+    }
 }
 
 /// Where an nmethod's deoptimization handlers are (absolute, or from the blob), and where a
@@ -172,36 +266,7 @@ impl Layout {
         let nmethod_method = pointer(compiled, "_method")?;
         let nmethod_compile_id = int("nmethod", "_compile_id")?;
         let nmethod_scopes_pcs_offset = int("nmethod", "_scopes_pcs_offset")?;
-        let blob_ints = match blob {
-            BlobLayout::Absolute {
-                code_begin,
-                code_end,
-                scopes_data_begin,
-                metadata_offset,
-                dependencies_offset,
-            } => {
-                vec![code_begin, code_end, scopes_data_begin, metadata_offset, dependencies_offset]
-            }
-            BlobLayout::Relative {
-                code_offset,
-                data_offset,
-                immutable_data,
-                immutable_data_size,
-                scopes_data_offset,
-                mutable_data,
-                mutable_data_size,
-                relocation_size,
-            } => vec![
-                code_offset,
-                data_offset,
-                immutable_data,
-                immutable_data_size,
-                scopes_data_offset,
-                mutable_data,
-                mutable_data_size,
-                relocation_size,
-            ],
-        };
+        let blob_ints = blob.fields();
         let deopt = (|| -> Result<Deopt> {
             let (handlers, from_blob) = match blob {
                 BlobLayout::Absolute { .. } => (

@@ -568,43 +568,9 @@ fn read_nmethod(layout: &Layout, blob: u64, compile_id: u32, read: &mut ReadMemo
     }
     let field = |int: layout::Int| int.get_u64(&header);
     let scopes_pcs = field(layout.nmethod_scopes_pcs_offset)?;
-    let (code_begin, descs, scopes, metadata) = match layout.blob {
-        layout::BlobLayout::Absolute {
-            code_begin,
-            scopes_data_begin,
-            metadata_offset,
-            dependencies_offset,
-            ..
-        } => {
-            let scopes_begin = field(scopes_data_begin)?;
-            (
-                field(code_begin)?,
-                blob + scopes_pcs..blob + field(dependencies_offset)?,
-                scopes_begin..blob + scopes_pcs,
-                blob + field(metadata_offset)?..scopes_begin,
-            )
-        }
-        layout::BlobLayout::Relative {
-            code_offset,
-            immutable_data,
-            immutable_data_size,
-            scopes_data_offset,
-            mutable_data,
-            mutable_data_size,
-            relocation_size,
-            ..
-        } => {
-            let immutable = field(immutable_data)?;
-            let scopes_data = immutable + field(scopes_data_offset)?;
-            let mutable = field(mutable_data)?;
-            (
-                blob + field(code_offset)?,
-                immutable + scopes_pcs..scopes_data,
-                scopes_data..immutable + field(immutable_data_size)?,
-                mutable + field(relocation_size)?..mutable + field(mutable_data_size)?,
-            )
-        }
-    };
+    let code_begin = layout.blob.code(blob, &header)?.start;
+    let layout::DebugInfoRanges { descs, scopes, metadata } =
+        layout.blob.debug_info(blob, &header, scopes_pcs)?;
     let total = [&descs, &scopes, &metadata]
         .iter()
         .map(|range| range.end.checked_sub(range.start))
