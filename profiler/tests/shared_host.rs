@@ -572,7 +572,7 @@ fn rss(pid: u32) -> u64 {
 /// program of nobody's, its `control` first (as busy, and harmless), then its `attack`: each
 /// recording ends within a second of its duration, its output written, and in the attack's the
 /// root program keeps at least 90% of the samples it has in the control's, for each second of
-/// CPU it had (an attack may take CPU of its own: forks of a process with tens of thousands of
+/// CPU it had while sampled (an attack may take CPU of its own: forks of a process with tens of thousands of
 /// mappings do). Both programs print `ready` once they run. Returns the recordings, whose
 /// attack's stderr says whether the attack was read.
 fn record_beside(name: &str, control: &mut Command, attack: &mut Command) -> Beside {
@@ -586,12 +586,27 @@ fn record_beside(name: &str, control: &mut Command, attack: &mut Command) -> Bes
         assert_eq!(line, "ready\n", "{what}: the program of nobody's did not start");
         let _beside = KillOnDrop(child);
         let out = dir.join(format!("{what}.folded"));
-        let (started, cpu) = (Instant::now(), cpu_time(root.pid()));
-        let run =
-            run_bounded(&["record", "-a", "--per-pid", "-F", "499", "-d", "3", "-o", out.to_str().unwrap()]);
-        let (took, cpu) = (started.elapsed(), cpu_time(root.pid()) - cpu);
-        let stderr = String::from_utf8_lossy(&run.stderr).into_owned();
-        assert!(run.status.success(), "{what}: {stderr}");
+        let started = Instant::now();
+        let recording = start_profiler(&[
+            "record",
+            "-a",
+            "--per-pid",
+            "-F",
+            "499",
+            "-d",
+            "3",
+            "-o",
+            out.to_str().unwrap(),
+        ]);
+        // Root's CPU time while it is sampled: from the readiness line, for the 3 s. Starting
+        // and finishing beside the attack can take longer than beside its control, and root's
+        // program runs unsampled meanwhile (counted, it once put the ratio at 0.895).
+        let cpu = cpu_time(root.pid());
+        std::thread::sleep(Duration::from_secs(3));
+        let cpu = cpu_time(root.pid()) - cpu;
+        let (status, stderr) = recording.wait();
+        let took = started.elapsed();
+        assert!(status.success(), "{what}: {stderr}");
         assert!(took < Duration::from_secs(4), "{what}: `record -d 3` took {took:?}");
         let samples = common::python::weight(&thread_stacks(&Folded::read(&out), root.pid()), |_| true);
         eprintln!("{name}: {what}: root's program has {samples} samples in {cpu:?} of CPU");
