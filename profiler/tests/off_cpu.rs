@@ -3,11 +3,7 @@
 //! and off_cpu.rs), checked against those measurements and the kernel's schedstat.
 mod common;
 
-use std::{
-    collections::BTreeMap,
-    path::Path,
-    time::{Duration, Instant},
-};
+use std::{collections::BTreeMap, path::Path};
 
 use common::*;
 
@@ -319,14 +315,7 @@ fn threads_waiting_since_before_the_start_count_under_their_kernel_stacks() {
     // Both asleep before the profiler starts: a `sleep` still starting on a loaded machine was
     // seen to leave, and its whole 4 s counted (rightly, for a wait the recording saw begin).
     for sleeper in [&all_along, &comes_back] {
-        let asleep = || {
-            let stat = std::fs::read_to_string(format!("/proc/{}/stat", sleeper.pid())).unwrap_or_default();
-            stat.starts_with(&format!("{} (sleep) S ", sleeper.pid()))
-        };
-        let waiting = Instant::now();
-        while !asleep() && waiting.elapsed() < Duration::from_secs(2) {
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        profiler::testing::wait_until_asleep(sleeper.pid(), "sleep");
     }
     let out = scratch_dir("off-cpu-since-before").join("out.folded");
     let (pid_a, pid_b) = (all_along.pid().to_string(), comes_back.pid().to_string());

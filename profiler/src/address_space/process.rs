@@ -653,16 +653,9 @@ mod tests {
         // A process whose mappings stay as they are (this one's change as other tests run).
         let mut sleeper = std::process::Command::new("sleep").arg("10").spawn().unwrap();
         let pid = Tgid(sleeper.id());
-        // Its mappings stay as they are once it sleeps (until then, exec and the dynamic linker
-        // map its program and libraries: 50 ms was not always enough on a loaded machine).
-        let sleeping = || {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            stat.starts_with(&format!("{pid} (sleep) S "))
-        };
-        let started = std::time::Instant::now();
-        while !sleeping() && started.elapsed() < std::time::Duration::from_secs(5) {
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
+        // Its mappings stay as they are once it sleeps (50 ms was not always enough on a loaded
+        // machine).
+        crate::testing::wait_until_asleep(pid.0, "sleep");
         let mut processes = Processes::new(TRACK_ALL);
         let process = processes.observe(pid, Tid(pid.0), "test", 0);
         let garbage = 0x10;

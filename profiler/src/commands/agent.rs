@@ -54,7 +54,7 @@ pub async fn run(args: AgentArgs) -> Result<()> {
         ..settings
     };
     let services = Services::new(args.service_name);
-    let agent = Agent { weight: cpu.weight, exporter, services, windows: 0, profiles: 0 };
+    let agent = Agent { exporter, services, windows: 0, profiles: 0 };
     session::run(cpu, agent, settings).await
 }
 
@@ -82,9 +82,6 @@ fn cgroup_processes(cgroup: &Path) -> Result<Vec<Tgid>> {
 
 /// The agent's consumer of a CPU profile: each window's profiles, by service, to the exporter.
 struct Agent {
-    /// What the CPU profile's samples weigh: with `--off-cpu`, thread time on and off the CPU,
-    /// split into two profiles.
-    weight: Weight,
     exporter: Exporter,
     services: Services,
     windows: u64,
@@ -132,9 +129,10 @@ impl Consumer<Sampler> for Agent {
 }
 
 impl Agent {
-    /// The window's profiles: CPU samples, and with `--off-cpu` the time off the CPU.
+    /// The window's profiles: CPU samples, and with `--off-cpu` (thread time on and off the
+    /// CPU) the time off the CPU.
     fn profiles_of(&self, window: Recording) -> Vec<Recording> {
-        if self.weight != Weight::WallNs {
+        if window.meta.weight != Weight::WallNs {
             return vec![window];
         }
         let part = |states: Vec<ThreadState>, weight: Weight| {

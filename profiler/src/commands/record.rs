@@ -11,10 +11,10 @@ use crate::{
     decode::Payload,
     frame::{Frame, Marker},
     kernel::sampler::{self, OffCpuConfig, Sampler, SamplerConfig},
-    model::{Meta, Recording, Tgid, ThreadState, Tid, Weight},
+    model::{Meta, Tgid, ThreadState, Tid, Weight},
     render::RenderOptions,
     session::{
-        self, Collector, Consumer, End, Progress, Settings, Target,
+        self, Collector, End, Progress, ReportAtTheEnd, Settings, Target,
         summary::{KernelFigures, Summary},
     },
     untrusted::read_bounded,
@@ -47,7 +47,7 @@ pub async fn run(args: RecordArgs) -> Result<()> {
         },
         ..settings
     };
-    session::run(profile, RecordSummary, settings).await
+    session::run(profile, ReportAtTheEnd(print_summary), settings).await
 }
 
 /// What `record` and `agent` decide themselves about sampling; the rest comes from their
@@ -96,10 +96,10 @@ pub(super) fn sampling(args: &SamplingArgs, plan: SamplingPlan) -> (CpuProfile, 
     (CpuProfile { config, weight, carried: HashMap::new(), last_cut_ns: 0 }, settings)
 }
 
-/// The mode of `record`, which `agent` wraps.
+/// What `record`, `top` and `agent` collect: a CPU profile (or thread time off the CPU, or both).
 pub(super) struct CpuProfile {
-    pub(super) config: SamplerConfig,
-    pub(super) weight: Weight,
+    config: SamplerConfig,
+    weight: Weight,
     /// Spans off the CPU still open when a window closed, by thread: their time up to then went
     /// to the windows it passed through, and only the rest goes to the one where they end.
     carried: HashMap<u32, Carried>,
@@ -246,39 +246,21 @@ impl Collector for CpuProfile {
     }
 }
 
-/// `record`'s consumer: the recording goes to the outputs alone, and the summary to the
-/// terminal.
-struct RecordSummary;
-
-impl Consumer<Sampler> for RecordSummary {
-    fn ready(&mut self, _: &str, collecting: String) -> String {
-        collecting
-    }
-
-    fn status(&self, collecting: String) -> String {
-        collecting
-    }
-
-    /// `record` asks for no windows.
-    fn window(&mut self, _: Recording) {}
-
-    fn sampling_ended(&mut self) {}
-
-    fn report(&self, end: &End<'_, Sampler>) {
-        let summary = Summary {
-            recording: end.recording,
-            missing_cfi: &end.missing_cfi,
-            processes: end.progress.processes,
-            kernel: KernelFigures {
-                cost_us: end.kernel.run_costs_us(),
-                ring_bytes_per_record: end.kernel.ring_bytes_per_record(),
-                blocks: end.kernel.off_cpu_blocks(),
-            },
-            runtimes: &end.runtimes,
-            outputs: end.outputs,
-        };
-        summary.print();
-    }
+/// `record`'s report at the end: the summary, on the terminal.
+fn print_summary(end: &End<'_, Sampler>) {
+    let summary = Summary {
+        recording: end.recording,
+        missing_cfi: &end.missing_cfi,
+        processes: end.progress.processes,
+        kernel: KernelFigures {
+            cost_us: end.kernel.run_costs_us(),
+            ring_bytes_per_record: end.kernel.ring_bytes_per_record(),
+            blocks: end.kernel.off_cpu_blocks(),
+        },
+        runtimes: &end.runtimes,
+        outputs: end.outputs,
+    };
+    summary.print();
 }
 
 /// What a sample weighs with `--off-cpu` or `--wall` asked, or neither.

@@ -111,6 +111,29 @@ pub trait Consumer<K> {
     fn report(&self, end: &End<'_, K>);
 }
 
+/// The consumer of a session without windows whose only say is its report at the end (`record`'s
+/// summary, `leaks`' report): the collector's lines as they are.
+pub struct ReportAtTheEnd<K>(pub fn(&End<'_, K>));
+
+impl<K> Consumer<K> for ReportAtTheEnd<K> {
+    fn ready(&mut self, _: &str, collecting: String) -> String {
+        collecting
+    }
+
+    fn status(&self, collecting: String) -> String {
+        collecting
+    }
+
+    /// Its sessions ask for no windows.
+    fn window(&mut self, _: Recording) {}
+
+    fn sampling_ended(&mut self) {}
+
+    fn report(&self, end: &End<'_, K>) {
+        (self.0)(end);
+    }
+}
+
 /// What a session was asked to do, beside its mode.
 #[derive(Default)]
 pub struct Settings {

@@ -1,4 +1,4 @@
-//! What the terminal is told at the end beside the mode's report: why sampling stopped, what
+//! What the terminal is told at the end beside the consumer's report: why sampling stopped, what
 //! was dropped on the way, the limits the targets ran into, and what the kernel side has to say.
 use super::{Collector, limits, pipeline::Pipeline, stop::StopReason};
 use crate::{

@@ -45,6 +45,20 @@ pub fn e2e_enabled() -> bool {
     );
 }
 
+/// Waits, up to 5 s, until process `pid`, running `comm`, sleeps: past its exec and its dynamic
+/// linker, so that its mappings stay as they are and its wait has begun (a process just spawned
+/// may still be starting on a loaded machine).
+pub fn wait_until_asleep(pid: u32, comm: &str) {
+    let asleep = || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .is_ok_and(|stat| stat.starts_with(&format!("{pid} ({comm}) S ")))
+    };
+    let started = std::time::Instant::now();
+    while !asleep() && started.elapsed() < std::time::Duration::from_secs(5) {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
 /// Serializes a sample record the way the eBPF program lays it out: `header` with its lengths
 /// set from the parts, the stack copy, padding to 8 bytes, the frame-pointer user stack and the
 /// kernel stack (no runtime frames).

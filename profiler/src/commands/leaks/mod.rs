@@ -16,10 +16,10 @@ use crate::{
     cli::LeaksArgs,
     decode::Payload,
     kernel::tracer::{Tracer, TracerConfig},
-    model::{AllocationTotals, Meta, Recording, Tgid, Weight},
+    model::{AllocationTotals, Meta, Tgid, Weight},
     output::Outputs,
     render::{Format, RenderOptions, leak_report},
-    session::{self, Collector, Consumer, End, Progress, Settings, Target},
+    session::{self, Collector, End, Progress, ReportAtTheEnd, Settings, Target},
     walk::CallGraph,
 };
 
@@ -48,7 +48,7 @@ pub async fn run(args: LeaksArgs) -> Result<()> {
     };
     let min_age_ns = args.min_age.map(|seconds| (seconds * 1e9) as u64);
     let leaks = Leaks { config, min_age_ns, pid: Tgid(0), ledger: Ledger::default() };
-    session::run(leaks, LeakReport, settings).await
+    session::run(leaks, ReportAtTheEnd(print_report), settings).await
 }
 
 struct Leaks {
@@ -114,30 +114,13 @@ impl Collector for Leaks {
     }
 }
 
-/// `leaks`' consumer: the report of the blocks outstanding, on standard output.
-struct LeakReport;
-
-impl Consumer<Tracer> for LeakReport {
-    fn ready(&mut self, _: &str, collecting: String) -> String {
-        collecting
+/// `leaks`' report at the end: the blocks outstanding, on standard output.
+fn print_report(end: &End<'_, Tracer>) {
+    let written = leak_report::write(end.recording, end.options.top, &mut std::io::stdout().lock());
+    if let Err(err) = written.context("cannot write the report") {
+        eprintln!("profiler: error: {err:#}");
     }
-
-    fn status(&self, collecting: String) -> String {
-        collecting
-    }
-
-    /// `leaks` asks for no windows.
-    fn window(&mut self, _: Recording) {}
-
-    fn sampling_ended(&mut self) {}
-
-    fn report(&self, end: &End<'_, Tracer>) {
-        let written = leak_report::write(end.recording, end.options.top, &mut std::io::stdout().lock());
-        if let Err(err) = written.context("cannot write the report") {
-            eprintln!("profiler: error: {err:#}");
-        }
-        for (path, _) in end.outputs {
-            eprintln!("profiler: wrote {}", path.display());
-        }
+    for (path, _) in end.outputs {
+        eprintln!("profiler: wrote {}", path.display());
     }
 }
