@@ -5,6 +5,13 @@ use clap::Parser as _;
 use profiler::{Cli, printable};
 
 fn main() -> ExitCode {
+    // Started by the profiler to read targets' memory for one of its threads.
+    if std::env::args_os().nth(1).is_some_and(|arg| arg == profiler::READER_ARG) {
+        return match profiler::serve_memory_reads() {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(_) => ExitCode::FAILURE,
+        };
+    }
     one_malloc_arena();
     // A panic is a bug, reported in one line; the stages contain the ones they can survive.
     std::panic::set_hook(Box::new(|info| {

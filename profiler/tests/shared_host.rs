@@ -323,35 +323,13 @@ fn a_file_system_that_never_answers_stalls_nothing() {
     }
     let _alone = alone_on_the_machine();
     let dir = nobodys_dir("fuse-stall");
-    let daemon = fuse_daemon(&dir);
     let plugin = build_workload("plugin.c", "libplugin-fuse.so", "gcc", &["-O2", "-g", "-shared", "-fPIC"]);
-    let mount = dir.join("mnt");
-    std::fs::create_dir(&mount).unwrap();
-    std::os::unix::fs::chown(&mount, Some(NOBODY), Some(NOBODY)).unwrap();
-    let log = dir.join("daemon.log");
-    // As nobody logged in: with the bounding set of capabilities a user has, so that the
-    // setuid fusermount3 can mount for it.
-    let fuse = Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-        .arg(&daemon)
-        .arg(&mount)
-        .arg(&plugin)
-        .arg(&log)
-        .stdin(Stdio::null())
-        .spawn()
-        .unwrap();
-    let fuse = KillOnDrop(fuse);
-    let mounted = Instant::now();
-    while !std::fs::read_to_string("/proc/self/mountinfo").unwrap().contains(mount.to_str().unwrap()) {
-        assert!(mounted.elapsed() < Duration::from_secs(10), "the FUSE file system was not mounted");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let unmount = Unmount(mount.clone());
-    let library = mount.join("lib.so");
+    let fuse = StallingFuse::mount(&dir, &plugin);
+    let library = fuse.mount.join("lib.so");
     let many_libs = build_workload("many_libs.c", "many_libs", "gcc", &["-O2", "-ldl"]);
     let _user = KillOnDrop(as_nobody(&many_libs).arg("60").arg(&library).spawn().unwrap());
     let fake = build_workload("fake_python.c", "fake/python3.12", "gcc", &["-O1", "-g", "-rdynamic"]);
-    let data = mount.join("data");
+    let data = fuse.mount.join("data");
     let _posing = KillOnDrop(as_nobody(&fake).args(["60", "names-in"]).arg(&data).spawn().unwrap());
     std::thread::sleep(Duration::from_millis(500));
     let out = dir.join("out.folded");
@@ -364,7 +342,7 @@ fn a_file_system_that_never_answers_stalls_nothing() {
     let took = started.elapsed();
     assert!(status.success());
     assert!(took < Duration::from_secs(20), "the recording took {took:?} for its 8 s");
-    let held = std::fs::read_to_string(&log).unwrap_or_default();
+    let held = std::fs::read_to_string(&fuse.log).unwrap_or_default();
     assert!(!held.contains("held 0"), "a request of root's reached the daemon:\n{held}");
     assert!(said_unasked(&stderr), "the library was not read, and that was said:\n{stderr}");
     let folded = Folded::read(&out);
@@ -375,8 +353,87 @@ fn a_file_system_that_never_answers_stalls_nothing() {
     let mine =
         Folded { stacks: folded.stacks.into_iter().filter(|(frames, _)| frames[0] == "split-fp").collect() };
     assert_split(&mine, "main", 10.0, 0.9);
+}
+
+/// A program posing as CPython maps a page of nobody's FUSE file (above) over the memory that
+/// holds its code objects' names and back, again and again, so that a page found present a
+/// moment before a read is the daemon's by the read: the read waits for the daemon, for ever.
+/// It waits in the profiler's reader, not in the profiler: the reader is abandoned after its
+/// deadline, nobody's processes are read no more meanwhile, and the recording ends on time,
+/// root's Python named in it.
+#[test]
+fn a_target_mapping_a_daemons_file_under_a_read_holds_up_only_its_reader() {
+    if !e2e_enabled() {
+        return;
+    }
+    let _alone = alone_on_the_machine();
+    let dir = nobodys_dir("fuse-race");
+    let plugin = build_workload("plugin.c", "libplugin-race.so", "gcc", &["-O2", "-g", "-shared", "-fPIC"]);
+    let fuse = StallingFuse::mount(&dir, &plugin);
+    let fake = build_workload("fake_python.c", "fake/python3.12", "gcc", &["-O1", "-g", "-rdynamic"]);
+    let data = fuse.mount.join("data");
+    let _posing = KillOnDrop(as_nobody(&fake).args(["60", "names-racing"]).arg(&data).spawn().unwrap());
+    let shares = common::python::script("shares.py");
+    let out = dir.join("out.folded");
+    let started = Instant::now();
+    let recording = start_profiler(&["record", "-a", "-F", "499", "-d", "6", "-o", out.to_str().unwrap()]);
+    let status = Command::new(SYSTEM_PYTHON).arg(&shares).arg("4").stdout(Stdio::null()).status().unwrap();
+    assert!(status.success());
+    let (status, stderr) = recording.wait();
+    let took = started.elapsed();
+    assert!(status.success());
+    assert!(took < Duration::from_secs(20), "the recording took {took:?} for its 6 s");
+    let held = std::fs::read_to_string(&fuse.log).unwrap_or_default();
+    assert!(held.contains("held 0 read"), "no read of root's reached the daemon: the race was not run");
+    assert!(
+        said(&stderr, "reads of target memory got no answer within")
+            .iter()
+            .any(|line| line.contains("65534")),
+        "the reader was abandoned, nobody's processes not read since, and that was said:\n{stderr}"
+    );
+    let folded = Folded::read(&out);
+    let named = weight_with(&folded, |frame| frame.starts_with("alpha (") || frame.starts_with("beta ("));
+    assert!(named > 500, "root's Python is named: {named} samples of alpha and beta");
+    // The daemon first: the posing program waits for the memory its read holds.
     drop(fuse);
-    drop(unmount);
+}
+
+/// nobody's FUSE file system of `fuse_stall.c`, serving `library` as `lib.so`, at `mount` in a
+/// directory of nobody's: unmounted, its daemon killed, when dropped.
+struct StallingFuse {
+    mount: PathBuf,
+    log: PathBuf,
+    // Dropped in this order: the daemon's end ends the waits for it.
+    _daemon: KillOnDrop,
+    _unmount: Unmount,
+}
+
+impl StallingFuse {
+    fn mount(dir: &Path, library: &Path) -> Self {
+        let daemon = fuse_daemon(dir);
+        let mount = dir.join("mnt");
+        std::fs::create_dir(&mount).unwrap();
+        std::os::unix::fs::chown(&mount, Some(NOBODY), Some(NOBODY)).unwrap();
+        let log = dir.join("daemon.log");
+        // As nobody logged in: with the bounding set of capabilities a user has, so that the
+        // setuid fusermount3 can mount for it.
+        let fuse = Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(&daemon)
+            .arg(&mount)
+            .arg(library)
+            .arg(&log)
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap();
+        let fuse = KillOnDrop(fuse);
+        let mounted = Instant::now();
+        while !std::fs::read_to_string("/proc/self/mountinfo").unwrap().contains(mount.to_str().unwrap()) {
+            assert!(mounted.elapsed() < Duration::from_secs(10), "the FUSE file system was not mounted");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Self { _unmount: Unmount(mount.clone()), mount, log, _daemon: fuse }
+    }
 }
 
 /// `fuse_stall.c` built in `dir`, where nobody can run it.
@@ -421,7 +478,7 @@ struct Unmount(PathBuf);
 
 impl Drop for Unmount {
     fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+        let _ = Command::new("umount").arg("-l").arg(&self.0).stderr(Stdio::null()).status();
     }
 }
 

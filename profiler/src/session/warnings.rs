@@ -90,6 +90,9 @@ fn limits_reached<C: Collector>(pipeline: &Pipeline<C>) {
             DESCRIBED_BUDGET >> 20
         );
     }
+    for line in crate::runtimes::memory::reader::summary() {
+        eprintln!("profiler: warning: {line}");
+    }
     let given_up = remote::given_up();
     if given_up > 0 {
         eprintln!(

@@ -5,8 +5,13 @@
  * frame is its own caller (an endless frame chain) running a "code object" whose names are made
  * of folded-format separators and terminal escapes; with "names-in FILE", the same frames, the
  * names of whose code object are in a page of FILE mapped and never touched (a reader's fault
- * there goes to FILE's file system). It then spins in a function named like the eval loop for
- * argv's seconds. Built with -rdynamic so the symbols are exported. */
+ * there goes to FILE's file system); with "names-racing FILE", the same frames, the names in a
+ * page of memory that it maps over, again and again, with a page of FILE never touched, and back
+ * (a reader that found the page present may then fault into FILE's file system), and its frame
+ * running a different one of many copies of the code object each time, which a reader has not
+ * read yet. It then spins in a function
+ * named like the eval loop for argv's seconds. Built with -rdynamic so the symbols are
+ * exported. */
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -24,6 +29,13 @@ const char *PyUnicode_AsUTF8(void *unicode) { return unicode ? "" : 0; }
 static char interp[8192], tstate[512], cframe[64], frame[128], code[256], name[64], no_lines[64];
 
 static void put(char *base, size_t offset, const void *value) { memcpy(base + offset, &value, 8); }
+
+/* With "names-racing": the page the names are in, the file mapped over it in turns, and the
+ * copies of the code object. */
+static char *racing_page;
+static int racing_fd = -1;
+#define CODES 65536
+static char codes[CODES][256];
 
 static void setup(int with_frames, const char *names_in) {
     put(_PyRuntime, 48, interp);          /* interpreters.main */
@@ -66,19 +78,44 @@ static void setup(int with_frames, const char *names_in) {
     }
 }
 
+/* The names' page racing: the file's page mapped over it, then memory holding the names again. */
+static void race(void) {
+    static uint32_t next;
+    put(frame, 0, codes[next++ % CODES]);
+    mmap(racing_page, 4096, PROT_READ, MAP_PRIVATE | MAP_FIXED, racing_fd, 4096);
+    mmap(racing_page, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+    memcpy(racing_page, name, sizeof name);
+}
+
+static void start_racing(const char *file) {
+    racing_fd = open(file, O_RDONLY);
+    racing_page = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (racing_fd < 0 || racing_page == MAP_FAILED) exit(3);
+    memcpy(racing_page, name, sizeof name);
+    put(code, 120, racing_page);
+    put(code, 128, racing_page);
+    put(code, 112, racing_page);
+    for (int i = 0; i < CODES; i++) memcpy(codes[i], code, sizeof code);
+}
+
 __attribute__((noinline)) void _PyEval_EvalFrameDefault(double seconds) {
     struct timespec start, now;
     clock_gettime(CLOCK_MONOTONIC, &start);
     volatile uint64_t x = 0;
     do {
-        for (int i = 0; i < 100000; i++) x += i;
+        if (racing_fd >= 0)
+            for (int i = 0; i < 100; i++) race();
+        else
+            for (int i = 0; i < 100000; i++) x += i;
         clock_gettime(CLOCK_MONOTONIC, &now);
     } while ((now.tv_sec - start.tv_sec) + (now.tv_nsec - start.tv_nsec) / 1e9 < seconds);
 }
 
 int main(int argc, char **argv) {
     int names_in = argc > 3 && strcmp(argv[2], "names-in") == 0;
-    setup(argc > 2 && (strcmp(argv[2], "frames") == 0 || names_in), names_in ? argv[3] : NULL);
+    int racing = argc > 3 && strcmp(argv[2], "names-racing") == 0;
+    setup(argc > 2 && (strcmp(argv[2], "frames") == 0 || names_in || racing), names_in ? argv[3] : NULL);
+    if (racing) start_racing(argv[3]);
     _PyEval_EvalFrameDefault(argc > 1 ? atof(argv[1]) : 2.0);
     return 0;
 }

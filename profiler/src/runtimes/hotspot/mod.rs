@@ -115,10 +115,12 @@ impl Runtime for HotSpot {
         mapping: &Mapping,
         allowance: &Arc<Allowance>,
     ) -> Result<Jvm, Refusal> {
-        read(view.tgid(), mapping, libjvm.clone(), allowance.clone()).map_err(|refusal| match refusal {
-            Refusal::NotYet(why) => Refusal::NotYet(why.context("HotSpot JVM not read")),
-            Refusal::Never(why) => Refusal::Never(why.context("HotSpot JVM not read")),
-        })
+        read(view.tgid(), view.identity().user, mapping, libjvm.clone(), allowance.clone()).map_err(
+            |refusal| match refusal {
+                Refusal::NotYet(why) => Refusal::NotYet(why.context("HotSpot JVM not read")),
+                Refusal::Never(why) => Refusal::Never(why.context("HotSpot JVM not read")),
+            },
+        )
     }
 
     fn stepper<'a>(
@@ -257,10 +259,11 @@ impl Nmethod {
     }
 }
 
-/// Reads the JVM of `pid` whose `libjvm.so` is mapped at `mapping`. Its tables are read whole;
-/// its frames, later, within `allowance`.
+/// Reads the JVM of `pid` (of `user`) whose `libjvm.so` is mapped at `mapping`. Its tables are
+/// read whole; its frames, later, within `allowance`.
 fn read(
     pid: Tgid,
+    user: Option<u32>,
     mapping: &Mapping,
     libjvm: Arc<LibJvm>,
     allowance: Arc<Allowance>,
@@ -272,7 +275,7 @@ fn read(
         .map_err(Refusal::NotYet)?;
     let (image, file) = (&libjvm.image, &libjvm.file);
     // What it reads is noted in the sample's file mappings (shared), as a sample's reads are.
-    let mut memory = ProcessMemory::new(pid, Allowance::unbounded(allowance.files()));
+    let mut memory = ProcessMemory::new(pid, user, Allowance::unbounded(allowance.files()));
     let mut read = |addr: u64, buf: &mut [u8]| memory.read(addr, buf);
     let tables = match VmStructs::read(image, file, bias, &mut read) {
         Ok(tables) => tables,
@@ -308,7 +311,7 @@ fn read(
     })();
     let started = started.map_err(Refusal::NotYet)?;
     let names = BlobNames { libjvm: libjvm.clone(), bias };
-    let mut memory = ProcessMemory::new(pid, allowance.clone());
+    let mut memory = ProcessMemory::new(pid, user, allowance.clone());
     let memory = Box::new(move |addr, buf: &mut [u8]| memory.read(addr, buf));
     Ok(Jvm::new(tables.counts(), layout, started, Some(names), memory, allowance))
 }

@@ -142,7 +142,7 @@ impl Runtime for Python {
             module,
             process,
             types,
-            memory: ProcessMemory::new(view.tgid(), allowance.clone()),
+            memory: ProcessMemory::new(view.tgid(), view.identity().user, allowance.clone()),
             codes: Cache::default(),
             frames: Cache::default(),
             line_tables: code::LineTables::default(),

@@ -141,7 +141,7 @@ impl Runtime for V8 {
                 image.version
             )));
         }
-        let mut memory = ProcessMemory::new(view.tgid(), allowance.clone());
+        let mut memory = ProcessMemory::new(view.tgid(), view.identity().user, allowance.clone());
         let memory = Box::new(move |addr, buf: &mut [u8]| memory.read(addr, buf));
         Ok(V8Process::new(layout, module, builtins, text, memory, allowance.clone()))
     }

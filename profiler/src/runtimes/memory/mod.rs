@@ -1,19 +1,15 @@
-//! A target process's memory, as the runtimes read it: through `/proc/PID/mem`, a read at a
-//! time, each either whole or refused, within each sample's [`Allowance`].
-use std::{
-    fs::File,
-    os::unix::fs::FileExt as _,
-    sync::{
-        Arc, Mutex, PoisonError,
-        atomic::{AtomicBool, AtomicU64, Ordering},
-    },
+//! A target process's memory, as the runtimes read it: by a reader process, a read at a time,
+//! each either whole or refused, within each sample's [`Allowance`].
+use std::sync::{
+    Arc, Mutex, PoisonError,
+    atomic::{AtomicBool, AtomicU64, Ordering},
 };
 
-use crate::{
-    address_space::FileMappings,
-    model::Tgid,
-    untrusted::descriptors::{self, Slot},
-};
+mod pages;
+pub mod reader;
+
+use self::pages::PAGE;
+use crate::{address_space::FileMappings, model::Tgid};
 
 /// Reads of target memory one sample's runtime frames may cost, whatever the target's
 /// metadata claims (a method with a thousand overloads, a stack of fresh code objects), and
@@ -45,6 +41,8 @@ pub struct Allowance {
     /// The file mappings of the process being walked: a page of a file is read only when it is
     /// a page of a file the kernel answers for (see [`ProcessMemory`]).
     files: Mutex<Option<FileMappings>>,
+    /// The pages read since the reset.
+    pages: Mutex<SamplePages>,
 }
 
 impl Default for Allowance {
@@ -62,6 +60,7 @@ impl Allowance {
             bytes: AtomicU64::new(bytes),
             spent: AtomicBool::new(false),
             files: Mutex::new(None),
+            pages: Mutex::new(SamplePages::default()),
         }
     }
 
@@ -80,6 +79,7 @@ impl Allowance {
         self.bytes.store(self.limits.1, Ordering::Relaxed);
         self.spent.store(false, Ordering::Relaxed);
         *self.files.lock().unwrap_or_else(PoisonError::into_inner) = Some(files);
+        self.pages.lock().unwrap_or_else(PoisonError::into_inner).0.clear();
     }
 
     /// The file mappings of the process being walked.
@@ -129,76 +129,27 @@ impl Allowance {
     }
 }
 
-/// A process's memory, through `/proc/PID/mem`: only pages present in memory are read (as its
-/// `/proc/PID/pagemap` says), and of pages of a file, only those of a file the kernel answers
-/// for (the file mapped there, as the process's mappings at the sample name it, asked of its
-/// handle: see `resolve::FileMappings`): a read faults nothing in.
+/// A process's memory, read by this thread's reader (see `reader`): only pages present in
+/// memory are read (see `pages`), and of pages of a file, only those of a file the kernel
+/// answers for (the file mapped there, as the process's mappings at the sample name it, asked of
+/// its handle: see `resolve::FileMappings`): a read faults nothing in.
 /// A fault can wait for ever, uninterruptibly, on a file of a FUSE daemon that never answers
-/// (`allow_other`), or for long on a network file system or swap, and it would hold up the
-/// pipeline for every process; and a daemon may drop a page it served at any moment, so a page
-/// of its file found present is not read either. A page the target has not touched, or that was
-/// swapped out, is left unread, as unreadable memory is. (A process that maps a daemon's file
-/// over one of a kernel's file system, between the sample and the read, could still have a
-/// read wait for the daemon: the mappings known lag the process by up to a drain.)
+/// (`allow_other`), or for long on a network file system or swap; and a daemon may drop a page
+/// it served at any moment, so a page of its file found present is not read either. A page the
+/// target has not touched, or that was swapped out, is left unread, as unreadable memory is. A
+/// process that maps a daemon's file over memory between the look at its pages and the read
+/// holds up the reader, not the profiler: see `reader`.
 pub struct ProcessMemory {
     tgid: Tgid,
+    /// Its user, as `Identity::user` says: barred from reads if one of its reads gets no answer.
+    user: Option<u32>,
     allowance: Arc<Allowance>,
-    mem: ProcFile,
-    pagemap: ProcFile,
 }
-
-/// A file of a process's `/proc` directory, opened when first read, and kept open while the cap
-/// on descriptors kept has room (else opened at each read).
-struct ProcFile {
-    path: String,
-    file: Option<(File, Option<Slot>)>,
-}
-
-impl ProcFile {
-    fn new(path: String) -> Self {
-        Self { path, file: None }
-    }
-
-    /// Fills `buf` from `offset`, whole or not at all. A read of nothing at all from an
-    /// address space gone (the process ran exec since, or exited) opens the file once more.
-    fn read_at(&mut self, buf: &mut [u8], offset: u64) -> bool {
-        for _ in 0..2 {
-            if self.file.is_none() {
-                let Ok(file) = File::open(&self.path) else { return false };
-                self.file = Some((file, descriptors::take()));
-            }
-            let Some((file, slot)) = &self.file else { return false };
-            let read = file.read_at(buf, offset);
-            if slot.is_none() {
-                self.file = None;
-            }
-            match read {
-                Ok(read) if read == buf.len() => return true,
-                Ok(0) if !buf.is_empty() => self.file = None,
-                _ => return false,
-            }
-        }
-        false
-    }
-}
-
-/// Pages of `/proc/PID/pagemap`, and the bits of an entry that say a page is present, and a
-/// page of a file (or shared memory).
-const PAGE: u64 = 4096;
-const PRESENT: u64 = 1 << 63;
-const FILE: u64 = 1 << 61;
-/// Pagemap entries looked at in one read, at most (a read of up to 2 MiB).
-const MAX_PAGES: usize = 512;
 
 impl ProcessMemory {
-    /// The memory of `tgid`, read within `allowance`.
-    pub fn new(tgid: Tgid, allowance: Arc<Allowance>) -> Self {
-        Self {
-            tgid,
-            allowance,
-            mem: ProcFile::new(format!("/proc/{tgid}/mem")),
-            pagemap: ProcFile::new(format!("/proc/{tgid}/pagemap")),
-        }
+    /// The memory of `tgid`, whose user is `user`, read within `allowance`.
+    pub fn new(tgid: Tgid, user: Option<u32>, allowance: Arc<Allowance>) -> Self {
+        Self { tgid, user, allowance }
     }
 
     /// Whether its allowance was spent in this sample (see [`Allowance::spent`]).
@@ -212,35 +163,71 @@ impl ProcessMemory {
         if buf.is_empty() {
             return true;
         }
-        self.allowance.take(buf.len() as u64)
-            && self.present(addr, buf.len() as u64)
-            && self.mem.read_at(buf, addr)
-    }
-
-    /// Whether every page of `len` bytes at `addr` is present in memory, and, if a page of a
-    /// file, of a file the kernel answers for.
-    fn present(&mut self, addr: u64, len: u64) -> bool {
-        let Some(last) = addr.checked_add(len - 1) else { return false };
-        let (first, last) = (addr / PAGE, last / PAGE);
-        let mut entries = [0u8; 8 * MAX_PAGES];
-        let mut page = first;
-        while page <= last {
-            let count = (last - page + 1).min(MAX_PAGES as u64) as usize;
-            let entries = &mut entries[..8 * count];
-            if !self.pagemap.read_at(entries, page * 8) {
-                return false;
-            }
-            let readable = entries.as_chunks::<8>().0.iter().zip(page..).all(|(entry, page)| {
-                let entry = u64::from_le_bytes(*entry);
-                entry & PRESENT != 0
-                    && (entry & FILE == 0 || self.allowance.kernels_file(self.tgid, page * PAGE))
-            });
-            if !readable {
-                return false;
-            }
-            page += count as u64;
+        let (tgid, user, allowance) = (self.tgid, self.user, &self.allowance);
+        if !allowance.take(buf.len() as u64) {
+            return false;
+        }
+        let mut read_pages = |at: u64, buf: &mut [u8]| {
+            reader::read(tgid, user, at, buf, &mut |page| allowance.kernels_file(tgid, page))
+        };
+        let Some(end) = addr.checked_add(buf.len() as u64) else { return false };
+        let pages = (addr / PAGE)..end.div_ceil(PAGE);
+        if pages.end - pages.start > MAX_PAGES_KEPT_PER_READ {
+            return read_pages(addr, buf);
+        }
+        let mut kept = allowance.pages.lock().unwrap_or_else(PoisonError::into_inner);
+        for page in pages {
+            let Some(bytes) = kept.page(tgid, page * PAGE, &mut read_pages) else { return false };
+            let (from, to) = (addr.max(page * PAGE), end.min((page + 1) * PAGE));
+            let at = |address: u64| (address - addr) as usize;
+            buf[at(from)..at(to)]
+                .copy_from_slice(&bytes[(from - page * PAGE) as usize..(to - page * PAGE) as usize]);
         }
         true
+    }
+}
+
+/// Pages one read may span and be served by [`SamplePages`]; a longer read is read as it is.
+const MAX_PAGES_KEPT_PER_READ: u64 = 2;
+/// Pages a sample keeps.
+const MAX_PAGES_KEPT: usize = 32;
+
+/// The pages of target memory a sample has read, each read whole the first time the sample read
+/// within it, and no more: a sample's runtime frames read a few words each of objects that lie
+/// together, each read is a hand-over to the reader (see `reader`), and the memory read at one
+/// sample is more consistent for it. A page that could not be read is kept as such.
+#[derive(Debug, Default)]
+struct SamplePages(Vec<SamplePage>);
+
+/// A page of a process's, at its address, and its bytes if it could be read.
+#[derive(Debug)]
+struct SamplePage {
+    tgid: Tgid,
+    addr: u64,
+    bytes: Option<Box<[u8]>>,
+}
+
+impl SamplePages {
+    /// The page at `addr` of `tgid`, read with `read` unless this sample read it already.
+    fn page(
+        &mut self,
+        tgid: Tgid,
+        addr: u64,
+        read: &mut impl FnMut(u64, &mut [u8]) -> bool,
+    ) -> Option<&[u8]> {
+        let index = match self.0.iter().position(|page| page.tgid == tgid && page.addr == addr) {
+            Some(index) => index,
+            None => {
+                let mut bytes = vec![0u8; PAGE as usize].into_boxed_slice();
+                let bytes = read(addr, &mut bytes).then_some(bytes);
+                if self.0.len() == MAX_PAGES_KEPT {
+                    self.0.remove(0);
+                }
+                self.0.push(SamplePage { tgid, addr, bytes });
+                self.0.len() - 1
+            }
+        };
+        self.0[index].bytes.as_deref()
     }
 }
 
@@ -285,7 +272,7 @@ pub mod tests {
     #[test]
     fn a_sample_reads_within_its_allowance() {
         let allowance = Arc::new(Allowance::new(2, 100));
-        let mut memory = ProcessMemory::new(Tgid::own(), allowance.clone());
+        let mut memory = ProcessMemory::new(Tgid::own(), None, allowance.clone());
         let word = 0x1234_5678_9abc_def0u64;
         let mut buf = [0u8; 8];
         let at = &word as *const u64 as u64;
@@ -317,26 +304,11 @@ pub mod tests {
         let exe = std::fs::read(std::env::current_exe().unwrap()).unwrap();
         let at = pages_of_files_are_read_when_the_kernel_answers_for_them as *const () as u64;
         let mut buf = [0u8; 4];
-        let mut memory = ProcessMemory::new(Tgid::own(), Allowance::unbounded(Some(own_files())));
+        let mut memory = ProcessMemory::new(Tgid::own(), None, Allowance::unbounded(Some(own_files())));
         assert!(memory.read(at, &mut buf), "this test's own code, a page of its executable");
         assert!(exe.windows(4).any(|window| window == buf));
-        let mut unknown = ProcessMemory::new(Tgid::own(), Allowance::unbounded(None));
+        let mut unknown = ProcessMemory::new(Tgid::own(), None, Allowance::unbounded(None));
         assert!(!unknown.read(at, &mut buf), "a page of a file whose mapping is not known");
-    }
-
-    #[test]
-    fn pages_not_present_are_not_read() {
-        let mut memory = ProcessMemory::new(Tgid::own(), Allowance::unbounded(Some(own_files())));
-        // SAFETY: a private anonymous mapping of our own, unmapped when dropped.
-        let map = memmap2::MmapMut::map_anon(3 * PAGE as usize).unwrap();
-        let start = map.as_ptr() as u64;
-        let mut buf = [1u8; 16];
-        assert!(!memory.read(start, &mut buf), "never touched: not present, not faulted in by the read");
-        let mut map = map;
-        map[PAGE as usize] = 7;
-        assert!(memory.read(start + PAGE, &mut buf) && buf[0] == 7, "touched: present");
-        assert!(!memory.read(start + PAGE - 8, &mut buf), "a read across a page not present");
-        assert!(memory.read(start, &mut []), "nothing to read");
     }
 
     /// Memory made of pieces at their addresses; a read must fall inside one piece.
