@@ -40,7 +40,7 @@ pub use crate::{
         Tid, filter::Filter, printable, raw,
     },
     render::{Format, Grouping, RenderOptions, pprof::proto as pprof, render},
-    runtimes::memory::reader::{READER_ARG, serve as serve_memory_reads},
+    untrusted::reader::{READER_ARG, serve as serve_memory_reads},
 };
 
 /// The stages, for benchmarks and fuzz targets that drive them without BPF.

@@ -369,10 +369,10 @@ fn a_target_mapping_a_daemons_file_under_a_read_holds_up_only_its_reader() {
     let _alone = alone_on_the_machine();
     let dir = nobodys_dir("fuse-race");
     let plugin = build_workload("plugin.c", "libplugin-race.so", "gcc", &["-O2", "-g", "-shared", "-fPIC"]);
-    let fuse = StallingFuse::mount(&dir, &plugin);
+    let mut fuse = StallingFuse::mount(&dir, &plugin);
     let fake = build_workload("fake_python.c", "fake/python3.12", "gcc", &["-O1", "-g", "-rdynamic"]);
     let data = fuse.mount.join("data");
-    let _posing = KillOnDrop(as_nobody(&fake).args(["60", "names-racing"]).arg(&data).spawn().unwrap());
+    fuse.keep(KillOnDrop(as_nobody(&fake).args(["60", "names-racing"]).arg(&data).spawn().unwrap()));
     let shares = common::python::script("shares.py");
     let out = dir.join("out.folded");
     let started = Instant::now();
@@ -394,8 +394,48 @@ fn a_target_mapping_a_daemons_file_under_a_read_holds_up_only_its_reader() {
     let folded = Folded::read(&out);
     let named = weight_with(&folded, |frame| frame.starts_with("alpha (") || frame.starts_with("beta ("));
     assert!(named > 500, "root's Python is named: {named} samples of alpha and beta");
-    // The daemon first: the posing program waits for the memory its read holds.
-    drop(fuse);
+}
+
+/// A process of nobody's holds its own memory's lock for as long as nobody's daemon likes (a
+/// read of its own memory through `/proc/self/mem`, of a page of the daemon's file, waits
+/// holding it; a thread mapping memory then waits to write it), so that everyone who would look
+/// up the links to its mapped files waits too. The profiler, which opens its files through
+/// those links, asks a reader, which is abandoned: the recording ends on time, the process's
+/// library is opened by its path instead and named, and root's program is named.
+#[test]
+fn a_process_holding_its_memorys_lock_for_a_daemon_stalls_nothing() {
+    if !e2e_enabled() {
+        return;
+    }
+    let _alone = alone_on_the_machine();
+    let dir = nobodys_dir("fuse-wedge");
+    let plugin = build_workload("plugin.c", "libplugin-wedge.so", "gcc", &["-O2", "-g", "-shared", "-fPIC"]);
+    let mut fuse = StallingFuse::mount(&dir, &plugin);
+    let wedged = build_workload("wedged.c", "wedged", "gcc", &["-O2", "-ldl", "-lpthread"]);
+    let hold = fuse.mount.join("hold");
+    fuse.keep(start_as_nobody(&wedged, &["60", plugin.to_str().unwrap(), hold.to_str().unwrap()]));
+    let held = std::fs::read_to_string(&fuse.log).unwrap_or_default();
+    assert!(held.contains("held hold read"), "the process's own read is not held: its lock is not taken");
+    let out = dir.join("out.folded");
+    let started = Instant::now();
+    let recording = start_profiler(&["record", "-a", "-F", "499", "-d", "5", "-o", out.to_str().unwrap()]);
+    let split = split_with_frame_pointers();
+    let status = Command::new(&split).arg("3").stdout(Stdio::null()).status().unwrap();
+    assert!(status.success());
+    let (status, stderr) = recording.wait();
+    let took = started.elapsed();
+    assert!(status.success());
+    assert!(took < Duration::from_secs(20), "the recording took {took:?} for its 5 s");
+    assert!(
+        said(&stderr, "got no answer within").iter().any(|line| line.contains("65534")),
+        "the lookup of its files' links was abandoned, and that was said:\n{stderr}"
+    );
+    let folded = Folded::read(&out);
+    let (_, in_library) = folded.leaf_samples("plugin_spin", &["main", "plugin_work", "plugin_spin"]);
+    assert!(in_library > 500, "its library was named, under main: {in_library} samples");
+    let mine =
+        Folded { stacks: folded.stacks.into_iter().filter(|(frames, _)| frames[0] == "split-fp").collect() };
+    assert_split(&mine, "main", 10.0, 0.9);
 }
 
 /// nobody's FUSE file system of `fuse_stall.c`, serving `library` as `lib.so`, at `mount` in a
@@ -403,8 +443,10 @@ fn a_target_mapping_a_daemons_file_under_a_read_holds_up_only_its_reader() {
 struct StallingFuse {
     mount: PathBuf,
     log: PathBuf,
-    // Dropped in this order: the daemon's end ends the waits for it.
+    // Dropped in this order: the daemon's end ends the waits for it, which its users' ends
+    // wait for.
     _daemon: KillOnDrop,
+    users: Vec<KillOnDrop>,
     _unmount: Unmount,
 }
 
@@ -432,7 +474,12 @@ impl StallingFuse {
             assert!(mounted.elapsed() < Duration::from_secs(10), "the FUSE file system was not mounted");
             std::thread::sleep(Duration::from_millis(50));
         }
-        Self { _unmount: Unmount(mount.clone()), mount, log, _daemon: fuse }
+        Self { _unmount: Unmount(mount.clone()), mount, log, _daemon: fuse, users: Vec::new() }
+    }
+
+    /// Keeps `process`, which uses the file system, until the daemon has gone.
+    fn keep(&mut self, process: KillOnDrop) {
+        self.users.push(process);
     }
 }
 

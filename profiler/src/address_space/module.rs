@@ -245,7 +245,7 @@ pub fn open_mapped(
     mapping: &Mapping,
     path: &Path,
 ) -> io::Result<StableFile> {
-    let file = match open::mapped_handle(tgid, mapping.at()) {
+    let file = match open::mapped_handle(tgid, identity.user, mapping.at()) {
         Ok(handle) => match identity.answerer(handle.as_fd()) {
             Some(Answerer::Kernel) => open::reopen(handle)?,
             Some(Answerer::Server) => return remote::open(handle, mapping.at()),

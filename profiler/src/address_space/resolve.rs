@@ -51,6 +51,8 @@ pub struct FileMappings {
     tgid: Tgid,
     space: Arc<Mappings>,
     namespace: Option<Namespace>,
+    /// Its user (see `Identity::user`).
+    user: Option<u32>,
     /// Whether each mapping asked of in this sample is of a file of the kernel's file systems.
     answers: Arc<Mutex<FxHashMap<MappedAt, bool>>>,
     /// A page of a file found where no mapping is known (0: none yet), shared by the copies.
@@ -80,7 +82,7 @@ impl FileMappings {
         }
         // Asked of the file mapped at that range now, once a sample: the one its pages fault in
         // from (an overlay's layer's), and not one the mappings known lag behind.
-        let answerer = open::mapped_now(self.tgid, at).map_or(Some(Answerer::Daemon), |handle| {
+        let answerer = open::mapped_now(self.tgid, self.user, at).map_or(Some(Answerer::Daemon), |handle| {
             mounts::answerer(handle.as_fd(), self.namespace.as_ref())
         });
         // Not known yet: the read is refused this time, not remembered as unreadable.
@@ -215,6 +217,7 @@ impl<'a> ProcessView<'a> {
             tgid: self.tgid,
             space: self.process.space(),
             namespace: identity.namespace,
+            user: identity.user,
             answers: Arc::default(),
             unknown: Arc::default(),
         }

@@ -281,7 +281,7 @@ fn target(pid: Tgid) -> Vec<Finding> {
             continue;
         }
         seen.push(path.clone());
-        findings.push(module(open::mapped_file(pid, mapping.at(), namespace.as_ref()), path));
+        findings.push(module(open::mapped_file(pid, None, mapping.at(), namespace.as_ref()), path));
     }
     findings.extend(runtimes(pid));
     findings

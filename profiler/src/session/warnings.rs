@@ -90,7 +90,7 @@ fn limits_reached<C: Collector>(pipeline: &Pipeline<C>) {
             DESCRIBED_BUDGET >> 20
         );
     }
-    for line in crate::runtimes::memory::reader::summary() {
+    for line in crate::untrusted::reader::summary() {
         eprintln!("profiler: warning: {line}");
     }
     let given_up = remote::given_up();

@@ -373,7 +373,7 @@ fn open(identity: &Identity) -> Result<Option<File>, String> {
 /// the perf map's rules (owned by the process's user, writable by nobody else).
 fn open_dump(tgid: Tgid, identity: &Identity) -> Result<Option<File>, String> {
     let Some(mapping) = &identity.jitdump else { return Ok(None) };
-    let handle = match target_open::mapped_handle(tgid, mapping.at()) {
+    let handle = match target_open::mapped_handle(tgid, identity.user, mapping.at()) {
         Ok(handle) => handle,
         // Unmapped since (the process exited): what was read is kept.
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -383,7 +383,8 @@ fn open_dump(tgid: Tgid, identity: &Identity) -> Result<Option<File>, String> {
         return Err("its file system is not the kernel's (FUSE, a user's overlay, or network)".into());
     }
     let file = target_open::reopen(handle).map_err(|err| err.to_string())?;
-    owned_by_the_process(file, identity, &target_open::map_files_path(tgid, mapping.at())).map(Some)
+    owned_by_the_process(file, identity, &target_open::map_files_path(tgid, mapping.start, mapping.end))
+        .map(Some)
 }
 
 /// `file` (at `path`), if it is a regular file owned by the process's user and writable by

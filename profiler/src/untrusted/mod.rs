@@ -11,7 +11,9 @@
 //! - nothing waits on a FUSE daemon, whose wait nothing ends, not even a fatal signal: its files,
 //!   and a user's overlay's, are never opened, stat'ed or looked up through ([`mounts`] says who
 //!   answers for a file, asked of the file itself); a network server's files are copied off the
-//!   pipeline, with a deadline ([`remote`]);
+//!   pipeline, with a deadline ([`remote`]); a target's memory, and its mapped files' links (what
+//!   may wait on its memory's lock), are read by reader processes, each read within a deadline
+//!   ([`reader`]);
 //! - memory is bounded whatever a target claims: copies, inflated sections ([`elf`]) and what
 //!   targets describe about themselves ([`cache`]) are charged to budgets ([`Budget`]), `/proc`
 //!   text is read up to a bound ([`read_bounded`]), and the descriptors kept for targets share
@@ -22,7 +24,7 @@
 //!
 //! It imports nothing of the stages above it: a mapping is known by where it is and the inode it
 //! was mapped from ([`open::MappedAt`]), a process by the root its paths resolve in. A target's
-//! memory is read by `runtimes::memory`, within each sample's allowance.
+//! memory is read for the runtimes by `runtimes::memory`, within each sample's allowance.
 mod budget;
 mod cache;
 mod copy;
@@ -32,6 +34,7 @@ mod elf;
 pub mod mounts;
 pub mod open;
 mod proc_file;
+pub mod reader;
 pub mod remote;
 
 pub use self::{

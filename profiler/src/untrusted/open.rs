@@ -214,8 +214,13 @@ pub struct MappedAt {
 /// through `/proc/PID/map_files`: the mapped inode itself, even deleted or replaced since.
 /// Refused unless it is the regular file the mapping names (device and inode), on a file system
 /// the kernel answers for (see `mounts`).
-pub fn mapped_file(tgid: Tgid, mapping: MappedAt, namespace: Option<&mounts::Namespace>) -> io::Result<File> {
-    let handle = mapped_handle(tgid, mapping)?;
+pub fn mapped_file(
+    tgid: Tgid,
+    user: Option<u32>,
+    mapping: MappedAt,
+    namespace: Option<&mounts::Namespace>,
+) -> io::Result<File> {
+    let handle = mapped_handle(tgid, user, mapping)?;
     if mounts::answerer(handle.as_fd(), namespace) != Some(mounts::Answerer::Kernel) {
         return Err(super::remote::not_asked());
     }
@@ -226,20 +231,21 @@ pub fn mapped_file(tgid: Tgid, mapping: MappedAt, namespace: Option<&mounts::Nam
 /// [`mapped_file`]): nothing is opened, and no file system is asked anything (the link is the
 /// kernel's own, to the mapped inode, and its attributes are the ones cached), so that who
 /// answers for it can be asked first. Refused unless it is the inode the mapping names.
-pub fn mapped_handle(tgid: Tgid, mapping: MappedAt) -> io::Result<OwnedFd> {
-    let handle = mapped_now(tgid, mapping)?;
+pub fn mapped_handle(tgid: Tgid, user: Option<u32>, mapping: MappedAt) -> io::Result<OwnedFd> {
+    let handle = mapped_now(tgid, user, mapping)?;
     if !is_mapped_inode(&handle, mapping)? {
         return Err(io::Error::new(io::ErrorKind::InvalidData, "not the mapped file"));
     }
     Ok(handle)
 }
 
-/// An `O_PATH` handle on the file mapped now at `mapping`'s range of process `tgid`, whichever
-/// it is: the file its pages fault in from (an overlay's layer's, whose device and inode are
-/// not the ones `/proc/PID/maps` names).
-pub fn mapped_now(tgid: Tgid, mapping: MappedAt) -> io::Result<OwnedFd> {
-    // The map_files link is the kernel's own: following it is what we want.
-    Ok(rustix::fs::open(map_files_path(tgid, mapping), OFlags::PATH | OFlags::CLOEXEC, Mode::empty())?)
+/// An `O_PATH` handle on the file mapped now at `mapping`'s range of process `tgid` (of `user`),
+/// whichever it is: the file its pages fault in from (an overlay's layer's, whose device and
+/// inode are not the ones `/proc/PID/maps` names). The map_files link is the kernel's own:
+/// following it is what we want; looking it up waits for the process's memory's lock, so a
+/// reader does it (see `reader::open_mapped`).
+pub fn mapped_now(tgid: Tgid, user: Option<u32>, mapping: MappedAt) -> io::Result<OwnedFd> {
+    super::reader::open_mapped(tgid, user, mapping.start, mapping.end)
 }
 
 /// A memfd that holds no ELF image (`/memfd:doublemapper`, as .NET and other JITs map their code
@@ -289,8 +295,8 @@ pub fn mapped_path(
 }
 
 /// `/proc/PID/map_files/START-END`: the very inode a mapping was made from.
-pub fn map_files_path(tgid: Tgid, mapping: MappedAt) -> PathBuf {
-    PathBuf::from(format!("/proc/{tgid}/map_files/{:x}-{:x}", mapping.start, mapping.end))
+pub fn map_files_path(tgid: Tgid, start: u64, end: u64) -> PathBuf {
+    PathBuf::from(format!("/proc/{tgid}/map_files/{start:x}-{end:x}"))
 }
 
 /// Whether `handle` names the inode `mapping` was made from (its cached attributes).

@@ -1,9 +1,9 @@
 // A FUSE file system that answers everyone but root: a user's daemon, mounted with
 // `allow_other`, that holds every request a process of root's makes for ever (root's reads of
 // its files then wait as long as the daemon likes), whoever's credentials it comes with (an
-// overlay reads its layers with its mounter's). It serves two files: `lib.so`, the bytes of
-// LIBRARY, and `data`, a megabyte of zeros. Each request held is logged to LOG (`held 0
-// OPERATION`). With `in-namespace`, it is mounted by the daemon itself, as root of a user
+// overlay reads its layers with its mounter's). It serves three files: `lib.so`, the bytes of
+// LIBRARY, `data`, a megabyte of zeros, and `hold`, a megabyte whose reads it holds whoever
+// asks. Each request held is logged to LOG (`held 0 OPERATION`, `held hold read`). With `in-namespace`, it is mounted by the daemon itself, as root of a user
 // namespace (fusermount3's auto_unmount is not for those).
 //
 // usage: fuse_stall MOUNTPOINT LIBRARY LOG [in-namespace]
@@ -49,10 +49,10 @@ static int fs_getattr(const char *path, struct stat *st, struct fuse_file_info *
     if (strcmp(path, "/") == 0) {
         st->st_mode = S_IFDIR | 0755;
         st->st_nlink = 2;
-    } else if (strcmp(path, "/lib.so") == 0 || strcmp(path, "/data") == 0) {
+    } else if (strcmp(path, "/lib.so") == 0 || strcmp(path, "/data") == 0 || strcmp(path, "/hold") == 0) {
         st->st_mode = S_IFREG | 0755;
         st->st_nlink = 1;
-        st->st_size = strcmp(path, "/data") == 0 ? data_len : library_len;
+        st->st_size = strcmp(path, "/lib.so") == 0 ? library_len : data_len;
     } else {
         return -ENOENT;
     }
@@ -70,18 +70,24 @@ static int fs_readdir(const char *path, void *buf, fuse_fill_dir_t fill, off_t o
     fill(buf, "..", NULL, 0, 0);
     fill(buf, "lib.so", NULL, 0, 0);
     fill(buf, "data", NULL, 0, 0);
+    fill(buf, "hold", NULL, 0, 0);
     return 0;
 }
 
 static int fs_open(const char *path, struct fuse_file_info *fi) {
     (void)fi;
     hold_root("open");
-    return strcmp(path, "/lib.so") == 0 || strcmp(path, "/data") == 0 ? 0 : -ENOENT;
+    return strcmp(path, "/lib.so") == 0 || strcmp(path, "/data") == 0 || strcmp(path, "/hold") == 0 ? 0 : -ENOENT;
 }
 
 static int fs_read(const char *path, char *buf, size_t size, off_t offset, struct fuse_file_info *fi) {
     (void)fi;
     hold_root("read");
+    if (strcmp(path, "/hold") == 0) {
+        fprintf(log_file, "held hold read\n");
+        fflush(log_file);
+        for (;;) pause();
+    }
     int data = strcmp(path, "/data") == 0;
     size_t len = data ? data_len : library_len;
     if ((size_t)offset >= len) return 0;

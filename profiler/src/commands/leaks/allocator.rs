@@ -96,7 +96,7 @@ fn of_process(pid: Tgid) -> Result<Allocator> {
     let candidates = files
         .into_iter()
         .filter_map(|(path, mapping)| {
-            let file = open::mapped_file(pid, mapping.at(), namespace.as_ref()).ok()?;
+            let file = open::mapped_file(pid, None, mapping.at(), namespace.as_ref()).ok()?;
             Some(Candidate { path: path.to_owned(), file })
         })
         .collect();

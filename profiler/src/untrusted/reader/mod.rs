@@ -1,5 +1,6 @@
-//! Readers: processes of their own that read targets' memory for the profiler's threads, so
-//! that no read can hold up a thread of the profiler for longer than [`DEADLINE`].
+//! Readers: processes of their own that read targets' memory for the profiler's threads, and
+//! open the links to their mapped files, so that no such read can hold up a thread of the
+//! profiler for longer than [`DEADLINE`].
 //!
 //! A read of another process's memory waits on whatever backs it. Only pages found present are
 //! read (see `pages`), but a target may map a FUSE daemon's file over such a page between that
@@ -14,17 +15,25 @@
 //! [`DEADLINE`] at a time. (The target it read waits as long: the read holds its memory's lock.)
 //! While [`MAX_STUCK`] abandoned readers live, no target memory is read.
 //!
+//! Looking up a process's links in `/proc/PID/map_files` waits for its memory's lock, which a
+//! process holds as long as one of its own reads of its memory waits for a daemon (while
+//! another of its threads waits to map memory, nobody else gets the lock): readers do that too
+//! ([`open_mapped`]), and hand the descriptor over (`pidfd_getfd`).
+//!
 //! A reader runs on the CPU of the thread it serves, which hands over to it without waking
 //! another CPU: about 6 µs a read here, against 20-50 µs to a reader woken on another.
 use std::{
     cell::RefCell,
     fs::File,
     io,
-    os::{fd::AsRawFd as _, unix::process::CommandExt as _},
+    os::{
+        fd::{AsRawFd as _, OwnedFd},
+        unix::process::CommandExt as _,
+    },
     process::{Child, Command, Stdio},
     sync::{
         Mutex, PoisonError,
-        atomic::{AtomicU32, AtomicU64, Ordering},
+        atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering},
     },
     time::{Duration, Instant},
 };
@@ -32,6 +41,7 @@ use std::{
 use anyhow::{Context as _, Result};
 use memmap2::MmapRaw;
 use rustix::{
+    fs::{Mode, OFlags},
     process::Pid,
     thread::{
         CpuSet,
@@ -39,7 +49,10 @@ use rustix::{
     },
 };
 
-use super::pages::{Outcome, PAGE, Processes};
+mod pages;
+
+pub use self::pages::PAGE;
+use self::pages::{Outcome, Processes};
 use crate::model::Tgid;
 
 /// What makes the `profiler` executable a reader, serving the channel it is given as
@@ -69,6 +82,9 @@ const DATA_AT: usize = 2 * PAGE as usize;
 struct Channel {
     /// 1 once the reader serves.
     ready: AtomicU32,
+    /// What is asked: [`READ`] `len` bytes at `addr` of `pid`, or [`OPEN_MAPPED`] the link to the
+    /// file `pid` maps from `addr` to `len`.
+    kind: AtomicU32,
     /// The number of the latest request: the reader waits for it to change.
     asked: AtomicU32,
     /// The number of the latest request answered: the thread waits for it to become `asked`.
@@ -81,7 +97,12 @@ struct Channel {
     /// The answer: [`Outcome`], as [`Channel::encode`] writes it.
     outcome: AtomicU32,
     file_pages: AtomicU32,
+    /// The answer to [`OPEN_MAPPED`]: the reader's descriptor, or the error's negated number.
+    opened: AtomicI32,
 }
+
+const READ: u32 = 0;
+const OPEN_MAPPED: u32 = 1;
 
 impl Channel {
     /// The channel at the head of `map`.
@@ -115,13 +136,23 @@ impl Channel {
 struct Reader {
     /// `None` once abandoned.
     child: Option<Child>,
+    /// Its pidfd, to take the descriptors it opens.
+    pidfd: OwnedFd,
     map: MmapRaw,
     /// The CPU it was last put on.
     cpu: Option<usize>,
 }
 
-/// Why a read got no answer.
+/// Why a request got no answer.
 struct Stuck;
+
+/// What a read came to, in the thread.
+enum Read {
+    Done,
+    Refused,
+    /// The pages of files it spans, which the profiler must allow first.
+    FilePages(Vec<u64>),
+}
 
 impl Reader {
     fn start() -> Result<Self> {
@@ -151,7 +182,17 @@ impl Reader {
             });
         }
         let child = command.spawn().context("cannot start it")?;
-        let reader = Self { child: Some(child), map, cpu: None };
+        let pid = Pid::from_child(&child);
+        let pidfd = match rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()) {
+            Ok(pidfd) => pidfd,
+            Err(err) => {
+                let mut child = child;
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(err).context("cannot open its pidfd");
+            }
+        };
+        let reader = Self { child: Some(child), pidfd, map, cpu: None };
         let started = Instant::now();
         let channel = Channel::of(&reader.map);
         while channel.ready.load(Ordering::Acquire) == 0 {
@@ -164,64 +205,52 @@ impl Reader {
         Ok(reader)
     }
 
-    /// Fills `buf` from `addr` of `tgid` in reads of at most [`DATA`] bytes; `files` says
-    /// whether a page of a file at an address may be read.
-    fn read(
-        &mut self,
-        tgid: Tgid,
-        addr: u64,
-        buf: &mut [u8],
-        files: &mut dyn FnMut(u64) -> bool,
-    ) -> Result<bool, Stuck> {
-        for (index, chunk) in buf.chunks_mut(DATA).enumerate() {
-            let Some(at) = addr.checked_add((index * DATA) as u64) else { return Ok(false) };
-            if !self.read_chunk(tgid, at, chunk, files)? {
-                return Ok(false);
+    /// Fills `buf` (at most [`DATA`] bytes) from `addr` of `tgid`, pages of files only if
+    /// `files_allowed`, else [`Read::FilePages`], waiting at most [`DEADLINE`].
+    fn read(&mut self, tgid: Tgid, addr: u64, buf: &mut [u8], files_allowed: bool) -> Result<Read, Stuck> {
+        let channel = Channel::of(&self.map);
+        channel.files_allowed.store(u32::from(files_allowed), Ordering::Relaxed);
+        self.call(READ, tgid, addr, buf.len() as u64)?;
+        Ok(match Channel::of(&self.map).decode() {
+            Outcome::Read => {
+                // SAFETY: the data lies within the mapping, and the reader wrote it before it
+                // answered (its `Release` store, our `Acquire` load) and writes no more.
+                let data = unsafe { std::slice::from_raw_parts(self.map.as_ptr().add(DATA_AT), buf.len()) };
+                buf.copy_from_slice(data);
+                Read::Done
             }
-        }
-        Ok(true)
+            Outcome::Refused => Read::Refused,
+            Outcome::FilePages(count) => {
+                // SAFETY: as the data's, for the list of pages.
+                let pages = unsafe {
+                    std::slice::from_raw_parts(self.map.as_ptr().add(PAGES_AT).cast::<u64>(), count)
+                };
+                Read::FilePages(pages.to_vec())
+            }
+        })
     }
 
-    fn read_chunk(
-        &mut self,
-        tgid: Tgid,
-        addr: u64,
-        buf: &mut [u8],
-        files: &mut dyn FnMut(u64) -> bool,
-    ) -> Result<bool, Stuck> {
-        for files_allowed in [false, true] {
-            match self.ask(tgid, addr, buf.len(), files_allowed)? {
-                Outcome::Read => {
-                    // SAFETY: the data lies within the mapping, and the reader wrote it before it
-                    // answered (its `Release` store, our `Acquire` load) and writes no more.
-                    let data =
-                        unsafe { std::slice::from_raw_parts(self.map.as_ptr().add(DATA_AT), buf.len()) };
-                    buf.copy_from_slice(data);
-                    return Ok(true);
-                }
-                Outcome::Refused => return Ok(false),
-                Outcome::FilePages(count) => {
-                    // SAFETY: as the data's, for the list of pages.
-                    let pages = unsafe {
-                        std::slice::from_raw_parts(self.map.as_ptr().add(PAGES_AT).cast::<u64>(), count)
-                    };
-                    if !pages.iter().all(|&page| files(page)) {
-                        return Ok(false);
-                    }
-                }
-            }
+    /// An `O_PATH` handle on the link in `/proc/PID/map_files` to the file `tgid` maps at
+    /// `start..end`, opened by the reader (the lookup waits for the process's memory's lock).
+    fn open_mapped(&mut self, tgid: Tgid, start: u64, end: u64) -> Result<io::Result<OwnedFd>, Stuck> {
+        self.call(OPEN_MAPPED, tgid, start, end)?;
+        let opened = Channel::of(&self.map).opened.load(Ordering::Relaxed);
+        if opened < 0 {
+            return Ok(Err(io::Error::from_raw_os_error(-opened)));
         }
-        Ok(false)
+        let taken =
+            rustix::process::pidfd_getfd(&self.pidfd, opened, rustix::process::PidfdGetfdFlags::empty());
+        Ok(taken.map_err(io::Error::from))
     }
 
-    /// Asks for a read and waits for its answer, at most [`DEADLINE`].
-    fn ask(&mut self, tgid: Tgid, addr: u64, len: usize, files_allowed: bool) -> Result<Outcome, Stuck> {
+    /// Asks the reader and waits for its answer, at most [`DEADLINE`].
+    fn call(&mut self, kind: u32, tgid: Tgid, addr: u64, len: u64) -> Result<(), Stuck> {
         self.follow_this_cpu();
         let channel = Channel::of(&self.map);
+        channel.kind.store(kind, Ordering::Relaxed);
         channel.pid.store(tgid.0, Ordering::Relaxed);
         channel.addr.store(addr, Ordering::Relaxed);
-        channel.len.store(len as u64, Ordering::Relaxed);
-        channel.files_allowed.store(u32::from(files_allowed), Ordering::Relaxed);
+        channel.len.store(len, Ordering::Relaxed);
         let asked = channel.asked.load(Ordering::Relaxed).wrapping_add(1);
         channel.asked.store(asked, Ordering::Release);
         let _ = futex::wake(&channel.asked, Flags::empty(), 1);
@@ -229,7 +258,7 @@ impl Reader {
         loop {
             let answered = channel.answered.load(Ordering::Acquire);
             if answered == asked {
-                return Ok(channel.decode());
+                return Ok(());
             }
             let left = DEADLINE.checked_sub(started.elapsed()).ok_or(Stuck)?;
             let _ = futex::wait(&channel.answered, Flags::empty(), answered, Some(&timespec(left)));
@@ -285,7 +314,7 @@ fn reader_command() -> Command {
 }
 
 /// The name of the test that serves as a reader in the library's test binary.
-const TEST_ENTRY: &str = "runtimes::memory::reader::tests::serve_as_reader";
+const TEST_ENTRY: &str = "untrusted::reader::tests::serve_as_reader";
 
 fn timespec(duration: Duration) -> Timespec {
     Timespec { tv_sec: duration.as_secs() as i64, tv_nsec: i64::from(duration.subsec_nanos()) }
@@ -327,8 +356,38 @@ pub fn read(
     buf: &mut [u8],
     files: &mut dyn FnMut(u64) -> bool,
 ) -> bool {
+    for (index, chunk) in buf.chunks_mut(DATA).enumerate() {
+        let Some(at) = addr.checked_add((index * DATA) as u64) else { return false };
+        // Asked of `files` between the reader's answers: it may ask the reader itself.
+        let mut files_allowed = false;
+        loop {
+            match with_reader(user, |reader| reader.read(tgid, at, chunk, files_allowed)) {
+                Some(Read::Done) => break,
+                Some(Read::FilePages(pages)) if !files_allowed && pages.iter().all(|&page| files(page)) => {
+                    files_allowed = true;
+                }
+                _ => return false,
+            }
+        }
+    }
+    true
+}
+
+/// An `O_PATH` handle on the file process `tgid` (of `user`) maps at `start..end`, through its
+/// link in `/proc/PID/map_files`, opened in this thread's reader: looking it up waits for the
+/// process's memory's lock, which the process can hold as long as a daemon keeps one of its own
+/// reads waiting. `WouldBlock` while the user's processes are not read.
+pub fn open_mapped(tgid: Tgid, user: Option<u32>, start: u64, end: u64) -> io::Result<OwnedFd> {
+    with_reader(user, |reader| reader.open_mapped(tgid, start, end)).unwrap_or_else(|| {
+        Err(io::Error::new(io::ErrorKind::WouldBlock, "its process's memory is not read for now"))
+    })
+}
+
+/// What `ask` does with this thread's reader (started first if need be); `None` if the user's
+/// processes are not read now, no reader could start, or it did not answer in time (abandoned).
+fn with_reader<T>(user: Option<u32>, ask: impl FnOnce(&mut Reader) -> Result<T, Stuck>) -> Option<T> {
     if barred(user) {
-        return false;
+        return None;
     }
     READER.with_borrow_mut(|reader| {
         if matches!(reader, ThreadReader::None) {
@@ -343,9 +402,9 @@ pub fn read(
                 }
             };
         }
-        let ThreadReader::Running(running) = reader else { return false };
-        match running.read(tgid, addr, buf, files) {
-            Ok(read) => read,
+        let ThreadReader::Running(running) = reader else { return None };
+        match ask(running) {
+            Ok(answer) => Some(answer),
             Err(Stuck) => {
                 if let ThreadReader::Running(stuck) = std::mem::replace(reader, ThreadReader::None) {
                     let reader = stuck.abandon();
@@ -360,7 +419,7 @@ pub fn read(
                 if !barred.contains(&user) {
                     barred.push(user);
                 }
-                false
+                None
             }
         }
     })
@@ -394,9 +453,10 @@ pub fn summary() -> Vec<String> {
             .map(|user| user.map_or_else(|| "unknown".to_owned(), |uid| uid.to_string()))
             .collect();
         lines.push(format!(
-            "{stuck} reads of target memory got no answer within {} ms (memory mapped from a file whose FUSE \
-             daemon does not answer?): their readers were abandoned, and the processes of users {} not read \
-             while those waited (and for {} s after)",
+            "{stuck} reads of targets' memory (or of the links to their mapped files) got no answer within {} \
+             ms (memory mapped from a file whose FUSE daemon does not answer, or held by a read of the \
+             target's own that waits for one?): their readers were abandoned, and the processes of users \
+             {} not read while those waited (and for {} s after)",
             DEADLINE.as_millis(),
             users.join(", "),
             BARRED_FOR.as_secs()
@@ -420,6 +480,8 @@ pub fn serve() -> Result<()> {
     let _ = rustix::thread::set_name(c"profiler-reader");
     let channel = Channel::of(&map);
     let mut processes = Processes::default();
+    // The descriptor last opened, until the profiler has taken its copy.
+    let mut _opened: Option<OwnedFd> = None;
     let mut seen = channel.asked.load(Ordering::Acquire);
     channel.ready.store(1, Ordering::Release);
     let _ = futex::wake(&channel.ready, Flags::empty(), 1);
@@ -430,26 +492,59 @@ pub fn serve() -> Result<()> {
             continue;
         }
         seen = asked;
-        let len = (channel.len.load(Ordering::Relaxed) as usize).min(DATA);
-        // SAFETY: the data and the list of pages lie within the mapping, and the thread asking
-        // touches neither until we answer.
-        let (data, pages) = unsafe {
-            (
-                std::slice::from_raw_parts_mut(map.as_mut_ptr().add(DATA_AT), len),
-                std::slice::from_raw_parts_mut(map.as_mut_ptr().add(PAGES_AT).cast::<u64>(), MAX_FILE_PAGES),
-            )
-        };
-        let outcome = processes.read(
-            channel.pid.load(Ordering::Relaxed),
-            channel.addr.load(Ordering::Relaxed),
-            data,
-            channel.files_allowed.load(Ordering::Relaxed) == 1,
-            pages,
-        );
-        channel.encode(&outcome);
+        // The profiler has taken its copy of what was opened for the request before.
+        _opened = None;
+        if channel.kind.load(Ordering::Relaxed) == OPEN_MAPPED {
+            let answer = match open_mapped_here(channel) {
+                Ok(fd) => {
+                    let raw = fd.as_raw_fd();
+                    _opened = Some(fd);
+                    raw
+                }
+                Err(err) => -err.raw_os_error(),
+            };
+            channel.opened.store(answer, Ordering::Relaxed);
+        } else {
+            serve_read(channel, &map, &mut processes);
+        }
         channel.answered.store(asked, Ordering::Release);
         let _ = futex::wake(&channel.answered, Flags::empty(), 1);
     }
+}
+
+/// [`OPEN_MAPPED`], in the reader.
+fn open_mapped_here(channel: &Channel) -> rustix::io::Result<OwnedFd> {
+    let (pid, start, end) = (
+        channel.pid.load(Ordering::Relaxed),
+        channel.addr.load(Ordering::Relaxed),
+        channel.len.load(Ordering::Relaxed),
+    );
+    rustix::fs::open(
+        super::open::map_files_path(Tgid(pid), start, end),
+        OFlags::PATH | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+}
+
+/// [`READ`], in the reader.
+fn serve_read(channel: &Channel, map: &MmapRaw, processes: &mut Processes) {
+    let len = (channel.len.load(Ordering::Relaxed) as usize).min(DATA);
+    // SAFETY: the data and the list of pages lie within the mapping, and the thread asking
+    // touches neither until we answer.
+    let (data, pages) = unsafe {
+        (
+            std::slice::from_raw_parts_mut(map.as_mut_ptr().add(DATA_AT), len),
+            std::slice::from_raw_parts_mut(map.as_mut_ptr().add(PAGES_AT).cast::<u64>(), MAX_FILE_PAGES),
+        )
+    };
+    let outcome = processes.read(
+        channel.pid.load(Ordering::Relaxed),
+        channel.addr.load(Ordering::Relaxed),
+        data,
+        channel.files_allowed.load(Ordering::Relaxed) == 1,
+        pages,
+    );
+    channel.encode(&outcome);
 }
 
 #[cfg(test)]
@@ -471,9 +566,8 @@ mod tests {
         let word = 0x1234_5678_9abc_def0u64;
         let at = &word as *const u64 as u64;
         let mut buf = [0u8; 8];
-        let mut reader = Reader::start().unwrap();
         let mut files = |_| false;
-        assert!(matches!(reader.read(Tgid::own(), at, &mut buf, &mut files), Ok(true)));
+        assert!(read(Tgid::own(), None, at, &mut buf, &mut files));
         assert_eq!(u64::from_le_bytes(buf), word);
         let code = a_reader_reads_this_process_as_the_profiler_reads_targets as *const () as u64;
         let mut asked = Vec::new();
@@ -481,15 +575,36 @@ mod tests {
             asked.push(page);
             false
         };
-        assert!(matches!(reader.read(Tgid::own(), code, &mut buf, &mut refuse), Ok(false)), "a file refused");
+        assert!(!read(Tgid::own(), None, code, &mut buf, &mut refuse), "a file refused");
         assert_eq!(asked, [code / PAGE * PAGE]);
-        assert!(
-            matches!(reader.read(Tgid::own(), code, &mut buf, &mut |_| true), Ok(true)),
-            "a file allowed"
-        );
+        // Allowed as the profiler allows one: asking the reader for the file's link.
+        let mut allow = |page| {
+            let handle = open_mapped(Tgid::own(), None, page, page + PAGE);
+            handle.is_err_and(|err| err.kind() == io::ErrorKind::NotFound)
+        };
+        assert!(read(Tgid::own(), None, code, &mut buf, &mut allow), "a file allowed");
         let large = vec![7u8; DATA + 5000];
         let mut copy = vec![0u8; large.len()];
-        assert!(matches!(reader.read(Tgid::own(), large.as_ptr() as u64, &mut copy, &mut files), Ok(true)));
+        assert!(read(Tgid::own(), None, large.as_ptr() as u64, &mut copy, &mut files));
         assert!(copy == large, "a read larger than the channel, in two");
+    }
+
+    #[test]
+    fn a_reader_opens_the_links_to_mapped_files() {
+        use std::os::unix::fs::MetadataExt as _;
+        // As the profiler runs: as root, which alone opens /proc/PID/map_files.
+        if !crate::testing::e2e_enabled() {
+            return;
+        }
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let exe = std::fs::canonicalize(std::env::current_exe().unwrap()).unwrap();
+        let line = maps.lines().find(|line| line.ends_with(exe.to_str().unwrap())).unwrap();
+        let (start, end) = line.split_whitespace().next().unwrap().split_once('-').unwrap();
+        let (start, end) = (u64::from_str_radix(start, 16).unwrap(), u64::from_str_radix(end, 16).unwrap());
+        let handle = open_mapped(Tgid::own(), None, start, end).unwrap();
+        let (ours, theirs) = (std::fs::metadata(&exe).unwrap(), rustix::fs::fstat(&handle).unwrap());
+        assert_eq!((theirs.st_dev, theirs.st_ino), (ours.dev(), ours.ino()), "the mapped file itself");
+        let gone = open_mapped(Tgid::own(), None, start, end + 1).unwrap_err();
+        assert_eq!(gone.kind(), io::ErrorKind::NotFound, "no such mapping");
     }
 }

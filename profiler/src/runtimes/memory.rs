@@ -5,11 +5,11 @@ use std::sync::{
     atomic::{AtomicBool, AtomicU64, Ordering},
 };
 
-mod pages;
-pub mod reader;
-
-use self::pages::PAGE;
-use crate::{address_space::FileMappings, model::Tgid};
+use crate::{
+    address_space::FileMappings,
+    model::Tgid,
+    untrusted::reader::{self, PAGE},
+};
 
 /// Reads of target memory one sample's runtime frames may cost, whatever the target's
 /// metadata claims (a method with a thousand overloads, a stack of fresh code objects), and
