@@ -136,8 +136,6 @@ impl Channel {
 struct Reader {
     /// `None` once abandoned.
     child: Option<Child>,
-    /// Its pidfd, to take the descriptors it opens.
-    pidfd: OwnedFd,
     map: MmapRaw,
     /// The CPU it was last put on.
     cpu: Option<usize>,
@@ -182,17 +180,7 @@ impl Reader {
             });
         }
         let child = command.spawn().context("cannot start it")?;
-        let pid = Pid::from_child(&child);
-        let pidfd = match rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()) {
-            Ok(pidfd) => pidfd,
-            Err(err) => {
-                let mut child = child;
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(err).context("cannot open its pidfd");
-            }
-        };
-        let reader = Self { child: Some(child), pidfd, map, cpu: None };
+        let reader = Self { child: Some(child), map, cpu: None };
         let started = Instant::now();
         let channel = Channel::of(&reader.map);
         while channel.ready.load(Ordering::Acquire) == 0 {
@@ -238,8 +226,12 @@ impl Reader {
         if opened < 0 {
             return Ok(Err(io::Error::from_raw_os_error(-opened)));
         }
+        // A pidfd only for this, which is rare: a reader holds no descriptor of the profiler's.
+        let Some(pid) = self.child.as_ref().map(Pid::from_child) else { return Err(Stuck) };
         let taken =
-            rustix::process::pidfd_getfd(&self.pidfd, opened, rustix::process::PidfdGetfdFlags::empty());
+            rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).and_then(|pidfd| {
+                rustix::process::pidfd_getfd(&pidfd, opened, rustix::process::PidfdGetfdFlags::empty())
+            });
         Ok(taken.map_err(io::Error::from))
     }
 
