@@ -1,11 +1,11 @@
 //! Descriptors kept open for what targets show the profiler (the files of modules, their debug
-//! files and copies, processes' roots, their memory, their perf maps and jitdumps) are counted
+//! files and copies, processes' roots, their perf maps and jitdumps) are counted
 //! under one cap, set from the limit on open files: a target may map as many files, or start
 //! as many processes, as it likes, and the profiler still has descriptors for everyone else's.
 //! A holder that gets no [`Slot`] goes without keeping its descriptor: modules let go of the
-//! least recently used (see `Modules::short_of_descriptors`), a process's memory is opened at
-//! each read instead, and a process in another mount namespace keeps no root (its files are
-//! then reached through `/proc/PID/map_files` only).
+//! least recently used (see `Modules::short_of_descriptors`), and a process in another mount
+//! namespace keeps no root (its files are then reached through `/proc/PID/map_files` only).
+//! Processes' memory files are held by readers, in processes of their own (see `reader`).
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Descriptors left for everything else: blazesym's own (it opens each file it names from
