@@ -266,6 +266,8 @@ impl<C: Collector, U: Consumer<C::Kernel>> Session<C, U> {
             Target::Processes(_) => pipeline.walker.expect_running(&target.pids()),
             Target::System => {}
         }
+        // This thread drains the ring, and reads targets' memory as it does.
+        crate::untrusted::reader::start_for_this_thread();
         kernel.start()?;
         let start = Start::now();
         pipeline.walker.sampling_starts(start.monotonic_ns);

@@ -220,9 +220,13 @@ const MAX_MOUNTS: usize = 4096;
 /// `namespace`, then in the profiler's own.
 fn by_unique_id(id: u64, namespace: Option<&Namespace>) -> Option<Answerer> {
     static KNOWN: Mutex<Option<LruCache<u64, Answerer>>> = Mutex::new(None);
-    let mut known = KNOWN.lock().unwrap_or_else(PoisonError::into_inner);
-    let known = known.get_or_insert_with(|| LruCache::new(NonZeroUsize::new(MAX_MOUNTS).expect("not zero")));
-    if let Some(&answerer) = known.get(&id) {
+    // Held only to look up and to remember: the threads that ask wait for no system call of
+    // another's (the drain waited hundreds of milliseconds for one descheduled in one).
+    fn known<T>(with: impl FnOnce(&mut LruCache<u64, Answerer>) -> T) -> T {
+        let mut known = KNOWN.lock().unwrap_or_else(PoisonError::into_inner);
+        with(known.get_or_insert_with(|| LruCache::new(NonZeroUsize::new(MAX_MOUNTS).expect("not zero"))))
+    }
+    if let Some(answerer) = known(|known| known.get(&id).copied()) {
         return Some(answerer);
     }
     let found = namespace
@@ -234,7 +238,7 @@ fn by_unique_id(id: u64, namespace: Option<&Namespace>) -> Option<Answerer> {
         // In no namespace looked in: not remembered, another process's may list it.
         None => return Some(Answerer::Daemon),
     };
-    known.put(id, answerer);
+    known(|known| known.put(id, answerer));
     Some(answerer)
 }
 

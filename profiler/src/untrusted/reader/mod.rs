@@ -20,8 +20,12 @@
 //! another of its threads waits to map memory, nobody else gets the lock): readers do that too
 //! ([`open_mapped`]), and hand the descriptor over (`pidfd_getfd`).
 //!
-//! A reader runs on the CPU of the thread it serves, which hands over to it without waking
-//! another CPU: about 6 µs a read here, against 20-50 µs to a reader woken on another.
+//! A reader runs on the CPU of the thread it serves, at the lowest real-time priority: woken, it
+//! takes that CPU at once, reads, and gives it back. On a CPU kept busy by any user's
+//! processes, a reader of normal priority, even at nice -20, waited for the scheduler's tick
+//! and often longer (up to a third of a second a read, seconds in all over 8 s here), and the
+//! thread it serves with it. (A reader only ever waits or reads: its priority cannot be used to
+//! hold a CPU.)
 use std::{
     cell::RefCell,
     fs::File,
@@ -180,6 +184,7 @@ impl Reader {
             });
         }
         let child = command.spawn().context("cannot start it")?;
+        run_at_once(&child);
         let reader = Self { child: Some(child), map, cpu: None };
         let started = Instant::now();
         let channel = Channel::of(&reader.map);
@@ -291,6 +296,21 @@ impl Drop for Reader {
     }
 }
 
+/// Gives `reader` the lowest real-time priority (see the module's comment), or says in the
+/// summary why it could not have it (a container or cgroup without real-time time): it then
+/// waits for a CPU as other processes do.
+fn run_at_once(reader: &Child) {
+    let param = libc::sched_param { sched_priority: 1 };
+    // SAFETY: a plain system call on our child, with a valid parameter.
+    let set = unsafe {
+        libc::sched_setscheduler(reader.id() as i32, libc::SCHED_FIFO | libc::SCHED_RESET_ON_FORK, &param)
+    };
+    if set < 0 {
+        let err = io::Error::last_os_error();
+        NOT_REAL_TIME.lock().unwrap_or_else(PoisonError::into_inner).get_or_insert(err.to_string());
+    }
+}
+
 /// How `profiler` is started as a reader: the executable running now, given [`READER_ARG`]. A
 /// test binary is asked to run its one test that serves as a reader.
 fn reader_command() -> Command {
@@ -336,6 +356,8 @@ static STUCK: AtomicU64 = AtomicU64::new(0);
 static BARRED_USERS: Mutex<Vec<Option<u32>>> = Mutex::new(Vec::new());
 /// Why a reader could not start, the first time one could not.
 static NOT_STARTED: Mutex<Option<String>> = Mutex::new(None);
+/// Why a reader could not have its real-time priority, the first time one could not.
+static NOT_REAL_TIME: Mutex<Option<String>> = Mutex::new(None);
 
 /// Fills `buf` from `addr` of process `tgid`, whose user (as `Identity::user` says) is `user`,
 /// in this thread's reader: false if that memory cannot be read or a page of it is not present,
@@ -373,6 +395,13 @@ pub fn open_mapped(tgid: Tgid, user: Option<u32>, start: u64, end: u64) -> io::R
     with_reader(user, |reader| reader.open_mapped(tgid, start, end)).unwrap_or_else(|| {
         Err(io::Error::new(io::ErrorKind::WouldBlock, "its process's memory is not read for now"))
     })
+}
+
+/// Starts this thread's reader now, if it has none: a thread whose reads must not wait calls
+/// this before its work starts. (Starting a reader waits for a new process to get a CPU, which
+/// took most of a second here on CPUs kept busy by others.)
+pub fn start_for_this_thread() {
+    with_reader(None, |_| Ok(()));
 }
 
 /// What `ask` does with this thread's reader (started first if need be); `None` if the user's
@@ -452,6 +481,12 @@ pub fn summary() -> Vec<String> {
             DEADLINE.as_millis(),
             users.join(", "),
             BARRED_FOR.as_secs()
+        ));
+    }
+    if let Some(err) = NOT_REAL_TIME.lock().unwrap_or_else(PoisonError::into_inner).as_ref() {
+        lines.push(format!(
+            "readers of target memory could not run at real-time priority ({err}): on busy CPUs each \
+             read waits for the scheduler, and samples may be lost"
         ));
     }
     if let Some(err) = NOT_STARTED.lock().unwrap_or_else(PoisonError::into_inner).as_ref() {
