@@ -32,6 +32,7 @@ use std::{
 };
 
 use lru::LruCache;
+use rustc_hash::FxHashMap;
 use rustix::fs::{AtFlags, StatxFlags, statx};
 
 use super::proc_file::read_bounded_bytes;
@@ -123,9 +124,9 @@ pub struct Namespace {
     inode: u64,
     /// Its id, as `statmount` takes it (`None` before Linux 6.11).
     id: Option<u64>,
-    /// Whether a user namespace other than the profiler's owns it: a user may have made its
-    /// mounts.
-    users: bool,
+    /// The user who made the user namespace that owns it, when that is not the profiler's: a
+    /// user may have made its mounts (`u32::MAX` when the kernel does not say who).
+    user: Option<u32>,
 }
 
 impl Namespace {
@@ -141,11 +142,13 @@ impl Namespace {
         let owner = unsafe { libc::ioctl(namespace.as_raw_fd(), libc::NS_GET_USERNS) };
         let owner = (owner >= 0).then(|| {
             // SAFETY: a descriptor the call just made, owned by nothing else.
-            let owner = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(owner) };
-            File::from(owner).metadata().map(|metadata| metadata.ino()).ok()
+            File::from(unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(owner) })
         });
-        let users = owner.flatten().is_none_or(|owner| Some(owner) != own_user_namespace());
-        Some(Self { tgid, inode, id, users })
+        let owner_inode =
+            owner.as_ref().and_then(|owner| owner.metadata().ok()).map(|metadata| metadata.ino());
+        let ours = owner_inode.is_some() && owner_inode == own_user_namespace();
+        let user = (!ours).then(|| owner.as_ref().and_then(owner_uid).unwrap_or(u32::MAX));
+        Some(Self { tgid, inode, id, user })
     }
 
     /// Whether it is the profiler's own.
@@ -161,6 +164,13 @@ impl Namespace {
     pub fn own() -> Self {
         Self::of(Tgid::own()).expect("our own")
     }
+}
+
+/// Who made the user namespace `namespace` (a descriptor of one).
+fn owner_uid(namespace: &File) -> Option<u32> {
+    let mut uid: libc::uid_t = 0;
+    // SAFETY: NS_GET_OWNER_UID writes one uid_t to the pointer given.
+    (unsafe { libc::ioctl(namespace.as_raw_fd(), libc::NS_GET_OWNER_UID, &raw mut uid) } == 0).then_some(uid)
 }
 
 /// The inode of the profiler's user namespace.
@@ -230,10 +240,10 @@ fn by_unique_id(id: u64, namespace: Option<&Namespace>) -> Option<Answerer> {
         return Some(answerer);
     }
     let found = namespace
-        .and_then(|namespace| Some((statmount(id, namespace.id?)?, namespace.users)))
-        .or_else(|| Some((statmount(id, 0)?, false)));
+        .and_then(|namespace| Some((statmount(id, namespace.id?)?, namespace.user)))
+        .or_else(|| Some((statmount(id, 0)?, None)));
     let answerer = match found {
-        Some((mount, users)) => mount.answerer(users)?,
+        Some((mount, user)) => mount.answerer(user)?,
         None if Some(id) == shared_memory_mount(true) => Answerer::Kernel,
         // In no namespace looked in: not remembered, another process's may list it.
         None => return Some(Answerer::Daemon),
@@ -251,18 +261,19 @@ struct Mount<'a> {
 }
 
 impl Mount<'_> {
-    /// Who answers for this mount's files, in a namespace a user owns (`users`) or not; `None`
-    /// when that needs the profiler's mount table read and it was read as often as it may be.
+    /// Who answers for this mount's files, in a namespace a user owns (`user`, who) or not;
+    /// `None` when that needs the profiler's mount table read and that user's namespaces had
+    /// their reads of tables this second.
     /// An overlay a user's namespace lists is root's when ours lists its file system too: a
     /// container's, copied into the user namespace its runtime made (a user's mount never shows
     /// in ours). The caller holds the mount (a handle on a file of it), so its device is not
     /// another's.
-    fn answerer(&self, users: bool) -> Option<Answerer> {
-        let answerer = Answerer::of(self.fs_type, users);
-        if answerer != Answerer::Daemon || !users || self.fs_type != "overlay" {
+    fn answerer(&self, user: Option<u32>) -> Option<Answerer> {
+        let answerer = Answerer::of(self.fs_type, user.is_some());
+        if answerer != Answerer::Daemon || user.is_none() || self.fs_type != "overlay" {
             return Some(answerer);
         }
-        if !take_table_read() {
+        if !take_table_read(user) {
             return None;
         }
         let ours = read_bounded_bytes("/proc/self/mountinfo", MAX_MOUNTINFO_BYTES).unwrap_or_default();
@@ -347,8 +358,10 @@ fn shared_memory_mount(unique: bool) -> Option<u64> {
 
 /// Bytes of a `/proc/PID/mountinfo` read at most.
 const MAX_MOUNTINFO_BYTES: u64 = 4 << 20;
-/// Mount tables read at most a second, in all, on kernels without `statmount`.
-const MAX_TABLE_READS: u32 = 20;
+/// Mount tables read at most a second, in all (on kernels without `statmount`; with it, only
+/// the profiler's, to tell a container's overlay from a user's); a quarter of them for the
+/// namespaces of one user.
+const MAX_TABLE_READS: u32 = 40;
 
 /// Who answers for the mount of id `id` (a handle's) as `/proc/PID/mountinfo` lists it
 /// (kernels without `statmount`): the tables are read after the handle was taken, and the handle
@@ -359,7 +372,7 @@ fn by_listed_id(id: u64, namespace: Option<&Namespace>) -> Option<Answerer> {
     // its table is read: it may have entered another since it was seen.
     let theirs = namespace.map(|namespace| namespace.tgid).filter(|&tgid| tgid != Tgid::own());
     for tgid in theirs.into_iter().chain([Tgid::own()]) {
-        if !take_table_read() {
+        if !take_table_read(namespace.and_then(|namespace| namespace.user)) {
             return None;
         }
         let Some(before) = Namespace::of(tgid) else { continue };
@@ -370,22 +383,51 @@ fn by_listed_id(id: u64, namespace: Option<&Namespace>) -> Option<Answerer> {
         }
         // Listed ids are the system's (one allocator), so the id is this mount in any table.
         if let Some((_, mount)) = mountinfo(&text).find(|&(listed, _)| listed == id) {
-            return mount.answerer(before.users);
+            return mount.answerer(before.user);
         }
     }
     Some(if shared_memory_mount(false) == Some(id) { Answerer::Kernel } else { Answerer::Daemon })
 }
 
-/// Takes one of this second's reads of a mount table, if any is left.
-fn take_table_read() -> bool {
-    static READS: Mutex<Option<(Instant, u32)>> = Mutex::new(None);
+/// Takes one of this second's reads of a mount table for a namespace of `user` (`None`: not a
+/// user's), if any is left.
+fn take_table_read(user: Option<u32>) -> bool {
+    static READS: Mutex<Option<TableReads>> = Mutex::new(None);
     let mut reads = READS.lock().unwrap_or_else(PoisonError::into_inner);
-    let (since, count) = reads.get_or_insert((Instant::now(), 0));
-    if since.elapsed() >= Duration::from_secs(1) {
-        (*since, *count) = (Instant::now(), 0);
+    let now = Instant::now();
+    reads.get_or_insert_with(|| TableReads::new(now)).take(user, now)
+}
+
+/// The reads of mount tables in the current second: [`MAX_TABLE_READS`] in all, a quarter of
+/// them for one user's namespaces, so that a user churning through namespaces (each new one's
+/// table read) leaves the others' theirs.
+struct TableReads {
+    since: Instant,
+    all: u32,
+    /// By user: at most [`MAX_TABLE_READS`] of them a second.
+    by_user: FxHashMap<Option<u32>, u32>,
+}
+
+impl TableReads {
+    fn new(now: Instant) -> Self {
+        Self { since: now, all: 0, by_user: FxHashMap::default() }
     }
-    *count += 1;
-    *count <= MAX_TABLE_READS
+
+    fn take(&mut self, user: Option<u32>, now: Instant) -> bool {
+        if now.duration_since(self.since) >= Duration::from_secs(1) {
+            *self = Self::new(now);
+        }
+        if self.all >= MAX_TABLE_READS {
+            return false;
+        }
+        let theirs = self.by_user.entry(user).or_default();
+        if *theirs >= MAX_TABLE_READS / 4 {
+            return false;
+        }
+        *theirs += 1;
+        self.all += 1;
+        true
+    }
 }
 
 /// The mounts a `/proc/PID/mountinfo` lists, by id: `ID PARENT MAJOR:MINOR ROOT POINT
@@ -438,22 +480,23 @@ mod tests {
     fn statmount_answers_say_who_answers() {
         let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mounts");
         let answer = |name: &str| std::fs::read(fixtures.join(format!("{name}.statmount"))).unwrap();
-        for (name, dev, users, expected) in [
-            ("ext4", 254 << 32, false, Answerer::Kernel),
-            ("ext4", 254 << 32, true, Answerer::Kernel),
-            ("tmpfs", 27, true, Answerer::Kernel),
-            ("proc", 21, false, Answerer::Kernel),
-            ("overlay", 39, false, Answerer::Kernel),
+        const USER: Option<u32> = Some(1000);
+        for (name, dev, user, expected) in [
+            ("ext4", 254 << 32, None, Answerer::Kernel),
+            ("ext4", 254 << 32, USER, Answerer::Kernel),
+            ("tmpfs", 27, USER, Answerer::Kernel),
+            ("proc", 21, None, Answerer::Kernel),
+            ("overlay", 39, None, Answerer::Kernel),
         ] {
             let answer = answer(name);
             let mount = statmount_mount(&answer).unwrap();
             assert_eq!(mount, Mount { fs_type: name, dev });
-            assert_eq!(mount.answerer(users), Some(expected), "{name}, a user's: {users}");
+            assert_eq!(mount.answerer(user), Some(expected), "{name}, a user's: {user:?}");
         }
         // Not in the profiler's own mount table (no such device there): a user's.
         let overlay = answer("overlay");
         let mount = Mount { dev: u64::MAX, ..statmount_mount(&overlay).unwrap() };
-        assert_eq!(mount.answerer(true), Some(Answerer::Daemon), "a user's overlay");
+        assert_eq!(mount.answerer(USER), Some(Answerer::Daemon), "a user's overlay");
         let ext4 = answer("ext4");
         let mut unsaid = ext4.clone();
         unsaid[8] &= !(STATMOUNT_SB_BASIC as u8);
@@ -486,13 +529,30 @@ mod tests {
             ],
             "optional fields before the separator; garbage left out"
         );
-        assert_eq!(listed[2].1.answerer(false), Some(Answerer::Daemon));
+        assert_eq!(listed[2].1.answerer(None), Some(Answerer::Daemon));
+    }
+
+    /// A user churning through namespaces (each new one's table read) takes a quarter of the
+    /// reads of a second; another user, and root's containers, still have theirs; a second
+    /// later, all start again.
+    #[test]
+    fn a_users_namespaces_take_a_quarter_of_the_table_reads() {
+        let start = Instant::now();
+        let mut reads = TableReads::new(start);
+        let churner = (0..100).filter(|_| reads.take(Some(1000), start)).count() as u32;
+        assert_eq!(churner, MAX_TABLE_READS / 4);
+        assert!(reads.take(Some(1001), start), "another user's namespace is read");
+        assert!(reads.take(None, start), "root's container is read");
+        let others = (2000..2100).filter(|&user| reads.take(Some(user), start)).count() as u32;
+        assert_eq!(churner + 2 + others, MAX_TABLE_READS, "no more than that in all");
+        let later = start + Duration::from_secs(1);
+        assert!(reads.take(Some(1000), later), "the next second");
     }
 
     #[test]
     fn own_files_are_the_kernels() {
         let own = Namespace::own();
-        assert!(!own.users, "the profiler's namespace is not a user's");
+        assert_eq!(own.user, None, "the profiler's namespace is not a user's");
         let executable = File::open(std::env::current_exe().unwrap()).unwrap();
         assert_eq!(
             answerer(executable.as_fd(), Some(&own)),
