@@ -40,7 +40,8 @@ impl AddressSpaces {
         Self { processes: Processes::new(tracking), modules }
     }
 
-    /// Follows a process from its current state (targets, and every process under `-a`).
+    /// Follows a process from its current state (the targets named; under `-a` each process is
+    /// followed from its first sample).
     pub fn track(&mut self, tgid: Tgid) {
         self.processes.track(tgid);
     }

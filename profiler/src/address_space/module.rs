@@ -253,7 +253,9 @@ pub fn open_mapped(
             None => return Err(remote::not_known_yet()),
         },
         // Gone, or mapped over since: its file may still be reached by path (a path through a
-        // file system never asked is refused, and counted as such a file is).
+        // file system never asked is refused, and counted as such a file is; so is FUSE's own
+        // refusal of root, which does not ask its daemon when mounted without `allow_other`, and
+        // which an NFS server's refusal cannot be told from).
         Err(_) => {
             open::mapped_path(&identity.root, path, mapping.at(), &identity.asked()).map_err(|err| {
                 if err.kind() == io::ErrorKind::PermissionDenied { remote::not_asked() } else { err }

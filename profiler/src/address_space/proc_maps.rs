@@ -142,20 +142,20 @@ pub const MAX_MAPS_BYTES: u64 = 16 << 20;
 /// was read by then is kept, as a reading cut at [`MAX_MAPS_BYTES`] is.
 pub const MAX_MAPS_READ_TIME: Duration = Duration::from_millis(250);
 
-/// A file read until a time: past it, it reads as ended.
-struct Timed {
-    file: std::fs::File,
+/// A text read until a time: past it, it reads as ended.
+struct Timed<R> {
+    text: R,
     until: Instant,
     out_of_time: bool,
 }
 
-impl io::Read for Timed {
+impl<R: io::Read> io::Read for Timed<R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         if Instant::now() >= self.until {
             self.out_of_time = true;
             return Ok(0);
         }
-        self.file.read(buf)
+        self.text.read(buf)
     }
 }
 
@@ -186,19 +186,23 @@ impl fmt::Display for ParseError {
 impl std::error::Error for ParseError {}
 
 impl Mappings {
-    /// Reads `/proc/PID/maps`, up to [`MAX_MAPS_BYTES`] or [`MAX_MAPS_READ_TIME`], a line at a
-    /// time.
+    /// Reads `/proc/PID/maps` here, up to [`MAX_MAPS_BYTES`] or [`MAX_MAPS_READ_TIME`], a line
+    /// at a time: the profiler's own, and a process `check` looks at (targets' are read by
+    /// readers: see `untrusted::reader::maps`).
     pub fn read(pid: Tgid) -> io::Result<Self> {
-        Self::read_within(pid, MAX_MAPS_READ_TIME)
+        let file = std::fs::File::open(format!("/proc/{pid}/maps"))?;
+        Self::read_from(file, MAX_MAPS_READ_TIME)
     }
 
-    /// Reads `/proc/PID/maps` as [`Self::read`] does, for at most `time`.
-    pub fn read_within(pid: Tgid, time: Duration) -> io::Result<Self> {
-        let file = std::fs::File::open(format!("/proc/{pid}/maps"))?;
-        let timed = Timed { file, until: Instant::now() + time, out_of_time: false };
+    /// Reads the text of a `/proc/PID/maps` from `text` as [`Self::read`] does, for at most
+    /// `time`. What `text` fails with is what this fails with.
+    pub fn read_from(text: impl io::Read, time: Duration) -> io::Result<Self> {
+        let timed = Timed { text, until: Instant::now() + time, out_of_time: false };
         let mut text = BufReader::with_capacity(64 << 10, timed.take(MAX_MAPS_BYTES));
-        let mut mappings =
-            Self::parse_from(&mut text).map_err(|err| io::Error::new(io::ErrorKind::InvalidData, err))?;
+        let mut mappings = Self::parse_from(&mut text).map_err(|err| match err {
+            ParseLinesError::Read(err) => err,
+            ParseLinesError::Line(err) => io::Error::new(io::ErrorKind::InvalidData, err),
+        })?;
         // A line cut at the end is the time's doing, not the bound's, when time ran out.
         mappings.out_of_time = text.into_inner().into_inner().out_of_time;
         mappings.cut &= !mappings.out_of_time;
@@ -518,5 +522,31 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
         let mapping = space.find(here).expect("own code is mapped");
         assert!(mapping.executable);
         assert!(matches!(mapping.backing, Backing::File { .. }));
+    }
+
+    /// Targets' maps are read by a reader, a chunk at a time (here of 100 bytes): the same
+    /// mappings of this test's code as read here; a process gone is an error of its own kind.
+    #[test]
+    fn maps_read_by_a_reader_are_those_read_here() {
+        use std::io::Read as _;
+        let code = |space: &Mappings| {
+            let here = maps_read_by_a_reader_are_those_read_here as *const () as usize as u64;
+            space.find(here).cloned().expect("own code is mapped")
+        };
+        let mut text = Vec::new();
+        let mut maps = crate::untrusted::reader::maps(Tgid::own(), None);
+        let mut chunk = [0; 100];
+        loop {
+            match maps.read(&mut chunk).unwrap() {
+                0 => break,
+                read => text.extend_from_slice(&chunk[..read]),
+            }
+        }
+        assert!(text.len() > 1000, "read in many chunks: {} bytes", text.len());
+        let by_reader = Mappings::parse(&text).unwrap();
+        assert_eq!(code(&by_reader), code(&Mappings::read(Tgid::own()).unwrap()));
+        let gone =
+            Mappings::read_from(crate::untrusted::reader::maps(Tgid(u32::MAX), None), MAX_MAPS_READ_TIME);
+        assert_eq!(gone.unwrap_err().kind(), io::ErrorKind::NotFound);
     }
 }

@@ -25,7 +25,7 @@ use crate::{
     untrusted::{
         mounts::{self, Answerer, Namespace},
         open::Root,
-        read_bounded,
+        read_bounded, reader,
     },
 };
 
@@ -83,7 +83,8 @@ impl MapsBucket {
     }
 }
 
-/// The maps of `tgid`, of `user`, read within the time `user` has left (`None` when none is).
+/// The maps of `tgid`, of `user`, read by a reader within the time `user` has left (`None` when
+/// none is, or the reader got no answer: not read for now).
 fn read_maps(tgid: Tgid, user: Option<u32>) -> Option<std::io::Result<Mappings>> {
     let bucket = |now_ns| {
         let mut reads = MAPS_READS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -96,12 +97,12 @@ fn read_maps(tgid: Tgid, user: Option<u32>) -> Option<std::io::Result<Mappings>>
     let started_ns = monotonic_ns();
     let mut left = bucket(started_ns);
     let allowed = left.allows(started_ns);
-    let read = allowed.map(|time| Mappings::read_within(tgid, time));
+    let read = allowed.map(|time| Mappings::read_from(reader::maps(tgid, user), time));
     if read.is_some() {
         left.spend(monotonic_ns().saturating_sub(started_ns));
     }
     set(left);
-    read
+    read.filter(|read| !read.as_ref().is_err_and(|err| err.kind() == std::io::ErrorKind::WouldBlock))
 }
 
 /// A mapping that was valid from `since_ns` to `until_ns`.

@@ -1,5 +1,5 @@
 //! Descriptors kept open for what targets show the profiler (the files of modules, their debug
-//! files and copies, processes' roots, their perf maps and jitdumps) are counted
+//! files and copies, processes' roots) are counted
 //! under one cap, set from the limit on open files: a target may map as many files, or start
 //! as many processes, as it likes, and the profiler still has descriptors for everyone else's.
 //! A holder that gets no [`Slot`] goes without keeping its descriptor: modules let go of the

@@ -244,7 +244,7 @@ fn by_unique_id(id: u64, namespace: Option<&Namespace>) -> Option<Answerer> {
         .or_else(|| Some((statmount(id, 0)?, None)));
     let answerer = match found {
         Some((mount, user)) => mount.answerer(user)?,
-        None if Some(id) == shared_memory_mount(true) => Answerer::Kernel,
+        None if is_shared_memory_mount(id, true) => Answerer::Kernel,
         // In no namespace looked in: not remembered, another process's may list it.
         None => return Some(Answerer::Daemon),
     };
@@ -345,15 +345,25 @@ fn statmount_mount(answer: &[u8]) -> Option<Mount<'_>> {
     Some(Mount { fs_type, dev })
 }
 
-/// The id (unique, or as listed) of the kernel's internal shared-memory mount (a memfd's,
-/// shared anonymous memory's), listed in no namespace.
-fn shared_memory_mount(unique: bool) -> Option<u64> {
-    static IDS: OnceLock<[Option<u64>; 2]> = OnceLock::new();
-    IDS.get_or_init(|| {
-        let memfd = rustix::fs::memfd_create("profiler-mount", rustix::fs::MemfdFlags::CLOEXEC).ok();
-        let id = |unique| mount_id(memfd.as_ref()?.as_fd(), unique);
-        [id(false), id(true)]
-    })[usize::from(unique)]
+/// Whether `id` (unique, or as listed) is one of the kernel's internal shared-memory mounts,
+/// listed in no namespace: a memfd's and shared anonymous memory's, or a huge-page memfd's (one
+/// mount for each size of page; those of sizes this kernel lacks are not made).
+fn is_shared_memory_mount(id: u64, unique: bool) -> bool {
+    use rustix::fs::MemfdFlags;
+    static IDS: OnceLock<Vec<(Option<u64>, Option<u64>)>> = OnceLock::new();
+    let ids = IDS.get_or_init(|| {
+        let kinds = [
+            MemfdFlags::empty(),
+            MemfdFlags::HUGETLB | MemfdFlags::HUGE_2MB,
+            MemfdFlags::HUGETLB | MemfdFlags::HUGE_1GB,
+        ];
+        kinds
+            .into_iter()
+            .filter_map(|kind| rustix::fs::memfd_create("profiler-mount", MemfdFlags::CLOEXEC | kind).ok())
+            .map(|memfd| (mount_id(memfd.as_fd(), false), mount_id(memfd.as_fd(), true)))
+            .collect()
+    });
+    ids.iter().any(|&(listed, unique_id)| Some(id) == if unique { unique_id } else { listed })
 }
 
 /// Bytes of a `/proc/PID/mountinfo` read at most.
@@ -386,7 +396,7 @@ fn by_listed_id(id: u64, namespace: Option<&Namespace>) -> Option<Answerer> {
             return mount.answerer(before.user);
         }
     }
-    Some(if shared_memory_mount(false) == Some(id) { Answerer::Kernel } else { Answerer::Daemon })
+    Some(if is_shared_memory_mount(id, false) { Answerer::Kernel } else { Answerer::Daemon })
 }
 
 /// Takes one of this second's reads of a mount table for a namespace of `user` (`None`: not a
@@ -561,6 +571,13 @@ mod tests {
         );
         let memfd = rustix::fs::memfd_create("test", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
         assert_eq!(answerer(memfd.as_fd(), Some(&own)), Some(Answerer::Kernel), "a memfd");
+        let huge = rustix::fs::MemfdFlags::CLOEXEC | rustix::fs::MemfdFlags::HUGETLB;
+        match rustix::fs::memfd_create("test", huge) {
+            Ok(memfd) => {
+                assert_eq!(answerer(memfd.as_fd(), Some(&own)), Some(Answerer::Kernel), "a huge-page memfd");
+            }
+            Err(err) => eprintln!("no huge-page memfd on this kernel ({err}): not asked of"),
+        }
         assert!(Namespace::of(Tgid(u32::MAX)).is_none(), "no such process");
     }
 }

@@ -1,9 +1,11 @@
 //! The one way to open what a target controls: the files it maps, their debug files, its perf
 //! map. A target may be hostile, in a container, or both, and the profiler runs as root, so:
 //!
-//! - paths resolve inside the target's own root (`openat2` with `RESOLVE_IN_ROOT` from a
-//!   descriptor of `/proc/PID/root`): an absolute symlink or `..` cannot lead out of a container
-//!   or a chroot, and magic links (`/proc/*/fd/*`, `/proc/*/root`) are refused;
+//! - paths resolve inside the target's own root (from a descriptor of `/proc/PID/root`, a
+//!   component at a time, each directory's and link's file system asked first): an absolute
+//!   symlink or `..` cannot lead out of a container or a chroot, and a magic link
+//!   (`/proc/*/fd/*`, `/proc/*/root`) is read as the text it is, never followed into what it
+//!   points at;
 //! - a file is first opened with `O_PATH`, which opens nothing, and reopened for reading only
 //!   when it is a regular file: a FIFO, a socket or a device is never opened (it could block,
 //!   or have effects), and reads never block (`O_NONBLOCK`);

@@ -18,7 +18,9 @@
 //! Looking up a process's links in `/proc/PID/map_files` waits for its memory's lock, which a
 //! process holds as long as one of its own reads of its memory waits for a daemon (while
 //! another of its threads waits to map memory, nobody else gets the lock): readers do that too
-//! ([`open_mapped`]), and hand the descriptor over (`pidfd_getfd`).
+//! ([`open_mapped`]), and hand the descriptor over (`pidfd_getfd`). So does reading its
+//! `/proc/PID/maps` on kernels before 6.17 (later ones read it under each mapping's own lock):
+//! readers read that too ([`maps`]).
 //!
 //! A reader runs on the CPU of the thread it serves, at the lowest real-time priority: woken, it
 //! takes that CPU at once, reads, and gives it back. On a CPU kept busy by any user's
@@ -101,12 +103,19 @@ struct Channel {
     /// The answer: [`Outcome`], as [`Channel::encode`] writes it.
     outcome: AtomicU32,
     file_pages: AtomicU32,
-    /// The answer to [`OPEN_MAPPED`]: the reader's descriptor, or the error's negated number.
+    /// The answer to [`OPEN_MAPPED`]: the reader's descriptor, or the error's negated number;
+    /// to [`READ_MAPS`]: 0, or the error's negated number.
     opened: AtomicI32,
+    /// The answer to [`READ_MAPS`]: the bytes of text put in the data (0: the text's end).
+    filled: AtomicU64,
 }
 
 const READ: u32 = 0;
 const OPEN_MAPPED: u32 = 1;
+/// The next at most `len` bytes of the text of `/proc/PID/maps` of `pid`, from its start if
+/// `addr` is [`MAPS_FROM_START`] (the file is kept open between requests: one text).
+const READ_MAPS: u32 = 2;
+const MAPS_FROM_START: u64 = 1;
 
 impl Channel {
     /// The channel at the head of `map`.
@@ -238,6 +247,28 @@ impl Reader {
                 rustix::process::pidfd_getfd(&pidfd, opened, rustix::process::PidfdGetfdFlags::empty())
             });
         Ok(taken.map_err(io::Error::from))
+    }
+
+    /// The next bytes of the text of `/proc/PID/maps` of `tgid` (from its start if
+    /// `from_start`) into `buf`: how many (0 at its end).
+    fn read_maps(
+        &mut self,
+        tgid: Tgid,
+        from_start: bool,
+        buf: &mut [u8],
+    ) -> Result<io::Result<usize>, Stuck> {
+        let len = buf.len().min(DATA);
+        self.call(READ_MAPS, tgid, if from_start { MAPS_FROM_START } else { 0 }, len as u64)?;
+        let channel = Channel::of(&self.map);
+        let answer = channel.opened.load(Ordering::Relaxed);
+        if answer < 0 {
+            return Ok(Err(io::Error::from_raw_os_error(-answer)));
+        }
+        let filled = (channel.filled.load(Ordering::Relaxed) as usize).min(len);
+        // SAFETY: as a read's data: within the mapping, written before the answer.
+        let data = unsafe { std::slice::from_raw_parts(self.map.as_ptr().add(DATA_AT), filled) };
+        buf[..filled].copy_from_slice(data);
+        Ok(Ok(filled))
     }
 
     /// Asks the reader and waits for its answer, at most [`DEADLINE`].
@@ -392,9 +423,7 @@ pub fn read(
 /// process's memory's lock, which the process can hold as long as a daemon keeps one of its own
 /// reads waiting. `WouldBlock` while the user's processes are not read.
 pub fn open_mapped(tgid: Tgid, user: Option<u32>, start: u64, end: u64) -> io::Result<OwnedFd> {
-    with_reader(user, |reader| reader.open_mapped(tgid, start, end)).unwrap_or_else(|| {
-        Err(io::Error::new(io::ErrorKind::WouldBlock, "its process's memory is not read for now"))
-    })
+    with_reader(user, |reader| reader.open_mapped(tgid, start, end)).unwrap_or_else(|| Err(not_read_now()))
 }
 
 /// Starts this thread's reader now, if it has none: a thread whose reads must not wait calls
@@ -402,6 +431,39 @@ pub fn open_mapped(tgid: Tgid, user: Option<u32>, start: u64, end: u64) -> io::R
 /// took most of a second here on CPUs kept busy by others.)
 pub fn start_for_this_thread() {
     with_reader(None, |_| Ok(()));
+}
+
+/// The text of `/proc/PID/maps` of process `tgid` (of `user`), read by this thread's reader a
+/// chunk at a time. Once a chunk got no answer (or the user's processes are not read now),
+/// reading fails with `WouldBlock`: the process's maps are not known for now.
+pub fn maps(tgid: Tgid, user: Option<u32>) -> MapsText {
+    MapsText { tgid, user, started: false, failed: false }
+}
+
+/// See [`maps`].
+pub struct MapsText {
+    tgid: Tgid,
+    user: Option<u32>,
+    started: bool,
+    failed: bool,
+}
+
+impl io::Read for MapsText {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let from_start = !std::mem::replace(&mut self.started, true);
+        let read = (!self.failed)
+            .then(|| with_reader(self.user, |reader| reader.read_maps(self.tgid, from_start, buf)))
+            .flatten();
+        read.unwrap_or_else(|| {
+            self.failed = true;
+            Err(not_read_now())
+        })
+    }
+}
+
+/// What is refused while a user's processes are not read.
+fn not_read_now() -> io::Error {
+    io::Error::new(io::ErrorKind::WouldBlock, "its process's memory is not read for now")
 }
 
 /// What `ask` does with this thread's reader (started first if need be); `None` if the user's
@@ -507,6 +569,7 @@ pub fn serve() -> Result<()> {
     let _ = rustix::thread::set_name(c"profiler-reader");
     let channel = Channel::of(&map);
     let mut processes = Processes::default();
+    let mut maps = None;
     // The descriptor last opened, until the profiler has taken its copy.
     let mut _opened: Option<OwnedFd> = None;
     let mut seen = channel.asked.load(Ordering::Acquire);
@@ -531,6 +594,9 @@ pub fn serve() -> Result<()> {
                 Err(err) => -err.raw_os_error(),
             };
             channel.opened.store(answer, Ordering::Relaxed);
+        } else if channel.kind.load(Ordering::Relaxed) == READ_MAPS {
+            let answer = serve_maps(channel, &map, &mut maps).map_or_else(|err| -err.raw_os_error(), |()| 0);
+            channel.opened.store(answer, Ordering::Relaxed);
         } else {
             serve_read(channel, &map, &mut processes);
         }
@@ -551,6 +617,36 @@ fn open_mapped_here(channel: &Channel) -> rustix::io::Result<OwnedFd> {
         OFlags::PATH | OFlags::CLOEXEC,
         Mode::empty(),
     )
+}
+
+/// [`READ_MAPS`], in the reader: `maps` is the text being read, and whose.
+fn serve_maps(channel: &Channel, map: &MmapRaw, maps: &mut Option<(u32, File)>) -> rustix::io::Result<()> {
+    let (pid, len) =
+        (channel.pid.load(Ordering::Relaxed), (channel.len.load(Ordering::Relaxed) as usize).min(DATA));
+    channel.filled.store(0, Ordering::Relaxed);
+    if channel.addr.load(Ordering::Relaxed) == MAPS_FROM_START {
+        *maps = None;
+        let file =
+            rustix::fs::open(format!("/proc/{pid}/maps"), OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())?;
+        *maps = Some((pid, File::from(file)));
+    }
+    let Some((_, file)) = maps.as_mut().filter(|(of, _)| *of == pid) else {
+        return Err(rustix::io::Errno::INVAL);
+    };
+    // SAFETY: the data lies within the mapping, and the thread asking touches it only once we
+    // answer.
+    let data = unsafe { std::slice::from_raw_parts_mut(map.as_mut_ptr().add(DATA_AT), len) };
+    let mut filled = 0;
+    while filled < len {
+        match rustix::io::read(&*file, &mut data[filled..]) {
+            Ok(0) => break,
+            Ok(read) => filled += read,
+            Err(rustix::io::Errno::INTR) => {}
+            Err(err) => return Err(err),
+        }
+    }
+    channel.filled.store(filled as u64, Ordering::Relaxed);
+    Ok(())
 }
 
 /// [`READ`], in the reader.
