@@ -123,10 +123,10 @@ pub struct RecordArgs {
 
 /// The default `--min-block`: spans off the CPU shorter than this cost two map operations, not
 /// a record (BENCHMARKS.md measures it).
-pub const DEFAULT_MIN_BLOCK_US: u64 = 50;
+pub(crate) const DEFAULT_MIN_BLOCK_US: u64 = 50;
 
 /// `record`'s default sampling frequency.
-pub const RECORD_DEFAULT_HZ: u64 = 99;
+pub(crate) const RECORD_DEFAULT_HZ: u64 = 99;
 
 /// How long a session runs, how much stack each record copies, how much it says: the options
 /// of every command that records.
@@ -268,7 +268,7 @@ pub struct TopArgs {
 
 /// The agent's default sampling frequency: as its peers (OpenTelemetry's eBPF profiler samples
 /// at 20 Hz, Parca at 19 Hz), enough for a fleet's aggregate at a cost too small to notice.
-pub const AGENT_DEFAULT_HZ: u64 = 19;
+pub(crate) const AGENT_DEFAULT_HZ: u64 = 19;
 
 #[derive(Debug, Args)]
 #[command(

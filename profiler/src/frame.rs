@@ -60,7 +60,7 @@ impl Frame {
 
 /// The address to look up for the frame at `depth`: the return addresses of callers step back
 /// into their call instruction.
-pub fn lookup_address(depth: usize, addr: u64) -> u64 {
+pub(crate) fn lookup_address(depth: usize, addr: u64) -> u64 {
     if depth == 0 { addr } else { addr.saturating_sub(1) }
 }
 

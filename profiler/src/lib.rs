@@ -8,6 +8,8 @@
 //!
 //! The library exists for the binary, the benchmarks, the fuzz targets and the tests: what they
 //! reach is re-exported here, everything else is private.
+#![cfg_attr(feature = "testing", warn(unreachable_pub))]
+
 mod address_space;
 mod aggregate;
 mod cli;

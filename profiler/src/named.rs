@@ -2,7 +2,7 @@
 //! `--call-graph dwarf`): one table per type, read both ways.
 
 /// A type whose values each have a name.
-pub trait Named: Copy + PartialEq + 'static {
+pub(crate) trait Named: Copy + PartialEq + 'static {
     /// Every value, by its name.
     const NAMES: &'static [(&'static str, Self)];
 

@@ -5,20 +5,22 @@
 mod module;
 mod proc_maps;
 mod process;
-pub mod program;
+pub(crate) mod program;
 mod resolve;
 mod task_event;
 mod vdso;
 
-pub use self::{
+// What the stages' facade (`lib.rs`) names, and what only this crate does.
+pub(crate) use self::{
     module::{Module, ModuleId, ModuleSet, Modules, open_mapped},
-    proc_maps::{
-        Backing, MAX_MAPS_BYTES, MAX_MAPS_READ_TIME, Mapping, Mappings, TimedMapping, backing_named,
-        cut_readings,
-    },
-    process::Identity,
-    process::{Process, Processes, Tracking},
-    resolve::{FileMappings, ProcessView, Resolved, Want},
+    proc_maps::{MAX_MAPS_BYTES, MAX_MAPS_READ_TIME, Mapping, TimedMapping, backing_named, cut_readings},
+    process::{Identity, Process, Processes},
+    resolve::FileMappings,
+};
+pub use self::{
+    proc_maps::{Backing, Mappings},
+    process::Tracking,
+    resolve::{ProcessView, Resolved, Want},
     task_event::TaskEvent,
 };
 use crate::model::{Tgid, Tid};

@@ -31,7 +31,7 @@ use crate::{
 /// names); the registry calls it once per file. Live processes are read through
 /// [`open_mapped`]; recorded fixtures bring their own. A file of JIT code is refused with
 /// [`open::jit_memory_error`]: its mappings are then anonymous memory.
-pub type FileOpener = Box<dyn Fn(Tgid, &Identity, &Mapping, &Path) -> io::Result<StableFile>>;
+pub(super) type FileOpener = Box<dyn Fn(Tgid, &Identity, &Mapping, &Path) -> io::Result<StableFile>>;
 
 /// Copies of known modules held open at most (see [`Modules`]).
 const MAX_COPIES: usize = 1024;
@@ -239,7 +239,7 @@ impl Default for Modules {
 /// `identity`), safe to map: the file a registry's module is made of, and what runtimes are
 /// recognised in. Who answers for its file system is asked of the mapped file itself: those the
 /// kernel does not answer for are copied off the pipeline (see `remote`), or not opened at all.
-pub fn open_mapped(
+pub(crate) fn open_mapped(
     tgid: Tgid,
     identity: &Identity,
     mapping: &Mapping,

@@ -134,13 +134,13 @@ impl Default for Mappings {
 /// Bytes of a `/proc/PID/maps` read at most. A process may map as many files as the kernel
 /// allows (65530 by default), each under a name of up to 4096 bytes of its choosing: 256 MiB of
 /// text. Every mapping of that many with a name of 100 bytes fits.
-pub const MAX_MAPS_BYTES: u64 = 16 << 20;
+pub(crate) const MAX_MAPS_BYTES: u64 = 16 << 20;
 
 /// The longest a reading of a `/proc/PID/maps` takes: the kernel writes it a chunk at a time
 /// (100 ms for 60,000 mappings), each chunk waiting for the process's memory lock, which a
 /// process with tens of thousands of mappings holds for tens of milliseconds at each fork. What
 /// was read by then is kept, as a reading cut at [`MAX_MAPS_BYTES`] is.
-pub const MAX_MAPS_READ_TIME: Duration = Duration::from_millis(250);
+pub(crate) const MAX_MAPS_READ_TIME: Duration = Duration::from_millis(250);
 
 /// A text read until a time: past it, it reads as ended.
 struct Timed<R> {
@@ -164,7 +164,7 @@ impl<R: io::Read> io::Read for Timed<R> {
 static CUT_READINGS: AtomicU64 = AtomicU64::new(0);
 
 /// How many readings of a `/proc/PID/maps` stopped at [`MAX_MAPS_BYTES`] so far.
-pub fn cut_readings() -> u64 {
+pub(crate) fn cut_readings() -> u64 {
     CUT_READINGS.load(Ordering::Relaxed)
 }
 
@@ -404,7 +404,7 @@ fn parse_line(line: &[u8]) -> Option<Mapping> {
 /// Anonymous memory a process named itself (`[anon:NAME]`, `[anon_shmem:NAME]`, prctl's
 /// `PR_SET_VMA_ANON_NAME`) is anonymous memory: a name any process chooses, as many as it likes,
 /// is not a module.
-pub fn backing_named(name: &[u8], inode: u64) -> Backing {
+pub(crate) fn backing_named(name: &[u8], inode: u64) -> Backing {
     if name.is_empty() || (inode == 0 && (name.starts_with(b"[anon:") || name.starts_with(b"[anon_shmem:"))) {
         Backing::Anonymous
     } else if inode == 0 && !name.starts_with(b"/") {

@@ -451,7 +451,7 @@ pub struct Tracking {
 }
 
 #[derive(Debug)]
-pub struct Processes {
+pub(crate) struct Processes {
     tracking: Tracking,
     by_tgid: HashMap<Tgid, Process>,
     lost_events: u64,
@@ -460,25 +460,25 @@ pub struct Processes {
 }
 
 impl Processes {
-    pub fn new(tracking: Tracking) -> Self {
+    pub(crate) fn new(tracking: Tracking) -> Self {
         Self { tracking, by_tgid: HashMap::new(), lost_events: 0, sampled: 0 }
     }
 
     /// Starts following a process, from its current `/proc` state.
-    pub fn track(&mut self, tgid: Tgid) {
+    pub(crate) fn track(&mut self, tgid: Tgid) {
         self.by_tgid.entry(tgid).or_insert_with(|| Process::load(tgid, ""));
     }
 
     /// Adds a process known from elsewhere (recorded fixtures).
     #[cfg(any(test, feature = "testing"))]
-    pub fn insert(&mut self, process: Process) {
+    pub(crate) fn insert(&mut self, process: Process) {
         self.by_tgid.insert(process.tgid, process);
     }
 
     /// The process a sample came from, loading it from /proc on first sight.
     /// Process `tgid`, as a record of thread `tid`, named `thread_comm`, taken at `time_ns`
     /// shows it.
-    pub fn observe(&mut self, tgid: Tgid, tid: Tid, thread_comm: &str, time_ns: u64) -> &mut Process {
+    pub(crate) fn observe(&mut self, tgid: Tgid, tid: Tid, thread_comm: &str, time_ns: u64) -> &mut Process {
         let process = self.by_tgid.entry(tgid).or_insert_with(|| Process::load(tgid, thread_comm));
         if !process.sampled {
             process.sampled = true;
@@ -491,7 +491,7 @@ impl Processes {
         process
     }
 
-    pub fn apply(&mut self, event: TaskEvent) {
+    pub(crate) fn apply(&mut self, event: TaskEvent) {
         match event {
             TaskEvent::Map { pid, time_ns, mapping } => match self.by_tgid.get_mut(&pid) {
                 Some(process) => process.map(mapping, time_ns),
@@ -533,7 +533,7 @@ impl Processes {
 
     /// Forgets what no sample can need any more: processes and mappings gone for a while before
     /// `now_ns`. Returns the processes forgotten.
-    pub fn prune(&mut self, now_ns: u64) -> Vec<Tgid> {
+    pub(crate) fn prune(&mut self, now_ns: u64) -> Vec<Tgid> {
         let horizon = now_ns.saturating_sub(KEEP_NS);
         let mut forgotten = Vec::new();
         self.by_tgid.retain(|&tgid, p| {
@@ -550,7 +550,7 @@ impl Processes {
     }
 
     /// Every mapping of every process known, current or past, with its process.
-    pub fn all_mappings(&self) -> impl Iterator<Item = (Tgid, &Mapping)> {
+    pub(crate) fn all_mappings(&self) -> impl Iterator<Item = (Tgid, &Mapping)> {
         self.by_tgid.iter().flat_map(|(&tgid, process)| {
             let current = process.space.mappings();
             let replaced = process.history.iter().map(|past| &past.entry.mapping);
@@ -560,7 +560,7 @@ impl Processes {
     }
 
     /// Marks as exited at `now_ns` the processes whose `/proc` entry is gone.
-    pub fn notice_exits(&mut self, now_ns: u64) {
+    pub(crate) fn notice_exits(&mut self, now_ns: u64) {
         for (tgid, process) in &mut self.by_tgid {
             if process.exited_at_ns.is_none() && !std::path::Path::new(&format!("/proc/{tgid}")).exists() {
                 process.exited_at_ns = Some(now_ns);
@@ -569,21 +569,21 @@ impl Processes {
     }
 
     /// How many processes samples came from.
-    pub fn sampled(&self) -> u64 {
+    pub(crate) fn sampled(&self) -> u64 {
         self.sampled
     }
 
     /// A process followed now.
-    pub fn get(&self, tgid: Tgid) -> Option<&Process> {
+    pub(crate) fn get(&self, tgid: Tgid) -> Option<&Process> {
         self.by_tgid.get(&tgid)
     }
 
-    pub fn get_mut(&mut self, tgid: Tgid) -> Option<&mut Process> {
+    pub(crate) fn get_mut(&mut self, tgid: Tgid) -> Option<&mut Process> {
         self.by_tgid.get_mut(&tgid)
     }
 
     /// Task events the kernel dropped (the profiler then falls back to reading /proc).
-    pub fn lost_events(&self) -> u64 {
+    pub(crate) fn lost_events(&self) -> u64 {
         self.lost_events
     }
 }

@@ -24,7 +24,7 @@ const LIST_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The files a command will map, in the order its dynamic linker loads them.
 #[derive(Debug, PartialEq, Eq)]
-pub struct LoadOrder {
+pub(crate) struct LoadOrder {
     /// The program, as `execvp` finds it.
     pub program: PathBuf,
     /// Its dynamic linker (`PT_INTERP`), unless it is static.
@@ -35,14 +35,14 @@ pub struct LoadOrder {
 
 impl LoadOrder {
     /// The program, then its libraries.
-    pub fn files(&self) -> impl Iterator<Item = &Path> {
+    pub(crate) fn files(&self) -> impl Iterator<Item = &Path> {
         std::iter::once(self.program.as_path()).chain(self.libraries.iter().map(PathBuf::as_path))
     }
 }
 
 /// The files `program` will map once it runs, each opened (to look for it in `PATH` and to read
 /// the program's headers) with `open`.
-pub fn load_order(program: &OsStr, open: &dyn Fn(&Path) -> io::Result<File>) -> Result<LoadOrder> {
+pub(crate) fn load_order(program: &OsStr, open: &dyn Fn(&Path) -> io::Result<File>) -> Result<LoadOrder> {
     let (path, file) = find(program, open)?;
     let linker = linker(&file).with_context(|| format!("{} is not a 64-bit ELF file", path.display()))?;
     let linker = linker.map(std::path::absolute).transpose()?;

@@ -9,7 +9,7 @@ use crate::model::Tgid;
 
 /// The vDSO image, copied from this process into an in-memory file. The kernel maps the same
 /// image into every 64-bit process, so ours stands for the target's: symbols and CFI included.
-pub fn own_vdso() -> Option<File> {
+pub(super) fn own_vdso() -> Option<File> {
     // rustix keeps the auxiliary vector's vDSO address to itself: libc's getauxval.
     // SAFETY: getauxval has no preconditions.
     let start = unsafe { libc::getauxval(libc::AT_SYSINFO_EHDR) };

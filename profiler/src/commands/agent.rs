@@ -14,7 +14,7 @@ use crate::{
     session::{self, Consumer, End, Settings},
 };
 
-pub async fn run(args: AgentArgs) -> Result<()> {
+pub(super) async fn run(args: AgentArgs) -> Result<()> {
     // Two heaps for its few threads (the event loop, naming, the exporter) rather than glibc's
     // default of eight per CPU: what one thread frees stays in its own heap as holes the others
     // cannot fill, and a process that runs for weeks keeps them. glibc's own call.

@@ -3,7 +3,7 @@ use anyhow::{Result, bail};
 
 use crate::session::checks::{self, Status};
 
-pub fn run(pids: &[u32]) -> Result<()> {
+pub(super) fn run(pids: &[u32]) -> Result<()> {
     let findings = checks::all(pids);
     for finding in &findings {
         println!("{finding}");

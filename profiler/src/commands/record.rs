@@ -20,7 +20,7 @@ use crate::{
     untrusted::read_bounded,
 };
 
-pub async fn run(args: RecordArgs) -> Result<()> {
+pub(super) async fn run(args: RecordArgs) -> Result<()> {
     let weight = weight(args.off_cpu, args.wall);
     let plan = SamplingPlan {
         default_hz: RECORD_DEFAULT_HZ,

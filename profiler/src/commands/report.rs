@@ -10,7 +10,7 @@ use crate::{
     render::{RenderOptions, folded, svg},
 };
 
-pub fn run(args: &ReportArgs) -> Result<()> {
+pub(super) fn run(args: &ReportArgs) -> Result<()> {
     let outputs = args.output.resolve()?;
     let files = outputs.create()?;
     let recording = load(&args.recording)?.filtered(&args.filter.filter());
@@ -25,7 +25,7 @@ pub fn run(args: &ReportArgs) -> Result<()> {
     Ok(())
 }
 
-pub fn diff(args: &DiffArgs) -> Result<()> {
+pub(super) fn diff(args: &DiffArgs) -> Result<()> {
     let output = OutputFile::create(&args.output)?;
     let filter = args.filter.filter();
     let before = load(&args.before)?.filtered(&filter);

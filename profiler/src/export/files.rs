@@ -14,13 +14,13 @@ use super::Window;
 use crate::{model::Weight, output::OutputDir, render::pprof};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Retention {
+pub(crate) struct Retention {
     pub files: usize,
     pub bytes: u64,
 }
 
 #[derive(Debug)]
-pub struct Directory {
+pub(super) struct Directory {
     dir: OutputDir,
     retention: Retention,
     /// The last failure said on stderr: a problem is said once, not once per window.
@@ -30,16 +30,16 @@ pub struct Directory {
 const SUFFIX: &str = ".pb.gz";
 
 impl Directory {
-    pub fn open(path: &Path, retention: Retention) -> Result<Self> {
+    pub(super) fn open(path: &Path, retention: Retention) -> Result<Self> {
         Ok(Self { dir: OutputDir::create(path)?, retention, last_error: None })
     }
 
-    pub fn path(&self) -> &Path {
+    pub(super) fn path(&self) -> &Path {
         self.dir.path()
     }
 
     /// Writes the window's profiles, then applies the retention.
-    pub fn write(&mut self, window: &Window) {
+    pub(super) fn write(&mut self, window: &Window) {
         let result = window
             .services
             .iter()

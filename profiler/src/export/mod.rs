@@ -7,7 +7,7 @@
 mod files;
 mod otlp;
 mod pyroscope;
-pub mod service;
+pub(crate) mod service;
 
 use std::{collections::VecDeque, path::PathBuf, sync::Arc, thread::JoinHandle, time::Duration};
 
@@ -24,13 +24,13 @@ use tokio::{
     task::JoinSet,
 };
 
-pub use self::files::Retention;
+pub(crate) use self::files::Retention;
 use self::service::Host;
 use crate::model::Recording;
 
 /// Where windows go, and what every profile is labelled with.
 #[derive(Clone, Debug, Default)]
-pub struct ExportConfig {
+pub(crate) struct ExportConfig {
     /// Pyroscope's base URL (`/ingest` is appended).
     pub pyroscope: Option<String>,
     /// An OTLP gRPC endpoint (`ProfilesService/Export`).
@@ -46,13 +46,13 @@ pub struct ExportConfig {
 
 /// One window: a recording per service.
 #[derive(Debug)]
-pub struct Window {
+pub(crate) struct Window {
     pub services: Vec<(String, Recording)>,
 }
 
 /// The handle of the delivering thread. Dropping it closes the last window's delivery: the
 /// thread tries for at most [`FLUSH_TIME`] more, then says what it could not deliver.
-pub struct Exporter {
+pub(crate) struct Exporter {
     windows: Option<mpsc::Sender<Window>>,
     thread: Option<JoinHandle<()>>,
     /// Windows the thread had no room for (it is behind by [`WINDOWS_QUEUED`] windows).
@@ -63,7 +63,7 @@ pub struct Exporter {
 const WINDOWS_QUEUED: usize = 8;
 /// How long the last windows may take to deliver once sampling stopped, all destinations
 /// together.
-pub const FLUSH_TIME: Duration = Duration::from_secs(4);
+pub(crate) const FLUSH_TIME: Duration = Duration::from_secs(4);
 /// A request's longest wait for its backend, connecting included.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// What is read of a backend's answer: the start of an error's body, a gRPC response or its
@@ -73,7 +73,7 @@ const FIRST_BACKOFF: Duration = Duration::from_secs(1);
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
 
 impl Exporter {
-    pub fn start(config: ExportConfig) -> Result<Self> {
+    pub(crate) fn start(config: ExportConfig) -> Result<Self> {
         let destinations = Destination::all(&config)?;
         let (sender, receiver) = mpsc::channel(WINDOWS_QUEUED);
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -89,7 +89,7 @@ impl Exporter {
     }
 
     /// Hands a window over, without waiting.
-    pub fn send(&mut self, window: Window) {
+    pub(crate) fn send(&mut self, window: Window) {
         let Some(windows) = &self.windows else { return };
         if windows.try_send(window).is_err() {
             if self.refused == 0 {
@@ -522,14 +522,14 @@ async fn answer_start(mut body: hyper::body::Incoming) -> Bytes {
 }
 
 /// The labels of every profile: the host's, and the user's.
-pub struct Labels {
+pub(crate) struct Labels {
     pub host: Host,
     pub user: Vec<(String, String)>,
 }
 
 impl Labels {
     /// Every label of a service's profile, `service_name` first.
-    pub fn of(&self, service: &str) -> Vec<(String, String)> {
+    pub(crate) fn of(&self, service: &str) -> Vec<(String, String)> {
         let mut labels = vec![
             ("service_name".to_owned(), service.to_owned()),
             ("host_name".to_owned(), self.host.name.clone()),

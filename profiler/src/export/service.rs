@@ -6,18 +6,18 @@ use crate::{model::Tgid, untrusted::read_bounded};
 /// Names the service of each process: `--service-name` when given, else its systemd unit, else
 /// its container, else its command name.
 #[derive(Debug, Default)]
-pub struct Services {
+pub(crate) struct Services {
     fixed: Option<String>,
     /// By process, for the current window (pids are reused: forgotten at each window).
     known: HashMap<Tgid, String>,
 }
 
 impl Services {
-    pub fn new(fixed: Option<String>) -> Self {
+    pub(crate) fn new(fixed: Option<String>) -> Self {
         Self { fixed, known: HashMap::new() }
     }
 
-    pub fn of(&mut self, pid: Tgid, comm: &str) -> String {
+    pub(crate) fn of(&mut self, pid: Tgid, comm: &str) -> String {
         if let Some(fixed) = &self.fixed {
             return fixed.clone();
         }
@@ -33,7 +33,7 @@ impl Services {
             .clone()
     }
 
-    pub fn forget(&mut self) {
+    pub(crate) fn forget(&mut self) {
         self.known.clear();
     }
 }
@@ -52,7 +52,7 @@ fn is_kernel_thread(pid: Tgid) -> bool {
 
 /// The service a cgroup listing names: the innermost systemd `.service` unit, else a container
 /// id (docker, containerd, CRI-O, podman; its first 12 hex digits, as `docker ps` shows it).
-pub fn service_in_cgroup(cgroup: &str) -> Option<String> {
+pub(crate) fn service_in_cgroup(cgroup: &str) -> Option<String> {
     // cgroup v2's line is `0::/path`; v1 lines name a controller between the colons.
     let paths = cgroup.lines().filter_map(|line| line.splitn(3, ':').nth(2));
     let components: Vec<&str> = paths.flat_map(|path| path.split('/')).collect();
@@ -73,7 +73,7 @@ fn container_id(component: &str) -> Option<&str> {
 
 /// A name as backends take it in label values: printable, without the characters that delimit
 /// labels in Pyroscope's `name{key=value,...}`, at most 128 bytes.
-pub fn sanitized(name: &str) -> String {
+pub(crate) fn sanitized(name: &str) -> String {
     let clean: String = name
         .chars()
         .map(|c| if c.is_control() || matches!(c, '{' | '}' | ',' | '=' | '"') { '_' } else { c })
@@ -87,13 +87,13 @@ pub fn sanitized(name: &str) -> String {
 
 /// What every profile of this host says of it.
 #[derive(Clone, Debug)]
-pub struct Host {
+pub(crate) struct Host {
     pub name: String,
     pub kernel_release: String,
 }
 
 impl Host {
-    pub fn this() -> Self {
+    pub(crate) fn this() -> Self {
         let uname = rustix::system::uname();
         Self {
             name: uname.nodename().to_string_lossy().into_owned(),

@@ -10,20 +10,20 @@ const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
 
 /// The running kernel's BTF, mapped and read lazily (parsing all of it up front costs ~130 ms),
 /// and the structs looked up in it: each lookup by name scans every type.
-pub struct KernelBtf {
+pub(crate) struct KernelBtf {
     btf: Btf,
     structs: HashMap<String, Vec<Struct>>,
 }
 
 impl KernelBtf {
-    pub fn open() -> Result<Self> {
+    pub(crate) fn open() -> Result<Self> {
         let btf = Btf::from_file_with_backend(VMLINUX_BTF, Backend::Mmap)
             .with_context(|| format!("cannot read {VMLINUX_BTF}"))?;
         Ok(Self { btf, structs: HashMap::new() })
     }
 
     /// Byte offset of `field` in `struct name`, looking into anonymous structs and unions.
-    pub fn field_offset(&mut self, name: &str, field: &str) -> Result<u32> {
+    pub(crate) fn field_offset(&mut self, name: &str, field: &str) -> Result<u32> {
         let Self { btf, structs } = self;
         let candidates = structs.entry(name.to_owned()).or_insert_with(|| {
             let types = btf.resolve_types_by_name(name).unwrap_or_default();

@@ -19,7 +19,7 @@ pub trait FunctionStarts: Send {
 /// The kernel's naming program as a [`FunctionStarts`], loaded when first asked: a session may
 /// meet no kernel frame (`leaks`), and then costs nothing.
 #[derive(Default)]
-pub struct KernelStarts {
+pub(crate) struct KernelStarts {
     namer: Option<KernelNamer>,
 }
 

@@ -13,7 +13,7 @@ const KALLSYMS: &str = "/proc/kallsyms";
 
 /// The address of the kernel function `wanted`, as `/proc/kallsyms` lists it (0 when hidden);
 /// none when not listed.
-pub fn address_of(wanted: &str) -> Result<Option<u64>> {
+pub(crate) fn address_of(wanted: &str) -> Result<Option<u64>> {
     let file = File::open(KALLSYMS).with_context(|| format!("cannot open {KALLSYMS}"))?;
     find(BufReader::new(file), wanted).with_context(|| format!("cannot read {KALLSYMS}"))
 }

@@ -3,15 +3,15 @@
 //! through, the [`task_events`] that tell how address spaces change, the layouts of kernel
 //! structures read from its BTF ([`btf`]), what names its functions ([`names`]; a function's
 //! address from [`kallsyms`]), and where kernel frames' functions start ([`functions`]).
-pub mod btf;
-pub mod functions;
-pub mod kallsyms;
-pub mod names;
-pub mod object;
-pub mod ring;
-pub mod sampler;
+pub(crate) mod btf;
+pub(crate) mod functions;
+pub(crate) mod kallsyms;
+pub(crate) mod names;
+pub(crate) mod object;
+pub(crate) mod ring;
+pub(crate) mod sampler;
 pub mod task_events;
-pub mod tracer;
+pub(crate) mod tracer;
 
 use anyhow::Result;
 use aya::{
@@ -29,7 +29,7 @@ use crate::{
 /// to point it at processes, and how to stop it. Implemented by the [`sampler::Sampler`] and the
 /// [`tracer::Tracer`]; a new mode brings its own. What every eBPF object of ours does the same
 /// way (the ring, the stack ends, the pause flag) comes with the trait.
-pub trait KernelSource {
+pub(crate) trait KernelSource {
     /// The kind of records it writes (which says through which ring).
     const RECORDS: RecordKind;
 

@@ -12,11 +12,11 @@ use profiler_common::{maps, runtimes::RuntimeProcess};
 use super::btf::KernelBtf;
 use crate::model::{Tgid, Tid};
 
-pub static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profiler"));
+pub(crate) static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profiler"));
 
 /// An eBPF object as embedded, unless the build left them out (`PROFILER_EBPF=none`: the unit
 /// tests' build, without the nightly and bpf-linker).
-pub fn embedded(object: &'static [u8]) -> Result<&'static [u8]> {
+pub(crate) fn embedded(object: &'static [u8]) -> Result<&'static [u8]> {
     if object.is_empty() {
         bail!(
             "this profiler was built without its eBPF programs (PROFILER_EBPF=none): build it with `cargo xtask build`"
@@ -26,28 +26,28 @@ pub fn embedded(object: &'static [u8]) -> Result<&'static [u8]> {
 }
 
 /// The smallest ring buffer: a page. Rings the command does not use are shrunk to it.
-pub const UNUSED_RING_BYTES: u32 = 4096;
+pub(crate) const UNUSED_RING_BYTES: u32 = 4096;
 
 /// Scratch arrays the command does not use keep one entry.
-pub const UNUSED_SCRATCH_ENTRIES: u32 = 1;
+pub(crate) const UNUSED_SCRATCH_ENTRIES: u32 = 1;
 
 /// Entries of a scratch array in use: one per possible CPU (their ids run from 0).
-pub fn scratch_entries() -> Result<u32> {
+pub(crate) fn scratch_entries() -> Result<u32> {
     let cpus = nr_cpus().map_err(|(path, err)| anyhow!("cannot read {path}: {err}"))?;
     Ok(cpus.get())
 }
 
-pub fn program<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut Program> {
+pub(crate) fn program<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut Program> {
     ebpf.program_mut(name).ok_or_else(|| anyhow!("the eBPF object has no program `{name}`"))
 }
 
-pub fn missing(map: &str) -> anyhow::Error {
+pub(crate) fn missing(map: &str) -> anyhow::Error {
     anyhow!("the eBPF object has no map `{map}`")
 }
 
 /// The total over CPUs of slot `index` of the `PerCpuArray<u64>` of counters `name`. Wrapping: a
 /// slot may be decremented on another CPU than the one it was incremented on.
-pub fn counter_total(ebpf: &Ebpf, name: &str, index: u32) -> Result<u64> {
+pub(crate) fn counter_total(ebpf: &Ebpf, name: &str, index: u32) -> Result<u64> {
     let map = ebpf.map(name).ok_or_else(|| missing(name))?;
     let counters: PerCpuArray<_, u64> = PerCpuArray::try_from(map)?;
     Ok(counters.get(&index, 0)?.iter().fold(0u64, |sum, &n| sum.wrapping_add(n)))
@@ -55,7 +55,7 @@ pub fn counter_total(ebpf: &Ebpf, name: &str, index: u32) -> Result<u64> {
 
 /// Sets the flag that makes every program return at once: pauses sampling or tracking without
 /// waiting for the kernel to detach anything.
-pub fn pause(ebpf: &mut Ebpf) -> Result<()> {
+pub(crate) fn pause(ebpf: &mut Ebpf) -> Result<()> {
     let map = ebpf.map_mut(maps::CONTROL).ok_or_else(|| missing(maps::CONTROL))?;
     let mut control: aya::maps::Array<_, u32> = aya::maps::Array::try_from(map)?;
     control.set(0, &1, 0).context("cannot set the stop flag of the eBPF programs")?;
@@ -63,7 +63,7 @@ pub fn pause(ebpf: &mut Ebpf) -> Result<()> {
 }
 
 /// Tells the programs where a thread's stack ends, so that stack copies stop there.
-pub fn set_stack_end(ebpf: &mut Ebpf, Tid(tid): Tid, end: u64) -> Result<()> {
+pub(crate) fn set_stack_end(ebpf: &mut Ebpf, Tid(tid): Tid, end: u64) -> Result<()> {
     let map = ebpf.map_mut(maps::STACK_ENDS).ok_or_else(|| missing(maps::STACK_ENDS))?;
     let mut ends: BpfHashMap<_, u32, u64> = BpfHashMap::try_from(map)?;
     ends.insert(&tid, &end, 0).with_context(|| format!("cannot record the stack end of thread {tid}"))?;
@@ -73,13 +73,13 @@ pub fn set_stack_end(ebpf: &mut Ebpf, Tid(tid): Tid, end: u64) -> Result<()> {
 /// Byte offset of a task's saved FS base (`thread.fsbase`) in `struct task_struct`: how the
 /// Python walk tells which of the interpreter's thread states is the sampled thread's (glibc's
 /// `pthread_self()`).
-pub fn task_fs_base_offset(btf: &mut KernelBtf) -> Result<u32> {
+pub(crate) fn task_fs_base_offset(btf: &mut KernelBtf) -> Result<u32> {
     Ok(btf.field_offset("task_struct", "thread")? + btf.field_offset("thread_struct", "fsbase")?)
 }
 
 /// Tells the programs what the walker of process `tgid`'s runtime needs (`None`: it runs none
 /// any more, or is gone).
-pub fn set_runtime_process(
+pub(crate) fn set_runtime_process(
     ebpf: &mut Ebpf,
     Tgid(tgid): Tgid,
     process: Option<&RuntimeProcess>,
@@ -100,7 +100,7 @@ pub fn set_runtime_process(
 
 /// Loads the runtime walker `name` and puts it in the program array `array`, where its hook's
 /// program finds it.
-pub fn load_runtime_walker(ebpf: &mut Ebpf, name: &str, array: &str) -> Result<()> {
+pub(crate) fn load_runtime_walker(ebpf: &mut Ebpf, name: &str, array: &str) -> Result<()> {
     let walker = program(ebpf, name)?;
     match walker {
         Program::PerfEvent(walker) => walker.load(),
@@ -119,7 +119,7 @@ pub fn load_runtime_walker(ebpf: &mut Ebpf, name: &str, array: &str) -> Result<(
 }
 
 /// A verifier rejection, with the last lines of its log (where it says why).
-pub fn verifier_error(err: ProgramError) -> anyhow::Error {
+pub(crate) fn verifier_error(err: ProgramError) -> anyhow::Error {
     match err {
         ProgramError::LoadError { io_error, verifier_log } => {
             let log = format!("{verifier_log:?}");

@@ -10,16 +10,16 @@ use tokio::{io::unix::AsyncFd, time::Instant};
 
 /// How often the ring is drained without a wakeup: the default ring (1 MiB per CPU) holds about
 /// a quarter second of 4 KiB samples at 999 Hz, so this leaves a wide margin.
-pub const DRAIN_INTERVAL: Duration = Duration::from_millis(20);
+pub(crate) const DRAIN_INTERVAL: Duration = Duration::from_millis(20);
 
-pub struct RingReader {
+pub(crate) struct RingReader {
     fd: AsyncFd<RingBuf<MapData>>,
     /// When the last wait ended.
     woken: Instant,
 }
 
 impl RingReader {
-    pub fn new(ring: RingBuf<MapData>) -> io::Result<Self> {
+    pub(crate) fn new(ring: RingBuf<MapData>) -> io::Result<Self> {
         // SAFETY: the ring buffer owns its descriptor and keeps it open while registered.
         let fd = unsafe { AsyncFd::register(ring)? };
         Ok(Self { fd, woken: Instant::now() })
@@ -27,7 +27,7 @@ impl RingReader {
 
     /// Waits until `interval` has passed since the last wait ended, or for a wakeup from a
     /// filling ring.
-    pub async fn ready(&mut self, interval: Duration) -> io::Result<()> {
+    pub(crate) async fn ready(&mut self, interval: Duration) -> io::Result<()> {
         let ready = tokio::select! {
             () = tokio::time::sleep_until(self.woken + interval) => Ok(()),
             guard = self.fd.readable_mut() => {
@@ -41,7 +41,7 @@ impl RingReader {
 
     /// Hands the records available now to `consume`, without waiting, until `out_of_time` or
     /// `consume` says so. Returns whether it stopped before the ring was empty.
-    pub fn drain(
+    pub(crate) fn drain(
         &mut self,
         mut out_of_time: impl FnMut() -> bool,
         mut consume: impl FnMut(&[u8]) -> ControlFlow<()>,
@@ -62,7 +62,7 @@ impl RingReader {
     }
 
     /// Throws away every record available now; returns how many.
-    pub fn discard(&mut self) -> u64 {
+    pub(crate) fn discard(&mut self) -> u64 {
         let ring = self.fd.get_mut();
         let mut count = 0;
         while ring.next().is_some() {

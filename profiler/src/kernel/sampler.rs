@@ -23,7 +23,7 @@ use super::{
 };
 
 #[derive(Clone, Debug)]
-pub struct SamplerConfig {
+pub(crate) struct SamplerConfig {
     /// Samples per second per CPU.
     pub frequency_hz: u64,
     /// Only sample the processes added with [`Sampler::add_process`]; otherwise everything.
@@ -44,7 +44,7 @@ pub struct SamplerConfig {
 
 /// What the scheduler hooks record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct OffCpuConfig {
+pub(crate) struct OffCpuConfig {
     /// Spans shorter than this are not recorded, in nanoseconds.
     pub min_ns: u64,
     /// Waits for a CPU (runnable, preempted) are recorded too.
@@ -56,16 +56,16 @@ pub struct OffCpuConfig {
 /// queued), a power of two, at least 2 MiB; at least 4 MiB `off_cpu` (spans come with context
 /// switches, in bursts). Its pages are resident twice over (mapped twice for wrap-around): 2 MiB
 /// took 19 KiB stacks of two CPUs at 999 Hz without a loss here.
-pub fn default_ring_bytes(off_cpu: bool) -> Result<u32> {
+pub(crate) fn default_ring_bytes(off_cpu: bool) -> Result<u32> {
     let cpus = online_cpus().map_err(|(path, err)| anyhow!("cannot read {path}: {err}"))?.len() as u32;
     let least = if off_cpu { 4 } else { 2 };
     Ok(cpus.max(least).next_power_of_two().min(1024) << 20)
 }
 
 /// The sampling rate the default ring is sized for.
-pub const DEFAULT_RING_HZ: u64 = 999;
+pub(crate) const DEFAULT_RING_HZ: u64 = 999;
 
-pub struct Sampler {
+pub(crate) struct Sampler {
     ebpf: Ebpf,
     links: Vec<PerfEventLinkId>,
     frequency_hz: u64,
@@ -120,7 +120,7 @@ fn schedule_address() -> Result<u64> {
 
 impl Sampler {
     /// Loads and verifies the programs; nothing is sampled until [`Sampler::start`].
-    pub fn load(config: &SamplerConfig) -> Result<Self> {
+    pub(crate) fn load(config: &SamplerConfig) -> Result<Self> {
         let filter = u32::from(config.filter_processes);
         let follow = u32::from(config.follow_forks);
         let own_tgid = std::process::id();
@@ -215,7 +215,7 @@ impl Sampler {
     }
 
     /// Closes the perf events: no sample is taken after this returns.
-    pub fn detach(&mut self) -> Result<()> {
+    pub(crate) fn detach(&mut self) -> Result<()> {
         if !self.links.is_empty() {
             let sample: &mut PerfEvent = program(&mut self.ebpf, programs::SAMPLE)?.try_into()?;
             for link in self.links.drain(..) {
@@ -228,7 +228,7 @@ impl Sampler {
     /// The spans off the CPU not sent yet: of threads still off the CPU (with the kernel stacks
     /// they wait in, taken now), and of threads back whose system call had not returned. Oldest
     /// first.
-    pub fn unsent_off_cpu(&mut self) -> Result<Vec<(u32, OffCpuThread)>> {
+    pub(crate) fn unsent_off_cpu(&mut self) -> Result<Vec<(u32, OffCpuThread)>> {
         self.take_waiting_stacks()?;
         let map = self.ebpf.map(maps::OFF_CPU_THREADS).ok_or_else(|| missing(maps::OFF_CPU_THREADS))?;
         let threads: BpfHashMap<_, u32, OffCpuThread> = BpfHashMap::try_from(map)?;
@@ -264,7 +264,7 @@ impl Sampler {
 
     /// Mean time in the kernel per run of each program that ran (µs), with what a run is, when
     /// the kernel keeps such statistics (`sysctl kernel.bpf_stats_enabled=1`).
-    pub fn run_costs_us(&self) -> Vec<(&'static str, f64)> {
+    pub(crate) fn run_costs_us(&self) -> Vec<(&'static str, f64)> {
         [
             (programs::SAMPLE, "sample program run"),
             (programs::SCHED_SWITCH, "context switch"),
@@ -281,7 +281,7 @@ impl Sampler {
 
     /// Mean size of the records sent through the ring (CPU samples and off-CPU spans); `None`
     /// before the first.
-    pub fn ring_bytes_per_record(&self) -> Option<f64> {
+    pub(crate) fn ring_bytes_per_record(&self) -> Option<f64> {
         let count = |counter| self.count(counter).ok();
         let taken = count(Counter::Seen)? + count(Counter::OffCpu)?;
         let sent = taken.saturating_sub(count(Counter::Filtered)? + count(Counter::Lost)?);
@@ -289,7 +289,7 @@ impl Sampler {
     }
 
     /// What became of the spans off the CPU; `None` when spans are not taken.
-    pub fn off_cpu_blocks(&self) -> Option<OffCpuBlocks> {
+    pub(crate) fn off_cpu_blocks(&self) -> Option<OffCpuBlocks> {
         let count = |counter| self.count(counter).ok();
         self.off_cpu
             .then(|| {
@@ -305,14 +305,14 @@ impl Sampler {
     }
 
     /// A counter of the sample program, summed over CPUs.
-    pub fn count(&self, counter: Counter) -> Result<u64> {
+    pub(crate) fn count(&self, counter: Counter) -> Result<u64> {
         object::counter_total(&self.ebpf, maps::COUNTERS, counter as u32)
     }
 }
 
 /// What became of the spans off the CPU of followed threads.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct OffCpuBlocks {
+pub(crate) struct OffCpuBlocks {
     /// Sent (or lost in the ring).
     pub recorded: u64,
     /// Shorter than `--min-block`: dropped in the kernel.

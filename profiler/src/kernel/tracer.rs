@@ -28,7 +28,7 @@ use super::{
 };
 
 #[derive(Clone, Debug)]
-pub struct TracerConfig {
+pub(crate) struct TracerConfig {
     /// Bytes of user stack copied per allocation (a multiple of 4096, at most 64 KiB).
     pub stack_copy_cap: u32,
     /// When the kernel walks the user frame-pointer chain.
@@ -41,7 +41,7 @@ pub struct TracerConfig {
     pub sample_every: u32,
 }
 
-pub struct Tracer {
+pub(crate) struct Tracer {
     ebpf: Ebpf,
     allocator: Allocator,
     sample_every: u32,
@@ -49,7 +49,7 @@ pub struct Tracer {
 
 /// A block followed and not freed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Block {
+pub(crate) struct Block {
     pub tgid: Tgid,
     pub addr: u64,
     pub size: u64,
@@ -59,7 +59,7 @@ pub struct Block {
 
 /// The allocator to probe: its file and its entry points.
 #[derive(Debug)]
-pub struct Allocator {
+pub(crate) struct Allocator {
     /// The file as the target names it, for messages.
     pub path: PathBuf,
     /// The file itself, opened as the target maps it: probes are attached to its inode.
@@ -76,7 +76,7 @@ impl fmt::Display for Allocator {
 
 /// The functions of an allocator that the tracker probes.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct EntryPoints {
+pub(crate) struct EntryPoints {
     /// Those that hand out blocks, with the C function whose arguments each takes; one per
     /// address (aliases are one function).
     pub allocations: Vec<(AllocFunction, EntryPoint)>,
@@ -86,14 +86,14 @@ pub struct EntryPoints {
 
 /// A function of the allocator, where uprobes take it: by file offset.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct EntryPoint {
+pub(crate) struct EntryPoint {
     pub symbol: &'static str,
     pub offset: u64,
 }
 
 /// Outstanding bytes now and at their peak, of the blocks followed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct HeapBytes {
+pub(crate) struct HeapBytes {
     pub outstanding: u64,
     pub peak: u64,
 }
@@ -101,7 +101,7 @@ pub struct HeapBytes {
 impl Tracer {
     /// Loads and verifies the programs for `allocator`; nothing is traced until a process is
     /// followed.
-    pub fn load(config: &TracerConfig, allocator: Allocator) -> Result<Self> {
+    pub(crate) fn load(config: &TracerConfig, allocator: Allocator) -> Result<Self> {
         let frame_pointers = config.frame_pointers as u32;
         let fs_base = object::task_fs_base_offset(&mut KernelBtf::open()?)?;
         let mut ebpf = EbpfLoader::new()
@@ -128,12 +128,12 @@ impl Tracer {
     }
 
     /// The allocator probed.
-    pub fn allocator(&self) -> &Allocator {
+    pub(crate) fn allocator(&self) -> &Allocator {
         &self.allocator
     }
 
     /// The blocks of process `tgid` followed and not freed.
-    pub fn outstanding(&self, tgid: Tgid) -> Result<Vec<Block>> {
+    pub(crate) fn outstanding(&self, tgid: Tgid) -> Result<Vec<Block>> {
         let map = self.ebpf.map(maps::OUTSTANDING).ok_or_else(|| missing(maps::OUTSTANDING))?;
         let blocks: BpfHashMap<_, AllocationKey, Allocation> = BpfHashMap::try_from(map)?;
         // A block freed while we iterate disappears under us: skip it.
@@ -146,7 +146,7 @@ impl Tracer {
     }
 
     /// What the probes counted so far.
-    pub fn totals(&self) -> Result<AllocationTotals> {
+    pub(crate) fn totals(&self) -> Result<AllocationTotals> {
         Ok(AllocationTotals {
             calls: self.count(LeakCounter::AllocCalls)?,
             frees: self.count(LeakCounter::FreeCalls)?,
@@ -163,7 +163,7 @@ impl Tracer {
         object::counter_total(&self.ebpf, maps::LEAK_COUNTERS, counter as u32)
     }
 
-    pub fn heap(&self) -> Result<HeapBytes> {
+    pub(crate) fn heap(&self) -> Result<HeapBytes> {
         let map = self.ebpf.map(maps::HEAP_BYTES).ok_or_else(|| missing(maps::HEAP_BYTES))?;
         let outstanding = Array::<_, u64>::try_from(map)?.get(&0, 0)?;
         let map = self.ebpf.map(maps::PEAK_HEAP_BYTES).ok_or_else(|| missing(maps::PEAK_HEAP_BYTES))?;

@@ -4,7 +4,7 @@
 //! Built once at the end of a live run (by the aggregation stage) or read back from a raw
 //! recording file ([`raw`]); every output format renders from it, so `profiler report` of a raw
 //! recording gives what the live run gave. The model imports none of the stages around it.
-pub mod filter;
+pub(crate) mod filter;
 mod ids;
 pub mod raw;
 mod symbol;
@@ -14,7 +14,8 @@ use std::{borrow::Borrow, collections::HashMap, hash::Hash};
 use indexmap::IndexSet;
 
 pub use self::ids::{Tgid, Tid};
-pub use self::symbol::{SourceLine, Symbol, SymbolKind, folded_frame, printable, printable_owned};
+pub use self::symbol::{SourceLine, Symbol, SymbolKind, printable};
+pub(crate) use self::symbol::{folded_frame, printable_owned};
 
 /// What the recording was, for titles and reports.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -292,7 +293,7 @@ impl Recording {
 
 /// The index of `value` in `set`, added at the end if it is new: how names, strings and stacks
 /// are stored once and referred to by number, in the model and in the formats written from it.
-pub fn intern<T, Q>(set: &mut IndexSet<T, impl std::hash::BuildHasher>, value: &Q) -> usize
+pub(crate) fn intern<T, Q>(set: &mut IndexSet<T, impl std::hash::BuildHasher>, value: &Q) -> usize
 where
     T: Borrow<Q> + Hash + Eq + From<Q::Owned>,
     Q: ToOwned + Hash + Eq + ?Sized,
@@ -304,11 +305,11 @@ where
 }
 
 #[cfg(test)]
-pub mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// A small recording: two processes, user and kernel frames, an inlined function.
-    pub fn fixture() -> Recording {
+    pub(crate) fn fixture() -> Recording {
         let location =
             |name: &str, kind| Location { module: None, address: 0, symbols: vec![Symbol::new(name, kind)] };
         let inlined = Location {

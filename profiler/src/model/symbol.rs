@@ -94,7 +94,7 @@ pub fn printable(text: &str) -> Cow<'_, str> {
 }
 
 /// [`printable`] for owned text, reusing it when nothing needs escaping.
-pub fn printable_owned(text: String) -> String {
+pub(crate) fn printable_owned(text: String) -> String {
     match printable(&text) {
         Cow::Borrowed(_) => text,
         Cow::Owned(escaped) => escaped,
@@ -121,7 +121,7 @@ fn acts(c: char) -> bool {
 /// frames at `;`, take a line's last one or two space-separated numbers as its counts (two make
 /// a differential profile), and skip empty frames: `;` becomes `:`, a space before a trailing
 /// number `_`, and an empty name `[no name]`.
-pub fn folded_frame(name: &str) -> Cow<'_, str> {
+pub(crate) fn folded_frame(name: &str) -> Cow<'_, str> {
     if name.is_empty() {
         return "[no name]".into();
     }

@@ -37,7 +37,7 @@ const MAX_LINKS: u32 = 40;
 
 /// A directory opened once: files are created, replaced, listed and removed relative to it.
 #[derive(Clone, Debug)]
-pub struct OutputDir {
+pub(crate) struct OutputDir {
     fd: Arc<OwnedFd>,
     /// The path as given, for messages.
     path: PathBuf,
@@ -45,22 +45,22 @@ pub struct OutputDir {
 
 impl OutputDir {
     /// The directory `path` names.
-    pub fn open(path: &Path) -> Result<Self> {
+    pub(crate) fn open(path: &Path) -> Result<Self> {
         Self::resolve(path, false)
     }
 
     /// The directory `path` names, created (mode 0700, as the directories on the way that are
     /// missing) if it does not exist.
-    pub fn create(path: &Path) -> Result<Self> {
+    pub(crate) fn create(path: &Path) -> Result<Self> {
         Self::resolve(path, true)
     }
 
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 
     /// The directory's owner and mode.
-    pub fn stat(&self) -> Result<Stat> {
+    pub(crate) fn stat(&self) -> Result<Stat> {
         fstat(&*self.fd).with_context(|| format!("cannot read {}", self.path.display()))
     }
 
@@ -75,7 +75,7 @@ impl OutputDir {
 
     /// Fails, saying why, unless `name` may be replaced: nothing there yet, or a regular file that
     /// is not another user's in a sticky shared directory.
-    pub fn check_replaceable(&self, name: &OsStr) -> Result<()> {
+    pub(crate) fn check_replaceable(&self, name: &OsStr) -> Result<()> {
         let existing = match statat(&*self.fd, name, AtFlags::SYMLINK_NOFOLLOW) {
             Err(Errno::NOENT) => return Ok(()),
             other => other.with_context(|| format!("cannot read {}", self.shown(name)))?,
@@ -105,7 +105,7 @@ impl OutputDir {
     }
 
     /// A new, empty temporary file (mode 0600, a random name), removed again unless committed.
-    pub fn create_temp(&self) -> Result<PendingFile> {
+    pub(crate) fn create_temp(&self) -> Result<PendingFile> {
         let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         // Another user may have taken the name (they cannot guess it, but may try many): retry.
         let mut last = Errno::EXIST;
@@ -127,7 +127,7 @@ impl OutputDir {
 
     /// The names of the regular files in the directory that the profiler's user owns (a link, or
     /// another user's file, is never one of ours), with their modification time and size.
-    pub fn own_files(&self) -> Result<Vec<(OsString, i64, u64)>> {
+    pub(crate) fn own_files(&self) -> Result<Vec<(OsString, i64, u64)>> {
         let context = || format!("cannot list {}", self.path.display());
         let dir = openat(&*self.fd, ".", OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
             .with_context(context)?;
@@ -146,7 +146,7 @@ impl OutputDir {
     }
 
     /// Removes `name`, a regular file of ours (see [`Self::own_files`]); anything else is left.
-    pub fn remove_own(&self, name: &OsStr) -> Result<()> {
+    pub(crate) fn remove_own(&self, name: &OsStr) -> Result<()> {
         let stat = statat(&*self.fd, name, AtFlags::SYMLINK_NOFOLLOW)
             .with_context(|| format!("cannot read {}", self.shown(name)))?;
         if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile || stat.st_uid != geteuid().as_raw()
@@ -164,7 +164,7 @@ impl OutputDir {
 
 /// A temporary file in an [`OutputDir`], being written.
 #[derive(Debug)]
-pub struct PendingFile {
+pub(crate) struct PendingFile {
     dir: OutputDir,
     name: OsString,
     file: File,
@@ -172,12 +172,12 @@ pub struct PendingFile {
 }
 
 impl PendingFile {
-    pub fn file(&self) -> &File {
+    pub(crate) fn file(&self) -> &File {
         &self.file
     }
 
     /// Puts the file in place as `name` in its directory, handed to `owner` if given.
-    pub fn commit(mut self, name: &OsStr, owner: Option<(u32, u32)>) -> Result<()> {
+    pub(crate) fn commit(mut self, name: &OsStr, owner: Option<(u32, u32)>) -> Result<()> {
         let shown = self.dir.shown(name);
         if let Some((uid, gid)) = owner {
             // Through our own descriptor of the file we created; best effort: a filesystem

@@ -13,7 +13,7 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 
-pub use self::directory::{OutputDir, PendingFile};
+pub(crate) use self::directory::{OutputDir, PendingFile};
 use crate::{
     aggregate::Detail,
     model::Recording,
@@ -74,7 +74,7 @@ impl Outputs {
 /// Renders the recording into each output and moves them into place. Every output is tried,
 /// whatever happened to the ones before (a full disk for a flame graph must not cost the raw
 /// recording); each failure is said on stderr, and the first one returned.
-pub fn write_all(
+pub(crate) fn write_all(
     outputs: Vec<(OutputFile, Format)>,
     recording: &Recording,
     options: &RenderOptions,

@@ -13,7 +13,7 @@ use crate::model::{Recording, Symbol, SymbolKind, Tgid, Tid, Weight};
 
 /// The functions of some samples, with their weights.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct HotFunctions {
+pub(crate) struct HotFunctions {
     /// The samples' weights, summed: what shares are of.
     pub total: u64,
     /// What weights count.
@@ -30,7 +30,7 @@ pub struct HotFunctions {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct HotFunction {
+pub(crate) struct HotFunction {
     /// The function's name; a script's function with its file (`qualname (file.py)`).
     pub name: String,
     /// What kind of code: `native`, `kernel`, `Python`, `Java`... (see [`kind_label`]).
@@ -47,14 +47,14 @@ pub struct HotFunction {
 
 /// A function's self and total weights (in one thread).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Weights {
+pub(crate) struct Weights {
     pub self_weight: u64,
     pub total_weight: u64,
 }
 
 /// What a row of the table is: a function with its threads merged, or a function in one thread.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Split {
+pub(crate) enum Split {
     #[default]
     Merged,
     ByThread,
@@ -62,7 +62,7 @@ pub enum Split {
 
 /// A row of the table: a function, in all of its threads or in one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Row<'a> {
+pub(crate) struct Row<'a> {
     pub function: &'a HotFunction,
     /// The process and thread the weights are of; `None`: all of them.
     pub thread: Option<(Tgid, Tid)>,
@@ -71,22 +71,22 @@ pub struct Row<'a> {
 
 /// How rows are ordered.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum SortBy {
+pub(crate) enum SortBy {
     #[default]
     SelfWeight,
     TotalWeight,
 }
 
 /// The call paths the tree of a function shows: the hottest, few enough to read at a glance.
-pub const TREE_PATHS: usize = 5;
+pub(crate) const TREE_PATHS: usize = 5;
 
 /// The callees the tree shows under the function, on each path: the hottest.
-pub const TREE_CALLEES: usize = 3;
+pub(crate) const TREE_CALLEES: usize = 3;
 
 /// A line of the tree of a function's hottest call paths, top-down: its callers from the root,
 /// the function, then its hottest callees.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TreeLine {
+pub(crate) struct TreeLine {
     /// How deep in the tree: 0 for a root.
     pub depth: usize,
     pub name: String,
@@ -97,7 +97,7 @@ pub struct TreeLine {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Place {
+pub(crate) enum Place {
     Caller,
     /// The function the tree is of.
     Selected,
@@ -107,7 +107,7 @@ pub enum Place {
 /// The kind of code a symbol names, as `top` shows it: a runtime's language when its source file
 /// says (`Python`, `Java`, `JavaScript`), else by its kind (`native`, an inlined function too;
 /// `kernel`; `JIT`; `script`).
-pub fn kind_label(symbol: &Symbol) -> &'static str {
+pub(crate) fn kind_label(symbol: &Symbol) -> &'static str {
     let extension = symbol.source.as_ref().and_then(|source| source.file.rsplit_once('.')).map(|(_, e)| e);
     match (extension, symbol.kind) {
         (Some("py"), _) => "Python",
@@ -125,7 +125,7 @@ const NO_STACK: (&str, &str) = ("[no stack]", "-");
 
 impl HotFunctions {
     /// The functions of `recording`'s samples.
-    pub fn of(recording: &Recording) -> Self {
+    pub(crate) fn of(recording: &Recording) -> Self {
         let mut table = Self {
             weight: recording.meta.weight,
             duration_ns: recording.meta.duration_ns,
@@ -196,12 +196,12 @@ impl HotFunctions {
     }
 
     /// The index of the function `name` of `kind`, if it has a row.
-    pub fn find(&self, name: &str, kind: &'static str) -> Option<usize> {
+    pub(crate) fn find(&self, name: &str, kind: &'static str) -> Option<usize> {
         self.index.get(&(name.to_owned(), kind)).copied()
     }
 
     /// Adds the functions, weights and paths of `other` (a later window) to these.
-    pub fn add(&mut self, other: &Self) {
+    pub(crate) fn add(&mut self, other: &Self) {
         self.total += other.total;
         self.weight = other.weight;
         self.duration_ns += other.duration_ns;
@@ -221,7 +221,7 @@ impl HotFunctions {
     /// The rows, split by `split`, whose function's name or process's name contains `filter`
     /// (ignoring case; all when empty), heaviest first by `sort`, then by the other weight, then
     /// by name and thread.
-    pub fn rows(&self, sort: SortBy, filter: &str, split: Split) -> Vec<Row<'_>> {
+    pub(crate) fn rows(&self, sort: SortBy, filter: &str, split: Split) -> Vec<Row<'_>> {
         let filter = filter.to_lowercase();
         let mut rows: Vec<Row<'_>> = self
             .functions
@@ -246,7 +246,7 @@ impl HotFunctions {
     /// [`TREE_PATHS`] heaviest chains of callers from a root down to it (to its outermost call
     /// when it recurses), sharing their common part, and under it its [`TREE_CALLEES`] heaviest
     /// callees on each; empty when no sample has it.
-    pub fn call_tree(&self, function: usize) -> Vec<TreeLine> {
+    pub(crate) fn call_tree(&self, function: usize) -> Vec<TreeLine> {
         let mut through: HashMap<&[u32], Through> = HashMap::new();
         for (path, &weight) in &self.paths {
             let Some(at) = path.iter().position(|&f| f as usize == function) else { continue };
@@ -276,7 +276,7 @@ impl HotFunctions {
 
     /// A line of a tree as the view shows it, cut to `width`: its share, then its name indented
     /// by its depth (`  60.1        a_inner`), the function the tree is of marked.
-    pub fn tree_text(&self, line: &TreeLine, width: usize) -> String {
+    pub(crate) fn tree_text(&self, line: &TreeLine, width: usize) -> String {
         let marker = match line.place {
             Place::Selected => "  ◀",
             Place::Caller | Place::Callee => "",
@@ -286,12 +286,12 @@ impl HotFunctions {
     }
 
     /// A weight's share of the total, in percent.
-    pub fn share(&self, weight: u64) -> f64 {
+    pub(crate) fn share(&self, weight: u64) -> f64 {
         if self.total == 0 { 0.0 } else { weight as f64 * 100.0 / self.total as f64 }
     }
 
     /// What the total is: `1985 samples`, `3.2 s of thread time`.
-    pub fn describe_total(&self) -> String {
+    pub(crate) fn describe_total(&self) -> String {
         match self.weight {
             Weight::Samples => format!("{} samples", self.total),
             Weight::Bytes => format!("{} bytes", self.total),
@@ -301,7 +301,7 @@ impl HotFunctions {
 
     /// The plain table of the `limit` heaviest functions by `sort`, under a line that says what
     /// it covers: `profiler top: PID 1234 · last 1.0 s · 99 samples`.
-    pub fn to_text(&self, title: &str, sort: SortBy, limit: usize) -> String {
+    pub(crate) fn to_text(&self, title: &str, sort: SortBy, limit: usize) -> String {
         let mut text = format!(
             "profiler top: {title} · last {:.1} s · {}\n",
             self.duration_ns as f64 / 1e9,
@@ -430,7 +430,7 @@ impl HotFunction {
     }
 
     /// Its process (`app (1234)`), or how many (`[3 processes]`).
-    pub fn process_label(&self) -> String {
+    pub(crate) fn process_label(&self) -> String {
         match self.processes.len() {
             1 => self.processes.iter().map(|(pid, comm)| format!("{comm} ({})", pid.0)).collect(),
             n => format!("[{n} processes]"),
@@ -441,7 +441,7 @@ impl HotFunction {
 impl Row<'_> {
     /// Its function's process or processes (see [`HotFunction::process_label`]), or its thread:
     /// `app (1234/1236)`.
-    pub fn process_label(&self) -> String {
+    pub(crate) fn process_label(&self) -> String {
         match self.thread {
             None => self.function.process_label(),
             Some((pid, tid)) => {
@@ -475,7 +475,7 @@ fn function_name(symbol: &Symbol) -> String {
 }
 
 /// `text` cut to `width` characters, the last one an ellipsis when cut.
-pub fn clip(text: &str, width: usize) -> String {
+pub(crate) fn clip(text: &str, width: usize) -> String {
     if text.chars().count() <= width {
         return text.to_owned();
     }

@@ -6,7 +6,7 @@ use crate::model::{Location, Recording, SymbolKind, printable};
 
 /// Outstanding blocks that share a stack.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Group {
+pub(crate) struct Group {
     pub bytes: u64,
     pub blocks: u64,
     /// Index into [`Recording::stacks`].
@@ -15,7 +15,7 @@ pub struct Group {
 }
 
 /// The groups of outstanding blocks by stack (and command), most bytes first.
-pub fn groups(recording: &Recording) -> Vec<Group> {
+pub(crate) fn groups(recording: &Recording) -> Vec<Group> {
     let mut by_stack: HashMap<(u32, u32), (u64, u64)> = HashMap::new();
     for sample in &recording.samples {
         let (bytes, blocks) = by_stack.entry((sample.stack, sample.comm)).or_default();
@@ -33,7 +33,7 @@ pub fn groups(recording: &Recording) -> Vec<Group> {
 }
 
 /// The report of a recording of outstanding blocks: totals, then the `top` stacks.
-pub fn write(recording: &Recording, top: usize, out: &mut dyn Write) -> std::io::Result<()> {
+pub(crate) fn write(recording: &Recording, top: usize, out: &mut dyn Write) -> std::io::Result<()> {
     let groups = groups(recording);
     let bytes = recording.total_weight();
     let totals = recording.meta.allocations.unwrap_or_default();
@@ -119,7 +119,7 @@ fn write_location(recording: &Recording, location: &Location, out: &mut dyn Writ
 }
 
 /// `4096000` as `4,096,000`.
-pub fn thousands(n: u64) -> String {
+pub(crate) fn thousands(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::with_capacity(digits.len() + digits.len() / 3);
     for (i, digit) in digits.chars().enumerate() {

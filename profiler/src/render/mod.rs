@@ -1,11 +1,11 @@
 //! Output formats, all rendered from a [`Recording`].
 pub mod folded;
-pub mod hot_functions;
-pub mod leak_report;
-pub mod pprof;
-pub mod profile_tables;
-pub mod speedscope;
-pub mod svg;
+pub(crate) mod hot_functions;
+pub(crate) mod leak_report;
+pub(crate) mod pprof;
+pub(crate) mod profile_tables;
+pub(crate) mod speedscope;
+pub(crate) mod svg;
 
 use std::{fmt, io::Write, path::Path};
 

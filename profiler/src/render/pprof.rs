@@ -141,7 +141,7 @@ impl Strings {
 }
 
 /// The profile of a recording: its [`ProfileTables`], ids numbered from 1.
-pub fn profile(recording: &Recording) -> proto::Profile {
+pub(crate) fn profile(recording: &Recording) -> proto::Profile {
     let tables = ProfileTables::of(recording);
     let mut strings = Strings::new();
     let types = tables.types;
@@ -236,7 +236,7 @@ pub fn profile(recording: &Recording) -> proto::Profile {
     }
 }
 
-pub fn write(recording: &Recording, out: &mut dyn Write) -> std::io::Result<()> {
+pub(crate) fn write(recording: &Recording, out: &mut dyn Write) -> std::io::Result<()> {
     let mut gzip = GzEncoder::new(out, Compression::default());
     gzip.write_all(&profile(recording).encode_to_vec())?;
     gzip.finish()?;

@@ -11,7 +11,7 @@ use crate::model::{Meta, Recording, Tgid, ThreadState, Tid, Weight};
 
 /// What a sample value measures, and its unit (`cpu`, `nanoseconds`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ValueType {
+pub(crate) struct ValueType {
     pub kind: &'static str,
     pub unit: &'static str,
 }
@@ -24,7 +24,7 @@ impl ValueType {
 
 /// The values of each sample, and how they were sampled.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SampleTypes {
+pub(crate) struct SampleTypes {
     /// How many (CPU samples, blocks, spans) and how much (CPU time, bytes, time off the CPU).
     pub values: [ValueType; 2],
     /// Which of the two a format with one value per sample (OTLP) carries: the count of CPU
@@ -38,7 +38,7 @@ pub struct SampleTypes {
 }
 
 impl SampleTypes {
-    pub fn of(meta: &Meta) -> Self {
+    pub(crate) fn of(meta: &Meta) -> Self {
         let samples = ValueType::new("samples", "count");
         match meta.weight {
             Weight::Samples => {
@@ -67,7 +67,7 @@ impl SampleTypes {
 
 /// A file code was mapped from; the kernel and anonymous memory have one each.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct MappingRow<'r> {
+pub(crate) struct MappingRow<'r> {
     pub file: &'r str,
     /// The GNU build id in hex, empty when the file has none.
     pub build_id: String,
@@ -75,7 +75,7 @@ pub struct MappingRow<'r> {
 
 /// A frame's function (index into [`ProfileTables::functions`]) and line (0 when unknown).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct LineRow {
+pub(crate) struct LineRow {
     pub function: usize,
     pub line: i64,
     /// 0 when not known.
@@ -83,7 +83,7 @@ pub struct LineRow {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LocationRow {
+pub(crate) struct LocationRow {
     /// Index into [`ProfileTables::mappings`].
     pub mapping: usize,
     /// File offset in the mapping's file; else the address.
@@ -94,7 +94,7 @@ pub struct LocationRow {
 
 /// The samples of one (stack, process, thread, command, state), their values summed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SampleRow {
+pub(crate) struct SampleRow {
     /// Index into the recording's stacks, whose location indexes are the same in
     /// [`ProfileTables::locations`].
     pub stack: u32,
@@ -107,7 +107,7 @@ pub struct SampleRow {
     pub values: [i64; 2],
 }
 
-pub struct ProfileTables<'r> {
+pub(crate) struct ProfileTables<'r> {
     pub types: SampleTypes,
     /// The recording's modules in order, then the kernel's, then anonymous memory's.
     pub mappings: Vec<MappingRow<'r>>,
@@ -121,7 +121,7 @@ pub struct ProfileTables<'r> {
 }
 
 impl<'r> ProfileTables<'r> {
-    pub fn of(recording: &'r Recording) -> Self {
+    pub(crate) fn of(recording: &'r Recording) -> Self {
         let mut mappings: Vec<MappingRow> = recording
             .modules
             .iter()
@@ -166,7 +166,7 @@ impl<'r> ProfileTables<'r> {
     }
 
     /// Whether any sample is off the CPU (then samples are labelled with their state).
-    pub fn off_cpu(&self) -> bool {
+    pub(crate) fn off_cpu(&self) -> bool {
         self.samples.iter().any(|row| row.state != ThreadState::OnCpu)
     }
 }

@@ -54,7 +54,7 @@ struct SampledProfile {
     weights: Vec<u64>,
 }
 
-pub fn write(recording: &Recording, out: &mut dyn Write) -> std::io::Result<()> {
+pub(crate) fn write(recording: &Recording, out: &mut dyn Write) -> std::io::Result<()> {
     serde_json::to_writer(out, &file(recording)).map_err(std::io::Error::other)
 }
 

@@ -10,7 +10,7 @@ use super::folded::{self, Folded};
 use crate::model::{Recording, ThreadState, Weight};
 
 /// The title, subtitle and unit name of a flame graph.
-pub struct Titles {
+pub(crate) struct Titles {
     pub title: String,
     pub subtitle: Option<String>,
     /// What a frame's width counts: `samples`, `bytes`, `µs`.
@@ -18,7 +18,7 @@ pub struct Titles {
 }
 
 /// Title and subtitle for a recording: what, how many samples, how fast, how long, how complete.
-pub fn titles(recording: &Recording) -> Titles {
+pub(crate) fn titles(recording: &Recording) -> Titles {
     let meta = &recording.meta;
     match meta.weight {
         Weight::Bytes => return leak_titles(recording),
@@ -107,7 +107,7 @@ fn options(titles: &Titles) -> flamegraph::Options<'static> {
     options
 }
 
-pub fn write(folded: &Folded, titles: &Titles, out: &mut dyn Write) -> std::io::Result<()> {
+pub(crate) fn write(folded: &Folded, titles: &Titles, out: &mut dyn Write) -> std::io::Result<()> {
     if folded.is_empty() {
         return write_empty(titles, out);
     }
@@ -117,7 +117,7 @@ pub fn write(folded: &Folded, titles: &Titles, out: &mut dyn Write) -> std::io::
 
 /// A differential flame graph: shaped like `after`, red where it grew since `before`, blue
 /// where it shrank. With `normalize`, `before` is scaled to `after`'s sample count first.
-pub fn write_diff(
+pub(crate) fn write_diff(
     before: &Folded,
     after: &Folded,
     normalize: bool,

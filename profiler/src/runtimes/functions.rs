@@ -17,7 +17,7 @@ use crate::{
 
 /// A function a runtime's frame names.
 #[derive(Debug, PartialEq, Eq, Hash)]
-pub struct Function {
+pub(crate) struct Function {
     pub name: String,
     /// Its source file; empty when not known.
     pub file: String,

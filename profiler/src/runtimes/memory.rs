@@ -14,12 +14,12 @@ use crate::{
 /// Reads of target memory one sample's runtime frames may cost, whatever the target's
 /// metadata claims (a method with a thousand overloads, a stack of fresh code objects), and
 /// their bytes: past them, frames stay unnamed for this sample and are read at a later one.
-pub const READS_PER_SAMPLE: u64 = 1024;
-pub const BYTES_PER_SAMPLE: u64 = 4 << 20;
+pub(crate) const READS_PER_SAMPLE: u64 = 1024;
+pub(crate) const BYTES_PER_SAMPLE: u64 = 4 << 20;
 
 /// The summary's line for `frames` frames of `runtime` left unnamed in their sample for want of
 /// its allowance of reads of `memory` (or of its file mappings known).
-pub fn spent_line(frames: u64, runtime: &str, memory: &str) -> String {
+pub(crate) fn spent_line(frames: u64, runtime: &str, memory: &str) -> String {
     format!(
         "{frames} {runtime} frames left unnamed in their sample: it had spent its {READS_PER_SAMPLE} reads or {} MiB \
          of {memory}, or met a file mapped since its maps were read",
@@ -30,7 +30,7 @@ pub fn spent_line(frames: u64, runtime: &str, memory: &str) -> String {
 /// What is left of the reads a sample may cost, and which file pages may be read, shared by the
 /// readers of every process; the walk begins it anew at each sample.
 #[derive(Debug)]
-pub struct Allowance {
+pub(crate) struct Allowance {
     /// Reads and bytes at each reset.
     limits: (u64, u64),
     reads: AtomicU64,
@@ -53,7 +53,7 @@ impl Default for Allowance {
 }
 
 impl Allowance {
-    pub fn new(reads: u64, bytes: u64) -> Self {
+    pub(crate) fn new(reads: u64, bytes: u64) -> Self {
         Self {
             limits: (reads, bytes),
             reads: AtomicU64::new(reads),
@@ -67,14 +67,14 @@ impl Allowance {
     /// No bound, the file pages of `files` readable: for reading what a runtime says of itself
     /// when it is found, which a sample does not pay for (it is looked for at most every few
     /// tens of milliseconds).
-    pub fn unbounded(files: Option<FileMappings>) -> Arc<Self> {
+    pub(crate) fn unbounded(files: Option<FileMappings>) -> Arc<Self> {
         let allowance = Self::new(u64::MAX, u64::MAX);
         *allowance.files.lock().unwrap_or_else(PoisonError::into_inner) = files;
         Arc::new(allowance)
     }
 
     /// A new sample, of the process whose file mappings are `files`: the whole allowance again.
-    pub fn begin(&self, files: FileMappings) {
+    pub(crate) fn begin(&self, files: FileMappings) {
         self.reads.store(self.limits.0, Ordering::Relaxed);
         self.bytes.store(self.limits.1, Ordering::Relaxed);
         self.spent.store(false, Ordering::Relaxed);
@@ -83,13 +83,13 @@ impl Allowance {
     }
 
     /// The file mappings of the process being walked.
-    pub fn files(&self) -> Option<FileMappings> {
+    pub(crate) fn files(&self) -> Option<FileMappings> {
         self.files.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
     /// A page of a file that a read of the process being walked found in no mapping known, if
     /// any since the last call (see [`FileMappings::take_unknown`]).
-    pub fn unknown_file_page(&self) -> Option<u64> {
+    pub(crate) fn unknown_file_page(&self) -> Option<u64> {
         self.files.lock().unwrap_or_else(PoisonError::into_inner).as_ref()?.take_unknown()
     }
 
@@ -124,7 +124,7 @@ impl Allowance {
     /// Whether a read was refused since the sample began for want of its allowance, or of the
     /// process's file mappings known: what failed then may read another time, and is not
     /// remembered as unreadable.
-    pub fn spent(&self) -> bool {
+    pub(crate) fn spent(&self) -> bool {
         self.spent.load(Ordering::Relaxed)
     }
 }
@@ -139,7 +139,7 @@ impl Allowance {
 /// target has not touched, or that was swapped out, is left unread, as unreadable memory is. A
 /// process that maps a daemon's file over memory between the look at its pages and the read
 /// holds up the reader, not the profiler: see `reader`.
-pub struct ProcessMemory {
+pub(crate) struct ProcessMemory {
     tgid: Tgid,
     /// Its user, as `Identity::user` says: barred from reads if one of its reads gets no answer.
     user: Option<u32>,
@@ -148,18 +148,18 @@ pub struct ProcessMemory {
 
 impl ProcessMemory {
     /// The memory of `tgid`, whose user is `user`, read within `allowance`.
-    pub fn new(tgid: Tgid, user: Option<u32>, allowance: Arc<Allowance>) -> Self {
+    pub(crate) fn new(tgid: Tgid, user: Option<u32>, allowance: Arc<Allowance>) -> Self {
         Self { tgid, user, allowance }
     }
 
     /// Whether its allowance was spent in this sample (see [`Allowance::spent`]).
-    pub fn allowance_spent(&self) -> bool {
+    pub(crate) fn allowance_spent(&self) -> bool {
         self.allowance.spent()
     }
 
     /// Fills `buf` from `addr`; false if that memory cannot be read, a page of it is not
     /// present, or the sample's allowance has no room for it.
-    pub fn read(&mut self, addr: u64, buf: &mut [u8]) -> bool {
+    pub(crate) fn read(&mut self, addr: u64, buf: &mut [u8]) -> bool {
         if buf.is_empty() {
             return true;
         }
@@ -235,38 +235,38 @@ impl SamplePages {
 // or refused, every pointer checked before it is followed.
 
 /// Reads `buf.len()` bytes of the process at an address; false when it cannot.
-pub type ReadMemory<'a> = dyn FnMut(u64, &mut [u8]) -> bool + 'a;
+pub(crate) type ReadMemory<'a> = dyn FnMut(u64, &mut [u8]) -> bool + 'a;
 
 /// A process's memory as a runtime's walk keeps it (`/proc/PID/mem` through a [`ProcessMemory`];
 /// fixture bytes in tests).
-pub type Memory = Box<dyn FnMut(u64, &mut [u8]) -> bool + Send>;
+pub(crate) type Memory = Box<dyn FnMut(u64, &mut [u8]) -> bool + Send>;
 
 /// The end of the user half of the address space: nothing of a process's lies beyond.
-pub const USER_END: u64 = 1 << 47;
+pub(crate) const USER_END: u64 = 1 << 47;
 
 /// A pointer worth following: not NULL, aligned, in the user half of the address space.
-pub fn pointer(address: u64) -> Option<u64> {
+pub(crate) fn pointer(address: u64) -> Option<u64> {
     (address != 0 && address.is_multiple_of(8) && address < USER_END).then_some(address)
 }
 
 /// `size` bytes of the target at `address`.
-pub fn read_bytes(read: &mut ReadMemory<'_>, address: u64, size: usize) -> Option<Vec<u8>> {
+pub(crate) fn read_bytes(read: &mut ReadMemory<'_>, address: u64, size: usize) -> Option<Vec<u8>> {
     let mut bytes = vec![0u8; size];
     read(address, &mut bytes).then_some(bytes)
 }
 
-pub fn read_u64(read: &mut ReadMemory<'_>, address: u64) -> Option<u64> {
+pub(crate) fn read_u64(read: &mut ReadMemory<'_>, address: u64) -> Option<u64> {
     let mut raw = [0u8; 8];
     read(address, &mut raw).then(|| u64::from_le_bytes(raw))
 }
 
-pub fn read_u32(read: &mut ReadMemory<'_>, address: u64) -> Option<u32> {
+pub(crate) fn read_u32(read: &mut ReadMemory<'_>, address: u64) -> Option<u32> {
     let mut raw = [0u8; 4];
     read(address, &mut raw).then(|| u32::from_le_bytes(raw))
 }
 
 #[cfg(test)]
-pub mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -312,10 +312,10 @@ pub mod tests {
     }
 
     /// Memory made of pieces at their addresses; a read must fall inside one piece.
-    pub struct Pieces(pub Vec<(u64, Vec<u8>)>);
+    pub(crate) struct Pieces(pub Vec<(u64, Vec<u8>)>);
 
     impl Pieces {
-        pub fn read(&self, addr: u64, buffer: &mut [u8]) -> bool {
+        pub(crate) fn read(&self, addr: u64, buffer: &mut [u8]) -> bool {
             self.0.iter().any(|(start, bytes)| {
                 let Some(from) = addr.checked_sub(*start).and_then(|from| usize::try_from(from).ok()) else {
                     return false;

@@ -15,14 +15,14 @@
 //! folder here (and one in `profiler-ebpf/src/runtimes/` when it walks in the kernel) and one
 //! line in [`Runtimes::new`].
 mod discovery;
-pub mod functions;
-pub mod hotspot;
+pub(crate) mod functions;
+pub(crate) mod hotspot;
 mod kernel_table;
-pub mod memory;
-pub mod python;
+pub(crate) mod memory;
+pub(crate) mod python;
 mod ranges;
 mod slot;
-pub mod v8;
+pub(crate) mod v8;
 
 use std::{any::Any, marker::PhantomData, sync::Arc, time::Instant};
 
@@ -48,7 +48,7 @@ use crate::{
 /// A language runtime whose frames are read from outside its processes. `Image` is what it
 /// reads of one of its files (once per module, shared by every process that maps it);
 /// `Instance` what it keeps of one process running it.
-pub trait Runtime: Send + 'static {
+pub(crate) trait Runtime: Send + 'static {
     type Image: Send + Sync + 'static;
     type Instance: Send + 'static;
 
@@ -131,7 +131,7 @@ pub trait Runtime: Send + 'static {
 }
 
 /// Why a runtime does not attach to a process.
-pub enum Refusal {
+pub(crate) enum Refusal {
     /// Not ready yet (a runtime still starting): looked at again for a while.
     NotYet(anyhow::Error),
     /// Not for as long as the process runs this image: native frames only.

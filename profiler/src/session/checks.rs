@@ -31,14 +31,14 @@ const BTF_PATH: &str = "/sys/kernel/btf/vmlinux";
 const MIN_KERNEL: (u32, u32) = (5, 15);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Status {
+pub(crate) enum Status {
     Ok,
     Warn,
     Fail,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Finding {
+pub(crate) struct Finding {
     pub status: Status,
     pub subject: String,
     pub detail: String,
@@ -64,7 +64,7 @@ impl fmt::Display for Finding {
 
 /// The checks `record` (sampling at `frequency_hz`) or `leaks` (no sampling) cannot do without;
 /// the first failure is the error.
-pub fn blocking(frequency_hz: Option<u64>) -> Result<()> {
+pub(crate) fn blocking(frequency_hz: Option<u64>) -> Result<()> {
     let findings = [privileges(), btf(), kernel(&kernel_release())];
     for finding in findings.into_iter().chain(frequency_hz.map(sample_rate)) {
         if finding.status == Status::Fail {
@@ -75,7 +75,7 @@ pub fn blocking(frequency_hz: Option<u64>) -> Result<()> {
 }
 
 /// Every check, and those of the given processes' binaries.
-pub fn all(pids: &[u32]) -> Vec<Finding> {
+pub(crate) fn all(pids: &[u32]) -> Vec<Finding> {
     let privileged = privileges().status == Status::Ok;
     let mut findings = vec![
         kernel(&kernel_release()),
@@ -336,7 +336,7 @@ fn module(file: std::io::Result<fs::File>, path: &Path) -> Finding {
 /// Share of the function symbols whose code starts with the frame-pointer prologue
 /// (`push %rbp; mov %rsp,%rbp`, possibly after `endbr64`). GCC leaves leaf functions without
 /// it even when building with frame pointers, so a share above half means "built with them".
-pub fn frame_pointer_share(data: &[u8]) -> Option<f64> {
+pub(crate) fn frame_pointer_share(data: &[u8]) -> Option<f64> {
     const ENDBR64: &[u8] = &[0xf3, 0x0f, 0x1e, 0xfa];
     const PROLOGUE: &[u8] = &[0x55, 0x48, 0x89, 0xe5];
     let file = object::File::parse(data).ok()?;

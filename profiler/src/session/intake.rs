@@ -25,7 +25,7 @@ const DRAIN_BUDGET: Duration = Duration::from_millis(50);
 const END_BUDGET: Duration = Duration::from_secs(2);
 
 /// What takes the records and task events of a drain.
-pub trait Sink {
+pub(super) trait Sink {
     fn task_event(&mut self, event: TaskEvent);
     /// The drain's task events are in, its records still to come: what the events taught is
     /// acted on (runtimes' images found in what processes mapped). `Break` when the kernel must
@@ -44,7 +44,7 @@ pub trait Sink {
 }
 
 /// Where records come from: the kernel's ring (tests bring their own).
-pub trait Records {
+pub(super) trait Records {
     /// Waits until records may be there, or `interval` has passed since the last wait.
     async fn ready(&mut self, interval: Duration) -> Result<()>;
     /// Hands the records there now to `consume` until `out_of_time` (asked every so many
@@ -59,12 +59,12 @@ pub trait Records {
 }
 
 /// Where the intake reads the time its budgets are counted in (tests bring their own).
-pub trait Clock {
+pub(super) trait Clock {
     fn now(&self) -> Instant;
 }
 
 /// The monotonic clock.
-pub struct Monotonic;
+pub(super) struct Monotonic;
 
 impl Clock for Monotonic {
     fn now(&self) -> Instant {
@@ -73,7 +73,7 @@ impl Clock for Monotonic {
 }
 
 /// Where task events come from: the kernel's perf events (tests bring their own).
-pub trait TaskEvents {
+pub(super) trait TaskEvents {
     /// Hands the events up to `horizon_ns` to `handle`, in time order, a bounded number at a
     /// time; returns whether some may have been left.
     fn drain(&mut self, horizon_ns: u64, handle: impl FnMut(TaskEvent)) -> bool;
@@ -106,13 +106,13 @@ impl TaskEvents for TaskEventReader {
 /// Whether a sink may hold a record back until the kernel has heard what its look found (the
 /// drain then ends there).
 #[derive(Clone, Copy, PartialEq, Eq)]
-pub enum Pause {
+pub(super) enum Pause {
     ForTheKernel,
     /// The last drain (the kernel side paused), and records handed again.
     Never,
 }
 
-pub struct Intake<R = RingReader, T = TaskEventReader, C = Monotonic> {
+pub(super) struct Intake<R = RingReader, T = TaskEventReader, C = Monotonic> {
     ring: R,
     task_events: T,
     clock: C,
@@ -130,7 +130,7 @@ pub struct Intake<R = RingReader, T = TaskEventReader, C = Monotonic> {
 }
 
 impl<R: Records, T: TaskEvents, C: Clock> Intake<R, T, C> {
-    pub fn new(ring: R, task_events: T, clock: C, kind: RecordKind) -> Self {
+    pub(super) fn new(ring: R, task_events: T, clock: C, kind: RecordKind) -> Self {
         Self {
             ring,
             task_events,
@@ -145,7 +145,7 @@ impl<R: Records, T: TaskEvents, C: Clock> Intake<R, T, C> {
 
     /// Waits for the ring (`interval` since the last wait, or a wakeup), unless the last drain
     /// left work.
-    pub async fn ready(&mut self, interval: Duration) -> Result<()> {
+    pub(super) async fn ready(&mut self, interval: Duration) -> Result<()> {
         if self.behind {
             // Let the stop conditions and the status line have their turn.
             tokio::task::yield_now().await;
@@ -155,7 +155,7 @@ impl<R: Records, T: TaskEvents, C: Clock> Intake<R, T, C> {
     }
 
     /// One drain, of at most [`DRAIN_BUDGET`], ended early when the kernel must hear something.
-    pub fn drain(&mut self, sink: &mut impl Sink) {
+    pub(super) fn drain(&mut self, sink: &mut impl Sink) {
         self.drain_until(self.clock.now() + DRAIN_BUDGET, Pause::ForTheKernel, sink);
     }
 
@@ -201,7 +201,7 @@ impl<R: Records, T: TaskEvents, C: Clock> Intake<R, T, C> {
 
     /// The last drain, once nothing new comes: until nothing is held back, within
     /// [`END_BUDGET`]; what is left then is thrown away and counted.
-    pub fn drain_all(&mut self, sink: &mut impl Sink) {
+    pub(super) fn drain_all(&mut self, sink: &mut impl Sink) {
         let deadline = self.clock.now() + END_BUDGET;
         loop {
             // The kernel side is paused: what it would be told no longer matters.
@@ -216,12 +216,12 @@ impl<R: Records, T: TaskEvents, C: Clock> Intake<R, T, C> {
     }
 
     /// The last drain left records or task events for lack of time.
-    pub fn behind(&self) -> bool {
+    pub(super) fn behind(&self) -> bool {
         self.behind
     }
 
     /// Records thrown away at the end for lack of time.
-    pub fn discarded(&self) -> u64 {
+    pub(super) fn discarded(&self) -> u64 {
         self.discarded
     }
 }

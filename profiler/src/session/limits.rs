@@ -8,7 +8,7 @@ const ENOUGH_OPEN_FILES: u64 = 16 * 1024;
 
 /// Raises the soft limit on open files to the hard one. Returns a warning when that is still
 /// low.
-pub fn raise_open_files() -> Option<String> {
+pub(super) fn raise_open_files() -> Option<String> {
     let mut limit = getrlimit(Resource::Nofile);
     if limit.current < limit.maximum {
         limit.current = limit.maximum;
@@ -26,12 +26,12 @@ pub fn raise_open_files() -> Option<String> {
 }
 
 /// The soft limit on open files now.
-pub fn open_files() -> u64 {
+pub(super) fn open_files() -> u64 {
     getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX)
 }
 
 /// `RLIMIT_NOFILE soft N, hard M`.
-pub fn describe_open_files() -> String {
+pub(super) fn describe_open_files() -> String {
     let limit = getrlimit(Resource::Nofile);
     let show = |value: Option<u64>| value.map_or("unlimited".to_owned(), |n| n.to_string());
     format!("RLIMIT_NOFILE soft {}, hard {}", show(limit.current), show(limit.maximum))

@@ -11,13 +11,13 @@
 //! session cuts it into [`windows`], merged into its [`whole`] when it writes outputs;
 //! [`warnings`] say what was dropped on the way and which limits were reached; `record`'s report
 //! is the [`summary`].
-pub mod checks;
+pub(crate) mod checks;
 mod intake;
 mod limits;
 mod pipeline;
 mod status;
 mod stop;
-pub mod summary;
+pub(crate) mod summary;
 mod target;
 mod warnings;
 mod whole;
@@ -36,7 +36,7 @@ use self::{
     whole::Whole,
     windows::Windows,
 };
-pub use self::{stop::terminal_gone, target::Target};
+pub(crate) use self::{stop::terminal_gone, target::Target};
 use crate::{
     address_space::Tracking,
     aggregate::{Aggregate, Detail, Site},
@@ -61,7 +61,7 @@ use crate::{
 /// What a session collects: its kernel side, what it keeps of each record, what it adds as a
 /// window closes and at the end. `record`, `top` and `agent` collect a CPU profile, `leaks` the
 /// blocks outstanding.
-pub trait Collector {
+pub(crate) trait Collector {
     type Kernel: KernelSource;
 
     /// Loads the kernel side for `target`, which has not started yet.
@@ -96,7 +96,7 @@ pub trait Collector {
 
 /// What a session does with what it collects (with a kernel side `K`): `record`'s summary,
 /// `top`'s view, `agent`'s exporter, `leaks`' report. A mode is a collector and a consumer.
-pub trait Consumer<K> {
+pub(crate) trait Consumer<K> {
     /// The readiness line, from what the collector says is under way (`collecting`) in
     /// `target`; said unless the session is quiet.
     fn ready(&mut self, target: &str, collecting: String) -> String;
@@ -113,7 +113,7 @@ pub trait Consumer<K> {
 
 /// The consumer of a session without windows whose only say is its report at the end (`record`'s
 /// summary, `leaks`' report): the collector's lines as they are.
-pub struct ReportAtTheEnd<K>(pub fn(&End<'_, K>));
+pub(crate) struct ReportAtTheEnd<K>(pub fn(&End<'_, K>));
 
 impl<K> Consumer<K> for ReportAtTheEnd<K> {
     fn ready(&mut self, _: &str, collecting: String) -> String {
@@ -136,7 +136,7 @@ impl<K> Consumer<K> for ReportAtTheEnd<K> {
 
 /// What a session was asked to do, beside its mode.
 #[derive(Default)]
-pub struct Settings {
+pub(crate) struct Settings {
     /// Processes to profile (`-p`); with `command` empty too, the whole system.
     pub pids: Vec<Tgid>,
     /// Command to start and profile (`-- CMD`).
@@ -174,7 +174,7 @@ pub struct Settings {
 
 /// How far a session got.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Progress {
+pub(crate) struct Progress {
     /// The samples' weights, summed.
     pub weight: u64,
     /// Processes samples came from.
@@ -182,7 +182,7 @@ pub struct Progress {
 }
 
 /// The end of a session, for its consumer's report.
-pub struct End<'a, K> {
+pub(crate) struct End<'a, K> {
     pub recording: &'a Recording,
     pub kernel: &'a K,
     /// Files where unwinding stopped for lack of CFI, with sample counts.
@@ -195,7 +195,7 @@ pub struct End<'a, K> {
 }
 
 /// Runs a session to its end: what `collector` collects, handed to `consumer`.
-pub async fn run<C: Collector, U: Consumer<C::Kernel>>(
+pub(crate) async fn run<C: Collector, U: Consumer<C::Kernel>>(
     collector: C,
     consumer: U,
     settings: Settings,

@@ -5,7 +5,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 /// `recording 3.2s · 6400 samples · 0 lost · 2 processes`, redrawn in place. The caller writes
 /// the part after the time, and decides whether it is shown (on a terminal, unless `-q`).
-pub struct StatusLine {
+pub(super) struct StatusLine {
     bar: Option<ProgressBar>,
     updated: Instant,
 }
@@ -14,7 +14,7 @@ pub struct StatusLine {
 const STATUS_INTERVAL: Duration = Duration::from_millis(250);
 
 impl StatusLine {
-    pub fn new(visible: bool) -> Self {
+    pub(super) fn new(visible: bool) -> Self {
         let bar = visible.then(|| {
             let bar = ProgressBar::new_spinner();
             let style = ProgressStyle::with_template("{spinner} recording {elapsed} · {msg}")
@@ -27,7 +27,7 @@ impl StatusLine {
     }
 
     /// Whether a refresh is due (so that callers only gather figures when they are shown).
-    pub fn due(&self) -> bool {
+    pub(super) fn due(&self) -> bool {
         self.due_at(Instant::now())
     }
 
@@ -35,14 +35,14 @@ impl StatusLine {
         self.bar.is_some() && now.duration_since(self.updated) >= STATUS_INTERVAL
     }
 
-    pub fn update(&mut self, message: String) {
+    pub(super) fn update(&mut self, message: String) {
         if let Some(bar) = &self.bar {
             bar.set_message(message);
             self.updated = Instant::now();
         }
     }
 
-    pub fn finish(&self) {
+    pub(super) fn finish(&self) {
         if let Some(bar) = &self.bar {
             bar.finish_and_clear();
         }

@@ -11,7 +11,7 @@ use anyhow::{Context as _, Result};
 use tokio::signal::unix::{SignalKind, signal};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StopReason {
+pub(super) enum StopReason {
     Duration,
     Signal,
     TargetsExited,
@@ -20,7 +20,7 @@ pub enum StopReason {
 
 /// A future that completes when the recording must stop: `duration` seconds over, a signal, or
 /// `targets_gone` complete.
-pub fn stop_condition(
+pub(super) fn stop_condition(
     duration: Option<f64>,
     targets_gone: impl Future<Output = ()>,
 ) -> Result<impl Future<Output = StopReason>> {
@@ -54,7 +54,7 @@ pub fn stop_condition(
 /// The terminal hung up (SIGHUP, or the full-screen view saw it): what the profiler says from
 /// now on on standard output or error, where they are that terminal, goes to `/dev/null`; a
 /// write to a terminal that hung up fails, and a failed message must not cost the outputs.
-pub fn terminal_gone() {
+pub(crate) fn terminal_gone() {
     let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null") else { return };
     if is_terminal(std::io::stdout().as_fd()) {
         let _ = rustix::stdio::dup2_stdout(&null);

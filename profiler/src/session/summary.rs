@@ -10,7 +10,7 @@ use crate::{
 };
 
 /// Everything the end-of-recording summary reports.
-pub struct Summary<'a> {
+pub(crate) struct Summary<'a> {
     pub recording: &'a Recording,
     /// Modules where DWARF unwinding stopped for lack of CFI, with sample counts.
     pub missing_cfi: &'a [(String, u64)],
@@ -24,7 +24,7 @@ pub struct Summary<'a> {
 
 /// What the kernel side measured of itself.
 #[derive(Debug, Default)]
-pub struct KernelFigures {
+pub(crate) struct KernelFigures {
     /// Mean in-kernel time of each program that ran, in µs per run, with what a run is (when
     /// the kernel measures it).
     pub cost_us: Vec<(&'static str, f64)>,
@@ -35,7 +35,7 @@ pub struct KernelFigures {
 }
 
 impl Summary<'_> {
-    pub fn print(&self) {
+    pub(crate) fn print(&self) {
         eprint!("{}", self.render());
     }
 

@@ -24,7 +24,7 @@ use crate::{model::Tgid, untrusted::read_bounded};
 
 /// What a session profiles, before it starts: running processes, a command forked and held
 /// before `exec`, or the whole system.
-pub enum Target {
+pub(crate) enum Target {
     Processes(Vec<ProcessHandle>),
     Command(PendingCommand),
     System,
@@ -32,7 +32,7 @@ pub enum Target {
 
 impl Target {
     /// `-p PID...`, else `-- CMD`, else the whole system.
-    pub fn open(pids: &[Tgid], command: &[OsString]) -> Result<Self> {
+    pub(crate) fn open(pids: &[Tgid], command: &[OsString]) -> Result<Self> {
         Ok(if !pids.is_empty() {
             Self::Processes(pids.iter().map(|&Tgid(pid)| ProcessHandle::open(pid)).collect::<Result<_>>()?)
         } else if !command.is_empty() {
@@ -43,7 +43,7 @@ impl Target {
     }
 
     /// The processes to follow from the start (none: the whole system).
-    pub fn pids(&self) -> Vec<Tgid> {
+    pub(crate) fn pids(&self) -> Vec<Tgid> {
         match self {
             Self::Processes(handles) => handles.iter().map(|handle| Tgid(handle.pid())).collect(),
             Self::Command(pending) => vec![Tgid(pending.pid())],
@@ -52,7 +52,7 @@ impl Target {
     }
 
     /// What is profiled, for titles: `PID 1234`, `./server --port 80`, `the whole system`.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match self {
             Self::Processes(handles) => {
                 let pids: Vec<String> = handles.iter().map(|h| h.pid().to_string()).collect();
@@ -64,7 +64,7 @@ impl Target {
     }
 
     /// Lets a held command run.
-    pub fn start(self) -> Result<Running> {
+    pub(crate) fn start(self) -> Result<Running> {
         Ok(match self {
             Self::Processes(handles) => Running::Processes(handles),
             Self::Command(pending) => Running::Command(pending.start()?),
@@ -74,7 +74,7 @@ impl Target {
 }
 
 /// A target once started.
-pub enum Running {
+pub(crate) enum Running {
     Processes(Vec<ProcessHandle>),
     Command(StartedCommand),
     System,
@@ -82,7 +82,7 @@ pub enum Running {
 
 impl Running {
     /// Completes when every target process has exited (never, system-wide).
-    pub async fn exited(&self) {
+    pub(crate) async fn exited(&self) {
         match self {
             Self::Processes(handles) => {
                 for handle in handles {
@@ -95,7 +95,7 @@ impl Running {
     }
 
     /// Says how a command that failed exited.
-    pub fn note_exit_status(&mut self) {
+    pub(crate) fn note_exit_status(&mut self) {
         if let Self::Command(command) = self
             && let Some(status) = command.child.try_wait().ok().flatten().filter(|s| !s.success())
         {
@@ -105,14 +105,14 @@ impl Running {
 }
 
 /// A process, by a pidfd that becomes readable when the process exits.
-pub struct ProcessHandle {
+pub(crate) struct ProcessHandle {
     pid: u32,
     pidfd: AsyncFd<OwnedFd>,
 }
 
 impl ProcessHandle {
     /// Opens a handle on an existing process; a thread id stands for its process.
-    pub fn open(pid: u32) -> Result<Self> {
+    pub(crate) fn open(pid: u32) -> Result<Self> {
         let tgid = thread_group(pid)?;
         let tgid_id = Pid::from_raw(tgid as i32).ok_or_else(|| anyhow!("no process with PID {pid}"))?;
         let pidfd = pidfd_open(tgid_id, PidfdFlags::empty()).map_err(|err| match err {
@@ -124,12 +124,12 @@ impl ProcessHandle {
         Ok(Self { pid: tgid, pidfd })
     }
 
-    pub fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.pid
     }
 
     /// Completes when the process has exited.
-    pub async fn exited(&self) {
+    pub(crate) async fn exited(&self) {
         // A pidfd polls readable once the process is gone; an error means the same for us.
         let _ = self.pidfd.readable().await;
     }
@@ -152,7 +152,7 @@ fn command_line(argv: &[OsString]) -> String {
 
 /// A command forked and held just before `exec`, so that the profiler can add it to the filter
 /// and start sampling before its first instruction runs.
-pub struct PendingCommand {
+pub(crate) struct PendingCommand {
     pid: u32,
     go: File,
     spawner: JoinHandle<io::Result<Child>>,
@@ -160,7 +160,7 @@ pub struct PendingCommand {
 }
 
 impl PendingCommand {
-    pub fn spawn(argv: &[OsString]) -> Result<Self> {
+    pub(crate) fn spawn(argv: &[OsString]) -> Result<Self> {
         let (program, args) = argv.split_first().ok_or_else(|| anyhow!("no command given after `--`"))?;
         let (mut report_read, report_write) = pipe()?;
         let (go_read, go_write) = pipe()?;
@@ -208,12 +208,12 @@ impl PendingCommand {
         })
     }
 
-    pub fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.pid
     }
 
     /// The program, as given.
-    pub fn program(&self) -> &OsString {
+    pub(crate) fn program(&self) -> &OsString {
         &self.argv[0]
     }
 
@@ -232,7 +232,7 @@ impl PendingCommand {
     }
 }
 
-pub struct StartedCommand {
+pub(crate) struct StartedCommand {
     child: Child,
     handle: ProcessHandle,
 }

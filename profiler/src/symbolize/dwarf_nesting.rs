@@ -8,11 +8,11 @@ use object::{Object as _, ObjectSection as _, read::elf::ElfFile64};
 /// Deepest nesting of debugging entries a file may have for blazesym to read it. Real code
 /// nests a few dozen levels (inlined calls inside lexical blocks inside functions); at this
 /// depth blazesym's recursion stays within a thread's default stack.
-pub const MAX_NESTING: usize = 1000;
+pub(super) const MAX_NESTING: usize = 1000;
 
 /// Why a file's debug information is not given to blazesym.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Refusal {
+pub(super) enum Refusal {
     /// It nests deeper than [`MAX_NESTING`].
     TooDeep,
     /// It cannot be walked: a reader could go anywhere from an entry that does not parse.
@@ -30,7 +30,7 @@ impl std::fmt::Display for Refusal {
 
 /// Checks the `.debug_info` of a 64-bit little-endian ELF image. An image without debug
 /// information passes (there is nothing for blazesym to recurse into).
-pub fn check(image: &[u8]) -> Result<(), Refusal> {
+pub(super) fn check(image: &[u8]) -> Result<(), Refusal> {
     let elf = ElfFile64::<object::Endianness>::parse(image).map_err(|_| Refusal::Malformed)?;
     let section = |name: &str| {
         elf.section_by_name(name)
@@ -44,7 +44,7 @@ pub fn check(image: &[u8]) -> Result<(), Refusal> {
 }
 
 /// Checks every unit of `.debug_info` against [`MAX_NESTING`], stopping at the first too deep.
-pub fn check_sections(info: &[u8], abbrev: &[u8]) -> Result<(), Refusal> {
+pub(super) fn check_sections(info: &[u8], abbrev: &[u8]) -> Result<(), Refusal> {
     let info = DebugInfo::new(info, LittleEndian);
     let abbrev = DebugAbbrev::new(abbrev, LittleEndian);
     let mut units = info.units();

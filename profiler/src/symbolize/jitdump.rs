@@ -166,7 +166,7 @@ pub(crate) mod tests {
     use super::*;
 
     /// A jitdump's header.
-    pub fn header() -> Vec<u8> {
+    pub(crate) fn header() -> Vec<u8> {
         let mut bytes = Vec::new();
         for word in [MAGIC, 1, HEADER_MIN, 62, 0, 1234] {
             bytes.extend(word.to_le_bytes());
@@ -176,7 +176,7 @@ pub(crate) mod tests {
     }
 
     /// A code load record of `name` at `start`, with `size` bytes of code.
-    pub fn code_load(start: u64, size: u64, name: &str) -> Vec<u8> {
+    pub(crate) fn code_load(start: u64, size: u64, name: &str) -> Vec<u8> {
         let total = RECORD_HEADER + CODE_LOAD_FIXED + name.len() + 1 + size as usize;
         let mut bytes = Vec::new();
         bytes.extend(CODE_LOAD.to_le_bytes());

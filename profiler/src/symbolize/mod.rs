@@ -26,13 +26,10 @@ use blazesym::symbolize::{
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
+pub(crate) use self::naming_thread::{Finished, NamingThread};
 #[cfg(any(test, feature = "testing"))]
 pub use self::perf_map::PerfMap;
-pub use self::{
-    naming_thread::{Finished, NamingThread},
-    perf_map::PerfMaps,
-    plt::PltStubs,
-};
+pub use self::{perf_map::PerfMaps, plt::PltStubs};
 use crate::{
     address_space::{AddressSpaces, Identity, Module, ModuleId, ModuleSet},
     frame::Frame,

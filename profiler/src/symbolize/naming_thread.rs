@@ -31,7 +31,7 @@ enum Message {
     Stop,
 }
 
-pub struct NamingThread {
+pub(crate) struct NamingThread {
     jobs: mpsc::Sender<Message>,
     /// Until [`NamingThread::stop`].
     thread: Option<JoinHandle<NamingReport>>,
@@ -39,7 +39,7 @@ pub struct NamingThread {
 
 impl NamingThread {
     /// With `kernel` to name kernel frames (see [`super::Symbolizer::new`]).
-    pub fn start(debug_info: DebugInfo, kernel: Result<KernelNamer>) -> Result<Self> {
+    pub(crate) fn start(debug_info: DebugInfo, kernel: Result<KernelNamer>) -> Result<Self> {
         let (jobs, queue) = mpsc::channel();
         let thread = thread::Builder::new()
             .name("naming".into())
@@ -49,27 +49,27 @@ impl NamingThread {
     }
 
     /// Names `frames`, in the background.
-    pub fn name(&self, frames: NewFrames) {
+    pub(crate) fn name(&self, frames: NewFrames) {
         if !frames.is_empty() {
             self.send(Job::Name(frames));
         }
     }
 
     /// Forgets the perf maps of processes gone, at `now_ns`.
-    pub fn forget(&self, gone: &[Tgid], now_ns: u64) {
+    pub(crate) fn forget(&self, gone: &[Tgid], now_ns: u64) {
         if !gone.is_empty() {
             self.send(Job::Forget { gone: gone.to_vec(), now_ns });
         }
     }
 
     /// Lets go of what was read of `modules` (evicted from the registry).
-    pub fn forget_modules(&self, modules: ModuleSet) {
+    pub(crate) fn forget_modules(&self, modules: ModuleSet) {
         self.send(Job::ForgetModules(modules));
     }
 
     /// The names of every frame handed over so far (see [`Namer::finish`]), once they are
     /// named; the frames handed over next start a new set of names.
-    pub fn finish(&self, now_ns: u64) -> Finished {
+    pub(crate) fn finish(&self, now_ns: u64) -> Finished {
         let (symbols, named) = oneshot::channel();
         self.send(Job::Finish { now_ns, symbols });
         Finished(named)
@@ -77,7 +77,7 @@ impl NamingThread {
 
     /// Waits for the jobs handed over, and says what naming has to say. Naming is over after
     /// it.
-    pub fn stop(&mut self) -> Result<NamingReport> {
+    pub(crate) fn stop(&mut self) -> Result<NamingReport> {
         // Fails only once the thread is gone, which joining it reports.
         let _ = self.jobs.send(Message::Stop);
         let thread = self.thread.take().ok_or_else(|| anyhow!("naming was stopped already"))?;
@@ -91,7 +91,7 @@ impl NamingThread {
 }
 
 /// Names on their way ([`NamingThread::finish`]).
-pub struct Finished(oneshot::Receiver<Symbols>);
+pub(crate) struct Finished(oneshot::Receiver<Symbols>);
 
 impl Future for Finished {
     type Output = Result<Symbols>;

@@ -23,30 +23,30 @@ use lru::LruCache;
 use super::budget::{Budget, Charge};
 
 /// Bytes of what targets describe about themselves kept at once, in all.
-pub const DESCRIBED_BUDGET: u64 = 64 << 20;
+pub(crate) const DESCRIBED_BUDGET: u64 = 64 << 20;
 
 /// Epochs (about a minute) an entry may go unused before it is let go, room or not.
-pub const IDLE_EPOCHS: u64 = 60;
+pub(super) const IDLE_EPOCHS: u64 = 60;
 
 /// The budget of what targets describe about themselves.
-pub static DESCRIBED: Budget = Budget::new(DESCRIBED_BUDGET);
+pub(crate) static DESCRIBED: Budget = Budget::new(DESCRIBED_BUDGET);
 
 /// Values a cache had to go without keeping, in all caches: used once, read again when needed.
 static UNKEPT: AtomicU64 = AtomicU64::new(0);
 
 /// How many values found no room in [`DESCRIBED`] so far.
-pub fn unkept() -> u64 {
+pub(crate) fn unkept() -> u64 {
     UNKEPT.load(Ordering::Relaxed)
 }
 
 /// Counts a value that found no room, charged other than through a [`Cache`].
-pub fn unkept_once() {
+pub(crate) fn unkept_once() {
     UNKEPT.fetch_add(1, Ordering::Relaxed);
 }
 
 /// Values by key, each charged to a budget ([`DESCRIBED`]) while kept, least recently used
 /// first out.
-pub struct Cache<K: Hash + Eq, V> {
+pub(crate) struct Cache<K: Hash + Eq, V> {
     budget: &'static Budget,
     entries: LruCache<K, Entry<V>>,
     /// The last epoch in which this cache was relieved.
@@ -69,12 +69,12 @@ impl<K: Hash + Eq, V> Default for Cache<K, V> {
 
 impl<K: Hash + Eq, V> Cache<K, V> {
     /// A cache charged to `budget`.
-    pub fn new(budget: &'static Budget) -> Self {
+    pub(crate) fn new(budget: &'static Budget) -> Self {
         Self { budget, entries: LruCache::unbounded(), relieved: budget.epoch() }
     }
 
     /// The value of `key`, if kept; now the most recently used.
-    pub fn get(&mut self, key: &K) -> Option<&V> {
+    pub(crate) fn get(&mut self, key: &K) -> Option<&V> {
         let entry = self.entries.get_mut(key)?;
         entry.used = self.budget.epoch();
         Some(&entry.value)
@@ -82,7 +82,7 @@ impl<K: Hash + Eq, V> Cache<K, V> {
 
     /// Keeps `value`, which holds about `bytes`, if there is room for it, after letting go of
     /// this cache's entries not used in this epoch if need be; false when it is not kept.
-    pub fn insert(&mut self, key: K, value: V, bytes: u64) -> bool {
+    pub(crate) fn insert(&mut self, key: K, value: V, bytes: u64) -> bool {
         self.entries.pop(&key);
         let now = self.budget.epoch();
         let charge = loop {
@@ -102,14 +102,14 @@ impl<K: Hash + Eq, V> Cache<K, V> {
     }
 
     /// Forgets the value of `key`.
-    pub fn remove(&mut self, key: &K) {
+    pub(crate) fn remove(&mut self, key: &K) {
         self.entries.pop(key);
     }
 
     /// Once per epoch: lets go of the entries unused for [`IDLE_EPOCHS`], and, if a charge
     /// found no room since this cache was last relieved, of those not used in the last epoch,
     /// so that another cache may have their room.
-    pub fn relieve(&mut self) {
+    pub(crate) fn relieve(&mut self) {
         let now = self.budget.epoch();
         if self.relieved == now {
             return;

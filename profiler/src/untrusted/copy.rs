@@ -26,7 +26,7 @@ use object::{
 use rustix::fs::{MemfdFlags, SealFlags, SeekFrom, fcntl_add_seals, memfd_create, seek};
 
 /// Bytes all copies alive at once may hold.
-pub const COPY_BUDGET: u64 = 256 << 20;
+pub(crate) const COPY_BUDGET: u64 = 256 << 20;
 
 /// The budget every copy is charged to.
 static COPIES: Budget = Budget::new(COPY_BUDGET);
@@ -36,7 +36,7 @@ static REFUSED: Mutex<Refused> = Mutex::new(Refused { unread: 0, without_dwarf: 
 
 /// Copies the budget turned away.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Refused {
+pub(crate) struct Refused {
     /// Files left unread: even their parts other than DWARF did not fit.
     pub unread: u64,
     /// Modules copied without their DWARF.
@@ -46,7 +46,7 @@ pub struct Refused {
 }
 
 /// What the budget turned away so far.
-pub fn refused() -> Refused {
+pub(crate) fn refused() -> Refused {
     REFUSED.lock().map(|refused| refused.clone()).unwrap_or_default()
 }
 
@@ -131,7 +131,7 @@ impl Deref for StableFile {
 
 /// Which parts of a file a copy holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Parts {
+pub(crate) enum Parts {
     /// All of it (a debug file, whose checksum covers all of it; a file the profiler checks).
     Whole,
     /// What the stages read of a module: its ELF headers and every section but code (PLT stubs
@@ -140,7 +140,7 @@ pub enum Parts {
 }
 
 /// A sealed copy of the first `size` bytes of `file`, holding `parts`.
-pub fn sealed_copy(file: &File, size: u64, parts: Parts) -> io::Result<StableFile> {
+pub(super) fn sealed_copy(file: &File, size: u64, parts: Parts) -> io::Result<StableFile> {
     copy_within(&COPIES, file, size, parts)
 }
 

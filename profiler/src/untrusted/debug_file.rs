@@ -25,7 +25,7 @@ const DEBUG_DIRS: [&str; 2] = ["/usr/lib/debug", "/lib/debug"];
 /// module's frames: it is taken only from root, or from the user who could change the module
 /// anyway (a user's mount namespace may put their own files at the debug directories' paths).
 /// Nothing is looked up in a file system the kernel does not answer for (see `mounts`).
-pub fn find(
+pub(crate) fn find(
     root: &Root,
     asked: &dyn Fn(std::os::fd::BorrowedFd<'_>) -> bool,
     path: &Path,

@@ -20,7 +20,7 @@ static CAP: AtomicU64 = AtomicU64::new(1024);
 /// Sets the cap for a limit of `open_files` descriptors: a third of what is left once
 /// [`RESERVED`] is set aside, since the file of a module being named is open twice (ours and
 /// blazesym's), and its debug file too.
-pub fn set_cap(open_files: u64) {
+pub(crate) fn set_cap(open_files: u64) {
     CAP.store((open_files.saturating_sub(RESERVED) / 3).clamp(16, MOST), Ordering::Relaxed);
 }
 
@@ -35,7 +35,7 @@ impl Drop for Slot {
 }
 
 /// A slot for one more descriptor kept, if the cap has room.
-pub fn take() -> Option<Slot> {
+pub(crate) fn take() -> Option<Slot> {
     let cap = CAP.load(Ordering::Relaxed);
     let taken =
         HELD.try_update(Ordering::Relaxed, Ordering::Relaxed, |held| (held < cap).then_some(held + 1));
@@ -43,12 +43,12 @@ pub fn take() -> Option<Slot> {
 }
 
 /// The cap.
-pub fn cap() -> u64 {
+pub(crate) fn cap() -> u64 {
     CAP.load(Ordering::Relaxed)
 }
 
 /// What a holder that needs a slot to go on is refused with: as if the process had run out of
 /// descriptors (`EMFILE`), which is never remembered against a file.
-pub fn refusal() -> std::io::Error {
+pub(crate) fn refusal() -> std::io::Error {
     std::io::Error::from_raw_os_error(libc::EMFILE)
 }

@@ -7,17 +7,17 @@ use super::budget::{Budget, Charge};
 
 /// Largest section a reader may inflate: a compressed section declares its own size, and a
 /// crafted one could declare any.
-pub const MAX_INFLATED_SECTION: u64 = 64 << 20;
+pub(crate) const MAX_INFLATED_SECTION: u64 = 64 << 20;
 
 /// Bytes of inflated sections held at once: CFI by the unwinder, DWARF by the symbolizer.
-pub const INFLATED_BUDGET: u64 = 128 << 20;
+pub(crate) const INFLATED_BUDGET: u64 = 128 << 20;
 
 /// The budget every inflated section is charged to.
-pub static INFLATED: Budget = Budget::new(INFLATED_BUDGET);
+pub(crate) static INFLATED: Budget = Budget::new(INFLATED_BUDGET);
 
 /// Charges `bytes` of inflated section to `held` (the charge of everything a reader inflated
 /// of one file): whether there was room.
-pub fn charge_inflated(held: &mut Option<Charge>, bytes: u64) -> bool {
+pub(crate) fn charge_inflated(held: &mut Option<Charge>, bytes: u64) -> bool {
     match held {
         Some(charge) => charge.grow(bytes),
         None => {
@@ -28,7 +28,7 @@ pub fn charge_inflated(held: &mut Option<Charge>, bytes: u64) -> bool {
 }
 
 /// DWARF sections other than `.debug_frame` (CFI, which the unwinder reads), compressed or not.
-pub fn is_dwarf(name: &[u8]) -> bool {
+pub(super) fn is_dwarf(name: &[u8]) -> bool {
     (name.starts_with(b".debug_") && name != b".debug_frame") || name.starts_with(b".zdebug_")
 }
 

@@ -28,19 +28,20 @@
 mod budget;
 mod cache;
 mod copy;
-pub mod debug_file;
-pub mod descriptors;
+pub(crate) mod debug_file;
+pub(crate) mod descriptors;
 mod elf;
-pub mod mounts;
-pub mod open;
+pub(crate) mod mounts;
+pub(crate) mod open;
 mod proc_file;
-pub mod reader;
-pub mod remote;
+pub(crate) mod reader;
+pub(crate) mod remote;
 
-pub use self::{
+pub use self::elf::ElfFacts;
+pub(crate) use self::{
     budget::{Budget, Charge},
     cache::{Cache, DESCRIBED, DESCRIBED_BUDGET, unkept, unkept_once},
     copy::{COPY_BUDGET, Parts, StableFile, Writer, refused as refused_copies},
-    elf::{ElfFacts, INFLATED, INFLATED_BUDGET, MAX_INFLATED_SECTION, charge_inflated},
+    elf::{INFLATED, INFLATED_BUDGET, MAX_INFLATED_SECTION, charge_inflated},
     proc_file::read_bounded,
 };

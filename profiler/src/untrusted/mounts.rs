@@ -183,7 +183,7 @@ fn own_user_namespace() -> Option<u64> {
 /// `namespace`'s paths reach (`None`: the namespace is not known). `None` when that cannot be
 /// known now: on a kernel without `statmount`, while mount tables are read at their most often
 /// (ask again later).
-pub fn answerer(handle: BorrowedFd<'_>, namespace: Option<&Namespace>) -> Option<Answerer> {
+pub(crate) fn answerer(handle: BorrowedFd<'_>, namespace: Option<&Namespace>) -> Option<Answerer> {
     // Ours needs no id: `statmount` looks in the caller's namespace by default.
     let namespace = namespace.filter(|namespace| !namespace.ours());
     let by_unique = statmount_works() && namespace.is_none_or(|namespace| namespace.id.is_some());
@@ -456,7 +456,7 @@ fn mountinfo(text: &[u8]) -> impl Iterator<Item = (u64, Mount<'_>)> {
 
 /// A device number (`st_dev`) as `/proc/PID/maps` and the kernel's mmap events write it: the
 /// major number in the high half, the minor in the low.
-pub fn listed_dev(dev: u64) -> u64 {
+pub(crate) fn listed_dev(dev: u64) -> u64 {
     (u64::from(rustix::fs::major(dev)) << 32) | u64::from(rustix::fs::minor(dev))
 }
 

@@ -196,7 +196,7 @@ fn cached_stat(handle: &impl AsFd) -> io::Result<(u64, u64, FileType)> {
 /// Opens a file the profiler itself chose by path (a program it will start, its libraries, a
 /// recorded fixture): a regular file only, relative paths from the current directory, no magic
 /// link followed.
-pub fn own_file(path: &Path) -> io::Result<File> {
+pub(crate) fn own_file(path: &Path) -> io::Result<File> {
     let handle =
         openat2(CWD, path, OFlags::PATH | OFlags::CLOEXEC, Mode::empty(), ResolveFlags::NO_MAGICLINKS)?;
     reopen(handle)
@@ -216,7 +216,7 @@ pub struct MappedAt {
 /// through `/proc/PID/map_files`: the mapped inode itself, even deleted or replaced since.
 /// Refused unless it is the regular file the mapping names (device and inode), on a file system
 /// the kernel answers for (see `mounts`).
-pub fn mapped_file(
+pub(crate) fn mapped_file(
     tgid: Tgid,
     user: Option<u32>,
     mapping: MappedAt,
@@ -233,7 +233,7 @@ pub fn mapped_file(
 /// [`mapped_file`]): nothing is opened, and no file system is asked anything (the link is the
 /// kernel's own, to the mapped inode, and its attributes are the ones cached), so that who
 /// answers for it can be asked first. Refused unless it is the inode the mapping names.
-pub fn mapped_handle(tgid: Tgid, user: Option<u32>, mapping: MappedAt) -> io::Result<OwnedFd> {
+pub(crate) fn mapped_handle(tgid: Tgid, user: Option<u32>, mapping: MappedAt) -> io::Result<OwnedFd> {
     let handle = mapped_now(tgid, user, mapping)?;
     if !is_mapped_inode(&handle, mapping)? {
         return Err(io::Error::new(io::ErrorKind::InvalidData, "not the mapped file"));
@@ -246,14 +246,14 @@ pub fn mapped_handle(tgid: Tgid, user: Option<u32>, mapping: MappedAt) -> io::Re
 /// inode are not the ones `/proc/PID/maps` names). The map_files link is the kernel's own:
 /// following it is what we want; looking it up waits for the process's memory's lock, so a
 /// reader does it (see `reader::open_mapped`).
-pub fn mapped_now(tgid: Tgid, user: Option<u32>, mapping: MappedAt) -> io::Result<OwnedFd> {
+pub(crate) fn mapped_now(tgid: Tgid, user: Option<u32>, mapping: MappedAt) -> io::Result<OwnedFd> {
     super::reader::open_mapped(tgid, user, mapping.start, mapping.end)
 }
 
 /// A memfd that holds no ELF image (`/memfd:doublemapper`, as .NET and other JITs map their code
 /// twice, writable and executable): JIT code, named as anonymous memory is, from the perf map.
 /// An ELF image in a memfd (runc's `/memfd:runc_cloned:...`) is a module like any other file.
-pub fn is_jit_memory(path: &Path, file: &File) -> bool {
+pub(crate) fn is_jit_memory(path: &Path, file: &File) -> bool {
     let mut magic = [0; 4];
     path.to_str().is_some_and(|path| path.starts_with("/memfd:"))
         && !std::os::unix::fs::FileExt::read_exact_at(file, &mut magic, 0)
@@ -261,12 +261,12 @@ pub fn is_jit_memory(path: &Path, file: &File) -> bool {
 }
 
 /// What [`is_jit_memory`] files are refused with by the registry's opener.
-pub fn jit_memory_error() -> io::Error {
+pub(crate) fn jit_memory_error() -> io::Error {
     io::Error::other(JitMemory)
 }
 
 /// Whether `err` is [`jit_memory_error`]'s.
-pub fn is_jit_memory_error(err: &io::Error) -> bool {
+pub(crate) fn is_jit_memory_error(err: &io::Error) -> bool {
     err.get_ref().is_some_and(|inner| inner.is::<JitMemory>())
 }
 
@@ -283,7 +283,7 @@ impl std::error::Error for JitMemory {}
 
 /// Opens the file at `path` in `root` if it is the inode a mapping was made from (a process gone
 /// before its mapping was read: its files may still be reached by path).
-pub fn mapped_path(
+pub(crate) fn mapped_path(
     root: &Root,
     path: &Path,
     mapping: MappedAt,
@@ -297,7 +297,7 @@ pub fn mapped_path(
 }
 
 /// `/proc/PID/map_files/START-END`: the very inode a mapping was made from.
-pub fn map_files_path(tgid: Tgid, start: u64, end: u64) -> PathBuf {
+pub(crate) fn map_files_path(tgid: Tgid, start: u64, end: u64) -> PathBuf {
     PathBuf::from(format!("/proc/{tgid}/map_files/{start:x}-{end:x}"))
 }
 
@@ -308,7 +308,7 @@ fn is_mapped_inode(handle: &impl AsFd, mapping: MappedAt) -> io::Result<bool> {
 }
 
 /// Opens for reading (never blocking) what an `O_PATH` handle names, if it is a regular file.
-pub fn reopen(handle: OwnedFd) -> io::Result<File> {
+pub(crate) fn reopen(handle: OwnedFd) -> io::Result<File> {
     let what = match cached_stat(&handle)?.2 {
         FileType::RegularFile => None,
         // `O_PATH | O_NOFOLLOW` opens a link itself.
@@ -328,7 +328,7 @@ pub fn reopen(handle: OwnedFd) -> io::Result<File> {
 /// The file, safe to map: as it is when root owns it and only root can write it; otherwise a
 /// sealed copy in memory of its `parts`, which nobody can truncate or change. Either is a
 /// descriptor kept: refused (as `EMFILE`) when the cap on those has no room.
-pub fn stable(file: File, parts: Parts) -> io::Result<StableFile> {
+pub(crate) fn stable(file: File, parts: Parts) -> io::Result<StableFile> {
     let stat = fstat(&file)?;
     let writer = Writer::of(stat.st_uid, stat.st_mode);
     if writer == Writer::Root {
@@ -356,14 +356,14 @@ fn copy_of(file: &File, stat: &Stat, parts: Parts, writer: Writer) -> io::Result
 }
 
 /// A file's bytes, mapped read-only. Only files made [`stable`] (or our own) are mapped.
-pub fn map(file: &File) -> io::Result<memmap2::Mmap> {
+pub(crate) fn map(file: &File) -> io::Result<memmap2::Mmap> {
     // SAFETY: read-only private mapping of a file no one else can truncate (root-owned and only
     // root-writable, or a sealed copy): the bytes stay valid while the mapping lives.
     unsafe { memmap2::Mmap::map(file) }
 }
 
 /// A path through which this process can read an open file, whatever happened to it since.
-pub fn readable_path(file: &File) -> PathBuf {
+pub(crate) fn readable_path(file: &File) -> PathBuf {
     PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()))
 }
 

@@ -7,7 +7,7 @@ use std::io::Read as _;
 const MAX_PROC_FILE: u64 = 64 * 1024;
 
 /// The bytes of a `/proc` file, at most `max`.
-pub fn read_bounded_bytes(path: &str, max: u64) -> Option<Vec<u8>> {
+pub(super) fn read_bounded_bytes(path: &str, max: u64) -> Option<Vec<u8>> {
     let mut bytes = Vec::new();
     std::fs::File::open(path).ok()?.take(max).read_to_end(&mut bytes).ok()?;
     Some(bytes)
@@ -15,7 +15,7 @@ pub fn read_bounded_bytes(path: &str, max: u64) -> Option<Vec<u8>> {
 
 /// The text of a small `/proc` file, bounded (what a process writes there, its name, or what
 /// a container's runtime names its cgroups, is its own), any bytes that are not UTF-8 replaced.
-pub fn read_bounded(path: &str) -> Option<String> {
+pub(crate) fn read_bounded(path: &str) -> Option<String> {
     // Lossily: a process names itself (and so its `status`) with any bytes.
     read_bounded_bytes(path, MAX_PROC_FILE).map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
 }

@@ -26,7 +26,7 @@ use super::{
 };
 
 /// How long a file may take to open and copy.
-pub const DEADLINE: Duration = Duration::from_secs(5);
+pub(crate) const DEADLINE: Duration = Duration::from_secs(5);
 /// Files opened at once at most.
 const MAX_RUNNING: usize = 4;
 
@@ -50,7 +50,7 @@ impl Job {
 /// The file `handle` names (an `O_PATH` one, on the file `mapping` was made from), copied:
 /// `WouldBlock` while its copy is under way or waits for room (ask again), `TimedOut` when it
 /// was not ready in time. The handle itself is opened: the file whose file system was asked.
-pub fn open(handle: OwnedFd, mapping: MappedAt) -> io::Result<StableFile> {
+pub(crate) fn open(handle: OwnedFd, mapping: MappedAt) -> io::Result<StableFile> {
     let mut jobs = JOBS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let jobs = jobs.get_or_insert_with(FxHashMap::default);
     // Results come in; those given up on, or nobody asked for in time, are let go (and with
@@ -93,7 +93,7 @@ static NOT_ASKED: AtomicU64 = AtomicU64::new(0);
 
 /// What a file of a daemon's file system (FUSE) is refused with: nothing is asked of its daemon,
 /// which need never answer, and whose wait nothing ends. Counted.
-pub fn not_asked() -> io::Error {
+pub(crate) fn not_asked() -> io::Error {
     NOT_ASKED.fetch_add(1, Ordering::Relaxed);
     io::Error::new(
         io::ErrorKind::PermissionDenied,
@@ -102,7 +102,7 @@ pub fn not_asked() -> io::Error {
 }
 
 /// Files of daemons' file systems not read, for the summary.
-pub fn not_asked_count() -> u64 {
+pub(crate) fn not_asked_count() -> u64 {
     NOT_ASKED.load(Ordering::Relaxed)
 }
 
@@ -112,16 +112,16 @@ fn not_yet() -> io::Error {
 }
 
 /// What a file is refused with while who answers for it cannot be known (see `mounts`), for now.
-pub fn not_known_yet() -> io::Error {
+pub(crate) fn not_known_yet() -> io::Error {
     io::Error::new(io::ErrorKind::WouldBlock, "who answers for its file system is not known yet")
 }
 
 /// Whether `err` is [`open`]'s "not yet", or [`not_known_yet`].
-pub fn is_not_yet(err: &io::Error) -> bool {
+pub(crate) fn is_not_yet(err: &io::Error) -> bool {
     err.kind() == io::ErrorKind::WouldBlock
 }
 
 /// Files given up on (not ready in time), for the summary.
-pub fn given_up() -> u64 {
+pub(crate) fn given_up() -> u64 {
     GIVEN_UP.load(Ordering::Relaxed)
 }

@@ -27,7 +27,7 @@ const RSP: Register = Register(7);
 
 /// The functions of a module that return through `__builtin_eh_return`, sorted.
 #[derive(Debug, Default)]
-pub struct EhReturnFunctions(Vec<Function>);
+pub(super) struct EhReturnFunctions(Vec<Function>);
 
 #[derive(Debug)]
 struct Function {
@@ -52,7 +52,7 @@ impl EhReturnFunctions {
     /// registers `__builtin_eh_return` hands the exception to the landing pad in. Nothing else
     /// saves them (they are call-clobbered), which identifies libgcc's unwinder without its
     /// symbols.
-    pub fn find(sections: &ExplicitModuleSectionInfo<Vec<u8>>) -> Self {
+    pub(super) fn find(sections: &ExplicitModuleSectionInfo<Vec<u8>>) -> Self {
         let mut bases = BaseAddresses::default();
         if let Some(text) = &sections.text_svma {
             bases = bases.set_text(text.start);
@@ -70,7 +70,7 @@ impl EhReturnFunctions {
     }
 
     /// The function at `svma`, if it is one of them.
-    pub fn at(&self, svma: u64) -> Option<EhReturnFrame> {
+    pub(super) fn at(&self, svma: u64) -> Option<EhReturnFrame> {
         let after = self.0.partition_point(|function| function.range.start <= svma);
         let function = self.0.get(after.checked_sub(1)?)?;
         function.range.contains(&svma).then(|| EhReturnFrame {
@@ -140,7 +140,7 @@ fn jumping_rows<'a, S: UnwindSection<EndianSlice<'a, LittleEndian>>>(
 
 /// Where a frame returns to, and its caller's stack pointer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Caller {
+pub(super) struct Caller {
     pub return_address: u64,
     pub cfa: u64,
 }
@@ -148,7 +148,7 @@ pub struct Caller {
 /// The contexts on the stack above `sp` (the frame of a function starting at `function`, a
 /// real address) that describe that function's own frame: `func` is the function, the CFA lies
 /// above the context. Lowest first; the caller keeps the first whose return address is code.
-pub fn own_contexts<'a>(
+pub(super) fn own_contexts<'a>(
     stack: &'a StackSnapshot<'_>,
     sp: u64,
     function: u64,

@@ -16,7 +16,7 @@ pub enum StackSource {
 /// not agree. The chain is only trusted from a frame both walks found: the DWARF stack's last
 /// frame must appear in `fp`. Recursion repeats addresses, so the position where the most
 /// trailing frames of both agree wins (the earliest among equals).
-pub fn complete<'a>(dwarf: &Unwound, fp: &'a [u64]) -> (&'a [u64], StackSource) {
+pub(crate) fn complete<'a>(dwarf: &Unwound, fp: &'a [u64]) -> (&'a [u64], StackSource) {
     let stopped_early = matches!(dwarf.end, UnwindEnd::SnapshotEnd | UnwindEnd::MissingCfi(_));
     let Some(&last) = dwarf.frames.last().filter(|_| stopped_early) else {
         return (&[], StackSource::Dwarf(dwarf.end));

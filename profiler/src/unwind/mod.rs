@@ -8,9 +8,9 @@
 //! the stack pointer must grow, every address must be in executable memory, depth is bounded.
 //! Memory reads come from the snapshot only, through [`StackSnapshot`]; where addresses are comes
 //! from the process's [`ProcessView`].
-pub mod cfi;
+pub(crate) mod cfi;
 mod eh_return;
-pub mod hybrid;
+pub(crate) mod hybrid;
 mod stats;
 
 use std::cell::Cell;
@@ -22,7 +22,7 @@ use framehop::{
 
 use rustc_hash::FxHashMap;
 
-pub use self::stats::UnwindStats;
+pub(crate) use self::stats::UnwindStats;
 use self::{
     cfi::ModuleCfi,
     eh_return::{Caller, EhReturnFrame},

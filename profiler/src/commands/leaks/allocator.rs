@@ -66,7 +66,7 @@ struct Candidate {
 }
 
 /// The allocator the target calls: a running process's, or a held command's once it runs.
-pub fn of_target(target: &Target) -> Result<Allocator> {
+pub(super) fn of_target(target: &Target) -> Result<Allocator> {
     match target {
         Target::Command(pending) => of_command(pending.program()),
         _ => of_process(target.pids()[0]),

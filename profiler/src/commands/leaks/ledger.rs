@@ -11,7 +11,7 @@ use crate::{
 };
 
 #[derive(Debug, Default)]
-pub struct Ledger {
+pub(super) struct Ledger {
     /// The latest allocation seen at each (process, address). Memory grows with the addresses
     /// the heap ever handed out, not with the allocations: allocators reuse addresses.
     sites: FxHashMap<(Tgid, u64), Site>,
@@ -19,7 +19,7 @@ pub struct Ledger {
 
 impl Ledger {
     /// Notes that the block at `addr` was allocated at `site`.
-    pub fn insert(&mut self, addr: u64, site: Site) {
+    pub(super) fn insert(&mut self, addr: u64, site: Site) {
         let slot = self.sites.entry((site.tgid, addr)).or_insert(site);
         if site.time_ns >= slot.time_ns {
             *slot = site;
@@ -27,13 +27,13 @@ impl Ledger {
     }
 
     /// Where `block` was allocated, if its stack arrived.
-    pub fn site(&self, block: &Block) -> Option<&Site> {
+    pub(super) fn site(&self, block: &Block) -> Option<&Site> {
         self.sites.get(&(block.tgid, block.addr)).filter(|site| site.time_ns == block.time_ns)
     }
 
     /// One sample per block, weighing its bytes (scaled by `sample_every` when sampling), at the
     /// site that allocated it: `[stack lost]` when its record never came.
-    pub fn push_blocks(&self, blocks: &[Block], aggregate: &mut Aggregate, sample_every: u32) {
+    pub(super) fn push_blocks(&self, blocks: &[Block], aggregate: &mut Aggregate, sample_every: u32) {
         let lost = (aggregate.intern_comm("[stack lost]"), aggregate.intern_stack(&[]));
         for block in blocks {
             let site = self.site(block).copied().unwrap_or(Site {
@@ -51,7 +51,7 @@ impl Ledger {
 }
 
 /// The blocks allocated at or before `cutoff_ns` (all of them without a cutoff), oldest first.
-pub fn older_than(mut blocks: Vec<Block>, cutoff_ns: Option<u64>) -> Vec<Block> {
+pub(super) fn older_than(mut blocks: Vec<Block>, cutoff_ns: Option<u64>) -> Vec<Block> {
     if let Some(cutoff) = cutoff_ns {
         blocks.retain(|block| block.time_ns <= cutoff);
     }

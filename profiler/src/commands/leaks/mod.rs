@@ -23,7 +23,7 @@ use crate::{
     walk::CallGraph,
 };
 
-pub async fn run(args: LeaksArgs) -> Result<()> {
+pub(super) async fn run(args: LeaksArgs) -> Result<()> {
     // Allocations are many: a smaller copy than a CPU sample's by default.
     let stack_copy_kib = args.session.stack_size.unwrap_or(8);
     let config = TracerConfig {

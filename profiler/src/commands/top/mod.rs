@@ -25,7 +25,7 @@ use crate::{
 /// Rows of each plain table.
 const PLAIN_ROWS: usize = 30;
 
-pub async fn run(args: TopArgs) -> Result<()> {
+pub(super) async fn run(args: TopArgs) -> Result<()> {
     let weight = record::weight(args.off_cpu, args.wall);
     let plan = SamplingPlan {
         default_hz: RECORD_DEFAULT_HZ,

@@ -51,7 +51,7 @@ const POLL: Duration = Duration::from_millis(100);
 const PROCESS_WIDTH: u16 = 30;
 
 /// The full-screen view, open until dropped.
-pub struct Screen {
+pub(super) struct Screen {
     windows: Option<Sender<HotFunctions>>,
     thread: Option<JoinHandle<()>>,
 }
@@ -61,7 +61,7 @@ static OPEN: AtomicBool = AtomicBool::new(false);
 
 impl Screen {
     /// Takes the terminal over (raw mode, the alternate screen) and starts the view of `title`.
-    pub fn open(title: String) -> Result<Self> {
+    pub(super) fn open(title: String) -> Result<Self> {
         static PANIC_HOOK: Once = Once::new();
         PANIC_HOOK.call_once(|| {
             let hook = std::panic::take_hook();
@@ -81,7 +81,7 @@ impl Screen {
     }
 
     /// Shows a window's functions (unless the view was quit).
-    pub fn show(&mut self, functions: HotFunctions) {
+    pub(super) fn show(&mut self, functions: HotFunctions) {
         if let Some(windows) = &self.windows {
             let _ = windows.send(functions);
         }

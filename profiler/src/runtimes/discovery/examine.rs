@@ -17,7 +17,7 @@ use crate::{
 const MAX_SYMBOLS: usize = 1 << 20;
 
 /// A runtime's image as a runtime reads it: its file's name, bytes and what it says of itself.
-pub struct ImageFile<'a> {
+pub(crate) struct ImageFile<'a> {
     pub name: &'a str,
     pub bytes: &'a [u8],
     pub facts: &'a ElfFacts,
@@ -28,7 +28,7 @@ pub struct ImageFile<'a> {
 
 impl ImageFile<'_> {
     /// The file mapped again, for an image that keeps its bytes (counted as held by it).
-    pub fn map(&self) -> io::Result<memmap2::Mmap> {
+    pub(crate) fn map(&self) -> io::Result<memmap2::Mmap> {
         self.kept.set(true);
         open::map(self.file)
     }
@@ -60,7 +60,7 @@ pub(super) struct Examined {
 
 impl Examined {
     /// What it holds in the cache of what targets describe, about.
-    pub fn bytes(&self) -> u64 {
+    pub(super) fn bytes(&self) -> u64 {
         64 + 64 * self.images.len() as u64 + self.held
     }
 }

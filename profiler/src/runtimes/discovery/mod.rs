@@ -121,7 +121,7 @@ struct Stats {
 }
 
 impl Discovery {
-    pub fn new(recognisers: Vec<Box<dyn Recogniser>>) -> Self {
+    pub(super) fn new(recognisers: Vec<Box<dyn Recogniser>>) -> Self {
         Self::within(recognisers, &DESCRIBED)
     }
 
@@ -145,7 +145,12 @@ impl Discovery {
 
     /// A sample of the process of `view` at `time_ns`: looked at when it is new, or its table of
     /// mappings was read again (young from now when new, see [`YOUNG_NS`]).
-    pub fn observe(&mut self, view: &ProcessView<'_>, time_ns: u64, young_until_ns: &mut u64) -> Vec<Found> {
+    pub(super) fn observe(
+        &mut self,
+        view: &ProcessView<'_>,
+        time_ns: u64,
+        young_until_ns: &mut u64,
+    ) -> Vec<Found> {
         match self.processes.get(&view.tgid()) {
             Some(looked) if looked.table == view.table() => Vec::new(),
             Some(_) => self.look(view, time_ns),
@@ -158,21 +163,21 @@ impl Discovery {
 
     /// Process `tgid` is about to run a command (held before its exec): looked at as soon as
     /// it maps files, and young.
-    pub fn follow(&mut self, tgid: Tgid, now_ns: u64, young_until_ns: &mut u64) {
+    pub(super) fn follow(&mut self, tgid: Tgid, now_ns: u64, young_until_ns: &mut u64) {
         self.processes.insert(tgid, Looked { table: 0 });
         *young_until_ns = (*young_until_ns).max(now_ns.saturating_add(YOUNG_NS));
     }
 
     /// Process `pid` mapped a file executable: looked at again in the next drain, if it is one
     /// looked at.
-    pub fn mapped(&mut self, pid: Tgid) {
+    pub(super) fn mapped(&mut self, pid: Tgid) {
         if self.processes.contains_key(&pid) {
             self.stale.insert(pid);
         }
     }
 
     /// Process `pid` ran exec at `time_ns`: what it maps now is looked at anew (and it is young).
-    pub fn exec(&mut self, pid: Tgid, time_ns: u64, young_until_ns: &mut u64) {
+    pub(super) fn exec(&mut self, pid: Tgid, time_ns: u64, young_until_ns: &mut u64) {
         if let Some(looked) = self.processes.get_mut(&pid) {
             looked.table = 0;
             self.stale.insert(pid);
@@ -182,7 +187,7 @@ impl Discovery {
 
     /// Process `parent` forked `child`: the child, which runs what its parent runs, is looked
     /// at in the next drain if the parent is one looked at.
-    pub fn forked(&mut self, parent: Tgid, child: Tgid) {
+    pub(super) fn forked(&mut self, parent: Tgid, child: Tgid) {
         if self.processes.contains_key(&parent) {
             self.processes.insert(child, Looked { table: 0 });
             self.stale.insert(child);
@@ -191,12 +196,12 @@ impl Discovery {
 
     /// Process `tgid` is to be looked at again later: an image found in it could not be taken
     /// now (its file not opened).
-    pub fn retry(&mut self, tgid: Tgid, now_ns: u64) {
+    pub(super) fn retry(&mut self, tgid: Tgid, now_ns: u64) {
         self.retries.entry(tgid).or_insert(now_ns.saturating_add(RETRY_NS));
     }
 
     /// Forgets a process gone.
-    pub fn forget(&mut self, tgid: Tgid) {
+    pub(super) fn forget(&mut self, tgid: Tgid) {
         self.processes.remove(&tgid);
         self.stale.remove(&tgid);
         self.retries.remove(&tgid);
@@ -205,7 +210,7 @@ impl Discovery {
     /// The processes to look at now: those that mapped files, those whose files were not all
     /// known when an answer found an image (by `now_ns`), and those whose time to look again
     /// has come.
-    pub fn due(&mut self, now_ns: u64) -> Vec<Tgid> {
+    pub(super) fn due(&mut self, now_ns: u64) -> Vec<Tgid> {
         let images_found = self.images_found;
         for answer in self.worker.answers(now_ns) {
             self.pending.remove(&(answer.key, answer.user));
@@ -247,7 +252,7 @@ impl Discovery {
     /// Looks at the process of `view`: the images of runtimes among the files it maps
     /// executable, as its table of mappings was last looked through (again if an image was
     /// found since, or, while it was not all known, if [`RETRY_NS`] have passed).
-    pub fn look(&mut self, view: &ProcessView<'_>, now_ns: u64) -> Vec<Found> {
+    pub(super) fn look(&mut self, view: &ProcessView<'_>, now_ns: u64) -> Vec<Found> {
         let (tgid, table) = (view.tgid(), view.table());
         let fresh = self.tables.get(&table).is_some_and(|look| {
             look.images_found == self.images_found
@@ -301,13 +306,13 @@ impl Discovery {
 
     /// Once an epoch of the budget of what targets describe: what was found of files gives
     /// room back if it was short.
-    pub fn relieve(&mut self) {
+    pub(super) fn relieve(&mut self) {
         self.examined.relieve();
     }
 
     /// A file the process of `view` is about to map (a command's, before it runs): examined
     /// now, so that its first look finds it known.
-    pub fn expect(&mut self, view: &ProcessView<'_>, file: &Mapping) {
+    pub(super) fn expect(&mut self, view: &ProcessView<'_>, file: &Mapping) {
         let Some(key) = FileKey::of(file) else { return };
         if self.examined.get(&key).is_some() {
             return;
@@ -320,7 +325,7 @@ impl Discovery {
 
     /// The runtimes' images among the files the process of `view` maps, each examined now if
     /// it is not known (`profiler check`).
-    pub fn examine_now(&mut self, view: &ProcessView<'_>) -> Vec<Found> {
+    pub(super) fn examine_now(&mut self, view: &ProcessView<'_>) -> Vec<Found> {
         for mapping in view.executable_files().iter() {
             self.expect(view, mapping);
         }
@@ -330,7 +335,7 @@ impl Discovery {
     }
 
     /// The summary's lines: what was given up on, what had to wait.
-    pub fn describe(&self) -> Vec<String> {
+    pub(super) fn describe(&self) -> Vec<String> {
         let Stats { files, images, given_up, left_for_later } = self.stats;
         let mut lines = Vec::new();
         if given_up > 0 || left_for_later > 0 {

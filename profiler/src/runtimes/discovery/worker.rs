@@ -93,7 +93,7 @@ struct Waiting {
 }
 
 impl Worker {
-    pub fn new(recognisers: Arc<[Box<dyn Recogniser>]>) -> Self {
+    pub(super) fn new(recognisers: Arc<[Box<dyn Recogniser>]>) -> Self {
         let mut worker =
             Self { recognisers, queue: Arc::default(), thread: None, abandoned: FxHashMap::default() };
         worker.thread = worker.spawn();
@@ -102,7 +102,7 @@ impl Worker {
 
     /// Queues `job`; false when its user has [`MAX_QUEUED`] files waiting, or no more of its
     /// files, or nobody's, are examined.
-    pub fn push(&self, job: Job) -> bool {
+    pub(super) fn push(&self, job: Job) -> bool {
         if !self.examines(job.user) {
             return false;
         }
@@ -115,7 +115,7 @@ impl Worker {
 
     /// The answers come by `now_ns`; the file under way for longer than [`DEADLINE`] is given
     /// up on, answered as no runtime's image, and its thread left to it.
-    pub fn answers(&mut self, now_ns: u64) -> Vec<Answer> {
+    pub(super) fn answers(&mut self, now_ns: u64) -> Vec<Answer> {
         let Some(thread) = &self.thread else { return Vec::new() };
         let mut answers: Vec<Answer> = thread.answers.try_iter().collect();
         let examining = *thread.busy.lock().unwrap_or_else(PoisonError::into_inner);
@@ -131,17 +131,17 @@ impl Worker {
     }
 
     /// Whether `user`'s files are examined (any user's: `None`... is a user too, as not known).
-    pub fn examines(&self, user: Option<u32>) -> bool {
+    pub(super) fn examines(&self, user: Option<u32>) -> bool {
         self.thread.is_some() && self.abandoned.get(&user).is_none_or(|&left| left < MAX_ABANDONED_PER_USER)
     }
 
     /// Whether files are still examined at all.
-    pub fn examining(&self) -> bool {
+    pub(super) fn examining(&self) -> bool {
         self.thread.is_some()
     }
 
     /// Threads left to files that took too long, in all.
-    pub fn abandoned(&self) -> u32 {
+    pub(super) fn abandoned(&self) -> u32 {
         self.abandoned.values().sum()
     }
 

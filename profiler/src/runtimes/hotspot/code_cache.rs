@@ -29,7 +29,7 @@ pub struct Heap {
 }
 
 /// The heaps of a JVM's code cache, read from `CodeCache::_heaps`.
-pub fn read_heaps(layout: &Layout, read: &mut ReadMemory<'_>) -> Option<Vec<Heap>> {
+pub(crate) fn read_heaps(layout: &Layout, read: &mut ReadMemory<'_>) -> Option<Vec<Heap>> {
     let array = read_u64(read, layout.heaps)?;
     let mut header = [0u8; 16];
     (array != 0 && read(array, &mut header)).then_some(())?;
@@ -89,7 +89,7 @@ impl BlobKind {
 
 /// A blob's header, as read.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Blob {
+pub(crate) struct Blob {
     pub address: u64,
     pub name: u64,
     pub code: Range<u64>,
@@ -107,7 +107,7 @@ pub struct Blob {
 }
 
 /// The blob of `heaps` holding `pc`, read through `read`.
-pub fn find_blob(layout: &Layout, heaps: &[Heap], pc: u64, read: &mut ReadMemory<'_>) -> Option<Blob> {
+pub(crate) fn find_blob(layout: &Layout, heaps: &[Heap], pc: u64, read: &mut ReadMemory<'_>) -> Option<Blob> {
     let heap = heaps.iter().find(|heap| heap.code.contains(&pc))?;
     let segment = first_segment(heap, (pc - heap.code.start) >> heap.log2_segment, read)?;
     let block = heap.code.start + (segment << heap.log2_segment);

@@ -4,25 +4,25 @@
 //! Both are streams of UNSIGNED5 numbers; every read is bounded by the bytes given.
 
 /// Most methods inlined into one another at one pc that are taken.
-pub const MAX_SCOPES: usize = 64;
+pub(crate) const MAX_SCOPES: usize = 64;
 /// `InvocationEntryBci`: bcis are written one above, so that -1 (method entry) is 0.
 const INVOCATION_ENTRY_BCI: i64 = -1;
 
 /// A reader of UNSIGNED5 numbers: 1 to 5 bytes, little-endian in base 64 above the first, a
 /// byte below 192 ending the number; `base` (0 before JDK 20, 1 from it, when byte 0 stopped
 /// being used) is subtracted from every byte.
-pub struct Unsigned5<'a> {
+pub(crate) struct Unsigned5<'a> {
     bytes: &'a [u8],
     at: usize,
     base: u8,
 }
 
 impl<'a> Unsigned5<'a> {
-    pub fn new(bytes: &'a [u8], at: usize, base: u8) -> Self {
+    pub(crate) fn new(bytes: &'a [u8], at: usize, base: u8) -> Self {
         Self { bytes, at, base }
     }
 
-    pub fn read(&mut self) -> Option<u32> {
+    pub(crate) fn read(&mut self) -> Option<u32> {
         let mut value: u64 = 0;
         for i in 0..5 {
             let raw = *self.bytes.get(self.at)?;
@@ -35,7 +35,7 @@ impl<'a> Unsigned5<'a> {
         u32::try_from(value).ok()
     }
 
-    pub fn read_signed(&mut self) -> Option<i32> {
+    pub(crate) fn read_signed(&mut self) -> Option<i32> {
         let value = self.read()?;
         Some(((value >> 1) as i32) ^ -((value & 1) as i32))
     }
@@ -43,13 +43,13 @@ impl<'a> Unsigned5<'a> {
 
 /// One PcDesc: a pc (from the code's start) and where its scope is in the scopes data.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct PcDesc {
+pub(crate) struct PcDesc {
     pub pc_offset: i32,
     pub scope_offset: i32,
 }
 
 /// The PcDescs in `bytes` (16 bytes each: the pc offset, then the scope's).
-pub fn pc_descs(bytes: &[u8]) -> Vec<PcDesc> {
+pub(crate) fn pc_descs(bytes: &[u8]) -> Vec<PcDesc> {
     bytes
         .as_chunks::<16>()
         .0
@@ -64,7 +64,7 @@ pub fn pc_descs(bytes: &[u8]) -> Vec<PcDesc> {
 /// The PcDesc of `pc_offset`: the one at it for a return address (`exact`, where every call
 /// has its own), else the first at or after it (HotSpot's own guess for a pc between
 /// safepoints, the next place the compiled code says where it is).
-pub fn pc_desc(descs: &[PcDesc], pc_offset: i32, exact: bool) -> Option<PcDesc> {
+pub(crate) fn pc_desc(descs: &[PcDesc], pc_offset: i32, exact: bool) -> Option<PcDesc> {
     let first_after = descs.partition_point(|desc| desc.pc_offset < pc_offset);
     let desc = *descs.get(first_after)?;
     (!exact || desc.pc_offset == pc_offset).then_some(desc)
@@ -72,7 +72,7 @@ pub fn pc_desc(descs: &[PcDesc], pc_offset: i32, exact: bool) -> Option<PcDesc> 
 
 /// A method at a bytecode index: one scope.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Scope {
+pub(crate) struct Scope {
     /// An index into the nmethod's metadata (1-based; 0 is no method).
     pub method_index: u32,
     pub bci: i32,
@@ -81,7 +81,7 @@ pub struct Scope {
 /// The chain of scopes at `offset` in `scopes`, innermost first: each names its sender's scope,
 /// at a lower offset, until 0 (the nmethod's own method). A chain that does not go down, or is
 /// longer than [`MAX_SCOPES`], ends there.
-pub fn scopes(scopes: &[u8], mut offset: u32, base: u8) -> Vec<Scope> {
+pub(crate) fn scopes(scopes: &[u8], mut offset: u32, base: u8) -> Vec<Scope> {
     let mut chain = Vec::new();
     while offset != 0 && chain.len() < MAX_SCOPES {
         let mut stream = Unsigned5::new(scopes, offset as usize, base);
@@ -101,7 +101,7 @@ pub fn scopes(scopes: &[u8], mut offset: u32, base: u8) -> Vec<Scope> {
 
 /// A method's line number table: (bci, line) pairs in the order written, and whether `bytes`
 /// held its end marker (the table has no length: one cut short by the bytes read is not).
-pub fn line_table(bytes: &[u8], base: u8) -> (Vec<(u32, u32)>, bool) {
+pub(crate) fn line_table(bytes: &[u8], base: u8) -> (Vec<(u32, u32)>, bool) {
     let mut table = Vec::new();
     let (mut bci, mut line) = (0i64, 0i64);
     let mut stream = Unsigned5::new(bytes, 0, base);
@@ -130,7 +130,7 @@ pub fn line_table(bytes: &[u8], base: u8) -> (Vec<(u32, u32)>, bool) {
 
 /// The line of `bci`, as HotSpot finds it: that of the first entry at it, else of the last of
 /// the entries closest below it (the table is not sorted).
-pub fn line_of(table: &[(u32, u32)], bci: i32) -> Option<u32> {
+pub(crate) fn line_of(table: &[(u32, u32)], bci: i32) -> Option<u32> {
     let bci = u32::try_from(bci).unwrap_or(0);
     if let Some(&(_, line)) = table.iter().find(|(start, _)| *start == bci) {
         return Some(line);

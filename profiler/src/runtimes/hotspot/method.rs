@@ -16,7 +16,7 @@ const SMALL_PIECE: usize = 16;
 
 /// What names a method's frames.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct MethodInfo {
+pub(crate) struct MethodInfo {
     /// `package.Class.method`.
     pub name: String,
     /// The class's source file (`Shares.java`), or empty.
@@ -30,24 +30,24 @@ pub struct MethodInfo {
 
 impl MethodInfo {
     /// About the bytes it holds.
-    pub fn size(&self) -> usize {
+    pub(crate) fn size(&self) -> usize {
         64 + self.name.len() + self.file.len() + 8 * self.lines.len()
     }
 
     /// The line of bytecode index `bci`, 0 when unknown.
-    pub fn line(&self, bci: i32) -> u32 {
+    pub(crate) fn line(&self, bci: i32) -> u32 {
         debug_info::line_of(&self.lines, bci).unwrap_or(0)
     }
 
     /// The bci of bytecode pointer `bcp`, if it points into this method's bytecodes.
-    pub fn bci(&self, bcp: u64) -> Option<i32> {
+    pub(crate) fn bci(&self, bcp: u64) -> Option<i32> {
         let bci = bcp.checked_sub(self.bytecodes)?;
         (bci < self.code_size).then_some(bci as i32)
     }
 }
 
 /// Reads the method at `method`.
-pub fn read(layout: &Layout, method: u64, read: &mut ReadMemory<'_>) -> Option<MethodInfo> {
+pub(crate) fn read(layout: &Layout, method: u64, read: &mut ReadMemory<'_>) -> Option<MethodInfo> {
     let object = read_bytes(read, method, layout.method_const_method.offset + 8)?;
     let const_method = pointer(layout.method_const_method.get_u64(&object)?)?;
     let object = read_bytes(read, const_method, layout.const_method_size as usize)?;
@@ -130,7 +130,7 @@ fn overloaded(
 
 /// A class's name as Java writes it: dots for slashes, and a hidden class's address (lambdas:
 /// `Shares$$Lambda+0x00007f...`) left out, or every JVM would have names of its own.
-pub fn class_name(internal: &str) -> String {
+pub(crate) fn class_name(internal: &str) -> String {
     let name = match internal.find("+0x") {
         Some(at) => &internal[..at],
         None => internal,

@@ -26,7 +26,7 @@ use std::{ops::Range, sync::Arc};
 use anyhow::{Context as _, Result, bail};
 use rustc_hash::FxHashMap;
 
-pub use self::stack::Physical;
+pub(crate) use self::stack::Physical;
 use self::{
     code_cache::{Blob, BlobKind, Heap},
     layout::Layout,
@@ -63,7 +63,7 @@ const MAX_STACK_FRAMES: usize = 4 * crate::unwind::MAX_FRAMES;
 
 /// HotSpot, as a [`Runtime`]: what became of Java frames.
 #[derive(Default)]
-pub struct HotSpot {
+pub(crate) struct HotSpot {
     stats: JavaStats,
 }
 
@@ -81,7 +81,7 @@ pub struct JavaStats {
 }
 
 /// A `libjvm.so`: its tables' symbols, and its bytes (where blob names are).
-pub struct LibJvm {
+pub(crate) struct LibJvm {
     image: Image,
     file: memmap2::Mmap,
     /// Where its segments are, for its load bias.

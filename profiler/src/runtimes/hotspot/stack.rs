@@ -27,7 +27,7 @@ const MAX_INTERPRETED_FRAME: u64 = 1 << 16;
 
 /// A Java frame as the walk found it, to be named once the stack is walked.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Physical {
+pub(crate) enum Physical {
     /// Compiled code at `pc` of the nmethod at `blob`: `exact` for a return address, which has
     /// debug information of its own.
     Compiled { blob: u64, compile_id: u32, pc: u64, exact: bool },

@@ -94,7 +94,7 @@ impl Image {
 
 /// A field of a HotSpot type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Field {
+pub(crate) enum Field {
     /// Of each object: its byte offset.
     Offset(u64),
     /// A static variable: its address in the process.

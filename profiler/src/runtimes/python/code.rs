@@ -18,7 +18,7 @@ pub const MAX_FILE_CHARS: usize = 4096;
 /// Line tables longer than this, in bytes, are not read: their code objects have no lines.
 pub const MAX_LINE_TABLE_BYTES: u64 = 1 << 20;
 /// The last character of a cut name.
-pub const CUT: char = '…';
+pub(crate) const CUT: char = '…';
 
 /// Where the target's type objects are (load bias applied): what a code object's and a
 /// string's `ob_type` must be.
@@ -48,7 +48,7 @@ pub struct CodeObject {
 /// Lines decoded, and what they hold of the budget of what targets describe, for as long as
 /// any code object or cache holds them.
 #[derive(Debug)]
-pub struct KeptLines {
+pub(crate) struct KeptLines {
     lines: Lines,
     _charge: Charge,
 }

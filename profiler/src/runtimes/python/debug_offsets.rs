@@ -38,7 +38,7 @@ pub(super) const FIELDS: [(&str, [usize; 2]); 15] = [
     ("code_object.co_code_adaptive", [344, 384]),
 ];
 /// The bytes of `_Py_DebugOffsets` read: up to the last field above, in the newest version.
-pub const BYTES: usize = 392;
+pub(super) const BYTES: usize = 392;
 
 /// Where the fields of [`FIELDS`] sit in `version`'s `_Py_DebugOffsets` (3.13 and 3.14).
 pub(super) fn positions(version: Version) -> Option<impl Iterator<Item = (&'static str, usize)>> {
@@ -57,7 +57,7 @@ const MAX_STATE_FIELD: u64 = 1 << 20;
 
 /// Why an image's own offsets refuse it.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Disagreement {
+pub(super) enum Disagreement {
     /// The image is not the version its table was chosen for.
     Version(u64),
     FreeThreaded,
@@ -76,7 +76,7 @@ impl std::fmt::Display for Disagreement {
 }
 
 /// The release `_Py_DebugOffsets` at the start of `runtime` states (`3.14.10`), if it has them.
-pub fn release(runtime: &[u8]) -> Option<String> {
+pub(super) fn release(runtime: &[u8]) -> Option<String> {
     if runtime.get(..COOKIE.len()) != Some(COOKIE) {
         return None;
     }
@@ -87,7 +87,7 @@ pub fn release(runtime: &[u8]) -> Option<String> {
 /// The layout of the image whose bytes of `_PyRuntime` are `runtime`: `table`, with every field
 /// `_Py_DebugOffsets` states where it says. Bytes that do not start with the cookie carry none:
 /// the table as it is.
-pub fn adopt(table: &Layout, runtime: &[u8]) -> Result<Layout, Disagreement> {
+pub(super) fn adopt(table: &Layout, runtime: &[u8]) -> Result<Layout, Disagreement> {
     if runtime.get(..COOKIE.len()) != Some(COOKIE) {
         return Ok(*table);
     }

@@ -78,8 +78,8 @@ impl StringLayout {
 }
 
 /// A `bytes` object: its length and where its data starts, in every version.
-pub const BYTES_LENGTH: u32 = 16;
-pub const BYTES_DATA: u32 = 32;
+pub(crate) const BYTES_LENGTH: u32 = 16;
+pub(crate) const BYTES_DATA: u32 = 32;
 /// `ob_type`, in every object of every version read.
 pub const OB_TYPE: u32 = 8;
 
@@ -99,7 +99,7 @@ pub struct Layout {
 const NONE: u32 = PythonOffsets::NONE;
 
 /// The layout of a minor version, if it is one this profiler reads.
-pub fn layout(version: Version) -> Option<&'static Layout> {
+pub(crate) fn layout(version: Version) -> Option<&'static Layout> {
     layouts().iter().find(|layout| layout.version == version)
 }
 

@@ -9,7 +9,7 @@ use crate::frame::Frame;
 /// stay as they are (the interpreter's own time, under the Python function that made the call).
 /// When the runs outnumber the eval-loop frames instead, the native unwind stopped early: runs
 /// pair from the innermost and those left over go outermost.
-pub fn merge(
+pub(super) fn merge(
     native: &[Frame],
     runs: &[&[Frame]],
     is_eval_loop: impl Fn(&Frame) -> bool,

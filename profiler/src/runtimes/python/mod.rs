@@ -45,7 +45,7 @@ const ENTRY_BYTES: u64 = 64;
 
 /// CPython, as a [`Runtime`]: what became of its samples, and one sample's scratch.
 #[derive(Default)]
-pub struct Python {
+pub(crate) struct Python {
     stats: PythonStats,
     /// Scratch: one sample's frames, and its runs' bounds.
     translated: Vec<Frame>,
@@ -54,7 +54,7 @@ pub struct Python {
 }
 
 /// A process running a CPython that is read.
-pub struct Running {
+pub(crate) struct Running {
     interpreter: Arc<Interpreter>,
     module: ModuleId,
     process: PythonProcess,

@@ -21,19 +21,19 @@ const NAME_SLOTS: usize = 8;
 const MAX_INLINED_LOCAL_NAMES: usize = 75;
 
 /// The address of the object a tagged pointer points to.
-pub fn untag(tagged: u64) -> Option<u64> {
+pub(crate) fn untag(tagged: u64) -> Option<u64> {
     (tagged & 3 == 1 && tagged > 1 && tagged < USER_END).then(|| tagged - 1)
 }
 
 /// The value of a small integer (the upper half of a word, on 64-bit V8 without pointer
 /// compression).
-pub fn smi(word: u64) -> Option<i64> {
+pub(crate) fn smi(word: u64) -> Option<i64> {
     (word & 0xffff_ffff == 0).then_some(i64::from((word >> 32) as i32))
 }
 
 /// What a function's frames are named by.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FunctionInfo {
+pub(crate) struct FunctionInfo {
     pub name: String,
     pub file: String,
     /// The line of its start (1-based; 0 when not known).
@@ -47,19 +47,19 @@ pub struct FunctionInfo {
 
 impl FunctionInfo {
     /// About the bytes it holds.
-    pub fn size(&self) -> usize {
+    pub(crate) fn size(&self) -> usize {
         64 + self.name.len() + self.file.len()
     }
 }
 
 /// A reader of one process's heap with a layout.
-pub struct Heap<'a, 'b> {
+pub(crate) struct Heap<'a, 'b> {
     pub layout: &'a Layout,
     pub read: &'a mut ReadMemory<'b>,
 }
 
 impl Heap<'_, '_> {
-    pub fn word(&mut self, address: u64) -> Option<u64> {
+    pub(crate) fn word(&mut self, address: u64) -> Option<u64> {
         let mut raw = [0u8; 8];
         (self.read)(address, &mut raw).then(|| u64::from_le_bytes(raw))
     }
@@ -70,26 +70,26 @@ impl Heap<'_, '_> {
     }
 
     /// The address of the map of the object at `object`.
-    pub fn map(&mut self, object: u64) -> Option<u64> {
+    pub(crate) fn map(&mut self, object: u64) -> Option<u64> {
         untag(self.word(object.checked_add(self.layout.heap_object_map)?)?)
     }
 
     /// The instance type a map says.
-    pub fn map_type(&mut self, map: u64) -> Option<u16> {
+    pub(crate) fn map_type(&mut self, map: u64) -> Option<u16> {
         let mut raw = [0u8; 2];
         (self.read)(map.checked_add(self.layout.map_instance_type)?, &mut raw)
             .then(|| u16::from_le_bytes(raw))
     }
 
     /// The instance type of the object at `object`.
-    pub fn object_type(&mut self, object: u64) -> Option<u16> {
+    pub(crate) fn object_type(&mut self, object: u64) -> Option<u16> {
         let map = self.map(object)?;
         self.map_type(map)
     }
 
     /// The string at tagged `tagged`, up to [`MAX_NAME`] characters; `None` when it is not a
     /// string or cannot be read whole.
-    pub fn string(&mut self, tagged: u64) -> Option<String> {
+    pub(crate) fn string(&mut self, tagged: u64) -> Option<String> {
         let mut text = String::new();
         let mut pending = vec![tagged];
         let mut parts = 0;
@@ -152,7 +152,7 @@ impl Heap<'_, '_> {
 
     /// What the `SharedFunctionInfo` at `shared` (checked to be one by its caller) says, given
     /// its name-or-scope-info and script fields.
-    pub fn function(&mut self, name_or_scope_info: u64, script: u64) -> Option<FunctionInfo> {
+    pub(crate) fn function(&mut self, name_or_scope_info: u64, script: u64) -> Option<FunctionInfo> {
         let types = self.layout.types;
         let (name, start) = match untag(name_or_scope_info).and_then(|object| self.object_type(object)) {
             Some(kind) if kind == types.scope_info => self.scope_info(untag(name_or_scope_info)?),
@@ -236,7 +236,7 @@ impl Heap<'_, '_> {
 
     /// The line and column (1-based) of position `at` of the source string `source`, counting
     /// its line breaks (the source's first [`MAX_SOURCE`] characters at most).
-    pub fn position_of(&mut self, source: u64, at: u64) -> Option<(u32, u32)> {
+    pub(crate) fn position_of(&mut self, source: u64, at: u64) -> Option<(u32, u32)> {
         if at >= MAX_SOURCE {
             return None;
         }

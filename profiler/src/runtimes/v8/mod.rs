@@ -55,13 +55,13 @@ const ENTRY_BYTES: u64 = 64;
 
 /// V8, as a [`Runtime`]: what became of JavaScript frames.
 #[derive(Default)]
-pub struct V8 {
+pub(crate) struct V8 {
     stats: Stats,
 }
 
 /// What became of JavaScript frames, for the run summary.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Stats {
+pub(crate) struct Stats {
     /// JavaScript frames named, those whose function could not be read, and those not read in
     /// their sample for want of its allowance of reads.
     pub frames: u64,
@@ -72,7 +72,7 @@ pub struct Stats {
 }
 
 /// A file embedding V8: what it says of V8, and which of its files it is.
-pub struct Binary {
+pub(crate) struct Binary {
     image: Image,
 }
 
@@ -263,7 +263,7 @@ enum Read {
 
 /// What names a JavaScript frame.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Naming {
+pub(crate) enum Naming {
     /// Its function, read now or last.
     Function(Frame),
     /// Nothing of its own: its function is a closure of V8's builtins (no script, no name: what
@@ -278,7 +278,7 @@ pub enum Naming {
 #[cfg(any(test, feature = "testing"))]
 impl Naming {
     /// The frame it is named by, if any.
-    pub fn frame(self) -> Option<Frame> {
+    pub(crate) fn frame(self) -> Option<Frame> {
         match self {
             Naming::Function(frame) => Some(frame),
             Naming::Builtin | Naming::Unread => None,

@@ -12,7 +12,7 @@ use crate::unwind::{RuntimeCode, RuntimeStep, StackSnapshot};
 
 /// A JavaScript frame found on the stack, to be named.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct JsFrame {
+pub(super) struct JsFrame {
     /// The tagged `JSFunction` of its function slot.
     pub function: u64,
 }

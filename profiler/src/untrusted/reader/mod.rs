@@ -57,7 +57,7 @@ use rustix::{
 
 mod pages;
 
-pub use self::pages::PAGE;
+pub(crate) use self::pages::PAGE;
 use self::pages::{Outcome, Processes};
 use crate::model::Tgid;
 
@@ -66,7 +66,7 @@ use crate::model::Tgid;
 pub const READER_ARG: &str = "--serve-memory-reads";
 /// How long a read may take before its reader is abandoned. A read takes microseconds; this
 /// leaves room for a loaded machine not running the reader for a while.
-pub const DEADLINE: Duration = Duration::from_millis(250);
+pub(crate) const DEADLINE: Duration = Duration::from_millis(250);
 /// How long a reader may take to start.
 const START_DEADLINE: Duration = Duration::from_secs(5);
 /// How long a user is read no more, at least, after a read of one of their processes got no
@@ -394,7 +394,7 @@ static NOT_REAL_TIME: Mutex<Option<String>> = Mutex::new(None);
 /// in this thread's reader: false if that memory cannot be read or a page of it is not present,
 /// if `files` refuses a page of a file it spans (given the page's address), or if no answer
 /// came in time (see the module's comment).
-pub fn read(
+pub(crate) fn read(
     tgid: Tgid,
     user: Option<u32>,
     addr: u64,
@@ -422,26 +422,26 @@ pub fn read(
 /// link in `/proc/PID/map_files`, opened in this thread's reader: looking it up waits for the
 /// process's memory's lock, which the process can hold as long as a daemon keeps one of its own
 /// reads waiting. `WouldBlock` while the user's processes are not read.
-pub fn open_mapped(tgid: Tgid, user: Option<u32>, start: u64, end: u64) -> io::Result<OwnedFd> {
+pub(crate) fn open_mapped(tgid: Tgid, user: Option<u32>, start: u64, end: u64) -> io::Result<OwnedFd> {
     with_reader(user, |reader| reader.open_mapped(tgid, start, end)).unwrap_or_else(|| Err(not_read_now()))
 }
 
 /// Starts this thread's reader now, if it has none: a thread whose reads must not wait calls
 /// this before its work starts. (Starting a reader waits for a new process to get a CPU, which
 /// took most of a second here on CPUs kept busy by others.)
-pub fn start_for_this_thread() {
+pub(crate) fn start_for_this_thread() {
     with_reader(None, |_| Ok(()));
 }
 
 /// The text of `/proc/PID/maps` of process `tgid` (of `user`), read by this thread's reader a
 /// chunk at a time. Once a chunk got no answer (or the user's processes are not read now),
 /// reading fails with `WouldBlock`: the process's maps are not known for now.
-pub fn maps(tgid: Tgid, user: Option<u32>) -> MapsText {
+pub(crate) fn maps(tgid: Tgid, user: Option<u32>) -> MapsText {
     MapsText { tgid, user, started: false, failed: false }
 }
 
 /// See [`maps`].
-pub struct MapsText {
+pub(crate) struct MapsText {
     tgid: Tgid,
     user: Option<u32>,
     started: bool,
@@ -526,7 +526,7 @@ fn barred(user: Option<u32>) -> bool {
 
 /// The summary's lines about readers: those abandoned and the users barred, and why one could
 /// not start.
-pub fn summary() -> Vec<String> {
+pub(crate) fn summary() -> Vec<String> {
     let mut lines = Vec::new();
     let stuck = STUCK.load(Ordering::Relaxed);
     if stuck > 0 {

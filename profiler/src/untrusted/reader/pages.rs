@@ -4,7 +4,7 @@ use std::{fs::File, os::unix::fs::FileExt as _};
 
 /// Pages of `/proc/PID/pagemap`, and the bits of an entry that say a page is present, and a
 /// page of a file (or shared memory).
-pub const PAGE: u64 = 4096;
+pub(crate) const PAGE: u64 = 4096;
 const PRESENT: u64 = 1 << 63;
 const FILE: u64 = 1 << 61;
 /// Pagemap entries looked at in one read, at most (a read of up to 2 MiB).
@@ -14,7 +14,7 @@ const KEPT: usize = 16;
 
 /// What a read came to.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Outcome {
+pub(super) enum Outcome {
     /// The buffer holds the bytes.
     Read,
     /// That memory cannot be read, or a page of it is not present.
@@ -26,7 +26,7 @@ pub enum Outcome {
 
 /// The `/proc` files of the processes read last, opened once each.
 #[derive(Default)]
-pub struct Processes {
+pub(super) struct Processes {
     /// The most recently read last.
     open: Vec<(u32, ProcFile, ProcFile)>,
 }
@@ -35,7 +35,7 @@ impl Processes {
     /// Fills `buf` from `addr` of process `pid`, whole or not at all, if every page it spans is
     /// present: nothing is faulted in. Pages of files are read only if `files_allowed`; else
     /// they are listed in `file_pages` (as many as fit) and nothing is read.
-    pub fn read(
+    pub(super) fn read(
         &mut self,
         pid: u32,
         addr: u64,
