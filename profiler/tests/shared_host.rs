@@ -322,9 +322,8 @@ fn a_file_system_that_never_answers_stalls_nothing() {
         return;
     }
     let _alone = alone_on_the_machine();
-    let dir = nobodys_dir("fuse-stall");
-    let plugin = build_workload("plugin.c", "libplugin-fuse.so", "gcc", &["-O2", "-g", "-shared", "-fPIC"]);
-    let fuse = StallingFuse::mount(&dir, &plugin);
+    let fuse = StallingFuse::serving_plugin("stall");
+    let dir = &fuse.dir;
     let library = fuse.mount.join("lib.so");
     let many_libs = build_workload("many_libs.c", "many_libs", "gcc", &["-O2", "-ldl"]);
     let _user = KillOnDrop(as_nobody(&many_libs).arg("60").arg(&library).spawn().unwrap());
@@ -367,9 +366,8 @@ fn a_target_mapping_a_daemons_file_under_a_read_holds_up_only_its_reader() {
         return;
     }
     let _alone = alone_on_the_machine();
-    let dir = nobodys_dir("fuse-race");
-    let plugin = build_workload("plugin.c", "libplugin-race.so", "gcc", &["-O2", "-g", "-shared", "-fPIC"]);
-    let mut fuse = StallingFuse::mount(&dir, &plugin);
+    let mut fuse = StallingFuse::serving_plugin("race");
+    let dir = fuse.dir.clone();
     let fake = build_workload("fake_python.c", "fake/python3.12", "gcc", &["-O1", "-g", "-rdynamic"]);
     let data = fuse.mount.join("data");
     fuse.keep(KillOnDrop(as_nobody(&fake).args(["60", "names-racing"]).arg(&data).spawn().unwrap()));
@@ -406,9 +404,8 @@ fn a_process_holding_its_memorys_lock_for_a_daemon_stalls_nothing() {
         return;
     }
     let _alone = alone_on_the_machine();
-    let dir = nobodys_dir("fuse-wedge");
-    let plugin = build_workload("plugin.c", "libplugin-wedge.so", "gcc", &["-O2", "-g", "-shared", "-fPIC"]);
-    let mut fuse = StallingFuse::mount(&dir, &plugin);
+    let mut fuse = StallingFuse::serving_plugin("wedge");
+    let (dir, plugin) = (fuse.dir.clone(), fuse.plugin.clone());
     let wedged = build_workload("wedged.c", "wedged", "gcc", &["-O2", "-ldl", "-lpthread"]);
     let hold = fuse.mount.join("hold");
     fuse.keep(start_as_nobody(&wedged, &["60", plugin.to_str().unwrap(), hold.to_str().unwrap()]));
@@ -436,9 +433,11 @@ fn a_process_holding_its_memorys_lock_for_a_daemon_stalls_nothing() {
     assert_split(&mine, "main", 10.0, 0.9);
 }
 
-/// nobody's FUSE file system of `fuse_stall.c`, serving `library` as `lib.so`, at `mount` in a
-/// directory of nobody's: unmounted, its daemon killed, when dropped.
+/// nobody's FUSE file system of `fuse_stall.c`, serving `plugin` as `lib.so`, at `mount` in
+/// `dir`, a directory of nobody's: unmounted, its daemon killed, when dropped.
 struct StallingFuse {
+    dir: PathBuf,
+    plugin: PathBuf,
     mount: PathBuf,
     log: PathBuf,
     // Dropped in this order: the daemon's end ends the waits for it, which its users' ends
@@ -449,8 +448,17 @@ struct StallingFuse {
 }
 
 impl StallingFuse {
-    fn mount(dir: &Path, library: &Path) -> Self {
-        let daemon = fuse_daemon(dir);
+    /// The file system of the test `name`, in `nobodys_dir("fuse-NAME")`, serving a build of
+    /// `plugin.c` of its own.
+    fn serving_plugin(name: &str) -> Self {
+        let dir = nobodys_dir(&format!("fuse-{name}"));
+        let plugin = build_workload(
+            "plugin.c",
+            &format!("libplugin-{name}.so"),
+            "gcc",
+            &["-O2", "-g", "-shared", "-fPIC"],
+        );
+        let daemon = fuse_daemon(&dir);
         let mount = dir.join("mnt");
         std::fs::create_dir(&mount).unwrap();
         std::os::unix::fs::chown(&mount, Some(NOBODY), Some(NOBODY)).unwrap();
@@ -461,7 +469,7 @@ impl StallingFuse {
             .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
             .arg(&daemon)
             .arg(&mount)
-            .arg(library)
+            .arg(&plugin)
             .arg(&log)
             .stdin(Stdio::null())
             .spawn()
@@ -472,7 +480,7 @@ impl StallingFuse {
             assert!(mounted.elapsed() < Duration::from_secs(10), "the FUSE file system was not mounted");
             std::thread::sleep(Duration::from_millis(50));
         }
-        Self { _unmount: Unmount(mount.clone()), mount, log, _daemon: fuse, users: Vec::new() }
+        Self { _unmount: Unmount(mount.clone()), dir, plugin, mount, log, _daemon: fuse, users: Vec::new() }
     }
 
     /// Keeps `process`, which uses the file system, until the daemon has gone.
