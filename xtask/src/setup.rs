@@ -46,6 +46,7 @@ pub fn ensure(root: &Path) -> Result<()> {
     ensure_bpf_linker(root)?;
     ensure_packages()?;
     ensure_debian_python(root)?;
+    ensure_debian_go(root)?;
     ensure_python_services(root)?;
     ensure_speedscope_schema(root)?;
     ensure_node_versions(root)
@@ -76,8 +77,59 @@ fn ensure_debian_python(root: &Path) -> Result<()> {
     }
     eprintln!("xtask: fetching Debian unstable's CPython 3.14 into {DEBIAN_PYTHON_DIR}");
     let dir = root.join(DEBIAN_PYTHON_DIR);
-    // apt with lists and a cache of its own, beside the unpacked files: the machine's sources
-    // stay as they are.
+    unpack_debian_unstable(&dir, &DEBIAN_PYTHON_PACKAGES)?;
+    // The executable in place, as unpacked, runs with Debian's newer C library: its loader, then
+    // its libraries before the machine's (for the rest: zlib, expat, libffi), for the
+    // modules it loads too (an RPATH, which unlike a RUNPATH applies to them).
+    let libc = fs::canonicalize(dir.join("usr/lib/x86_64-linux-gnu"))?;
+    check(
+        Command::new("patchelf")
+            .arg("--force-rpath")
+            .arg("--set-interpreter")
+            .arg(libc.join("ld-linux-x86-64.so.2"))
+            .arg("--set-rpath")
+            .arg(format!("{}:/usr/lib/x86_64-linux-gnu", libc.display()))
+            .arg(&python),
+    )?;
+    let version = output(Command::new(&python).args(["-c", DEBIAN_PYTHON_CHECK]))?;
+    eprintln!("xtask: {DEBIAN_PYTHON} runs CPython {}", version.trim());
+    Ok(())
+}
+
+/// The newest two Go toolchains, from Debian unstable (Debian stable's `golang-go` is the
+/// oldest the Go tests build with): unpacked under `.tools/debian-sid-go/usr/lib/go-1.NN/`,
+/// each with its standard library's sources (`golang-1.NN-src`), where the tests find them.
+const DEBIAN_GO_DIR: &str = ".tools/debian-sid-go";
+const DEBIAN_GO_VERSIONS: [&str; 2] = ["1.26", "1.27"];
+
+fn ensure_debian_go(root: &Path) -> Result<()> {
+    let dir = root.join(DEBIAN_GO_DIR);
+    let go = |version: &str| dir.join(format!("usr/lib/go-{version}/bin/go"));
+    let runs =
+        |version: &str| Command::new(go(version)).arg("version").output().is_ok_and(|o| o.status.success());
+    if DEBIAN_GO_VERSIONS.iter().all(|version| runs(version)) {
+        return Ok(());
+    }
+    eprintln!(
+        "xtask: fetching Debian unstable's Go {} into {DEBIAN_GO_DIR}",
+        DEBIAN_GO_VERSIONS.join(" and ")
+    );
+    let packages: Vec<String> = DEBIAN_GO_VERSIONS
+        .iter()
+        .flat_map(|version| [format!("golang-{version}-go"), format!("golang-{version}-src")])
+        .collect();
+    unpack_debian_unstable(&dir, &packages.iter().map(String::as_str).collect::<Vec<_>>())?;
+    for version in DEBIAN_GO_VERSIONS {
+        let said = output(Command::new(go(version)).arg("version"))?;
+        eprintln!("xtask: {} is {}", go(version).display(), said.trim());
+    }
+    Ok(())
+}
+
+/// Debian unstable's `packages`, downloaded by apt with lists and a cache of its own (under
+/// `dir/apt`: the machine's sources stay as they are) and unpacked into `dir` with `dpkg -x`,
+/// as newer runtimes than this machine's stable suite has are installed for the tests.
+fn unpack_debian_unstable(dir: &Path, packages: &[&str]) -> Result<()> {
     let apt = dir.join("apt");
     for sub in ["lists/partial", "cache/archives/partial", "debs"] {
         fs::create_dir_all(apt.join(sub))?;
@@ -104,26 +156,11 @@ fn ensure_debian_python(root: &Path) -> Result<()> {
         check(&mut command)
     };
     let debs = apt.join("debs");
-    apt_get(&["update"], &dir)?;
-    apt_get(&[&["download"][..], &DEBIAN_PYTHON_PACKAGES].concat(), &debs)?;
+    apt_get(&["update"], dir)?;
+    apt_get(&[&["download"][..], packages].concat(), &debs)?;
     for deb in fs::read_dir(&debs)? {
-        check(Command::new("dpkg").arg("-x").arg(deb?.path()).arg(&dir))?;
+        check(Command::new("dpkg").arg("-x").arg(deb?.path()).arg(dir))?;
     }
-    // The executable in place, as unpacked, runs with Debian's newer C library: its loader, then
-    // its libraries before the machine's (for the rest: zlib, expat, libffi), for the
-    // modules it loads too (an RPATH, which unlike a RUNPATH applies to them).
-    let libc = fs::canonicalize(dir.join("usr/lib/x86_64-linux-gnu"))?;
-    check(
-        Command::new("patchelf")
-            .arg("--force-rpath")
-            .arg("--set-interpreter")
-            .arg(libc.join("ld-linux-x86-64.so.2"))
-            .arg("--set-rpath")
-            .arg(format!("{}:/usr/lib/x86_64-linux-gnu", libc.display()))
-            .arg(&python),
-    )?;
-    let version = output(Command::new(&python).args(["-c", DEBIAN_PYTHON_CHECK]))?;
-    eprintln!("xtask: {DEBIAN_PYTHON} runs CPython {}", version.trim());
     Ok(())
 }
 
