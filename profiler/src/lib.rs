@@ -78,6 +78,14 @@ pub mod stages {
         };
     }
 
+    /// Go's table of functions over any bytes (the `go_table` fuzz target).
+    pub mod go {
+        pub use crate::runtimes::go::{
+            fixture,
+            table::{Function, GoTable, Located, MAX_INLINED, Placement, Version},
+        };
+    }
+
     /// V8's walk and naming over fixture memory (the `v8_walk` fuzz target).
     pub mod v8 {
         pub use crate::runtimes::v8::{

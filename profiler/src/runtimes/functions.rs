@@ -48,15 +48,19 @@ pub enum Kind {
     JavaStub,
     /// A JavaScript function (V8's), shown as Python's are: with its file and line.
     JavaScript,
+    /// A Go function, named from its binary's table: native code, with its file and line.
+    Go,
+    /// A Go function inlined into the one below it.
+    GoInlined,
 }
 
 impl Kind {
     fn symbol_kind(self) -> SymbolKind {
         match self {
             Self::Python | Self::JavaScript => SymbolKind::Script,
-            Self::JavaInterpreted => SymbolKind::Function,
+            Self::JavaInterpreted | Self::Go => SymbolKind::Function,
             Self::JavaCompiled | Self::JavaStub => SymbolKind::Jit,
-            Self::JavaInlined => SymbolKind::Inlined,
+            Self::JavaInlined | Self::GoInlined => SymbolKind::Inlined,
         }
     }
 }

@@ -16,6 +16,7 @@
 //! line in [`Runtimes::new`].
 mod discovery;
 pub(crate) mod functions;
+pub(crate) mod go;
 pub(crate) mod hotspot;
 mod kernel_table;
 pub(crate) mod memory;
@@ -29,7 +30,7 @@ use std::{any::Any, marker::PhantomData, sync::Arc, time::Instant};
 use profiler_common::runtimes::{RuntimeKind, RuntimeProcess};
 use rustc_hash::FxHashSet;
 
-pub(crate) use self::discovery::ImageFile;
+pub(crate) use self::discovery::{ImageFile, Mark};
 use self::{
     discovery::{Discovery, Found, Recogniser},
     functions::Functions,
@@ -62,9 +63,10 @@ pub(crate) trait Runtime: Send + 'static {
     /// table) is looked at again.
     const RECHECK_NS: u64;
 
-    /// Whether a file that defines `symbol` for dynamic linking may be one of its images: what
-    /// every file a process maps executable is checked for, whatever it is called.
-    fn marks(symbol: &[u8]) -> bool;
+    /// Whether a file with `mark` (a symbol it defines for dynamic linking, or a section) may be
+    /// one of its images: what every file a process maps executable is checked for, whatever it
+    /// is called.
+    fn marks(mark: Mark<'_>) -> bool;
     /// What it needs of `file`, which its marks were found in: `None` when it is not one of its
     /// images, an error when it is one it does not read (what it is, for the summary). Runs on
     /// discovery's worker, once per file.
@@ -164,8 +166,8 @@ pub(crate) struct Shared {
 struct RecogniserOf<R>(PhantomData<fn() -> R>);
 
 impl<R: Runtime> Recogniser for RecogniserOf<R> {
-    fn marks(&self, symbol: &[u8]) -> bool {
-        R::marks(symbol)
+    fn marks(&self, mark: Mark<'_>) -> bool {
+        R::marks(mark)
     }
 
     fn recognise(&self, file: &ImageFile<'_>) -> anyhow::Result<Option<Arc<dyn Any + Send + Sync>>> {
@@ -196,7 +198,8 @@ impl Runtimes {
             // One line per runtime.
             .add(python::Python::default())
             .add(hotspot::HotSpot::default())
-            .add(v8::V8::default());
+            .add(v8::V8::default())
+            .add(go::Go::default());
         let shared = Shared {
             allowance: Arc::new(Allowance::default()),
             table: KernelTable::new(system_wide),

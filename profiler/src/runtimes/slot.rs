@@ -375,7 +375,7 @@ mod tests {
         const NAME: &'static str = "Fake";
         const RECHECK_NS: u64 = 2 * YOUNG_NS;
 
-        fn marks(_: &[u8]) -> bool {
+        fn marks(_: super::super::Mark<'_>) -> bool {
             false
         }
 

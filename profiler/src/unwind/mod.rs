@@ -130,6 +130,8 @@ pub enum RuntimeStep {
     /// Its code, but the frame could not be stepped: the unwinder tries what it does for code
     /// without CFI.
     Lost,
+    /// Its code, where its stacks start (a Go goroutine's first frame): nothing above it.
+    Outermost,
 }
 
 /// A [`RuntimeCode`] that owns no code.
@@ -206,14 +208,15 @@ impl Unwinder {
                 let mut is_code = |addr| is_code(space, addr);
                 // A frame the runtime could not step is stepped as any code without CFI (by
                 // frame pointers, which a JIT may keep, or as a leaf).
-                if let RuntimeStep::Caller(caller) = runtime.step(depth, &unwind_regs, stack, &mut is_code)
-                    && caller.sp() > unwind_regs.sp()
-                    && caller.ip() != 0
-                {
-                    guessed = None;
-                    unwind_regs = caller;
-                    addr = caller.ip();
-                    continue;
+                match runtime.step(depth, &unwind_regs, stack, &mut is_code) {
+                    RuntimeStep::Caller(caller) if caller.sp() > unwind_regs.sp() && caller.ip() != 0 => {
+                        guessed = None;
+                        unwind_regs = caller;
+                        addr = caller.ip();
+                        continue;
+                    }
+                    RuntimeStep::Outermost => break UnwindEnd::Bottom,
+                    _ => {}
                 }
             }
             let (lookup, without_cfi) = match location {

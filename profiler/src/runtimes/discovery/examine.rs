@@ -5,7 +5,7 @@
 //! command will map and for `profiler check`.
 use std::{any::Any, cell::Cell, io, panic::AssertUnwindSafe, path::Path, sync::Arc};
 
-use object::{Object as _, ObjectSymbol as _, read::elf::ElfFile64};
+use object::{Object as _, ObjectSection as _, ObjectSymbol as _, read::elf::ElfFile64};
 
 use crate::{
     address_space::{Backing, Identity, Mapping, open_mapped},
@@ -34,11 +34,20 @@ impl ImageFile<'_> {
     }
 }
 
+/// What a file is checked for to find which runtimes' images it may be.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Mark<'a> {
+    /// A symbol it defines for dynamic linking.
+    Symbol(&'a [u8]),
+    /// A section it has, by name.
+    Section(&'a [u8]),
+}
+
 /// A runtime's recognition, as discovery runs it (on its worker): what marks its images, and what
 /// it makes of one.
 pub(crate) trait Recogniser: Send + Sync {
-    /// Whether a file defining `symbol` for dynamic linking may be one of its images.
-    fn marks(&self, symbol: &[u8]) -> bool;
+    /// Whether a file with `mark` may be one of its images.
+    fn marks(&self, mark: Mark<'_>) -> bool;
     /// Its image in `file` (`None`: not one after all), or what it is when it is one it does
     /// not read.
     fn recognise(&self, file: &ImageFile<'_>) -> anyhow::Result<Option<Arc<dyn Any + Send + Sync>>>;
@@ -116,19 +125,21 @@ fn examine_file(recognisers: &[Box<dyn Recogniser>], path: &Path, file: &StableF
     Examined { images, given_up: false, held }
 }
 
-/// The recognisers (by index) whose marks `image` defines among its first [`MAX_SYMBOLS`]
-/// dynamic symbols.
+/// The recognisers (by index) whose marks `image` has among its sections and its first
+/// [`MAX_SYMBOLS`] dynamic symbols.
 fn marked_by(recognisers: &[Box<dyn Recogniser>], image: &[u8]) -> Vec<usize> {
     let Ok(elf) = ElfFile64::<object::Endianness>::parse(image) else { return Vec::new() };
     let mut marked = Vec::new();
+    let sections = elf.sections().filter_map(|section| section.name_bytes().ok()).map(Mark::Section);
     let defined = elf
         .dynamic_symbols()
         .take(MAX_SYMBOLS)
-        .filter(|symbol| !symbol.is_undefined() && symbol.section_index().is_some());
-    for symbol in defined {
-        let Ok(name) = symbol.name_bytes() else { continue };
+        .filter(|symbol| !symbol.is_undefined() && symbol.section_index().is_some())
+        .filter_map(|symbol| symbol.name_bytes().ok())
+        .map(Mark::Symbol);
+    for mark in sections.chain(defined) {
         for (index, recogniser) in recognisers.iter().enumerate() {
-            if !marked.contains(&index) && recogniser.marks(name) {
+            if !marked.contains(&index) && recogniser.marks(mark) {
                 marked.push(index);
             }
         }

@@ -22,7 +22,7 @@ use std::{num::NonZeroUsize, sync::Arc};
 use lru::LruCache;
 use rustc_hash::{FxHashMap, FxHashSet};
 
-pub(crate) use self::examine::{ImageFile, Recognised, Recogniser};
+pub(crate) use self::examine::{ImageFile, Mark, Recognised, Recogniser};
 use self::{
     examine::{Examined, examine},
     worker::{Job, Worker},
@@ -385,8 +385,8 @@ mod tests {
     struct Libc;
 
     impl Recogniser for Libc {
-        fn marks(&self, symbol: &[u8]) -> bool {
-            symbol == b"malloc"
+        fn marks(&self, mark: Mark<'_>) -> bool {
+            mark == Mark::Symbol(b"malloc")
         }
 
         fn recognise(&self, file: &ImageFile<'_>) -> anyhow::Result<Option<Arc<dyn Any + Send + Sync>>> {
@@ -398,7 +398,7 @@ mod tests {
     struct Nothing;
 
     impl Recogniser for Nothing {
-        fn marks(&self, _: &[u8]) -> bool {
+        fn marks(&self, _: Mark<'_>) -> bool {
             false
         }
 

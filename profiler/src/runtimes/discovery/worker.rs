@@ -318,8 +318,8 @@ mod tests {
     struct Slow;
 
     impl Recogniser for Slow {
-        fn marks(&self, symbol: &[u8]) -> bool {
-            symbol == b"malloc"
+        fn marks(&self, mark: super::super::Mark<'_>) -> bool {
+            mark == super::super::Mark::Symbol(b"malloc")
         }
 
         fn recognise(

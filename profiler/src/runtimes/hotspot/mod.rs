@@ -34,7 +34,7 @@ use self::{
     vm_structs::{Image, TableCounts, VmStructs},
 };
 use super::{
-    ImageFile, Refusal, Runtime,
+    ImageFile, Mark, Refusal, Runtime,
     functions::{FunctionRef, Functions, Kind},
     memory::{self, Allowance, Memory, ProcessMemory, ReadMemory, read_bytes, read_u32, read_u64},
 };
@@ -98,8 +98,8 @@ impl Runtime for HotSpot {
     const RECHECK_NS: u64 = 20_000_000;
 
     /// `libjvm.so` defines the tables HotSpot exports for external tools.
-    fn marks(symbol: &[u8]) -> bool {
-        symbol == b"gHotSpotVMStructs"
+    fn marks(mark: Mark<'_>) -> bool {
+        mark == Mark::Symbol(b"gHotSpotVMStructs")
     }
 
     fn recognise(file: &ImageFile<'_>) -> Result<Option<LibJvm>> {

@@ -29,7 +29,7 @@ use profiler_common::runtimes::{
 
 use self::{code::CodeObject, interpreter::Interpreter};
 use super::{
-    ImageFile, Refusal, Runtime,
+    ImageFile, Mark, Refusal, Runtime,
     functions::{FunctionRef, Functions, Kind},
     memory::{self, Allowance, ProcessMemory},
 };
@@ -102,8 +102,8 @@ impl Runtime for Python {
 
     /// An interpreter (a `python` executable with it linked in, or a `libpython`, whatever it
     /// is called) defines `PyCode_Type`; an extension module only refers to it.
-    fn marks(symbol: &[u8]) -> bool {
-        symbol == b"PyCode_Type"
+    fn marks(mark: Mark<'_>) -> bool {
+        mark == Mark::Symbol(b"PyCode_Type")
     }
 
     fn recognise(file: &ImageFile<'_>) -> anyhow::Result<Option<Interpreter>> {

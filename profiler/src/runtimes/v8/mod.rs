@@ -32,7 +32,7 @@ use self::{
     stack::JsFrame,
 };
 use super::{
-    ImageFile, Refusal, Runtime,
+    ImageFile, Mark, Refusal, Runtime,
     functions::{FunctionRef, Functions, Kind},
     memory::{self, Allowance, Memory, ProcessMemory},
     ranges::Ranges,
@@ -87,8 +87,8 @@ impl Runtime for V8 {
 
     /// A binary embedding V8 (`node`, `libnode.so`) defines V8's `v8dbg_*` metadata for
     /// debuggers.
-    fn marks(symbol: &[u8]) -> bool {
-        symbol.starts_with(b"v8dbg_")
+    fn marks(mark: Mark<'_>) -> bool {
+        matches!(mark, Mark::Symbol(symbol) if symbol.starts_with(b"v8dbg_"))
     }
 
     fn recognise(file: &ImageFile<'_>) -> Result<Option<Binary>> {

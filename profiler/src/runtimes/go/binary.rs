@@ -1,0 +1,120 @@
+//! Where Go's linker put what the table needs in a binary: the table's section, the runtime's
+//! module data (`runtime.firstmoduledata`, which says where Go's text and its functions' data
+//! start when the table does not), the release that built it (`.go.buildinfo`), and the load
+//! segments that turn the addresses those hold into places in the file.
+use std::ops::Range;
+
+use anyhow::{Result, bail};
+use object::{Object as _, ObjectSection as _, ObjectSegment as _, read::elf::ElfFile64};
+
+/// The sections Go's linker puts the table in (position-independent builds before Go 1.26 put
+/// it with the data made read-only after relocation).
+pub(super) const SECTIONS: [&str; 2] = [".gopclntab", ".data.rel.ro.gopclntab"];
+/// Go 1.26 and later give `runtime.firstmoduledata` a section of its own.
+const MODULE_SECTION: &str = ".go.module";
+/// Where it is before that.
+const MODULE_DATA_SECTIONS: [&str; 2] = [".noptrdata", ".data"];
+/// Words of the module data kept: as far as its last field read (`gofunc`, Go 1.27's).
+const MODULE_WORDS: usize = 44;
+/// The section the release is in, and its header's magic.
+const BUILD_INFO_SECTION: &str = ".go.buildinfo";
+const BUILD_INFO_MAGIC: &[u8] = b"\xff Go buildinf:";
+/// The release's length read at most (`go1.26.10`, or `devel go1.27-abcdef Tue ...`).
+const MAX_RELEASE: usize = 128;
+
+/// What a Go binary holds around its table of functions.
+#[derive(Clone, Debug, Default)]
+pub struct Placement {
+    /// Where the table is in the file.
+    pub table: Range<usize>,
+    /// The table's address (an SVMA).
+    pub address: u64,
+    /// The first words of `runtime.firstmoduledata`, when found.
+    pub module_data: Option<Vec<u64>>,
+    /// The release that built it (`go1.26.10`), when it says.
+    pub release: Option<String>,
+    /// The load segments: their addresses (SVMAs) and where they start in the file.
+    pub segments: Vec<(Range<u64>, u64)>,
+}
+
+impl Placement {
+    /// What the ELF file `bytes` holds around its table: `None` when it has none.
+    pub(super) fn find(bytes: &[u8]) -> Result<Option<Self>> {
+        let elf = ElfFile64::<object::Endianness>::parse(bytes)?;
+        let Some(section) = SECTIONS.iter().find_map(|name| elf.section_by_name(name)) else {
+            return Ok(None);
+        };
+        let Some((start, size)) = section.file_range() else { bail!("Go's table has no bytes in the file") };
+        let segments = elf
+            .segments()
+            .filter_map(|segment| {
+                let (offset, size) = segment.file_range();
+                Some((segment.address()..segment.address().checked_add(size)?, offset))
+            })
+            .collect();
+        let mut placement = Self {
+            table: usize::try_from(start)?..usize::try_from(start.saturating_add(size))?,
+            address: section.address(),
+            module_data: module_data(&elf, section.address()),
+            release: None,
+            segments,
+        };
+        placement.release =
+            elf.section_by_name(BUILD_INFO_SECTION).and_then(|s| placement.release(s.data().ok()?, bytes));
+        Ok(Some(placement))
+    }
+
+    /// Where the address `svma` is in the file, with at least `len` bytes there.
+    pub(super) fn file_offset(&self, svma: u64, len: u64) -> Option<usize> {
+        let (range, offset) = self.segments.iter().find(|(range, _)| range.contains(&svma))?;
+        (svma.checked_add(len)? <= range.end).then_some(())?;
+        usize::try_from(offset + (svma - range.start)).ok()
+    }
+
+    /// The Go minor release that built it (26 for `go1.26.10`).
+    pub(super) fn minor_release(&self) -> Option<u32> {
+        let rest = self.release.as_deref()?.split("go1.").nth(1)?;
+        let digits = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+        rest[..digits].parse().ok()
+    }
+
+    /// The release `.go.buildinfo` (`info`) names: inline since Go 1.18 (a varint-prefixed
+    /// string after the header), else through a pointer to a Go string in the file (`bytes`).
+    fn release(&self, info: &[u8], bytes: &[u8]) -> Option<String> {
+        let header = info.get(..32)?;
+        if !header.starts_with(BUILD_INFO_MAGIC) || header[14] != 8 || header[15] & 1 != 0 {
+            return None;
+        }
+        let release = if header[15] & 2 != 0 {
+            let mut rest = &info[32..];
+            let len = usize::try_from(super::table::uvarint(&mut rest)?).ok()?;
+            rest.get(..len.min(MAX_RELEASE))?
+        } else {
+            let word =
+                |bytes: &[u8], at: usize| Some(u64::from_le_bytes(bytes.get(at..at + 8)?.try_into().ok()?));
+            let string = self.file_offset(word(header, 16)?, 16)?;
+            let (pointer, len) = (word(bytes, string)?, word(bytes, string + 8)?.min(MAX_RELEASE as u64));
+            let at = self.file_offset(pointer, len)?;
+            bytes.get(at..at + len as usize)?
+        };
+        Some(String::from_utf8_lossy(release).into_owned())
+    }
+}
+
+/// The words of `runtime.firstmoduledata`: its own section's (Go 1.26 and later), else those
+/// from the first 8-aligned place in Go's data sections that holds the table's address (`table`,
+/// its first field), as far as [`MODULE_WORDS`] go.
+fn module_data(elf: &ElfFile64<'_, object::Endianness>, table: u64) -> Option<Vec<u64>> {
+    let words = |bytes: &[u8]| -> Vec<u64> {
+        bytes.as_chunks::<8>().0.iter().map(|word| u64::from_le_bytes(*word)).collect()
+    };
+    let from = |data: &[u64], at: usize| data.get(at..at + MODULE_WORDS).map(<[u64]>::to_vec);
+    if let Some(section) = elf.section_by_name(MODULE_SECTION) {
+        let data = words(section.data().ok()?);
+        return (data.first() == Some(&table)).then(|| from(&data, 0)).flatten();
+    }
+    MODULE_DATA_SECTIONS.iter().find_map(|name| {
+        let data = words(elf.section_by_name(name)?.data().ok()?);
+        from(&data, data.iter().position(|&word| word == table)?)
+    })
+}

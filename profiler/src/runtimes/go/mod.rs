@@ -1,0 +1,251 @@
+//! Go, from outside the process, with no flags: its binaries, stripped or not, unwound and named
+//! from Go's own table of its functions ([`table`]).
+//!
+//! Go writes no CFI (`.eh_frame`), and a stripped binary (`-ldflags=-s -w`) has no symbols and
+//! no DWARF either; but every Go binary keeps the table its runtime walks its own stacks with.
+//! Its table is read once per file, in place, by discovery's worker. The unwinder hands every
+//! frame of the binary to [`GoProcess`] ([`stack`]), which steps Go's functions by the stack
+//! offset the table gives at their PC and leaves the rest (the C code of a cgo binary, which
+//! has CFI) to the unwinder. Each frame stepped is then named from the table: its function, file
+//! and line, cached per PC.
+mod binary;
+#[cfg(any(test, feature = "testing"))]
+pub mod fixture;
+mod stack;
+pub(crate) mod table;
+#[cfg(test)]
+mod tests;
+
+use std::{ops::Range, sync::Arc};
+
+use anyhow::Result;
+use memmap2::Mmap;
+
+use self::table::{GoTable, Version};
+use super::{
+    ImageFile, Mark, Refusal, Runtime,
+    functions::{FunctionRef, Functions, Kind},
+    memory::Allowance,
+};
+use crate::{
+    address_space::{Mapping, ModuleId, ProcessView},
+    decode::UserRegs,
+    frame::{Frame, lookup_address},
+    untrusted::{Cache, DESCRIBED},
+    unwind::RuntimeCode,
+};
+
+/// What a PC's name holds in the cache, about: key, value and the cache's links.
+const ENTRY_BYTES: u64 = 64;
+
+/// Go, as a [`Runtime`]: what became of Go's frames.
+#[derive(Default)]
+pub(crate) struct Go {
+    stats: Stats,
+}
+
+/// What became of Go's frames, for the run summary.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Stats {
+    /// Frames named from the table.
+    frames: u64,
+    /// Frames of Go's code its table could not step, in processes let go.
+    lost: u64,
+}
+
+/// A Go binary: its table of functions, read in place from its file.
+pub(crate) struct Binary {
+    table: GoTable<Mmap>,
+    facts: crate::untrusted::ElfFacts,
+}
+
+impl Binary {
+    /// What it is: Go's release (or the layout of its table), and what is read of it.
+    fn describe(&self) -> String {
+        let table = &self.table;
+        let release = match (table.release(), table.version()) {
+            (Some(release), _) => release.to_owned(),
+            (None, Version::Go116) => "Go 1.16-1.17".to_owned(),
+            (None, Version::Go118) => "Go 1.18-1.19".to_owned(),
+            (None, Version::Go120) => "Go 1.20 or later".to_owned(),
+        };
+        let inlined = match table.reads_inlined() {
+            true => "with its inlined calls",
+            false => "without its inlined calls (where its functions' data is was not found)",
+        };
+        format!("{release}: its table of {} functions read, {inlined}", table.functions())
+    }
+}
+
+/// A process running a Go binary.
+pub(crate) struct GoProcess {
+    binary: Arc<Binary>,
+    module: ModuleId,
+    /// What the binary's addresses (SVMAs) are moved by in the process.
+    bias: u64,
+    /// Where its Go functions are in the process.
+    text: Range<u64>,
+    /// The Go frames of the stack being walked: (depth, SVMA of the PC to name it by).
+    stepped: Vec<(usize, u64)>,
+    /// Frames by the SVMA they were named at: the functions inlined there, innermost first, then
+    /// the function, each with its line.
+    names: Cache<u64, Vec<(FunctionRef, u32)>>,
+    /// Frames of its code its table could not step.
+    lost: u64,
+}
+
+impl GoProcess {
+    /// Pushes the frames (innermost first) of the Go frame stepped at `depth`: false when there is
+    /// none there, or its function could not be named.
+    fn push_frames(&mut self, depth: usize, functions: &mut Functions, frames: &mut Vec<Frame>) -> bool {
+        let Some(&(_, svma)) = self.stepped.iter().find(|(at, _)| *at == depth) else { return false };
+        let before = frames.len();
+        if let Some(named) = self.names.get(&svma) {
+            frames.extend(as_frames(named));
+            return !named.is_empty();
+        }
+        let table = &self.binary.table;
+        let Some(function) = table.function(svma) else { return false };
+        let located = table.located(function, svma);
+        let outermost = located.len().saturating_sub(1);
+        let mut bytes = ENTRY_BYTES;
+        let named: Vec<(FunctionRef, u32)> = located
+            .iter()
+            .enumerate()
+            .map(|(i, at)| {
+                let kind = if i == outermost { Kind::Go } else { Kind::GoInlined };
+                bytes += (at.name.len() + at.file.len()) as u64;
+                let name = String::from_utf8_lossy(at.name);
+                (functions.intern(&name, &String::from_utf8_lossy(at.file), 0, kind), at.line)
+            })
+            .collect();
+        frames.extend(as_frames(&named));
+        if named.iter().all(|(function, _)| function.is_kept()) {
+            self.names.insert(svma, named, bytes);
+        }
+        frames.len() > before
+    }
+}
+
+impl Runtime for Go {
+    type Image = Binary;
+    type Instance = GoProcess;
+
+    const LABEL: &'static str = "go";
+    const NAME: &'static str = "Go";
+    /// A Go binary's table is there from its start: nothing to wait for.
+    const RECHECK_NS: u64 = 1_000_000_000;
+
+    /// Every Go binary has its table of functions in a section of its own.
+    fn marks(mark: Mark<'_>) -> bool {
+        matches!(mark, Mark::Section(name) if binary::SECTIONS.iter().any(|section| section.as_bytes() == name))
+    }
+
+    fn recognise(file: &ImageFile<'_>) -> Result<Option<Binary>> {
+        let Some(table) = GoTable::read(file.map()?)? else { return Ok(None) };
+        Ok(Some(Binary { table, facts: file.facts.clone() }))
+    }
+
+    fn attach(
+        &mut self,
+        view: &mut ProcessView<'_>,
+        binary: &Arc<Binary>,
+        module: ModuleId,
+        mapping: &Mapping,
+        _allowance: &Arc<Allowance>,
+    ) -> Result<GoProcess, Refusal> {
+        let refused = |why: &str| Refusal::Never(anyhow::anyhow!("{}, but {why}", binary.describe()));
+        let Some(text) = binary.table.text() else { return Err(refused("its functions' table ends early")) };
+        // The mapping of the binary that holds its Go code.
+        let mapped = view.mappings().find(|other| {
+            other.executable && other.dev == mapping.dev && other.inode == mapping.inode && {
+                let bias = binary.facts.load_bias(other.start, other.offset, other.end - other.start);
+                bias.is_some_and(|bias| (other.start..other.end).contains(&text.start.wrapping_add(bias)))
+            }
+        });
+        let Some(mapped) = mapped else {
+            return Err(Refusal::NotYet(anyhow::anyhow!(
+                "{}, but its Go code is not mapped yet",
+                binary.describe()
+            )));
+        };
+        let bias = binary
+            .facts
+            .load_bias(mapped.start, mapped.offset, mapped.end - mapped.start)
+            .expect("found by its bias");
+        Ok(GoProcess {
+            binary: binary.clone(),
+            module,
+            bias,
+            text: text.start.wrapping_add(bias)..text.end.wrapping_add(bias),
+            stepped: Vec::new(),
+            names: Cache::new(&DESCRIBED),
+            lost: 0,
+        })
+    }
+
+    fn stepper<'a>(
+        &'a mut self,
+        process: &'a mut GoProcess,
+        _time_ns: u64,
+        _regs: &UserRegs,
+    ) -> Option<&'a mut dyn RuntimeCode> {
+        process.stepped.clear();
+        Some(process)
+    }
+
+    fn push_frames(
+        &mut self,
+        process: &mut GoProcess,
+        depth: usize,
+        functions: &mut Functions,
+        frames: &mut Vec<Frame>,
+    ) -> bool {
+        let pushed = process.push_frames(depth, functions, frames);
+        self.stats.frames += u64::from(pushed);
+        pushed
+    }
+
+    fn pinned_module(&self, process: &GoProcess) -> Option<ModuleId> {
+        Some(process.module)
+    }
+
+    fn relieve(&mut self, process: &mut GoProcess) {
+        process.names.relieve();
+    }
+
+    fn inspect(&self, process: &GoProcess) -> String {
+        format!(
+            "{}; its Go code at {:#x}-{:#x}",
+            process.binary.describe(),
+            process.text.start,
+            process.text.end
+        )
+    }
+
+    fn detach(&mut self, process: GoProcess) {
+        self.stats.lost += process.lost;
+    }
+
+    fn describe(&self, running: &mut dyn Iterator<Item = &GoProcess>) -> Vec<String> {
+        let lost = self.stats.lost + running.map(|process| process.lost).sum::<u64>();
+        if self.stats.frames + lost == 0 {
+            return Vec::new();
+        }
+        vec![format!(
+            "{} Go frames named from their binaries' tables; {lost} frames of Go's code not stepped by them",
+            self.stats.frames
+        )]
+    }
+}
+
+/// The frames of functions named at a PC, innermost first.
+fn as_frames(named: &[(FunctionRef, u32)]) -> impl Iterator<Item = Frame> + '_ {
+    named.iter().map(|(function, line)| Frame::Runtime { function: function.id, line: *line })
+}
+
+/// The SVMA a frame's function and line are looked up at: its return address less one for a
+/// caller's (the call, not what follows it), as Go's own tracebacks do.
+fn lookup_svma(depth: usize, addr: u64, bias: u64) -> u64 {
+    lookup_address(depth, addr).wrapping_sub(bias)
+}

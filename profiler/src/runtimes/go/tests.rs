@@ -1,0 +1,243 @@
+use framehop::x86_64::UnwindRegsX86_64;
+
+use std::sync::Arc;
+
+use super::{
+    Binary, GoProcess,
+    fixture::{FixtureFunction, TEXT, table},
+    table::{GoTable, Located, Placement, Version},
+};
+use crate::{
+    address_space::ModuleId,
+    untrusted::{Cache, DESCRIBED, ElfFacts},
+};
+
+/// Each layout, and a release that writes it.
+const VERSIONS: [(Version, &str); 3] =
+    [(Version::Go116, "go1.16.15"), (Version::Go118, "go1.19.8"), (Version::Go120, "go1.26.10")];
+
+fn function(name: &str, size: u64, sp: &[(u64, i32)], lines: &[(u64, i32)], file: i32) -> FixtureFunction {
+    FixtureFunction {
+        name: name.into(),
+        size,
+        sp: sp.to_vec(),
+        lines: lines.to_vec(),
+        file,
+        ..Default::default()
+    }
+}
+
+/// `runtime.goexit`, then `main.work` (a frame of 0x28 bytes after a 4-byte prologue, lines 10
+/// to 12), then `main.leaf` (no frame, in another file).
+fn functions() -> Vec<FixtureFunction> {
+    vec![
+        function("runtime.goexit", 0x10, &[(0x10, 0)], &[(0x10, 400)], 0),
+        function(
+            "main.work",
+            0x40,
+            &[(0x4, 0), (0x3c, 0x28), (0x40, 0)],
+            &[(0x8, 10), (0x30, 11), (0x40, 12)],
+            1,
+        ),
+        function("main.leaf", 0x20, &[(0x20, 0)], &[(0x20, 7)], 2),
+    ]
+}
+
+const FILES: [&str; 3] = ["/usr/lib/go/src/runtime/asm_amd64.s", "/app/main.go", "/app/leaf.go"];
+
+fn go_table((version, release): (Version, &str)) -> GoTable<Vec<u8>> {
+    let (bytes, placement) = table(version, release, true, &functions(), &FILES);
+    GoTable::new(bytes, placement).unwrap()
+}
+
+#[test]
+fn functions_are_found_with_their_names_offsets_and_lines_in_every_layout() {
+    for (version, release) in VERSIONS {
+        let table = go_table((version, release));
+        assert_eq!(table.version(), version);
+        assert_eq!(table.release(), Some(release));
+        assert_eq!(table.functions(), 3);
+        assert_eq!(table.text(), Some(TEXT..TEXT + 0x70), "{version:?}");
+        assert_eq!(table.function(TEXT - 1), None, "before the text");
+        assert_eq!(table.function(TEXT + 0x70), None, "past the last function");
+        let work = table.function(TEXT + 0x10).unwrap();
+        assert_eq!(work.entry, TEXT + 0x10);
+        assert_eq!(table.function(TEXT + 0x4f), Some(work));
+        assert_eq!(table.name(work), Some(&b"main.work"[..]));
+        // Each run ends where the next starts.
+        assert_eq!(table.sp_offset(work, TEXT + 0x10), Some(0));
+        assert_eq!(table.sp_offset(work, TEXT + 0x14), Some(0x28));
+        assert_eq!(table.sp_offset(work, TEXT + 0x4b), Some(0x28));
+        assert_eq!(table.sp_offset(work, TEXT + 0x4c), Some(0));
+        assert_eq!(table.source(work, TEXT + 0x17), Some((&b"/app/main.go"[..], 10)));
+        assert_eq!(table.source(work, TEXT + 0x18), Some((&b"/app/main.go"[..], 11)));
+        assert_eq!(table.source(work, TEXT + 0x4f), Some((&b"/app/main.go"[..], 12)));
+        let leaf = table.function(TEXT + 0x6f).unwrap();
+        assert_eq!(table.name(leaf), Some(&b"main.leaf"[..]));
+        assert_eq!(table.source(leaf, TEXT + 0x50), Some((&b"/app/leaf.go"[..], 7)));
+        assert!(!table.writes_sp(leaf));
+    }
+}
+
+#[test]
+fn where_the_text_starts_comes_from_the_module_data_when_the_header_leaves_it_out() {
+    for release in ["go1.19.8", "go1.26.10"] {
+        let version = if release == "go1.19.8" { Version::Go118 } else { Version::Go120 };
+        let (bytes, placement) = table(version, release, false, &functions(), &FILES);
+        let table = GoTable::new(bytes.clone(), placement.clone()).unwrap();
+        assert_eq!(table.text(), Some(TEXT..TEXT + 0x70));
+        let without = Placement { module_data: None, ..placement.clone() };
+        let refused = GoTable::new(bytes.clone(), without).err().unwrap();
+        assert!(refused.to_string().contains("module data was not found"), "{refused}");
+        // Module data that does not say where the table's names are is another's.
+        let mut data = placement.module_data.clone().unwrap();
+        data[1] += 8;
+        let another = Placement { module_data: Some(data), ..placement };
+        assert!(GoTable::new(bytes, another).is_err());
+    }
+}
+
+/// `main.work` with `main.twice` inlined into it at 0x20-0x30 (called at 0x18) and
+/// `main.square` into `main.twice` at 0x28-0x30 (called at 0x24).
+fn inlining() -> Vec<FixtureFunction> {
+    vec![FixtureFunction {
+        name: "main.work".into(),
+        size: 0x40,
+        sp: vec![(0x40, 8)],
+        lines: vec![(0x18, 10), (0x20, 11), (0x24, 20), (0x28, 21), (0x30, 30), (0x40, 12)],
+        file: 0,
+        inlined: vec![("main.twice".into(), 0x18), ("main.square".into(), 0x24)],
+        inlined_at: vec![(0x20, -1), (0x28, 0), (0x30, 1), (0x40, -1)],
+        ..Default::default()
+    }]
+}
+
+#[test]
+fn calls_inlined_at_a_pc_are_frames_of_their_own_innermost_first() {
+    for (version, release) in [(Version::Go118, "go1.19.8"), (Version::Go120, "go1.26.10")] {
+        let (bytes, placement) = table(version, release, true, &inlining(), &["/app/main.go"]);
+        let table = GoTable::new(bytes.clone(), placement.clone()).unwrap();
+        assert!(table.reads_inlined());
+        let work = table.function(TEXT).unwrap();
+        let at = |name: &'static str, line| Located { name: name.as_bytes(), file: b"/app/main.go", line };
+        assert_eq!(table.located(work, TEXT + 0x10), [at("main.work", 10)]);
+        // Each caller on the line of its call.
+        assert_eq!(table.located(work, TEXT + 0x22), [at("main.twice", 20), at("main.work", 11)]);
+        assert_eq!(
+            table.located(work, TEXT + 0x2c),
+            [at("main.square", 30), at("main.twice", 21), at("main.work", 11)],
+            "{version:?}"
+        );
+        assert_eq!(table.located(work, TEXT + 0x38), [at("main.work", 12)]);
+        // A release whose module data is not known: the function alone.
+        let unknown = Placement { release: Some("go1.40.1".into()), ..placement };
+        let table = GoTable::new(bytes, unknown).unwrap();
+        assert!(!table.reads_inlined());
+        assert_eq!(table.located(work, TEXT + 0x2c), [at("main.work", 30)]);
+    }
+}
+
+#[test]
+fn an_inline_tree_that_loops_is_followed_only_so_far() {
+    // A call whose caller's PC is in the call itself.
+    let mut looping = inlining();
+    looping[0].inlined = vec![("main.twice".into(), 0x22)];
+    looping[0].inlined_at = vec![(0x20, -1), (0x30, 0), (0x40, -1)];
+    let (bytes, placement) = table(Version::Go120, "go1.26.10", true, &looping, &["/app/main.go"]);
+    let table = GoTable::new(bytes, placement).unwrap();
+    let work = table.function(TEXT).unwrap();
+    let located = table.located(work, TEXT + 0x22);
+    assert_eq!(located.len(), super::table::MAX_INLINED + 1);
+    assert_eq!(located.last().unwrap().name, b"main.work");
+}
+
+#[test]
+fn tables_not_read_are_refused_by_what_they_are() {
+    let fixture = || table(Version::Go120, "go1.26.10", true, &functions(), &FILES);
+    let refusal = |(bytes, placement): (Vec<u8>, Placement)| {
+        GoTable::new(bytes, placement).err().map(|why| why.to_string()).unwrap_or_default()
+    };
+    let mut old = fixture();
+    old.0[..4].copy_from_slice(&0xffff_fffbu32.to_le_bytes());
+    assert!(refusal(old).contains("Go 1.2 to 1.15"));
+    let mut arm = fixture();
+    arm.0[6] = 4;
+    assert!(refusal(arm).contains("not one of a 64-bit x86 binary"));
+    let mut counted = fixture();
+    counted.0[8..16].copy_from_slice(&(1u64 << 40).to_le_bytes());
+    assert!(refusal(counted).contains("more than it holds"));
+    let mut cut = fixture();
+    cut.1.table = 0..40;
+    assert!(refusal(cut).contains("shorter than its header"));
+    let mut zeros = fixture();
+    zeros.0.fill(0);
+    assert!(refusal(zeros).contains("not a table of Go's functions"));
+}
+
+#[test]
+fn a_record_that_does_not_say_its_entry_is_no_function() {
+    let (mut bytes, placement) = table(Version::Go120, "go1.26.10", true, &functions(), &FILES);
+    // The last record's entry: where the function table's third pair says it is.
+    let function_table = u64::from_le_bytes(bytes[64..72].try_into().unwrap()) as usize;
+    let pair = function_table + 2 * 8;
+    let last_record =
+        function_table + u32::from_le_bytes(bytes[pair + 4..pair + 8].try_into().unwrap()) as usize;
+    bytes[last_record..last_record + 4].copy_from_slice(&0x1234u32.to_le_bytes());
+    let table = GoTable::new(bytes, placement).unwrap();
+    assert_eq!(table.function(TEXT + 0x50), None);
+    assert!(table.function(TEXT + 0x10).is_some());
+}
+
+/// The stack of `main.leaf` called by `main.work` called by `runtime.goexit`'s return address:
+/// stepped through both, to the goroutine's first frame.
+#[test]
+fn frames_are_stepped_by_their_stack_offsets_to_the_goroutines_first() {
+    use crate::unwind::{RuntimeCode as _, RuntimeStep, StackSnapshot};
+    let sp = 0x7000_0000u64;
+    // main.leaf (no frame): the return address into main.work at sp; main.work's frame of 0x28
+    // bytes: its saved frame pointer just below its return address (into goexit).
+    let mut words = [0u64; 8];
+    words[0] = TEXT + 0x30;
+    words[5] = 0xbbbb;
+    words[6] = TEXT + 1;
+    let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+    let stack = StackSnapshot::new(sp, &bytes, false);
+    let mut process = process(table(Version::Go120, "go1.26.10", true, &functions(), &FILES));
+    let mut is_code = |addr: u64| (TEXT..TEXT + 0x70).contains(&addr);
+    let leaf = UnwindRegsX86_64::new(TEXT + 0x58, sp, 0xaaaa);
+    let RuntimeStep::Caller(work) = process.step(0, &leaf, &stack, &mut is_code) else {
+        panic!("leaf stepped")
+    };
+    assert_eq!((work.ip(), work.sp(), work.bp()), (TEXT + 0x30, sp + 8, 0xaaaa), "no frame: bp untouched");
+    let RuntimeStep::Caller(goexit) = process.step(1, &work, &stack, &mut is_code) else {
+        panic!("work stepped")
+    };
+    assert_eq!((goexit.ip(), goexit.sp(), goexit.bp()), (TEXT + 1, sp + 8 + 0x28 + 8, 0xbbbb));
+    assert_eq!(process.step(2, &goexit, &stack, &mut is_code), RuntimeStep::Outermost);
+    // Named by the call, not what follows it; the innermost by its PC.
+    assert_eq!(process.stepped, [(0, 0x58 + TEXT), (1, TEXT + 0x2f), (2, TEXT)]);
+    // Code outside Go's text is not its to step.
+    let c = UnwindRegsX86_64::new(TEXT + 0x100, sp, 0);
+    assert_eq!(process.step(0, &c, &stack, &mut is_code), RuntimeStep::NotMine);
+    // A return address that is not code loses the frame.
+    let mut nothing_is_code = |_: u64| false;
+    assert_eq!(process.step(0, &leaf, &stack, &mut nothing_is_code), RuntimeStep::Lost);
+}
+
+/// A process whose binary's table is the fixture's, loaded where it says.
+fn process((bytes, placement): (Vec<u8>, Placement)) -> GoProcess {
+    let len = bytes.len();
+    let mut mapped = memmap2::MmapMut::map_anon(len).unwrap();
+    mapped.copy_from_slice(&bytes);
+    let table = GoTable::new(mapped.make_read_only().unwrap(), placement).unwrap();
+    let text = table.text().unwrap();
+    GoProcess {
+        binary: Arc::new(Binary { table, facts: ElfFacts::default() }),
+        module: ModuleId::from_index(0),
+        bias: 0,
+        text,
+        stepped: Vec::new(),
+        names: Cache::new(&DESCRIBED),
+        lost: 0,
+    }
+}
