@@ -284,9 +284,10 @@ impl StackWalker {
         }
         chain.clear();
         chain.extend(sample.user_stack().iter());
-        // The frame-pointer chain, from this depth on, still to be resolved.
-        let (fp_addrs, first_depth) = match (*call_graph, sample.user_regs()) {
-            (CallGraph::Fp, _) | (_, None) => (&chain[..], 0),
+        // The frame-pointer chain, from this depth on, still to be resolved; whether a runtime's
+        // stepper walked the stack (and may name what is left).
+        let (fp_addrs, first_depth, stepped) = match (*call_graph, sample.user_regs()) {
+            (CallGraph::Fp, _) | (_, None) => (&chain[..], 0, false),
             (call_graph, Some(regs)) => {
                 let snapshot = StackSnapshot::new(regs.sp, sample.stack_copy(), sample.stack_truncated());
                 let tgid = process.tgid();
@@ -304,25 +305,35 @@ impl StackWalker {
                 stats.record(source);
                 let located = unwound.frames.iter().zip(&unwound.locations).enumerate();
                 for (depth, (&addr, &at)) in located {
-                    if !runtimes.push_frames(tgid, depth, frames) {
+                    if !runtimes.push_frames(tgid, depth, addr, frames) {
                         frames.push(Frame::user(tgid, depth, addr, at));
                     }
                 }
-                (tail, unwound.frames.len())
+                (tail, unwound.frames.len(), true)
             }
         };
-        push_resolved(&mut process, fp_addrs, first_depth, frames);
+        push_resolved(&mut process, stepped.then_some(&mut *runtimes), fp_addrs, first_depth, frames);
         runtimes.merge(process.tgid(), sample.runtime_frames(), frames);
         runtimes.read_maps_if_stale(&mut process);
         Some(Walked { comm: process.into_comm(), frames })
     }
 }
 
-/// Appends the frames of `addrs`, the first at depth `first_depth`, each resolved in `process`.
-fn push_resolved(process: &mut ProcessView<'_>, addrs: &[u64], first_depth: usize, frames: &mut Vec<Frame>) {
+/// Appends the frames of `addrs`, the first at depth `first_depth`, each named by the runtime
+/// that stepped the stack, if one did (where it names code by its address: Go's), or resolved in
+/// `process`.
+fn push_resolved(
+    process: &mut ProcessView<'_>,
+    mut runtimes: Option<&mut Runtimes>,
+    addrs: &[u64],
+    first_depth: usize,
+    frames: &mut Vec<Frame>,
+) {
     let tgid = process.tgid();
     for (depth, &addr) in addrs.iter().enumerate().map(|(i, addr)| (i + first_depth, addr)) {
-        frames.push(Frame::user(tgid, depth, addr, process.resolve(addr, Want::Any)));
+        if !runtimes.as_mut().is_some_and(|runtimes| runtimes.push_frames(tgid, depth, addr, frames)) {
+            frames.push(Frame::user(tgid, depth, addr, process.resolve(addr, Want::Any)));
+        }
     }
 }
 

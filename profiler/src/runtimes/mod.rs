@@ -96,12 +96,13 @@ pub(crate) trait Runtime: Send + 'static {
     ) -> Option<&'a mut dyn RuntimeCode> {
         None
     }
-    /// Pushes its frames for the native frame at `depth` of the stack last stepped; false when
-    /// it has none there (the native frame stays).
+    /// Pushes its frames for the native frame at `depth` of the stack last stepped, at `addr`;
+    /// false when it has none there (the native frame stays).
     fn push_frames(
         &mut self,
         _instance: &mut Self::Instance,
         _depth: usize,
+        _addr: u64,
         _functions: &mut Functions,
         _frames: &mut Vec<Frame>,
     ) -> bool {
@@ -319,11 +320,11 @@ impl Runtimes {
     }
 
     /// Pushes the stepping runtime's frames for the native frame at `depth` of the stack last
-    /// stepped; false when it has none there (or no runtime stepped it: another runtime of the
-    /// process keeps what it stepped of an older stack).
-    pub fn push_frames(&mut self, tgid: Tgid, depth: usize, frames: &mut Vec<Frame>) -> bool {
+    /// stepped, at `addr`; false when it has none there (or no runtime stepped it: another
+    /// runtime of the process keeps what it stepped of an older stack).
+    pub fn push_frames(&mut self, tgid: Tgid, depth: usize, addr: u64, frames: &mut Vec<Frame>) -> bool {
         let Some(slot) = self.stepping.and_then(|index| self.slots.get_mut(index)) else { return false };
-        slot.push_frames(tgid, depth, &mut self.functions, frames)
+        slot.push_frames(tgid, depth, addr, &mut self.functions, frames)
     }
 
     /// Puts the frames the kernel read of a runtime (`sample`) in place of native ones.

@@ -49,6 +49,7 @@ pub(super) trait Slot: Send {
         &mut self,
         tgid: Tgid,
         depth: usize,
+        addr: u64,
         functions: &mut Functions,
         frames: &mut Vec<Frame>,
     ) -> bool;
@@ -254,11 +255,12 @@ impl<R: Runtime> Slot for Loaded<R> {
         &mut self,
         tgid: Tgid,
         depth: usize,
+        addr: u64,
         functions: &mut Functions,
         frames: &mut Vec<Frame>,
     ) -> bool {
         let Some(State::Running(attached)) = self.processes.get_mut(&tgid) else { return false };
-        self.runtime.push_frames(&mut attached.instance, depth, functions, frames)
+        self.runtime.push_frames(&mut attached.instance, depth, addr, functions, frames)
     }
 
     fn merge(

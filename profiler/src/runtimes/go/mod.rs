@@ -85,8 +85,6 @@ pub(crate) struct GoProcess {
     bias: u64,
     /// Where its Go functions are in the process.
     text: Range<u64>,
-    /// The Go frames of the stack being walked: (depth, SVMA of the PC to name it by).
-    stepped: Vec<(usize, u64)>,
     /// Frames by the SVMA they were named at: the functions inlined there, innermost first, then
     /// the function, each with its line.
     names: Cache<u64, Vec<(FunctionRef, u32)>>,
@@ -95,10 +93,20 @@ pub(crate) struct GoProcess {
 }
 
 impl GoProcess {
-    /// Pushes the frames (innermost first) of the Go frame stepped at `depth`: false when there is
-    /// none there, or its function could not be named.
-    fn push_frames(&mut self, depth: usize, functions: &mut Functions, frames: &mut Vec<Frame>) -> bool {
-        let Some(&(_, svma)) = self.stepped.iter().find(|(at, _)| *at == depth) else { return false };
+    /// Pushes the frames (innermost first) of the native frame at `depth`, at `addr`, whoever
+    /// stepped it (frames pointers may have, past a signal handler's frame): false when it is not
+    /// in Go's code, or its function could not be named.
+    fn push_frames(
+        &mut self,
+        depth: usize,
+        addr: u64,
+        functions: &mut Functions,
+        frames: &mut Vec<Frame>,
+    ) -> bool {
+        if !self.text.contains(&addr) {
+            return false;
+        }
+        let svma = lookup_svma(depth, addr, self.bias);
         let before = frames.len();
         if let Some(named) = self.names.get(&svma) {
             frames.extend(as_frames(named));
@@ -178,7 +186,6 @@ impl Runtime for Go {
             module,
             bias,
             text: text.start.wrapping_add(bias)..text.end.wrapping_add(bias),
-            stepped: Vec::new(),
             names: Cache::new(&DESCRIBED),
             lost: 0,
         })
@@ -190,7 +197,6 @@ impl Runtime for Go {
         _time_ns: u64,
         _regs: &UserRegs,
     ) -> Option<&'a mut dyn RuntimeCode> {
-        process.stepped.clear();
         Some(process)
     }
 
@@ -198,10 +204,11 @@ impl Runtime for Go {
         &mut self,
         process: &mut GoProcess,
         depth: usize,
+        addr: u64,
         functions: &mut Functions,
         frames: &mut Vec<Frame>,
     ) -> bool {
-        let pushed = process.push_frames(depth, functions, frames);
+        let pushed = process.push_frames(depth, addr, functions, frames);
         self.stats.frames += u64::from(pushed);
         pushed
     }

@@ -5,7 +5,7 @@
 //! callers' CFI may need.
 use framehop::x86_64::UnwindRegsX86_64;
 
-use super::{GoProcess, lookup_svma};
+use super::GoProcess;
 use crate::{
     address_space::ModuleId,
     unwind::{RuntimeCode, RuntimeStep, StackSnapshot},
@@ -35,7 +35,6 @@ impl RuntimeCode for GoProcess {
         let table = &self.binary.table;
         let svma = pc.wrapping_sub(self.bias);
         let Some(function) = table.function(svma) else { return RuntimeStep::NotMine };
-        self.stepped.push((depth, lookup_svma(depth, pc, self.bias)));
         let outermost = table.name(function).is_some_and(|name| OUTERMOST.contains(&name));
         // A function that moved its stack pointer elsewhere (`systemstack`, onto the thread's
         // stack) is where this stack's copy ends, unless it is where the sample was taken.

@@ -9,6 +9,8 @@ use super::{
 };
 use crate::{
     address_space::ModuleId,
+    frame::Frame,
+    runtimes::functions::Functions,
     untrusted::{Cache, DESCRIBED, ElfFacts},
 };
 
@@ -214,8 +216,25 @@ fn frames_are_stepped_by_their_stack_offsets_to_the_goroutines_first() {
     };
     assert_eq!((goexit.ip(), goexit.sp(), goexit.bp()), (TEXT + 1, sp + 8 + 0x28 + 8, 0xbbbb));
     assert_eq!(process.step(2, &goexit, &stack, &mut is_code), RuntimeStep::Outermost);
-    // Named by the call, not what follows it; the innermost by its PC.
-    assert_eq!(process.stepped, [(0, 0x58 + TEXT), (1, TEXT + 0x2f), (2, TEXT)]);
+    // Named by the call, not what follows it (here the first instruction of the next line);
+    // the innermost by its PC.
+    let mut functions = Functions::default();
+    let mut frames = Vec::new();
+    for (depth, addr) in [(0, TEXT + 0x58), (1, TEXT + 0x18), (2, TEXT + 1)] {
+        assert!(process.push_frames(depth, addr, &mut functions, &mut frames));
+    }
+    let named: Vec<String> = frames
+        .iter()
+        .map(|frame| match frame {
+            Frame::Runtime { function, line } => functions.symbol(*function, *line).display_name(),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(named, ["main.leaf", "main.work", "runtime.goexit"]);
+    let lines: Vec<u32> =
+        frames.iter().map(|f| if let Frame::Runtime { line, .. } = f { *line } else { 0 }).collect();
+    assert_eq!(lines, [7, 10, 400]);
+    assert!(!process.push_frames(3, TEXT + 0x100, &mut functions, &mut frames), "not Go's code");
     // Code outside Go's text is not its to step.
     let c = UnwindRegsX86_64::new(TEXT + 0x100, sp, 0);
     assert_eq!(process.step(0, &c, &stack, &mut is_code), RuntimeStep::NotMine);
@@ -236,7 +255,6 @@ fn process((bytes, placement): (Vec<u8>, Placement)) -> GoProcess {
         module: ModuleId::from_index(0),
         bias: 0,
         text,
-        stepped: Vec::new(),
         names: Cache::new(&DESCRIBED),
         lost: 0,
     }

@@ -139,6 +139,7 @@ impl Runtime for HotSpot {
         &mut self,
         jvm: &mut Jvm,
         depth: usize,
+        _addr: u64,
         functions: &mut Functions,
         frames: &mut Vec<Frame>,
     ) -> bool {

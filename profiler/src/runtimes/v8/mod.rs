@@ -160,6 +160,7 @@ impl Runtime for V8 {
         &mut self,
         process: &mut V8Process,
         depth: usize,
+        _addr: u64,
         functions: &mut Functions,
         frames: &mut Vec<Frame>,
     ) -> bool {

@@ -1,0 +1,3 @@
+module blocked
+
+go 1.19

@@ -1,0 +1,3 @@
+module shares
+
+go 1.19

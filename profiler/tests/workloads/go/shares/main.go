@@ -1,0 +1,50 @@
+// Three functions doing 60%, 30% and 10% of the work, on two goroutines (main's and one it
+// starts), until SECONDS (os.Args[1]) have passed; the work itself (spin) is inlined into each.
+// Built stripped and not, PIE and not, by each Go the tests run.
+package main
+
+import (
+	"os"
+	"strconv"
+	"time"
+)
+
+var sink uint64
+
+func spin(n int) uint64 {
+	x := uint64(n)
+	for i := 0; i < n; i++ {
+		x = x*6364136223846793005 + 1442695040888963407
+	}
+	return x
+}
+
+//go:noinline
+func alpha(n int) uint64 { return spin(6 * n) }
+
+//go:noinline
+func beta(n int) uint64 { return spin(3 * n) }
+
+//go:noinline
+func gamma(n int) uint64 { return spin(n) }
+
+func work(until time.Time) {
+	for time.Now().Before(until) {
+		sink += alpha(100_000) + beta(100_000) + gamma(100_000)
+	}
+}
+
+func main() {
+	seconds, err := strconv.ParseFloat(os.Args[1], 64)
+	if err != nil {
+		panic(err)
+	}
+	until := time.Now().Add(time.Duration(seconds * float64(time.Second)))
+	done := make(chan struct{})
+	go func() {
+		work(until)
+		close(done)
+	}()
+	work(until)
+	<-done
+}
