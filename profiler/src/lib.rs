@@ -82,7 +82,7 @@ pub mod stages {
     pub mod go {
         pub use crate::runtimes::go::{
             fixture,
-            table::{Function, GoTable, Located, MAX_INLINED, Placement, Version},
+            table::{Function, GoTable, Located, MAX_INLINED, MAX_STRING, Placement, Version, Work},
         };
     }
 

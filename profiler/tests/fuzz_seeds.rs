@@ -19,6 +19,7 @@ macro_rules! targets {
 const TARGETS: &[(&str, Check)] = targets![
     decode_record,
     elf_file,
+    go_table,
     hostile_names,
     hotspot_walk,
     jitdump,

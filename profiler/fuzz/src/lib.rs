@@ -4,6 +4,7 @@
 //! explore from them with `cargo xtask fuzz`.
 pub mod decode_record;
 pub mod elf_file;
+pub mod go_table;
 pub mod hostile_names;
 pub mod hotspot_walk;
 pub mod jitdump;

@@ -21,7 +21,7 @@ use crate::{
         sampler::{OffCpuConfig, Sampler, SamplerConfig},
     },
     model::{Tgid, printable},
-    runtimes::Runtimes,
+    runtimes::{Runtimes, go::table::GoTable},
     untrusted::{mounts, open, read_bounded},
     unwind::cfi::ModuleCfi,
 };
@@ -316,6 +316,8 @@ fn module(file: std::io::Result<fs::File>, path: &Path) -> Finding {
         let mut data = Vec::new();
         std::io::Read::read_to_end(&mut file, &mut data).ok().map(|_| data)
     });
+    // A Go binary's own table steps and names its Go code (its C code, in a cgo binary, has CFI).
+    let go = data.as_deref().is_some_and(|data| matches!(GoTable::read(data), Ok(Some(_))));
     let frame_pointers = data.and_then(|data| frame_pointer_share(&data));
     let fp = match frame_pointers {
         Some(share) => format!("frame pointers in {:.0}% of functions", share * 100.0),
@@ -323,6 +325,14 @@ fn module(file: std::io::Result<fs::File>, path: &Path) -> Finding {
     };
     match cfi {
         Err(err) => Finding::new(Status::Warn, subject, format!("unreadable: {err:#}")),
+        Ok(true) if go => Finding::new(
+            Status::Ok,
+            subject,
+            "its Go code unwound and named from Go's own table of functions; CFI for its C code",
+        ),
+        Ok(false) if go => {
+            Finding::new(Status::Ok, subject, "its code unwound and named from Go's own table of functions")
+        }
         Ok(true) => Finding::new(Status::Ok, subject, format!("CFI for DWARF unwinding; {fp}")),
         Ok(false) if frame_pointers.is_some_and(|share| share >= 0.5) => {
             Finding::new(Status::Ok, subject, format!("no CFI, but {fp}"))

@@ -21,7 +21,7 @@ use std::{ops::Range, sync::Arc};
 use anyhow::Result;
 use memmap2::Mmap;
 
-use self::table::{GoTable, Version};
+use self::table::{GoTable, Version, Work};
 use super::{
     ImageFile, Mark, Refusal, Runtime,
     functions::{FunctionRef, Functions, Kind},
@@ -38,6 +38,10 @@ use crate::{
 /// What a PC's name holds in the cache, about: key, value and the cache's links.
 const ENTRY_BYTES: u64 = 64;
 
+/// Runs of the table's value tables one stack's frames may decode, stepped and named: about a
+/// millisecond (a real stack of 50 Go frames decodes a few hundred; names are cached per PC).
+const RUNS_PER_STACK: usize = 1 << 18;
+
 /// Go, as a [`Runtime`]: what became of Go's frames.
 #[derive(Default)]
 pub(crate) struct Go {
@@ -49,8 +53,10 @@ pub(crate) struct Go {
 struct Stats {
     /// Frames named from the table.
     frames: u64,
-    /// Frames of Go's code its table could not step, in processes let go.
+    /// Frames of Go's code its table could not step, and stacks whose frames could not all be
+    /// stepped and named for want of work left, in processes let go.
     lost: u64,
+    cut: u64,
 }
 
 /// A Go binary: its table of functions, read in place from its file.
@@ -88,8 +94,11 @@ pub(crate) struct GoProcess {
     /// Frames by the SVMA they were named at: the functions inlined there, innermost first, then
     /// the function, each with its line.
     names: Cache<u64, Vec<(FunctionRef, u32)>>,
-    /// Frames of its code its table could not step.
+    /// What the stack being walked may still cost.
+    work: Work,
+    /// Frames of its code its table could not step, and stacks cut short for want of work.
     lost: u64,
+    cut: u64,
 }
 
 impl GoProcess {
@@ -114,7 +123,7 @@ impl GoProcess {
         }
         let table = &self.binary.table;
         let Some(function) = table.function(svma) else { return false };
-        let located = table.located(function, svma);
+        let located = table.located(function, svma, &mut self.work);
         let outermost = located.len().saturating_sub(1);
         let mut bytes = ENTRY_BYTES;
         let named: Vec<(FunctionRef, u32)> = located
@@ -187,7 +196,9 @@ impl Runtime for Go {
             bias,
             text: text.start.wrapping_add(bias)..text.end.wrapping_add(bias),
             names: Cache::new(&DESCRIBED),
+            work: Work::new(RUNS_PER_STACK),
             lost: 0,
+            cut: 0,
         })
     }
 
@@ -197,6 +208,8 @@ impl Runtime for Go {
         _time_ns: u64,
         _regs: &UserRegs,
     ) -> Option<&'a mut dyn RuntimeCode> {
+        process.cut += u64::from(process.work.spent());
+        process.work = Work::new(RUNS_PER_STACK);
         Some(process)
     }
 
@@ -232,15 +245,21 @@ impl Runtime for Go {
 
     fn detach(&mut self, process: GoProcess) {
         self.stats.lost += process.lost;
+        self.stats.cut += process.cut;
     }
 
     fn describe(&self, running: &mut dyn Iterator<Item = &GoProcess>) -> Vec<String> {
-        let lost = self.stats.lost + running.map(|process| process.lost).sum::<u64>();
-        if self.stats.frames + lost == 0 {
+        let (mut lost, mut cut) = (self.stats.lost, self.stats.cut);
+        for process in running {
+            lost += process.lost;
+            cut += process.cut;
+        }
+        if self.stats.frames + lost + cut == 0 {
             return Vec::new();
         }
         vec![format!(
-            "{} Go frames named from their binaries' tables; {lost} frames of Go's code not stepped by them",
+            "{} Go frames named from their binaries' tables; {lost} frames of Go's code not stepped by them, {cut} \
+             stacks cut short by the work their tables made",
             self.stats.frames
         )]
     }

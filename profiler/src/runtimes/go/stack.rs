@@ -41,7 +41,7 @@ impl RuntimeCode for GoProcess {
         if outermost || (depth > 0 && table.writes_sp(function)) {
             return RuntimeStep::Outermost;
         }
-        let caller = table.sp_offset(function, svma).and_then(|offset| {
+        let caller = table.sp_offset(function, svma, &mut self.work).and_then(|offset| {
             let at = regs.sp().checked_add(offset)?;
             let return_address = stack.read_u64(at)?;
             let bp = match offset {

@@ -18,10 +18,29 @@ pub use super::binary::Placement;
 
 /// Bytes of a function's name or a file's path read at most (a generic function's name spells
 /// its type arguments out).
-const MAX_STRING: usize = 4096;
+pub const MAX_STRING: usize = 4096;
 /// Runs of a value table decoded at most for one PC (one per change of value: a function of
 /// a few thousand lines has a few thousand).
 const MAX_RUNS: usize = 1 << 16;
+
+/// What lookups may still cost: runs of value tables left to decode. A table can make each
+/// lookup long, and a stack has up to 1,024 frames, each with a chain of inlined calls: the
+/// caller gives what one stack may cost, and lookups fail once it is spent.
+#[derive(Debug)]
+pub struct Work {
+    runs: usize,
+}
+
+impl Work {
+    pub fn new(runs: usize) -> Self {
+        Self { runs }
+    }
+
+    /// Whether lookups failed for want of work left.
+    pub fn spent(&self) -> bool {
+        self.runs == 0
+    }
+}
 /// Calls inlined into one another followed at most at one PC.
 pub const MAX_INLINED: usize = 64;
 
@@ -262,18 +281,20 @@ impl<B: AsRef<[u8]>> GoTable<B> {
 
     /// How far below its stack pointer at entry the stack pointer is at `svma` in it (the
     /// return address excluded): its return address is that far above the stack pointer.
-    pub fn sp_offset(&self, function: Function, svma: u64) -> Option<u64> {
-        let offset = self.value(function, self.u32(function.record + self.fields().pcsp)?, svma)?;
+    pub fn sp_offset(&self, function: Function, svma: u64, work: &mut Work) -> Option<u64> {
+        let offset = self.value(function, self.u32(function.record + self.fields().pcsp)?, svma, work)?;
         u64::try_from(offset).ok()
     }
 
     /// The source file and line of `svma` in it.
-    pub fn source(&self, function: Function, svma: u64) -> Option<(&[u8], u32)> {
+    pub fn source(&self, function: Function, svma: u64, work: &mut Work) -> Option<(&[u8], u32)> {
         let fields = self.fields();
         let file =
-            u32::try_from(self.value(function, self.u32(function.record + fields.pcfile)?, svma)?).ok()?;
+            u32::try_from(self.value(function, self.u32(function.record + fields.pcfile)?, svma, work)?)
+                .ok()?;
         let line =
-            u32::try_from(self.value(function, self.u32(function.record + fields.pcln)?, svma)?).ok()?;
+            u32::try_from(self.value(function, self.u32(function.record + fields.pcln)?, svma, work)?)
+                .ok()?;
         let cu = self.u32(function.record + fields.cu)?;
         let entry = self.layout.cu_files.checked_add(4 * cu.checked_add(file)? as usize)?;
         let path = self.string(self.layout.files.checked_add(self.u32(entry)? as usize)?)?;
@@ -283,26 +304,26 @@ impl<B: AsRef<[u8]>> GoTable<B> {
     /// The functions at `svma` in `function`, innermost first: those inlined into it there, each
     /// with its file and line, then the function itself with its line at the outermost call.
     /// Empty when not even the function's own name can be read.
-    pub fn located(&self, function: Function, svma: u64) -> Vec<Located<'_>> {
+    pub fn located(&self, function: Function, svma: u64, work: &mut Work) -> Vec<Located<'_>> {
         let mut located = Vec::new();
         let tree = self.inline_tree(function);
         let mut at = svma;
-        let place = |at| self.source(function, at).unwrap_or((b"", 0));
+        let place = |at, work: &mut Work| self.source(function, at, work).unwrap_or((b"", 0));
         for _ in 0..MAX_INLINED {
             let call = tree.and_then(|tree| {
-                let index = usize::try_from(self.pcdata(function, PCDATA_INLINE_INDEX, at)?).ok()?;
+                let index = usize::try_from(self.pcdata(function, PCDATA_INLINE_INDEX, at, work)?).ok()?;
                 let fields = &self.fields().inlined;
                 let call = tree.checked_add(index.checked_mul(fields.size)?)?;
                 let name = self.name_at(self.file_u32(call + fields.name)?)?;
                 Some((name, self.file_u32(call + fields.parent_pc)?))
             });
             let Some((name, parent_pc)) = call else { break };
-            let (file, line) = place(at);
+            let (file, line) = place(at, work);
             located.push(Located { name, file, line });
             at = function.entry.saturating_add(u64::from(parent_pc));
         }
         if let Some(name) = self.name(function) {
-            let (file, line) = place(at);
+            let (file, line) = place(at, work);
             located.push(Located { name, file, line });
         }
         located
@@ -343,17 +364,17 @@ impl<B: AsRef<[u8]>> GoTable<B> {
     }
 
     /// The value at `svma` of a function's `index`th `pcdata` table.
-    fn pcdata(&self, function: Function, index: usize, svma: u64) -> Option<i32> {
+    fn pcdata(&self, function: Function, index: usize, svma: u64, work: &mut Work) -> Option<i32> {
         let fields = self.fields();
         if index >= self.u32(function.record + fields.npcdata)? as usize {
             return None;
         }
         let offset = self.u32(function.record + fields.record_size + 4 * index)?;
-        self.value(function, offset, svma)
+        self.value(function, offset, svma, work)
     }
 
     /// The value at `svma` of a function's value table at `offset`.
-    fn value(&self, function: Function, offset: u32, svma: u64) -> Option<i32> {
+    fn value(&self, function: Function, offset: u32, svma: u64, work: &mut Work) -> Option<i32> {
         // No table: the function says nothing of it.
         if offset == 0 {
             return None;
@@ -362,6 +383,7 @@ impl<B: AsRef<[u8]>> GoTable<B> {
         let mut value: i32 = -1;
         let mut pc = function.entry;
         for run in 0..MAX_RUNS {
+            work.runs = work.runs.checked_sub(1)?;
             let value_delta = uvarint(&mut values)?;
             // The end of the table (a first delta of 0 is a value of -1).
             if value_delta == 0 && run > 0 {

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use super::{
     Binary, GoProcess,
     fixture::{FixtureFunction, TEXT, table},
-    table::{GoTable, Located, Placement, Version},
+    table::{GoTable, Located, Placement, Version, Work},
 };
 use crate::{
     address_space::ModuleId,
@@ -13,6 +13,9 @@ use crate::{
     runtimes::functions::Functions,
     untrusted::{Cache, DESCRIBED, ElfFacts},
 };
+
+/// Runs of value tables a test's lookups may decode.
+const RUNS: usize = 1 << 20;
 
 /// Each layout, and a release that writes it.
 const VERSIONS: [(Version, &str); 3] =
@@ -62,21 +65,30 @@ fn functions_are_found_with_their_names_offsets_and_lines_in_every_layout() {
         assert_eq!(table.text(), Some(TEXT..TEXT + 0x70), "{version:?}");
         assert_eq!(table.function(TEXT - 1), None, "before the text");
         assert_eq!(table.function(TEXT + 0x70), None, "past the last function");
-        let work = table.function(TEXT + 0x10).unwrap();
-        assert_eq!(work.entry, TEXT + 0x10);
-        assert_eq!(table.function(TEXT + 0x4f), Some(work));
-        assert_eq!(table.name(work), Some(&b"main.work"[..]));
+        let main_work = table.function(TEXT + 0x10).unwrap();
+        assert_eq!(main_work.entry, TEXT + 0x10);
+        assert_eq!(table.function(TEXT + 0x4f), Some(main_work));
+        assert_eq!(table.name(main_work), Some(&b"main.work"[..]));
         // Each run ends where the next starts.
-        assert_eq!(table.sp_offset(work, TEXT + 0x10), Some(0));
-        assert_eq!(table.sp_offset(work, TEXT + 0x14), Some(0x28));
-        assert_eq!(table.sp_offset(work, TEXT + 0x4b), Some(0x28));
-        assert_eq!(table.sp_offset(work, TEXT + 0x4c), Some(0));
-        assert_eq!(table.source(work, TEXT + 0x17), Some((&b"/app/main.go"[..], 10)));
-        assert_eq!(table.source(work, TEXT + 0x18), Some((&b"/app/main.go"[..], 11)));
-        assert_eq!(table.source(work, TEXT + 0x4f), Some((&b"/app/main.go"[..], 12)));
+        assert_eq!(table.sp_offset(main_work, TEXT + 0x10, &mut Work::new(RUNS)), Some(0));
+        assert_eq!(table.sp_offset(main_work, TEXT + 0x14, &mut Work::new(RUNS)), Some(0x28));
+        assert_eq!(table.sp_offset(main_work, TEXT + 0x4b, &mut Work::new(RUNS)), Some(0x28));
+        assert_eq!(table.sp_offset(main_work, TEXT + 0x4c, &mut Work::new(RUNS)), Some(0));
+        assert_eq!(
+            table.source(main_work, TEXT + 0x17, &mut Work::new(RUNS)),
+            Some((&b"/app/main.go"[..], 10))
+        );
+        assert_eq!(
+            table.source(main_work, TEXT + 0x18, &mut Work::new(RUNS)),
+            Some((&b"/app/main.go"[..], 11))
+        );
+        assert_eq!(
+            table.source(main_work, TEXT + 0x4f, &mut Work::new(RUNS)),
+            Some((&b"/app/main.go"[..], 12))
+        );
         let leaf = table.function(TEXT + 0x6f).unwrap();
         assert_eq!(table.name(leaf), Some(&b"main.leaf"[..]));
-        assert_eq!(table.source(leaf, TEXT + 0x50), Some((&b"/app/leaf.go"[..], 7)));
+        assert_eq!(table.source(leaf, TEXT + 0x50, &mut Work::new(RUNS)), Some((&b"/app/leaf.go"[..], 7)));
         assert!(!table.writes_sp(leaf));
     }
 }
@@ -120,22 +132,25 @@ fn calls_inlined_at_a_pc_are_frames_of_their_own_innermost_first() {
         let (bytes, placement) = table(version, release, true, &inlining(), &["/app/main.go"]);
         let table = GoTable::new(bytes.clone(), placement.clone()).unwrap();
         assert!(table.reads_inlined());
-        let work = table.function(TEXT).unwrap();
+        let main_work = table.function(TEXT).unwrap();
         let at = |name: &'static str, line| Located { name: name.as_bytes(), file: b"/app/main.go", line };
-        assert_eq!(table.located(work, TEXT + 0x10), [at("main.work", 10)]);
+        assert_eq!(table.located(main_work, TEXT + 0x10, &mut Work::new(RUNS)), [at("main.work", 10)]);
         // Each caller on the line of its call.
-        assert_eq!(table.located(work, TEXT + 0x22), [at("main.twice", 20), at("main.work", 11)]);
         assert_eq!(
-            table.located(work, TEXT + 0x2c),
+            table.located(main_work, TEXT + 0x22, &mut Work::new(RUNS)),
+            [at("main.twice", 20), at("main.work", 11)]
+        );
+        assert_eq!(
+            table.located(main_work, TEXT + 0x2c, &mut Work::new(RUNS)),
             [at("main.square", 30), at("main.twice", 21), at("main.work", 11)],
             "{version:?}"
         );
-        assert_eq!(table.located(work, TEXT + 0x38), [at("main.work", 12)]);
+        assert_eq!(table.located(main_work, TEXT + 0x38, &mut Work::new(RUNS)), [at("main.work", 12)]);
         // A release whose module data is not known: the function alone.
         let unknown = Placement { release: Some("go1.40.1".into()), ..placement };
         let table = GoTable::new(bytes, unknown).unwrap();
         assert!(!table.reads_inlined());
-        assert_eq!(table.located(work, TEXT + 0x2c), [at("main.work", 30)]);
+        assert_eq!(table.located(main_work, TEXT + 0x2c, &mut Work::new(RUNS)), [at("main.work", 30)]);
     }
 }
 
@@ -147,10 +162,15 @@ fn an_inline_tree_that_loops_is_followed_only_so_far() {
     looping[0].inlined_at = vec![(0x20, -1), (0x30, 0), (0x40, -1)];
     let (bytes, placement) = table(Version::Go120, "go1.26.10", true, &looping, &["/app/main.go"]);
     let table = GoTable::new(bytes, placement).unwrap();
-    let work = table.function(TEXT).unwrap();
-    let located = table.located(work, TEXT + 0x22);
+    let main_work = table.function(TEXT).unwrap();
+    let located = table.located(main_work, TEXT + 0x22, &mut Work::new(RUNS));
     assert_eq!(located.len(), super::table::MAX_INLINED + 1);
     assert_eq!(located.last().unwrap().name, b"main.work");
+    // What a stack may cost ends it sooner: lookups fail once it is spent.
+    let mut little = Work::new(20);
+    let located = table.located(main_work, TEXT + 0x22, &mut little);
+    assert!(little.spent() && located.len() < 10, "{} frames", located.len());
+    assert_eq!(table.sp_offset(main_work, TEXT, &mut little), None);
 }
 
 #[test]
@@ -256,6 +276,8 @@ fn process((bytes, placement): (Vec<u8>, Placement)) -> GoProcess {
         bias: 0,
         text,
         names: Cache::new(&DESCRIBED),
+        work: Work::new(RUNS),
         lost: 0,
+        cut: 0,
     }
 }
