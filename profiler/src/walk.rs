@@ -537,6 +537,8 @@ mod tests {
         let snapshot = StackSnapshot::new(0x1000, &stack, false);
         snapshot.read_u64(0x1020);
         assert_eq!(Needed::of(&unwound(UnwindEnd::Bottom), &snapshot), Needed::UpTo(0x1028));
+        // A goroutine's first frame: the thread runs others, elsewhere.
+        assert_eq!(Needed::of(&unwound(UnwindEnd::RuntimeBottom), &snapshot), Needed::Unknown);
         assert_eq!(Needed::of(&unwound(UnwindEnd::Lost), &snapshot), Needed::Unknown, "read within the copy");
         snapshot.read_u64(0x1040);
         assert_eq!(Needed::of(&unwound(UnwindEnd::Lost), &snapshot), Needed::All, "read past the copy");

@@ -15,9 +15,10 @@ use common::*;
 /// The Go releases the tests must find (setup installs them).
 const RELEASES: [&str; 3] = ["1.19", "1.26", "1.27"];
 
-/// Where Go's stacks start, or where what was copied of one ends: a goroutine's first frame, a
-/// thread's, the program's, and the functions that move the stack pointer to another stack
-/// (the thread's own, for the scheduler and the collector).
+/// Where Go's stacks start: a goroutine's first frame, a thread's, the program's.
+const STARTS: [&str; 3] = ["runtime.goexit", "runtime.mstart", "runtime.rt0_go"];
+/// Those, and where what was copied of one ends: the functions that move the stack pointer to
+/// another stack (the thread's own, for the scheduler and the collector).
 const OUTERMOST: [&str; 6] = [
     "runtime.goexit",
     "runtime.mstart",
@@ -51,17 +52,26 @@ fn toolchains() -> Vec<(String, PathBuf)> {
     found.into_iter().filter(|(release, _)| RELEASES.contains(&release.as_str())).collect()
 }
 
-/// `tests/workloads/go/NAME`, built by `go` into `out`, position-independent or not, stripped
-/// (`-s -w`: no symbols, no DWARF) or not.
-fn build(go: &Path, name: &str, out: &Path, pie: bool, stripped: bool) {
+/// How a Go program is built.
+#[derive(Clone, Copy, Debug)]
+struct Build {
+    pie: bool,
+    /// `-ldflags=-s -w`: no symbols, no DWARF.
+    stripped: bool,
+    /// With cgo on: linked by the C toolchain (external linking).
+    cgo: bool,
+}
+
+/// `tests/workloads/go/NAME`, built by `go` into `out` as `how` says.
+fn build(go: &Path, name: &str, out: &Path, how: Build) {
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/go").join(name);
     let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("go");
     let mut command = Command::new(go);
     command.arg("build").arg("-o").arg(out);
-    if pie {
+    if how.pie {
         command.arg("-buildmode=pie");
     }
-    if stripped {
+    if how.stripped {
         command.arg("-ldflags=-s -w");
     }
     let status = command
@@ -70,7 +80,7 @@ fn build(go: &Path, name: &str, out: &Path, pie: bool, stripped: bool) {
         .env("GOPATH", cache.join("path"))
         .env("GOTOOLCHAIN", "local")
         .env("GOFLAGS", "-buildvcs=false")
-        .env("CGO_ENABLED", "0")
+        .env("CGO_ENABLED", if how.cgo { "1" } else { "0" })
         .status()
         .unwrap();
     assert!(status.success(), "{} build of {name} failed", go.display());
@@ -106,7 +116,8 @@ fn lines_of(name: &str, function: &str) -> (i64, std::ops::RangeInclusive<i64>) 
 }
 
 /// `shares` (alpha, beta and gamma doing 60/30/10% of the work on two goroutines, `spin` inlined
-/// into each), built by every Go, stripped and not, position-independent and not, recorded 2 s
+/// into each), built by every Go, stripped and not, position-independent and not, and stripped,
+/// position-independent and linked by the C toolchain (cgo), recorded 1 s
 /// at 999 Hz: in each, 99% of the samples whole from `runtime.goexit`, through `main.work` and
 /// one of the three to `main.spin` (an inlined frame, `_[i]`), the three's shares within 5
 /// points; in the pprof output, spin's samples on the lines of its body and the three's on the
@@ -120,18 +131,22 @@ fn go_functions_are_named_from_go_s_table_whole_in_every_build() {
     let dir = scratch_dir("go-shares");
     let (_, spin_body) = lines_of("shares", "spin");
     for (release, go) in toolchains() {
-        for (pie, stripped) in [(false, false), (false, true), (true, false), (true, true)] {
-            let what = format!(
-                "Go {release}{}{}",
-                if pie { " PIE" } else { "" },
-                if stripped { " stripped" } else { "" }
-            );
-            let binary = dir.join(format!("shares-{release}-{pie}-{stripped}"));
-            build(&go, "shares", &binary, pie, stripped);
+        let builds = [
+            (false, false, false),
+            (false, true, false),
+            (true, false, false),
+            (true, true, false),
+            (true, true, true),
+        ];
+        for (pie, stripped, cgo) in builds {
+            let how = Build { pie, stripped, cgo };
+            let what = format!("Go {release} {how:?}");
+            let binary = dir.join(format!("shares-{release}-{pie}-{stripped}-{cgo}"));
+            build(&go, "shares", &binary, how);
             let (folded, pprof) = (dir.join("out.folded"), dir.join("out.pb.gz"));
             let args =
                 ["record", "-F", "999", "-o", folded.to_str().unwrap(), "-o", pprof.to_str().unwrap(), "--"];
-            let run = run_profiler(&[&args[..], &[binary.to_str().unwrap(), "2"]].concat());
+            let run = run_profiler(&[&args[..], &[binary.to_str().unwrap(), "1"]].concat());
             assert!(run.status.success(), "{what}: {}", String::from_utf8_lossy(&run.stderr));
             let folded = Folded::read(&folded);
             let stacks = process_stacks(&folded);
@@ -217,6 +232,8 @@ fn a_stripped_go_tool_attached_to_while_it_runs_is_named_whole() {
         let mut running = KillOnDrop(
             Command::new(&gofmt)
                 .arg("-l")
+                // Twice over: longer than the recording on a fast machine.
+                .arg(root.join("src/"))
                 .arg(root.join("src/"))
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
@@ -236,9 +253,11 @@ fn a_stripped_go_tool_attached_to_while_it_runs_is_named_whole() {
         eprintln!("{what}: {named} of {all} samples named");
         assert!(all >= 200, "{what}: {all} samples");
         assert!(named as f64 >= 0.97 * all as f64, "{what}: {named} of {all} named");
-        let (whole, _) = share(&stacks, |frames| OUTERMOST.contains(&frames[0].as_str()));
-        eprintln!("{what}: {whole} of {all} samples whole");
-        assert!(whole as f64 >= 0.97 * all as f64, "{what}: {whole} of {all} whole");
+        let (whole, _) = share(&stacks, |frames| STARTS.contains(&frames[0].as_str()));
+        let (ended, _) = share(&stacks, |frames| OUTERMOST.contains(&frames[0].as_str()));
+        eprintln!("{what}: {whole} of {all} samples whole, {ended} whole or where their stack switched");
+        assert!(whole as f64 >= 0.75 * all as f64, "{what}: {whole} of {all} whole");
+        assert!(ended as f64 >= 0.97 * all as f64, "{what}: {ended} of {all} whole or switched");
         let formatting = |frames: &[String]| {
             frames.iter().any(|frame| frame.starts_with("go/parser.") || frame.starts_with("go/printer."))
         };
@@ -263,7 +282,7 @@ fn go_blocked_off_the_cpu_is_on_whole_stacks() {
     let dir = scratch_dir("go-blocked");
     for (release, go) in toolchains() {
         let binary = dir.join(format!("blocked-{release}"));
-        build(&go, "blocked", &binary, false, true);
+        build(&go, "blocked", &binary, Build { pie: false, stripped: true, cgo: false });
         let folded = record_command(&dir, &["--off-cpu"], &binary, &["2"]);
         let stacks = process_stacks(&folded);
         let what = format!("Go {release} --off-cpu");

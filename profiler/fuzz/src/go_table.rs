@@ -47,7 +47,7 @@ fn any_bytes(bytes: &[u8], release: &str, pc: u64) {
     for svma in [pc, inside] {
         let Some(function) = table.function(svma) else { continue };
         assert!(function.entry <= svma);
-        assert!(table.name(function).is_none_or(|name| name.len() < MAX_STRING));
+        assert!(table.name(function, &mut work).is_none_or(|name| name.len() < MAX_STRING));
         let _ = table.sp_offset(function, svma, &mut work);
         let _ = table.writes_sp(function);
         if let Some((file, _)) = table.source(function, svma, &mut work) {
@@ -84,7 +84,8 @@ fn made_to_order(bytes: &[u8], version: Version, release: &str, text_start_in_he
         for svma in [entry, entry + made.size - 1] {
             let function = table.function(svma).expect("each function is found");
             assert_eq!(function.entry, entry);
-            assert_eq!(table.name(function), Some(made.name.as_bytes()));
+            assert_eq!(table.name(function, &mut Work::new(RUNS)), Some(made.name.as_bytes()));
+            assert!(table.is_named(function, made.name.as_bytes()));
             let work = &mut Work::new(RUNS);
             assert_eq!(table.sp_offset(function, svma, work), Some(u64::from(made.sp[0].1 as u32)), "f{i}");
             assert_eq!(

@@ -360,7 +360,7 @@ mod tests {
     use super::*;
     use crate::{
         address_space::{AddressSpaces, Backing, Tracking},
-        runtimes::{ImageFile, kernel_table::KernelTable, memory::Allowance},
+        runtimes::{ImageFile, Mark, kernel_table::KernelTable, memory::Allowance},
     };
 
     /// A runtime whose image is this test's own executable, attaching as `attach` says.
@@ -377,7 +377,7 @@ mod tests {
         const NAME: &'static str = "Fake";
         const RECHECK_NS: u64 = 2 * YOUNG_NS;
 
-        fn marks(_: super::super::Mark<'_>) -> bool {
+        fn marks(_: Mark<'_>) -> bool {
             false
         }
 

@@ -317,7 +317,11 @@ fn module(file: std::io::Result<fs::File>, path: &Path) -> Finding {
         std::io::Read::read_to_end(&mut file, &mut data).ok().map(|_| data)
     });
     // A Go binary's own table steps and names its Go code (its C code, in a cgo binary, has CFI).
-    let go = data.as_deref().is_some_and(|data| matches!(GoTable::read(data), Ok(Some(_))));
+    let go = data.as_deref().map(GoTable::read).transpose().map(Option::flatten);
+    if let Err(why) = &go {
+        return Finding::new(Status::Warn, subject, format!("a Go binary whose table is not read: {why:#}"));
+    }
+    let go = matches!(go, Ok(Some(_)));
     let frame_pointers = data.and_then(|data| frame_pointer_share(&data));
     let fp = match frame_pointers {
         Some(share) => format!("frame pointers in {:.0}% of functions", share * 100.0),

@@ -81,7 +81,10 @@ impl<'a> StackSnapshot<'a> {
 pub enum UnwindEnd {
     /// The outermost frame was reached (its CFI says so: thread start, `_start`, `clone`).
     Bottom,
-    /// The stack goes on past the copied bytes.
+    /// The outermost frame of a runtime's own stack was reached (a goroutine's, which a thread
+    /// runs among others): complete, but no end of the thread's stack.
+    RuntimeBottom,
+    /// The stack goes on past the copied bytes (or on another stack, where a runtime moved it).
     SnapshotEnd,
     /// Stopped in code without CFI: a module (or anonymous memory, `None`).
     MissingCfi(Option<ModuleId>),
@@ -132,6 +135,9 @@ pub enum RuntimeStep {
     Lost,
     /// Its code, where its stacks start (a Go goroutine's first frame): nothing above it.
     Outermost,
+    /// Its code, which moved the stack pointer to another stack (Go's `systemstack`, onto the
+    /// thread's own): the rest is there, not in the copy.
+    OtherStack,
 }
 
 /// A [`RuntimeCode`] that owns no code.
@@ -215,7 +221,8 @@ impl Unwinder {
                         addr = caller.ip();
                         continue;
                     }
-                    RuntimeStep::Outermost => break UnwindEnd::Bottom,
+                    RuntimeStep::Outermost => break UnwindEnd::RuntimeBottom,
+                    RuntimeStep::OtherStack => break UnwindEnd::SnapshotEnd,
                     _ => {}
                 }
             }

@@ -31,7 +31,8 @@ impl UnwindStats {
     /// The outcomes, as the recording keeps them.
     pub fn summary(&self) -> UnwindSummary {
         UnwindSummary {
-            complete: self.count(StackSource::Dwarf(UnwindEnd::Bottom)),
+            complete: self.count(StackSource::Dwarf(UnwindEnd::Bottom))
+                + self.count(StackSource::Dwarf(UnwindEnd::RuntimeBottom)),
             completed_with_frame_pointers: self.count(StackSource::DwarfThenFramePointers),
             truncated: self.count(StackSource::Dwarf(UnwindEnd::SnapshotEnd)),
             missing_cfi: self.missing_cfi.values().sum(),
@@ -63,7 +64,7 @@ mod tests {
         let mut stats = UnwindStats::default();
         for source in [
             StackSource::Dwarf(UnwindEnd::Bottom),
-            StackSource::Dwarf(UnwindEnd::Bottom),
+            StackSource::Dwarf(UnwindEnd::RuntimeBottom),
             StackSource::DwarfThenFramePointers,
             StackSource::Dwarf(UnwindEnd::SnapshotEnd),
             StackSource::Dwarf(UnwindEnd::MissingCfi(None)),

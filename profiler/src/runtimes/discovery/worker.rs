@@ -269,7 +269,7 @@ fn work(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::address_space::Mappings;
+    use crate::{address_space::Mappings, runtimes::Mark};
 
     fn job(user: Option<u32>, key: u64) -> Job {
         Job {
@@ -318,8 +318,8 @@ mod tests {
     struct Slow;
 
     impl Recogniser for Slow {
-        fn marks(&self, mark: super::super::Mark<'_>) -> bool {
-            mark == super::super::Mark::Symbol(b"malloc")
+        fn marks(&self, mark: Mark<'_>) -> bool {
+            mark == Mark::Symbol(b"malloc")
         }
 
         fn recognise(

@@ -9,15 +9,18 @@ use object::{Object as _, ObjectSection as _, ObjectSegment as _, read::elf::Elf
 
 /// The sections Go's linker puts the table in (position-independent builds before Go 1.26 put
 /// it with the data made read-only after relocation).
-pub(super) const SECTIONS: [&str; 2] = [".gopclntab", ".data.rel.ro.gopclntab"];
+const SECTIONS: [&str; 2] = [".gopclntab", ".data.rel.ro.gopclntab"];
+/// Where external linking merges the latter.
+const MERGED_SECTION: &str = ".data.rel.ro";
 /// Go 1.26 and later give `runtime.firstmoduledata` a section of its own.
 const MODULE_SECTION: &str = ".go.module";
 /// Where it is before that.
 const MODULE_DATA_SECTIONS: [&str; 2] = [".noptrdata", ".data"];
 /// Words of the module data kept: as far as its last field read (`gofunc`, Go 1.27's).
 const MODULE_WORDS: usize = 44;
-/// The section the release is in, and its header's magic.
-const BUILD_INFO_SECTION: &str = ".go.buildinfo";
+/// The section the release is in, which every Go binary has (Go 1.13 and later), and its
+/// header's magic.
+pub(super) const BUILD_INFO_SECTION: &str = ".go.buildinfo";
 const BUILD_INFO_MAGIC: &[u8] = b"\xff Go buildinf:";
 /// The release's length read at most (`go1.26.10`, or `devel go1.27-abcdef Tue ...`).
 const MAX_RELEASE: usize = 128;
@@ -41,10 +44,7 @@ impl Placement {
     /// What the ELF file `bytes` holds around its table: `None` when it has none.
     pub(super) fn find(bytes: &[u8]) -> Result<Option<Self>> {
         let elf = ElfFile64::<object::Endianness>::parse(bytes)?;
-        let Some(section) = SECTIONS.iter().find_map(|name| elf.section_by_name(name)) else {
-            return Ok(None);
-        };
-        let Some((start, size)) = section.file_range() else { bail!("Go's table has no bytes in the file") };
+        let Some((address, start, size)) = table(&elf)? else { return Ok(None) };
         let segments = elf
             .segments()
             .filter_map(|segment| {
@@ -54,8 +54,8 @@ impl Placement {
             .collect();
         let mut placement = Self {
             table: usize::try_from(start)?..usize::try_from(start.saturating_add(size))?,
-            address: section.address(),
-            module_data: module_data(&elf, section.address()),
+            address,
+            module_data: module_data(&elf, address, size),
             release: None,
             segments,
         };
@@ -68,7 +68,7 @@ impl Placement {
     pub(super) fn file_offset(&self, svma: u64, len: u64) -> Option<usize> {
         let (range, offset) = self.segments.iter().find(|(range, _)| range.contains(&svma))?;
         (svma.checked_add(len)? <= range.end).then_some(())?;
-        usize::try_from(offset + (svma - range.start)).ok()
+        usize::try_from(offset.checked_add(svma - range.start)?).ok()
     }
 
     /// The Go minor release that built it (26 for `go1.26.10`).
@@ -101,10 +101,36 @@ impl Placement {
     }
 }
 
+/// Where the table is: its address, and where it starts in the file and how long it is at most.
+/// A binary that external linking made position-independent before Go 1.26 has it merged into
+/// the data made read-only after relocation: it is found there by its header (any of the
+/// layouts' magic, then padding, the x86-64 instruction quantum and pointer size), in a Go
+/// binary (one with `.go.buildinfo`).
+fn table(elf: &ElfFile64<'_, object::Endianness>) -> Result<Option<(u64, u64, u64)>> {
+    if let Some(section) = SECTIONS.iter().find_map(|name| elf.section_by_name(name)) {
+        let Some((start, size)) = section.file_range() else { bail!("Go's table has no bytes in the file") };
+        return Ok(Some((section.address(), start, size)));
+    }
+    let (Some(_), Some(merged)) =
+        (elf.section_by_name(BUILD_INFO_SECTION), elf.section_by_name(MERGED_SECTION))
+    else {
+        return Ok(None);
+    };
+    let (Some((start, size)), Ok(data)) = (merged.file_range(), merged.data()) else { return Ok(None) };
+    let header = |word: &[u8; 8]| {
+        word[1..] == [0xff, 0xff, 0xff, 0, 0, 1, 8] && [0xf0, 0xf1, 0xfa, 0xfb].contains(&word[0])
+    };
+    let Some(at) = data.as_chunks::<8>().0.iter().position(header) else {
+        bail!("a Go binary whose table of functions was not found")
+    };
+    let at = 8 * at as u64;
+    Ok(Some((merged.address() + at, start + at, size - at)))
+}
+
 /// The words of `runtime.firstmoduledata`: its own section's (Go 1.26 and later), else those
 /// from the first 8-aligned place in Go's data sections that holds the table's address (`table`,
-/// its first field), as far as [`MODULE_WORDS`] go.
-fn module_data(elf: &ElfFile64<'_, object::Endianness>, table: u64) -> Option<Vec<u64>> {
+/// its first field, `table_size` bytes long), as far as [`MODULE_WORDS`] go.
+fn module_data(elf: &ElfFile64<'_, object::Endianness>, table: u64, table_size: u64) -> Option<Vec<u64>> {
     let words = |bytes: &[u8]| -> Vec<u64> {
         bytes.as_chunks::<8>().0.iter().map(|word| u64::from_le_bytes(*word)).collect()
     };
@@ -113,8 +139,12 @@ fn module_data(elf: &ElfFile64<'_, object::Endianness>, table: u64) -> Option<Ve
         let data = words(section.data().ok()?);
         return (data.first() == Some(&table)).then(|| from(&data, 0)).flatten();
     }
+    // The first place whose next word points into the table (its names): other words may hold
+    // the table's address too.
+    let inside = |word: u64| word > table && word - table < table_size;
     MODULE_DATA_SECTIONS.iter().find_map(|name| {
         let data = words(elf.section_by_name(name)?.data().ok()?);
-        from(&data, data.iter().position(|&word| word == table)?)
+        let at = data.windows(2).position(|pair| pair[0] == table && inside(pair[1]))?;
+        from(&data, at)
     })
 }

@@ -124,6 +124,10 @@ impl GoProcess {
         let table = &self.binary.table;
         let Some(function) = table.function(svma) else { return false };
         let located = table.located(function, svma, &mut self.work);
+        // Named in part for want of work: the native frame stays, unnamed, and nothing is cached.
+        if self.work.spent() {
+            return false;
+        }
         let outermost = located.len().saturating_sub(1);
         let mut bytes = ENTRY_BYTES;
         let named: Vec<(FunctionRef, u32)> = located
@@ -153,9 +157,9 @@ impl Runtime for Go {
     /// A Go binary's table is there from its start: nothing to wait for.
     const RECHECK_NS: u64 = 1_000_000_000;
 
-    /// Every Go binary has its table of functions in a section of its own.
+    /// Every Go binary says which Go built it in a section of its own.
     fn marks(mark: Mark<'_>) -> bool {
-        matches!(mark, Mark::Section(name) if binary::SECTIONS.iter().any(|section| section.as_bytes() == name))
+        mark == Mark::Section(binary::BUILD_INFO_SECTION.as_bytes())
     }
 
     fn recognise(file: &ImageFile<'_>) -> Result<Option<Binary>> {

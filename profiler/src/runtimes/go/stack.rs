@@ -5,7 +5,7 @@
 //! callers' CFI may need.
 use framehop::x86_64::UnwindRegsX86_64;
 
-use super::GoProcess;
+use super::{GoProcess, lookup_svma};
 use crate::{
     address_space::ModuleId,
     unwind::{RuntimeCode, RuntimeStep, StackSnapshot},
@@ -33,22 +33,29 @@ impl RuntimeCode for GoProcess {
             return RuntimeStep::NotMine;
         }
         let table = &self.binary.table;
-        let svma = pc.wrapping_sub(self.bias);
-        let Some(function) = table.function(svma) else { return RuntimeStep::NotMine };
-        let outermost = table.name(function).is_some_and(|name| OUTERMOST.contains(&name));
-        // A function that moved its stack pointer elsewhere (`systemstack`, onto the thread's
-        // stack) is where this stack's copy ends, unless it is where the sample was taken.
-        if outermost || (depth > 0 && table.writes_sp(function)) {
+        // A caller's function is the call's: a call may end its function (one that does not
+        // return), its return address then the next function's entry.
+        let Some(function) = table.function(lookup_svma(depth, pc, self.bias)) else {
+            return RuntimeStep::NotMine;
+        };
+        if OUTERMOST.iter().any(|name| table.is_named(function, name)) {
             return RuntimeStep::Outermost;
         }
+        // Where a function moved its stack pointer to another stack (`systemstack`, onto the
+        // thread's own), its caller is there, unless the sample was taken in it.
+        if depth > 0 && table.writes_sp(function) {
+            return RuntimeStep::OtherStack;
+        }
+        let svma = pc.wrapping_sub(self.bias);
         let caller = table.sp_offset(function, svma, &mut self.work).and_then(|offset| {
             let at = regs.sp().checked_add(offset)?;
             let return_address = stack.read_u64(at)?;
             let bp = match offset {
                 0 => regs.bp(),
-                _ => stack.read_u64(at - 8)?,
+                _ => stack.read_u64(at.checked_sub(8)?)?,
             };
-            is_code(return_address).then(|| UnwindRegsX86_64::new(return_address, at + 8, bp))
+            let caller_sp = at.checked_add(8)?;
+            is_code(return_address).then(|| UnwindRegsX86_64::new(return_address, caller_sp, bp))
         });
         match caller {
             Some(caller) => RuntimeStep::Caller(caller),

@@ -23,24 +23,37 @@ pub const MAX_STRING: usize = 4096;
 /// a few thousand lines has a few thousand).
 const MAX_RUNS: usize = 1 << 16;
 
-/// What lookups may still cost: runs of value tables left to decode. A table can make each
-/// lookup long, and a stack has up to 1,024 frames, each with a chain of inlined calls: the
-/// caller gives what one stack may cost, and lookups fail once it is spent.
+/// What lookups may still cost: steps left, one per run of a value table decoded and per 64
+/// bytes of a name or path read. A table can make each lookup long, and a stack has up to 1,024
+/// frames, each with a chain of inlined calls: the caller gives what one stack may cost, and
+/// lookups fail once it is spent.
 #[derive(Debug)]
 pub struct Work {
-    runs: usize,
+    steps: usize,
+    /// A lookup failed for want of steps.
+    spent: bool,
 }
 
 impl Work {
-    pub fn new(runs: usize) -> Self {
-        Self { runs }
+    pub fn new(steps: usize) -> Self {
+        Self { steps, spent: false }
     }
 
-    /// Whether lookups failed for want of work left.
+    /// Whether a lookup failed for want of work left.
     pub fn spent(&self) -> bool {
-        self.runs == 0
+        self.spent
+    }
+
+    /// Takes `steps`; false (and spent) when there are not that many left.
+    fn take(&mut self, steps: usize) -> bool {
+        match self.steps.checked_sub(steps) {
+            Some(left) => self.steps = left,
+            None => self.spent = true,
+        }
+        !self.spent
     }
 }
+
 /// Calls inlined into one another followed at most at one PC.
 pub const MAX_INLINED: usize = 64;
 
@@ -56,8 +69,8 @@ const MODULE_MINPC: usize = 160;
 const FUNCDATA_INLINE_TREE: usize = 3;
 const PCDATA_INLINE_INDEX: usize = 2;
 
-/// A function that writes the stack pointer arbitrarily (`runtime.systemstack`, `gogo`): its
-/// caller cannot be found from its stack offset.
+/// A function that writes the stack pointer arbitrarily (`runtime.systemstack`, `mcall`,
+/// `asmcgocall`): its caller cannot be found from its stack offset.
 const FLAG_SPWRITE: u8 = 1 << 1;
 
 /// The table's layouts, by the Go versions that write them.
@@ -94,7 +107,7 @@ impl Version {
                 pcln: 28,
                 npcdata: 32,
                 cu: 36,
-                flag: None,
+                flag: 41,
                 nfuncdata: 43,
                 record_size: 44,
                 inlined: InlinedFields { size: 20, name: 12, parent_pc: 16 },
@@ -107,7 +120,7 @@ impl Version {
                 pcln: 24,
                 npcdata: 28,
                 cu: 32,
-                flag: Some(37),
+                flag: 37,
                 nfuncdata: 39,
                 record_size: 40,
                 inlined: InlinedFields { size: 20, name: 12, parent_pc: 16 },
@@ -120,7 +133,7 @@ impl Version {
                 pcln: 24,
                 npcdata: 28,
                 cu: 32,
-                flag: Some(41),
+                flag: 41,
                 nfuncdata: 43,
                 record_size: 44,
                 inlined: InlinedFields { size: 16, name: 4, parent_pc: 8 },
@@ -153,8 +166,8 @@ struct Fields {
     npcdata: usize,
     /// Its compilation unit's first entry in the table of files.
     cu: usize,
-    /// Its flags (`TOPFRAME`, `SPWRITE`), from Go 1.17 (the 1.16 layout may lack them).
-    flag: Option<usize>,
+    /// Its flags (`TOPFRAME`, `SPWRITE`): from Go 1.17 (padding, 0, in 1.16).
+    flag: usize,
     nfuncdata: usize,
     /// Where its value tables' offsets start, and its data's after them.
     record_size: usize,
@@ -253,7 +266,7 @@ impl<B: AsRef<[u8]>> GoTable<B> {
     /// The function whose code `svma` is in.
     pub fn function(&self, svma: u64) -> Option<Function> {
         let count = self.layout.functions;
-        if !(self.entry(0)?..self.entry(count)?).contains(&svma) {
+        if !self.text()?.contains(&svma) {
             return None;
         }
         // The last function whose entry is at or before `svma`; entries are sorted.
@@ -275,8 +288,17 @@ impl<B: AsRef<[u8]>> GoTable<B> {
     }
 
     /// Its name.
-    pub fn name(&self, function: Function) -> Option<&[u8]> {
-        self.name_at(self.u32(function.record + self.fields().name)?)
+    pub fn name(&self, function: Function, work: &mut Work) -> Option<&[u8]> {
+        self.name_at(self.u32(function.record + self.fields().name)?, work)
+    }
+
+    /// Whether its name is `name`, reading no more of it than that.
+    pub fn is_named(&self, function: Function, name: &[u8]) -> bool {
+        let Some(offset) = self.u32(function.record + self.fields().name) else { return false };
+        let at = self.layout.names.saturating_add(offset as usize);
+        self.bytes()
+            .get(at..at.saturating_add(name.len() + 1))
+            .is_some_and(|bytes| bytes[..name.len()] == *name && bytes[name.len()] == 0)
     }
 
     /// How far below its stack pointer at entry the stack pointer is at `svma` in it (the
@@ -297,7 +319,7 @@ impl<B: AsRef<[u8]>> GoTable<B> {
                 .ok()?;
         let cu = self.u32(function.record + fields.cu)?;
         let entry = self.layout.cu_files.checked_add(4 * cu.checked_add(file)? as usize)?;
-        let path = self.string(self.layout.files.checked_add(self.u32(entry)? as usize)?)?;
+        let path = self.string(self.layout.files.checked_add(self.u32(entry)? as usize)?, work)?;
         Some((path, line))
     }
 
@@ -314,7 +336,7 @@ impl<B: AsRef<[u8]>> GoTable<B> {
                 let index = usize::try_from(self.pcdata(function, PCDATA_INLINE_INDEX, at, work)?).ok()?;
                 let fields = &self.fields().inlined;
                 let call = tree.checked_add(index.checked_mul(fields.size)?)?;
-                let name = self.name_at(self.file_u32(call + fields.name)?)?;
+                let name = self.name_at(self.file_u32(call + fields.name)?, work)?;
                 Some((name, self.file_u32(call + fields.parent_pc)?))
             });
             let Some((name, parent_pc)) = call else { break };
@@ -322,7 +344,7 @@ impl<B: AsRef<[u8]>> GoTable<B> {
             located.push(Located { name, file, line });
             at = function.entry.saturating_add(u64::from(parent_pc));
         }
-        if let Some(name) = self.name(function) {
+        if let Some(name) = self.name(function, work) {
             let (file, line) = place(at, work);
             located.push(Located { name, file, line });
         }
@@ -331,9 +353,8 @@ impl<B: AsRef<[u8]>> GoTable<B> {
 
     /// Whether it writes the stack pointer arbitrarily, so that its caller cannot be found.
     pub fn writes_sp(&self, function: Function) -> bool {
-        let flag = self.fields().flag;
-        flag.and_then(|at| self.bytes().get(function.record + at))
-            .is_some_and(|flag| flag & FLAG_SPWRITE != 0)
+        let flag = self.bytes().get(function.record + self.fields().flag);
+        flag.is_some_and(|flag| flag & FLAG_SPWRITE != 0)
     }
 
     fn fields(&self) -> &'static Fields {
@@ -383,7 +404,7 @@ impl<B: AsRef<[u8]>> GoTable<B> {
         let mut value: i32 = -1;
         let mut pc = function.entry;
         for run in 0..MAX_RUNS {
-            work.runs = work.runs.checked_sub(1)?;
+            work.take(1).then_some(())?;
             let value_delta = uvarint(&mut values)?;
             // The end of the table (a first delta of 0 is a value of -1).
             if value_delta == 0 && run > 0 {
@@ -412,8 +433,8 @@ impl<B: AsRef<[u8]>> GoTable<B> {
         }
     }
 
-    fn name_at(&self, offset: u32) -> Option<&[u8]> {
-        self.string(self.layout.names.checked_add(offset as usize)?)
+    fn name_at(&self, offset: u32, work: &mut Work) -> Option<&[u8]> {
+        self.string(self.layout.names.checked_add(offset as usize)?, work)
     }
 
     fn bytes(&self) -> &[u8] {
@@ -440,11 +461,13 @@ impl<B: AsRef<[u8]>> GoTable<B> {
         read_u32(self.bytes.as_ref(), at)
     }
 
-    /// The NUL-terminated string at `at`.
-    fn string(&self, at: usize) -> Option<&[u8]> {
+    /// The NUL-terminated string at `at`, its bytes read charged to `work`.
+    fn string(&self, at: usize, work: &mut Work) -> Option<&[u8]> {
         let rest = self.bytes().get(at..)?;
         let rest = &rest[..rest.len().min(MAX_STRING)];
-        rest.iter().position(|&b| b == 0).map(|end| &rest[..end])
+        let end = rest.iter().position(|&b| b == 0);
+        work.take(1 + end.unwrap_or(rest.len()) / 64).then_some(())?;
+        end.map(|end| &rest[..end])
     }
 }
 
@@ -508,13 +531,13 @@ impl Layout {
     /// offset. Where the functions' data is comes from the module data alone. Module data is
     /// taken for the table's only if it says the table's address and its names'.
     fn with_module_data(mut self, header: &[u8], placement: &Placement) -> Result<Self> {
+        if self.version == Version::Go116 {
+            return Ok(self);
+        }
         let data = placement.module_data.as_deref().filter(|data| {
             data.get(MODULE_PCHEADER / 8) == Some(&placement.address)
                 && data.get(MODULE_NAMES / 8) == placement.address.checked_add(self.names as u64).as_ref()
         });
-        if self.version == Version::Go116 {
-            return Ok(self);
-        }
         self.functions_data = self
             .version
             .gofunc_field(placement.minor_release())

@@ -68,7 +68,7 @@ fn functions_are_found_with_their_names_offsets_and_lines_in_every_layout() {
         let main_work = table.function(TEXT + 0x10).unwrap();
         assert_eq!(main_work.entry, TEXT + 0x10);
         assert_eq!(table.function(TEXT + 0x4f), Some(main_work));
-        assert_eq!(table.name(main_work), Some(&b"main.work"[..]));
+        assert_eq!(table.name(main_work, &mut Work::new(RUNS)), Some(&b"main.work"[..]));
         // Each run ends where the next starts.
         assert_eq!(table.sp_offset(main_work, TEXT + 0x10, &mut Work::new(RUNS)), Some(0));
         assert_eq!(table.sp_offset(main_work, TEXT + 0x14, &mut Work::new(RUNS)), Some(0x28));
@@ -87,7 +87,7 @@ fn functions_are_found_with_their_names_offsets_and_lines_in_every_layout() {
             Some((&b"/app/main.go"[..], 12))
         );
         let leaf = table.function(TEXT + 0x6f).unwrap();
-        assert_eq!(table.name(leaf), Some(&b"main.leaf"[..]));
+        assert_eq!(table.name(leaf, &mut Work::new(RUNS)), Some(&b"main.leaf"[..]));
         assert_eq!(table.source(leaf, TEXT + 0x50, &mut Work::new(RUNS)), Some((&b"/app/leaf.go"[..], 7)));
         assert!(!table.writes_sp(leaf));
     }
@@ -280,4 +280,29 @@ fn process((bytes, placement): (Vec<u8>, Placement)) -> GoProcess {
         lost: 0,
         cut: 0,
     }
+}
+
+/// A function that moved its stack pointer to another stack (`SPWRITE`) ends what is stepped
+/// of the copy when it is a caller, and is stepped as any other where the sample was taken.
+#[test]
+fn a_caller_that_switched_stacks_ends_the_copy() {
+    use crate::unwind::{RuntimeCode as _, RuntimeStep, StackSnapshot};
+    let mut functions = functions();
+    functions.push(FixtureFunction {
+        name: "runtime.systemstack".into(),
+        size: 0x10,
+        sp: vec![(0x10, 8)],
+        lines: vec![(0x10, 500)],
+        flag: 1 << 1,
+        ..Default::default()
+    });
+    let mut process = process(table(Version::Go120, "go1.26.10", true, &functions, &FILES));
+    let sp = 0x7000_0000u64;
+    let bytes: Vec<u8> = [0u64, TEXT + 0x18].iter().flat_map(|w| w.to_le_bytes()).collect();
+    let stack = StackSnapshot::new(sp, &bytes, false);
+    let mut is_code = |addr: u64| (TEXT..TEXT + 0x80).contains(&addr);
+    let caller = UnwindRegsX86_64::new(TEXT + 0x78, sp, 0);
+    assert_eq!(process.step(1, &caller, &stack, &mut is_code), RuntimeStep::OtherStack);
+    let RuntimeStep::Caller(work) = process.step(0, &caller, &stack, &mut is_code) else { panic!("stepped") };
+    assert_eq!((work.ip(), work.sp()), (TEXT + 0x18, sp + 16));
 }

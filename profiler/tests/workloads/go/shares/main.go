@@ -1,15 +1,18 @@
 // Three functions doing 60%, 30% and 10% of the work, on two goroutines (main's and one it
 // starts), until SECONDS (os.Args[1]) have passed; the work itself (spin) is inlined into each.
-// Built stripped and not, PIE and not, by each Go the tests run.
+// Built stripped and not, PIE and not, by each Go the tests run. With PROGRESS=1, prints
+// "SECONDS ROUNDS" every 100 ms (the benchmarks read the program's own speed from it).
 package main
 
 import (
+	"fmt"
 	"os"
 	"strconv"
+	"sync/atomic"
 	"time"
 )
 
-var sink uint64
+var sink, rounds uint64
 
 func spin(n int) uint64 {
 	x := uint64(n)
@@ -31,6 +34,7 @@ func gamma(n int) uint64 { return spin(n) }
 func work(until time.Time) {
 	for time.Now().Before(until) {
 		sink += alpha(100_000) + beta(100_000) + gamma(100_000)
+		atomic.AddUint64(&rounds, 1)
 	}
 }
 
@@ -39,7 +43,15 @@ func main() {
 	if err != nil {
 		panic(err)
 	}
-	until := time.Now().Add(time.Duration(seconds * float64(time.Second)))
+	start := time.Now()
+	until := start.Add(time.Duration(seconds * float64(time.Second)))
+	if os.Getenv("PROGRESS") == "1" {
+		go func() {
+			for range time.Tick(100 * time.Millisecond) {
+				fmt.Printf("%.3f %d\n", time.Since(start).Seconds(), atomic.LoadUint64(&rounds))
+			}
+		}()
+	}
 	done := make(chan struct{})
 	go func() {
 		work(until)
