@@ -108,8 +108,44 @@ pub fn build(root: &Path, dir: &Path, quick: bool) -> Result<Vec<Workload>> {
             expected: split("split::", "split::main"),
             normalize: rust_name,
         },
+        Workload {
+            name: "Go, stripped (shares, -ldflags=-s -w: no symbols, no DWARF, no CFI)",
+            binary: build_go(&src.join("go/shares"), &dir.join("shares-go"))?,
+            args: vec![],
+            expected: go_expected(),
+            normalize: plain,
+        },
     ]);
     Ok(workloads)
+}
+
+/// A Go program built stripped, as Go programs ship, by the system's Go.
+fn build_go(source: &Path, out: &Path) -> Result<PathBuf> {
+    let cache = out.with_extension("cache");
+    check(
+        Command::new("go")
+            .args(["build", "-ldflags=-s -w", "-o"])
+            .arg(out)
+            .current_dir(source)
+            .env("GOCACHE", cache.join("build"))
+            .env("GOPATH", cache.join("path"))
+            .env("GOTOOLCHAIN", "local")
+            .env("GOFLAGS", "-buildvcs=false"),
+    )?;
+    Ok(out.to_owned())
+}
+
+/// shares.go's 60/30/10 split: alpha, beta and gamma called by `main.work` (on two goroutines,
+/// whose roots differ), with `spin` inlined into each (inlined frames are not counted).
+fn go_expected() -> Vec<Expected> {
+    [("main.alpha", 60.0), ("main.beta", 30.0), ("main.gamma", 10.0)]
+        .into_iter()
+        .map(|(leaf, share)| Expected {
+            leaf: leaf.into(),
+            share,
+            chain: vec!["main.work".into(), leaf.into()],
+        })
+        .collect()
 }
 
 fn split_expected(prefix: &str, root: &str) -> Vec<Expected> {
