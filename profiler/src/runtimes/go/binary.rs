@@ -7,6 +7,8 @@ use std::ops::Range;
 use anyhow::{Result, bail};
 use object::{Object as _, ObjectSection as _, ObjectSegment as _, read::elf::ElfFile64};
 
+use super::table::{read_u64, uvarint};
+
 /// The sections Go's linker puts the table in (position-independent builds before Go 1.26 put
 /// it with the data made read-only after relocation).
 const SECTIONS: [&str; 2] = [".gopclntab", ".data.rel.ro.gopclntab"];
@@ -87,13 +89,12 @@ impl Placement {
         }
         let release = if header[15] & 2 != 0 {
             let mut rest = &info[32..];
-            let len = usize::try_from(super::table::uvarint(&mut rest)?).ok()?;
+            let len = usize::try_from(uvarint(&mut rest)?).ok()?;
             rest.get(..len.min(MAX_RELEASE))?
         } else {
-            let word =
-                |bytes: &[u8], at: usize| Some(u64::from_le_bytes(bytes.get(at..at + 8)?.try_into().ok()?));
-            let string = self.file_offset(word(header, 16)?, 16)?;
-            let (pointer, len) = (word(bytes, string)?, word(bytes, string + 8)?.min(MAX_RELEASE as u64));
+            let string = self.file_offset(read_u64(header, 16)?, 16)?;
+            let (pointer, len) =
+                (read_u64(bytes, string)?, read_u64(bytes, string + 8)?.min(MAX_RELEASE as u64));
             let at = self.file_offset(pointer, len)?;
             bytes.get(at..at + len as usize)?
         };

@@ -453,7 +453,7 @@ impl<B: AsRef<[u8]>> GoTable<B> {
     }
 
     fn u64(&self, at: usize) -> Option<u64> {
-        Some(u64::from_le_bytes(self.bytes().get(at..at.checked_add(8)?)?.try_into().ok()?))
+        read_u64(self.bytes(), at)
     }
 
     /// A word anywhere in the file (functions' data is outside the table before Go 1.26).
@@ -475,8 +475,6 @@ impl Layout {
     /// The layout its `header` (the table's bytes) says, `placement` saying where Go's text and
     /// functions' data start when the header leaves them out.
     fn read(header: &[u8], placement: &Placement) -> Result<Self> {
-        let word =
-            |at: usize| -> Option<u64> { Some(u64::from_le_bytes(header.get(at..at + 8)?.try_into().ok()?)) };
         let Some(magic) = read_u32(header, 0) else { bail!("Go's table is shorter than its header") };
         let version = Version::of_magic(magic)?;
         // Padding, the instruction size quantum (1 on x86-64) and the pointer size.
@@ -488,7 +486,7 @@ impl Layout {
             Version::Go118 | Version::Go120 => 8,
         };
         let fields: Vec<u64> = (0..count)
-            .map(|i| word(8 + 8 * i))
+            .map(|i| read_u64(header, 8 + 8 * i))
             .collect::<Option<_>>()
             .ok_or_else(|| anyhow::anyhow!("Go's table is shorter than its header"))?;
         let offset = |value: u64| -> Result<usize> {
@@ -555,6 +553,10 @@ impl Layout {
             .ok_or_else(|| anyhow::anyhow!("Go's module data says its text starts below 0"))?;
         Ok(self)
     }
+}
+
+pub(super) fn read_u64(bytes: &[u8], at: usize) -> Option<u64> {
+    Some(u64::from_le_bytes(bytes.get(at..at.checked_add(8)?)?.try_into().ok()?))
 }
 
 fn read_u32(bytes: &[u8], at: usize) -> Option<u32> {
