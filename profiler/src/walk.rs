@@ -284,10 +284,15 @@ impl StackWalker {
         }
         chain.clear();
         chain.extend(sample.user_stack().iter());
-        // The frame-pointer chain, from this depth on, still to be resolved; whether a runtime's
-        // stepper walked the stack (and may name what is left).
+        // The frame-pointer chain, from this depth on, still to be resolved; whether a runtime is
+        // ready for the stack (and may name what is left).
         let (fp_addrs, first_depth, stepped) = match (*call_graph, sample.user_regs()) {
-            (CallGraph::Fp, _) | (_, None) => (&chain[..], 0, false),
+            // No runtime steps a chain of frame pointers; one that names code by its address
+            // (Go's) still names it.
+            (CallGraph::Fp, Some(regs)) => {
+                (&chain[..], 0, runtimes.stepper(process.tgid(), sample.time_ns(), &regs).is_some())
+            }
+            (CallGraph::Fp, None) | (_, None) => (&chain[..], 0, false),
             (call_graph, Some(regs)) => {
                 let snapshot = StackSnapshot::new(regs.sp, sample.stack_copy(), sample.stack_truncated());
                 let tgid = process.tgid();

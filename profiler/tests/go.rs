@@ -117,11 +117,10 @@ fn lines_of(name: &str, function: &str) -> (i64, std::ops::RangeInclusive<i64>) 
 
 /// `shares` (alpha, beta and gamma doing 60/30/10% of the work on two goroutines, `spin` inlined
 /// into each), built by every Go, stripped and not, position-independent and not, and stripped,
-/// position-independent and linked by the C toolchain (cgo), recorded 1 s
-/// at 999 Hz: in each, 99% of the samples whole from `runtime.goexit`, through `main.work` and
+/// position-independent and linked by the C toolchain (cgo), recorded 1 s at 999 Hz: in each, 99% of the samples whole from `runtime.goexit`, through `main.work` and
 /// one of the three to `main.spin` (an inlined frame, `_[i]`), the three's shares within 5
 /// points; in the pprof output, spin's samples on the lines of its body and the three's on the
-/// line of their call, as the source says.
+/// line of their call, as the source says; and stripped PIE builds named by frame pointers alone.
 #[test]
 fn go_functions_are_named_from_go_s_table_whole_in_every_build() {
     if !e2e_enabled() {
@@ -168,8 +167,33 @@ fn go_functions_are_named_from_go_s_table_whole_in_every_build() {
                 );
             }
             assert_lines(&what, &pprof, &spin_body);
+            if how.stripped && how.pie && !how.cgo {
+                assert_named_by_frame_pointers(&what, &dir, &binary);
+            }
         }
     }
+}
+
+/// With `--call-graph fp` (nothing steps the frames; the chain of frame pointers Go keeps gives
+/// them, less a leaf's caller, as ever), the stripped binary's frames are still named from its
+/// table: 99% of the samples name alpha, beta or gamma, none has a frame named by its offset.
+fn assert_named_by_frame_pointers(what: &str, dir: &Path, binary: &Path) {
+    let folded = record_command(dir, &["--call-graph", "fp"], binary, &["1"]);
+    let stacks = process_stacks(&folded);
+    let name = binary.file_name().unwrap().to_str().unwrap();
+    let (unnamed, all) =
+        share(&stacks, |frames| frames.iter().any(|frame| frame.starts_with(&format!("{name}+0x"))));
+    let working = |frames: &[String]| {
+        frames.iter().any(|frame| ["main.alpha", "main.beta", "main.gamma"].contains(&frame.as_str()))
+    };
+    let (working, _) = share(&stacks, working);
+    eprintln!(
+        "{what} --call-graph fp: {working} of {all} samples name alpha, beta or gamma, {unnamed} unnamed"
+    );
+    assert!(
+        unnamed == 0 && working as f64 >= 0.99 * all as f64,
+        "{what} --call-graph fp: {working} and {unnamed} of {all}"
+    );
 }
 
 /// Whether a stack of `shares` (root first) is whole from `runtime.goexit`, through `main.work`
