@@ -132,20 +132,23 @@ fn table(elf: &ElfFile64<'_, object::Endianness>) -> Result<Option<(u64, u64, u6
 /// from the first 8-aligned place in Go's data sections that holds the table's address (`table`,
 /// its first field, `table_size` bytes long), as far as [`MODULE_WORDS`] go.
 fn module_data(elf: &ElfFile64<'_, object::Endianness>, table: u64, table_size: u64) -> Option<Vec<u64>> {
-    let words = |bytes: &[u8]| -> Vec<u64> {
-        bytes.as_chunks::<8>().0.iter().map(|word| u64::from_le_bytes(*word)).collect()
-    };
-    let from = |data: &[u64], at: usize| data.get(at..at + MODULE_WORDS).map(<[u64]>::to_vec);
+    let kept =
+        |words: &[[u8; 8]]| -> Vec<u64> { words.iter().map(|word| u64::from_le_bytes(*word)).collect() };
+    let from = |words: &[[u8; 8]], at: usize| words.get(at..at + MODULE_WORDS).map(kept);
     if let Some(section) = elf.section_by_name(MODULE_SECTION) {
-        let data = words(section.data().ok()?);
-        return (data.first() == Some(&table)).then(|| from(&data, 0)).flatten();
+        let words = section.data().ok()?.as_chunks::<8>().0;
+        return (words.first().map(|word| u64::from_le_bytes(*word)) == Some(table))
+            .then(|| from(words, 0))
+            .flatten();
     }
     // The first place whose next word points into the table (its names): other words may hold
-    // the table's address too.
+    // the table's address too. The section is searched in place, not copied.
     let inside = |word: u64| word > table && word - table < table_size;
     MODULE_DATA_SECTIONS.iter().find_map(|name| {
-        let data = words(elf.section_by_name(name)?.data().ok()?);
-        let at = data.windows(2).position(|pair| pair[0] == table && inside(pair[1]))?;
-        from(&data, at)
+        let words = elf.section_by_name(name)?.data().ok()?.as_chunks::<8>().0;
+        let at = words
+            .windows(2)
+            .position(|pair| u64::from_le_bytes(pair[0]) == table && inside(u64::from_le_bytes(pair[1])))?;
+        from(words, at)
     })
 }

@@ -62,7 +62,6 @@ struct Stats {
 /// A Go binary: its table of functions, read in place from its file.
 pub(crate) struct Binary {
     table: GoTable<Mmap>,
-    facts: crate::untrusted::ElfFacts,
 }
 
 impl Binary {
@@ -163,8 +162,7 @@ impl Runtime for Go {
     }
 
     fn recognise(file: &ImageFile<'_>) -> Result<Option<Binary>> {
-        let Some(table) = GoTable::read(file.map()?)? else { return Ok(None) };
-        Ok(Some(Binary { table, facts: file.facts.clone() }))
+        Ok(GoTable::read(file.map()?)?.map(|table| Binary { table }))
     }
 
     fn attach(
@@ -177,23 +175,15 @@ impl Runtime for Go {
     ) -> Result<GoProcess, Refusal> {
         let refused = |why: &str| Refusal::Never(anyhow::anyhow!("{}, but {why}", binary.describe()));
         let Some(text) = binary.table.text() else { return Err(refused("its functions' table ends early")) };
-        // The mapping of the binary that holds its Go code.
-        let mapped = view.mappings().find(|other| {
-            other.executable && other.dev == mapping.dev && other.inode == mapping.inode && {
-                let bias = binary.facts.load_bias(other.start, other.offset, other.end - other.start);
-                bias.is_some_and(|bias| (other.start..other.end).contains(&text.start.wrapping_add(bias)))
-            }
-        });
-        let Some(mapped) = mapped else {
+        let facts = view.module(module).facts();
+        let Some(bias) = facts
+            .and_then(|facts| facts.load_bias(mapping.start, mapping.offset, mapping.end - mapping.start))
+        else {
             return Err(Refusal::NotYet(anyhow::anyhow!(
-                "{}, but its Go code is not mapped yet",
+                "{}, but where it is loaded is not known",
                 binary.describe()
             )));
         };
-        let bias = binary
-            .facts
-            .load_bias(mapped.start, mapped.offset, mapped.end - mapped.start)
-            .expect("found by its bias");
         Ok(GoProcess {
             binary: binary.clone(),
             module,

@@ -11,7 +11,7 @@ use crate::{
     address_space::ModuleId,
     frame::Frame,
     runtimes::functions::Functions,
-    untrusted::{Cache, DESCRIBED, ElfFacts},
+    untrusted::{Cache, DESCRIBED},
 };
 
 /// Runs of value tables a test's lookups may decode.
@@ -271,7 +271,7 @@ fn process((bytes, placement): (Vec<u8>, Placement)) -> GoProcess {
     let table = GoTable::new(mapped.make_read_only().unwrap(), placement).unwrap();
     let text = table.text().unwrap();
     GoProcess {
-        binary: Arc::new(Binary { table, facts: ElfFacts::default() }),
+        binary: Arc::new(Binary { table }),
         module: ModuleId::from_index(0),
         bias: 0,
         text,
