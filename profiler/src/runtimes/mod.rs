@@ -25,7 +25,7 @@ mod ranges;
 mod slot;
 pub(crate) mod v8;
 
-use std::{any::Any, marker::PhantomData, sync::Arc, time::Instant};
+use std::{any::Any, marker::PhantomData, path::PathBuf, sync::Arc, time::Instant};
 
 use profiler_common::runtimes::{RuntimeKind, RuntimeProcess};
 use rustc_hash::FxHashSet;
@@ -39,7 +39,7 @@ use self::{
     slot::{Loaded, Slot},
 };
 use crate::{
-    address_space::{AddressSpaces, Mapping, ModuleId, ProcessView},
+    address_space::{AddressSpaces, Backing, Mapping, ModuleId, ProcessView},
     decode::{RuntimeFrames, UserRegs},
     frame::Frame,
     model::Tgid,
@@ -131,6 +131,16 @@ pub(crate) trait Runtime: Send + 'static {
     /// The summary's lines of its counters (`running`: the processes running it now); nothing
     /// when it met no process.
     fn describe(&self, running: &mut dyn Iterator<Item = &Self::Instance>) -> Vec<String>;
+}
+
+/// What `profiler check` finds of a runtime in a process.
+pub struct Inspected {
+    /// The runtime's name (`NAME`).
+    pub runtime: &'static str,
+    /// The image it was found by (the file a process maps).
+    pub image: Option<PathBuf>,
+    /// What it read, or why it does not read it.
+    pub said: Result<String, String>,
 }
 
 /// Why a runtime does not attach to a process.
@@ -386,7 +396,7 @@ impl Runtimes {
 
     /// What `profiler check` says of the runtimes of the process of `view`: each runtime found,
     /// by name, and what was read of it or why it is not read. Nothing is left attached.
-    pub fn inspect(&mut self, view: &mut ProcessView<'_>) -> Vec<(&'static str, Result<String, String>)> {
+    pub fn inspect(&mut self, view: &mut ProcessView<'_>) -> Vec<Inspected> {
         self.shared.allowance.begin(view.file_pages());
         let mut inspected: Vec<usize> = Vec::new();
         let mut said = Vec::new();
@@ -396,7 +406,12 @@ impl Runtimes {
             }
             inspected.push(slot);
             if let Some(runtime) = self.slots.get_mut(slot) {
-                said.push(runtime.inspect(view, &mapping, &recognised, &mut self.shared));
+                let (runtime, said_of_it) = runtime.inspect(view, &mapping, &recognised, &mut self.shared);
+                let image = match &mapping.backing {
+                    Backing::File { path, .. } => Some(path.clone()),
+                    _ => None,
+                };
+                said.push(Inspected { runtime, image, said: said_of_it });
             }
         }
         said

@@ -21,7 +21,7 @@ use crate::{
         sampler::{OffCpuConfig, Sampler, SamplerConfig},
     },
     model::{Tgid, printable},
-    runtimes::{Runtimes, go::table::GoTable},
+    runtimes::{Inspected, Runtimes},
     untrusted::{mounts, open, read_bounded},
     unwind::cfi::ModuleCfi,
 };
@@ -272,6 +272,7 @@ fn target(pid: Tgid) -> Vec<Finding> {
             )];
         }
     };
+    let inspected = runtimes(pid);
     let mut seen = Vec::new();
     let mut findings = Vec::new();
     let namespace = mounts::Namespace::of(pid);
@@ -281,30 +282,32 @@ fn target(pid: Tgid) -> Vec<Finding> {
             continue;
         }
         seen.push(path.clone());
-        findings.push(module(open::mapped_file(pid, None, mapping.at(), namespace.as_ref()), path));
+        // A runtime that reads its image's own tables steps what has no CFI there (Go's code).
+        let read_by = inspected
+            .iter()
+            .find(|found| found.said.is_ok() && found.image.as_ref() == Some(path))
+            .map(|found| found.runtime);
+        findings.push(module(open::mapped_file(pid, None, mapping.at(), namespace.as_ref()), path, read_by));
     }
-    findings.extend(runtimes(pid));
+    findings.extend(inspected.into_iter().map(|found| match found.said {
+        Ok(said) => Finding::new(Status::Ok, found.runtime, said),
+        Err(why) => Finding::new(Status::Warn, found.runtime, format!("not read: {why}")),
+    }));
     findings
 }
 
 /// What is read of the language runtimes process `pid` runs (their frames' layouts), as a
 /// recording would read them.
-fn runtimes(pid: Tgid) -> Vec<Finding> {
+fn runtimes(pid: Tgid) -> Vec<Inspected> {
     let mut spaces = AddressSpaces::new(Tracking { all: false, follow_forks: false });
     spaces.track(pid);
     let mut view = spaces.observe(pid, pid.main_thread(), "", crate::clock::monotonic_ns());
-    let found = Runtimes::new(false).inspect(&mut view);
-    found
-        .into_iter()
-        .map(|(name, found)| match found {
-            Ok(said) => Finding::new(Status::Ok, name, said),
-            Err(why) => Finding::new(Status::Warn, name, format!("not read: {why}")),
-        })
-        .collect()
+    Runtimes::new(false).inspect(&mut view)
 }
 
-/// What unwinding finds in the file mapped as `path` (opened as a recording would open it).
-fn module(file: std::io::Result<fs::File>, path: &Path) -> Finding {
+/// What unwinding finds in the file mapped as `path` (opened as a recording would open it), whose
+/// runtime, if one read it (`read_by`), steps its code.
+fn module(file: std::io::Result<fs::File>, path: &Path, read_by: Option<&str>) -> Finding {
     let subject = path.display().to_string();
     let file = file.with_context(|| format!("cannot open {subject}"));
     let cfi = file
@@ -316,12 +319,6 @@ fn module(file: std::io::Result<fs::File>, path: &Path) -> Finding {
         let mut data = Vec::new();
         std::io::Read::read_to_end(&mut file, &mut data).ok().map(|_| data)
     });
-    // A Go binary's own table steps and names its Go code (its C code, in a cgo binary, has CFI).
-    let go = data.as_deref().map(GoTable::read).transpose().map(Option::flatten);
-    if let Err(why) = &go {
-        return Finding::new(Status::Warn, subject, format!("a Go binary whose table is not read: {why:#}"));
-    }
-    let go = matches!(go, Ok(Some(_)));
     let frame_pointers = data.and_then(|data| frame_pointer_share(&data));
     let fp = match frame_pointers {
         Some(share) => format!("frame pointers in {:.0}% of functions", share * 100.0),
@@ -329,15 +326,10 @@ fn module(file: std::io::Result<fs::File>, path: &Path) -> Finding {
     };
     match cfi {
         Err(err) => Finding::new(Status::Warn, subject, format!("unreadable: {err:#}")),
-        Ok(true) if go => Finding::new(
-            Status::Ok,
-            subject,
-            "its Go code unwound and named from Go's own table of functions; CFI for its C code",
-        ),
-        Ok(false) if go => {
-            Finding::new(Status::Ok, subject, "its code unwound and named from Go's own table of functions")
-        }
         Ok(true) => Finding::new(Status::Ok, subject, format!("CFI for DWARF unwinding; {fp}")),
+        Ok(false) if let Some(runtime) = read_by => {
+            Finding::new(Status::Ok, subject, format!("no CFI, but {runtime} steps and names its code"))
+        }
         Ok(false) if frame_pointers.is_some_and(|share| share >= 0.5) => {
             Finding::new(Status::Ok, subject, format!("no CFI, but {fp}"))
         }
@@ -404,9 +396,18 @@ mod tests {
         // Built with -fomit-frame-pointer.
         let share = frame_pointer_share(&fs::read(dir.join("snapshot")).unwrap()).unwrap();
         assert!(share < 0.2, "{share}");
-        assert_eq!(module(fs::File::open(dir.join("snapshot")), &dir.join("snapshot")).status, Status::Ok);
-        let no_cfi = module(fs::File::open(dir.join("snapshot-nocfi")), &dir.join("snapshot-nocfi"));
-        assert_eq!(no_cfi.status, Status::Warn, "{no_cfi}");
+        assert_eq!(
+            module(fs::File::open(dir.join("snapshot")), &dir.join("snapshot"), None).status,
+            Status::Ok
+        );
+        let no_cfi = |read_by| {
+            module(fs::File::open(dir.join("snapshot-nocfi")), &dir.join("snapshot-nocfi"), read_by)
+        };
+        assert_eq!(no_cfi(None).status, Status::Warn, "{}", no_cfi(None));
+        // A runtime that read the file steps its code (Go's, with no CFI).
+        let stepped = no_cfi(Some("Go"));
+        assert_eq!(stepped.status, Status::Ok, "{stepped}");
+        assert!(stepped.to_string().contains("Go steps and names its code"), "{stepped}");
         assert!(frame_pointer_share(b"not elf").is_none());
     }
 }
