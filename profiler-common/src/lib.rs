@@ -450,9 +450,10 @@ pub mod maps {
     /// `HashMap<u32 tgid, RuntimeProcess>`: processes whose runtime's frames the kernel walks,
     /// filled in by userspace as it finds their runtime.
     pub const RUNTIME_PROCESSES: &str = "RUNTIME_PROCESSES";
-    /// `ProgramArray` of one entry each: the runtime walker [`super::programs::SAMPLE`],
-    /// [`super::programs::SYSCALL_EXIT`] and [`super::programs::ALLOC_RETURN`] hand their
-    /// records over to, set by userspace once it has loaded it.
+    /// `ProgramArray`s indexed by [`crate::runtimes::RuntimeKind`]: the walkers of each runtime
+    /// [`super::programs::SAMPLE`], [`super::programs::SYSCALL_EXIT`] and
+    /// [`super::programs::ALLOC_RETURN`] hand a record of one of its processes over to, set by
+    /// userspace once it has loaded them.
     pub const SAMPLE_WALKERS: &str = "SAMPLE_WALKERS";
     pub const SYSCALL_EXIT_WALKERS: &str = "SYSCALL_EXIT_WALKERS";
     pub const ALLOC_RETURN_WALKERS: &str = "ALLOC_RETURN_WALKERS";
@@ -488,11 +489,6 @@ pub mod programs {
     pub const ALLOC_RETURN: &str = "alloc_return";
     /// uprobe on `free`.
     pub const FREE_ENTER: &str = "free_enter";
-    /// The runtime walkers of `SAMPLE`, `SYSCALL_EXIT` and `ALLOC_RETURN` (of their types), which
-    /// they tail-call to add the frames of a runtime walked in the kernel and send the record.
-    pub const SAMPLE_RUNTIME: &str = "sample_runtime";
-    pub const SYSCALL_EXIT_RUNTIME: &str = "syscall_exit_runtime";
-    pub const ALLOC_RETURN_RUNTIME: &str = "alloc_return_runtime";
     /// Raw tracepoint program of the `kernel-names` object, never attached: userspace runs it
     /// (`BPF_PROG_TEST_RUN`) with up to [`crate::KERNEL_NAMES_PER_RUN`] kernel addresses as its
     /// arguments, and it has the kernel name them (`%pS`) into `KERNEL_NAMES`.

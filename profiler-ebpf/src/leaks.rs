@@ -21,7 +21,9 @@ use aya_ebpf::{
     programs::{ProbeContext, RetProbeContext},
 };
 use profiler_common::{
-    AllocFunction, Allocation, AllocationHeader, AllocationKey, LeakCounter, SampleHeader, sample_flags,
+    AllocFunction, Allocation, AllocationHeader, AllocationKey, LeakCounter, SampleHeader,
+    runtimes::{RuntimeKind, RuntimeProcess, RuntimeWalk},
+    sample_flags,
 };
 
 use crate::{
@@ -276,20 +278,22 @@ fn send_allocation(draft: Draft, sample_len: usize) {
     }
 }
 
-/// The runtime walker of [`alloc_return`] ([`alloc_return_runtime`]), once loaded.
+/// The runtime walkers of [`alloc_return`], by [`RuntimeKind`] (`runtimes::walkers!`), once
+/// loaded.
 #[map(name = "ALLOC_RETURN_WALKERS")]
-static ALLOC_RETURN_WALKERS: ProgramArray = ProgramArray::with_max_entries(1, 0);
+static ALLOC_RETURN_WALKERS: ProgramArray = ProgramArray::with_max_entries(RuntimeKind::COUNT, 0);
 
-/// Tail-called by [`alloc_return`]: adds the frames of its process's runtime, if walked here,
+/// The walker of runtime `kind`, tail-called by [`alloc_return`]: adds the frames `walk` reads
 /// to the allocation's sample and sends the record.
-#[uretprobe]
-pub fn alloc_return_runtime(_ctx: RetProbeContext) -> u32 {
+pub(crate) fn resume(
+    kind: RuntimeKind,
+    walk: impl FnOnce(&RuntimeProcess, u32, *mut u8) -> (RuntimeWalk, u32),
+) {
     if let Some((draft, len)) = Draft::resume(&ALLOCATION_SCRATCH) {
         let sample = unsafe { draft.bytes().add(ALLOCATION_HEADER_SIZE) };
-        let len = stack::append_runtime_frames(sample, len);
+        let len = stack::append_runtime_frames(sample, len, kind, walk);
         send_allocation(draft, len);
     }
-    0
 }
 
 #[uprobe]

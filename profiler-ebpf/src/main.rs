@@ -18,6 +18,8 @@
 // Atomic adds without a returned value: all the eBPF instruction set offers before v3.
 #![feature(core_intrinsics)]
 #![allow(internal_features)]
+// Each runtime's walker programs are named after its module (`runtimes::walkers!`).
+#![feature(macro_metavar_expr_concat)]
 
 mod leaks;
 mod memory;

@@ -42,7 +42,9 @@ use aya_ebpf::{
 };
 use profiler_common::{
     Counter, MAX_STACK_DEPTH, OFF_CPU_THREADS_MAX, OFF_CPU_USER_SHARE, OffCpuState, OffCpuThread,
-    SAMPLE_HEADER_SIZE, SampleHeader, TASK_COMM_LEN, frames_offset, sample_flags,
+    SAMPLE_HEADER_SIZE, SampleHeader, TASK_COMM_LEN, frames_offset,
+    runtimes::{RuntimeKind, RuntimeProcess, RuntimeWalk},
+    sample_flags,
 };
 
 use crate::{
@@ -573,19 +575,21 @@ pub fn syscall_exit(ctx: RawTracePointContext) -> i32 {
     0
 }
 
-/// The runtime walker of [`syscall_exit`] ([`syscall_exit_runtime`]), once loaded.
+/// The runtime walkers of [`syscall_exit`], by [`RuntimeKind`] (`runtimes::walkers!`), once
+/// loaded.
 #[map(name = "SYSCALL_EXIT_WALKERS")]
-static SYSCALL_EXIT_WALKERS: ProgramArray = ProgramArray::with_max_entries(1, 0);
+static SYSCALL_EXIT_WALKERS: ProgramArray = ProgramArray::with_max_entries(RuntimeKind::COUNT, 0);
 
-/// Tail-called by [`syscall_exit`]: adds the frames of its process's runtime, if walked here,
+/// The walker of runtime `kind`, tail-called by [`syscall_exit`]: adds the frames `walk` reads
 /// to the span and sends it.
-#[raw_tracepoint(tracepoint = "sys_exit")]
-pub fn syscall_exit_runtime(_ctx: RawTracePointContext) -> i32 {
+pub(crate) fn resume(
+    kind: RuntimeKind,
+    walk: impl FnOnce(&RuntimeProcess, u32, *mut u8) -> (RuntimeWalk, u32),
+) {
     if let Some((draft, len)) = Draft::resume(&OFF_CPU_SCRATCH) {
-        let len = stack::append_runtime_frames(draft.bytes(), len);
+        let len = stack::append_runtime_frames(draft.bytes(), len, kind, walk);
         sample::send_draft(draft, len);
     }
-    0
 }
 
 /// What a span sent in its thread's context carries of its user side.

@@ -9,7 +9,11 @@ use aya_ebpf::{
     maps::{Array, HashMap, PerCpuArray, ProgramArray, RingBuf},
     programs::{PerfEventContext, RawTracePointContext},
 };
-use profiler_common::{Counter, SampleHeader, sample_flags};
+use profiler_common::{
+    Counter, SampleHeader,
+    runtimes::{RuntimeKind, RuntimeProcess, RuntimeWalk},
+    sample_flags,
+};
 
 use crate::{
     runtimes, setting,
@@ -25,9 +29,9 @@ pub(crate) static SAMPLES: RingBuf = RingBuf::with_byte_size(16 * 1024 * 1024, 0
 #[map(name = "SAMPLE_SCRATCH")]
 static SAMPLE_SCRATCH: Array<Scratch> = Array::with_max_entries(1, 0);
 
-/// The runtime walker of [`sample`] ([`sample_runtime`]), once loaded.
+/// The runtime walkers of [`sample`], by [`RuntimeKind`] (`runtimes::walkers!`), once loaded.
 #[map(name = "SAMPLE_WALKERS")]
-static SAMPLE_WALKERS: ProgramArray = ProgramArray::with_max_entries(1, 0);
+static SAMPLE_WALKERS: ProgramArray = ProgramArray::with_max_entries(RuntimeKind::COUNT, 0);
 
 #[map(name = "TGID_FILTER")]
 static TGID_FILTER: HashMap<u32, u8> = HashMap::with_max_entries(8192, 0);
@@ -95,15 +99,16 @@ fn send(ctx: &PerfEventContext, draft: Draft, kernel: bool) {
     send_draft(draft, len);
 }
 
-/// Tail-called by [`sample`]: adds the frames of its process's runtime, if walked here, to
-/// the sample and sends it.
-#[perf_event]
-pub fn sample_runtime(_ctx: PerfEventContext) -> u32 {
+/// The walker of runtime `kind`, tail-called by [`sample`]: adds the frames `walk` reads to the
+/// sample and sends it.
+pub(crate) fn resume(
+    kind: RuntimeKind,
+    walk: impl FnOnce(&RuntimeProcess, u32, *mut u8) -> (RuntimeWalk, u32),
+) {
     if let Some((draft, len)) = Draft::resume(&SAMPLE_SCRATCH) {
-        let len = stack::append_runtime_frames(draft.bytes(), len);
+        let len = stack::append_runtime_frames(draft.bytes(), len, kind, walk);
         send_draft(draft, len);
     }
-    0
 }
 
 /// Sends the first `len` bytes of `draft` through `SAMPLES`.

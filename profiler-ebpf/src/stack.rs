@@ -25,6 +25,7 @@ use aya_ebpf::{
 use profiler_common::{
     AllocationHeader, FramePointers, MAX_RUNTIME_FRAMES_BYTES, MAX_SAMPLE_SIZE, MAX_STACK_COPY,
     MAX_STACK_DEPTH, RuntimeTrailer, SAMPLE_HEADER_SIZE, STACK_PAGE_SIZE, SampleHeader, frames_offset,
+    runtimes::{RuntimeKind, RuntimeProcess, RuntimeWalk},
     sample_flags,
 };
 
@@ -213,14 +214,19 @@ pub fn take_native_stacks(ctx: &impl EbpfContext, sample: *mut u8, kernel: bool)
     (end, outcome)
 }
 
-/// Walks the current thread's runtime frames (when its process runs a runtime walked here) into
+/// Walks the current thread's frames of runtime `kind` with `walk` (when its process runs it) into
 /// the record at `sample`, whose first `end` bytes are its header and native stacks; returns its
 /// new length.
-pub fn append_runtime_frames(sample: *mut u8, end: usize) -> usize {
+pub fn append_runtime_frames(
+    sample: *mut u8,
+    end: usize,
+    kind: RuntimeKind,
+    walk: impl FnOnce(&RuntimeProcess, u32, *mut u8) -> (RuntimeWalk, u32),
+) -> usize {
     let h = unsafe { &mut *sample.cast::<SampleHeader>() };
     // Bounded again where the verifier can see it: the runtime's frames fit behind.
     let end = end.min(frames_offset(MAX_STACK_COPY) + 2 * STACK_BYTES as usize);
-    runtimes::walk(h, unsafe { sample.add(end) });
+    runtimes::walk(h, unsafe { sample.add(end) }, kind, walk);
     end + (h.runtime.frames_bytes as usize).min(MAX_RUNTIME_FRAMES_BYTES)
 }
 

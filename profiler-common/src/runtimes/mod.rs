@@ -4,7 +4,8 @@
 //! Each runtime's own records are in a module of its own.
 pub mod python;
 
-/// Which runtime wrote a sample's frame records, or a [`RuntimeProcess`]'s data.
+/// Which runtime wrote a sample's frame records, or a [`RuntimeProcess`]'s data: the index of its
+/// walkers in each hook's program array.
 #[repr(u16)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum RuntimeKind {
@@ -14,11 +15,26 @@ pub enum RuntimeKind {
 }
 
 impl RuntimeKind {
+    /// The runtimes walked in the kernel. Each has a walker program per hook that records user
+    /// stacks, named after the hook's program and [`Self::name`] (`sample_python`), which userspace
+    /// puts at this index of the hook's program array.
+    pub const WALKED: [Self; 1] = [Self::Python];
+    /// Entries of a hook's program array of walkers.
+    pub const COUNT: u32 = 2;
+
     pub const fn from_u16(value: u16) -> Option<Self> {
         match value {
             0 => Some(Self::None),
             1 => Some(Self::Python),
             _ => None,
+        }
+    }
+
+    /// What its walkers' program names end with.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::Python => "python",
         }
     }
 }
@@ -89,6 +105,35 @@ pub struct RuntimeProcess {
 
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for RuntimeProcess {}
+
+/// A runtime's record in the data of a [`RuntimeProcess`].
+///
+/// # Safety
+/// A `repr(C)` record of integers, aligned to at most 8, every bit pattern of which is one.
+pub unsafe trait ProcessRecord: Copy {
+    const KIND: RuntimeKind;
+
+    /// The map's value for it.
+    fn to_runtime(&self) -> RuntimeProcess {
+        const {
+            assert!(size_of::<Self>() <= size_of::<[u64; RUNTIME_PROCESS_WORDS]>() && align_of::<Self>() <= 8)
+        };
+        let mut process =
+            RuntimeProcess { kind: Self::KIND as u16, _pad: [0; 3], data: [0; RUNTIME_PROCESS_WORDS] };
+        // SAFETY: `data` is 8-byte aligned and has room for the record (asserted above).
+        unsafe { process.data.as_mut_ptr().cast::<Self>().write(*self) };
+        process
+    }
+
+    /// The record in a map value of its kind.
+    fn of_runtime(process: &RuntimeProcess) -> Option<&Self> {
+        if process.kind != Self::KIND as u16 {
+            return None;
+        }
+        // SAFETY: as in `to_runtime`; any bytes are a record (the trait's contract).
+        Some(unsafe { &*process.data.as_ptr().cast::<Self>() })
+    }
+}
 
 /// Entries of the `RUNTIME_PROCESSES` table.
 pub const RUNTIME_PROCESSES_MAX: u32 = 4096;

@@ -1,6 +1,6 @@
 //! CPython's records: what the kernel is told of a process running it ([`PythonProcess`]) and
 //! the frames it reads of a sample ([`PythonFrame`]).
-use super::{RUNTIME_PROCESS_WORDS, RuntimeKind, RuntimeProcess};
+use super::{ProcessRecord, RuntimeKind};
 
 /// Deepest Python stack recorded, in frames; a deeper one is cut there, its outermost frames
 /// left out, and marked [`super::RuntimeWalk::Truncated`].
@@ -109,30 +109,7 @@ pub struct PythonProcess {
 /// Most bytes of Python frame records in a sample.
 pub const MAX_FRAMES_BYTES: usize = MAX_PYTHON_FRAMES * core::mem::size_of::<PythonFrame>();
 
-const _: () = assert!(core::mem::size_of::<PythonProcess>() <= 8 * RUNTIME_PROCESS_WORDS);
-const _: () = assert!(core::mem::align_of::<PythonProcess>() <= 8);
-
-impl PythonProcess {
-    /// The map's value for it.
-    pub fn to_runtime(&self) -> RuntimeProcess {
-        let mut process = RuntimeProcess {
-            kind: RuntimeKind::Python as u16,
-            _pad: [0; 3],
-            data: [0; RUNTIME_PROCESS_WORDS],
-        };
-        // SAFETY: `data` is 8-byte aligned and holds a `PythonProcess` (asserted above), a plain
-        // `repr(C)` record of integers.
-        unsafe { process.data.as_mut_ptr().cast::<Self>().write(*self) };
-        process
-    }
-
-    /// The record in a map value of kind Python.
-    pub fn of_runtime(process: &RuntimeProcess) -> Option<&Self> {
-        if process.kind != RuntimeKind::Python as u16 {
-            return None;
-        }
-        // SAFETY: as in `to_runtime`: the data was written from a `PythonProcess`, and every
-        // bit pattern is one.
-        Some(unsafe { &*process.data.as_ptr().cast::<Self>() })
-    }
+// SAFETY: a `repr(C)` record of integers, every bit pattern of which is one.
+unsafe impl ProcessRecord for PythonProcess {
+    const KIND: RuntimeKind = RuntimeKind::Python;
 }

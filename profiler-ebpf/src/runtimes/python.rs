@@ -13,16 +13,20 @@
 use core::{ffi::c_void, mem::size_of};
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_task, bpf_probe_read_kernel, generated::bpf_loop},
+    helpers::generated::bpf_loop,
     macros::map,
     maps::{LruHashMap, PerCpuArray},
 };
 use profiler_common::runtimes::{
-    RuntimeWalk,
+    ProcessRecord, RuntimeProcess, RuntimeWalk,
     python::{MAX_PYTHON_FRAMES, PythonFrame, PythonOffsets, PythonProcess, PythonRuns, python_frame_flags},
 };
 
-use crate::{memory::read_user, setting};
+use super::{
+    fields::{bounded, byte, field, read_u64, walk_of},
+    thread::thread_pointer,
+};
+use crate::memory::read_user;
 
 /// Each thread's Python thread state, as last found (checked again at every sample).
 #[map(name = "PYTHON_THREADS")]
@@ -42,9 +46,6 @@ pub struct Reads {
 #[map(name = "PYTHON_READS")]
 static PYTHON_READS: PerCpuArray<Reads> = PerCpuArray::with_max_entries(1, 0);
 
-#[unsafe(no_mangle)]
-static TASK_FSBASE_OFFSET: u32 = 0;
-
 /// Thread states looked at before giving up on finding the sampled thread's.
 const MAX_THREADS: u32 = 256;
 /// `_PyInterpreterFrame.owner` of a shim frame a call of the eval loop puts on the C stack
@@ -57,8 +58,11 @@ const CODE_TAG_BITS: u64 = 7;
 
 /// Walks the Python frames of thread `tid` (the current one) of `process` into `frames` (room
 /// for [`MAX_PYTHON_FRAMES`]); returns the outcome and the bytes of records written.
-pub fn walk(process: &PythonProcess, tid: u32, frames: *mut u8) -> (RuntimeWalk, u32) {
-    let Some(reads) = PYTHON_READS.get_ptr_mut(0) else { return (RuntimeWalk::ReadError, 0) };
+pub fn walk(process: &RuntimeProcess, tid: u32, frames: *mut u8) -> (RuntimeWalk, u32) {
+    let (Some(process), Some(reads)) = (PythonProcess::of_runtime(process), PYTHON_READS.get_ptr_mut(0))
+    else {
+        return (RuntimeWalk::ReadError, 0);
+    };
     let reads = unsafe { &mut *reads };
     let (walk, len) = match current_frame(process, tid, reads) {
         Ok(frame) => walk_frames(process, frame, reads, frames),
@@ -70,7 +74,7 @@ pub fn walk(process: &PythonProcess, tid: u32, frames: *mut u8) -> (RuntimeWalk,
 /// The innermost frame of the current thread (0 when it runs no Python code).
 fn current_frame(process: &PythonProcess, tid: u32, reads: &mut Reads) -> Result<u64, RuntimeWalk> {
     let offsets = &process.offsets;
-    let fsbase = fs_base().ok_or(RuntimeWalk::ReadError)?;
+    let fsbase = thread_pointer().ok_or(RuntimeWalk::ReadError)?;
     read_thread_state(process, tid, fsbase, reads)?;
     let frame = field(&reads.thread, offsets.thread_frame).ok_or(RuntimeWalk::ReadError)?;
     if offsets.cframe_current_frame == PythonOffsets::NONE || frame == 0 {
@@ -273,42 +277,4 @@ fn end_run(walk: &mut Walk, len: usize) -> Result<(), RuntimeWalk> {
 
 fn read_thread(tstate: u64, reads: &mut Reads) -> bool {
     unsafe { read_user(reads.thread.as_mut_ptr(), reads.thread.len(), tstate) }.is_ok()
-}
-
-/// The current task's FS base, as the kernel saved it.
-fn fs_base() -> Option<u64> {
-    let task = unsafe { bpf_get_current_task() } as *const u8;
-    let at = unsafe { task.add(setting(&TASK_FSBASE_OFFSET) as usize) }.cast::<u64>();
-    unsafe { bpf_probe_read_kernel(at) }.ok()
-}
-
-/// The 8 bytes at `offset` of `bytes` (`None` outside it, or for a field the version lacks).
-fn field<const N: usize>(bytes: &[u8; N], offset: u32) -> Option<u64> {
-    let at = bounded(offset, N - size_of::<u64>())?;
-    Some(unsafe { bytes.as_ptr().add(at).cast::<u64>().read_unaligned() })
-}
-
-fn byte<const N: usize>(bytes: &[u8; N], offset: u32) -> Option<u8> {
-    let at = bounded(offset, N - 1)?;
-    Some(unsafe { *bytes.as_ptr().add(at) })
-}
-
-/// `offset` if it is at most `max`. Offsets come from memory the verifier does not track (a map,
-/// the frame count): the compiler would compute the pointers they lead to before the check (once,
-/// before the loops), where the verifier sees an unbounded pointer; the barrier keeps the check
-/// between the value and its use.
-fn bounded(offset: u32, max: usize) -> Option<usize> {
-    let at = core::hint::black_box(offset as usize);
-    (at <= max).then_some(at)
-}
-
-fn read_u64(addr: u64) -> Option<u64> {
-    let mut value = 0u64;
-    unsafe { read_user((&raw mut value).cast(), size_of::<u64>(), addr) }.ok()?;
-    Some(value)
-}
-
-/// The outcome a step left as a `u32` (what `bpf_loop`'s context holds).
-fn walk_of(outcome: u32) -> Option<RuntimeWalk> {
-    u16::try_from(outcome).ok().and_then(RuntimeWalk::from_u16)
 }

@@ -7,7 +7,10 @@ use aya::{
     programs::{Program, ProgramError},
     util::nr_cpus,
 };
-use profiler_common::{maps, runtimes::RuntimeProcess};
+use profiler_common::{
+    maps,
+    runtimes::{RuntimeKind, RuntimeProcess},
+};
 
 use super::btf::KernelBtf;
 use crate::model::{Tgid, Tid};
@@ -98,23 +101,27 @@ pub(crate) fn set_runtime_process(
     }
 }
 
-/// Loads the runtime walker `name` and puts it in the program array `array`, where its hook's
-/// program finds it.
-pub(crate) fn load_runtime_walker(ebpf: &mut Ebpf, name: &str, array: &str) -> Result<()> {
-    let walker = program(ebpf, name)?;
-    match walker {
-        Program::PerfEvent(walker) => walker.load(),
-        Program::RawTracePoint(walker) => walker.load(),
-        Program::UProbe(walker) => walker.load(),
-        _ => return Err(anyhow!("the runtime walker `{name}` is of no hook's type")),
+/// Loads the walker of each runtime walked in the kernel for the hook program `hook` (its
+/// program is named `{hook}_{runtime}`), and puts it in the program array `array` at the index
+/// of the runtime's kind, where the hook's program finds it.
+pub(crate) fn load_runtime_walkers(ebpf: &mut Ebpf, hook: &str, array: &str) -> Result<()> {
+    for kind in RuntimeKind::WALKED {
+        let name = format!("{hook}_{}", kind.name());
+        let walker = program(ebpf, &name)?;
+        match walker {
+            Program::PerfEvent(walker) => walker.load(),
+            Program::RawTracePoint(walker) => walker.load(),
+            Program::UProbe(walker) => walker.load(),
+            _ => return Err(anyhow!("the runtime walker `{name}` is of no hook's type")),
+        }
+        .map_err(verifier_error)
+        .with_context(|| format!("cannot load the runtime walker `{name}`"))?;
+        let fd = walker.fd()?.try_clone()?;
+        let map = ebpf.map_mut(array).ok_or_else(|| missing(array))?;
+        ProgramArray::try_from(map)?
+            .set(kind as u32, &fd, 0)
+            .with_context(|| format!("cannot hand the runtime walker `{name}` to its hook"))?;
     }
-    .map_err(verifier_error)
-    .with_context(|| format!("cannot load the runtime walker `{name}`"))?;
-    let fd = walker.fd()?.try_clone()?;
-    let map = ebpf.map_mut(array).ok_or_else(|| missing(array))?;
-    ProgramArray::try_from(map)?
-        .set(0, &fd, 0)
-        .with_context(|| format!("cannot hand the runtime walker `{name}` to its hook"))?;
     Ok(())
 }
 

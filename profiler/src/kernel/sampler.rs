@@ -178,7 +178,7 @@ impl Sampler {
         if config.on_cpu {
             let sample: &mut PerfEvent = program(&mut ebpf, programs::SAMPLE)?.try_into()?;
             sample.load().map_err(verifier_error)?;
-            object::load_runtime_walker(&mut ebpf, programs::SAMPLE_RUNTIME, maps::SAMPLE_WALKERS)?;
+            object::load_runtime_walkers(&mut ebpf, programs::SAMPLE, maps::SAMPLE_WALKERS)?;
         }
         if let Some(btf) = &btf {
             let switch: &mut BtfTracePoint = program(&mut ebpf, programs::SCHED_SWITCH)?.try_into()?;
@@ -187,11 +187,7 @@ impl Sampler {
             exit.load().map_err(verifier_error)?;
             let stacks: &mut Iter = program(&mut ebpf, programs::OFF_CPU_STACKS)?.try_into()?;
             stacks.load("task", btf).map_err(verifier_error)?;
-            object::load_runtime_walker(
-                &mut ebpf,
-                programs::SYSCALL_EXIT_RUNTIME,
-                maps::SYSCALL_EXIT_WALKERS,
-            )?;
+            object::load_runtime_walkers(&mut ebpf, programs::SYSCALL_EXIT, maps::SYSCALL_EXIT_WALKERS)?;
         }
         let tracepoints = [
             (follow_forks, programs::FOLLOW_FORK, "task_newtask"),

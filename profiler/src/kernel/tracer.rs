@@ -123,7 +123,7 @@ impl Tracer {
             let probe: &mut UProbe = program(&mut ebpf, name)?.try_into()?;
             probe.load().map_err(verifier_error)?;
         }
-        object::load_runtime_walker(&mut ebpf, programs::ALLOC_RETURN_RUNTIME, maps::ALLOC_RETURN_WALKERS)?;
+        object::load_runtime_walkers(&mut ebpf, programs::ALLOC_RETURN, maps::ALLOC_RETURN_WALKERS)?;
         Ok(Self { ebpf, allocator, sample_every: config.sample_every })
     }
 

@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 use bytemuck::pod_read_unaligned;
 use profiler_common::runtimes::{
-    RuntimeKind, RuntimeProcess, RuntimeWalk,
+    ProcessRecord, RuntimeKind, RuntimeProcess, RuntimeWalk,
     python::{MAX_PYTHON_FRAMES, PythonFrame, PythonProcess, python_frame_flags},
 };
 
