@@ -46,7 +46,13 @@ fn unwind_stack(c: &mut Criterion) {
 
 /// Adds a sample of process 1 whose stack is `frames`.
 fn add(aggregate: &mut Aggregate, time_ns: u64, frames: &[Frame]) {
-    let site = aggregate.site(time_ns, Tgid(1), Tid(1), ThreadState::OnCpu, &Walked { comm: "app", frames });
+    let site = aggregate.site(
+        time_ns,
+        Tgid(1),
+        Tid(1),
+        ThreadState::OnCpu,
+        &Walked { comm: "app", frames, labels: &[] },
+    );
     aggregate.push(site, 1);
 }
 
@@ -84,7 +90,7 @@ fn aggregate(c: &mut Criterion) {
     });
     let recording = aggregate.recording(&symbols, modules, 0, Meta::default());
     group.bench_function("collapse_100k_samples", |b| {
-        b.iter(|| folded::collapse(&recording, Grouping::Command).len())
+        b.iter(|| folded::collapse(&recording, Grouping::Command, None).len())
     });
     group.finish();
 }

@@ -10,7 +10,7 @@ use crate::{
     frame::Frame,
     kernel::functions::KernelFunctions,
     model::{
-        Location, Meta, ModuleInfo, Recording, Sample, Tgid, ThreadState, Tid, intern, printable,
+        LabelSet, Location, Meta, ModuleInfo, Recording, Sample, Tgid, ThreadState, Tid, intern, printable,
         printable_owned,
     },
     symbolize::Symbols,
@@ -23,8 +23,12 @@ pub struct StackId(u32);
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct CommId(u32);
 
-/// Where and when a record was taken: its process, thread, command name and stack, and whether
-/// the thread was on the CPU.
+/// A set of labels; 0: none.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LabelsId(u32);
+
+/// Where and when a record was taken: its process, thread, command name and stack, whether the
+/// thread was on the CPU, and the labels its runtime gave it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Site {
     pub time_ns: u64,
@@ -34,6 +38,7 @@ pub struct Site {
     pub comm: CommId,
     pub stack: StackId,
     pub state: ThreadState,
+    pub labels: LabelsId,
 }
 
 /// A sample: a site, and what it weighs (1 for a CPU sample; its bytes for an outstanding
@@ -85,6 +90,7 @@ pub struct Aggregate {
     /// The indices of the stack being interned (kept for its allocation).
     indices: Vec<u32>,
     comms: IndexSet<String, FxBuildHasher>,
+    label_sets: IndexSet<LabelSet, FxBuildHasher>,
     samples: Samples,
     detail: Detail,
     /// Kernel frames keep their addresses in the recording (`--kernel-addresses`); else they
@@ -97,8 +103,8 @@ pub struct Aggregate {
     frames_handed_out: usize,
 }
 
-/// Stack, command, process, thread, state.
-type CountedKey = (StackId, CommId, Tgid, Tid, ThreadState);
+/// Stack, command, process, thread, state, labels.
+type CountedKey = (StackId, CommId, Tgid, Tid, ThreadState, LabelsId);
 
 #[derive(Debug)]
 enum Samples {
@@ -143,7 +149,7 @@ impl Aggregate {
         walked: &Walked<'_>,
     ) -> Site {
         let (comm, stack) = (self.intern_comm(walked.comm), self.intern_stack(walked.frames));
-        Site { time_ns, tgid, tid, comm, stack, state }
+        Site { time_ns, tgid, tid, comm, stack, state, labels: self.intern_labels(walked.labels) }
     }
 
     /// Adds a sample.
@@ -154,7 +160,7 @@ impl Aggregate {
             Samples::Counted(counts) => {
                 let tgid = if self.detail.process { site.tgid } else { Tgid(0) };
                 let tid = if self.detail.thread { site.tid } else { Tid(0) };
-                let key = (site.stack, site.comm, tgid, tid, site.state);
+                let key = (site.stack, site.comm, tgid, tid, site.state, site.labels);
                 let count = counts.entry(key).or_insert((site.time_ns, 0));
                 count.1 += weight;
             }
@@ -196,6 +202,13 @@ impl Aggregate {
         CommId(intern(&mut self.comms, &*printable(comm)) as u32)
     }
 
+    fn intern_labels(&mut self, labels: &[(String, String)]) -> LabelsId {
+        match labels.is_empty() {
+            true => LabelsId(0),
+            false => LabelsId(intern(&mut self.label_sets, labels) as u32 + 1),
+        }
+    }
+
     /// The samples: each one, or one per distinct (stack, command, process, thread) with their
     /// weights summed.
     pub fn samples(&self) -> impl Iterator<Item = Weighted> + '_ {
@@ -203,10 +216,12 @@ impl Aggregate {
             Samples::Each(samples) => (Some(samples.iter().copied()), None),
             Samples::Counted(counts) => (None, Some(counts.iter())),
         };
-        let counted =
-            counted.into_iter().flatten().map(|(&(stack, comm, tgid, tid, state), &(time_ns, weight))| {
-                Weighted { site: Site { time_ns, tgid, tid, comm, stack, state }, weight }
-            });
+        let counted = counted.into_iter().flatten().map(
+            |(&(stack, comm, tgid, tid, state, labels), &(time_ns, weight))| Weighted {
+                site: Site { time_ns, tgid, tid, comm, stack, state, labels },
+                weight,
+            },
+        );
         each.into_iter().flatten().chain(counted)
     }
 
@@ -250,6 +265,13 @@ impl Aggregate {
                 builder.recording.comms.push(self.comm(site.comm).to_owned());
                 builder.recording.comms.len() as u32 - 1
             });
+            let labels = match site.labels {
+                LabelsId(0) => 0,
+                LabelsId(id) => *builder.label_ids.entry(id).or_insert_with(|| {
+                    builder.recording.label_sets.push(self.label_sets[id as usize - 1].clone());
+                    builder.recording.label_sets.len() as u32
+                }),
+            };
             builder.recording.samples.push(Sample {
                 time_ns: site.time_ns.saturating_sub(start_monotonic_ns),
                 pid: site.tgid,
@@ -258,6 +280,7 @@ impl Aggregate {
                 stack,
                 weight,
                 state: site.state,
+                labels,
             });
         }
         builder.recording.samples.sort_by_key(|s| s.time_ns);
@@ -273,6 +296,8 @@ struct Builder {
     module_ids: HashMap<ModuleId, u32>,
     stack_ids: HashMap<StackId, u32>,
     comm_ids: HashMap<CommId, u32>,
+    /// By the aggregate's [`LabelsId`], the recording's [`Sample::labels`].
+    label_ids: HashMap<u32, u32>,
     kernel_addresses: bool,
 }
 
@@ -331,8 +356,13 @@ mod tests {
     use crate::model::{Symbol, SymbolKind};
 
     fn add(aggregate: &mut Aggregate, time_ns: u64, tgid: u32, tid: u32, comm: &str, frames: &[Frame]) {
-        let site =
-            aggregate.site(time_ns, Tgid(tgid), Tid(tid), ThreadState::OnCpu, &Walked { comm, frames });
+        let site = aggregate.site(
+            time_ns,
+            Tgid(tgid),
+            Tid(tid),
+            ThreadState::OnCpu,
+            &Walked { comm, frames, labels: &[] },
+        );
         aggregate.push(site, 1);
     }
 
@@ -373,7 +403,8 @@ mod tests {
                     tid: Tid(8),
                     comm: CommId(0),
                     stack: StackId(1),
-                    state: ThreadState::OnCpu
+                    state: ThreadState::OnCpu,
+                    labels: LabelsId(0)
                 },
                 weight: 1
             }
@@ -390,7 +421,15 @@ mod tests {
         assert_eq!(aggregate.samples().count(), 0);
         let comm = aggregate.intern_comm("app");
         aggregate.push(
-            Site { time_ns: 5, tgid: Tgid(3), tid: Tid(3), comm, stack, state: ThreadState::OnCpu },
+            Site {
+                time_ns: 5,
+                tgid: Tgid(3),
+                tid: Tid(3),
+                comm,
+                stack,
+                state: ThreadState::OnCpu,
+                labels: LabelsId(0),
+            },
             4096,
         );
         assert_eq!(aggregate.samples().next().unwrap().weight, 4096);
@@ -417,7 +456,8 @@ mod tests {
                 comm: 0,
                 stack: 1,
                 weight: 1,
-                state: ThreadState::OnCpu
+                state: ThreadState::OnCpu,
+                labels: 0
             },
             "sorted by time"
         );

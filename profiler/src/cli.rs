@@ -12,7 +12,7 @@ use crate::{
     model::{Tgid, ThreadState, Tid, filter::Filter},
     named::Named,
     output::Outputs,
-    render::{Format, Grouping},
+    render::{Format, Grouping, RenderOptions},
     symbolize::DebugInfo,
     walk::CallGraph,
 };
@@ -524,12 +524,26 @@ pub struct GroupingArgs {
     /// No root frame: stacks of all processes merged.
     #[arg(long)]
     pub no_group: bool,
+    /// A frame under the root for the value of this label (a goroutine's pprof label), `KEY=[none]`
+    /// for samples without it.
+    #[arg(long, value_name = "KEY")]
+    pub by_label: Option<String>,
     /// Python frames without their line: one frame per function (raw recordings keep lines).
     #[arg(long)]
     pub no_lines: bool,
 }
 
 impl GroupingArgs {
+    /// How folded stacks and flame graphs are rendered.
+    pub fn render_options(&self) -> RenderOptions {
+        RenderOptions {
+            grouping: self.grouping(),
+            by_label: self.by_label.clone(),
+            lines: !self.no_lines,
+            ..RenderOptions::default()
+        }
+    }
+
     pub fn grouping(&self) -> Grouping {
         match (self.per_pid, self.per_thread, self.no_group) {
             (true, _, _) => Grouping::Process,

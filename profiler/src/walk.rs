@@ -17,7 +17,7 @@ use crate::{
     clock,
     decode::SampleRecord,
     frame::{Frame, Marker},
-    model::{Tgid, ThreadState, Tid},
+    model::{LabelSet, Tgid, ThreadState, Tid},
     named::Named,
     runtimes::Runtimes,
     untrusted::DESCRIBED,
@@ -59,6 +59,8 @@ impl Named for CallGraph {
 pub struct Walked<'a> {
     pub comm: &'a str,
     pub frames: &'a [Frame],
+    /// What its runtime labelled the sample with (a goroutine's labels).
+    pub labels: &'a [(String, String)],
 }
 
 pub struct StackWalker {
@@ -77,6 +79,8 @@ pub struct StackWalker {
     frames: Vec<Frame>,
     /// The sample's frame-pointer chain, likewise.
     chain: Vec<u64>,
+    /// The sample's labels, likewise.
+    labels: LabelSet,
 }
 
 impl StackWalker {
@@ -92,6 +96,7 @@ impl StackWalker {
             epoch_started: Instant::now(),
             frames: Vec::new(),
             chain: Vec::new(),
+            labels: LabelSet::new(),
         }
     }
 
@@ -264,6 +269,7 @@ impl StackWalker {
             runtimes,
             frames,
             chain,
+            labels,
             ..
         } = self;
         let tid = sample.tid();
@@ -318,9 +324,10 @@ impl StackWalker {
             }
         };
         push_resolved(&mut process, stepped.then_some(&mut *runtimes), fp_addrs, first_depth, frames);
-        runtimes.merge(process.tgid(), sample.runtime_frames(), frames);
+        labels.clear();
+        runtimes.merge(process.tgid(), sample.runtime_frames(), frames, labels);
         runtimes.read_maps_if_stale(&mut process);
-        Some(Walked { comm: process.into_comm(), frames })
+        Some(Walked { comm: process.into_comm(), frames, labels })
     }
 }
 

@@ -1,7 +1,7 @@
 //! Go programs, as shipped (stripped, position-independent or not) and not, on every Go setup
 //! installs: Debian stable's 1.19 and unstable's newest two. Their stacks are unwound and named
-//! from Go's own table of functions, with no flags; a stripped Go tool nobody here wrote
-//! (`gofmt`) is attached to while it runs.
+//! from Go's own table of functions, with no flags, and their goroutines' pprof labels read into
+//! every output; a stripped Go tool nobody here wrote (`gofmt`) is attached to while it runs.
 mod common;
 
 use std::{
@@ -172,6 +172,96 @@ fn go_functions_are_named_from_go_s_table_whole_in_every_build() {
             }
         }
     }
+}
+
+/// `labels` (work under two sets of pprof labels, 60% and 40% of it, on two goroutines), built
+/// stripped, and stripped, position-independent and with cgo (where Go's `g` is a thread-local
+/// variable of the C toolchain's TLS), by every Go, recorded 1.5 s at 999 Hz: in the pprof
+/// output, 95% of main.spin's samples carry their goroutine's `request` label, the two sets'
+/// shares within 5 points, `worker` on the first set's alone, the long `path` cut; and flame
+/// graphs grouped by `--by-label request` have a frame per value under the command.
+#[test]
+fn goroutine_labels_are_read_into_every_output() {
+    if !e2e_enabled() {
+        return;
+    }
+    let _beside = beside_others();
+    let dir = scratch_dir("go-labels");
+    for (release, go) in toolchains() {
+        for how in
+            [Build { pie: false, stripped: true, cgo: false }, Build { pie: true, stripped: true, cgo: true }]
+        {
+            let what = format!("Go {release} {how:?}");
+            let binary = dir.join(format!("labels-{release}-{}", how.cgo));
+            build(&go, "labels", &binary, how);
+            let (folded, pprof) = (dir.join("out.folded"), dir.join("out.pb.gz"));
+            let run = run_profiler(&[
+                "record",
+                "-F",
+                "999",
+                "--by-label",
+                "request",
+                "-o",
+                folded.to_str().unwrap(),
+                "-o",
+                pprof.to_str().unwrap(),
+                "--",
+                binary.to_str().unwrap(),
+                "1.5",
+            ]);
+            assert!(run.status.success(), "{what}: {}", String::from_utf8_lossy(&run.stderr));
+            assert_labels(&what, &pprof);
+            let folded = Folded::read(&folded);
+            let by_request = |value: &str| {
+                let root = format!("request={value}");
+                folded
+                    .stacks
+                    .iter()
+                    .filter(|(frames, _)| frames.get(1) == Some(&root))
+                    .map(|(_, n)| n)
+                    .sum::<u64>()
+            };
+            let (a, b) = (by_request("a"), by_request("b"));
+            let percent = 100.0 * a as f64 / (a + b).max(1) as f64;
+            eprintln!("{what}: --by-label request: {a} samples under request=a, {b} under request=b");
+            assert!(
+                (percent - 60.0).abs() <= 5.0,
+                "{what}: request=a {percent:.1}% of the flame graph's labelled"
+            );
+        }
+    }
+}
+
+/// The labels of a pprof profile of `labels` (see above).
+fn assert_labels(what: &str, pprof: &Path) {
+    let profile = read_pprof(pprof);
+    let string = |index: i64| profile.string_table[index as usize].as_str();
+    let mut by_request: BTreeMap<String, i64> = BTreeMap::new();
+    for sample in &profile.sample {
+        let functions = sample.location_id.iter().flat_map(|&id| &profile.location[id as usize - 1].line);
+        let spins = functions
+            .map(|line| profile.function[line.function_id as usize - 1].name)
+            .any(|name| string(name) == "main.spin");
+        if !spins {
+            continue;
+        }
+        let label = |key: &str| sample.label.iter().find(|l| string(l.key) == key).map(|l| string(l.str));
+        let request = label("request").unwrap_or("(none)");
+        *by_request.entry(request.to_owned()).or_default() += sample.value[0];
+        let expected = match request {
+            "a" => (Some("w1"), None),
+            "b" => (None, Some(true)),
+            _ => (None, None),
+        };
+        let path = label("path").map(|path| path.starts_with("/long/") && path.ends_with('…'));
+        assert_eq!((label("worker"), path), expected, "{what}: the labels of a sample of request {request}");
+    }
+    let (a, b) = (by_request.get("a").copied().unwrap_or(0), by_request.get("b").copied().unwrap_or(0));
+    let all: i64 = by_request.values().sum();
+    eprintln!("{what}: main.spin's samples by request: {by_request:?}");
+    assert!((a + b) as f64 >= 0.95 * all as f64, "{what}: {} of {all} samples labelled", a + b);
+    let percent = 100.0 * a as f64 / (a + b).max(1) as f64;
+    assert!((percent - 60.0).abs() <= 5.0, "{what}: request=a {percent:.1}% of the labelled samples");
 }
 
 /// With `--call-graph fp` (nothing steps the frames; the chain of frame pointers Go keeps gives

@@ -2,6 +2,7 @@
 //! walks at sample time ([`RuntimeProcess`], in the `RUNTIME_PROCESSES` map), and what it adds
 //! to a sample of them ([`RuntimeTrailer`], then the frame records after the native stacks).
 //! Each runtime's own records are in a module of its own.
+pub mod go;
 pub mod python;
 
 /// Which runtime wrote a sample's frame records, or a [`RuntimeProcess`]'s data: the index of its
@@ -12,20 +13,22 @@ pub enum RuntimeKind {
     /// No frames: the process runs no runtime walked in the kernel.
     None = 0,
     Python = 1,
+    Go = 2,
 }
 
 impl RuntimeKind {
     /// The runtimes walked in the kernel. Each has a walker program per hook that records user
     /// stacks, named after the hook's program and [`Self::name`] (`sample_python`), which userspace
     /// puts at this index of the hook's program array.
-    pub const WALKED: [Self; 1] = [Self::Python];
+    pub const WALKED: [Self; 2] = [Self::Python, Self::Go];
     /// Entries of a hook's program array of walkers.
-    pub const COUNT: u32 = 2;
+    pub const COUNT: u32 = 3;
 
     pub const fn from_u16(value: u16) -> Option<Self> {
         match value {
             0 => Some(Self::None),
             1 => Some(Self::Python),
+            2 => Some(Self::Go),
             _ => None,
         }
     }
@@ -35,6 +38,7 @@ impl RuntimeKind {
         match self {
             Self::None => "none",
             Self::Python => "python",
+            Self::Go => "go",
         }
     }
 }
@@ -86,7 +90,11 @@ pub struct RuntimeTrailer {
 }
 
 /// Most bytes of frame records a sample carries: the largest of any runtime's.
-pub const MAX_RUNTIME_FRAMES_BYTES: usize = python::MAX_FRAMES_BYTES;
+pub const MAX_RUNTIME_FRAMES_BYTES: usize = max(python::MAX_FRAMES_BYTES, go::LABELS_BYTES);
+
+const fn max(a: usize, b: usize) -> usize {
+    if a > b { a } else { b }
+}
 
 /// Words of a [`RuntimeProcess`]'s data: room for the largest of any runtime's.
 pub const RUNTIME_PROCESS_WORDS: usize = 9;

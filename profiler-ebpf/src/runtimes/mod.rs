@@ -11,6 +11,7 @@
 //! and a runtime added costs the others nothing. [`walkers!`] makes the programs: adding a runtime
 //! is a module here with a `walk` function and a line there.
 mod fields;
+mod go;
 mod python;
 mod thread;
 
@@ -56,7 +57,7 @@ macro_rules! walkers {
     )*};
 }
 
-walkers! { python: Python }
+walkers! { python: Python, go: Go }
 
 /// Hands the record in `draft`, its first `len` bytes written, over to the walker in `walkers`
 /// of its process's runtime, when the process is registered, which adds the runtime's frames and

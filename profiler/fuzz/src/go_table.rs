@@ -39,6 +39,7 @@ fn any_bytes(bytes: &[u8], release: &str, pc: u64) {
         module_data: Some(words),
         release: Some(release.to_owned()),
         segments: vec![(TABLE..TABLE + bytes.len() as u64, 0)],
+        tls_bytes: None,
     };
     let Ok(table) = GoTable::new(bytes, placement) else { return };
     let mut work = Work::new(RUNS);

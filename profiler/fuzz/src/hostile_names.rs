@@ -1,5 +1,5 @@
 //! Names of any bytes (functions, inlined functions, source files, command names, module paths,
-//! as a target or a crafted `.prof` could give them) through a raw recording and back: every
+//! labels, as a target or a crafted `.prof` could give them) through a raw recording and back: every
 //! format stays valid. SVG parses as XML, each folded line is its frames and one count,
 //! speedscope parses as JSON, pprof decodes, and the text report holds no control character
 //! but line breaks.
@@ -17,19 +17,21 @@ pub fn check(data: &[u8]) {
     let names: Vec<String> =
         data.split(|&byte| byte == 0xff).map(|name| String::from_utf8_lossy(name).into_owned()).collect();
     let recording = raw::read(&mut &written(&names)[..]).expect("a recording written reads back");
-    let rendered = |format| {
+    let by_label = RenderOptions { by_label: Some(names[0].clone()), ..RenderOptions::default() };
+    let rendered_as = |format, options: &RenderOptions| {
         let mut out = Vec::new();
-        render(format, &recording, &RenderOptions::default(), &mut out).unwrap();
+        render(format, &recording, options, &mut out).unwrap();
         out
     };
+    let rendered = |format| rendered_as(format, &RenderOptions::default());
 
-    let folded = String::from_utf8(rendered(Format::Folded)).unwrap();
+    let folded = String::from_utf8(rendered_as(Format::Folded, &by_label)).unwrap();
     for line in folded.lines() {
         let (stack, count) = line.rsplit_once(' ').expect("a count");
         count.parse::<u64>().expect("the count is a number");
         let frames: Vec<&str> = stack.split(';').collect();
-        // The command name, the caller, the function inlined in it, the leaf.
-        assert_eq!(frames.len(), 4, "{line:?}");
+        // The command name, the label's value, the caller, the function inlined in it, the leaf.
+        assert_eq!(frames.len(), 5, "{line:?}");
         assert!(frames.iter().all(|frame| !frame.is_empty()), "{line:?}");
         let last = stack.rsplit_once(' ').map_or("", |(_, last)| last);
         assert!(
@@ -53,8 +55,8 @@ pub fn check(data: &[u8]) {
 }
 
 /// A raw recording with one sample per name: the name is its command, the caller's function
-/// and the function inlined there, the leaf function called from it, their source file and the
-/// modules' path.
+/// and the function inlined there, the leaf function called from it, their source file, the
+/// modules' path, and the value of its label (whose key is the first name).
 fn written(names: &[String]) -> Vec<u8> {
     let symbol = |name: &String, kind| {
         Symbol::new(name.clone(), kind).at(Some(SourceLine { file: name.clone(), line: 1, column: 1 }))
@@ -73,6 +75,7 @@ fn written(names: &[String]) -> Vec<u8> {
             .collect(),
         stacks: (0..names.len() as u32).map(|i| vec![2 * i, 2 * i + 1]).collect(),
         comms: names.to_vec(),
+        label_sets: names.iter().map(|name| vec![(names[0].clone(), name.clone())]).collect(),
         samples: (0..names.len() as u32)
             .map(|i| Sample {
                 time_ns: u64::from(i),
@@ -82,6 +85,7 @@ fn written(names: &[String]) -> Vec<u8> {
                 stack: i,
                 weight: 1,
                 state: ThreadState::OnCpu,
+                labels: i + 1,
             })
             .collect(),
     };

@@ -6,13 +6,12 @@ use anyhow::Result;
 use profiler_common::Counter;
 
 use crate::{
-    aggregate::{Aggregate, Site},
+    aggregate::{Aggregate, LabelsId, Site},
     cli::{RECORD_DEFAULT_HZ, RecordArgs, SamplingArgs},
     decode::Payload,
     frame::{Frame, Marker},
     kernel::sampler::{self, OffCpuConfig, Sampler, SamplerConfig},
     model::{Meta, Tgid, ThreadState, Tid, Weight},
-    render::RenderOptions,
     session::{
         self, Collector, End, Progress, ReportAtTheEnd, Settings, Target,
         summary::{KernelFigures, Summary},
@@ -40,11 +39,7 @@ pub(super) async fn run(args: RecordArgs) -> Result<()> {
         command: args.command,
         max_records: args.max_samples,
         outputs: args.output.resolve()?,
-        render: RenderOptions {
-            grouping: args.grouping.grouping(),
-            lines: !args.grouping.no_lines,
-            ..RenderOptions::default()
-        },
+        render: args.grouping.render_options(),
         ..settings
     };
     session::run(profile, ReportAtTheEnd(print_summary), settings).await
@@ -157,7 +152,10 @@ impl CpuProfile {
             };
             let (stack, comm) =
                 (aggregate.intern_stack(&frames), aggregate.intern_comm(&process_comm(thread.tgid)));
-            let site = Site { time_ns: from, tgid: Tgid(thread.tgid), tid: Tid(tid), comm, stack, state };
+            // Counted from the kernel's table, with its kernel stack alone: no runtime read it.
+            let labels = LabelsId::default();
+            let site =
+                Site { time_ns: from, tgid: Tgid(thread.tgid), tid: Tid(tid), comm, stack, state, labels };
             aggregate.push(site, until - from);
             if thread.resumed_ns == 0 {
                 self.carried.insert(tid, Carried { since_ns: thread.since_ns, until_ns: until });

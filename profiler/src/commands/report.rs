@@ -7,19 +7,14 @@ use crate::{
     cli::{DiffArgs, ReportArgs},
     model::{Recording, raw},
     output::{self, OutputFile},
-    render::{RenderOptions, folded, svg},
+    render::{folded, svg},
 };
 
 pub(super) fn run(args: &ReportArgs) -> Result<()> {
     let outputs = args.output.resolve()?;
     let files = outputs.create()?;
     let recording = load(&args.recording)?.filtered(&args.filter.filter());
-    let options = RenderOptions {
-        grouping: args.grouping.grouping(),
-        lines: !args.grouping.no_lines,
-        ..RenderOptions::default()
-    };
-    output::write_all(files, &recording, &options)?;
+    output::write_all(files, &recording, &args.grouping.render_options())?;
     let written: Vec<String> = outputs.paths().iter().map(|(path, _)| path.display().to_string()).collect();
     eprintln!("profiler: {} samples, wrote {}", recording.sample_count(), written.join(", "));
     Ok(())
@@ -55,7 +50,9 @@ pub(super) fn diff(args: &DiffArgs) -> Result<()> {
         true => (before.without_script_lines(), after.without_script_lines()),
         false => (before, after),
     };
-    let (before, after) = (folded::collapse(&before, grouping), folded::collapse(&after, grouping));
+    let by_label = args.grouping.by_label.as_deref();
+    let (before, after) =
+        (folded::collapse(&before, grouping, by_label), folded::collapse(&after, grouping, by_label));
     output.commit(|out| svg::write_diff(&before, &after, args.normalize, &titles, out))?;
     eprintln!("profiler: wrote {}", args.output.display());
     Ok(())

@@ -181,6 +181,9 @@ impl Dictionary {
                     let state = AttributeValue::Text(row.state.letter().to_string());
                     attribute_indices.push(self.attribute("thread_state", state));
                 }
+                for (key, value) in tables.labels(row) {
+                    attribute_indices.push(self.attribute(key, AttributeValue::Text(value.clone())));
+                }
                 otel::Sample {
                     stack_index: self.stacks.insert_full(stack).0 as i32,
                     attribute_indices,
@@ -371,6 +374,27 @@ mod tests {
             pprof_names.sort_unstable();
             otlp_names.sort_unstable();
             assert_eq!(otlp_names, pprof_names, "{weight:?}");
+            // The samples' own labels (a goroutine's), beside the profiler's.
+            let own = |key: &str| !["pid", "tid", "comm", "thread_state"].contains(&key);
+            let pprof_labels: Vec<(&str, &str)> = pprof
+                .sample
+                .iter()
+                .flat_map(|s| s.label.iter().map(|l| (p(l.key), p(l.str))))
+                .filter(|(key, _)| own(key))
+                .collect();
+            let otlp_labels: Vec<(&str, &str)> = otlp
+                .samples
+                .iter()
+                .flat_map(|s| &s.attribute_indices)
+                .map(|&i| &dictionary.attribute_table[i as usize])
+                .filter_map(|a| match &a.value.as_ref()?.value {
+                    Some(Value::StringValue(text)) => Some((o(a.key_strindex), text.as_str())),
+                    _ => None,
+                })
+                .filter(|(key, _)| own(key) && !key.contains('.'))
+                .collect();
+            assert_eq!(pprof_labels, [("endpoint", "/api"), ("worker", "2")], "{weight:?}");
+            assert_eq!(otlp_labels, pprof_labels, "{weight:?}");
         }
     }
 

@@ -78,6 +78,7 @@ impl Recording {
             locations,
             stacks,
             comms: self.comms.clone(),
+            label_sets: self.label_sets.clone(),
             samples,
         }
     }

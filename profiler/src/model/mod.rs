@@ -202,6 +202,9 @@ impl Location {
     }
 }
 
+/// Labels a sample carries (a goroutine's pprof labels), sorted by key.
+pub(crate) type LabelSet = Vec<(String, String)>;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Sample {
     /// Nanoseconds since the start of the recording.
@@ -216,6 +219,8 @@ pub struct Sample {
     pub weight: u64,
     /// On the CPU, or off it (then `time_ns` is when it left, `weight` how long).
     pub state: ThreadState,
+    /// 0 when it has no labels; else its labels are [`Recording::label_sets`]`[labels - 1]`.
+    pub labels: u32,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -226,6 +231,8 @@ pub struct Recording {
     /// Location indexes, innermost first.
     pub stacks: Vec<Vec<u32>>,
     pub comms: Vec<String>,
+    /// The sets of labels samples carry.
+    pub label_sets: Vec<LabelSet>,
     /// In time order.
     pub samples: Vec<Sample>,
 }
@@ -249,6 +256,12 @@ impl Recording {
         let mut counts: Vec<(String, u64)> = by_name.into_iter().collect();
         counts.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
         counts
+    }
+
+    /// The labels of `sample` (none for most).
+    pub fn labels(&self, sample: &Sample) -> &[(String, String)] {
+        let set = sample.labels.checked_sub(1).and_then(|set| self.label_sets.get(set as usize));
+        set.map_or(&[], Vec::as_slice)
     }
 
     /// The samples' weights, summed: samples, or bytes.
@@ -308,7 +321,8 @@ where
 pub(crate) mod tests {
     use super::*;
 
-    /// A small recording: two processes, user and kernel frames, an inlined function.
+    /// A small recording: two processes, user and kernel frames, an inlined function, a sample
+    /// with labels.
     pub(crate) fn fixture() -> Recording {
         let location =
             |name: &str, kind| Location { module: None, address: 0, symbols: vec![Symbol::new(name, kind)] };
@@ -344,6 +358,7 @@ pub(crate) mod tests {
             ],
             stacks: vec![vec![2, 0], vec![1, 0], vec![3, 2, 0]],
             comms: vec!["app".into(), "other".into()],
+            label_sets: vec![vec![("endpoint".into(), "/api".into()), ("worker".into(), "2".into())]],
             samples: vec![
                 Sample {
                     time_ns: 0,
@@ -353,6 +368,7 @@ pub(crate) mod tests {
                     stack: 0,
                     weight: 1,
                     state: ThreadState::OnCpu,
+                    labels: 0,
                 },
                 Sample {
                     time_ns: 10,
@@ -362,6 +378,7 @@ pub(crate) mod tests {
                     stack: 1,
                     weight: 1,
                     state: ThreadState::OnCpu,
+                    labels: 1,
                 },
                 Sample {
                     time_ns: 20,
@@ -371,6 +388,7 @@ pub(crate) mod tests {
                     stack: 0,
                     weight: 1,
                     state: ThreadState::OnCpu,
+                    labels: 0,
                 },
                 Sample {
                     time_ns: 30,
@@ -380,6 +398,7 @@ pub(crate) mod tests {
                     stack: 2,
                     weight: 1,
                     state: ThreadState::OnCpu,
+                    labels: 0,
                 },
             ],
         }

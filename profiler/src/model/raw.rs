@@ -15,8 +15,9 @@
 //! lines and columns where known), stacks (location
 //! indexes, innermost first), command names, and the samples as packed columns (time delta from
 //! the previous sample in ns, pid, tid, command index, stack index, weight (left out when every
-//! weight is 1) and thread state (left out when every sample was on the CPU)). Every index is checked when reading: a corrupt file is an error, never a
-//! panic.
+//! weight is 1), thread state (left out when every sample was on the CPU) and label set (left out
+//! when no sample has labels)), and the label sets (keys and values as string indexes). Every
+//! index is checked when reading: a corrupt file is an error, never a panic.
 use std::{
     cell::Cell,
     io::{Read, Write},
@@ -28,8 +29,8 @@ use indexmap::IndexSet;
 use prost::Message;
 
 use super::{
-    AllocationTotals, Location, Meta, ModuleInfo, Recording, Sample, SourceLine, Symbol, SymbolKind, Tgid,
-    ThreadState, Tid, UnwindSummary, Weight, intern, printable_owned,
+    AllocationTotals, LabelSet, Location, Meta, ModuleInfo, Recording, Sample, SourceLine, Symbol,
+    SymbolKind, Tgid, ThreadState, Tid, UnwindSummary, Weight, intern, printable_owned,
 };
 
 pub const MAGIC: &[u8; 8] = b"PROFILER";
@@ -77,6 +78,11 @@ struct RawRecording {
     /// every sample was on the CPU.
     #[prost(uint32, repeated, tag = "13")]
     sample_states: Vec<u32>,
+    #[prost(message, repeated, tag = "14")]
+    label_sets: Vec<RawLabelSet>,
+    /// Index into `label_sets` + 1 (0: no labels); empty when no sample has labels.
+    #[prost(uint32, repeated, tag = "15")]
+    sample_labels: Vec<u32>,
 }
 
 #[derive(Clone, PartialEq, Message)]
@@ -176,6 +182,15 @@ struct RawStack {
     locations: Vec<u32>,
 }
 
+/// Labels, as string indexes, sorted by key.
+#[derive(Clone, PartialEq, Message)]
+struct RawLabelSet {
+    #[prost(uint32, repeated, tag = "1")]
+    keys: Vec<u32>,
+    #[prost(uint32, repeated, tag = "2")]
+    values: Vec<u32>,
+}
+
 pub fn write(recording: &Recording, out: &mut dyn Write) -> std::io::Result<()> {
     out.write_all(MAGIC)?;
     out.write_all(&VERSION.to_le_bytes())?;
@@ -249,7 +264,7 @@ impl std::fmt::Display for TooLarge {
 }
 
 /// About the memory `raw` takes once decoded: its samples, locations and symbols, the names and
-/// file names each symbol holds a copy of, its stacks and command names.
+/// file names each symbol holds a copy of, its stacks, command names and labels.
 fn memory_needed(raw: &RawRecording) -> u64 {
     let string = |index: u32| raw.strings.get(index as usize).map_or(0, |s| s.len() as u64);
     let symbols: u64 = raw.locations.iter().map(|l| l.symbol_names.len() as u64).sum();
@@ -264,6 +279,12 @@ fn memory_needed(raw: &RawRecording) -> u64 {
     let stacks: u64 =
         raw.stacks.iter().map(|s| s.locations.len() as u64 * 4 + size_of::<Vec<u32>>() as u64).sum();
     let comms: u64 = raw.comms.iter().map(|c| c.len() as u64 + size_of::<String>() as u64).sum();
+    let labels: u64 = raw
+        .label_sets
+        .iter()
+        .flat_map(|set| set.keys.iter().chain(&set.values))
+        .map(|&index| string(index) + size_of::<String>() as u64)
+        .sum();
     let each = |count: usize, size: usize| count as u64 * size as u64;
     each(raw.sample_time_deltas_ns.len(), size_of::<Sample>())
         + each(raw.locations.len(), size_of::<Location>())
@@ -271,6 +292,7 @@ fn memory_needed(raw: &RawRecording) -> u64 {
         + names
         + stacks
         + comms
+        + labels
 }
 
 /// A reader that counts the bytes read through it.
@@ -366,6 +388,14 @@ fn encode(recording: &Recording) -> RawRecording {
             },
         })
         .collect();
+    let label_sets = recording
+        .label_sets
+        .iter()
+        .map(|set| RawLabelSet {
+            keys: set.iter().map(|(key, _)| intern(&mut strings, key.as_str()) as u32).collect(),
+            values: set.iter().map(|(_, value)| intern(&mut strings, value.as_str()) as u32).collect(),
+        })
+        .collect();
     let meta = &recording.meta;
     let u = meta.unwind;
     let mut previous = 0;
@@ -413,6 +443,11 @@ fn encode(recording: &Recording) -> RawRecording {
             Vec::new()
         } else {
             recording.samples.iter().map(|s| state_code(s.state)).collect()
+        },
+        label_sets,
+        sample_labels: match recording.samples.iter().all(|s| s.labels == 0) {
+            true => Vec::new(),
+            false => recording.samples.iter().map(|s| s.labels).collect(),
         },
     }
 }
@@ -503,6 +538,23 @@ fn decode(raw: RawRecording) -> Result<Recording> {
         "sample columns differ in length"
     );
     ensure!(raw.sample_states.is_empty() || raw.sample_states.len() == n, "sample columns differ in length");
+    ensure!(raw.sample_labels.is_empty() || raw.sample_labels.len() == n, "sample columns differ in length");
+    let label_sets = raw
+        .label_sets
+        .iter()
+        .enumerate()
+        .map(|(i, set)| {
+            ensure!(set.keys.len() == set.values.len(), "label set {i}: keys and values differ in number");
+            let string = |index: u32| {
+                raw.strings.get(index as usize).with_context(|| format!("label set {i}: no string {index}"))
+            };
+            set.keys
+                .iter()
+                .zip(&set.values)
+                .map(|(&key, &value)| Ok((string(key)?.clone(), string(value)?.clone())))
+                .collect()
+        })
+        .collect::<Result<Vec<LabelSet>>>()?;
     let mut time_ns = 0u64;
     let samples = (0..n)
         .map(|i| {
@@ -515,14 +567,16 @@ fn decode(raw: RawRecording) -> Result<Recording> {
                 stack: raw.sample_stacks[i],
                 weight: raw.sample_weights.get(i).copied().unwrap_or(1),
                 state: raw.sample_states.get(i).map_or(Ok(ThreadState::OnCpu), |&code| state(code))?,
+                labels: raw.sample_labels.get(i).copied().unwrap_or(0),
             };
             ensure!((sample.comm as usize) < raw.comms.len(), "sample {i} refers to a missing command name");
+            ensure!(sample.labels as usize <= label_sets.len(), "sample {i} refers to a missing label set");
             ensure!((sample.stack as usize) < stacks.len(), "sample {i} refers to a missing stack");
             Ok(sample)
         })
         .collect::<Result<_>>()?;
     let comms = raw.comms.into_iter().map(printable_owned).collect();
-    Ok(Recording { meta, modules, locations, stacks, comms, samples })
+    Ok(Recording { meta, modules, locations, stacks, comms, label_sets, samples })
 }
 
 #[cfg(test)]
@@ -609,6 +663,10 @@ mod tests {
         let mut recording = fixture();
         recording.stacks[0].push(42);
         assert!(read(&mut &bytes(&recording)[..]).is_err());
+        let mut recording = fixture();
+        recording.samples[3].labels = 2;
+        let message = format!("{:#}", read(&mut &bytes(&recording)[..]).unwrap_err());
+        assert_eq!(message, "corrupt recording: sample 3 refers to a missing label set");
     }
 
     #[test]

@@ -494,7 +494,16 @@ mod tests {
     }
 
     fn sample(pid: u32, comm: u32, stack: u32, weight: u64) -> Sample {
-        Sample { time_ns: 0, pid: Tgid(pid), tid: Tid(pid), comm, stack, weight, state: ThreadState::OnCpu }
+        Sample {
+            time_ns: 0,
+            pid: Tgid(pid),
+            tid: Tid(pid),
+            comm,
+            stack,
+            weight,
+            state: ThreadState::OnCpu,
+            labels: 0,
+        }
     }
 
     /// main → run → {hot (6), warm (3), sys_read in the kernel under warm (1)}; `recurse` twice in

@@ -138,7 +138,16 @@ mod tests {
     use crate::model::{Tgid, Tid};
 
     fn block(stack: u32, weight: u64) -> Sample {
-        Sample { time_ns: 0, pid: Tgid(1), tid: Tid(1), comm: 0, stack, weight, state: ThreadState::OnCpu }
+        Sample {
+            time_ns: 0,
+            pid: Tgid(1),
+            tid: Tid(1),
+            comm: 0,
+            stack,
+            weight,
+            state: ThreadState::OnCpu,
+            labels: 0,
+        }
     }
 
     fn leaks_fixture() -> Recording {

@@ -69,9 +69,11 @@ impl fmt::Display for Format {
 }
 
 /// How to render: the root frames of folded stacks and flame graphs, the stacks of a report.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RenderOptions {
     pub grouping: Grouping,
+    /// A frame under the root for the value of this label (`--by-label`).
+    pub by_label: Option<String>,
     /// Stacks listed by the leak report, most bytes first.
     pub top: usize,
     /// Whether Python frames keep their line (`--no-lines`: one frame per function, as py-spy's
@@ -81,7 +83,7 @@ pub struct RenderOptions {
 
 impl Default for RenderOptions {
     fn default() -> Self {
-        Self { grouping: Grouping::default(), top: 10, lines: true }
+        Self { grouping: Grouping::default(), by_label: None, top: 10, lines: true }
     }
 }
 
@@ -99,15 +101,18 @@ pub fn render(
         &without_lines
     };
     match format {
-        Format::Svg => {
-            svg::write(&folded::collapse(recording, options.grouping), &svg::titles(recording), out)
-        }
-        Format::Folded => folded::write(&folded::collapse(recording, options.grouping), out),
+        Format::Svg => svg::write(&collapse(recording, options), &svg::titles(recording), out),
+        Format::Folded => folded::write(&collapse(recording, options), out),
         Format::Pprof => pprof::write(recording, out),
         Format::Speedscope => speedscope::write(recording, out),
         Format::Raw => raw::write(recording, out),
         Format::LeakReport => leak_report::write(recording, options.top, out),
     }
+}
+
+/// The folded stacks of `recording` as `options` group them.
+fn collapse(recording: &Recording, options: &RenderOptions) -> folded::Folded {
+    folded::collapse(recording, options.grouping, options.by_label.as_deref())
 }
 
 #[cfg(test)]

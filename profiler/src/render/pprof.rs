@@ -1,8 +1,9 @@
 //! pprof: a gzipped `perftools.profiles.Profile` protobuf, as read by `go tool pprof`,
 //! Pyroscope and Parca. Symbolized already: locations carry their functions (inlined ones as
 //! extra lines), mappings their file name and build id; location addresses are file offsets.
-//! Samples are counted per (stack, pid, tid, command, state) with `pid`, `tid`, `comm` and, off
-//! the CPU, `thread_state` labels. The tables are [`ProfileTables`], shared with OTLP.
+//! Samples are counted per (stack, pid, tid, command, state, labels) with `pid`, `tid`, `comm`,
+//! off the CPU `thread_state`, and the labels its runtime gave the sample (a goroutine's) as
+//! labels. The tables are [`ProfileTables`], shared with OTLP.
 use std::io::Write;
 
 use flate2::{Compression, write::GzEncoder};
@@ -217,6 +218,11 @@ pub(crate) fn profile(recording: &Recording) -> proto::Profile {
                 str: strings.id(&row.state.letter().to_string()),
                 ..Default::default()
             }))
+            .chain(tables.labels(row).iter().map(|(key, value)| proto::Label {
+                key: strings.id(key),
+                str: strings.id(value),
+                ..Default::default()
+            }))
             .collect(),
         })
         .collect();
@@ -290,6 +296,19 @@ mod tests {
         let labels: Vec<(&str, i64, &str)> =
             profile.sample[0].label.iter().map(|l| (s(l.key), l.num, s(l.str))).collect();
         assert_eq!(labels, [("pid", 10, ""), ("tid", 10, ""), ("comm", 0, "app")]);
+        // The sample of stack 1 has labels of its own (a goroutine's), after the profiler's.
+        let labels: Vec<(&str, i64, &str)> =
+            profile.sample[2].label.iter().map(|l| (s(l.key), l.num, s(l.str))).collect();
+        assert_eq!(
+            labels,
+            [
+                ("pid", 10, ""),
+                ("tid", 11, ""),
+                ("comm", 0, "app"),
+                ("endpoint", 0, "/api"),
+                ("worker", 0, "2")
+            ]
+        );
     }
 
     #[test]

@@ -1,13 +1,13 @@
 //! The tables of a profile in the layout pprof and OTLP share: mappings, functions by (name,
 //! source file), locations with their lines innermost first, samples counted per (stack,
-//! process, thread, command, thread state), and what their values measure. Built here once from
+//! process, thread, command, thread state, labels), and what their values measure. Built here once from
 //! a recording; [`super::pprof`] and `export::otlp` only write them into their own messages, so
 //! the two formats cannot disagree on what a profile says.
 use std::collections::BTreeMap;
 
 use indexmap::IndexSet;
 
-use crate::model::{Meta, Recording, Tgid, ThreadState, Tid, Weight};
+use crate::model::{LabelSet, Meta, Recording, Tgid, ThreadState, Tid, Weight};
 
 /// What a sample value measures, and its unit (`cpu`, `nanoseconds`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -92,7 +92,7 @@ pub(crate) struct LocationRow {
     pub lines: Vec<LineRow>,
 }
 
-/// The samples of one (stack, process, thread, command, state), their values summed.
+/// The samples of one (stack, process, thread, command, state, labels), their values summed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct SampleRow {
     /// Index into the recording's stacks, whose location indexes are the same in
@@ -103,6 +103,8 @@ pub(crate) struct SampleRow {
     /// Index into the recording's command names.
     pub comm: u32,
     pub state: ThreadState,
+    /// As [`crate::model::Sample::labels`].
+    pub labels: u32,
     /// As [`SampleTypes::values`] lists them.
     pub values: [i64; 2],
 }
@@ -116,8 +118,9 @@ pub(crate) struct ProfileTables<'r> {
     pub functions: IndexSet<(&'r str, &'r str)>,
     /// One per location of the recording, in its order.
     pub locations: Vec<LocationRow>,
-    /// In (stack, pid, tid, comm, state) order.
+    /// In (stack, pid, tid, comm, state, labels) order.
     pub samples: Vec<SampleRow>,
+    label_sets: &'r [LabelSet],
 }
 
 impl<'r> ProfileTables<'r> {
@@ -162,7 +165,20 @@ impl<'r> ProfileTables<'r> {
             })
             .collect();
         let types = SampleTypes::of(&recording.meta);
-        Self { types, mappings, functions, locations, samples: samples(recording, types) }
+        Self {
+            types,
+            mappings,
+            functions,
+            locations,
+            samples: samples(recording, types),
+            label_sets: &recording.label_sets,
+        }
+    }
+
+    /// The labels of the samples of `row` (a goroutine's), sorted by key.
+    pub(crate) fn labels(&self, row: &SampleRow) -> &'r [(String, String)] {
+        let set = row.labels.checked_sub(1).and_then(|set| self.label_sets.get(set as usize));
+        set.map_or(&[], Vec::as_slice)
     }
 
     /// Whether any sample is off the CPU (then samples are labelled with their state).
@@ -172,21 +188,22 @@ impl<'r> ProfileTables<'r> {
 }
 
 fn samples(recording: &Recording, types: SampleTypes) -> Vec<SampleRow> {
-    type Key = (u32, Tgid, Tid, u32, ThreadState);
+    type Key = (u32, Tgid, Tid, u32, ThreadState, u32);
     // Model samples and their summed weight.
     let mut counts: BTreeMap<Key, (i64, i64)> = BTreeMap::new();
     for s in &recording.samples {
-        let entry = counts.entry((s.stack, s.pid, s.tid, s.comm, s.state)).or_default();
+        let entry = counts.entry((s.stack, s.pid, s.tid, s.comm, s.state, s.labels)).or_default();
         *entry = (entry.0 + 1, entry.1 + s.weight as i64);
     }
     counts
         .into_iter()
-        .map(|((stack, pid, tid, comm, state), (count, weight))| SampleRow {
+        .map(|((stack, pid, tid, comm, state, labels), (count, weight))| SampleRow {
             stack,
             pid,
             tid,
             comm,
             state,
+            labels,
             // A CPU sample of the model may count several, each a period of CPU time; a block
             // or a span is one, of its bytes or time.
             values: match recording.meta.weight {

@@ -179,7 +179,7 @@ mod tests {
         let mut recording = fixture();
         recording.meta.unwind.complete = 3;
         recording.meta.unwind.lost = 1;
-        let svg = render(&collapse(&recording, Grouping::Command), &titles(&recording));
+        let svg = render(&collapse(&recording, Grouping::Command, None), &titles(&recording));
         assert!(svg.starts_with("<?xml"));
         assert!(svg.contains("profiler: PID 10"));
         assert!(svg.contains("4 samples at 99 Hz over 1.0 s, 75.0% of user stacks complete"));

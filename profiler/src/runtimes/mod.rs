@@ -42,7 +42,7 @@ use crate::{
     address_space::{AddressSpaces, Backing, Mapping, ModuleId, ProcessView},
     decode::{RuntimeFrames, UserRegs},
     frame::Frame,
-    model::Tgid,
+    model::{LabelSet, Tgid},
     unwind::RuntimeCode,
 };
 
@@ -108,12 +108,14 @@ pub(crate) trait Runtime: Send + 'static {
     ) -> bool {
         false
     }
-    /// Puts the frames its kernel walker read (`sample`) in place of native ones in `frames`.
+    /// Puts the frames its kernel walker read (`sample`) in place of native ones in `frames`,
+    /// and the labels it read in `labels`.
     fn merge(
         &mut self,
         _instance: &mut Self::Instance,
         _sample: RuntimeFrames<'_>,
         _frames: &mut Vec<Frame>,
+        _labels: &mut LabelSet,
         _functions: &mut Functions,
     ) {
     }
@@ -337,13 +339,20 @@ impl Runtimes {
         slot.push_frames(tgid, depth, addr, &mut self.functions, frames)
     }
 
-    /// Puts the frames the kernel read of a runtime (`sample`) in place of native ones.
-    pub fn merge(&mut self, tgid: Tgid, sample: RuntimeFrames<'_>, frames: &mut Vec<Frame>) {
+    /// Puts the frames the kernel read of a runtime (`sample`) in place of native ones, and the
+    /// labels it read in `labels`.
+    pub fn merge(
+        &mut self,
+        tgid: Tgid,
+        sample: RuntimeFrames<'_>,
+        frames: &mut Vec<Frame>,
+        labels: &mut LabelSet,
+    ) {
         if sample.kind == RuntimeKind::None {
             return;
         }
         if let Some(slot) = self.slots.iter_mut().find(|slot| slot.kind() == sample.kind) {
-            slot.merge(tgid, sample, frames, &mut self.functions);
+            slot.merge(tgid, sample, frames, labels, &mut self.functions);
         }
     }
 

@@ -11,7 +11,7 @@ use crate::{
     address_space::{Mapping, ModuleId, ProcessView},
     decode::{RuntimeFrames, UserRegs},
     frame::Frame,
-    model::Tgid,
+    model::{LabelSet, Tgid},
     unwind::RuntimeCode,
 };
 
@@ -58,6 +58,7 @@ pub(super) trait Slot: Send {
         tgid: Tgid,
         sample: RuntimeFrames<'_>,
         frames: &mut Vec<Frame>,
+        labels: &mut LabelSet,
         functions: &mut Functions,
     );
     fn forget(&mut self, tgid: Tgid, shared: &mut Shared);
@@ -268,10 +269,11 @@ impl<R: Runtime> Slot for Loaded<R> {
         tgid: Tgid,
         sample: RuntimeFrames<'_>,
         frames: &mut Vec<Frame>,
+        labels: &mut LabelSet,
         functions: &mut Functions,
     ) {
         let Some(State::Running(attached)) = self.processes.get_mut(&tgid) else { return };
-        self.runtime.merge(&mut attached.instance, sample, frames, functions);
+        self.runtime.merge(&mut attached.instance, sample, frames, labels, functions);
     }
 
     fn forget(&mut self, tgid: Tgid, shared: &mut Shared) {

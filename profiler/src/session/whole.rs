@@ -11,7 +11,7 @@ use rustc_hash::{FxBuildHasher, FxHashMap};
 
 use crate::{
     aggregate::Detail,
-    model::{Location, Meta, ModuleInfo, Recording, Sample, Tgid, ThreadState, Tid, intern},
+    model::{LabelSet, Location, Meta, ModuleInfo, Recording, Sample, Tgid, ThreadState, Tid, intern},
 };
 
 /// The windows of a session merged into one recording.
@@ -24,11 +24,12 @@ pub(super) struct Whole {
     locations: IndexSet<Location, FxBuildHasher>,
     stacks: IndexSet<Vec<u32>, FxBuildHasher>,
     comms: IndexSet<String, FxBuildHasher>,
+    label_sets: IndexSet<LabelSet, FxBuildHasher>,
     samples: Samples,
 }
 
-/// Stack, command, process, thread, state: what counted samples are told apart by.
-type CountedKey = (u32, u32, Tgid, Tid, ThreadState);
+/// Stack, command, process, thread, state, labels: what counted samples are told apart by.
+type CountedKey = (u32, u32, Tgid, Tid, ThreadState, u32);
 
 enum Samples {
     /// Each sample, in time order (windows come in order, each sorted).
@@ -50,6 +51,7 @@ impl Whole {
             locations: IndexSet::default(),
             stacks: IndexSet::default(),
             comms: IndexSet::default(),
+            label_sets: IndexSet::default(),
             samples,
         }
     }
@@ -78,6 +80,10 @@ impl Whole {
             .collect();
         let comms: Vec<u32> =
             window.comms.iter().map(|comm| intern(&mut self.comms, &comm[..]) as u32).collect();
+        // Numbered from 1, as samples refer to them (0: no labels).
+        let label_sets: Vec<u32> = std::iter::once(0)
+            .chain(window.label_sets.iter().map(|set| intern(&mut self.label_sets, &set[..]) as u32 + 1))
+            .collect();
         for sample in &window.samples {
             self.push(Sample {
                 time_ns: sample.time_ns.saturating_add(offset_ns),
@@ -85,6 +91,7 @@ impl Whole {
                 tid: if self.detail.thread { sample.tid } else { Tid(0) },
                 comm: comms[sample.comm as usize],
                 stack: stacks[sample.stack as usize],
+                labels: label_sets[sample.labels as usize],
                 ..*sample
             });
         }
@@ -94,7 +101,7 @@ impl Whole {
         match &mut self.samples {
             Samples::Each(samples) => samples.push(sample),
             Samples::Counted(counts) => {
-                let key = (sample.stack, sample.comm, sample.pid, sample.tid, sample.state);
+                let key = (sample.stack, sample.comm, sample.pid, sample.tid, sample.state, sample.labels);
                 counts.entry(key).or_insert((sample.time_ns, 0)).1 += sample.weight;
             }
         }
@@ -106,7 +113,7 @@ impl Whole {
             Samples::Each(samples) => samples,
             Samples::Counted(counts) => counts
                 .into_iter()
-                .map(|((stack, comm, pid, tid, state), (time_ns, weight))| Sample {
+                .map(|((stack, comm, pid, tid, state, labels), (time_ns, weight))| Sample {
                     time_ns,
                     pid,
                     tid,
@@ -114,6 +121,7 @@ impl Whole {
                     stack,
                     weight,
                     state,
+                    labels,
                 })
                 .collect(),
         };
@@ -124,6 +132,7 @@ impl Whole {
             locations: self.locations.into_iter().collect(),
             stacks: self.stacks.into_iter().collect(),
             comms: self.comms.into_iter().collect(),
+            label_sets: self.label_sets.into_iter().collect(),
             samples,
         }
     }

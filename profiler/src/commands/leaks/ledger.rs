@@ -5,7 +5,7 @@
 use rustc_hash::FxHashMap;
 
 use crate::{
-    aggregate::{Aggregate, Site},
+    aggregate::{Aggregate, LabelsId, Site},
     kernel::tracer::Block,
     model::{Tgid, ThreadState},
 };
@@ -44,6 +44,7 @@ impl Ledger {
                 comm: lost.0,
                 stack: lost.1,
                 state: ThreadState::OnCpu,
+                labels: LabelsId::default(),
             });
             aggregate.push(Site { time_ns: block.time_ns, ..site }, block.size * u64::from(sample_every));
         }
@@ -68,7 +69,15 @@ mod tests {
     };
 
     fn site(time_ns: u64, stack: StackId, comm: CommId) -> Site {
-        Site { time_ns, tgid: Tgid(7), tid: Tid(8), comm, stack, state: ThreadState::OnCpu }
+        Site {
+            time_ns,
+            tgid: Tgid(7),
+            tid: Tid(8),
+            comm,
+            stack,
+            state: ThreadState::OnCpu,
+            labels: LabelsId::default(),
+        }
     }
 
     fn block(addr: u64, time_ns: u64) -> Block {

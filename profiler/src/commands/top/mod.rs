@@ -16,7 +16,7 @@ use crate::{
     model::{Recording, Tgid, Weight},
     output::Outputs,
     render::{
-        Format, RenderOptions,
+        Format,
         hot_functions::{HotFunctions, SortBy},
     },
     session::{self, Consumer, End, Settings},
@@ -39,11 +39,7 @@ pub(super) async fn run(args: TopArgs) -> Result<()> {
     let full_screen = !args.once && std::io::stdout().is_terminal();
     let interval = Duration::from_secs_f64(args.interval);
     let outputs = Outputs::resolve(&args.outputs, args.format, Format::Folded)?;
-    let render = RenderOptions {
-        grouping: args.grouping.grouping(),
-        lines: !args.grouping.no_lines,
-        ..RenderOptions::default()
-    };
+    let render = args.grouping.render_options();
     // The view's rows need each sample's process and thread; the outputs may need its time.
     let detail = Detail { time: false, process: true, thread: true }.union(outputs.detail(render.grouping));
     let settings = Settings {

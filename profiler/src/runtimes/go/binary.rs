@@ -5,7 +5,10 @@
 use std::ops::Range;
 
 use anyhow::{Result, bail};
-use object::{Object as _, ObjectSection as _, ObjectSegment as _, read::elf::ElfFile64};
+use object::{
+    Object as _, ObjectSection as _, ObjectSegment as _, elf,
+    read::elf::{ElfFile64, ProgramHeader as _},
+};
 
 use super::table::{read_u64, uvarint};
 
@@ -40,6 +43,8 @@ pub struct Placement {
     pub release: Option<String>,
     /// The load segments: their addresses (SVMAs) and where they start in the file.
     pub segments: Vec<(Range<u64>, u64)>,
+    /// The size of the executable's static TLS block (`PT_TLS`), when it has one.
+    pub tls_bytes: Option<u64>,
 }
 
 impl Placement {
@@ -54,12 +59,19 @@ impl Placement {
                 Some((segment.address()..segment.address().checked_add(size)?, offset))
             })
             .collect();
+        let endian = elf.endian();
+        let tls_bytes = elf
+            .elf_program_headers()
+            .iter()
+            .find(|header| header.p_type(endian) == elf::PT_TLS)
+            .map(|header| header.p_memsz(endian));
         let mut placement = Self {
             table: usize::try_from(start)?..usize::try_from(start.saturating_add(size))?,
             address,
             module_data: module_data(&elf, address, size),
             release: None,
             segments,
+            tls_bytes,
         };
         placement.release =
             elf.section_by_name(BUILD_INFO_SECTION).and_then(|s| placement.release(s.data().ok()?, bytes));

@@ -170,6 +170,7 @@ pub fn table(
         module_data: Some(module_data),
         release: Some(release.to_owned()),
         segments: vec![(TABLE..TABLE + out.len() as u64, 0)],
+        tls_bytes: None,
     };
     (out, placement)
 }

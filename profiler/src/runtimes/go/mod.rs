@@ -8,9 +8,13 @@
 //! offset the table gives at their PC and leaves the rest (the C code of a cgo binary, which
 //! has CFI) to the unwinder. Each frame stepped is then named from the table: its function, file
 //! and line, cached per PC.
+//!
+//! The labels of the goroutine a sampled thread runs ([`labels`]) are read by the kernel, at
+//! sample time, where the binary's release says they are.
 mod binary;
 #[cfg(any(test, feature = "testing"))]
 pub mod fixture;
+mod labels;
 mod stack;
 pub(crate) mod table;
 #[cfg(test)]
@@ -21,6 +25,11 @@ use std::{ops::Range, sync::Arc};
 use anyhow::Result;
 use memmap2::Mmap;
 
+use profiler_common::runtimes::{
+    ProcessRecord, RuntimeKind, RuntimeProcess, RuntimeWalk,
+    go::{GoProcess as KernelRecord, MAX_GO_LABELS},
+};
+
 use self::table::{GoTable, Version, Work};
 use super::{
     ImageFile, Mark, Refusal, Runtime,
@@ -29,8 +38,9 @@ use super::{
 };
 use crate::{
     address_space::{Mapping, ModuleId, ProcessView},
-    decode::UserRegs,
+    decode::{RuntimeFrames, UserRegs},
     frame::{Frame, lookup_address},
+    model::LabelSet,
     untrusted::{Cache, DESCRIBED},
     unwind::RuntimeCode,
 };
@@ -48,27 +58,40 @@ pub(crate) struct Go {
     stats: Stats,
 }
 
-/// What became of Go's frames, for the run summary.
+/// What became of Go's frames and labels, for the run summary.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 struct Stats {
     /// Frames named from the table.
     frames: u64,
+    /// Samples of a goroutine with labels, and of those, the ones with more than were read.
+    labelled: u64,
+    labels_cut: u64,
+    /// Samples whose goroutine could not be read.
+    labels_unread: u64,
     /// Frames of Go's code its table could not step, and stacks whose frames could not all be
     /// stepped and named for want of work left, in processes let go.
     lost: u64,
     cut: u64,
 }
 
-/// A Go binary: its table of functions, read in place from its file.
+/// A Go binary: its table of functions, read in place from its file, and where the kernel finds
+/// its goroutines' labels (or why it cannot).
 pub(crate) struct Binary {
     table: GoTable<Mmap>,
+    labels: Result<KernelRecord, String>,
 }
 
 impl Binary {
+    fn new(table: GoTable<Mmap>) -> Self {
+        let placement = table.placement();
+        let labels = labels::kernel_record(placement.minor_release(), placement.tls_bytes);
+        Self { table, labels }
+    }
+
     /// What it is: Go's release (or the layout of its table), and what is read of it.
     fn describe(&self) -> String {
         let table = &self.table;
-        let release = match (table.release(), table.version()) {
+        let release = match (table.placement().release.as_deref(), table.version()) {
             (Some(release), _) => release.to_owned(),
             (None, Version::Go116) => "Go 1.16-1.17".to_owned(),
             (None, Version::Go118) => "Go 1.18-1.19".to_owned(),
@@ -78,7 +101,11 @@ impl Binary {
             true => "with its inlined calls",
             false => "without its inlined calls (where its functions' data is was not found)",
         };
-        format!("{release}: its table of {} functions read, {inlined}", table.functions())
+        let labels = match &self.labels {
+            Ok(_) => "goroutine labels read".to_owned(),
+            Err(why) => format!("goroutine labels not read ({why})"),
+        };
+        format!("{release}: its table of {} functions read, {inlined}; {labels}", table.functions())
     }
 }
 
@@ -153,6 +180,7 @@ impl Runtime for Go {
 
     const LABEL: &'static str = "go";
     const NAME: &'static str = "Go";
+    const KIND: RuntimeKind = RuntimeKind::Go;
     /// A Go binary's table is there from its start: nothing to wait for.
     const RECHECK_NS: u64 = 1_000_000_000;
 
@@ -162,7 +190,7 @@ impl Runtime for Go {
     }
 
     fn recognise(file: &ImageFile<'_>) -> Result<Option<Binary>> {
-        Ok(GoTable::read(file.map()?)?.map(|table| Binary { table }))
+        Ok(GoTable::read(file.map()?)?.map(Binary::new))
     }
 
     fn attach(
@@ -196,6 +224,10 @@ impl Runtime for Go {
         })
     }
 
+    fn kernel_process(&self, process: &GoProcess) -> Option<RuntimeProcess> {
+        process.binary.labels.as_ref().ok().map(ProcessRecord::to_runtime)
+    }
+
     fn stepper<'a>(
         &'a mut self,
         process: &'a mut GoProcess,
@@ -218,6 +250,25 @@ impl Runtime for Go {
         let pushed = process.push_frames(depth, addr, functions, frames);
         self.stats.frames += u64::from(pushed);
         pushed
+    }
+
+    /// Go's frames are stepped and named already: its kernel walker reads labels alone.
+    fn merge(
+        &mut self,
+        _process: &mut GoProcess,
+        sample: RuntimeFrames<'_>,
+        _frames: &mut Vec<Frame>,
+        labels: &mut LabelSet,
+        _functions: &mut Functions,
+    ) {
+        match sample.walk {
+            RuntimeWalk::Complete | RuntimeWalk::Truncated => {}
+            RuntimeWalk::ReadError => self.stats.labels_unread += 1,
+            RuntimeWalk::NotWalked | RuntimeWalk::NotItsThread => return,
+        }
+        let cut = labels::decode(sample.records, labels);
+        self.stats.labelled += u64::from(!labels.is_empty());
+        self.stats.labels_cut += u64::from(cut);
     }
 
     fn pinned_module(&self, process: &GoProcess) -> Option<ModuleId> {
@@ -248,14 +299,21 @@ impl Runtime for Go {
             lost += process.lost;
             cut += process.cut;
         }
-        if self.stats.frames + lost + cut == 0 {
+        let Stats { frames, labelled, labels_cut, labels_unread, .. } = self.stats;
+        if frames + lost + cut + labelled + labels_unread == 0 {
             return Vec::new();
         }
-        vec![format!(
-            "{} Go frames named from their binaries' tables; {lost} frames of Go's code not stepped by them, {cut} \
-             stacks cut short by the work their tables made",
-            self.stats.frames
-        )]
+        let mut lines = vec![format!(
+            "{frames} Go frames named from their binaries' tables; {lost} frames of Go's code not stepped by them, \
+             {cut} stacks cut short by the work their tables made"
+        )];
+        if labelled + labels_unread > 0 {
+            lines.push(format!(
+                "{labelled} samples of goroutines with labels ({labels_cut} with more than {MAX_GO_LABELS}: the \
+                 first {MAX_GO_LABELS} kept), {labels_unread} samples whose goroutine could not be read"
+            ));
+        }
+        lines
     }
 }
 

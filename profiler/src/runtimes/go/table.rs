@@ -242,9 +242,9 @@ impl<B: AsRef<[u8]>> GoTable<B> {
         self.layout.version
     }
 
-    /// The Go release that built it (`go1.26.10`), when it says.
-    pub fn release(&self) -> Option<&str> {
-        self.placement.release.as_deref()
+    /// What its binary holds around it: the release that built it, its load segments, ...
+    pub fn placement(&self) -> &Placement {
+        &self.placement
     }
 
     /// How many functions it has.

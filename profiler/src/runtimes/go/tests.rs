@@ -60,7 +60,7 @@ fn functions_are_found_with_their_names_offsets_and_lines_in_every_layout() {
     for (version, release) in VERSIONS {
         let table = go_table((version, release));
         assert_eq!(table.version(), version);
-        assert_eq!(table.release(), Some(release));
+        assert_eq!(table.placement().release.as_deref(), Some(release));
         assert_eq!(table.functions(), 3);
         assert_eq!(table.text(), Some(TEXT..TEXT + 0x70), "{version:?}");
         assert_eq!(table.function(TEXT - 1), None, "before the text");
@@ -271,7 +271,7 @@ fn process((bytes, placement): (Vec<u8>, Placement)) -> GoProcess {
     let table = GoTable::new(mapped.make_read_only().unwrap(), placement).unwrap();
     let text = table.text().unwrap();
     GoProcess {
-        binary: Arc::new(Binary { table }),
+        binary: Arc::new(Binary::new(table)),
         module: ModuleId::from_index(0),
         bias: 0,
         text,

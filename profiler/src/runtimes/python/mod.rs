@@ -37,6 +37,7 @@ use crate::{
     address_space::{Mapping, ModuleId, ProcessView},
     decode::RuntimeFrames,
     frame::Frame,
+    model::LabelSet,
     untrusted::Cache,
 };
 
@@ -176,6 +177,7 @@ impl Runtime for Python {
         running: &mut Running,
         sample: RuntimeFrames<'_>,
         frames: &mut Vec<Frame>,
+        _labels: &mut LabelSet,
         functions: &mut Functions,
     ) {
         match sample.walk {

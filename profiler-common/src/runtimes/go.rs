@@ -1,0 +1,71 @@
+//! Go's records: what the kernel is told of a process running Go ([`GoProcess`]) and what it
+//! reads of a sample ([`GoLabels`]): the pprof labels of the goroutine the thread runs
+//! (`pprof.Do`, `pprof.SetGoroutineLabels`), which change as soon as it runs another, so that
+//! userspace could not read them later. Go's frames themselves are on the native stack, stepped
+//! and named in userspace.
+use super::{ProcessRecord, RuntimeKind};
+
+/// Most labels read of a goroutine; a set with more is marked [`GoLabels::truncated`].
+pub const MAX_GO_LABELS: usize = 8;
+/// Most bytes read of a label's key, and of its value; longer ones are cut.
+pub const MAX_GO_LABEL_BYTES: usize = 56;
+
+/// How a Go release keeps a goroutine's labels behind `g.labels`.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GoLabelsLayout {
+    /// Up to Go 1.23: a `map[string]string` (a pointer to its `hmap`), a classic Go map.
+    Map = 0,
+    /// Go 1.24+: a slice of `{key, value string}`, sorted by key.
+    Slice = 1,
+}
+
+/// The data of a [`super::RuntimeProcess`] of kind Go: where its threads' goroutine is, and
+/// where a goroutine's labels are, in its release's structures (bytes).
+#[repr(C)]
+#[cfg_attr(feature = "user", derive(bytemuck::Pod, bytemuck::Zeroable))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GoProcess {
+    /// Where a thread's current `g` is, from its thread pointer (-8 in every link mode unless C
+    /// code in the executable has thread-local variables of its own).
+    pub g_offset: i64,
+    /// `g.m`: the thread (`m`) running the goroutine.
+    pub g_m: u32,
+    /// `m.curg`: the user goroutine the thread runs (`g` may be its `g0` or signal stack's).
+    pub m_curg: u32,
+    /// `g.labels`.
+    pub g_labels: u32,
+    /// A [`GoLabelsLayout`].
+    pub labels_layout: u32,
+}
+
+// SAFETY: a `repr(C)` record of integers, every bit pattern of which is one.
+unsafe impl ProcessRecord for GoProcess {
+    const KIND: RuntimeKind = RuntimeKind::Go;
+}
+
+/// One label, as read: its key and value, cut to [`MAX_GO_LABEL_BYTES`], and their whole lengths.
+#[repr(C)]
+#[cfg_attr(feature = "user", derive(bytemuck::Pod, bytemuck::Zeroable))]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GoLabel {
+    pub key_len: u32,
+    pub value_len: u32,
+    pub key: [u8; MAX_GO_LABEL_BYTES],
+    pub value: [u8; MAX_GO_LABEL_BYTES],
+}
+
+/// What the kernel read of a sample of Go: the labels of the goroutine its thread ran, the first
+/// `count` of `labels` (in a map's order up to Go 1.23, by key after).
+#[repr(C)]
+#[cfg_attr(feature = "user", derive(bytemuck::Pod, bytemuck::Zeroable))]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GoLabels {
+    pub count: u32,
+    /// Nonzero when the goroutine has more labels than were read.
+    pub truncated: u32,
+    pub labels: [GoLabel; MAX_GO_LABELS],
+}
+
+/// Bytes of a [`GoLabels`] record.
+pub const LABELS_BYTES: usize = size_of::<GoLabels>();

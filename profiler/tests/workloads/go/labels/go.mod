@@ -1,0 +1,3 @@
+module labels
+
+go 1.19
