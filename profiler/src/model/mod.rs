@@ -321,8 +321,8 @@ where
 pub(crate) mod tests {
     use super::*;
 
-    /// A small recording: two processes, user and kernel frames, an inlined function, a sample
-    /// with labels.
+    /// A small recording: two processes, user and kernel frames, an inlined function, a runtime's
+    /// function, a sample with labels.
     pub(crate) fn fixture() -> Recording {
         let location =
             |name: &str, kind| Location { module: None, address: 0, symbols: vec![Symbol::new(name, kind)] };
@@ -353,7 +353,11 @@ pub(crate) mod tests {
             locations: vec![
                 location("main", SymbolKind::Function),
                 inlined,
-                location("hot", SymbolKind::Function),
+                // A runtime's function, which says its language.
+                Location {
+                    symbols: vec![Symbol::new("hot", SymbolKind::Function).in_language("Go")],
+                    ..location("hot", SymbolKind::Function)
+                },
                 location("sys_read", SymbolKind::Kernel),
             ],
             stacks: vec![vec![2, 0], vec![1, 0], vec![3, 2, 0]],

@@ -12,7 +12,7 @@
 //! frequency, start time, duration, call graph, lost samples, unwind summary, stack copy size,
 //! what weights count, the allocator totals of a leak recording), modules (path, build id), a string table, locations (module index + 1 or
 //! 0, file offset or address, symbol names as string indexes, symbol kinds, and source files,
-//! lines and columns where known), stacks (location
+//! lines, columns and languages where known), stacks (location
 //! indexes, innermost first), command names, and the samples as packed columns (time delta from
 //! the previous sample in ns, pid, tid, command index, stack index, weight (left out when every
 //! weight is 1), thread state (left out when every sample was on the CPU) and label set (left out
@@ -174,6 +174,9 @@ struct RawLocation {
     /// Each symbol's source column (0: unknown); empty when none is known.
     #[prost(uint32, repeated, tag = "7")]
     symbol_columns: Vec<u32>,
+    /// Each symbol's language, as a string index + 1 (0: none); empty when none has one.
+    #[prost(uint32, repeated, tag = "8")]
+    symbol_languages: Vec<u32>,
 }
 
 #[derive(Clone, PartialEq, Message)]
@@ -272,7 +275,9 @@ fn memory_needed(raw: &RawRecording) -> u64 {
         .locations
         .iter()
         .flat_map(|l| {
-            l.symbol_names.iter().copied().chain(l.symbol_files.iter().map(|&file| file.saturating_sub(1)))
+            let after_one =
+                l.symbol_files.iter().chain(&l.symbol_languages).map(|&index| index.saturating_sub(1));
+            l.symbol_names.iter().copied().chain(after_one)
         })
         .map(string)
         .sum();
@@ -386,6 +391,16 @@ fn encode(recording: &Recording) -> RawRecording {
                 }
                 false => Vec::new(),
             },
+            symbol_languages: match l.symbols.iter().any(|s| s.language.is_some()) {
+                true => l
+                    .symbols
+                    .iter()
+                    .map(|s| {
+                        s.language.as_ref().map_or(0, |language| intern(&mut strings, &**language) as u32 + 1)
+                    })
+                    .collect(),
+                false => Vec::new(),
+            },
         })
         .collect();
     let label_sets = recording
@@ -486,10 +501,10 @@ fn decode(raw: RawRecording) -> Result<Recording> {
             let count = l.symbol_names.len();
             ensure!(
                 l.symbol_kinds.len() == count
-                    && [&l.symbol_files, &l.symbol_lines, &l.symbol_columns]
+                    && [&l.symbol_files, &l.symbol_lines, &l.symbol_columns, &l.symbol_languages]
                         .iter()
                         .all(|v| v.is_empty() || v.len() == count),
-                "location {i}: names, kinds and source lines differ in number"
+                "location {i}: names, kinds, source lines and languages differ in number"
             );
             let module = l.module.checked_sub(1);
             ensure!(
@@ -514,7 +529,11 @@ fn decode(raw: RawRecording) -> Result<Recording> {
                             column: l.symbol_columns.get(s).copied().unwrap_or(0),
                         }),
                     };
-                    Ok(Symbol::new(string(name)?.clone(), kind(code)?).at(source))
+                    let symbol = Symbol::new(string(name)?.clone(), kind(code)?).at(source);
+                    Ok(match l.symbol_languages.get(s).copied().unwrap_or(0) {
+                        0 => symbol,
+                        language => symbol.in_language(string(language - 1)?.clone()),
+                    })
                 })
                 .collect::<Result<_>>()?;
             Ok(Location { module, address: l.address, symbols })

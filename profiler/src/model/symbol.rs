@@ -22,6 +22,9 @@ pub struct Symbol {
     pub kind: SymbolKind,
     /// Where in its function's source the frame is, when the debug information says.
     pub source: Option<SourceLine>,
+    /// The language of a runtime's function (`Python`, `Go`), as the runtime that named it says;
+    /// none for code named from its file's symbols, the kernel's, or a JIT's perf map.
+    pub language: Option<Cow<'static, str>>,
 }
 
 /// A line of a source file, and a column of it where one is known.
@@ -39,7 +42,16 @@ impl Symbol {
     /// A symbol named `name`, made [`printable`]: names come from targets (symbol tables, perf
     /// maps, recordings) and every output must stay valid whatever their bytes.
     pub fn new(name: impl Into<String>, kind: SymbolKind) -> Self {
-        Self { name: printable_owned(name.into()), kind, source: None }
+        Self { name: printable_owned(name.into()), kind, source: None, language: None }
+    }
+
+    /// The symbol of a function of `language`, made [`printable`].
+    pub fn in_language(self, language: impl Into<Cow<'static, str>>) -> Self {
+        let language = match language.into() {
+            Cow::Owned(language) => Cow::Owned(printable_owned(language)),
+            borrowed => borrowed,
+        };
+        Self { language: Some(language), ..self }
     }
 
     /// The symbol at `source`, its file name made [`printable`].

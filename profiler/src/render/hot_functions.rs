@@ -5,6 +5,7 @@
 //! Computed from a [`Recording`] (one window), added up window after window for "since the
 //! start", and printed as a plain table when the output is not a terminal.
 use std::{
+    borrow::Cow,
     collections::{BTreeMap, HashMap},
     fmt::Write as _,
 };
@@ -22,7 +23,7 @@ pub(crate) struct HotFunctions {
     pub duration_ns: u64,
     pub functions: Vec<HotFunction>,
     /// Each function's index in `functions`, by its name and kind.
-    index: HashMap<(String, &'static str), usize>,
+    index: HashMap<(String, Cow<'static, str>), usize>,
     /// The samples' stacks as functions (indexes into `functions`, the root first, a function
     /// inlined after the one it was inlined into), with their weights: what a function's call
     /// paths are read from. As many as the distinct stacks, not the samples.
@@ -34,7 +35,7 @@ pub(crate) struct HotFunction {
     /// The function's name; a script's function with its file (`qualname (file.py)`).
     pub name: String,
     /// What kind of code: `native`, `kernel`, `Python`, `Java`... (see [`kind_label`]).
-    pub kind: &'static str,
+    pub kind: Cow<'static, str>,
     /// Weight of the samples where it is the innermost frame.
     pub self_weight: u64,
     /// Weight of the samples where it is anywhere in the stack.
@@ -104,20 +105,19 @@ pub(crate) enum Place {
     Callee,
 }
 
-/// The kind of code a symbol names, as `top` shows it: a runtime's language when its source file
-/// says (`Python`, `Java`, `JavaScript`), else by its kind (`native`, an inlined function too;
+/// The kind of code a symbol names, as `top` shows it: a runtime's function's language, as the
+/// runtime says (`Python`, `Java`, `Go`), else by its kind (`native`, an inlined function too;
 /// `kernel`; `JIT`; `script`).
-pub(crate) fn kind_label(symbol: &Symbol) -> &'static str {
-    let extension = symbol.source.as_ref().and_then(|source| source.file.rsplit_once('.')).map(|(_, e)| e);
-    match (extension, symbol.kind) {
-        (Some("py"), _) => "Python",
-        (Some("java"), _) => "Java",
-        (Some("js" | "mjs" | "cjs"), _) => "JavaScript",
-        (_, SymbolKind::Function | SymbolKind::Inlined) => "native",
-        (_, SymbolKind::Kernel) => "kernel",
-        (_, SymbolKind::Jit) => "JIT",
-        (_, SymbolKind::Script) => "script",
+pub(crate) fn kind_label(symbol: &Symbol) -> Cow<'static, str> {
+    if let Some(language) = &symbol.language {
+        return language.clone();
     }
+    Cow::Borrowed(match symbol.kind {
+        SymbolKind::Function | SymbolKind::Inlined => "native",
+        SymbolKind::Kernel => "kernel",
+        SymbolKind::Jit => "JIT",
+        SymbolKind::Script => "script",
+    })
 }
 
 /// Where a sample without any frame goes.
@@ -165,7 +165,7 @@ impl HotFunctions {
             .map(|symbol| self.function(&function_name(symbol), kind_label(symbol)))
             .collect();
         if all.is_empty() {
-            all.push(self.function(NO_STACK.0, NO_STACK.1));
+            all.push(self.function(NO_STACK.0, Cow::Borrowed(NO_STACK.1)));
         }
         let innermost = all[0];
         let path = all.iter().rev().map(|&function| function as u32).collect();
@@ -179,13 +179,13 @@ impl HotFunctions {
     }
 
     /// The index of the function `name` of `kind`, added with no weight if new.
-    fn function(&mut self, name: &str, kind: &'static str) -> usize {
-        if let Some(index) = self.find(name, kind) {
+    fn function(&mut self, name: &str, kind: Cow<'static, str>) -> usize {
+        if let Some(index) = self.find(name, &kind) {
             return index;
         }
         self.functions.push(HotFunction {
             name: name.to_owned(),
-            kind,
+            kind: kind.clone(),
             self_weight: 0,
             total_weight: 0,
             processes: BTreeMap::new(),
@@ -196,8 +196,8 @@ impl HotFunctions {
     }
 
     /// The index of the function `name` of `kind`, if it has a row.
-    pub(crate) fn find(&self, name: &str, kind: &'static str) -> Option<usize> {
-        self.index.get(&(name.to_owned(), kind)).copied()
+    pub(crate) fn find(&self, name: &str, kind: &str) -> Option<usize> {
+        self.index.get(&(name.to_owned(), Cow::Owned(kind.to_owned()))).copied()
     }
 
     /// Adds the functions, weights and paths of `other` (a later window) to these.
@@ -208,7 +208,7 @@ impl HotFunctions {
         // Each of `other`'s functions' index here.
         let mut here = Vec::with_capacity(other.functions.len());
         for function in &other.functions {
-            let index = self.function(&function.name, function.kind);
+            let index = self.function(&function.name, function.kind.clone());
             here.push(index as u32);
             self.functions[index].add(function);
         }
@@ -520,11 +520,11 @@ mod tests {
         let script = |line| Location {
             module: None,
             address: 0,
-            symbols: vec![Symbol::new("handle", SymbolKind::Script).at(Some(SourceLine {
-                file: "app.py".into(),
-                line,
-                column: 0,
-            }))],
+            symbols: vec![
+                Symbol::new("handle", SymbolKind::Script)
+                    .at(Some(SourceLine { file: "app.py".into(), line, column: 0 }))
+                    .in_language("Python"),
+            ],
         };
         Recording {
             meta: Meta { duration_ns: 2_000_000_000, ..Meta::default() },
@@ -769,17 +769,19 @@ mod tests {
     #[test]
     fn kinds_by_language_then_by_kind() {
         let at = |name: &str, kind, file: &str| {
-            kind_label(&Symbol::new(name, kind).at(Some(SourceLine {
-                file: file.into(),
-                line: 1,
-                column: 0,
-            })))
+            Symbol::new(name, kind).at(Some(SourceLine { file: file.into(), line: 1, column: 0 }))
         };
-        assert_eq!(at("Shares.alpha", SymbolKind::Jit, "Shares.java"), "Java");
-        assert_eq!(at("Shares.beta", SymbolKind::Function, "Shares.java"), "Java");
-        assert_eq!(at("handler", SymbolKind::Script, "/srv/app/server.mjs"), "JavaScript");
-        assert_eq!(at("work", SymbolKind::Function, "/src/work.c"), "native");
-        assert_eq!(at("eval", SymbolKind::Script, "script"), "script");
+        assert_eq!(
+            kind_label(&at("Shares.alpha", SymbolKind::Jit, "Shares.java").in_language("Java")),
+            "Java"
+        );
+        assert_eq!(kind_label(&at("main.work", SymbolKind::Inlined, "main.go").in_language("Go")), "Go");
+        assert_eq!(kind_label(&at("work", SymbolKind::Function, "/src/work.c")), "native");
+        assert_eq!(
+            kind_label(&at("handler", SymbolKind::Script, "server.js")),
+            "script",
+            "the runtime says, not the file"
+        );
         assert_eq!(kind_label(&Symbol::new("schedule", SymbolKind::Kernel)), "kernel");
         assert_eq!(kind_label(&Symbol::new("LazyCompile:~f", SymbolKind::Jit)), "JIT");
     }

@@ -24,44 +24,17 @@ pub(crate) struct Function {
     /// The column its definition starts at on its first line (1-based; 0 when not known: only
     /// JavaScript's functions say it, and their frames' line is that first line).
     pub column: u32,
-    pub kind: Kind,
+    /// How its frames are shown: run by an interpreter (`Script`), compiled (`Function`, `Jit`),
+    /// inlined into the function below it.
+    pub kind: SymbolKind,
+    /// Its language, as its runtime names it (`Python`); none for the runtime's own code.
+    pub language: Option<&'static str>,
 }
 
 impl Function {
     /// About the bytes it holds.
     fn size(&self) -> usize {
         std::mem::size_of::<Self>() + self.name.len() + self.file.len()
-    }
-}
-
-/// What a runtime's function is, as its frames are shown.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Kind {
-    Python,
-    /// A Java method run by the interpreter (or a native method).
-    JavaInterpreted,
-    /// A Java method compiled by the JIT.
-    JavaCompiled,
-    /// A Java method the JIT inlined into the one below it.
-    JavaInlined,
-    /// Code of the JVM's own in its code cache (stubs, adapters).
-    JavaStub,
-    /// A JavaScript function (V8's), shown as Python's are: with its file and line.
-    JavaScript,
-    /// A Go function, named from its binary's table: native code, with its file and line.
-    Go,
-    /// A Go function inlined into the one below it.
-    GoInlined,
-}
-
-impl Kind {
-    fn symbol_kind(self) -> SymbolKind {
-        match self {
-            Self::Python | Self::JavaScript => SymbolKind::Script,
-            Self::JavaInterpreted | Self::Go => SymbolKind::Function,
-            Self::JavaCompiled | Self::JavaStub => SymbolKind::Jit,
-            Self::JavaInlined | Self::GoInlined => SymbolKind::Inlined,
-        }
     }
 }
 
@@ -114,7 +87,8 @@ impl Functions {
             name: "[not named: the memory for what targets describe was spent]".into(),
             file: String::new(),
             column: 0,
-            kind: Kind::Python,
+            kind: SymbolKind::Function,
+            language: None,
         });
         let entry = Entry { function: unkept.clone(), used: u64::MAX, _charge: None };
         Self {
@@ -126,10 +100,17 @@ impl Functions {
         }
     }
 
-    /// The function (name, file, column, kind), held; the placeholder of [`UNKEPT`] when the
-    /// budget has no room for a new one.
-    pub fn intern(&mut self, name: &str, file: &str, column: u32, kind: Kind) -> FunctionRef {
-        let function = Function { name: name.to_owned(), file: file.to_owned(), column, kind };
+    /// The function (name, file, column, kind, language), held; the placeholder of [`UNKEPT`]
+    /// when the budget has no room for a new one.
+    pub fn intern(
+        &mut self,
+        name: &str,
+        file: &str,
+        column: u32,
+        kind: SymbolKind,
+        language: Option<&'static str>,
+    ) -> FunctionRef {
+        let function = Function { name: name.to_owned(), file: file.to_owned(), column, kind, language };
         let epoch = self.budget.epoch();
         if let Some(&id) = self.by_function.get(&function) {
             let entry = self.by_id.get_mut(&id).expect("both maps hold every function");
@@ -164,7 +145,11 @@ impl Functions {
             line,
             column: function.column,
         });
-        Symbol::new(function.name.as_str(), function.kind.symbol_kind()).at(source)
+        let symbol = Symbol::new(function.name.as_str(), function.kind).at(source);
+        match function.language {
+            Some(language) => symbol.in_language(language),
+            None => symbol,
+        }
     }
 
     /// Lets go of the functions no cache holds and no frame named in this epoch: called once
@@ -195,10 +180,13 @@ mod tests {
     #[test]
     fn each_function_once_and_named_with_its_line() {
         let mut functions = Functions::default();
-        let a = functions.intern("Shares.alpha", "Shares.java", 0, Kind::JavaCompiled);
-        let b = functions.intern("Shares.alpha", "Shares.java", 0, Kind::JavaInlined);
+        let a = functions.intern("Shares.alpha", "Shares.java", 0, SymbolKind::Jit, Some("Java"));
+        let b = functions.intern("Shares.alpha", "Shares.java", 0, SymbolKind::Inlined, Some("Java"));
         assert_ne!(a.id, b.id, "another kind is another function");
-        assert_eq!(functions.intern("Shares.alpha", "Shares.java", 0, Kind::JavaCompiled).id, a.id);
+        assert_eq!(
+            functions.intern("Shares.alpha", "Shares.java", 0, SymbolKind::Jit, Some("Java")).id,
+            a.id
+        );
         let symbol = functions.symbol(b.id, 15);
         assert_eq!((symbol.name.as_str(), symbol.kind), ("Shares.alpha", SymbolKind::Inlined));
         assert_eq!(symbol.source, Some(SourceLine { file: "Shares.java".into(), line: 15, column: 0 }));
@@ -209,15 +197,15 @@ mod tests {
     fn functions_go_once_nothing_holds_them_and_their_ids_stay_theirs() {
         let budget: &'static Budget = Box::leak(Box::new(Budget::new(1 << 20)));
         let mut functions = Functions::new(budget);
-        let kept = functions.intern("kept", "a.py", 0, Kind::Python);
-        let dropped = functions.intern("dropped", "a.py", 0, Kind::Python).id;
+        let kept = functions.intern("kept", "a.py", 0, SymbolKind::Script, Some("Python"));
+        let dropped = functions.intern("dropped", "a.py", 0, SymbolKind::Script, Some("Python")).id;
         functions.prune();
         assert_eq!(functions.by_id.len(), 3, "interned in this epoch: both stay (and the placeholder)");
         budget.next_epoch();
         functions.prune();
         assert_eq!(functions.symbol(kept.id, 1).name, "kept", "held by a cache");
         assert_eq!(functions.symbol(dropped, 1).name, "[unknown runtime code]", "held by nothing: gone");
-        let again = functions.intern("dropped", "a.py", 0, Kind::Python);
+        let again = functions.intern("dropped", "a.py", 0, SymbolKind::Script, Some("Python"));
         assert_ne!(again.id, dropped, "a new id: frames of the old one were named already");
     }
 
@@ -226,7 +214,7 @@ mod tests {
         let budget: &'static Budget = Box::leak(Box::new(Budget::new(200)));
         let mut functions = Functions::new(budget);
         let long = "x".repeat(200);
-        let unkept = functions.intern(&long, "", 0, Kind::Python);
+        let unkept = functions.intern(&long, "", 0, SymbolKind::Script, Some("Python"));
         assert_eq!(unkept.id, UNKEPT);
         assert!(functions.symbol(unkept.id, 0).name.starts_with("[not named"));
         assert_eq!(functions.unkept(), 1);

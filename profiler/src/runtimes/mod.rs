@@ -20,6 +20,7 @@ pub(crate) mod go;
 pub(crate) mod hotspot;
 mod kernel_table;
 pub(crate) mod memory;
+mod merge;
 pub(crate) mod python;
 mod ranges;
 mod slot;

@@ -8,6 +8,7 @@
 //! the way out the session already has), the session ending (the view is closed as sampling
 //! stops, before anything else is said), an error drawing, and a panic anywhere (a hook).
 use std::{
+    borrow::Cow,
     fs::File,
     io::{IsTerminal as _, stdout},
     os::fd::{AsFd as _, OwnedFd},
@@ -203,7 +204,7 @@ struct State {
     /// The selected row, from the top (kept in the rows by [`Self::select`]).
     selected: usize,
     /// The function (name and kind) whose call paths are shown instead of the table.
-    tree: Option<(String, &'static str)>,
+    tree: Option<(String, Cow<'static, str>)>,
 }
 
 impl State {
@@ -245,7 +246,7 @@ impl State {
         let (functions, _) = self.shown();
         let rows = functions.rows(self.sort, &self.filter, self.split);
         let selected = self.selected.min(rows.len().saturating_sub(1));
-        self.tree = rows.get(selected).map(|row| (row.function.name.clone(), row.function.kind));
+        self.tree = rows.get(selected).map(|row| (row.function.name.clone(), row.function.kind.clone()));
     }
 
     fn run(
@@ -383,7 +384,7 @@ impl State {
             Row::new([
                 format!("{:5.1}", functions.share(row.weights.self_weight)),
                 format!("{:6.1}", functions.share(row.weights.total_weight)),
-                row.function.kind.to_owned(),
+                row.function.kind.to_string(),
                 clip(&row.process_label(), PROCESS_WIDTH.into()),
                 row.function.name.clone(),
             ])
@@ -409,13 +410,7 @@ impl State {
 
     /// The tree of the hottest call paths through the function `name` of `kind`, in place of the
     /// table.
-    fn draw_tree(
-        &self,
-        frame: &mut Frame,
-        body: Rect,
-        functions: &HotFunctions,
-        (name, kind): (&str, &'static str),
-    ) {
+    fn draw_tree(&self, frame: &mut Frame, body: Rect, functions: &HotFunctions, (name, kind): (&str, &str)) {
         let width = body.width.into();
         let tree =
             functions.find(name, kind).map(|function| functions.call_tree(function)).unwrap_or_default();
@@ -500,7 +495,7 @@ mod tests {
             press(&mut state, KeyCode::Up);
         }
         press(&mut state, KeyCode::Enter);
-        assert_eq!(state.tree, Some(("hot".to_owned(), "native")), "the first row by self");
+        assert_eq!(state.tree, Some(("hot".to_owned(), Cow::Borrowed("Go"))), "the first row by self");
         state.filter = "hot".into();
         press(&mut state, KeyCode::Esc);
         assert_eq!((state.tree.is_none(), state.filter.as_str()), (true, "hot"), "Esc closes the tree first");

@@ -33,17 +33,20 @@ use profiler_common::runtimes::{
 use self::table::{GoTable, Version, Work};
 use super::{
     ImageFile, Mark, Refusal, Runtime,
-    functions::{FunctionRef, Functions, Kind},
+    functions::{FunctionRef, Functions},
     memory::Allowance,
 };
 use crate::{
     address_space::{Mapping, ModuleId, ProcessView},
     decode::{RuntimeFrames, UserRegs},
     frame::{Frame, lookup_address},
-    model::LabelSet,
+    model::{LabelSet, SymbolKind},
     untrusted::{Cache, DESCRIBED},
     unwind::RuntimeCode,
 };
+
+/// What its functions' frames say they are.
+const LANGUAGE: &str = "Go";
 
 /// What a PC's name holds in the cache, about: key, value and the cache's links.
 const ENTRY_BYTES: u64 = 64;
@@ -160,10 +163,10 @@ impl GoProcess {
             .iter()
             .enumerate()
             .map(|(i, at)| {
-                let kind = if i == outermost { Kind::Go } else { Kind::GoInlined };
+                let kind = if i == outermost { SymbolKind::Function } else { SymbolKind::Inlined };
                 bytes += (at.name.len() + at.file.len()) as u64;
                 let name = String::from_utf8_lossy(at.name);
-                (functions.intern(&name, &String::from_utf8_lossy(at.file), 0, kind), at.line)
+                (functions.intern(&name, &String::from_utf8_lossy(at.file), 0, kind, Some(LANGUAGE)), at.line)
             })
             .collect();
         frames.extend(as_frames(&named));

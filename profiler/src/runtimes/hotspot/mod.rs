@@ -35,20 +35,22 @@ use self::{
 };
 use super::{
     ImageFile, Mark, Refusal, Runtime,
-    functions::{FunctionRef, Functions, Kind},
+    functions::{FunctionRef, Functions},
     memory::{self, Allowance, Memory, ProcessMemory, ReadMemory, read_bytes, read_u32, read_u64},
 };
 use crate::{
     address_space::{Mapping, ModuleId, ProcessView},
     decode::UserRegs,
     frame::Frame,
-    model::Tgid,
+    model::{SymbolKind, Tgid},
     untrusted::{Cache, ElfFacts},
     unwind::RuntimeCode,
 };
 
 /// Blob names' kinds remembered per JVM (16 bytes each); beyond, the memory starts over.
 const MAX_BLOB_NAMES: usize = 4096;
+/// What its methods' frames say they are.
+const LANGUAGE: &str = "Java";
 /// What a method's function or one not read holds in a cache, about.
 const ENTRY_BYTES: u64 = 64;
 /// How long a method read is trusted before its `ConstMethod` is checked again (a class
@@ -217,7 +219,7 @@ pub struct Jvm {
     /// each was read or checked), and the function each method is under each kind of frame.
     nmethods: Cache<(u64, u32), Option<Arc<Nmethod>>>,
     methods: Cache<u64, (Option<Arc<MethodInfo>>, u64)>,
-    method_functions: Cache<(u64, Kind), FunctionRef>,
+    method_functions: Cache<(u64, SymbolKind), FunctionRef>,
     /// The time of the sample being walked, its r13, and when the heaps were last read.
     now_ns: u64,
     innermost_r13: u64,
@@ -399,7 +401,7 @@ impl Jvm {
                     Some(name) => format!("[{}]", self.name(name).as_deref().unwrap_or("unknown stub")),
                     None => "StubRoutines::call_stub".to_owned(),
                 };
-                let function = functions.intern(&text, "", 0, Kind::JavaStub);
+                let function = functions.intern(&text, "", 0, SymbolKind::Jit, None);
                 let id = function.id;
                 if function.is_kept() {
                     self.stub_functions.insert(key, function, ENTRY_BYTES);
@@ -426,13 +428,13 @@ impl Jvm {
     ) {
         match physical {
             Physical::Interpreted { method, bcp, saved_bcp } => {
-                let frame = self.method_frame(method, Kind::JavaInterpreted, functions, |info| {
+                let frame = self.method_frame(method, SymbolKind::Function, functions, |info| {
                     info.bci(bcp).or_else(|| info.bci(saved_bcp)).map_or(0, |bci| info.line(bci))
                 });
                 frames.extend(stats.counted(frame, self.allowance.spent()));
             }
             Physical::Native { method } => {
-                let frame = self.method_frame(method, Kind::JavaInterpreted, functions, |_| 0);
+                let frame = self.method_frame(method, SymbolKind::Function, functions, |_| 0);
                 frames.extend(stats.counted(frame, self.allowance.spent()));
             }
             Physical::Stub { name } => frames.push(self.stub_frame(Some(name), functions)),
@@ -449,7 +451,7 @@ impl Jvm {
                     .unwrap_or_default();
                 if scopes.is_empty() {
                     // No debug information for this pc: the compiled method, with no line.
-                    let frame = self.method_frame(nmethod.method, Kind::JavaCompiled, functions, |_| 0);
+                    let frame = self.method_frame(nmethod.method, SymbolKind::Jit, functions, |_| 0);
                     frames.extend(stats.counted(frame, self.allowance.spent()));
                     return;
                 }
@@ -460,7 +462,7 @@ impl Jvm {
                         .checked_sub(1)
                         .and_then(|index| nmethod.metadata.get(index as usize).copied())
                         .unwrap_or(0);
-                    let kind = if i == outermost { Kind::JavaCompiled } else { Kind::JavaInlined };
+                    let kind = if i == outermost { SymbolKind::Jit } else { SymbolKind::Inlined };
                     let frame = self.method_frame(method, kind, functions, |info| info.line(scope.bci));
                     frames.extend(stats.counted(frame, self.allowance.spent()));
                 }
@@ -472,7 +474,7 @@ impl Jvm {
     fn method_frame(
         &mut self,
         method: u64,
-        kind: Kind,
+        kind: SymbolKind,
         functions: &mut Functions,
         line: impl FnOnce(&MethodInfo) -> u32,
     ) -> Option<Frame> {
@@ -480,7 +482,7 @@ impl Jvm {
         let function = match self.method_functions.get(&(method, kind)) {
             Some(function) => function.id,
             None => {
-                let function = functions.intern(&info.name, &info.file, 0, kind);
+                let function = functions.intern(&info.name, &info.file, 0, kind, Some(LANGUAGE));
                 let id = function.id;
                 if function.is_kept() {
                     self.method_functions.insert((method, kind), function, ENTRY_BYTES);
@@ -504,7 +506,7 @@ impl Jvm {
                 self.methods.insert(method, (known.clone(), self.now_ns), method_bytes(&known));
                 return known;
             }
-            for kind in [Kind::JavaInterpreted, Kind::JavaCompiled, Kind::JavaInlined] {
+            for kind in [SymbolKind::Function, SymbolKind::Jit, SymbolKind::Inlined] {
                 self.method_functions.remove(&(method, kind));
             }
         }

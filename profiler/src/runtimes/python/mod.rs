@@ -17,7 +17,6 @@ pub(crate) mod layout;
 #[cfg(test)]
 mod layout_check;
 pub(crate) mod line_table;
-mod merge;
 
 use std::sync::Arc;
 
@@ -30,16 +29,20 @@ use profiler_common::runtimes::{
 use self::{code::CodeObject, interpreter::Interpreter};
 use super::{
     ImageFile, Mark, Refusal, Runtime,
-    functions::{FunctionRef, Functions, Kind},
+    functions::{FunctionRef, Functions},
     memory::{self, Allowance, ProcessMemory},
+    merge::merge,
 };
 use crate::{
     address_space::{Mapping, ModuleId, ProcessView},
     decode::RuntimeFrames,
     frame::Frame,
-    model::LabelSet,
+    model::{LabelSet, SymbolKind},
     untrusted::Cache,
 };
+
+/// What its functions' frames say they are.
+const LANGUAGE: &str = "Python";
 
 /// What a frame or a code object that could not be read holds in a cache, about.
 const ENTRY_BYTES: u64 = 64;
@@ -226,7 +229,7 @@ impl Runtime for Python {
             Frame::Module { module: m, offset } => m == module && eval_loop.contains(offset),
             _ => false,
         };
-        merge::merge(native, &runs, is_eval_loop, frames);
+        merge(native, &runs, is_eval_loop, frames);
     }
 
     fn describe(&self, _running: &mut dyn Iterator<Item = &Running>) -> Vec<String> {
@@ -264,12 +267,14 @@ impl Running {
             None if self.memory.allowance_spent() => {
                 // Read at a later sample: not remembered.
                 stats.deferred += 1;
-                let function = functions.intern("[Python code not read yet]", "", 0, Kind::Python);
+                let function =
+                    functions.intern("[Python code not read yet]", "", 0, SymbolKind::Script, Some(LANGUAGE));
                 return Frame::Runtime { function: function.id, line: 0 };
             }
             None => {
                 stats.unreadable_code += 1;
-                let function = functions.intern("[unknown Python code]", "", 0, Kind::Python);
+                let function =
+                    functions.intern("[unknown Python code]", "", 0, SymbolKind::Script, Some(LANGUAGE));
                 (Frame::Runtime { function: function.id, line: 0 }, function)
             }
         };
@@ -291,7 +296,13 @@ impl Running {
             code::read(&mut read, layout, &self.types, record.code, record.first_line, &mut self.line_tables)
                 .ok()
                 .map(|object| Code {
-                    function: functions.intern(&object.name, &object.file, 0, Kind::Python),
+                    function: functions.intern(
+                        &object.name,
+                        &object.file,
+                        0,
+                        SymbolKind::Script,
+                        Some(LANGUAGE),
+                    ),
                     object: Arc::new(object),
                 });
         // A read refused for want of the sample's allowance says nothing of the code object, nor

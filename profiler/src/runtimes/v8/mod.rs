@@ -33,7 +33,7 @@ use self::{
 };
 use super::{
     ImageFile, Mark, Refusal, Runtime,
-    functions::{FunctionRef, Functions, Kind},
+    functions::{FunctionRef, Functions},
     memory::{self, Allowance, Memory, ProcessMemory},
     ranges::Ranges,
 };
@@ -41,6 +41,7 @@ use crate::{
     address_space::{Mapping, ModuleId, ProcessView},
     decode::UserRegs,
     frame::Frame,
+    model::SymbolKind,
     untrusted::Cache,
     unwind::RuntimeCode,
 };
@@ -48,6 +49,8 @@ use crate::{
 /// Mappings of its binary a process's V8 is looked for in at most (its text, and its builtins
 /// mapped again near its JIT code: a handful); each native frame is looked up in them.
 const MAX_MAPPINGS: usize = 64;
+/// What its functions' frames say they are.
+const LANGUAGE: &str = "JavaScript";
 
 /// What a small entry holds in a cache (a function not read, a map's type, a closure's
 /// `SharedFunctionInfo`), about: key, value and the cache's links.
@@ -347,7 +350,7 @@ impl V8Process {
         let read = match read {
             Some(info) if info.builtin => Read::Builtin,
             Some(info) => Read::Function(
-                functions.intern(&info.name, &info.file, info.column, Kind::JavaScript),
+                functions.intern(&info.name, &info.file, info.column, SymbolKind::Script, Some(LANGUAGE)),
                 Arc::new(info),
             ),
             None => Read::Unreadable,

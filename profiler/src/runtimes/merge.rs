@@ -1,4 +1,6 @@
-//! Putting Python frames in place of the native calls of the eval loop that ran them.
+//! Putting the frames an interpreter's kernel walker read in place of the native calls of its
+//! eval loop that ran them, the same for every interpreter whose frames live off the native
+//! stack: each call of the loop runs a run of the interpreter's frames.
 use crate::frame::Frame;
 
 /// Replaces native frames for which `is_eval_loop` holds with the runs of `runs` (each run
@@ -6,9 +8,9 @@ use crate::frame::Frame;
 ///
 /// A sample taken as a call enters or leaves the loop sees the call's eval-loop frame before
 /// its run is published or after it is taken down: such extra frames are at the inner end, and
-/// stay as they are (the interpreter's own time, under the Python function that made the call).
-/// When the runs outnumber the eval-loop frames instead, the native unwind stopped early: runs
-/// pair from the innermost and those left over go outermost.
+/// stay as they are (the interpreter's own time, under the interpreted function that made the
+/// call). When the runs outnumber the eval-loop frames instead, the native unwind stopped early:
+/// runs pair from the innermost and those left over go outermost.
 pub(super) fn merge(
     native: &[Frame],
     runs: &[&[Frame]],
