@@ -822,7 +822,9 @@ fn node_mapped_sixty_thousand_times_under_a_thousand_frames() {
 /// root's program keeps its samples (what a table holds is looked through once for all the
 /// processes that share it; maps are read within a time and their user's time, and not again
 /// for what a reading cut at its bound could not hold). The control that it was read: the
-/// summary says a reading of its maps was cut.
+/// summary says a reading of its maps was cut at its bound, or given up on at its time (the
+/// forks copying 60,000 mappings hold the table's lock, and a cold machine's reading waited past
+/// 250 ms for it).
 #[test]
 fn a_fork_storm_sharing_a_huge_table_of_mappings() {
     if !e2e_enabled() {
@@ -843,7 +845,10 @@ fn a_fork_storm_sharing_a_huge_table_of_mappings() {
         as_nobody(&flood).args(["forks", &many, "60000", "30"]),
     )
     .stderr;
-    assert!(!said(&stderr, "/proc/PID/maps stopped at").is_empty(), "the huge maps were read:\n{stderr}");
+    let cut = said(&stderr, "/proc/PID/maps stopped at");
+    let given_up =
+        said(&stderr, "got no answer within").into_iter().any(|line| line.contains(&NOBODY.to_string()));
+    assert!(!cut.is_empty() || given_up, "the huge maps were read:\n{stderr}");
 }
 
 /// `plugin.c` twice: as it is (`plugin_spin`), and with its hot function named `overlay_spin`,
