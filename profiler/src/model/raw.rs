@@ -564,14 +564,14 @@ fn decode(raw: RawRecording) -> Result<Recording> {
         .enumerate()
         .map(|(i, set)| {
             ensure!(set.keys.len() == set.values.len(), "label set {i}: keys and values differ in number");
-            let string = |index: u32| {
-                raw.strings.get(index as usize).with_context(|| format!("label set {i}: no string {index}"))
+            // Made printable, as names are: a crafted file's labels go into every output.
+            let text = |index: u32| -> Result<String> {
+                let string = raw.strings.get(index as usize);
+                Ok(printable_owned(
+                    string.with_context(|| format!("label set {i}: no string {index}"))?.clone(),
+                ))
             };
-            set.keys
-                .iter()
-                .zip(&set.values)
-                .map(|(&key, &value)| Ok((string(key)?.clone(), string(value)?.clone())))
-                .collect()
+            set.keys.iter().zip(&set.values).map(|(&key, &value)| Ok((text(key)?, text(value)?))).collect()
         })
         .collect::<Result<Vec<LabelSet>>>()?;
     let mut time_ns = 0u64;

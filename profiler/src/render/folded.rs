@@ -6,7 +6,7 @@
 //! are told apart by a label (`--by-label KEY`).
 use std::{collections::BTreeMap, io::Write};
 
-use crate::model::{Recording, Symbol, folded_frame};
+use crate::model::{Recording, Symbol, folded_frame, printable};
 
 /// What the root frame of each stack is.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -38,7 +38,8 @@ pub fn collapse(recording: &Recording, grouping: Grouping, by_label: Option<&str
         };
         let label = by_label.map(|key| {
             let value = recording.labels(sample).iter().find(|(k, _)| k == key).map(|(_, value)| value);
-            folded_frame(&format!("{key}={}", value.map_or("[none]", String::as_str))).into_owned()
+            folded_frame(&printable(&format!("{key}={}", value.map_or("[none]", String::as_str))))
+                .into_owned()
         });
         *counts.entry((root.into_iter().chain(label).collect(), sample.stack)).or_default() += sample.weight;
     }

@@ -5,7 +5,7 @@ use profiler_common::runtimes::go::{
     GoLabel, GoLabelsLayout, GoProcess as KernelRecord, MAX_GO_LABEL_BYTES, MAX_GO_LABELS,
 };
 
-use crate::model::LabelSet;
+use crate::model::{LabelSet, printable_owned};
 
 /// `g.m`, the same in every release read.
 const G_M: u32 = 48;
@@ -52,10 +52,11 @@ pub(super) fn decode(records: &[u8], labels: &mut LabelSet) -> bool {
     truncated != 0
 }
 
-/// A key or value as read (`bytes`, of a string `len` bytes long): cut ones end with `…`.
+/// A key or value as read (`bytes`, of a string `len` bytes long), made printable (the target's
+/// bytes go into every output): cut ones end with `…`.
 fn text(bytes: &[u8; MAX_GO_LABEL_BYTES], len: u32) -> String {
     let kept = &bytes[..(len as usize).min(MAX_GO_LABEL_BYTES)];
-    let mut text = String::from_utf8_lossy(kept).into_owned();
+    let mut text = printable_owned(String::from_utf8_lossy(kept).into_owned());
     if len as usize > MAX_GO_LABEL_BYTES {
         text.push('…');
     }
