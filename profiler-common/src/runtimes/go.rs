@@ -69,3 +69,5 @@ pub struct GoLabels {
 
 /// Bytes of a [`GoLabels`] record.
 pub const LABELS_BYTES: usize = size_of::<GoLabels>();
+/// Bytes of a [`GoLabels`] record before its labels: what is sent of one without labels.
+pub const LABELS_HEADER_BYTES: usize = core::mem::offset_of!(GoLabels, labels);

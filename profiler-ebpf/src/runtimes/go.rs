@@ -13,7 +13,9 @@ use core::{ffi::c_void, mem::size_of};
 use aya_ebpf::{helpers::generated::bpf_loop, macros::map, maps::PerCpuArray};
 use profiler_common::runtimes::{
     ProcessRecord, RuntimeProcess, RuntimeWalk,
-    go::{GoLabel, GoLabels, GoLabelsLayout, GoProcess, MAX_GO_LABEL_BYTES, MAX_GO_LABELS},
+    go::{
+        GoLabel, GoLabels, GoLabelsLayout, GoProcess, LABELS_HEADER_BYTES, MAX_GO_LABEL_BYTES, MAX_GO_LABELS,
+    },
 };
 
 use super::{
@@ -62,8 +64,7 @@ pub fn walk(process: &RuntimeProcess, _tid: u32, out: *mut u8) -> (RuntimeWalk, 
         Err(outcome) => outcome,
     };
     let count = count(labels).min(MAX_GO_LABELS as u32);
-    let header = size_of::<GoLabels>() - MAX_GO_LABELS * size_of::<GoLabel>();
-    (outcome, header as u32 + count * size_of::<GoLabel>() as u32)
+    (outcome, LABELS_HEADER_BYTES as u32 + count * size_of::<GoLabel>() as u32)
 }
 
 /// Finds the current goroutine's labels and reads them into `labels`.

@@ -181,7 +181,7 @@ impl Dictionary {
                     let state = AttributeValue::Text(row.state.letter().to_string());
                     attribute_indices.push(self.attribute("thread_state", state));
                 }
-                for (key, value) in tables.labels(row) {
+                for (key, value) in recording.label_set(row.labels) {
                     attribute_indices.push(self.attribute(key, AttributeValue::Text(value.clone())));
                 }
                 otel::Sample {

@@ -260,7 +260,12 @@ impl Recording {
 
     /// The labels of `sample` (none for most).
     pub fn labels(&self, sample: &Sample) -> &[(String, String)] {
-        let set = sample.labels.checked_sub(1).and_then(|set| self.label_sets.get(set as usize));
+        self.label_set(sample.labels)
+    }
+
+    /// The labels of [`Sample::labels`] `set` (none for 0).
+    pub fn label_set(&self, set: u32) -> &[(String, String)] {
+        let set = set.checked_sub(1).and_then(|set| self.label_sets.get(set as usize));
         set.map_or(&[], Vec::as_slice)
     }
 

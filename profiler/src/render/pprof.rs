@@ -218,7 +218,7 @@ pub(crate) fn profile(recording: &Recording) -> proto::Profile {
                 str: strings.id(&row.state.letter().to_string()),
                 ..Default::default()
             }))
-            .chain(tables.labels(row).iter().map(|(key, value)| proto::Label {
+            .chain(recording.label_set(row.labels).iter().map(|(key, value)| proto::Label {
                 key: strings.id(key),
                 str: strings.id(value),
                 ..Default::default()

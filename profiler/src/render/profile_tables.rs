@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use indexmap::IndexSet;
 
-use crate::model::{LabelSet, Meta, Recording, Tgid, ThreadState, Tid, Weight};
+use crate::model::{Meta, Recording, Tgid, ThreadState, Tid, Weight};
 
 /// What a sample value measures, and its unit (`cpu`, `nanoseconds`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -103,7 +103,7 @@ pub(crate) struct SampleRow {
     /// Index into the recording's command names.
     pub comm: u32,
     pub state: ThreadState,
-    /// As [`crate::model::Sample::labels`].
+    /// As [`crate::model::Sample::labels`] ([`Recording::label_set`]).
     pub labels: u32,
     /// As [`SampleTypes::values`] lists them.
     pub values: [i64; 2],
@@ -120,7 +120,6 @@ pub(crate) struct ProfileTables<'r> {
     pub locations: Vec<LocationRow>,
     /// In (stack, pid, tid, comm, state, labels) order.
     pub samples: Vec<SampleRow>,
-    label_sets: &'r [LabelSet],
 }
 
 impl<'r> ProfileTables<'r> {
@@ -165,20 +164,7 @@ impl<'r> ProfileTables<'r> {
             })
             .collect();
         let types = SampleTypes::of(&recording.meta);
-        Self {
-            types,
-            mappings,
-            functions,
-            locations,
-            samples: samples(recording, types),
-            label_sets: &recording.label_sets,
-        }
-    }
-
-    /// The labels of the samples of `row` (a goroutine's), sorted by key.
-    pub(crate) fn labels(&self, row: &SampleRow) -> &'r [(String, String)] {
-        let set = row.labels.checked_sub(1).and_then(|set| self.label_sets.get(set as usize));
-        set.map_or(&[], Vec::as_slice)
+        Self { types, mappings, functions, locations, samples: samples(recording, types) }
     }
 
     /// Whether any sample is off the CPU (then samples are labelled with their state).

@@ -2,7 +2,8 @@
 //! goroutine a sampled thread runs, in each Go release's structures (docs/go-layouts.md §9), and
 //! what it read of a sample.
 use profiler_common::runtimes::go::{
-    GoLabel, GoLabelsLayout, GoProcess as KernelRecord, MAX_GO_LABEL_BYTES, MAX_GO_LABELS,
+    GoLabel, GoLabelsLayout, GoProcess as KernelRecord, LABELS_HEADER_BYTES, MAX_GO_LABEL_BYTES,
+    MAX_GO_LABELS,
 };
 
 use crate::model::{LabelSet, printable_owned};
@@ -13,8 +14,6 @@ const G_M: u32 = 48;
 /// variable (`runtime.tlsg`, 8 bytes), the executable's only one, so the last of its TLS block,
 /// which ends at the thread pointer; without, Go points the thread pointer 8 bytes past it.
 const G_OFFSET: i64 = -8;
-/// Bytes of a labels record before its labels: the count, and whether there were more.
-const HEADER_BYTES: usize = 8;
 
 /// Where the kernel finds the labels of a binary built by Go 1.`minor` whose executable's
 /// static TLS block is `tls_bytes` long (`None`: it has none); why not, when it cannot.
@@ -42,7 +41,7 @@ pub(super) fn kernel_record(minor: Option<u32>, tls_bytes: Option<u64>) -> Resul
 pub(super) fn decode(records: &[u8], labels: &mut LabelSet) -> bool {
     let word = |at: usize| Some(u32::from_le_bytes(records.get(at..at + 4)?.try_into().ok()?));
     let (Some(count), Some(truncated)) = (word(0), word(4)) else { return false };
-    let read = records[HEADER_BYTES..].as_chunks::<{ size_of::<GoLabel>() }>().0;
+    let read = records[LABELS_HEADER_BYTES..].as_chunks::<{ size_of::<GoLabel>() }>().0;
     for label in read.iter().take((count as usize).min(MAX_GO_LABELS)) {
         let label: GoLabel = bytemuck::pod_read_unaligned(label);
         labels.push((text(&label.key, label.key_len), text(&label.value, label.value_len)));
@@ -90,7 +89,7 @@ mod tests {
             labels: [label("", b""); MAX_GO_LABELS],
         };
         record.labels[..labels.len()].copy_from_slice(labels);
-        bytemuck::bytes_of(&record)[..HEADER_BYTES + size_of_val(labels)].to_vec()
+        bytemuck::bytes_of(&record)[..LABELS_HEADER_BYTES + size_of_val(labels)].to_vec()
     }
 
     #[test]
