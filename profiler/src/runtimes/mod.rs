@@ -15,6 +15,7 @@
 //! folder here (and one in `profiler-ebpf/src/runtimes/` when it walks in the kernel) and one
 //! line in [`Runtimes::new`].
 mod discovery;
+mod elf_code;
 pub(crate) mod functions;
 pub(crate) mod go;
 pub(crate) mod hotspot;

@@ -3,14 +3,19 @@
 //! `PyCode_Type` are, and which of its code is the eval loop.
 use std::ops::Range;
 
-use gimli::UnwindSection as _;
-use object::{Object as _, ObjectSection as _, ObjectSymbol as _, SectionIndex, read::elf::ElfFile64};
+use object::{Object as _, ObjectSymbol as _, read::elf::ElfFile64};
 
 use super::{
     debug_offsets,
     layout::{self, Layout, Root, Version},
 };
-use crate::{runtimes::ranges::Ranges, untrusted::ElfFacts};
+use crate::{
+    runtimes::{
+        elf_code::{UnwindEntries, bytes_at, file_offset},
+        ranges::Ranges,
+    },
+    untrusted::ElfFacts,
+};
 
 /// A CPython image this profiler reads.
 #[derive(Debug, Clone)]
@@ -161,19 +166,6 @@ impl NamedFlags {
     }
 }
 
-/// The `len` bytes at `svma` in its section's data.
-fn bytes_at<'data>(
-    elf: &ElfFile64<'data, object::Endianness>,
-    svma: u64,
-    section: SectionIndex,
-    len: usize,
-) -> Option<&'data [u8]> {
-    let section = elf.section_by_index(section).ok()?;
-    let data = section.data().ok()?;
-    let at = usize::try_from(svma.checked_sub(section.address())?).ok()?;
-    data.get(at..at.checked_add(len)?)
-}
-
 /// The file ranges of the eval loop's code, from the dynamic and the full symbol tables (read in
 /// one pass: a pyenv libpython's full table has 15,000 symbols), and the parts of it the
 /// compiler split off that no symbol names (see [`split_parts`]); the symbols' first.
@@ -215,43 +207,6 @@ const MAX_EVAL_LOOP_RANGES: usize = 64;
 /// 10-200 KB; the search is linear in it), and the landings kept of those jumps at most.
 const MAX_EVAL_LOOP_BYTES: usize = 4 << 20;
 const MAX_LANDINGS: usize = 1 << 20;
-
-/// An image's unwind entries (FDEs), found by address through `.eh_frame_hdr`'s sorted table:
-/// the few the eval loop jumps into are read, not the thousands of `.eh_frame`.
-struct UnwindEntries<'data> {
-    eh_frame: gimli::EhFrame<gimli::EndianSlice<'data, gimli::LittleEndian>>,
-    header: gimli::ParsedEhFrameHdr<gimli::EndianSlice<'data, gimli::LittleEndian>>,
-    bases: gimli::BaseAddresses,
-}
-
-impl<'data> UnwindEntries<'data> {
-    fn of(elf: &ElfFile64<'data, object::Endianness>) -> Option<Self> {
-        let eh_frame = elf.section_by_name(".eh_frame")?;
-        let header = elf.section_by_name(".eh_frame_hdr")?;
-        let bases = gimli::BaseAddresses::default()
-            .set_eh_frame(eh_frame.address())
-            .set_eh_frame_hdr(header.address());
-        let header =
-            gimli::EhFrameHdr::new(header.data().ok()?, gimli::LittleEndian).parse(&bases, 8).ok()?;
-        Some(Self {
-            eh_frame: gimli::EhFrame::new(eh_frame.data().ok()?, gimli::LittleEndian),
-            header,
-            bases,
-        })
-    }
-
-    /// The address range of the entry that covers `address`. The table's pointer is turned into
-    /// an offset here, checked: gimli's `fde_for_address` subtracts without a check, and the
-    /// table is the target's.
-    fn covering(&self, address: u64) -> Option<Range<u64>> {
-        let pointer = self.header.table()?.lookup(address, &self.bases).ok()?.direct().ok()?;
-        let offset = pointer.checked_sub(self.header.eh_frame_ptr().direct().ok()?)?;
-        let offset = gimli::EhFrameOffset(usize::try_from(offset).ok()?);
-        let fde = self.eh_frame.fde_from_offset(&self.bases, offset, gimli::EhFrame::cie_from_offset).ok()?;
-        let range = fde.initial_address()..fde.initial_address().checked_add(fde.len())?;
-        range.contains(&address).then_some(range)
-    }
-}
 
 /// The parts of the function at `address` (whose code is `code`) that the compiler put elsewhere:
 /// GCC moves the code it finds cold (by its guesses, or by a profile: Debian's builds move most
@@ -305,15 +260,6 @@ fn split_parts(
         .map(|landed| landed[0].0..landed[0].1)
         .filter(|part| !part.contains(&address))
         .collect()
-}
-
-/// The file offset of an address the file states, through its load segments.
-fn file_offset(facts: &ElfFacts, svma: u64) -> Option<u64> {
-    facts
-        .segments
-        .iter()
-        .find(|s| (s.svma..s.svma.saturating_add(s.file_size)).contains(&svma))
-        .map(|s| svma - s.svma + s.file_offset)
 }
 
 #[cfg(test)]
