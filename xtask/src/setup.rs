@@ -15,7 +15,7 @@ const BPF_LINKER_VERSION: &str = "0.13.0";
 const BPF_LINKER_LLVM_MAJORS: [u32; 3] = [21, 22, 23];
 /// What the tests need, and the Debian packages that provide it: commands (found in PATH) and
 /// libraries (by path: the allocators `leaks` is tested with).
-const PACKAGES: [(&str, &str); 15] = [
+const PACKAGES: [(&str, &str); 16] = [
     ("gcc", "gcc"),
     ("g++", "g++"),
     ("objcopy", "binutils"),
@@ -26,6 +26,9 @@ const PACKAGES: [(&str, &str); 15] = [
     ("go", "golang-go"),
     // The system's CPython, which the Python tests profile (with pyenv's 3.8–3.13 where installed).
     ("/usr/bin/python3", "python3"),
+    // Debian stable's Ruby, which the Ruby tests profile beside Debian unstable's 3.3 (see
+    // `ensure_debian_ruby`).
+    ("/usr/bin/ruby3.1", "ruby3.1"),
     // The Java tests compare with `perf record -g` on the JVM's perf map, on the JDKs under
     // /usr/lib/jvm (Debian's 17 at least); the Node test runs node.
     ("perf", "linux-perf"),
@@ -35,7 +38,8 @@ const PACKAGES: [(&str, &str); 15] = [
     // `allow_other` (see `ensure_fuse_allow_other`) and which never answers root.
     ("fusermount3", "fuse3"),
     ("/usr/include/fuse3/fuse.h", "libfuse3-dev"),
-    // What points Debian unstable's CPython 3.14 at its own loader (see `ensure_debian_python`).
+    // What points Debian unstable's CPython 3.14 and Ruby 3.3 at their own loader (see
+    // `use_unpacked_libc`).
     ("patchelf", "patchelf"),
     // A real terminal, which `profiler top`'s full-screen view is tested in.
     ("tmux", "tmux"),
@@ -46,6 +50,7 @@ pub fn ensure(root: &Path) -> Result<()> {
     ensure_bpf_linker(root)?;
     ensure_packages()?;
     ensure_debian_python(root)?;
+    ensure_debian_ruby(root)?;
     ensure_debian_go(root)?;
     ensure_python_services(root)?;
     ensure_speedscope_schema(root)?;
@@ -78,9 +83,63 @@ fn ensure_debian_python(root: &Path) -> Result<()> {
     eprintln!("xtask: fetching Debian unstable's CPython 3.14 into {DEBIAN_PYTHON_DIR}");
     let dir = root.join(DEBIAN_PYTHON_DIR);
     unpack_debian_unstable(&dir, &DEBIAN_PYTHON_PACKAGES)?;
-    // The executable in place, as unpacked, runs with Debian's newer C library: its loader, then
-    // its libraries before the machine's (for the rest: zlib, expat, libffi), for the
-    // modules it loads too (an RPATH, which unlike a RUNPATH applies to them).
+    use_unpacked_libc(&dir, &python)?;
+    let version = output(Command::new(&python).args(["-c", DEBIAN_PYTHON_CHECK]))?;
+    eprintln!("xtask: {DEBIAN_PYTHON} runs CPython {}", version.trim());
+    Ok(())
+}
+
+/// Debian unstable's Ruby 3.3 (libruby shared, stripped, hiding the symbols 3.1 exports), which
+/// the Ruby tests profile beside Debian stable's 3.1: unpacked under `.tools/` as CPython 3.14 is.
+const DEBIAN_RUBY: &str = ".tools/debian-sid-ruby3.3/usr/bin/ruby3.3";
+const DEBIAN_RUBY_DIR: &str = ".tools/debian-sid-ruby3.3";
+/// The launcher, libruby with the standard library, and the C library libruby needs (2.38 or
+/// later). The rest they link (libz, libgmp, libcrypt) is this machine's: the launcher and
+/// libruby bind every symbol at start-up (`BIND_NOW`), and bookworm's have all they use, though
+/// the packages ask for sid's libgmp.
+const DEBIAN_RUBY_PACKAGES: [&str; 3] = ["ruby3.3", "libruby3.3", "libc6"];
+/// Its standard library, unpacked (relative to `DEBIAN_RUBY_DIR`). Its built-in load path is
+/// `/usr/lib/ruby/3.3.0` and `/usr/lib/x86_64-linux-gnu/ruby/3.3.0`, which are not on this
+/// machine, so `RUBYLIB` names these instead.
+const DEBIAN_RUBY_LIB: [&str; 2] = ["usr/lib/ruby/3.3.0", "usr/lib/x86_64-linux-gnu/ruby/3.3.0"];
+
+/// `ruby3.3 -e 'print RUBY_VERSION'` as the tests run a script (`profiler/tests/common/ruby.rs`):
+/// `RUBYLIB` the unpacked standard library, and RubyGems off (`RUBYOPT=--disable-gems`). Without
+/// `RUBYLIB` it loads bookworm's `rubygems.rb` from `/usr/lib/ruby/vendor_ruby`, which fails; with
+/// `RUBYLIB` alone, its own RubyGems, which then loads bookworm's
+/// `rubygems/defaults/operating_system.rb` from there, made for 3.1.
+fn debian_ruby_version(root: &Path) -> Result<String> {
+    let dir = root.join(DEBIAN_RUBY_DIR);
+    let lib: Vec<PathBuf> = DEBIAN_RUBY_LIB.iter().map(|sub| dir.join(sub)).collect();
+    output(
+        Command::new(root.join(DEBIAN_RUBY))
+            .args(["-e", "print RUBY_VERSION"])
+            .env("RUBYLIB", std::env::join_paths(lib)?)
+            .env("RUBYOPT", "--disable-gems"),
+    )
+}
+
+fn ensure_debian_ruby(root: &Path) -> Result<()> {
+    if debian_ruby_version(root).is_ok_and(|version| version.starts_with("3.3.")) {
+        return Ok(());
+    }
+    eprintln!("xtask: fetching Debian unstable's Ruby 3.3 into {DEBIAN_RUBY_DIR}");
+    let dir = root.join(DEBIAN_RUBY_DIR);
+    unpack_debian_unstable(&dir, &DEBIAN_RUBY_PACKAGES)?;
+    use_unpacked_libc(&dir, &root.join(DEBIAN_RUBY))?;
+    let version = debian_ruby_version(root)?;
+    if !version.starts_with("3.3.") {
+        bail!("{DEBIAN_RUBY} is Ruby {version}, not 3.3");
+    }
+    eprintln!("xtask: {DEBIAN_RUBY} runs Ruby {version}");
+    Ok(())
+}
+
+/// Points `executable`, unpacked into `dir` with Debian unstable's C library, at that library,
+/// which it needs newer than this machine's: its loader, then the unpacked libraries (libruby,
+/// the C library's) before the machine's (the rest: zlib, expat, libffi, libgmp), for the
+/// modules it loads too (an RPATH, which unlike a RUNPATH applies to them).
+fn use_unpacked_libc(dir: &Path, executable: &Path) -> Result<()> {
     let libc = fs::canonicalize(dir.join("usr/lib/x86_64-linux-gnu"))?;
     check(
         Command::new("patchelf")
@@ -89,11 +148,8 @@ fn ensure_debian_python(root: &Path) -> Result<()> {
             .arg(libc.join("ld-linux-x86-64.so.2"))
             .arg("--set-rpath")
             .arg(format!("{}:/usr/lib/x86_64-linux-gnu", libc.display()))
-            .arg(&python),
-    )?;
-    let version = output(Command::new(&python).args(["-c", DEBIAN_PYTHON_CHECK]))?;
-    eprintln!("xtask: {DEBIAN_PYTHON} runs CPython {}", version.trim());
-    Ok(())
+            .arg(executable),
+    )
 }
 
 /// The newest two Go toolchains, from Debian unstable (Debian stable's `golang-go` is the
@@ -131,6 +187,9 @@ fn ensure_debian_go(root: &Path) -> Result<()> {
 /// as newer runtimes than this machine's stable suite has are installed for the tests.
 fn unpack_debian_unstable(dir: &Path, packages: &[&str]) -> Result<()> {
     let apt = dir.join("apt");
+    // Debs left by an earlier run may be older versions of the same packages, which `dpkg -x`
+    // would unpack over the new ones.
+    let _ = fs::remove_dir_all(apt.join("debs"));
     for sub in ["lists/partial", "cache/archives/partial", "debs"] {
         fs::create_dir_all(apt.join(sub))?;
     }
