@@ -4,6 +4,7 @@
 //! Each runtime's own records are in a module of its own.
 pub mod go;
 pub mod python;
+pub mod ruby;
 
 /// Which runtime wrote a sample's frame records, or a [`RuntimeProcess`]'s data: the index of its
 /// walkers in each hook's program array.
@@ -14,21 +15,23 @@ pub enum RuntimeKind {
     None = 0,
     Python = 1,
     Go = 2,
+    Ruby = 3,
 }
 
 impl RuntimeKind {
     /// The runtimes walked in the kernel. Each has a walker program per hook that records user
     /// stacks, named after the hook's program and [`Self::name`] (`sample_python`), which userspace
     /// puts at this index of the hook's program array.
-    pub const WALKED: [Self; 2] = [Self::Python, Self::Go];
+    pub const WALKED: [Self; 3] = [Self::Python, Self::Go, Self::Ruby];
     /// Entries of a hook's program array of walkers.
-    pub const COUNT: u32 = 3;
+    pub const COUNT: u32 = 4;
 
     pub const fn from_u16(value: u16) -> Option<Self> {
         match value {
             0 => Some(Self::None),
             1 => Some(Self::Python),
             2 => Some(Self::Go),
+            3 => Some(Self::Ruby),
             _ => None,
         }
     }
@@ -39,6 +42,7 @@ impl RuntimeKind {
             Self::None => "none",
             Self::Python => "python",
             Self::Go => "go",
+            Self::Ruby => "ruby",
         }
     }
 }
@@ -90,7 +94,8 @@ pub struct RuntimeTrailer {
 }
 
 /// Most bytes of frame records a sample carries: the largest of any runtime's.
-pub const MAX_RUNTIME_FRAMES_BYTES: usize = max(python::MAX_FRAMES_BYTES, go::LABELS_BYTES);
+pub const MAX_RUNTIME_FRAMES_BYTES: usize =
+    max(max(python::MAX_FRAMES_BYTES, ruby::MAX_FRAMES_BYTES), go::LABELS_BYTES);
 
 const fn max(a: usize, b: usize) -> usize {
     if a > b { a } else { b }

@@ -1,8 +1,9 @@
 //! Language runtimes whose frames are read at sample time, because they live outside the native
-//! stack in memory that changes as soon as the thread runs again ([`python`]). Userspace
-//! registers a process in `RUNTIME_PROCESSES` once it has found its runtime, with what that
-//! runtime's walker needs; each sample of it then carries the frames the walker read, after the
-//! native stacks, and says whose they are in the header's [`RuntimeTrailer`].
+//! stack in memory that changes as soon as the thread runs again ([`python`], [`ruby`]), or state
+//! that does ([`go`]'s goroutine labels). Userspace registers a process in `RUNTIME_PROCESSES`
+//! once it has found its runtime, with what that runtime's walker needs; each sample of it then
+//! carries the frames the walker read, after the native stacks, and says whose they are in the
+//! header's [`RuntimeTrailer`].
 //!
 //! Each runtime's walker is a program of its own for each hook that records user stacks, which
 //! the hook tail-calls through its program array, at the index of the process's
@@ -13,6 +14,7 @@
 mod fields;
 mod go;
 mod python;
+mod ruby;
 mod thread;
 
 use aya_ebpf::{
@@ -57,7 +59,7 @@ macro_rules! walkers {
     )*};
 }
 
-walkers! { python: Python, go: Go }
+walkers! { python: Python, go: Go, ruby: Ruby }
 
 /// Hands the record in `draft`, its first `len` bytes written, over to the walker in `walkers`
 /// of its process's runtime, when the process is registered, which adds the runtime's frames and

@@ -1,7 +1,7 @@
 //! Language runtimes' own frames, in place of the native frames of their interpreters and JIT
-//! code, read from outside the process: Python's, whose frames live outside the native stack,
-//! read at sample time by the eBPF program and merged after unwinding; Java's (HotSpot), on the
-//! native stack, stepped and named during unwinding.
+//! code, read from outside the process: Python's and Ruby's, whose frames live outside the native
+//! stack, read at sample time by the eBPF program and merged after unwinding; Java's (HotSpot),
+//! on the native stack, stepped and named during unwinding.
 //!
 //! Each runtime is a folder behind one interface, [`Runtime`], in the manner of the OpenTelemetry
 //! eBPF profiler's interpreters: it says what marks its images and recognises one (once per
@@ -24,6 +24,7 @@ pub(crate) mod memory;
 mod merge;
 pub(crate) mod python;
 mod ranges;
+pub(crate) mod ruby;
 mod slot;
 pub(crate) mod v8;
 
@@ -214,7 +215,8 @@ impl Runtimes {
             .add(python::Python::default())
             .add(hotspot::HotSpot::default())
             .add(v8::V8::default())
-            .add(go::Go::default());
+            .add(go::Go::default())
+            .add(ruby::Ruby::default());
         let shared = Shared {
             allowance: Arc::new(Allowance::default()),
             table: KernelTable::new(system_wide),

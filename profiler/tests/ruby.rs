@@ -1,0 +1,188 @@
+//! End to end, as root: Ruby frames in `profiler record`, on Debian stable's Ruby 3.1 and Debian
+//! unstable's 3.3 (which `cargo xtask setup` installs), each scenario run on both and failing with
+//! the list of those it failed on. The scripts are in tests/workloads/ruby.
+//!
+//! A frame of Ruby code reads `NAME (PATH:LINE)`, NAME as Ruby's `rb_profile_frame_full_label`
+//! gives it (`Outer::Worker#alpha`, `Outer::Worker.start`, `block in Outer::Worker#run`,
+//! `<main>`) and PATH as Ruby was given it; a C method called from Ruby reads its name alone
+//! (`Array#each`).
+mod common;
+
+use std::ops::RangeInclusive;
+
+use common::{python::weight, ruby::*, *};
+
+/// The C method of shares.rb, which calls the block that calls `Outer::Worker#beta`.
+const EACH: &str = "Array#each";
+
+/// What shares.rb's methods burn of its CPU time: the method, its frame's name, its share.
+const SHARES: [(&str, &str, f64); 3] = [
+    ("alpha", "Outer::Worker#alpha", 60.0),
+    ("beta", "Outer::Worker#beta", 30.0),
+    ("gamma", "Outer::Worker#gamma", 10.0),
+];
+
+/// Share of a thread's samples allowed to miss what each test requires of them: a sample may
+/// catch the thread starting or ending, or Ruby between pushing a frame and entering it.
+const SLACK: f64 = 0.05;
+
+/// Whether a stack has a frame of Ruby code of the script called `file_name`.
+fn runs_script(frames: &[String], file_name: &str) -> bool {
+    ruby_frames(frames, &[]).iter().any(|frame| frame.in_script(file_name))
+}
+
+/// Whether a stack has a frame named `name` in the script called `file_name`.
+fn has_method(frames: &[String], name: &str, file_name: &str) -> bool {
+    ruby_frames(frames, &[]).iter().any(|frame| frame.name == name && frame.in_script(file_name))
+}
+
+/// The name of the innermost frame of Ruby code of a stack.
+fn innermost_ruby(frames: &[String]) -> Option<&str> {
+    frames.iter().rev().find_map(|frame| ruby_frame(frame)).map(|frame| frame.name)
+}
+
+/// Fails unless at least `fraction` of the weight of `stacks` passes `keep`.
+fn assert_most(stacks: &[(&[String], u64)], fraction: f64, what: &str, keep: impl Fn(&[String]) -> bool) {
+    let (all, kept) = (weight(stacks, |_| true), weight(stacks, &keep));
+    assert!(all > 0, "no samples to check that {what}");
+    let failing: Vec<&[String]> =
+        stacks.iter().map(|(frames, _)| *frames).filter(|frames| !keep(frames)).collect();
+    assert!(
+        kept as f64 >= fraction * all as f64,
+        "only {kept} of {all} ({:.1}%) {what}; some others: {:?}",
+        100.0 * kept as f64 / all as f64,
+        &failing[..failing.len().min(3)]
+    );
+}
+
+/// Fails unless every frame named `name` in `file_name` is at a line of `lines`.
+fn assert_lines(stacks: &[(&[String], u64)], name: &str, file_name: &str, lines: &RangeInclusive<u32>) {
+    for (frames, _) in stacks {
+        for frame in ruby_frames(frames, &[]) {
+            if frame.name == name && frame.in_script(file_name) {
+                let line = frame.line.unwrap();
+                assert!(lines.contains(&line), "{name} at line {line}, outside {lines:?}");
+            }
+        }
+    }
+}
+
+/// shares.rb attached to while it runs, then started by the profiler (its Ruby found from the
+/// exec on): its methods' shares, lines and whole chains of callers.
+#[test]
+fn ruby_methods_get_their_shares_whole_from_main() {
+    if !e2e_enabled() {
+        return;
+    }
+    on_every_ruby("shares", |ruby, dir| {
+        let (attached, started) = (dir.join("attached"), dir.join("started"));
+        std::fs::create_dir_all(&attached).unwrap();
+        std::fs::create_dir_all(&started).unwrap();
+        let run = record_script(&attached, ruby, "shares.rb", "4", &[]);
+        assert_shares_whole_from_main(&run.thread("main"), "attached to with -p");
+        let run = record_started(&started, ruby, "shares.rb", "4", &[]);
+        assert_shares_whole_from_main(&run.thread("main"), "started by the profiler");
+    });
+}
+
+/// Fails unless the main thread of shares.rb (recorded as `how` says) shows its methods with
+/// their shares of its samples, at their lines, under the whole chain of Ruby frames and C
+/// methods that calls them, from `<main>`.
+fn assert_shares_whole_from_main(main: &[(&[String], u64)], how: &str) {
+    let source = script("shares.rb");
+    assert_most(main, 1.0 - SLACK, &format!("samples ({how}) are in shares.rb"), |frames| {
+        runs_script(frames, "shares.rb")
+    });
+    let of_script: Vec<(&[String], u64)> =
+        main.iter().filter(|(frames, _)| runs_script(frames, "shares.rb")).copied().collect();
+    let in_script = weight(&of_script, |_| true);
+    assert_most(&of_script, 1.0 - SLACK, &format!("stacks ({how}) start at shares.rb's <main>"), |frames| {
+        ruby_frames(frames, &[])
+            .first()
+            .is_some_and(|outer| outer.name == "<main>" && outer.in_script("shares.rb"))
+    });
+    let outer = ["<main>", "Outer::Worker.start", "Outer::Worker#run"];
+    for (method, name, share) in SHARES {
+        let samples = weight(&of_script, |frames| has_method(frames, name, "shares.rb"));
+        let measured = 100.0 * samples as f64 / in_script as f64;
+        eprintln!("{name} ({how}): {samples} samples, {measured:.1}%");
+        assert!(
+            (measured - share).abs() <= 5.0,
+            "{name} ({how}): {measured:.1}% of the script's samples, expected {share}% ± 5"
+        );
+        assert_lines(&of_script, name, "shares.rb", &method_lines(&source, method));
+        // beta is called from a block of `run`, which Array#each calls.
+        let chain: Vec<&str> = match method {
+            "beta" => [&outer[..], &[EACH, "block in Outer::Worker#run", name]].concat(),
+            _ => [&outer[..], &[name]].concat(),
+        };
+        let in_method: Vec<(&[String], u64)> =
+            of_script.iter().filter(|(frames, _)| innermost_ruby(frames) == Some(name)).copied().collect();
+        assert_most(
+            &in_method,
+            1.0 - SLACK,
+            &format!("samples in {name} ({how}) hold {chain:?}"),
+            |frames| ruby_frames(frames, &[EACH]).iter().map(|frame| frame.name).eq(chain.iter().copied()),
+        );
+    }
+    assert_lines(&of_script, "Outer::Worker.start", "shares.rb", &method_lines(&source, "self.start"));
+    let run_lines = method_lines(&source, "run");
+    assert_lines(&of_script, "Outer::Worker#run", "shares.rb", &run_lines);
+    assert_lines(&of_script, "block in Outer::Worker#run", "shares.rb", &run_lines);
+}
+
+/// Each Ruby thread's frames are its own: read from the sampled thread, whether or not it holds
+/// the GVL at the time, not from the thread that holds it.
+#[test]
+fn ruby_threads_are_each_read() {
+    if !e2e_enabled() {
+        return;
+    }
+    on_every_ruby("threads", |ruby, dir| {
+        let run = record_script(dir, ruby, "threads.rb", "3", &[]);
+        for (thread, own, other) in
+            [("left", "Spinner#left", "Spinner#right"), ("right", "Spinner#right", "Spinner#left")]
+        {
+            let stacks = run.thread(thread);
+            let holds = |name: &'static str| move |frames: &[String]| has_method(frames, name, "threads.rb");
+            assert_most(
+                &stacks,
+                1.0 - SLACK,
+                &format!("samples of the {thread} thread are in {own}"),
+                holds(own),
+            );
+            assert_eq!(weight(&stacks, holds(other)), 0, "{other} in the {thread} thread");
+        }
+    });
+}
+
+/// 300 Ruby calls deep, on one native call of the VM, every Ruby frame is there, from `<main>`.
+#[test]
+fn ruby_stacks_300_deep_are_whole() {
+    if !e2e_enabled() {
+        return;
+    }
+    // recurse(300) down to recurse(0), which calls spin.
+    const RECURSE_FRAMES: usize = 301;
+    on_every_ruby("deep", |ruby, dir| {
+        let run = record_script(dir, ruby, "deep.rb", "2", &[]);
+        let main = run.thread("main");
+        let spins = |frames: &[String]| innermost_ruby(frames) == Some("Deep#spin");
+        assert_most(&main, 1.0 - SLACK, "samples of the main thread are in Deep#spin", spins);
+        let spinning: Vec<(&[String], u64)> =
+            main.iter().filter(|(frames, _)| spins(frames)).copied().collect();
+        let whole = |frames: &[String]| {
+            let names: Vec<&str> = ruby_frames(frames, &[]).iter().map(|frame| frame.name).collect();
+            names.len() == RECURSE_FRAMES + 2
+                && names[0] == "<main>"
+                && names[1..=RECURSE_FRAMES].iter().all(|name| *name == "Deep#recurse")
+        };
+        assert_most(
+            &spinning,
+            1.0 - SLACK,
+            "samples in Deep#spin hold <main>, 301 Deep#recurse, Deep#spin",
+            whole,
+        );
+        assert_lines(&spinning, "Deep#spin", "deep.rb", &method_lines(&script("deep.rb"), "spin"));
+    });
+}
