@@ -186,3 +186,63 @@ fn ruby_stacks_300_deep_are_whole() {
         assert_lines(&spinning, "Deep#spin", "deep.rb", &method_lines(&script("deep.rb"), "spin"));
     });
 }
+
+/// Debian's rdoc, which nobody here wrote, documenting its Ruby's own standard library, attached
+/// to once it runs: its samples have Ruby frames, whole from the launcher's `<main>`, through
+/// RubyGems' `load` of rdoc's executable, down to rdoc's methods, named by their classes.
+#[test]
+fn a_ruby_application_attached_to_while_it_runs_is_named_whole() {
+    if !e2e_enabled() {
+        return;
+    }
+    on_every_ruby("rdoc", |ruby, dir| {
+        let (launcher, library) = ruby.rdoc();
+        let mut rdoc = KillOnDrop(
+            ruby.command()
+                .arg(&launcher)
+                .args(["--quiet", "--output"])
+                .arg(dir.join("doc"))
+                .arg(&library)
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .expect("start rdoc"),
+        );
+        // Past its start-up: RubyGems and rdoc loaded, the library being parsed.
+        std::thread::sleep(std::time::Duration::from_secs(2));
+        let out = dir.join("out.folded");
+        let pid = rdoc.pid().to_string();
+        let run = run_bounded(&["record", "-F", "499", "-d", "3", "-o", out.to_str().unwrap(), "-p", &pid]);
+        assert!(run.status.success(), "the profiler failed: {}", String::from_utf8_lossy(&run.stderr));
+        assert!(rdoc.0.try_wait().unwrap().is_none(), "rdoc ended before the recording did");
+        let folded = Folded::read(&out);
+        let stacks: Vec<(&[String], u64)> =
+            folded.stacks.iter().map(|(frames, n)| (&frames[1..], *n)).collect();
+        let launcher = launcher.display().to_string();
+        let in_launcher =
+            |frame: &str| frame.starts_with("<main> (") && frame.contains(&format!("({launcher}:"));
+        assert_most(
+            &stacks,
+            1.0 - SLACK,
+            "samples of rdoc have Ruby frames whole from its <main>",
+            |frames| {
+                frames
+                    .iter()
+                    .find(|frame| frame.ends_with(')') && frame.contains(" ("))
+                    .is_some_and(|f| in_launcher(f))
+            },
+        );
+        assert_most(&stacks, 0.8, "samples of rdoc are in rdoc's own methods", |frames| {
+            ruby_frames(frames, &[]).iter().any(|frame| {
+                frame.name.starts_with("RDoc::") && frame.file.is_some_and(|file| file.contains("/rdoc/"))
+            })
+        });
+        let methods: std::collections::BTreeSet<&str> = stacks
+            .iter()
+            .flat_map(|(frames, _)| ruby_frames(frames, &[]))
+            .filter(|frame| frame.name.starts_with("RDoc::") && frame.line.is_some_and(|line| line > 0))
+            .map(|frame| frame.name)
+            .collect();
+        assert!(methods.len() >= 20, "only {} of rdoc's methods named at a line: {methods:?}", methods.len());
+    });
+}

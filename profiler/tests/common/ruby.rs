@@ -45,6 +45,14 @@ impl Ruby {
         command.envs(self.env.iter().map(|(name, value)| (name, value)));
         command
     }
+
+    /// Its rdoc's launcher (a RubyGems stub that `load`s rdoc's executable), and the standard
+    /// library it ships, which rdoc documents for long enough to be attached to.
+    pub fn rdoc(&self) -> (PathBuf, PathBuf) {
+        let bin = self.path.parent().unwrap();
+        let usr = bin.parent().unwrap();
+        (bin.join(format!("rdoc3.{}", self.minor)), usr.join(format!("lib/ruby/3.{}.0", self.minor)))
+    }
 }
 
 /// The Rubies the tests profile: Debian stable's 3.1 ([`SYSTEM_RUBY`]) and Debian unstable's
