@@ -246,3 +246,77 @@ fn a_ruby_application_attached_to_while_it_runs_is_named_whole() {
         assert!(methods.len() >= 20, "only {} of rdoc's methods named at a line: {methods:?}", methods.len());
     });
 }
+
+/// `--off-cpu`: each thread's blocked time is under the Ruby method it blocked in, through the
+/// C method that blocked (`Kernel#sleep`, `Thread::Queue#pop`, Ruby code in 3.3) down to the
+/// kernel.
+#[test]
+fn off_cpu_ruby_stacks_name_the_waiting_method() {
+    if !e2e_enabled() {
+        return;
+    }
+    on_every_ruby("off-cpu", |ruby, dir| {
+        let run = record_script(dir, ruby, "blocked.rb", "2", &["--off-cpu"]);
+        for (thread, method, blocker) in
+            [("main", "Napper#nap", "Kernel#sleep"), ("waiter", "Waiter#wait", "Thread::Queue#pop")]
+        {
+            let stacks = run.thread(thread);
+            let waiting = |frames: &[String]| has_method(frames, method, "blocked.rb");
+            let blocked = weight(&stacks, waiting);
+            assert!(blocked >= 1_500_000, "{blocked} µs of the {thread} thread blocked in {method}, for 2 s");
+            assert_most(
+                &stacks,
+                0.8,
+                &format!("of the {thread} thread's blocked time is in {method}"),
+                waiting,
+            );
+            let in_method: Vec<(&[String], u64)> =
+                stacks.iter().filter(|(frames, _)| waiting(frames)).copied().collect();
+            assert_most(
+                &in_method,
+                1.0 - SLACK,
+                &format!("of {method}'s blocks are whole from a <main>, through {blocker} to the kernel"),
+                |frames| {
+                    let outermost = ruby_frames(frames, &[]).first().map(|frame| frame.name);
+                    frames
+                        .iter()
+                        .skip_while(|frame| ruby_frame(frame).is_none_or(|f| f.name != method))
+                        .any(|frame| frame.split(" (").next() == Some(blocker))
+                        && frames.last().is_some_and(|leaf| leaf.ends_with("_[k]"))
+                        && outermost.is_some_and(|name| name.ends_with("<main>"))
+                },
+            );
+        }
+    });
+}
+
+/// Started after a system-wide recording began: found by its exec, shares and whole stacks as
+/// when attached to.
+#[test]
+fn ruby_started_after_a_system_wide_recording_began_is_named() {
+    if !e2e_enabled() {
+        return;
+    }
+    on_every_ruby("late-start", |ruby, dir| {
+        let out = dir.join("out.folded");
+        // Stopped once the script has ended, so that its whole run is recorded.
+        let recording =
+            start_profiler(&["record", "-a", "--per-pid", "-F", "499", "-o", out.to_str().unwrap()]);
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let mut script = KillOnDrop(
+            ruby.command()
+                .arg(script("shares.rb"))
+                .arg("3")
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .expect("start shares.rb"),
+        );
+        let pid = script.pid();
+        assert!(script.0.wait().unwrap().success());
+        recording.signal(libc::SIGINT);
+        let (status, _) = recording.wait();
+        assert!(status.success());
+        let folded = Folded::read(&out);
+        assert_shares_whole_from_main(&thread_stacks(&folded, pid), "started after -a began");
+    });
+}
