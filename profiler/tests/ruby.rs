@@ -320,3 +320,35 @@ fn ruby_started_after_a_system_wide_recording_began_is_named() {
         assert_shares_whole_from_main(&thread_stacks(&folded, pid), "started after -a began");
     });
 }
+
+/// The garbage collector's time is a frame, `[Ruby GC]`, under the Ruby code that allocated, on
+/// the thread that collects only.
+#[test]
+fn ruby_garbage_collection_is_a_frame_under_the_allocating_method() {
+    if !e2e_enabled() {
+        return;
+    }
+    const GC: &str = "[Ruby GC]";
+    on_every_ruby("gc", |ruby, dir| {
+        let run = record_script(dir, ruby, "allocates.rb", "3", &[]);
+        let main = run.thread("main");
+        let collecting = |frames: &[String]| frames.iter().any(|frame| frame == GC);
+        let (all, in_gc) = (weight(&main, |_| true), weight(&main, collecting));
+        eprintln!("{in_gc} of {all} samples of the allocating thread in {GC}");
+        assert!(in_gc * 20 >= all, "only {in_gc} of {all} samples of the allocating thread in {GC}");
+        let in_gc: Vec<(&[String], u64)> =
+            main.iter().filter(|(frames, _)| collecting(frames)).copied().collect();
+        assert_most(
+            &in_gc,
+            1.0 - SLACK,
+            &format!("{GC} samples are under Churn#allocate, from <main>"),
+            |frames| {
+                let names: Vec<&str> = ruby_frames(frames, &[]).iter().map(|frame| frame.name).collect();
+                names.first() == Some(&"<main>") && names.contains(&"Churn#allocate")
+            },
+        );
+        let spinner = run.thread("spinner");
+        assert_eq!(weight(&spinner, collecting), 0, "{GC} in the thread that allocates nothing");
+        assert!(weight(&spinner, |frames| has_method(frames, "Sum#spin", "allocates.rb")) > 0, "no Sum#spin");
+    });
+}

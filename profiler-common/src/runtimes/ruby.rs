@@ -31,11 +31,13 @@ pub mod ruby_frame_flags {
     pub const RUN_END: u64 = 1 << 0;
     /// A C function's frame (`VM_FRAME_FLAG_CFRAME`).
     pub const C_FRAME: u64 = 1 << 1;
+    /// Not a frame: the VM was collecting garbage (the thread's innermost Ruby frame allocated).
+    pub const IN_GC: u64 = 1 << 2;
     pub const MASK: u64 = 7;
 }
 
 /// The data of a [`super::RuntimeProcess`] of kind Ruby: where a thread's execution context is,
-/// and the size of its release's control frames.
+/// the size of its release's control frames, and where the VM says it collects garbage.
 #[repr(C)]
 #[cfg_attr(feature = "user", derive(bytemuck::Pod, bytemuck::Zeroable))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -44,7 +46,24 @@ pub struct RubyProcess {
     pub ec_offset: i64,
     /// `sizeof(rb_control_frame_t)`: 64 up to 3.2, 56 from 3.3.
     pub control_frame_bytes: u32,
+    /// `rb_vm_t.objspace`, whose `flags` word has [`RubyProcess::DURING_GC`].
+    pub vm_objspace: u32,
+    /// The main Ractor's GVL holder (`rb_thread_t *`): 3.1's `threads.gvl.owner`, 3.3's
+    /// `threads.sched.running`.
+    pub ractor_gvl_owner: u32,
     pub _pad: u32,
+    /// `&ruby_current_vm_ptr` in the process.
+    pub vm_ptr: u64,
+}
+
+impl RubyProcess {
+    /// `rb_objspace_t.flags`, and its `during_gc` bit.
+    pub const OBJSPACE_FLAGS: u64 = 16;
+    pub const DURING_GC: u32 = 1 << 5;
+    /// `rb_vm_t.ractor.main_ractor`.
+    pub const VM_MAIN_RACTOR: u64 = 32;
+    /// `rb_execution_context_t.thread_ptr`: the `rb_thread_t` whose context it is.
+    pub const EC_THREAD: u64 = 48;
 }
 
 /// Most bytes of Ruby frame records in a sample.

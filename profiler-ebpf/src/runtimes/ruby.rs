@@ -70,7 +70,17 @@ pub fn walk(process: &RuntimeProcess, _tid: u32, frames: *mut u8) -> (RuntimeWal
     };
     let reads = unsafe { &mut *reads };
     set_written(reads, 0);
-    let outcome = match stack(process) {
+    let ec = match thread_local(process.ec_offset) {
+        Some(0) => return (RuntimeWalk::NotItsThread, 0),
+        Some(ec) => ec,
+        None => return (RuntimeWalk::ReadError, 0),
+    };
+    if collects_garbage(process, ec) {
+        let marker = RubyFrame { iseq: 0, method: 0, pc_flags: ruby_frame_flags::IN_GC };
+        unsafe { frames.cast::<RubyFrame>().write_unaligned(marker) };
+        set_written(reads, 1);
+    }
+    let outcome = match stack(process, ec) {
         Ok(Some((cfp, end))) => walk_frames(process, cfp, end, reads, frames),
         Ok(None) => RuntimeWalk::Complete,
         Err(outcome) => outcome,
@@ -79,13 +89,24 @@ pub fn walk(process: &RuntimeProcess, _tid: u32, frames: *mut u8) -> (RuntimeWal
     (outcome, len * size_of::<RubyFrame>() as u32)
 }
 
+/// Whether the thread whose execution context is `ec` is collecting garbage: the VM is, and the
+/// thread holds the main Ractor's GVL, which a collection holds (another thread may run C code
+/// without it meanwhile).
+fn collects_garbage(process: &RubyProcess, ec: u64) -> bool {
+    let Some(vm) = read_u64(process.vm_ptr) else { return false };
+    let flags = read_u64(vm.wrapping_add(u64::from(process.vm_objspace)))
+        .and_then(|objspace| read_u64(objspace.wrapping_add(RubyProcess::OBJSPACE_FLAGS)));
+    if !flags.is_some_and(|flags| flags as u32 & RubyProcess::DURING_GC != 0) {
+        return false;
+    }
+    let owner = read_u64(vm.wrapping_add(RubyProcess::VM_MAIN_RACTOR))
+        .and_then(|ractor| read_u64(ractor.wrapping_add(u64::from(process.ractor_gvl_owner))));
+    owner.is_some() && owner == read_u64(ec.wrapping_add(RubyProcess::EC_THREAD))
+}
+
 /// The thread's innermost control frame and the end of its VM stack's frames (its dummy first
 /// frame): `None` when it runs no Ruby code yet.
-fn stack(process: &RubyProcess) -> Result<Option<(u64, u64)>, RuntimeWalk> {
-    let ec = thread_local(process.ec_offset).ok_or(RuntimeWalk::ReadError)?;
-    if ec == 0 {
-        return Err(RuntimeWalk::NotItsThread);
-    }
+fn stack(process: &RubyProcess, ec: u64) -> Result<Option<(u64, u64)>, RuntimeWalk> {
     let mut head = [0u8; 24];
     unsafe { read_user(head.as_mut_ptr(), head.len(), ec) }.map_err(|_| RuntimeWalk::ReadError)?;
     let (vm_stack, words, cfp) = (

@@ -11,6 +11,10 @@ pub(super) struct Layout {
     pub control_frame_bytes: u32,
     /// `rb_vm_t.ractor.main_thread`.
     pub vm_main_thread: u64,
+    /// `rb_vm_t.objspace`.
+    pub vm_objspace: u32,
+    /// The main Ractor's GVL holder (see `RubyProcess::ractor_gvl_owner`).
+    pub ractor_gvl_owner: u32,
     /// `rb_thread_t.nt`, where the native thread's ids are (3.3); `None`: in the thread itself.
     pub thread_native: Option<u64>,
     /// The `pthread_t` (the thread pointer on glibc), in the thread or its native thread.
@@ -75,6 +79,8 @@ pub(super) enum ClassLayout {
 static RUBY_3_1: Layout = Layout {
     control_frame_bytes: 64,
     vm_main_thread: 40,
+    vm_objspace: 0x450,
+    ractor_gvl_owner: 0x150,
     thread_native: None,
     native_thread_id: 80,
     string: StringLayout { embedded_length: EmbeddedLength::InFlags, embedded_data: 16, max_embedded: 23 },
@@ -92,6 +98,8 @@ static RUBY_3_1: Layout = Layout {
 static RUBY_3_3: Layout = Layout {
     control_frame_bytes: 56,
     vm_main_thread: 40,
+    vm_objspace: 0x518,
+    ractor_gvl_owner: 0x148,
     thread_native: Some(40),
     native_thread_id: 16,
     // Embedded in slots of up to 640 bytes, with a NUL after the bytes.

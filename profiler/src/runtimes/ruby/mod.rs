@@ -12,6 +12,10 @@ mod image;
 mod layout;
 mod names;
 
+/// Ruby's objects made by hand, and a frame named from any memory (the `ruby_names` fuzz target).
+#[cfg(feature = "testing")]
+pub use self::names::fixture;
+
 use std::sync::Arc;
 
 use anyhow::anyhow;
@@ -88,6 +92,8 @@ struct RubyStats {
     unreadable: u64,
     /// Frames left unnamed in their sample for want of its allowance of reads.
     deferred: u64,
+    /// Samples taken while the VM collected garbage.
+    in_gc: u64,
 }
 
 impl Runtime for Ruby {
@@ -127,7 +133,14 @@ impl Runtime for Ruby {
             .ok_or_else(|| Refusal::NotYet(anyhow!("where its VM is loaded is not known")))?;
         let mut memory = ProcessMemory::new(view.tgid(), view.identity().user, allowance.clone());
         let ec_offset = thread_local_offset(&mut memory, vm, bias)?;
-        let process = RubyProcess { ec_offset, control_frame_bytes: vm.layout.control_frame_bytes, _pad: 0 };
+        let process = RubyProcess {
+            ec_offset,
+            control_frame_bytes: vm.layout.control_frame_bytes,
+            vm_objspace: vm.layout.vm_objspace,
+            ractor_gvl_owner: vm.layout.ractor_gvl_owner,
+            _pad: 0,
+            vm_ptr: vm.vm_ptr.wrapping_add(bias),
+        };
         Ok(Running {
             vm: vm.clone(),
             module,
@@ -187,7 +200,11 @@ impl Runtime for Ruby {
         run_ends.clear();
         for record in records {
             let record = pod_read_unaligned::<RubyFrame>(record);
-            if record.iseq != 0 || record.method != 0 {
+            if record.pc_flags & ruby_frame_flags::IN_GC != 0 {
+                stats.in_gc += 1;
+                let function = functions.intern("[Ruby GC]", "", 0, SymbolKind::Script, Some(LANGUAGE));
+                translated.push(Frame::Runtime { function: function.id, line: 0 });
+            } else if record.iseq != 0 || record.method != 0 {
                 translated.push(running.frame(&record, functions, stats));
             }
             if record.pc_flags & ruby_frame_flags::RUN_END != 0 {
@@ -223,8 +240,13 @@ impl Runtime for Ruby {
         if stats.with_frames + missed > 0 {
             lines.push(format!(
                 "{} samples with Ruby frames; {} of threads Ruby did not make, {} cut by a failed read, {} deeper \
-                 than {MAX_RUBY_FRAMES} frames; {} frames whose code or method could not be read",
-                stats.with_frames, stats.not_its_thread, stats.read_errors, stats.truncated, stats.unreadable
+                 than {MAX_RUBY_FRAMES} frames; {} frames whose code or method could not be read; {} in the GC",
+                stats.with_frames,
+                stats.not_its_thread,
+                stats.read_errors,
+                stats.truncated,
+                stats.unreadable,
+                stats.in_gc
             ));
         }
         if stats.deferred > 0 {
@@ -275,7 +297,7 @@ fn thread_local_offset(memory: &mut ProcessMemory, vm: &Vm, bias: u64) -> Result
     }
     let ec = word(thread_pointer.wrapping_add_signed(offset))
         .ok_or_else(|| not_yet("the main thread's context"))?;
-    if ec != 0 && word(ec + EC_THREAD) != Some(main_thread) {
+    if ec != 0 && word(ec + RubyProcess::EC_THREAD) != Some(main_thread) {
         return Err(Refusal::Never(anyhow!("the main thread's ruby_current_ec is not its own")));
     }
     Ok(offset)
@@ -288,8 +310,6 @@ const DTV_ENTRY_BYTES: u64 = 16;
 const MAX_TLS_MODULES: u64 = 1 << 16;
 /// The static TLS area is below the thread pointer, and smaller than this.
 const MAX_STATIC_TLS: i64 = 1 << 20;
-/// `rb_execution_context_t.thread_ptr`.
-const EC_THREAD: u64 = 48;
 
 impl Running {
     /// The frame a record stands for.
