@@ -352,3 +352,36 @@ fn ruby_garbage_collection_is_a_frame_under_the_allocating_method() {
         assert!(weight(&spinner, |frames| has_method(frames, "Sum#spin", "allocates.rb")) > 0, "no Sum#spin");
     });
 }
+
+/// Two threads running Ruby code take turns with the GVL: off the CPU, each waits for it, under
+/// its own method, and says so with a frame `[waiting for the GVL]` on 3.1. 3.3 hands the GVL to
+/// the next thread before it wakes it, so that a wait, seen where it ends, is not one for the GVL:
+/// its waits are only under their method. The main thread, joining them, never waits for it.
+#[test]
+fn ruby_threads_waiting_for_the_gvl_say_so() {
+    if !e2e_enabled() {
+        return;
+    }
+    const WAITING: &str = "[waiting for the GVL]";
+    on_every_ruby("gvl", |ruby, dir| {
+        let run = record_script(dir, ruby, "threads.rb", "2", &["--off-cpu"]);
+        let waiting = |frames: &[String]| frames.iter().any(|frame| frame == WAITING);
+        for (thread, own) in [("left", "Spinner#left"), ("right", "Spinner#right")] {
+            let stacks = run.thread(thread);
+            assert_most(&stacks, 0.8, &format!("of the {thread} thread's waits are in {own}"), |frames| {
+                has_method(frames, own, "threads.rb")
+            });
+            if ruby.minor == 1 {
+                assert_most(
+                    &stacks,
+                    0.8,
+                    &format!("of the {thread} thread's waits are for the GVL"),
+                    |frames| waiting(frames) && innermost_ruby(frames) == Some(own),
+                );
+            }
+        }
+        let main = run.thread("main");
+        assert!(weight(&main, |_| true) > 0, "no waits of the main thread");
+        assert_eq!(weight(&main, waiting), 0, "the main thread, joining, waits for the GVL");
+    });
+}

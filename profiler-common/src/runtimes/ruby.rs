@@ -31,9 +31,20 @@ pub mod ruby_frame_flags {
     pub const RUN_END: u64 = 1 << 0;
     /// A C function's frame (`VM_FRAME_FLAG_CFRAME`).
     pub const C_FRAME: u64 = 1 << 1;
-    /// Not a frame: the VM was collecting garbage (the thread's innermost Ruby frame allocated).
-    pub const IN_GC: u64 = 1 << 2;
+    /// Not a frame but what the thread was doing besides running its frames: one of
+    /// [`thread_states`], shifted by [`THREAD_STATE_SHIFT`], in place of a program counter.
+    pub const THREAD_STATE: u64 = 1 << 2;
+    pub const THREAD_STATE_SHIFT: u32 = 3;
     pub const MASK: u64 = 7;
+}
+
+/// What a thread was doing besides running its frames, in a [`ruby_frame_flags::THREAD_STATE`]
+/// record.
+pub mod thread_states {
+    /// Collecting garbage: its innermost Ruby frame allocated.
+    pub const IN_GC: u64 = 1;
+    /// Waiting for the GVL.
+    pub const WAITING_FOR_GVL: u64 = 2;
 }
 
 /// The data of a [`super::RuntimeProcess`] of kind Ruby: where a thread's execution context is,
@@ -51,6 +62,10 @@ pub struct RubyProcess {
     /// The main Ractor's GVL holder (`rb_thread_t *`): 3.1's `threads.gvl.owner`, 3.3's
     /// `threads.sched.running`.
     pub ractor_gvl_owner: u32,
+    /// `rb_thread_t.status` (its low bits: [`RubyProcess::RUNNABLE`] and others).
+    pub thread_status: u32,
+    /// `rb_thread_t.blocking_region_buffer`: set while the thread runs without the GVL on purpose.
+    pub thread_blocking_region: u32,
     pub _pad: u32,
     /// `&ruby_current_vm_ptr` in the process.
     pub vm_ptr: u64,
@@ -62,6 +77,9 @@ impl RubyProcess {
     pub const DURING_GC: u32 = 1 << 5;
     /// `rb_vm_t.ractor.main_ractor`.
     pub const VM_MAIN_RACTOR: u64 = 32;
+    /// `rb_thread_t.status`'s bits, and its value for a thread that runs or wants to.
+    pub const STATUS_MASK: u64 = 3;
+    pub const RUNNABLE: u64 = 0;
     /// `rb_execution_context_t.thread_ptr`: the `rb_thread_t` whose context it is.
     pub const EC_THREAD: u64 = 48;
 }

@@ -14,7 +14,7 @@ use core::{ffi::c_void, mem::size_of};
 use aya_ebpf::{helpers::generated::bpf_loop, macros::map, maps::PerCpuArray};
 use profiler_common::runtimes::{
     ProcessRecord, RuntimeProcess, RuntimeWalk,
-    ruby::{MAX_RUBY_FRAMES, RubyFrame, RubyProcess, ruby_frame_flags},
+    ruby::{MAX_RUBY_FRAMES, RubyFrame, RubyProcess, ruby_frame_flags, thread_states},
 };
 
 use super::{
@@ -75,8 +75,10 @@ pub fn walk(process: &RuntimeProcess, _tid: u32, frames: *mut u8) -> (RuntimeWal
         Some(ec) => ec,
         None => return (RuntimeWalk::ReadError, 0),
     };
-    if collects_garbage(process, ec) {
-        let marker = RubyFrame { iseq: 0, method: 0, pc_flags: ruby_frame_flags::IN_GC };
+    let state = thread_state(process, ec);
+    if state != 0 {
+        let pc_flags = ruby_frame_flags::THREAD_STATE | state << ruby_frame_flags::THREAD_STATE_SHIFT;
+        let marker = RubyFrame { iseq: 0, method: 0, pc_flags };
         unsafe { frames.cast::<RubyFrame>().write_unaligned(marker) };
         set_written(reads, 1);
     }
@@ -89,19 +91,34 @@ pub fn walk(process: &RuntimeProcess, _tid: u32, frames: *mut u8) -> (RuntimeWal
     (outcome, len * size_of::<RubyFrame>() as u32)
 }
 
-/// Whether the thread whose execution context is `ec` is collecting garbage: the VM is, and the
-/// thread holds the main Ractor's GVL, which a collection holds (another thread may run C code
-/// without it meanwhile).
-fn collects_garbage(process: &RubyProcess, ec: u64) -> bool {
-    let Some(vm) = read_u64(process.vm_ptr) else { return false };
-    let flags = read_u64(vm.wrapping_add(u64::from(process.vm_objspace)))
-        .and_then(|objspace| read_u64(objspace.wrapping_add(RubyProcess::OBJSPACE_FLAGS)));
-    if !flags.is_some_and(|flags| flags as u32 & RubyProcess::DURING_GC != 0) {
-        return false;
-    }
+/// What the thread whose execution context is `ec` does besides running its frames, one of
+/// [`thread_states`] (0 for nothing): collecting garbage, when the VM collects and the
+/// thread holds the main Ractor's GVL (which a collection holds; another thread may run C code
+/// without it meanwhile); waiting for the GVL, when it does not hold it, is runnable, and is not
+/// in a blocking region (I/O and C code that let the GVL go, on purpose).
+fn thread_state(process: &RubyProcess, ec: u64) -> u64 {
+    let (Some(vm), Some(thread)) =
+        (read_u64(process.vm_ptr), read_u64(ec.wrapping_add(RubyProcess::EC_THREAD)))
+    else {
+        return 0;
+    };
     let owner = read_u64(vm.wrapping_add(RubyProcess::VM_MAIN_RACTOR))
         .and_then(|ractor| read_u64(ractor.wrapping_add(u64::from(process.ractor_gvl_owner))));
-    owner.is_some() && owner == read_u64(ec.wrapping_add(RubyProcess::EC_THREAD))
+    let Some(owner) = owner else { return 0 };
+    if owner == thread {
+        let flags = read_u64(vm.wrapping_add(u64::from(process.vm_objspace)))
+            .and_then(|objspace| read_u64(objspace.wrapping_add(RubyProcess::OBJSPACE_FLAGS)));
+        let collecting = flags.is_some_and(|flags| flags as u32 & RubyProcess::DURING_GC != 0);
+        return if collecting { thread_states::IN_GC } else { 0 };
+    }
+    let status = read_u64(thread.wrapping_add(u64::from(process.thread_status)));
+    let blocking = read_u64(thread.wrapping_add(u64::from(process.thread_blocking_region)));
+    match (status, blocking) {
+        (Some(status), Some(0)) if status & RubyProcess::STATUS_MASK == RubyProcess::RUNNABLE => {
+            thread_states::WAITING_FOR_GVL
+        }
+        _ => 0,
+    }
 }
 
 /// The thread's innermost control frame and the end of its VM stack's frames (its dummy first

@@ -15,6 +15,9 @@ pub(super) struct Layout {
     pub vm_objspace: u32,
     /// The main Ractor's GVL holder (see `RubyProcess::ractor_gvl_owner`).
     pub ractor_gvl_owner: u32,
+    /// `rb_thread_t.status` and `rb_thread_t.blocking_region_buffer`.
+    pub thread_status: u32,
+    pub thread_blocking_region: u32,
     /// `rb_thread_t.nt`, where the native thread's ids are (3.3); `None`: in the thread itself.
     pub thread_native: Option<u64>,
     /// The `pthread_t` (the thread pointer on glibc), in the thread or its native thread.
@@ -81,6 +84,8 @@ static RUBY_3_1: Layout = Layout {
     vm_main_thread: 40,
     vm_objspace: 0x450,
     ractor_gvl_owner: 0x150,
+    thread_status: 92,
+    thread_blocking_region: 168,
     thread_native: None,
     native_thread_id: 80,
     string: StringLayout { embedded_length: EmbeddedLength::InFlags, embedded_data: 16, max_embedded: 23 },
@@ -100,6 +105,8 @@ static RUBY_3_3: Layout = Layout {
     vm_main_thread: 40,
     vm_objspace: 0x518,
     ractor_gvl_owner: 0x148,
+    thread_status: 240,
+    thread_blocking_region: 248,
     thread_native: Some(40),
     native_thread_id: 16,
     // Embedded in slots of up to 640 bytes, with a NUL after the bytes.

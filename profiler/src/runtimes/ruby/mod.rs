@@ -22,7 +22,7 @@ use anyhow::anyhow;
 use bytemuck::pod_read_unaligned;
 use profiler_common::runtimes::{
     ProcessRecord, RuntimeKind, RuntimeProcess, RuntimeWalk,
-    ruby::{MAX_RUBY_FRAMES, RubyFrame, RubyProcess, ruby_frame_flags},
+    ruby::{MAX_RUBY_FRAMES, RubyFrame, RubyProcess, ruby_frame_flags, thread_states},
 };
 
 use self::{
@@ -92,8 +92,9 @@ struct RubyStats {
     unreadable: u64,
     /// Frames left unnamed in their sample for want of its allowance of reads.
     deferred: u64,
-    /// Samples taken while the VM collected garbage.
+    /// Samples taken while the VM collected garbage, and of threads waiting for the GVL.
     in_gc: u64,
+    waiting_for_gvl: u64,
 }
 
 impl Runtime for Ruby {
@@ -138,6 +139,8 @@ impl Runtime for Ruby {
             control_frame_bytes: vm.layout.control_frame_bytes,
             vm_objspace: vm.layout.vm_objspace,
             ractor_gvl_owner: vm.layout.ractor_gvl_owner,
+            thread_status: vm.layout.thread_status,
+            thread_blocking_region: vm.layout.thread_blocking_region,
             _pad: 0,
             vm_ptr: vm.vm_ptr.wrapping_add(bias),
         };
@@ -200,9 +203,8 @@ impl Runtime for Ruby {
         run_ends.clear();
         for record in records {
             let record = pod_read_unaligned::<RubyFrame>(record);
-            if record.pc_flags & ruby_frame_flags::IN_GC != 0 {
-                stats.in_gc += 1;
-                let function = functions.intern("[Ruby GC]", "", 0, SymbolKind::Script, Some(LANGUAGE));
+            if let Some(state) = thread_state(record.pc_flags, stats) {
+                let function = functions.intern(state, "", 0, SymbolKind::Script, Some(LANGUAGE));
                 translated.push(Frame::Runtime { function: function.id, line: 0 });
             } else if record.iseq != 0 || record.method != 0 {
                 translated.push(running.frame(&record, functions, stats));
@@ -240,13 +242,14 @@ impl Runtime for Ruby {
         if stats.with_frames + missed > 0 {
             lines.push(format!(
                 "{} samples with Ruby frames; {} of threads Ruby did not make, {} cut by a failed read, {} deeper \
-                 than {MAX_RUBY_FRAMES} frames; {} frames whose code or method could not be read; {} in the GC",
+                 than {MAX_RUBY_FRAMES} frames; {} frames whose code or method could not be read; {} in the GC, {} waiting for the GVL",
                 stats.with_frames,
                 stats.not_its_thread,
                 stats.read_errors,
                 stats.truncated,
                 stats.unreadable,
-                stats.in_gc
+                stats.in_gc,
+                stats.waiting_for_gvl
             ));
         }
         if stats.deferred > 0 {
@@ -301,6 +304,25 @@ fn thread_local_offset(memory: &mut ProcessMemory, vm: &Vm, bias: u64) -> Result
         return Err(Refusal::Never(anyhow!("the main thread's ruby_current_ec is not its own")));
     }
     Ok(offset)
+}
+
+/// The frame that says what a thread did besides running its frames, by its record's flags
+/// (`pc_flags`), counted in `stats`; `None` for a frame's record.
+fn thread_state(pc_flags: u64, stats: &mut RubyStats) -> Option<&'static str> {
+    if pc_flags & ruby_frame_flags::THREAD_STATE == 0 {
+        return None;
+    }
+    match pc_flags >> ruby_frame_flags::THREAD_STATE_SHIFT {
+        thread_states::IN_GC => {
+            stats.in_gc += 1;
+            Some("[Ruby GC]")
+        }
+        thread_states::WAITING_FOR_GVL => {
+            stats.waiting_for_gvl += 1;
+            Some("[waiting for the GVL]")
+        }
+        _ => Some("[Ruby, in an unknown state]"),
+    }
 }
 
 /// glibc's `tcbhead_t.dtv`, and the size of a DTV entry (`dtv_t`: the block, and whether it is

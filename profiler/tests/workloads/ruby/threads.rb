@@ -1,6 +1,7 @@
 # Two threads spin for SECONDS (the first argument), each in a method of its own, Spinner#left and
-# Spinner#right, while the main thread joins them. Each prints `left TID` or `right TID` as it
-# starts, in one write (they print at the same time).
+# Spinner#right, while the main thread joins them. The main thread prints `main TID` first; each
+# spinner prints `left TID` or `right TID` as it starts, in one write (they print at the same
+# time).
 $stdout.sync = true
 
 class Spinner
@@ -35,5 +36,6 @@ class Spinner
   end
 end
 
+$stdout.write("main #{Thread.current.native_thread_id}\n")
 spinner = Spinner.new(Process.clock_gettime(Process::CLOCK_MONOTONIC) + Float(ARGV[0]))
 [Thread.new { spinner.left }, Thread.new { spinner.right }].each(&:join)
