@@ -14,8 +14,8 @@ use anyhow::{Context as _, Result, bail};
 
 use super::{
     compare::wait_with_usage,
+    folded::read_folded,
     median,
-    python::read_folded,
     workloads::{RunningWorkload, record_while, slowdown},
 };
 use crate::check;

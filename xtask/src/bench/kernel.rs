@@ -69,6 +69,53 @@ pub fn table(
     Ok(table)
 }
 
+/// The eBPF program's mean time per run and the ring's mean bytes per record on each of
+/// `programs` (labelled commands, each made with
+/// [`on_last_cpu`](super::workloads::on_last_cpu)), as a table for `section`,
+/// and those times in µs, in the order of `programs`: `profiler record -F 999 -d 4 -p PID`,
+/// the program started afresh for each of the `repetitions`, medians.
+pub fn pinned_costs(
+    profiler: &Path,
+    dir: &Path,
+    section: &str,
+    programs: Vec<(&str, Command)>,
+    repetitions: usize,
+) -> Result<(String, Vec<f64>)> {
+    let _stats = BpfStats::enable()?;
+    let mut text = String::from(
+        "Kernel cost: mean time the eBPF program spends per run (BPF run-time statistics) and mean bytes per record \
+         through the ring, `profiler record -F 999 -d 4 -p PID`, median of the repetitions. Each program runs on the \
+         last CPU: on this VM the same program takes about 1.6 times as long on the first one (cause not found), \
+         which made medians of unpinned runs swing between the two.\n\n\
+         | program | µs per sample program run | KiB per record |\n|---|---|---|\n",
+    );
+    let mut times = Vec::new();
+    for (label, mut command) in programs {
+        let (mut runs, mut bytes) = (Vec::new(), Vec::new());
+        for repetition in 0..repetitions {
+            eprintln!("xtask bench: {section} · kernel cost · {label} · run {}", repetition + 1);
+            let program = KillOnDrop(command.stdin(Stdio::null()).stdout(Stdio::null()).spawn()?);
+            let stderr = stderr_of(
+                Command::new(profiler)
+                    .args(["record", "-F", "999", "-d", "4", "-p", &program.0.id().to_string(), "-o"])
+                    .arg(dir.join(format!("{section}-cost.folded"))),
+            )?;
+            runs.push(
+                parse_after(&stderr, "kernel cost", " µs per sample program run")
+                    .with_context(|| format!("no kernel cost in the profiler's summary: {stderr}"))?,
+            );
+            bytes.push(
+                parse_after(&stderr, "ring", " KiB per record").context("no ring line in the summary")?,
+            );
+        }
+        let us = median(&mut runs);
+        writeln!(text, "| {label} | {us:.2} | {:.1} |", median(&mut bytes))?;
+        times.push(us);
+    }
+    text.push('\n');
+    Ok((text, times))
+}
+
 /// A copy of the workload running until killed.
 fn start(workload: &Workload) -> Result<KillOnDrop> {
     let child = Command::new(&workload.binary)

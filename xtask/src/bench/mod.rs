@@ -14,6 +14,7 @@
 //!   offcputime;
 //! - [`python`]: `profiler record` on a CPU-bound Python program, against py-spy, and the
 //!   kernel's cost per sample of Python frames;
+//! - [`ruby`]: the same on CPU-bound Ruby programs, against rbspy;
 //! - [`agent`]: `profiler agent -a` for ten minutes, its CPU and RSS;
 //! - [`long_run`]: a long `record -a` under a churn workload, the profiler's memory over time;
 //! - [`churn`]: `profiler agent` beside programs it has not seen, its memory and descriptors;
@@ -33,6 +34,7 @@ mod memory;
 mod naming;
 mod off_cpu;
 mod python;
+mod ruby;
 mod stages;
 mod undisturbed;
 mod workloads;
@@ -57,7 +59,7 @@ pub struct Options {
 }
 
 /// The sections of BENCHMARKS.md, in order.
-pub const SECTIONS: [&str; 15] = [
+pub const SECTIONS: [&str; 16] = [
     "compare",
     "kernel",
     "memory",
@@ -65,6 +67,7 @@ pub const SECTIONS: [&str; 15] = [
     "leaks",
     "off-cpu",
     "python",
+    "ruby",
     "java",
     "node",
     "agent",
@@ -103,6 +106,9 @@ pub fn run(root: &Path, options: &Options) -> Result<()> {
     }
     if wanted("python") {
         sections.push(("python", python::table(&tools.profiler, root, &src, &dir, repetitions)?));
+    }
+    if wanted("ruby") {
+        sections.push(("ruby", ruby::table(&tools.profiler, root, &src, &dir, repetitions)?));
     }
     for (section, subject) in jit_runtimes::SECTIONS {
         if wanted(section) {

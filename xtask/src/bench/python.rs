@@ -7,15 +7,15 @@
 use std::{
     fmt::Write as _,
     path::{Path, PathBuf},
-    process::{Command, Stdio},
+    process::Command,
 };
 
 use anyhow::{Context as _, Result, bail};
 
 use super::{
-    kernel::{BpfStats, parse_after},
-    median, verdict,
-    workloads::{self, KillOnDrop, RunningWorkload, on_last_cpu, record_while, slowdown},
+    folded::{read_folded, script_quality},
+    kernel, median, verdict,
+    workloads::{self, on_last_cpu},
 };
 use crate::check;
 
@@ -265,7 +265,7 @@ fn ensure_py_spy(root: &Path, python: &Path) -> Result<PathBuf> {
 
 fn measure(case: &Case, command: &Path, script: &Path, dir: &Path) -> Result<Run> {
     let seconds = (BEFORE + PROFILED + AFTER + 1.0).to_string();
-    let mut program = match &case.program {
+    let program = match &case.program {
         Program::Python { interpreter, .. } => {
             let mut program = Command::new(interpreter);
             program.arg(script).arg(&seconds);
@@ -277,26 +277,21 @@ fn measure(case: &Case, command: &Path, script: &Path, dir: &Path) -> Result<Run
             program
         }
     };
-    program.env("PROGRESS", "1");
-    let running = RunningWorkload::spawn(program)?;
-    running.wait_until(BEFORE);
-    let start_t = running.now();
-    let pid = running.pid().to_string();
     let hz = case.hz.to_string();
     let folded = dir.join("python.folded");
-    let mut record = Command::new(command);
-    match case.tool {
-        Tool::Profiler => record.args(["record", "-p", &pid, "-F", &hz, "-o"]).arg(&folded),
-        Tool::PySpy => record
-            .args(["record", "--nonblocking", "-r", &hz, "-p", &pid, "--format", "raw", "-o"])
-            .arg(&folded),
+    let record = |pid: &str| {
+        let mut record = Command::new(command);
+        match case.tool {
+            Tool::Profiler => record.args(["record", "-p", pid, "-F", &hz, "-o"]).arg(&folded),
+            Tool::PySpy => record
+                .args(["record", "--nonblocking", "-r", &hz, "-p", pid, "--format", "raw", "-o"])
+                .arg(&folded),
+        };
+        record
     };
-    let recorded = record_while(&running, record, Some(case.tool.ready_line()), PROFILED)?;
-    let progress = running.finish()?;
-    let slowdown = slowdown(&progress, start_t, recorded.stop_t)?;
+    let (recorded, slowdown) = workloads::attach(program, record, case.tool.ready_line(), BEFORE, PROFILED)?;
     let text = std::fs::read_to_string(&folded).unwrap_or_default();
-    let stacks = read_folded(&text);
-    let (samples, with_python, share_error) = python_quality(&stacks);
+    let (samples, with_python, share_error) = script_quality(&read_folded(&text), "shares.py", &SHARES);
     Ok(Run {
         slowdown,
         recording_cpu: recorded.cpu_percent(),
@@ -305,50 +300,6 @@ fn measure(case: &Case, command: &Path, script: &Path, dir: &Path) -> Result<Run
         samples,
         python: matches!(case.program, Program::Python { .. }).then_some((with_python, share_error)),
     })
-}
-
-/// Folded stacks: frames root first, and counts.
-pub fn read_folded(text: &str) -> Vec<(Vec<&str>, u64)> {
-    text.lines()
-        .filter_map(|line| {
-            let (stack, count) = line.rsplit_once(' ')?;
-            Some((stack.split(';').collect(), count.parse().ok()?))
-        })
-        .collect()
-}
-
-/// The name of a Python frame of shares.py (`alpha (/path/shares.py:17)` as the profiler and
-/// py-spy both write them), `None` for any other frame.
-fn script_function(frame: &str) -> Option<&str> {
-    let (name, place) = frame.strip_suffix(')')?.rsplit_once(" (")?;
-    let file = place.rsplit_once(':')?.0;
-    (file == "shares.py" || file.ends_with("/shares.py")).then_some(name)
-}
-
-/// Of folded stacks of shares.py: the samples, the percent of them with a frame of the script,
-/// and the largest distance in points between a function's share of those and what it burns.
-fn python_quality(stacks: &[(Vec<&str>, u64)]) -> (u64, f64, f64) {
-    let samples: u64 = stacks.iter().map(|(_, n)| n).sum();
-    let in_script = |keep: &dyn Fn(&str) -> bool| -> u64 {
-        stacks
-            .iter()
-            .filter(|(frames, _)| frames.iter().filter_map(|f| script_function(f)).any(keep))
-            .map(|(_, n)| n)
-            .sum()
-    };
-    let with_python = in_script(&|_| true);
-    if with_python == 0 {
-        return (samples, 0.0, 100.0);
-    }
-    // `Burner.gamma` (a qualified name) or `gamma`, as a tool names it.
-    let share_error = SHARES
-        .iter()
-        .map(|&(function, share)| {
-            let named = in_script(&|name| name == function || name.ends_with(&format!(".{function}")));
-            (100.0 * named as f64 / with_python as f64 - share).abs()
-        })
-        .fold(0.0, f64::max);
-    (samples, 100.0 * with_python as f64 / samples as f64, share_error)
 }
 
 /// The eBPF program's time per sample and ring bytes per record, at 999 Hz, on the Python
@@ -361,7 +312,7 @@ fn kernel_cost(
     dir: &Path,
     repetitions: usize,
 ) -> Result<(String, f64)> {
-    let programs: [(&str, Command); 3] = [
+    let programs = vec![
         ("Python 3.12 (`shares.py`, 3 Python frames)", {
             let mut command = on_last_cpu(python);
             command.arg(script).arg("60");
@@ -379,61 +330,7 @@ fn kernel_cost(
             command
         }),
     ];
-    let _stats = BpfStats::enable()?;
-    let mut deep_us = f64::NAN;
-    let mut text = String::from(
-        "Kernel cost: mean time the eBPF program spends per run (BPF run-time statistics) and mean bytes per record \
-         through the ring, `profiler record -F 999 -d 4 -p PID`, median of the repetitions. Each program runs on the \
-         last CPU: on this VM the same program takes about 1.6 times as long on the first one (cause not found), \
-         which made medians of unpinned runs swing between the two.\n\n\
-         | program | µs per sample program run | KiB per record |\n|---|---|---|\n",
-    );
-    for (label, mut command) in programs {
-        let (mut runs, mut bytes) = (Vec::new(), Vec::new());
-        for repetition in 0..repetitions {
-            eprintln!("xtask bench: python · kernel cost · {label} · run {}", repetition + 1);
-            let program = KillOnDrop(command.stdin(Stdio::null()).stdout(Stdio::null()).spawn()?);
-            let out = Command::new(profiler)
-                .args(["record", "-F", "999", "-d", "4", "-p", &program.0.id().to_string(), "-o"])
-                .arg(dir.join("python-cost.folded"))
-                .output()
-                .context("cannot run the profiler")?;
-            let stderr = String::from_utf8_lossy(&out.stderr);
-            runs.push(
-                parse_after(&stderr, "kernel cost", " µs per sample program run")
-                    .with_context(|| format!("no kernel cost in the profiler's summary: {stderr}"))?,
-            );
-            bytes.push(
-                parse_after(&stderr, "ring", " KiB per record").context("no ring line in the summary")?,
-            );
-        }
-        let us = median(&mut runs);
-        if label.contains("100 Python frames") {
-            deep_us = us;
-        }
-        writeln!(text, "| {label} | {us:.2} | {:.1} |", median(&mut bytes))?;
-    }
-    text.push('\n');
-    Ok((text, deep_us))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn shares_of_the_script_functions() {
-        // The profiler's frames (full paths, qualified names) and py-spy's (file names) alike.
-        let folded = "python3.12;_start;<module> (/w/shares.py:50);alpha (/w/shares.py:17) 50\n\
-                      python3.12;<module> (/w/shares.py:50);beta (/w/shares.py:24) 30\n\
-                      <module> (shares.py:50);gamma (shares.py:31) 10\n\
-                      python3.12;<module> (/w/shares.py:50);Burner.gamma (/w/shares.py:31) 10\n\
-                      python3.12;_start;Py_RunMain 100\n";
-        let (samples, with_python, share_error) = python_quality(&read_folded(folded));
-        assert_eq!(samples, 200);
-        assert!((with_python - 50.0).abs() < 1e-9);
-        assert!(share_error.abs() < 1e-9);
-        assert_eq!(script_function("alpha (/w/other.py:3)"), None);
-        assert_eq!(script_function("deflate"), None);
-    }
+    let (text, times) = kernel::pinned_costs(profiler, dir, "python", programs, repetitions)?;
+    // The second program's: 100 Python frames.
+    Ok((text, times[1]))
 }

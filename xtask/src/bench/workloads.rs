@@ -384,6 +384,27 @@ pub fn record_while(
     Ok(Recorded { stop_t, cpu_ns, window, recorded_for, usage })
 }
 
+/// `program`, which prints progress lines with `PROGRESS=1`, alone for `before` seconds (of its
+/// clock), recorded for `profiled` seconds by the tool `record` makes of its pid (which samples
+/// once it prints a line starting with `ready`; see [`record_while`]), then alone to its end: the
+/// recording, and the program's slowdown while recorded.
+pub fn attach(
+    mut program: Command,
+    record: impl FnOnce(&str) -> Command,
+    ready: &'static str,
+    before: f64,
+    profiled: f64,
+) -> Result<(Recorded, f64)> {
+    program.env("PROGRESS", "1");
+    let running = RunningWorkload::spawn(program)?;
+    running.wait_until(before);
+    let start_t = running.now();
+    let recorded = record_while(&running, record(&running.pid().to_string()), Some(ready), profiled)?;
+    let progress = running.finish()?;
+    let slowdown = slowdown(&progress, start_t, recorded.stop_t)?;
+    Ok((recorded, slowdown))
+}
+
 /// A channel told once `output` (the tool's stdout or stderr) prints a line starting with `line`;
 /// the pipe is read to its end so that the tool never blocks on it.
 pub fn ready_signal(output: impl Read + Send + 'static, line: &'static str, tx: Sender<()>) {
