@@ -385,3 +385,46 @@ fn ruby_threads_waiting_for_the_gvl_say_so() {
         assert_eq!(weight(&main, waiting), 0, "the main thread, joining, waits for the GVL");
     });
 }
+
+/// YJIT's code (3.1 with `--yjit`; Debian's 3.3 is built without it) has no CFI and no perf map:
+/// where the native unwind stops in it, it is said to be unread, and the Ruby frames are whole
+/// all the same, from the VM's own records.
+#[test]
+fn yjit_code_is_said_to_be_unread_under_whole_ruby_frames() {
+    if !e2e_enabled() {
+        return;
+    }
+    const YJIT: &str = "[YJIT code: not read]";
+    let ruby = rubies().iter().find(|ruby| ruby.minor == 1).expect("Debian's Ruby 3.1, built with YJIT");
+    let dir = scratch_dir("ruby-yjit");
+    let _shared = beside_others();
+    let mut script = KillOnDrop(
+        ruby.command()
+            .args(["--yjit", "--yjit-call-threshold=1"])
+            .arg(script("shares.rb"))
+            .arg("60")
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("start shares.rb under YJIT"),
+    );
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let out = dir.join("out.folded");
+    let pid = script.pid().to_string();
+    let run = run_bounded(&["record", "-F", "499", "-d", "3", "-o", out.to_str().unwrap(), "-p", &pid]);
+    assert!(run.status.success(), "the profiler failed: {}", String::from_utf8_lossy(&run.stderr));
+    assert!(script.0.try_wait().unwrap().is_none(), "shares.rb ended before the recording did");
+    let folded = Folded::read(&out);
+    let stacks: Vec<(&[String], u64)> = folded.stacks.iter().map(|(frames, n)| (&frames[1..], *n)).collect();
+    assert_most(&stacks, 1.0 - SLACK, "samples under YJIT hold Ruby frames whole from <main>", |frames| {
+        ruby_frames(frames, &[]).first().is_some_and(|outer| outer.name == "<main>")
+    });
+    let in_jit = |frames: &[String]| frames.iter().any(|frame| frame.starts_with(YJIT));
+    assert_most(&stacks, 0.5, &format!("samples under YJIT are in {YJIT}"), in_jit);
+    assert_eq!(
+        weight(&stacks, |frames| {
+            !ruby_frames(frames, &[]).is_empty() && frames.iter().any(|frame| frame == "[unknown]")
+        }),
+        0,
+        "code in anonymous memory left unnamed under Ruby frames"
+    );
+}

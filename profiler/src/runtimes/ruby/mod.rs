@@ -233,6 +233,7 @@ impl Runtime for Ruby {
             _ => false,
         };
         merge(native, &runs, is_vm_exec, frames);
+        name_jit_code(frames, functions);
     }
 
     fn describe(&self, _running: &mut dyn Iterator<Item = &Running>) -> Vec<String> {
@@ -304,6 +305,21 @@ fn thread_local_offset(memory: &mut ProcessMemory, vm: &Vm, bias: u64) -> Result
         return Err(Refusal::Never(anyhow!("the main thread's ruby_current_ec is not its own")));
     }
     Ok(offset)
+}
+
+/// Names the code in anonymous memory inner to a sample's Ruby frames (`frames`, merged,
+/// innermost first) as YJIT's, the one JIT of a Ruby process that writes no file: 3.1's writes no
+/// perf map either, and its code has no CFI, so the native unwind stopped there.
+fn name_jit_code(frames: &mut [Frame], functions: &mut Functions) {
+    let Some(innermost_ruby) = frames.iter().position(|frame| matches!(frame, Frame::Runtime { .. })) else {
+        return;
+    };
+    for frame in &mut frames[..innermost_ruby] {
+        if matches!(frame, Frame::Anonymous { .. }) {
+            let function = functions.intern("[YJIT code: not read]", "", 0, SymbolKind::Jit, Some(LANGUAGE));
+            *frame = Frame::Runtime { function: function.id, line: 0 };
+        }
+    }
 }
 
 /// The frame that says what a thread did besides running its frames, by its record's flags
