@@ -261,8 +261,7 @@ fn record_stack(ctx: &RetProbeContext, pid_tgid: u64, time_ns: u64, allocation: 
     stack::fill_ids(header, pid_tgid, time_ns);
     let regs = unsafe { &*ctx.regs };
     header.flags = sample_flags::USER_REGS;
-    (header.user_ip, header.user_sp, header.user_bp, header.runtime.r13) =
-        (regs.rip, regs.rsp, regs.rbp, regs.r13);
+    stack::take_user_regs(header, regs);
     // A short copy only shortens the stack; the sampler's counters have no leak analogue.
     let (len, _) = stack::take_native_stacks(ctx, sample, false);
     runtimes::hand_over(ctx, &ALLOC_RETURN_WALKERS, &draft, len);

@@ -133,7 +133,7 @@ fn fill_regs(ctx: &PerfEventContext, h: &mut SampleHeader) -> bool {
     let regs = unsafe { &(*ctx.ctx).regs };
     if regs.cs & 3 == USER_MODE_RPL {
         h.flags = sample_flags::USER_REGS;
-        (h.user_ip, h.user_sp, h.user_bp, h.runtime.r13) = (regs.rip, regs.rsp, regs.rbp, regs.r13);
+        stack::take_user_regs(h, regs);
         return false;
     }
     // Kernel mode: the user registers are the ones saved when the thread entered the kernel.

@@ -25,7 +25,7 @@ use aya_ebpf::{
 use profiler_common::{
     AllocationHeader, FramePointers, MAX_RUNTIME_FRAMES_BYTES, MAX_SAMPLE_SIZE, MAX_STACK_COPY,
     MAX_STACK_DEPTH, RuntimeTrailer, SAMPLE_HEADER_SIZE, STACK_PAGE_SIZE, SampleHeader, frames_offset,
-    runtimes::{RuntimeKind, RuntimeProcess, RuntimeWalk},
+    runtimes::{RUNTIME_REGISTERS, RuntimeKind, RuntimeProcess, RuntimeWalk, UserRegister},
     sample_flags,
 };
 
@@ -184,8 +184,17 @@ pub fn fill_saved_user_regs(h: &mut SampleHeader) {
         && saved.cs & 3 == USER_MODE_RPL
     {
         h.flags |= sample_flags::USER_REGS;
-        (h.user_ip, h.user_sp, h.user_bp, h.runtime.r13) = (saved.rip, saved.rsp, saved.rbp, saved.r13);
+        take_user_regs(h, &saved);
     }
+}
+
+/// The user registers of `regs` that a sample's header keeps: the instruction, stack and frame
+/// pointers, and those runtimes need ([`RUNTIME_REGISTERS`]).
+pub fn take_user_regs(h: &mut SampleHeader, regs: &pt_regs) {
+    (h.user_ip, h.user_sp, h.user_bp) = (regs.rip, regs.rsp, regs.rbp);
+    h.runtime.registers = RUNTIME_REGISTERS.map(|register| match register {
+        UserRegister::R13 => regs.r13,
+    });
 }
 
 /// Takes the native stacks of a sample whose header (ids and registers) is filled in, `sample`

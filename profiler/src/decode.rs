@@ -6,7 +6,7 @@ use bytemuck::pod_read_unaligned;
 use profiler_common::{
     AllocationHeader, MAX_RUNTIME_FRAMES_BYTES, MAX_STACK_DEPTH, SAMPLE_HEADER_SIZE, SampleHeader,
     TASK_COMM_LEN, frames_offset, maps,
-    runtimes::{RuntimeKind, RuntimeWalk},
+    runtimes::{RUNTIME_REGISTERS, RuntimeKind, RuntimeWalk, UserRegister, register_index},
     sample_flags,
 };
 
@@ -133,8 +133,15 @@ pub struct UserRegs {
     pub ip: u64,
     pub sp: u64,
     pub bp: u64,
-    /// HotSpot's interpreter keeps its bytecode pointer there.
-    pub r13: u64,
+    /// Those runtimes need, as [`RUNTIME_REGISTERS`] declares them.
+    pub registers: [u64; RUNTIME_REGISTERS.len()],
+}
+
+impl UserRegs {
+    /// The value of a register a runtime declared it needs.
+    pub fn register(&self, register: UserRegister) -> u64 {
+        self.registers[register_index(register)]
+    }
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -234,7 +241,7 @@ impl<'a> SampleRecord<'a> {
             ip: h.user_ip,
             sp: h.user_sp,
             bp: h.user_bp,
-            r13: h.runtime.r13,
+            registers: h.runtime.registers,
         })
     }
 
@@ -318,7 +325,12 @@ mod tests {
         assert_eq!(sample.user_stack().iter().collect::<Vec<_>>(), USER);
         assert_eq!(
             sample.user_regs(),
-            Some(UserRegs { ip: 0x5555_0000_1234, sp: 0x7ffc_0000_1000, bp: 0x7ffc_0000_1040, r13: 0 })
+            Some(UserRegs {
+                ip: 0x5555_0000_1234,
+                sp: 0x7ffc_0000_1000,
+                bp: 0x7ffc_0000_1040,
+                registers: [0]
+            })
         );
         assert!(!sample.stack_truncated());
         assert_eq!(sample.stack_copy(), [1, 2, 3, 4, 5, 6, 7, 8]);

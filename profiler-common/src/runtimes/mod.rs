@@ -87,10 +87,34 @@ pub struct RuntimeTrailer {
     pub walk: u16,
     /// Bytes of frame records after the kernel stack, at most [`MAX_RUNTIME_FRAMES_BYTES`].
     pub frames_bytes: u32,
-    /// The user r13, taken with the other user registers: HotSpot's interpreter keeps the
-    /// bytecode pointer of the method it runs there (the frame slot it is saved to is only
-    /// brought up to date at calls).
-    pub r13: u64,
+    /// The user registers of [`RUNTIME_REGISTERS`], in its order, taken with the others.
+    pub registers: [u64; RUNTIME_REGISTERS.len()],
+}
+
+/// A user register besides the instruction, stack and frame pointers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UserRegister {
+    R13,
+}
+
+/// The user registers runtimes need of each sample, each declared here by its runtime: every
+/// sample takes them with the others (8 bytes of each record a register, and nothing to look up).
+pub const RUNTIME_REGISTERS: [UserRegister; 1] = [
+    // HotSpot's interpreter keeps the bytecode pointer of the method it runs there (the frame
+    // slot it is saved to is only brought up to date at calls).
+    UserRegister::R13,
+];
+
+/// Where `register` is in [`RuntimeTrailer::registers`].
+pub const fn register_index(register: UserRegister) -> usize {
+    let mut index = 0;
+    while index < RUNTIME_REGISTERS.len() {
+        if RUNTIME_REGISTERS[index] as u8 == register as u8 {
+            return index;
+        }
+        index += 1;
+    }
+    panic!("a register no runtime declared")
 }
 
 /// Most bytes of frame records a sample carries: the largest of any runtime's.

@@ -85,5 +85,10 @@ pub fn walk(
         return;
     }
     let (walk, frames_bytes) = walk(process, h.tid, frames);
-    h.runtime = RuntimeTrailer { kind: process.kind, walk: walk as u16, frames_bytes, r13: h.runtime.r13 };
+    h.runtime = RuntimeTrailer {
+        kind: process.kind,
+        walk: walk as u16,
+        frames_bytes,
+        registers: h.runtime.registers,
+    };
 }

@@ -24,6 +24,7 @@ pub(crate) mod vm_structs;
 use std::{ops::Range, sync::Arc};
 
 use anyhow::{Context as _, Result, bail};
+use profiler_common::runtimes::UserRegister;
 use rustc_hash::FxHashMap;
 
 pub(crate) use self::stack::Physical;
@@ -131,7 +132,7 @@ impl Runtime for HotSpot {
         time_ns: u64,
         regs: &UserRegs,
     ) -> Option<&'a mut dyn RuntimeCode> {
-        jvm.begin_stack(time_ns, regs.r13);
+        jvm.begin_stack(time_ns, regs.register(UserRegister::R13));
         Some(jvm)
     }
 
