@@ -94,6 +94,12 @@ pub mod stages {
         };
     }
 
+    /// Ruby's frames named from any memory, and its objects made by hand (the `ruby_names`
+    /// fuzz target).
+    pub mod ruby {
+        pub use crate::runtimes::ruby::fixture;
+    }
+
     /// CPython's code objects and line tables over any memory (the Python fuzz targets and
     /// benchmarks).
     pub mod python {

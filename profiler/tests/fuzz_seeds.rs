@@ -27,6 +27,7 @@ const TARGETS: &[(&str, Check)] = targets![
     python_code_object,
     python_line_table,
     raw_recording,
+    ruby_names,
     task_event,
     unwind_stack,
     v8_walk,

@@ -12,6 +12,7 @@ pub mod proc_text;
 pub mod python_code_object;
 pub mod python_line_table;
 pub mod raw_recording;
+pub mod ruby_names;
 pub mod task_event;
 pub mod unwind_stack;
 pub mod v8_walk;

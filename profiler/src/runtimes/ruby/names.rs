@@ -6,6 +6,8 @@
 //! each object's type tag is checked before its fields are believed, every length and count is
 //! bounded before anything is read or kept by it, and a reader never loops on what it reads.
 mod class_path;
+#[cfg(any(test, feature = "testing"))]
+pub mod fixture;
 mod line_table;
 mod objects;
 mod symbols;

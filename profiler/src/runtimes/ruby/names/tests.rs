@@ -1,58 +1,20 @@
 //! The readers against target memory made by hand, laid out as docs/ruby-layouts.md has 3.1's
 //! and 3.3's objects, and against what a hostile or changing target may leave there.
-use std::collections::BTreeMap;
-
-use anyhow::{Result, anyhow};
+use anyhow::Result;
 
 use super::{
-    Iseq, Method, full_label,
+    Iseq, Method,
+    fixture::{self, BASE, BLOCK, Fake, LOCAL, METHOD, Memory, Sequence, T_IMEMO_ISEQ, T_IMEMO_MENT, worker},
+    full_label,
     line_table::MAX_ENTRIES,
     objects::{CUT, Heap, MAX_STRING_BYTES},
     read_iseq, read_method,
     symbols::id_name,
 };
 use crate::runtimes::ruby::layout::{
-    ClassLayout, EmbeddedLength, FL_SINGLETON, IMEMO_ISEQ, IMEMO_MENT, Layout, METHOD_TYPE_CFUNC,
-    METHOD_TYPE_ISEQ, STRING_NOEMBED, T_ARRAY, T_CLASS, T_ICLASS, T_IMEMO, T_MODULE, T_STRING, layout,
+    EmbeddedLength, FL_SINGLETON, METHOD_TYPE_CFUNC, METHOD_TYPE_ISEQ, T_ARRAY, T_CLASS, T_ICLASS, T_IMEMO,
+    T_MODULE, T_STRING, layout,
 };
-
-/// Where the pieces of memory start; each is followed by a gap, so a read past its end fails.
-const BASE: u64 = 0x7f00_0000_0000;
-
-/// Target memory: pieces at addresses.
-#[derive(Default)]
-struct Memory {
-    pieces: BTreeMap<u64, Vec<u8>>,
-    next: u64,
-}
-
-impl Memory {
-    fn alloc(&mut self, bytes: Vec<u8>) -> u64 {
-        let addr = self.next.max(BASE);
-        self.next = (addr + bytes.len() as u64 + 64 + 63) & !63;
-        self.pieces.insert(addr, bytes);
-        addr
-    }
-
-    fn read(&self, addr: u64, buffer: &mut [u8]) -> Result<()> {
-        let unmapped = || anyhow!("{} bytes at {addr:#x} are not mapped", buffer.len());
-        let (start, bytes) = self.pieces.range(..=addr).next_back().ok_or_else(unmapped)?;
-        let from = usize::try_from(addr - start).map_err(|_| unmapped())?;
-        let piece = from.checked_add(buffer.len()).and_then(|to| bytes.get(from..to)).ok_or_else(unmapped)?;
-        buffer.copy_from_slice(piece);
-        Ok(())
-    }
-
-    fn write(&mut self, addr: u64, value: &[u8]) {
-        let (start, bytes) = self.pieces.range_mut(..=addr).next_back().expect("a piece");
-        let from = (addr - start) as usize;
-        bytes[from..from + value.len()].copy_from_slice(value);
-    }
-
-    fn write_u64(&mut self, addr: u64, value: u64) {
-        self.write(addr, &value.to_le_bytes());
-    }
-}
 
 /// What the readers asked of memory.
 #[derive(Debug, Default)]
@@ -61,314 +23,15 @@ struct Reads {
     longest: usize,
 }
 
-/// Little-endian words at offsets of an object being built.
-fn put(bytes: &mut [u8], offset: u64, value: u64) {
-    bytes[offset as usize..offset as usize + 8].copy_from_slice(&value.to_le_bytes());
-}
-
-const T_IMEMO_ISEQ: u64 = T_IMEMO | IMEMO_ISEQ << 12;
-const T_IMEMO_MENT: u64 = T_IMEMO | IMEMO_MENT << 12;
-/// Body types.
+/// Body types besides the fixture's.
 const TOP: u32 = 0;
-const METHOD: u32 = 1;
-const BLOCK: u32 = 2;
 const MAIN: u32 = 7;
-/// ID scopes (with `ID_STATIC_SYM`).
-const LOCAL: u64 = 0x01;
-const INSTANCE: u64 = 0x03;
 /// `VM_METHOD_TYPE_BMETHOD` (`define_method`).
 const METHOD_TYPE_BMETHOD: u8 = 4;
 
-/// A Ruby process's objects, made by hand for one release.
-struct Fake {
-    memory: Memory,
-    layout: &'static Layout,
-    /// `ruby_global_symbols`, its `ids`, their elements, and its chunks.
-    symbols: u64,
-    ids: u64,
-    ids_elements: u64,
-    chunks: Vec<u64>,
-    last_id: u64,
-    /// 3.1's hidden instance variables' IDs, and an ordinary one's.
-    classpath_id: u64,
-    attached_id: u64,
-    count_id: u64,
-}
-
-/// An instruction sequence to make.
-struct Sequence<'a> {
-    kind: u32,
-    label: &'a str,
-    base_label: &'a str,
-    /// `pathobj`: a String, or an Array of it and a real path.
-    path: &'a str,
-    path_in_array: bool,
-    first_line: u32,
-    words: u32,
-    /// (position, line) of each `insns_info` entry.
-    entries: &'a [(u32, i32)],
-    /// `None`: itself.
-    local_iseq: Option<u64>,
-}
-
-impl Default for Sequence<'_> {
-    fn default() -> Self {
-        Self {
-            kind: METHOD,
-            label: "deep",
-            base_label: "deep",
-            path: "t.rb",
-            path_in_array: false,
-            first_line: 12,
-            words: 20,
-            entries: &[(0, 13), (4, 14), (9, 16)],
-            local_iseq: None,
-        }
-    }
-}
-
-/// The layout's slot for an object of `bytes` (3.3 allocates in 40, 80, 160, 320, 640).
-fn slot(bytes: usize) -> usize {
-    [40, 80, 160, 320, 640].into_iter().find(|&slot| slot >= bytes).unwrap_or(bytes)
-}
-
 impl Fake {
-    fn new(minor: u32) -> Self {
-        let layout = layout(3, minor).unwrap();
-        let mut memory = Memory::default();
-        let ids_elements = memory.alloc(vec![0; 8 * 4]);
-        let mut ids = vec![0; 40];
-        put(&mut ids, 0, T_ARRAY);
-        put(&mut ids, 32, ids_elements);
-        let ids = memory.alloc(ids);
-        let mut symbols = vec![0; 32];
-        put(&mut symbols, 16, ids);
-        let symbols = memory.alloc(symbols);
-        let mut fake = Self {
-            memory,
-            layout,
-            symbols,
-            ids,
-            ids_elements,
-            chunks: Vec::new(),
-            last_id: 0,
-            classpath_id: 0,
-            attached_id: 0,
-            count_id: 0,
-        };
-        // The IDs interned at build time come first.
-        fake.last_id = 300;
-        fake.classpath_id = fake.intern("__classpath__", LOCAL);
-        fake.attached_id = fake.intern("__attached__", LOCAL);
-        fake.count_id = fake.intern("@count", INSTANCE);
-        fake
-    }
-
     fn both() -> [Self; 2] {
         [Self::new(1), Self::new(3)]
-    }
-
-    fn minor(&self) -> u32 {
-        if self.layout.control_frame_bytes == 64 { 1 } else { 3 }
-    }
-
-    /// A String, embedded when it fits its release's embedded strings.
-    fn string(&mut self, text: &str) -> u64 {
-        self.string_of(text.as_bytes(), text.len() as u64 <= self.layout.string.max_embedded)
-    }
-
-    fn string_of(&mut self, bytes: &[u8], embedded: bool) -> u64 {
-        let layout = &self.layout.string;
-        let len = bytes.len() as u64;
-        if !embedded {
-            let data = self.memory.alloc(bytes.to_vec());
-            let mut object = vec![0; 40];
-            put(&mut object, 0, T_STRING | STRING_NOEMBED);
-            put(&mut object, 16, len);
-            put(&mut object, 24, data);
-            return self.memory.alloc(object);
-        }
-        let data = layout.embedded_data as usize;
-        let mut object = vec![0; slot(data + bytes.len() + 1)];
-        match layout.embedded_length {
-            EmbeddedLength::InFlags => put(&mut object, 0, T_STRING | len << 14),
-            EmbeddedLength::Field => {
-                put(&mut object, 0, T_STRING);
-                put(&mut object, 16, len);
-            }
-        }
-        object[data..data + bytes.len()].copy_from_slice(bytes);
-        self.memory.alloc(object)
-    }
-
-    /// An Array, embedded when `embedded`.
-    fn array(&mut self, elements: &[u64], embedded: bool) -> u64 {
-        let words: Vec<u8> = elements.iter().flat_map(|element| element.to_le_bytes()).collect();
-        if embedded {
-            let mut object = vec![0; slot(16 + words.len())];
-            put(&mut object, 0, T_ARRAY | 1 << 13 | (elements.len() as u64) << 15);
-            object[16..16 + words.len()].copy_from_slice(&words);
-            return self.memory.alloc(object);
-        }
-        let data = self.memory.alloc(words);
-        let mut object = vec![0; 40];
-        put(&mut object, 0, T_ARRAY);
-        put(&mut object, 16, elements.len() as u64);
-        put(&mut object, 32, data);
-        self.memory.alloc(object)
-    }
-
-    /// Interns `name` at the next serial, in `scope`.
-    fn intern(&mut self, name: &str, scope: u64) -> u64 {
-        self.last_id += 1;
-        self.intern_at(self.last_id, name);
-        self.last_id << 4 | scope
-    }
-
-    /// Puts `name` at `serial` of the table, making its chunk when it is the first.
-    fn intern_at(&mut self, serial: u64, name: &str) {
-        let chunk = (serial / 512) as usize;
-        while self.chunks.len() <= chunk {
-            let new = self.array(&[0; 1024], false);
-            self.memory.write_u64(self.ids_elements + 8 * self.chunks.len() as u64, new);
-            self.chunks.push(new);
-        }
-        self.memory.write_u64(self.ids + 16, self.chunks.len() as u64);
-        let string = self.string(name);
-        let elements = self.word(self.chunks[chunk] + 32);
-        self.memory.write_u64(elements + serial % 512 * 16, string);
-        self.last_id = self.last_id.max(serial);
-        self.memory.write(self.symbols, &(self.last_id as u32).to_le_bytes());
-    }
-
-    fn word(&self, addr: u64) -> u64 {
-        let mut bytes = [0; 8];
-        self.memory.read(addr, &mut bytes).unwrap();
-        u64::from_le_bytes(bytes)
-    }
-
-    /// A class (or module: `tag`) with a path, or a singleton class attached to `attached`.
-    fn class(&mut self, tag: u64, path: Option<&str>, attached: Option<u64>) -> u64 {
-        let flags = tag | if attached.is_some() { FL_SINGLETON } else { 0 };
-        let path = path.map(|path| self.string(path));
-        match self.layout.class {
-            ClassLayout::Fields { classpath, attached_object } => {
-                let mut object = vec![0; 160];
-                put(&mut object, 0, flags);
-                put(&mut object, classpath, path.unwrap_or(0));
-                put(&mut object, attached_object, attached.unwrap_or(0));
-                self.memory.alloc(object)
-            }
-            ClassLayout::IvarTable { ext, iv_tbl } => {
-                let deleted = self.string("Deleted");
-                // Entry 0 is before the table's start, entry 1 deleted, entry 2 an instance
-                // variable whose name is never looked up (its ID is not in the table).
-                let mut entries =
-                    vec![(7, self.classpath_id, deleted), (u64::MAX, self.classpath_id, deleted)];
-                entries.push((3, self.count_id | 0xfff << 40, 1));
-                if let Some(path) = path {
-                    entries.push((4, self.classpath_id, path));
-                }
-                if let Some(attached) = attached {
-                    entries.push((5, self.attached_id, attached));
-                }
-                let table = self.ivar_table(&entries, 1);
-                let mut classext = vec![0; 16];
-                put(&mut classext, iv_tbl, table);
-                let classext = self.memory.alloc(classext);
-                let mut object = vec![0; 40];
-                put(&mut object, 0, flags);
-                put(&mut object, ext, classext);
-                self.memory.alloc(object)
-            }
-        }
-    }
-
-    /// An `st_table` of `entries` ({hash, key, record}), live from `start`.
-    fn ivar_table(&mut self, entries: &[(u64, u64, u64)], start: u64) -> u64 {
-        let bytes: Vec<u8> = entries
-            .iter()
-            .flat_map(|&(hash, key, value)| [hash, key, value])
-            .flat_map(u64::to_le_bytes)
-            .collect();
-        let entries_at = self.memory.alloc(bytes);
-        let mut table = vec![0; 56];
-        table[0] = 3;
-        put(&mut table, 16, entries.len() as u64 - start);
-        put(&mut table, 32, start);
-        put(&mut table, 40, entries.len() as u64);
-        put(&mut table, 48, entries_at);
-        self.memory.alloc(table)
-    }
-
-    /// An ICLASS: `module` as included somewhere.
-    fn iclass(&mut self, module: u64) -> u64 {
-        let mut object = vec![0; 160];
-        put(&mut object, 0, T_ICLASS);
-        put(&mut object, 8, module);
-        self.memory.alloc(object)
-    }
-
-    /// An instruction sequence, its `insns_info` and index made as Ruby makes them.
-    fn iseq(&mut self, sequence: &Sequence<'_>) -> u64 {
-        let layout = &self.layout.body;
-        let iseq = self.memory.alloc(vec![0; 40]);
-        let encoded = self.memory.alloc(vec![0; 8 * sequence.words as usize]);
-        let info: Vec<u8> =
-            sequence.entries.iter().flat_map(|&(_, line)| [line, 0, 0]).flat_map(i32::to_le_bytes).collect();
-        let info = self.memory.alloc(info);
-        let positions: Vec<u32> = sequence.entries.iter().map(|&(position, _)| position).collect();
-        let index = succinct_index(sequence.words, &positions);
-        let index = self.memory.alloc(index.into_iter().flat_map(u64::to_le_bytes).collect());
-        let mut path = self.string(sequence.path);
-        if sequence.path_in_array {
-            let real_path = self.string(&format!("/home/me/{}", sequence.path));
-            path = self.array(&[path, real_path], true);
-        }
-        let mut body = vec![0; 256];
-        body[0..4].copy_from_slice(&sequence.kind.to_le_bytes());
-        body[4..8].copy_from_slice(&sequence.words.to_le_bytes());
-        put(&mut body, 8, encoded);
-        put(&mut body, 64, path);
-        put(&mut body, 72, self.string(sequence.base_label));
-        put(&mut body, 80, self.string(sequence.label));
-        match self.minor() {
-            1 => put(&mut body, 88, u64::from(sequence.first_line) << 1 | 1),
-            _ => body[88..92].copy_from_slice(&sequence.first_line.to_le_bytes()),
-        }
-        put(&mut body, layout.insns_info, info);
-        body[layout.insns_info_size as usize..][..4]
-            .copy_from_slice(&(sequence.entries.len() as u32).to_le_bytes());
-        put(&mut body, layout.succ_index_table, index);
-        put(&mut body, layout.local_iseq, sequence.local_iseq.unwrap_or(iseq));
-        let body = self.memory.alloc(body);
-        self.memory.write_u64(iseq, T_IMEMO_ISEQ);
-        self.memory.write_u64(iseq + 16, body);
-        iseq
-    }
-
-    /// `iseq`'s body and where its instructions are.
-    fn body(&self, iseq: u64) -> (u64, u64) {
-        let body = self.word(iseq + 16);
-        (body, self.word(body + 8))
-    }
-
-    /// A method entry of `kind` named `name`.
-    fn method(&mut self, kind: u8, name: &str, defined_class: u64, owner: u64, iseq: u64) -> u64 {
-        let id = self.intern(name, LOCAL);
-        let mut definition = vec![0; 48];
-        // `alias_count` and more are in the bits above the type.
-        definition[0] = kind | 0x50;
-        put(&mut definition, 8, iseq);
-        put(&mut definition, 32, id);
-        let definition = self.memory.alloc(definition);
-        let mut entry = vec![0; 40];
-        put(&mut entry, 0, T_IMEMO_MENT);
-        put(&mut entry, 8, defined_class);
-        put(&mut entry, 16, definition);
-        put(&mut entry, 24, id);
-        put(&mut entry, 32, owner);
-        self.memory.alloc(entry)
     }
 
     /// Runs `reading` with a reader of this memory, and says what it read.
@@ -401,45 +64,6 @@ impl Fake {
     fn id_name(&self, id: u64) -> Result<String> {
         self.reading(|read| id_name(&mut Heap::new(read, self.layout), self.symbols, id)).0
     }
-}
-
-/// `succ_index_table_create`: the index of the entries starting at `positions`, in a sequence
-/// of `words` instructions, as words.
-fn succinct_index(words: u32, positions: &[u32]) -> Vec<u64> {
-    const IMMEDIATE: u32 = 54;
-    let immediate_words = if words < IMMEDIATE { words.div_ceil(9) } else { IMMEDIATE / 9 } as usize;
-    let blocks = if words < IMMEDIATE { 0 } else { (words - IMMEDIATE).div_ceil(512) } as usize;
-    let mut index = vec![0u64; immediate_words + 10 * blocks];
-    let mut started = 0;
-    for (word, counts) in index[..immediate_words].iter_mut().enumerate() {
-        for i in 0..9 {
-            if positions.get(started) == Some(&(word as u32 * 9 + i)) {
-                started += 1;
-            }
-            *counts |= (started as u64) << (7 * i);
-        }
-    }
-    for block in 0..blocks {
-        let at = 6 + 10 * block;
-        index[at] = started as u64;
-        let mut small_rank = 0;
-        for small in 0..8 {
-            if small > 0 {
-                index[at + 1] |= small_rank << (9 * (small - 1));
-            }
-            let mut bits = 0u64;
-            for bit in 0..64 {
-                let position = (block * 512 + small * 64 + bit) as u32 + IMMEDIATE;
-                if positions.get(started) == Some(&position) {
-                    bits |= 1 << bit;
-                    started += 1;
-                }
-            }
-            index[at + 2 + small] = bits;
-            small_rank += u64::from(bits.count_ones());
-        }
-    }
-    index
 }
 
 #[test]
@@ -573,37 +197,6 @@ fn sequences_of_one_entry_and_of_none() {
         let (_, encoded) = fake.body(none);
         assert_eq!(fake.read_iseq(none).unwrap().line(encoded + 80), None);
     }
-}
-
-/// The instruction sequences and method entries of `Outer::Worker`: `deep`, a block in `run`,
-/// and `start` on its singleton class.
-struct Worker {
-    deep: u64,
-    deep_entry: u64,
-    run_block: u64,
-    run_entry: u64,
-    start: u64,
-    start_entry: u64,
-}
-
-fn worker(fake: &mut Fake) -> Worker {
-    let class = fake.class(T_CLASS, Some("Outer::Worker"), None);
-    let singleton = fake.class(T_CLASS, None, Some(class));
-    let deep = fake.iseq(&Sequence::default());
-    let deep_entry = fake.method(METHOD_TYPE_ISEQ, "deep", class, class, deep);
-    let run = fake.iseq(&Sequence { label: "run", base_label: "run", ..Sequence::default() });
-    let block = Sequence {
-        kind: BLOCK,
-        label: "block in run",
-        base_label: "run",
-        local_iseq: Some(run),
-        ..Sequence::default()
-    };
-    let run_block = fake.iseq(&block);
-    let run_entry = fake.method(METHOD_TYPE_ISEQ, "run", class, class, run);
-    let start = fake.iseq(&Sequence { label: "start", base_label: "start", ..Sequence::default() });
-    let start_entry = fake.method(METHOD_TYPE_ISEQ, "start", singleton, singleton, start);
-    Worker { deep, deep_entry, run_block, run_entry, start, start_entry }
 }
 
 /// The full label of a frame running `iseq` (0: a C frame) with the method entry `entry`.
@@ -992,5 +585,69 @@ fn corrupted_objects_never_panic() {
         }
         // Both ways were taken.
         assert!(named > 1000 && refused > 100, "3.{minor}: {named} named, {refused} refused");
+    }
+}
+
+/// The seeds of the `ruby_names` fuzz target (`profiler/fuzz/seeds/ruby_names`): frames of
+/// `Outer::Worker` made here in each release (a method, a block in one, a singleton's method,
+/// a C method), with its memory in one piece. `PROFILER_WRITE_SEEDS=1` writes them anew.
+#[test]
+fn the_ruby_names_seeds_are_frames_made_here() {
+    let seeds = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/seeds/ruby_names");
+    let write = std::env::var("PROFILER_WRITE_SEEDS").is_ok_and(|value| value == "1");
+    for minor in [1, 3] {
+        let mut fake = Fake::new(minor);
+        let worker = worker(&mut fake);
+        let integer = fake.class(T_CLASS, Some("Integer"), None);
+        let times = fake.method(METHOD_TYPE_CFUNC, "times", integer, integer, 0);
+        let (_, encoded) = fake.body(worker.deep);
+        let (_, block_encoded) = fake.body(worker.run_block);
+        let memory = fake.flat_memory();
+        let frames = [
+            ("method", worker.deep, worker.deep_entry, encoded + 8 * 6, "Outer::Worker#deep", Some(14)),
+            (
+                "block",
+                worker.run_block,
+                worker.run_entry,
+                block_encoded + 8,
+                "block in Outer::Worker#run",
+                Some(13),
+            ),
+            ("singleton", worker.start, worker.start_entry, 0, "Outer::Worker.start", None),
+            // A C frame's sequence is the one of the frame below.
+            ("cfunc", worker.deep, times, encoded, "Integer#times", Some(13)),
+        ];
+        for (kind, iseq, method_entry, pc, label, line) in frames {
+            let input = fixture::Input {
+                minor,
+                base: BASE,
+                symbols: fake.symbols,
+                iseq,
+                method_entry,
+                pc,
+                memory: &memory,
+            };
+            let bytes = input.to_bytes();
+            // The seed, read back, names the frame.
+            let input = fixture::Input::parse(&bytes).unwrap();
+            let mut read = |addr: u64, buffer: &mut [u8]| {
+                let start = (addr - BASE) as usize;
+                buffer.copy_from_slice(&input.memory[start..start + buffer.len()]);
+                true
+            };
+            let named = fixture::name_frame(&mut read, minor, input.symbols, iseq, method_entry, &[pc]);
+            assert_eq!((named.label.as_deref(), named.lines[0]), (Some(label), line), "3.{minor} {kind}");
+            let path = seeds.join(format!("3.{minor}-{kind}"));
+            if write {
+                std::fs::create_dir_all(&seeds).unwrap();
+                std::fs::write(&path, &bytes).unwrap();
+            }
+            let committed = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            assert!(
+                committed == bytes,
+                "{} is not made here: PROFILER_WRITE_SEEDS=1 writes it",
+                path.display()
+            );
+        }
     }
 }
