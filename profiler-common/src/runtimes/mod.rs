@@ -3,6 +3,7 @@
 //! to a sample of them ([`RuntimeTrailer`], then the frame records after the native stacks).
 //! Each runtime's own records are in a module of its own.
 pub mod go;
+pub mod php;
 pub mod python;
 pub mod ruby;
 
@@ -16,15 +17,16 @@ pub enum RuntimeKind {
     Python = 1,
     Go = 2,
     Ruby = 3,
+    Php = 4,
 }
 
 impl RuntimeKind {
     /// The runtimes walked in the kernel. Each has a walker program per hook that records user
     /// stacks, named after the hook's program and [`Self::name`] (`sample_python`), which userspace
     /// puts at this index of the hook's program array.
-    pub const WALKED: [Self; 3] = [Self::Python, Self::Go, Self::Ruby];
+    pub const WALKED: [Self; 4] = [Self::Python, Self::Go, Self::Ruby, Self::Php];
     /// Entries of a hook's program array of walkers.
-    pub const COUNT: u32 = 4;
+    pub const COUNT: u32 = 5;
 
     pub const fn from_u16(value: u16) -> Option<Self> {
         match value {
@@ -32,6 +34,7 @@ impl RuntimeKind {
             1 => Some(Self::Python),
             2 => Some(Self::Go),
             3 => Some(Self::Ruby),
+            4 => Some(Self::Php),
             _ => None,
         }
     }
@@ -43,6 +46,7 @@ impl RuntimeKind {
             Self::Python => "python",
             Self::Go => "go",
             Self::Ruby => "ruby",
+            Self::Php => "php",
         }
     }
 }
@@ -119,7 +123,7 @@ pub const fn register_index(register: UserRegister) -> usize {
 
 /// Most bytes of frame records a sample carries: the largest of any runtime's.
 pub const MAX_RUNTIME_FRAMES_BYTES: usize =
-    max(max(python::MAX_FRAMES_BYTES, ruby::MAX_FRAMES_BYTES), go::LABELS_BYTES);
+    max(max(python::MAX_FRAMES_BYTES, ruby::MAX_FRAMES_BYTES), max(php::MAX_FRAMES_BYTES, go::LABELS_BYTES));
 
 const fn max(a: usize, b: usize) -> usize {
     if a > b { a } else { b }

@@ -22,6 +22,7 @@ pub(crate) mod hotspot;
 mod kernel_table;
 pub(crate) mod memory;
 mod merge;
+mod php;
 pub(crate) mod python;
 mod ranges;
 pub(crate) mod ruby;
@@ -216,7 +217,8 @@ impl Runtimes {
             .add(hotspot::HotSpot::default())
             .add(v8::V8::default())
             .add(go::Go::default())
-            .add(ruby::Ruby::default());
+            .add(ruby::Ruby::default())
+            .add(php::Php::default());
         let shared = Shared {
             allowance: Arc::new(Allowance::default()),
             table: KernelTable::new(system_wide),
