@@ -132,7 +132,7 @@ pub const MAX_SAMPLE_SIZE: usize =
     sample_size(MAX_STACK_COPY, MAX_STACK_DEPTH, MAX_STACK_DEPTH, MAX_RUNTIME_FRAMES_BYTES);
 
 // The sizes ARCHITECTURE.md quotes.
-const _: () = assert!(SAMPLE_HEADER_SIZE == 104);
+const _: () = assert!(SAMPLE_HEADER_SIZE == 112);
 
 /// Bits of [`SampleHeader::flags`].
 pub mod sample_flags {

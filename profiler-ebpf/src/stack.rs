@@ -194,6 +194,7 @@ pub fn take_user_regs(h: &mut SampleHeader, regs: &pt_regs) {
     (h.user_ip, h.user_sp, h.user_bp) = (regs.rip, regs.rsp, regs.rbp);
     h.runtime.registers = RUNTIME_REGISTERS.map(|register| match register {
         UserRegister::R13 => regs.r13,
+        UserRegister::R15 => regs.r15,
     });
 }
 

@@ -107,6 +107,8 @@ pub struct RuntimeFrames<'a> {
     pub kind: RuntimeKind,
     pub walk: RuntimeWalk,
     pub records: &'a [u8],
+    /// The sample's user registers, when it has them.
+    pub regs: Option<UserRegs>,
 }
 
 /// Addresses of a stack in a record, innermost first (8 little-endian bytes each).
@@ -128,7 +130,7 @@ impl<'a> Frames<'a> {
 }
 
 /// User-mode registers of the sampled thread.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct UserRegs {
     pub ip: u64,
     pub sp: u64,
@@ -194,8 +196,19 @@ fn decode_sample(record: &[u8]) -> Result<SampleRecord<'_>, DecodeError> {
         kind: RuntimeKind::from_u16(trailer.kind).ok_or(bad("runtime.kind", trailer.kind.into()))?,
         walk: RuntimeWalk::from_u16(trailer.walk).ok_or(bad("runtime.walk", trailer.walk.into()))?,
         records: frames.get(..trailer.frames_bytes as usize).ok_or(bad_frames)?,
+        regs: user_regs(&header),
     };
     Ok(SampleRecord { header, stack_copy, user_stack, kernel_stack, runtime_frames })
+}
+
+/// The user registers a header holds, when it has them.
+fn user_regs(h: &SampleHeader) -> Option<UserRegs> {
+    (h.flags & sample_flags::USER_REGS != 0).then_some(UserRegs {
+        ip: h.user_ip,
+        sp: h.user_sp,
+        bp: h.user_bp,
+        registers: h.runtime.registers,
+    })
 }
 
 fn decode_allocation(record: &[u8]) -> Result<(AllocationHeader, SampleRecord<'_>), DecodeError> {
@@ -236,13 +249,7 @@ impl<'a> SampleRecord<'a> {
     }
 
     pub fn user_regs(&self) -> Option<UserRegs> {
-        let h = &self.header;
-        (h.flags & sample_flags::USER_REGS != 0).then_some(UserRegs {
-            ip: h.user_ip,
-            sp: h.user_sp,
-            bp: h.user_bp,
-            registers: h.runtime.registers,
-        })
+        user_regs(&self.header)
     }
 
     /// Copy of user memory starting at the user stack pointer.
@@ -310,7 +317,7 @@ mod tests {
     #[test]
     fn header_has_no_padding() {
         // encode_sample() and the eBPF program rely on it.
-        assert_eq!(SAMPLE_HEADER_SIZE, 4 * 4 + 8 + 16 + 4 * 8 + 4 * 4 + 8 + 2 * 4);
+        assert_eq!(SAMPLE_HEADER_SIZE, 4 * 4 + 8 + 16 + 4 * 8 + 4 * 4 + 8 * RUNTIME_REGISTERS.len() + 2 * 4);
     }
 
     #[test]
@@ -329,7 +336,7 @@ mod tests {
                 ip: 0x5555_0000_1234,
                 sp: 0x7ffc_0000_1000,
                 bp: 0x7ffc_0000_1040,
-                registers: [0]
+                registers: [0; RUNTIME_REGISTERS.len()]
             })
         );
         assert!(!sample.stack_truncated());

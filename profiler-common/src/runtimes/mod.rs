@@ -99,14 +99,17 @@ pub struct RuntimeTrailer {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum UserRegister {
     R13,
+    R15,
 }
 
 /// The user registers runtimes need of each sample, each declared here by its runtime: every
 /// sample takes them with the others (8 bytes of each record a register, and nothing to look up).
-pub const RUNTIME_REGISTERS: [UserRegister; 1] = [
+pub const RUNTIME_REGISTERS: [UserRegister; 2] = [
     // HotSpot's interpreter keeps the bytecode pointer of the method it runs there (the frame
     // slot it is saved to is only brought up to date at calls).
     UserRegister::R13,
+    // The Zend Engine's VM keeps the op it runs there (its frame's copy is saved at calls).
+    UserRegister::R15,
 ];
 
 /// Where `register` is in [`RuntimeTrailer::registers`].

@@ -23,11 +23,15 @@ pub fn check(data: &[u8]) {
     // Half the inputs start in the fixture's code with its real stack under the fuzzed bytes,
     // so that unwinding gets past the first frame; the rest is arbitrary.
     let (regs, stack) = if word(0) % 2 == 0 {
-        let regs =
-            UserRegs { ip: 0x401000 + word(0) % 0x400, sp: fixture.regs.sp, bp: word(2), registers: [0] };
+        let regs = UserRegs {
+            ip: 0x401000 + word(0) % 0x400,
+            sp: fixture.regs.sp,
+            bp: word(2),
+            ..UserRegs::default()
+        };
         (regs, [&fixture.stack[..(word(1) as usize % (fixture.stack.len() + 1))], bytes].concat())
     } else {
-        (UserRegs { ip: word(0), sp: word(1), bp: word(2), registers: [0] }, bytes.to_vec())
+        (UserRegs { ip: word(0), sp: word(1), bp: word(2), ..UserRegs::default() }, bytes.to_vec())
     };
     let snapshot = StackSnapshot::new(regs.sp, &stack, word(2) % 2 == 0);
     let mut spaces = fixture.address_spaces(DIR.join("snapshot"));

@@ -35,7 +35,7 @@ impl Fixture {
         let [ip, sp, bp] = values[..] else { anyhow::bail!("fixture regs must hold ip sp bp") };
         let maps = read("maps")?;
         Ok(Self {
-            regs: UserRegs { ip, sp, bp, registers: [0] },
+            regs: UserRegs { ip, sp, bp, ..UserRegs::default() },
             stack: read("stack.bin")?,
             mappings: Mappings::parse(&maps)?,
         })

@@ -173,7 +173,7 @@ proptest! {
         let bytes = if sp % 2 == 0 { [&fixture.stack[..], &bytes].concat() } else { bytes };
         let sp = if sp % 2 == 0 { fixture.regs.sp } else { sp };
         let stack = StackSnapshot::new(sp, &bytes, truncated);
-        let regs = UserRegs { ip: 0x401000 + ip_offset, sp, bp, registers: [0] };
+        let regs = UserRegs { ip: 0x401000 + ip_offset, sp, bp, ..UserRegs::default() };
         let unwound = Unwinder::default().unwind(regs, &stack, &mut space, &mut NoRuntime);
         prop_assert!(unwound.frames.len() <= MAX_FRAMES);
         prop_assert!(unwound.frames.len() <= bytes.len() / 8 + 1);

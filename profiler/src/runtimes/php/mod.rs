@@ -16,7 +16,7 @@ use std::sync::Arc;
 use anyhow::anyhow;
 use bytemuck::pod_read_unaligned;
 use profiler_common::runtimes::{
-    ProcessRecord, RuntimeKind, RuntimeProcess, RuntimeWalk,
+    ProcessRecord, RuntimeKind, RuntimeProcess, RuntimeWalk, UserRegister,
     php::{MAX_PHP_FRAMES, PhpFrame, PhpProcess, php_frame_flags},
 };
 
@@ -63,9 +63,9 @@ pub(crate) struct Running {
     process: PhpProcess,
     memory: ProcessMemory,
     /// Functions by (address, whether a file's code was the script's), and frames by (function,
-    /// op, that), under the budget of what targets describe.
+    /// op saved, op running, that), under the budget of what targets describe.
     functions: Cache<(u64, bool), Option<Named>>,
-    frames: Cache<(u64, u64, bool), (Frame, FunctionRef)>,
+    frames: Cache<(u64, u64, u64, bool), (Frame, FunctionRef)>,
 }
 
 #[derive(Clone)]
@@ -182,12 +182,27 @@ impl Runtime for Php {
             return;
         }
         self.stats.with_frames += 1;
+        let (module, execute_ex) = (running.module, running.engine.execute_ex.clone());
+        let is_vm = |frame: &Frame| match *frame {
+            Frame::Module { module: m, offset } => m == module && execute_ex.contains(&offset),
+            _ => false,
+        };
+        // The VM keeps the op it runs in r15, and saves it to the frame only at calls: while the
+        // thread runs the engine's code (the VM, or a helper of its handlers), r15 is the innermost
+        // frame's op, when it is one of its function's.
+        let in_engine = |frame: &Frame| matches!(*frame, Frame::Module { module: m, .. } if m == module);
+        let running_op = sample
+            .regs
+            .filter(|_| frames.iter().find(|frame| !matches!(frame, Frame::Kernel(_))).is_some_and(in_engine))
+            .map(|regs| regs.register(UserRegister::R15));
         let Self { stats, translated, run_ends, native } = self;
         translated.clear();
         run_ends.clear();
-        for record in records {
+        for (index, record) in records.iter().enumerate() {
             let record = pod_read_unaligned::<PhpFrame>(record);
-            translated.push(running.frame(&record, functions, stats));
+            let running_op =
+                running_op.filter(|_| index == 0 && record.flags & php_frame_flags::INTERNAL == 0);
+            translated.push(running.frame(&record, running_op, functions, stats));
             if record.flags & php_frame_flags::RUN_END != 0 {
                 run_ends.push(translated.len());
             }
@@ -206,11 +221,6 @@ impl Runtime for Php {
             .collect();
         native.clear();
         native.append(frames);
-        let (module, execute_ex) = (running.module, &running.engine.execute_ex);
-        let is_vm = |frame: &Frame| match *frame {
-            Frame::Module { module: m, offset } => m == module && execute_ex.contains(&offset),
-            _ => false,
-        };
         merge(native, &runs, is_vm, frames);
     }
 
@@ -233,11 +243,18 @@ impl Runtime for Php {
 }
 
 impl Running {
-    /// The frame a record stands for.
-    fn frame(&mut self, record: &PhpFrame, functions: &mut Functions, stats: &mut PhpStats) -> Frame {
+    /// The frame a record stands for, at `running_op` when that is an op of its function (the
+    /// op the VM runs), else at the op the frame saved.
+    fn frame(
+        &mut self,
+        record: &PhpFrame,
+        running_op: Option<u64>,
+        functions: &mut Functions,
+        stats: &mut PhpStats,
+    ) -> Frame {
         // A file's own code is the script's when the VM was entered for it.
         let script = record.flags & php_frame_flags::RUN_END != 0;
-        let key = (record.func, record.opline, script);
+        let key = (record.func, record.opline, running_op.unwrap_or(0), script);
         if let Some((frame, _)) = self.frames.get(&key) {
             return *frame;
         }
@@ -247,7 +264,10 @@ impl Running {
                 let mut read = |addr: u64, buf: &mut [u8]| {
                     if memory.read(addr, buf) { Ok(()) } else { Err(anyhow!("{addr:#x} could not be read")) }
                 };
-                let line = line(&mut read, &named.read, record.opline).unwrap_or(named.read.first_line);
+                let line = running_op
+                    .and_then(|op| line(&mut read, &named.read, op))
+                    .or_else(|| line(&mut read, &named.read, record.opline))
+                    .unwrap_or(named.read.first_line);
                 (Frame::Runtime { function: named.function.id, line }, named.function)
             }
             None if self.memory.allowance_spent() => {
