@@ -15,7 +15,7 @@ const BPF_LINKER_VERSION: &str = "0.13.0";
 const BPF_LINKER_LLVM_MAJORS: [u32; 3] = [21, 22, 23];
 /// What the tests need, and the Debian packages that provide it: commands (found in PATH) and
 /// libraries (by path: the allocators `leaks` is tested with).
-const PACKAGES: [(&str, &str); 16] = [
+const PACKAGES: [(&str, &str); 17] = [
     ("gcc", "gcc"),
     ("g++", "g++"),
     ("objcopy", "binutils"),
@@ -29,6 +29,9 @@ const PACKAGES: [(&str, &str); 16] = [
     // Debian stable's Ruby, which the Ruby tests profile beside Debian unstable's 3.3 (see
     // `ensure_debian_ruby`).
     ("/usr/bin/ruby3.1", "ruby3.1"),
+    // Debian stable's PHP CLI (with its OPcache, off in the CLI), which the PHP tests profile
+    // beside Debian unstable's 8.4 (see `ensure_debian_php`).
+    ("/usr/bin/php8.2", "php8.2-cli"),
     // The Java tests compare with `perf record -g` on the JVM's perf map, on the JDKs under
     // /usr/lib/jvm (Debian's 17 at least); the Node test runs node.
     ("perf", "linux-perf"),
@@ -38,7 +41,7 @@ const PACKAGES: [(&str, &str); 16] = [
     // `allow_other` (see `ensure_fuse_allow_other`) and which never answers root.
     ("fusermount3", "fuse3"),
     ("/usr/include/fuse3/fuse.h", "libfuse3-dev"),
-    // What points Debian unstable's CPython 3.14 and Ruby 3.3 at their own loader (see
+    // What points Debian unstable's CPython 3.14, Ruby 3.3 and PHP 8.4 at their own loader (see
     // `use_unpacked_libc`).
     ("patchelf", "patchelf"),
     // A real terminal, which `profiler top`'s full-screen view is tested in.
@@ -51,6 +54,7 @@ pub fn ensure(root: &Path) -> Result<()> {
     ensure_packages()?;
     ensure_debian_python(root)?;
     ensure_debian_ruby(root)?;
+    ensure_debian_php(root)?;
     ensure_debian_go(root)?;
     ensure_python_services(root)?;
     ensure_speedscope_schema(root)?;
@@ -76,17 +80,17 @@ const DEBIAN_PYTHON_PACKAGES: [&str; 6] = [
 const DEBIAN_PYTHON_CHECK: &str = "import _hashlib, ctypes, sys, zlib; print(sys.version.split()[0])";
 
 fn ensure_debian_python(root: &Path) -> Result<()> {
-    let python = root.join(DEBIAN_PYTHON);
-    if Command::new(&python).args(["-c", DEBIAN_PYTHON_CHECK]).output().is_ok_and(|o| o.status.success()) {
-        return Ok(());
-    }
-    eprintln!("xtask: fetching Debian unstable's CPython 3.14 into {DEBIAN_PYTHON_DIR}");
-    let dir = root.join(DEBIAN_PYTHON_DIR);
-    unpack_debian_unstable(&dir, &DEBIAN_PYTHON_PACKAGES)?;
-    use_unpacked_libc(&dir, &python)?;
-    let version = output(Command::new(&python).args(["-c", DEBIAN_PYTHON_CHECK]))?;
-    eprintln!("xtask: {DEBIAN_PYTHON} runs CPython {}", version.trim());
-    Ok(())
+    let python =
+        |root: &Path| output(Command::new(root.join(DEBIAN_PYTHON)).args(["-c", DEBIAN_PYTHON_CHECK]));
+    ensure_unpacked(
+        root,
+        "CPython",
+        "3.14.",
+        DEBIAN_PYTHON_DIR,
+        DEBIAN_PYTHON,
+        &DEBIAN_PYTHON_PACKAGES,
+        python,
+    )
 }
 
 /// Debian unstable's Ruby 3.3 (libruby shared, stripped, hiding the symbols 3.1 exports), which
@@ -120,24 +124,73 @@ fn debian_ruby_version(root: &Path) -> Result<String> {
 }
 
 fn ensure_debian_ruby(root: &Path) -> Result<()> {
-    if debian_ruby_version(root).is_ok_and(|version| version.starts_with("3.3.")) {
+    ensure_unpacked(
+        root,
+        "Ruby",
+        "3.3.",
+        DEBIAN_RUBY_DIR,
+        DEBIAN_RUBY,
+        &DEBIAN_RUBY_PACKAGES,
+        debian_ruby_version,
+    )
+}
+
+/// Debian unstable's PHP 8.4 CLI, which the PHP tests profile beside Debian stable's 8.2:
+/// unpacked under `.tools/` as CPython 3.14 is.
+const DEBIAN_PHP: &str = ".tools/debian-sid-php8.4/usr/bin/php8.4";
+const DEBIAN_PHP_DIR: &str = ".tools/debian-sid-php8.4";
+/// The CLI, its shared extensions (`php8.4-common`, `php8.4-opcache`: not loaded by the tests,
+/// there for a run with `-d zend_extension=…/usr/lib/php/20240924/opcache.so`), and what the
+/// CLI links newer than this machine's: the C library (2.38 or later), libxml2 (`libxml2.so.16`),
+/// libsodium (`libsodium.so.26`) and PCRE2 (10.47 or later: bookworm's has no symbol versions).
+/// It binds every symbol at start-up (`BIND_NOW`); the rest (OpenSSL 3.0, zlib, libargon2) is
+/// this machine's.
+const DEBIAN_PHP_PACKAGES: [&str; 7] =
+    ["php8.4-cli", "php8.4-common", "php8.4-opcache", "libc6", "libxml2-16", "libsodium26", "libpcre2-8-0"];
+
+/// `php8.4 -n -r 'echo PHP_VERSION;'` as the tests run a script (`profiler/tests/common/php.rs`):
+/// `-n`, no php.ini. Its built-in ini and extension paths (`/etc/php/8.4/cli`,
+/// `/usr/lib/php/20240924`) are not on this machine, so without `-n` it runs the same, with
+/// PHP's defaults and the extensions the CLI has built in (Core, standard, SPL, pcre, hash, json,
+/// …): `-n` keeps it so should an 8.4 ini ever be installed there.
+fn debian_php_version(root: &Path) -> Result<String> {
+    output(Command::new(root.join(DEBIAN_PHP)).args(["-n", "-r", "echo PHP_VERSION;"]))
+}
+
+fn ensure_debian_php(root: &Path) -> Result<()> {
+    ensure_unpacked(root, "PHP", "8.4.", DEBIAN_PHP_DIR, DEBIAN_PHP, &DEBIAN_PHP_PACKAGES, debian_php_version)
+}
+
+/// Debian unstable's `packages` unpacked into `dir` (under `root`), with `executable` pointed at
+/// that suite's C library, unless `executable` already runs: `version` runs it, and must say
+/// `prefix`… (`3.3.`) for `runtime` (`Ruby`) to count as installed.
+fn ensure_unpacked(
+    root: &Path,
+    runtime: &str,
+    prefix: &str,
+    dir: &str,
+    executable: &str,
+    packages: &[&str],
+    version: impl Fn(&Path) -> Result<String>,
+) -> Result<()> {
+    if version(root).is_ok_and(|said| said.trim().starts_with(prefix)) {
         return Ok(());
     }
-    eprintln!("xtask: fetching Debian unstable's Ruby 3.3 into {DEBIAN_RUBY_DIR}");
-    let dir = root.join(DEBIAN_RUBY_DIR);
-    unpack_debian_unstable(&dir, &DEBIAN_RUBY_PACKAGES)?;
-    use_unpacked_libc(&dir, &root.join(DEBIAN_RUBY))?;
-    let version = debian_ruby_version(root)?;
-    if !version.starts_with("3.3.") {
-        bail!("{DEBIAN_RUBY} is Ruby {version}, not 3.3");
+    eprintln!("xtask: fetching Debian unstable's {runtime} {} into {dir}", prefix.trim_end_matches('.'));
+    unpack_debian_unstable(&root.join(dir), packages)?;
+    use_unpacked_libc(&root.join(dir), &root.join(executable))?;
+    let said = version(root)?;
+    let said = said.trim();
+    if !said.starts_with(prefix) {
+        bail!("{executable} is {runtime} {said}, not {prefix}x");
     }
-    eprintln!("xtask: {DEBIAN_RUBY} runs Ruby {version}");
+    eprintln!("xtask: {executable} runs {runtime} {said}");
     Ok(())
 }
 
 /// Points `executable`, unpacked into `dir` with Debian unstable's C library, at that library,
 /// which it needs newer than this machine's: its loader, then the unpacked libraries (libruby,
-/// the C library's) before the machine's (the rest: zlib, expat, libffi, libgmp), for the
+/// libxml2, the C library's) before the machine's (the rest: zlib, expat, libffi, libgmp), for the
 /// modules it loads too (an RPATH, which unlike a RUNPATH applies to them).
 fn use_unpacked_libc(dir: &Path, executable: &Path) -> Result<()> {
     let libc = fs::canonicalize(dir.join("usr/lib/x86_64-linux-gnu"))?;

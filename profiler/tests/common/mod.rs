@@ -2,13 +2,17 @@
 //! and reading folded output.
 #![allow(dead_code)] // each test binary uses a different subset
 
+pub mod php;
 pub mod python;
 pub mod ruby;
 
 use std::{
     collections::BTreeMap,
     ffi::OsStr,
+    fs::File,
     io::{BufRead as _, BufReader},
+    os::unix::process::CommandExt as _,
+    panic::{AssertUnwindSafe, catch_unwind},
     path::{Path, PathBuf},
     process::{Child, Command, ExitStatus, Output, Stdio},
     sync::{Mutex, mpsc},
@@ -587,4 +591,186 @@ pub fn peak_rss(pid: u32) -> u64 {
     let line = status.lines().find(|l| l.starts_with("VmHWM:")).expect("VmHWM");
     let kib: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
     kib * 1024
+}
+
+/// The lines of a block of `script` (`def alpha`), from the first that passes `starts` to the
+/// next that reads `closing` (`end`, `}`) at its indent: where the line numbers of the frames of
+/// a function it defines must fall. Lines count from 1.
+pub fn block_lines(
+    script: &Path,
+    what: &str,
+    closing: &str,
+    starts: impl Fn(&str) -> bool,
+) -> std::ops::RangeInclusive<u32> {
+    let source = std::fs::read_to_string(script).unwrap();
+    let lines: Vec<&str> = source.lines().collect();
+    let start = lines
+        .iter()
+        .position(|line| starts(line))
+        .unwrap_or_else(|| panic!("no {what} in {}", script.display()));
+    let indent = &lines[start][..lines[start].len() - lines[start].trim_start().len()];
+    let end = lines[start + 1..]
+        .iter()
+        .position(|line| line.strip_prefix(indent) == Some(closing))
+        .unwrap_or_else(|| panic!("{what} in {} has no {closing} at its indent", script.display()));
+    (start as u32 + 1)..=((start + 1 + end) as u32 + 1)
+}
+
+/// How the tests run a workload script with an interpreter (Ruby, PHP): the program, the
+/// arguments that go before the script, and what it needs in its environment.
+pub struct ScriptRunner<'a> {
+    pub program: &'a Path,
+    pub args: &'a [String],
+    pub env: &'a [(String, String)],
+}
+
+impl ScriptRunner<'_> {
+    /// The interpreter, in the environment it needs, with its arguments: the script and its
+    /// arguments are to follow.
+    pub fn command(&self) -> Command {
+        let mut command = Command::new(self.program);
+        command.args(self.args).envs(self.env.iter().map(|(name, value)| (name, value)));
+        command
+    }
+}
+
+/// Runs `scenario` on each of `interpreters` (of `runtime`: `Ruby`, `PHP`), each to its end
+/// whatever the others did, beside other tests' recordings, in a scratch directory of its own
+/// (`ruby-SCENARIO-LABEL`), and fails naming every one it failed on (each failure's message is
+/// printed as it happens). `describe` gives an interpreter's label and path.
+pub fn on_every<T>(
+    runtime: &str,
+    interpreters: &[T],
+    describe: impl Fn(&T) -> (&str, &Path),
+    scenario: &str,
+    run: impl Fn(&T, &Path),
+) {
+    let mut failed = Vec::new();
+    for interpreter in interpreters {
+        let (label, path) = describe(interpreter);
+        eprintln!("=== {scenario} on {label} ({})", path.display());
+        let dir = scratch_dir(&format!("{}-{scenario}-{label}", runtime.to_lowercase()));
+        let _shared = beside_others();
+        if let Err(panic) = catch_unwind(AssertUnwindSafe(|| run(interpreter, &dir))) {
+            let message = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            let first_line: String = message.lines().next().unwrap_or("").chars().take(300).collect();
+            failed.push(format!("{label}: {first_line}"));
+        }
+    }
+    assert!(failed.is_empty(), "{scenario} failed on {} {runtime}(s):\n{}", failed.len(), failed.join("\n"));
+}
+
+/// `profiler record --per-thread -F 499 -d SECONDS [extra] -o <dir>/out.folded -p PID` of
+/// `INTERPRETER SCRIPT` started first and running longer than the recording (the script prints
+/// `main TID` first, once it runs its own code): the profiler reads the interpreter's records
+/// from the live process as samples arrive, and a busy test machine can hold it up past the end
+/// of a script that stops with the recording. 499 Hz for the shares' sampling error, as in the
+/// Python tests.
+pub fn record_attached_to_script(
+    dir: &Path,
+    interpreter: &ScriptRunner,
+    script: &Path,
+    seconds: &str,
+    extra: &[&str],
+) -> python::Recorded {
+    let out = dir.join("out.folded");
+    let mut child = KillOnDrop(
+        interpreter
+            .command()
+            .arg(script)
+            .arg(outliving(seconds))
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start the script"),
+    );
+    let mut stdout = BufReader::new(child.0.stdout.take().unwrap());
+    // Its first line says it runs its own code.
+    let mut announced = String::new();
+    stdout.read_line(&mut announced).unwrap();
+    let pid = child.pid().to_string();
+    let mut args = vec!["record", "--per-thread", "-F", "499", "-d", seconds, "-o", out.to_str().unwrap()];
+    args.extend(extra);
+    args.extend(["-p", &pid]);
+    let run = run_bounded(&args);
+    drop(child);
+    std::io::Read::read_to_string(&mut stdout, &mut announced).unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr).into_owned();
+    assert!(run.status.success(), "the profiler failed: {stderr}");
+    python::Recorded { folded: Folded::read(&out), threads: python::announced_threads(&announced), stderr }
+}
+
+/// How long a script runs that must outlive a recording of `seconds`.
+fn outliving(seconds: &str) -> String {
+    format!("{}", seconds.parse::<f64>().unwrap() + 60.0)
+}
+
+/// [`record_attached_to_script`] with the script started by the profiler, from its first
+/// instruction: `profiler record --per-thread -F 499 -d SECONDS [extra] -o <dir>/out.folded --
+/// INTERPRETER [ARGS] SCRIPT`. The profiler runs the command in its own environment, which is
+/// given the interpreter's; the script outlives the recording as there, and is killed with the
+/// profiler's process group once the recording is written.
+pub fn record_script_from_start(
+    dir: &Path,
+    interpreter: &ScriptRunner,
+    script: &Path,
+    seconds: &str,
+    extra: &[&str],
+) -> python::Recorded {
+    let out = dir.join("out.folded");
+    // The script's standard output (the profiler writes none to it): a file, which the script
+    // goes on writing after the profiler has ended.
+    let (stdout, stderr) = (dir.join("stdout"), dir.join("profiler.stderr"));
+    let mut args = vec!["record", "--per-thread", "-F", "499", "-d", seconds, "-o", out.to_str().unwrap()];
+    args.extend(extra);
+    args.push("--");
+    eprintln!(
+        "profiler {args:?} {} {:?} {}",
+        interpreter.program.display(),
+        interpreter.args,
+        script.display()
+    );
+    let mut command = profiler();
+    command
+        .args(&args)
+        .arg(interpreter.program)
+        .args(interpreter.args)
+        .arg(script)
+        .arg(outliving(seconds))
+        .envs(interpreter.env.iter().map(|(name, value)| (name, value)))
+        .stdout(File::create(&stdout).unwrap())
+        .stderr(File::create(&stderr).unwrap())
+        .process_group(0);
+    let mut group = GroupKilledOnDrop(command.spawn().expect("start the profiler"));
+    let deadline = Instant::now() + Duration::from_secs_f64(seconds.parse().unwrap()) + ENDS_WITHIN;
+    let status = loop {
+        if let Some(status) = group.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "the profiler did not end within {ENDS_WITHIN:?} of its -d");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    drop(group);
+    let stderr = std::fs::read_to_string(stderr).unwrap();
+    eprintln!("profiler: {status}\n{stderr}");
+    assert!(status.success(), "the profiler failed: {stderr}");
+    let announced = std::fs::read_to_string(stdout).unwrap();
+    python::Recorded { folded: Folded::read(&out), threads: python::announced_threads(&announced), stderr }
+}
+
+/// A process started in a process group of its own, which is killed (with what it started, a
+/// script that outlives it included) when the test ends, pass or fail.
+struct GroupKilledOnDrop(Child);
+
+impl Drop for GroupKilledOnDrop {
+    fn drop(&mut self) {
+        // The group's id is the child's pid, which is not given to another process while the
+        // group has a member: the child, or the script that outlives it.
+        // SAFETY: kill(2) has no memory preconditions.
+        unsafe { libc::kill(-(self.0.id() as i32), libc::SIGKILL) };
+        let _ = self.0.wait();
+    }
 }

@@ -1,20 +1,15 @@
 //! Ruby on this machine for the Ruby tests: Debian stable's 3.1 and Debian unstable's 3.3, the
 //! workload scripts, runs of `profiler record` on them, and Ruby frames in folded stacks.
 use std::{
-    fs::File,
     ops::RangeInclusive,
-    os::unix::process::CommandExt as _,
-    panic::{AssertUnwindSafe, catch_unwind},
     path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
+    process::Command,
     sync::OnceLock,
-    time::{Duration, Instant},
 };
 
 use super::{
-    Folded, KillOnDrop, beside_others, profiler,
-    python::{Recorded, announced_threads},
-    run_bounded, scratch_dir,
+    ScriptRunner, block_lines, on_every, python::Recorded, record_attached_to_script,
+    record_script_from_start,
 };
 
 /// Debian stable's Ruby (libruby shared, its symbols exported), which `cargo xtask setup`
@@ -41,9 +36,12 @@ pub struct Ruby {
 impl Ruby {
     /// The interpreter, in the environment it needs: the script and its arguments are to follow.
     pub fn command(&self) -> Command {
-        let mut command = Command::new(&self.path);
-        command.envs(self.env.iter().map(|(name, value)| (name, value)));
-        command
+        self.runner().command()
+    }
+
+    /// How the tests run a script with it.
+    pub fn runner(&self) -> ScriptRunner<'_> {
+        ScriptRunner { program: &self.path, args: &[], env: &self.env }
     }
 
     /// Its rdoc's launcher (a RubyGems stub that `load`s rdoc's executable), and the standard
@@ -109,22 +107,7 @@ fn check_runs(ruby: &Ruby) {
 /// recordings, and fails naming every Ruby it failed on (each failure's message is printed as it
 /// happens).
 pub fn on_every_ruby(scenario: &str, run: impl Fn(&Ruby, &Path)) {
-    let mut failed = Vec::new();
-    for ruby in rubies() {
-        eprintln!("=== {scenario} on {} ({})", ruby.label, ruby.path.display());
-        let dir = scratch_dir(&format!("ruby-{scenario}-{}", ruby.label));
-        let _shared = beside_others();
-        if let Err(panic) = catch_unwind(AssertUnwindSafe(|| run(ruby, &dir))) {
-            let message = panic
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_default();
-            let first_line: String = message.lines().next().unwrap_or("").chars().take(300).collect();
-            failed.push(format!("{}: {first_line}", ruby.label));
-        }
-    }
-    assert!(failed.is_empty(), "{scenario} failed on {} Ruby(s):\n{}", failed.len(), failed.join("\n"));
+    on_every("Ruby", rubies(), |ruby| (ruby.label.as_str(), ruby.path.as_path()), scenario, run);
 }
 
 /// A workload script of `tests/workloads/ruby`.
@@ -135,24 +118,12 @@ pub fn script(name: &str) -> PathBuf {
 /// The lines of method `name` in `script` (`alpha`, `self.start`), from its `def` to the `end`
 /// at the same indent: where its frames' line numbers must fall.
 pub fn method_lines(script: &Path, name: &str) -> RangeInclusive<u32> {
-    let source = std::fs::read_to_string(script).unwrap();
-    let lines: Vec<&str> = source.lines().collect();
-    let start = lines
-        .iter()
-        .position(|line| {
-            line.trim_start()
-                .strip_prefix("def ")
-                .and_then(|def| def.strip_prefix(name))
-                .is_some_and(|rest| rest.is_empty() || rest.starts_with(['(', ' ']))
-        })
-        .unwrap_or_else(|| panic!("no def {name} in {}", script.display()));
-    let indent = &lines[start][..lines[start].len() - lines[start].trim_start().len()];
-    let end = lines[start + 1..]
-        .iter()
-        .position(|line| line.strip_prefix(indent) == Some("end"))
-        .unwrap_or_else(|| panic!("def {name} in {} has no end at its indent", script.display()));
-    // Lines count from 1.
-    (start as u32 + 1)..=((start + 1 + end) as u32 + 1)
+    block_lines(script, &format!("def {name}"), "end", |line| {
+        line.trim_start()
+            .strip_prefix("def ")
+            .and_then(|def| def.strip_prefix(name))
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with(['(', ' ']))
+    })
 }
 
 /// A Ruby frame as folded stacks name it: `NAME (PATH:LINE)`, or a C method's `NAME` alone.
@@ -198,95 +169,15 @@ pub fn ruby_frames<'a>(frames: &'a [String], c_methods: &[&str]) -> Vec<RubyFram
 
 /// `profiler record --per-thread -F 499 -d SECONDS [extra] -o <dir>/out.folded -p PID` of
 /// `RUBY SCRIPT` started first and running longer than the recording: the profiler reads
-/// instruction sequences from the live process as samples arrive, and a busy test machine can
-/// hold it up past the end of a script that stops with the recording. 499 Hz for the shares'
-/// sampling error, as in the Python tests.
+/// instruction sequences from the live process as samples arrive (see
+/// [`record_attached_to_script`]).
 pub fn record_script(dir: &Path, ruby: &Ruby, script_name: &str, seconds: &str, extra: &[&str]) -> Recorded {
-    let out = dir.join("out.folded");
-    let mut child = KillOnDrop(
-        ruby.command()
-            .arg(script(script_name))
-            .arg(outliving(seconds))
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start the script"),
-    );
-    let mut stdout = std::io::BufReader::new(child.0.stdout.take().unwrap());
-    // Its first line says it runs its own code.
-    let mut announced = String::new();
-    std::io::BufRead::read_line(&mut stdout, &mut announced).unwrap();
-    let pid = child.pid().to_string();
-    let mut args = vec!["record", "--per-thread", "-F", "499", "-d", seconds, "-o", out.to_str().unwrap()];
-    args.extend(extra);
-    args.extend(["-p", &pid]);
-    let run = run_bounded(&args);
-    drop(child);
-    std::io::Read::read_to_string(&mut stdout, &mut announced).unwrap();
-    let stderr = String::from_utf8_lossy(&run.stderr).into_owned();
-    assert!(run.status.success(), "the profiler failed: {stderr}");
-    Recorded { folded: Folded::read(&out), threads: announced_threads(&announced), stderr }
+    record_attached_to_script(dir, &ruby.runner(), &script(script_name), seconds, extra)
 }
-
-/// How long a script runs that must outlive a recording of `seconds`.
-fn outliving(seconds: &str) -> String {
-    format!("{}", seconds.parse::<f64>().unwrap() + 60.0)
-}
-
-/// The longest the profiler may take past its `-d` to end, its outputs written: beyond it, it
-/// is killed and the test fails.
-const ENDS_WITHIN: Duration = Duration::from_secs(30);
 
 /// [`record_script`] with the script started by the profiler, from its first instruction:
-/// `profiler record --per-thread -F 499 -d SECONDS [extra] -o <dir>/out.folded -- RUBY SCRIPT`.
-/// The profiler runs the command in its own environment, which is given the Ruby's; the script
-/// outlives the recording as there, and is killed with the profiler's process group once the
-/// recording is written.
+/// `profiler record --per-thread -F 499 -d SECONDS [extra] -o <dir>/out.folded -- RUBY SCRIPT`
+/// (see [`record_script_from_start`]).
 pub fn record_started(dir: &Path, ruby: &Ruby, script_name: &str, seconds: &str, extra: &[&str]) -> Recorded {
-    let out = dir.join("out.folded");
-    // The script's standard output (the profiler writes none to it): a file, which the script
-    // goes on writing after the profiler has ended.
-    let (stdout, stderr) = (dir.join("stdout"), dir.join("profiler.stderr"));
-    let mut args = vec!["record", "--per-thread", "-F", "499", "-d", seconds, "-o", out.to_str().unwrap()];
-    args.extend(extra);
-    args.push("--");
-    eprintln!("profiler {args:?} {} {script_name}", ruby.path.display());
-    let mut command = profiler();
-    command
-        .args(&args)
-        .arg(&ruby.path)
-        .arg(script(script_name))
-        .arg(outliving(seconds))
-        .envs(ruby.env.iter().map(|(name, value)| (name, value)))
-        .stdout(File::create(&stdout).unwrap())
-        .stderr(File::create(&stderr).unwrap())
-        .process_group(0);
-    let mut group = GroupKilledOnDrop(command.spawn().expect("start the profiler"));
-    let deadline = Instant::now() + Duration::from_secs_f64(seconds.parse().unwrap()) + ENDS_WITHIN;
-    let status = loop {
-        if let Some(status) = group.0.try_wait().unwrap() {
-            break status;
-        }
-        assert!(Instant::now() < deadline, "the profiler did not end within {ENDS_WITHIN:?} of its -d");
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    drop(group);
-    let stderr = std::fs::read_to_string(stderr).unwrap();
-    eprintln!("profiler: {status}\n{stderr}");
-    assert!(status.success(), "the profiler failed: {stderr}");
-    let announced = std::fs::read_to_string(stdout).unwrap();
-    Recorded { folded: Folded::read(&out), threads: announced_threads(&announced), stderr }
-}
-
-/// A process started in a process group of its own, which is killed (with what it started, a
-/// script that outlives it included) when the test ends, pass or fail.
-struct GroupKilledOnDrop(Child);
-
-impl Drop for GroupKilledOnDrop {
-    fn drop(&mut self) {
-        // The group's id is the child's pid, which is not given to another process while the
-        // group has a member: the child, or the script that outlives it.
-        // SAFETY: kill(2) has no memory preconditions.
-        unsafe { libc::kill(-(self.0.id() as i32), libc::SIGKILL) };
-        let _ = self.0.wait();
-    }
+    record_script_from_start(dir, &ruby.runner(), &script(script_name), seconds, extra)
 }
