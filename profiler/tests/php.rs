@@ -10,7 +10,7 @@
 //! alone (`array_map`, `usleep`).
 mod common;
 
-use std::ops::RangeInclusive;
+use std::{ops::RangeInclusive, os::unix::process::CommandExt as _};
 
 use common::{php::*, python::weight, *};
 
@@ -126,8 +126,14 @@ fn php_frames_are_read_from_folded_stacks() {
     assert!(
         function_lines(&script("deep.php"), "spin").contains(&line_of(&script("deep.php"), "$i * $i % 7"))
     );
-    let php =
-        |minor| Php { label: String::new(), path: "php".into(), minor, args: Vec::new(), env: Vec::new() };
+    let php = |minor| Php {
+        label: String::new(),
+        path: "php".into(),
+        fpm: "php-fpm".into(),
+        minor,
+        args: Vec::new(),
+        env: Vec::new(),
+    };
     assert_eq!(php(2).closure(WORKER, "run", 24), r"Outer\Worker::Outer\{closure}");
     assert_eq!(php(4).closure(WORKER, "run", 24), r"Outer\Worker::{closure:Outer\Worker::run():24}");
 }
@@ -270,4 +276,144 @@ fn off_cpu_php_stacks_name_the_waiting_function() {
         );
         assert_lines(&in_nap, NAP, "blocked.php", &function_lines(&script("blocked.php"), NAP));
     });
+}
+
+/// A PHP-FPM pool, its workers forked before the recording, serving requests on a local socket,
+/// recorded system-wide: the workers' samples are the request's, whole from its `{main}` down to
+/// its handler function.
+#[test]
+fn a_php_fpm_pool_serving_requests_is_named() {
+    if !e2e_enabled() {
+        return;
+    }
+    on_every_php("fpm", |php, dir| {
+        let socket = dir.join("fpm.sock");
+        let _ = std::fs::remove_file(&socket);
+        let config = dir.join("fpm.conf");
+        std::fs::write(
+            &config,
+            format!(
+                "[global]\nerror_log = {}\ndaemonize = no\n[pool]\nlisten = {}\nuser = root\ngroup = root\n\
+                 pm = static\npm.max_children = 2\n",
+                dir.join("fpm.log").display(),
+                socket.display()
+            ),
+        )
+        .unwrap();
+        // Its workers go with it, in its process group.
+        let _pool = GroupKilledOnDrop(
+            std::process::Command::new(&php.fpm)
+                .args(&php.args)
+                .arg("--allow-to-run-as-root")
+                .arg("--nodaemonize")
+                .arg("--fpm-config")
+                .arg(&config)
+                .process_group(0)
+                .spawn()
+                .expect("start PHP-FPM"),
+        );
+        let started = std::time::Instant::now();
+        while !socket.exists() {
+            assert!(
+                started.elapsed().as_secs() < 10,
+                "PHP-FPM made no socket: {:?}",
+                std::fs::read_to_string(dir.join("fpm.log"))
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        let out = dir.join("out.folded");
+        let recording =
+            start_profiler(&["record", "-a", "--per-pid", "-F", "499", "-o", out.to_str().unwrap()]);
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        let handler = script("handler.php");
+        // 100 requests of 20 ms each, two at a time: a second or so of the workers' CPU.
+        std::thread::scope(|scope| {
+            for _ in 0..2 {
+                scope.spawn(|| {
+                    for _ in 0..50 {
+                        let answer = fastcgi_request(&socket, &handler);
+                        assert!(answer.contains("\r\n\r\n"), "PHP-FPM answered {answer:?}");
+                    }
+                });
+            }
+        });
+        recording.signal(libc::SIGINT);
+        let (status, _) = recording.wait();
+        assert!(status.success());
+        let folded = Folded::read(&out);
+        let comm = php.fpm.file_name().unwrap().to_string_lossy().chars().take(15).collect::<String>();
+        let workers: Vec<(&[String], u64)> = folded
+            .stacks
+            .iter()
+            .filter(|(frames, _)| frames[0].starts_with(&format!("{comm}-")))
+            .map(|(frames, n)| (&frames[1..], *n))
+            .collect();
+        let serving: Vec<(&[String], u64)> =
+            workers.iter().filter(|(frames, _)| !php_frames(frames, &[]).is_empty()).copied().collect();
+        assert!(
+            weight(&serving, |_| true) >= 200,
+            "only {} samples of the pool's PHP",
+            weight(&serving, |_| true)
+        );
+        assert_most(
+            &serving,
+            1.0 - SLACK,
+            "samples of the pool's PHP are whole from the request's {main} to handle_request",
+            |frames| {
+                let names: Vec<&str> = php_frames(frames, &[]).iter().map(|frame| frame.name).collect();
+                names.first() == Some(&"{main}") && names.contains(&"handle_request")
+            },
+        );
+        assert_lines(&serving, "handle_request", "handler.php", &function_lines(&handler, "handle_request"));
+    });
+}
+
+/// Sends one request for `script` to the FastCGI server at `socket`, and returns what it answered
+/// on its standard output (the response's headers and body).
+fn fastcgi_request(socket: &std::path::Path, script: &std::path::Path) -> String {
+    use std::io::{Read as _, Write as _};
+    fn record(kind: u8, content: &[u8]) -> Vec<u8> {
+        let mut record = vec![1, kind, 0, 1];
+        record.extend_from_slice(&(content.len() as u16).to_be_bytes());
+        record.extend_from_slice(&[0, 0]);
+        record.extend_from_slice(content);
+        record
+    }
+    let script = script.to_str().unwrap();
+    let mut params = Vec::new();
+    for (name, value) in [
+        ("SCRIPT_FILENAME", script),
+        ("SCRIPT_NAME", "/handler.php"),
+        ("REQUEST_METHOD", "GET"),
+        ("SERVER_PROTOCOL", "HTTP/1.1"),
+        ("GATEWAY_INTERFACE", "CGI/1.1"),
+        ("QUERY_STRING", ""),
+        ("CONTENT_LENGTH", "0"),
+    ] {
+        params.extend_from_slice(&[name.len() as u8, value.len() as u8]);
+        params.extend_from_slice(name.as_bytes());
+        params.extend_from_slice(value.as_bytes());
+    }
+    // A responder's request: its parameters, then an empty standard input.
+    let mut request = record(1, &[0, 1, 0, 0, 0, 0, 0, 0]);
+    request.extend(record(4, &params));
+    request.extend(record(4, &[]));
+    request.extend(record(5, &[]));
+    let mut stream = std::os::unix::net::UnixStream::connect(socket).expect("connect to PHP-FPM");
+    stream.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
+    stream.write_all(&request).unwrap();
+    let mut stdout = Vec::new();
+    loop {
+        let mut header = [0u8; 8];
+        stream.read_exact(&mut header).expect("a FastCGI record");
+        let len = u16::from_be_bytes([header[4], header[5]]) as usize + header[6] as usize;
+        let mut content = vec![0u8; len];
+        stream.read_exact(&mut content).unwrap();
+        match header[1] {
+            // Standard output, until the end of the request.
+            6 => stdout.extend_from_slice(&content[..len - header[6] as usize]),
+            3 => return String::from_utf8_lossy(&stdout).into_owned(),
+            _ => {}
+        }
+    }
 }

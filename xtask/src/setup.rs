@@ -15,7 +15,7 @@ const BPF_LINKER_VERSION: &str = "0.13.0";
 const BPF_LINKER_LLVM_MAJORS: [u32; 3] = [21, 22, 23];
 /// What the tests need, and the Debian packages that provide it: commands (found in PATH) and
 /// libraries (by path: the allocators `leaks` is tested with).
-const PACKAGES: [(&str, &str); 17] = [
+const PACKAGES: [(&str, &str); 18] = [
     ("gcc", "gcc"),
     ("g++", "g++"),
     ("objcopy", "binutils"),
@@ -32,6 +32,8 @@ const PACKAGES: [(&str, &str); 17] = [
     // Debian stable's PHP CLI (with its OPcache, off in the CLI), which the PHP tests profile
     // beside Debian unstable's 8.4 (see `ensure_debian_php`).
     ("/usr/bin/php8.2", "php8.2-cli"),
+    // Its PHP-FPM, whose pool of workers the PHP tests profile serving requests.
+    ("/usr/sbin/php-fpm8.2", "php8.2-fpm"),
     // The Java tests compare with `perf record -g` on the JVM's perf map, on the JDKs under
     // /usr/lib/jvm (Debian's 17 at least); the Node test runs node.
     ("perf", "linux-perf"),
@@ -87,7 +89,7 @@ fn ensure_debian_python(root: &Path) -> Result<()> {
         "CPython",
         "3.14.",
         DEBIAN_PYTHON_DIR,
-        DEBIAN_PYTHON,
+        &[DEBIAN_PYTHON],
         &DEBIAN_PYTHON_PACKAGES,
         python,
     )
@@ -129,7 +131,7 @@ fn ensure_debian_ruby(root: &Path) -> Result<()> {
         "Ruby",
         "3.3.",
         DEBIAN_RUBY_DIR,
-        DEBIAN_RUBY,
+        &[DEBIAN_RUBY],
         &DEBIAN_RUBY_PACKAGES,
         debian_ruby_version,
     )
@@ -145,8 +147,18 @@ const DEBIAN_PHP_DIR: &str = ".tools/debian-sid-php8.4";
 /// libsodium (`libsodium.so.26`) and PCRE2 (10.47 or later: bookworm's has no symbol versions).
 /// It binds every symbol at start-up (`BIND_NOW`); the rest (OpenSSL 3.0, zlib, libargon2) is
 /// this machine's.
-const DEBIAN_PHP_PACKAGES: [&str; 7] =
-    ["php8.4-cli", "php8.4-common", "php8.4-opcache", "libc6", "libxml2-16", "libsodium26", "libpcre2-8-0"];
+const DEBIAN_PHP_PACKAGES: [&str; 8] = [
+    "php8.4-cli",
+    "php8.4-fpm",
+    "php8.4-common",
+    "php8.4-opcache",
+    "libc6",
+    "libxml2-16",
+    "libsodium26",
+    "libpcre2-8-0",
+];
+/// Its PHP-FPM, pointed at the same C library.
+const DEBIAN_PHP_FPM: &str = ".tools/debian-sid-php8.4/usr/sbin/php-fpm8.4";
 
 /// `php8.4 -n -r 'echo PHP_VERSION;'` as the tests run a script (`profiler/tests/common/php.rs`):
 /// `-n`, no php.ini. Its built-in ini and extension paths (`/etc/php/8.4/cli`,
@@ -154,22 +166,32 @@ const DEBIAN_PHP_PACKAGES: [&str; 7] =
 /// PHP's defaults and the extensions the CLI has built in (Core, standard, SPL, pcre, hash, json,
 /// …): `-n` keeps it so should an 8.4 ini ever be installed there.
 fn debian_php_version(root: &Path) -> Result<String> {
+    output(Command::new(root.join(DEBIAN_PHP_FPM)).args(["-n", "-v"]))?;
     output(Command::new(root.join(DEBIAN_PHP)).args(["-n", "-r", "echo PHP_VERSION;"]))
 }
 
 fn ensure_debian_php(root: &Path) -> Result<()> {
-    ensure_unpacked(root, "PHP", "8.4.", DEBIAN_PHP_DIR, DEBIAN_PHP, &DEBIAN_PHP_PACKAGES, debian_php_version)
+    let executables = [DEBIAN_PHP, DEBIAN_PHP_FPM];
+    ensure_unpacked(
+        root,
+        "PHP",
+        "8.4.",
+        DEBIAN_PHP_DIR,
+        &executables,
+        &DEBIAN_PHP_PACKAGES,
+        debian_php_version,
+    )
 }
 
-/// Debian unstable's `packages` unpacked into `dir` (under `root`), with `executable` pointed at
-/// that suite's C library, unless `executable` already runs: `version` runs it, and must say
-/// `prefix`… (`3.3.`) for `runtime` (`Ruby`) to count as installed.
+/// Debian unstable's `packages` unpacked into `dir` (under `root`), with `executables` pointed at
+/// that suite's C library, unless they already run: `version` runs them, and must say `prefix`…
+/// (`3.3.`) for `runtime` (`Ruby`) to count as installed.
 fn ensure_unpacked(
     root: &Path,
     runtime: &str,
     prefix: &str,
     dir: &str,
-    executable: &str,
+    executables: &[&str],
     packages: &[&str],
     version: impl Fn(&Path) -> Result<String>,
 ) -> Result<()> {
@@ -178,13 +200,15 @@ fn ensure_unpacked(
     }
     eprintln!("xtask: fetching Debian unstable's {runtime} {} into {dir}", prefix.trim_end_matches('.'));
     unpack_debian_unstable(&root.join(dir), packages)?;
-    use_unpacked_libc(&root.join(dir), &root.join(executable))?;
+    for executable in executables {
+        use_unpacked_libc(&root.join(dir), &root.join(executable))?;
+    }
     let said = version(root)?;
     let said = said.trim();
     if !said.starts_with(prefix) {
-        bail!("{executable} is {runtime} {said}, not {prefix}x");
+        bail!("{dir} holds {runtime} {said}, not {prefix}x");
     }
-    eprintln!("xtask: {executable} runs {runtime} {said}");
+    eprintln!("xtask: {dir} runs {runtime} {said}");
     Ok(())
 }
 

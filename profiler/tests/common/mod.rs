@@ -762,8 +762,8 @@ pub fn record_script_from_start(
 }
 
 /// A process started in a process group of its own, which is killed (with what it started, a
-/// script that outlives it included) when the test ends, pass or fail.
-struct GroupKilledOnDrop(Child);
+/// script that outlives it, a server's workers included) when the test ends, pass or fail.
+pub struct GroupKilledOnDrop(pub Child);
 
 impl Drop for GroupKilledOnDrop {
     fn drop(&mut self) {

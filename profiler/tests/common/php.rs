@@ -28,6 +28,8 @@ pub struct Php {
     /// `debian-sid-php8.4`.
     pub label: String,
     pub path: PathBuf,
+    /// Its PHP-FPM.
+    pub fpm: PathBuf,
     /// N of 8.N.
     pub minor: u32,
     /// What goes before the script: `-n` (no php.ini) for 8.4.
@@ -74,6 +76,7 @@ pub fn phps() -> &'static [Php] {
             Php {
                 label: "usr-bin-php8.2".into(),
                 path: SYSTEM_PHP.into(),
+                fpm: "/usr/sbin/php-fpm8.2".into(),
                 minor: 2,
                 args: Vec::new(),
                 env: Vec::new(),
@@ -84,6 +87,7 @@ pub fn phps() -> &'static [Php] {
             Php {
                 label: "debian-sid-php8.4".into(),
                 path: unpacked.join("usr/bin/php8.4"),
+                fpm: unpacked.join("usr/sbin/php-fpm8.4"),
                 minor: 4,
                 args: vec!["-n".into()],
                 env: Vec::new(),
@@ -98,7 +102,9 @@ pub fn phps() -> &'static [Php] {
 
 /// Fails unless `php` is there, runs, and is 8.N.
 fn check_runs(php: &Php) {
-    assert!(php.path.exists(), "{} is missing: run `cargo xtask setup`", php.path.display());
+    for path in [&php.path, &php.fpm] {
+        assert!(path.exists(), "{} is missing: run `cargo xtask setup`", path.display());
+    }
     let out = php
         .command()
         .args(["-r", "echo PHP_VERSION;"])
