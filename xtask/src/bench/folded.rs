@@ -97,13 +97,14 @@ pub fn script_quality(
         return (samples, 0.0, 100.0);
     }
     // `gamma`, or qualified as a tool names it: Python's `Burner.gamma`, Ruby's
-    // `Outer::Worker#gamma`.
+    // `Outer::Worker#gamma`, PHP's `Outer\Worker::gamma`.
     let share_error = shares
         .iter()
         .map(|&(function, share)| {
             let named = in_script(&|name| {
-                name.strip_suffix(function)
-                    .is_some_and(|owner| owner.is_empty() || owner.ends_with(['.', '#']))
+                name.strip_suffix(function).is_some_and(|owner| {
+                    owner.is_empty() || owner.ends_with(['.', '#']) || owner.ends_with("::")
+                })
             });
             (100.0 * named as f64 / with_script as f64 - share).abs()
         })
@@ -170,6 +171,23 @@ mod tests {
         let shares = [("alpha", 60.0), ("beta", 30.0), ("gamma", 10.0)];
         let (samples, with_ruby, share_error) = script_quality(&read_folded(folded), "shares.rb", &shares);
         assert_eq!((samples, with_ruby), (10, 100.0));
+        assert!(share_error < 1e-9);
+    }
+
+    #[test]
+    fn php_frames() {
+        assert_eq!(
+            script_function(r"Outer\Worker::alpha (/w/shares.php:33)", "shares.php"),
+            Some(r"Outer\Worker::alpha")
+        );
+        assert_eq!(script_function("array_map", "shares.php"), None);
+        let folded = "{main} (/t/count_rounds.php:14);Outer\\Worker::run (/w/shares.php:23);Outer\\Worker::alpha (/w/shares.php:33) 6\n\
+                      Outer\\Worker::run (/w/shares.php:24);array_map;Outer\\Worker::{closure:Outer\\Worker::run():24} (/w/shares.php:24);Outer\\Worker::beta (/w/shares.php:41) 3\n\
+                      Outer\\Worker::run (/w/shares.php:25);Outer\\Worker::gamma (/w/shares.php:49) 1\n\
+                      php8.2;_start 10\n";
+        let shares = [("alpha", 60.0), ("beta", 30.0), ("gamma", 10.0)];
+        let (samples, with_php, share_error) = script_quality(&read_folded(folded), "shares.php", &shares);
+        assert_eq!((samples, with_php), (20, 50.0));
         assert!(share_error < 1e-9);
     }
 }

@@ -15,6 +15,7 @@
 //! - [`python`]: `profiler record` on a CPU-bound Python program, against py-spy, and the
 //!   kernel's cost per sample of Python frames;
 //! - [`ruby`]: the same on CPU-bound Ruby programs, against rbspy;
+//! - [`php`]: the same on a CPU-bound PHP program, against native samples;
 //! - [`agent`]: `profiler agent -a` for ten minutes, its CPU and RSS;
 //! - [`long_run`]: a long `record -a` under a churn workload, the profiler's memory over time;
 //! - [`churn`]: `profiler agent` beside programs it has not seen, its memory and descriptors;
@@ -33,8 +34,10 @@ mod long_run;
 mod memory;
 mod naming;
 mod off_cpu;
+mod php;
 mod python;
 mod ruby;
+mod scripts;
 mod stages;
 mod undisturbed;
 mod workloads;
@@ -59,7 +62,7 @@ pub struct Options {
 }
 
 /// The sections of BENCHMARKS.md, in order.
-pub const SECTIONS: [&str; 16] = [
+pub const SECTIONS: [&str; 17] = [
     "compare",
     "kernel",
     "memory",
@@ -68,6 +71,7 @@ pub const SECTIONS: [&str; 16] = [
     "off-cpu",
     "python",
     "ruby",
+    "php",
     "java",
     "node",
     "agent",
@@ -109,6 +113,9 @@ pub fn run(root: &Path, options: &Options) -> Result<()> {
     }
     if wanted("ruby") {
         sections.push(("ruby", ruby::table(&tools.profiler, root, &src, &dir, repetitions)?));
+    }
+    if wanted("php") {
+        sections.push(("php", php::table(&tools.profiler, root, &src, &dir, repetitions)?));
     }
     for (section, subject) in jit_runtimes::SECTIONS {
         if wanted(section) {

@@ -16,18 +16,12 @@ use std::{
 use anyhow::{Result, bail};
 
 use super::{
-    folded::{read_folded, script_quality},
-    kernel, median, verdict,
-    workloads::{self, KillOnDrop, on_last_cpu},
+    scripts::{self, BEFORE, NATIVE, PROFILED, Program, RATES, Run, Script, column, header, per_sample_goal},
+    verdict,
+    workloads::KillOnDrop,
 };
 use crate::check;
 
-/// Seconds of the program alone before the tool starts, profiled, and alone after.
-const BEFORE: f64 = 2.5;
-const PROFILED: f64 = 5.0;
-const AFTER: f64 = 3.0;
-/// Samples per second: a fleet's rate, and a close look's.
-const RATES: [u64; 2] = [99, 999];
 const RBSPY_VERSION: &str = "0.55.0";
 /// Where rbspy is installed (`cargo install --root`), under the workspace.
 const RBSPY_ROOT: &str = ".tools/rbspy";
@@ -39,8 +33,6 @@ const DEBIAN_RUBY_DIR: &str = ".tools/debian-sid-ruby3.3";
 const DEBIAN_RUBY_LIB: [&str; 2] = ["usr/lib/ruby/3.3.0", "usr/lib/x86_64-linux-gnu/ruby/3.3.0"];
 /// shares.rb's methods and the share of the script's CPU each burns.
 const SHARES: [(&str, f64); 3] = [("alpha", 60.0), ("beta", 30.0), ("gamma", 10.0)];
-/// How many times a native sample's CPU a Ruby sample may cost.
-const PER_SAMPLE_RATIO_GOAL: f64 = 3.0;
 /// Loaded before shares.rb (`ruby -r`), which prints no progress of its own: with `PROGRESS=1`,
 /// `SECONDS ROUNDS` about every 100 ms, counted where each round first calls `rand`, so that no
 /// frame of this file is on the stack while a round burns.
@@ -93,48 +85,6 @@ impl Tool {
     }
 }
 
-/// What is profiled: shares.rb on a Ruby, or split.c.
-#[derive(Clone)]
-enum Program {
-    Ruby {
-        label: &'static str,
-        interpreter: PathBuf,
-        /// What it needs in its environment to run a script.
-        env: Vec<(&'static str, OsString)>,
-        /// Its arguments before the script's run time: the round counter and the script.
-        args: Vec<OsString>,
-    },
-    Native {
-        binary: PathBuf,
-    },
-}
-
-impl Program {
-    fn label(&self) -> &'static str {
-        match self {
-            Program::Ruby { label, .. } => label,
-            Program::Native { .. } => NATIVE,
-        }
-    }
-
-    /// The program running for `seconds`, from `start`: a command running the executable it is
-    /// given, to which the program's environment and arguments are added.
-    fn command(&self, start: fn(&Path) -> Command, seconds: &str) -> Command {
-        match self {
-            Program::Ruby { interpreter, env, args, .. } => {
-                let mut command = start(interpreter);
-                command.envs(env.iter().map(|(name, value)| (name, value))).args(args).arg(seconds);
-                command
-            }
-            Program::Native { binary } => {
-                let mut command = start(binary);
-                command.args([seconds, "1"]);
-                command
-            }
-        }
-    }
-}
-
 /// One tool on one program at one rate.
 struct Case {
     tool: Tool,
@@ -144,29 +94,9 @@ struct Case {
     unreadable: Option<String>,
 }
 
-/// One measurement.
-struct Run {
-    /// Loss of the program's peak speed while profiled, in percent.
-    slowdown: f64,
-    /// The tool's CPU while it records, in percent of one core.
-    recording_cpu: f64,
-    /// The tool's CPU while it records, per sample it took, in microseconds.
-    us_per_sample: f64,
-    /// CPU seconds of the tool, start to output.
-    cpu_seconds: f64,
-    /// The tool's peak resident memory.
-    rss_mib: f64,
-    samples: u64,
-    /// Of a Ruby program: the percent of the samples holding a frame of the script, and the
-    /// largest distance, in points, between a method's share and the one the script burns.
-    ruby: Option<(f64, f64)>,
-}
-
 pub fn table(profiler: &Path, root: &Path, src: &Path, dir: &Path, repetitions: usize) -> Result<String> {
     let rbspy = ensure_rbspy(root)?;
-    // split.c without frame pointers, with its debug information.
-    let native = dir.join("split-nofp");
-    workloads::compile_c(&src.join("split.c"), &native, &["-O2", "-g", "-fomit-frame-pointer"])?;
+    let native = Program::native(src, dir)?;
     let count_rounds = dir.join("count_rounds.rb");
     std::fs::write(&count_rounds, COUNT_ROUNDS)?;
     let script = src.join("ruby/shares.rb");
@@ -174,13 +104,13 @@ pub fn table(profiler: &Path, root: &Path, src: &Path, dir: &Path, repetitions: 
     let debian = root.join(DEBIAN_RUBY_DIR);
     let lib = std::env::join_paths(DEBIAN_RUBY_LIB.map(|sub| debian.join(sub)))?;
     let rubies = [
-        Program::Ruby {
+        Program::Script {
             label: RUBY_31,
             interpreter: SYSTEM_RUBY.into(),
             env: Vec::new(),
             args: args.clone(),
         },
-        Program::Ruby {
+        Program::Script {
             label: RUBY_33,
             interpreter: debian.join("usr/bin/ruby3.3"),
             // Its built-in load path is this machine's 3.1's; RubyGems would load 3.1's Debian
@@ -190,7 +120,7 @@ pub fn table(profiler: &Path, root: &Path, src: &Path, dir: &Path, repetitions: 
         },
     ];
     let unreadable = rubies.iter().map(|ruby| rbspy_cannot_read(&rbspy, ruby)).collect::<Result<Vec<_>>>()?;
-    let cases = cases(&rubies, &unreadable, &Program::Native { binary: native.clone() });
+    let cases = cases(&rubies, &unreadable, &native);
     let mut runs: Vec<Vec<Run>> = cases.iter().map(|_| Vec::new()).collect();
     for repetition in 0..repetitions {
         // Alternate the order, so that drift of the machine does not favour one.
@@ -228,41 +158,23 @@ pub fn table(profiler: &Path, root: &Path, src: &Path, dir: &Path, repetitions: 
          per sample it took (naming costs once per file, libruby's and libc's, are in it). *In all*: start to \
          output written. *Peak RSS*: the tool's. *With Ruby frames*: samples holding a frame of the script. \
          *Share error*: largest distance, in points, between a method's share of those samples and what it \
-         burns.\n\n\
-         | tool | program | target slowdown | tool CPU while recording | per sample | tool CPU in all | peak RSS | samples | with Ruby frames | share error |\n\
-         |---|---|---|---|---|---|---|---|---|---|\n"
+         burns.\n\n"
     );
-    let column = |c: usize, f: fn(&Run) -> f64| median(&mut runs[c].iter().map(f).collect::<Vec<_>>());
+    text.push_str(&header("Ruby"));
     for (c, case) in cases.iter().enumerate() {
-        let (tool, program) = (case.tool.label(case.hz), case.program.label());
+        let tool = case.tool.label(case.hz);
         if let Some(reason) = &case.unreadable {
-            writeln!(text, "| {tool} | {program} | cannot read it: {reason} | – | – | – | – | – | – | – |")?;
+            writeln!(
+                text,
+                "| {tool} | {} | cannot read it: {reason} | – | – | – | – | – | – | – |",
+                case.program.label()
+            )?;
             continue;
         }
-        let ruby = |f: fn((f64, f64)) -> f64, unit: &str| match case.program {
-            Program::Ruby { .. } => {
-                format!(
-                    "{:.1}{unit}",
-                    median(&mut runs[c].iter().filter_map(|r| r.ruby).map(f).collect::<Vec<_>>())
-                )
-            }
-            Program::Native { .. } => "—".into(),
-        };
-        writeln!(
-            text,
-            "| {tool} | {program} | {:.1}% | {:.2}% of a core | {:.0} µs | {:.2} s | {:.1} MiB | {:.0} | {} | {} |",
-            column(c, |r| r.slowdown),
-            column(c, |r| r.recording_cpu),
-            column(c, |r| r.us_per_sample),
-            column(c, |r| r.cpu_seconds),
-            column(c, |r| r.rss_mib),
-            column(c, |r| r.samples as f64),
-            ruby(|(with, _)| with, "%"),
-            ruby(|(_, error)| error, " pt"),
-        )?;
+        text.push_str(&scripts::row(&tool, &case.program, &runs[c]));
     }
     text.push('\n');
-    let (costs, times) = kernel_cost(profiler, &rubies, &native, dir, repetitions)?;
+    let (costs, against_native) = scripts::kernel_cost(profiler, "ruby", &rubies, &native, dir, repetitions)?;
     text.push_str(&costs);
     text.push_str(
         "#### Against rbspy and native samples, and goals\n\n| goal | measured | |\n|---|---|---|\n",
@@ -273,26 +185,28 @@ pub fn table(profiler: &Path, root: &Path, src: &Path, dir: &Path, repetitions: 
         })
     };
     for hz in RATES {
-        let native_us = find(Tool::Profiler, NATIVE, hz).map(|native| column(native, |r| r.us_per_sample));
+        let native_us =
+            find(Tool::Profiler, NATIVE, hz).map(|native| column(&runs[native], |r| r.us_per_sample));
         for ruby in rubies.iter().map(Program::label) {
             let Some(ours) = find(Tool::Profiler, ruby, hz) else { continue };
-            let per_sample = column(ours, |r| r.us_per_sample);
+            let per_sample = column(&runs[ours], |r| r.us_per_sample);
             if let Some(theirs) = find(Tool::Rbspy, ruby, hz) {
                 let (slowdown, rbspy_slowdown) =
-                    (column(ours, |r| r.slowdown), column(theirs, |r| r.slowdown));
+                    (column(&runs[ours], |r| r.slowdown), column(&runs[theirs], |r| r.slowdown));
                 writeln!(
                     text,
                     "| target slowdown ({ruby}) at {hz} Hz below rbspy's | {slowdown:.1}% vs {rbspy_slowdown:.1}% | {} |",
                     verdict(slowdown < rbspy_slowdown)
                 )?;
-                let rbspy_per_sample = column(theirs, |r| r.us_per_sample);
+                let rbspy_per_sample = column(&runs[theirs], |r| r.us_per_sample);
                 writeln!(
                     text,
                     "| tool CPU per sample ({ruby}) at {hz} Hz below rbspy's | {per_sample:.0} vs {rbspy_per_sample:.0} µs ({:.2}×) | {} |",
                     per_sample / rbspy_per_sample,
                     verdict(per_sample < rbspy_per_sample)
                 )?;
-                let (rss, rbspy_rss) = (column(ours, |r| r.rss_mib), column(theirs, |r| r.rss_mib));
+                let (rss, rbspy_rss) =
+                    (column(&runs[ours], |r| r.rss_mib), column(&runs[theirs], |r| r.rss_mib));
                 writeln!(
                     text,
                     "| peak RSS ({ruby}) at {hz} Hz, against rbspy's (no goal) | {rss:.1} vs {rbspy_rss:.1} MiB ({:.1}×) | – |",
@@ -300,32 +214,17 @@ pub fn table(profiler: &Path, root: &Path, src: &Path, dir: &Path, repetitions: 
                 )?;
             }
             if let Some(native_us) = native_us {
-                let ratio = per_sample / native_us;
-                writeln!(
-                    text,
-                    "| CPU per Ruby sample ({ruby}) at {hz} Hz ≤ {PER_SAMPLE_RATIO_GOAL}× a native one's | {ratio:.1}× ({per_sample:.0} vs {native_us:.0} µs) | {} |",
-                    verdict(ratio <= PER_SAMPLE_RATIO_GOAL)
-                )?;
+                text.push_str(&per_sample_goal("Ruby", ruby, hz, per_sample, native_us));
             }
         }
     }
-    // The native program's is the last.
-    let native_us = times[times.len() - 1];
-    for (ruby, us) in rubies.iter().zip(&times) {
-        writeln!(
-            text,
-            "| eBPF time per sample ({}), against a native one's (no goal) | {us:.2} vs {native_us:.2} µs ({:.1}×) | – |",
-            ruby.label(),
-            us / native_us,
-        )?;
-    }
+    text.push_str(&against_native);
     text.push('\n');
     Ok(text)
 }
 
 const RUBY_31: &str = "shares.rb, Debian's 3.1";
 const RUBY_33: &str = "shares.rb, unstable's 3.3";
-const NATIVE: &str = "split.c, one thread (native)";
 
 /// Every case, at each rate: the profiler and rbspy on each of `rubies` (rbspy's not run on one
 /// it cannot read, as `unreadable` says in their order), and the profiler on `native`.
@@ -398,8 +297,6 @@ fn rbspy_cannot_read(rbspy: &Path, ruby: &Program) -> Result<Option<String>> {
 }
 
 fn measure(case: &Case, command: &Path, dir: &Path) -> Result<Run> {
-    let seconds = (BEFORE + PROFILED + AFTER + 1.0).to_string();
-    let program = case.program.command(|path| Command::new(path), &seconds);
     let hz = case.hz.to_string();
     let folded = dir.join("ruby.folded");
     let record = |pid: &str| {
@@ -415,34 +312,6 @@ fn measure(case: &Case, command: &Path, dir: &Path) -> Result<Run> {
         };
         record
     };
-    let (recorded, slowdown) = workloads::attach(program, record, case.tool.ready_line(), BEFORE, PROFILED)?;
-    let text = std::fs::read_to_string(&folded).unwrap_or_default();
-    let (samples, with_ruby, share_error) = script_quality(&read_folded(&text), "shares.rb", &SHARES);
-    Ok(Run {
-        slowdown,
-        recording_cpu: recorded.cpu_percent(),
-        us_per_sample: recorded.us_per_sample(samples),
-        cpu_seconds: recorded.usage.cpu_seconds,
-        rss_mib: recorded.usage.max_rss_kib as f64 / 1024.0,
-        samples,
-        ruby: matches!(case.program, Program::Ruby { .. }).then_some((with_ruby, share_error)),
-    })
-}
-
-/// The eBPF program's time per sample and ring bytes per record, at 999 Hz, on shares.rb on each
-/// of `rubies` and on `native`; and those times, in that order.
-fn kernel_cost(
-    profiler: &Path,
-    rubies: &[Program],
-    native: &Path,
-    dir: &Path,
-    repetitions: usize,
-) -> Result<(String, Vec<f64>)> {
-    let mut programs: Vec<(&str, Command)> =
-        rubies.iter().map(|ruby| (ruby.label(), ruby.command(on_last_cpu, "60"))).collect();
-    let mut native = on_last_cpu(native);
-    // Until killed.
-    native.arg("0");
-    programs.push(("C without frame pointers (`split.c`)", native));
-    kernel::pinned_costs(profiler, dir, "ruby", programs, repetitions)
+    let script = Script { file_name: "shares.rb", shares: &SHARES };
+    scripts::measure(&case.program, record, case.tool.ready_line(), &folded, &script)
 }
