@@ -3,6 +3,56 @@
 //! stack: each call of the loop runs a run of the interpreter's frames.
 use crate::frame::Frame;
 
+/// One sample's interpreter frames, translated from its kernel walker's records innermost first,
+/// cut into the runs each native call of the eval loop ran: the scratch every interpreter's merge
+/// fills (kept for its allocations), then puts in place of those calls.
+#[derive(Default)]
+pub(super) struct Runs {
+    frames: Vec<Frame>,
+    /// Where each run ends in `frames`.
+    ends: Vec<usize>,
+    native: Vec<Frame>,
+}
+
+impl Runs {
+    /// Starts a new sample's.
+    pub(super) fn clear(&mut self) {
+        self.frames.clear();
+        self.ends.clear();
+    }
+
+    /// The next frame, outwards.
+    pub(super) fn push(&mut self, frame: Frame) {
+        self.frames.push(frame);
+    }
+
+    /// The frames since the last run's end were one call of the eval loop.
+    pub(super) fn end_run(&mut self) {
+        self.ends.push(self.frames.len());
+    }
+
+    /// Puts the runs in place of the native frames of `stack` (innermost first) for which
+    /// `is_eval_loop` holds (see [`merge`]); the frames after the last run's end are a run too.
+    pub(super) fn merge_into(&mut self, stack: &mut Vec<Frame>, is_eval_loop: impl Fn(&Frame) -> bool) {
+        if self.ends.last() != Some(&self.frames.len()) {
+            self.end_run();
+        }
+        let mut start = 0;
+        let runs: Vec<&[Frame]> = self
+            .ends
+            .iter()
+            .map(|&end| {
+                let run = &self.frames[start..end];
+                start = end;
+                run
+            })
+            .collect();
+        self.native.clear();
+        self.native.append(stack);
+        merge(&self.native, &runs, is_eval_loop, stack);
+    }
+}
+
 /// Replaces native frames for which `is_eval_loop` holds with the runs of `runs` (each run
 /// innermost first, `runs` innermost first too), pairing them from the outermost.
 ///
@@ -11,7 +61,7 @@ use crate::frame::Frame;
 /// stay as they are (the interpreter's own time, under the interpreted function that made the
 /// call). When the runs outnumber the eval-loop frames instead, the native unwind stopped early:
 /// runs pair from the innermost and those left over go outermost.
-pub(super) fn merge(
+fn merge(
     native: &[Frame],
     runs: &[&[Frame]],
     is_eval_loop: impl Fn(&Frame) -> bool,

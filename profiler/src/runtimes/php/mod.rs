@@ -28,7 +28,7 @@ use super::{
     ImageFile, Mark, Refusal, Runtime,
     functions::{FunctionRef, Functions},
     memory::{self, Allowance, ProcessMemory},
-    merge::merge,
+    merge::Runs,
 };
 use crate::{
     address_space::{Mapping, ModuleId, ProcessView},
@@ -51,9 +51,8 @@ const CURRENT_EXECUTE_DATA: u64 = 0x1e8;
 #[derive(Default)]
 pub(crate) struct Php {
     stats: PhpStats,
-    translated: Vec<Frame>,
-    run_ends: Vec<usize>,
-    native: Vec<Frame>,
+    /// Scratch: one sample's frames, and its runs.
+    runs: Runs,
 }
 
 /// A process running a Zend Engine that is read.
@@ -182,11 +181,7 @@ impl Runtime for Php {
             return;
         }
         self.stats.with_frames += 1;
-        let (module, execute_ex) = (running.module, running.engine.execute_ex.clone());
-        let is_vm = |frame: &Frame| match *frame {
-            Frame::Module { module: m, offset } => m == module && execute_ex.contains(&offset),
-            _ => false,
-        };
+        let module = running.module;
         // The VM keeps the op it runs in r15, and saves it to the frame only at calls: while the
         // thread runs the engine's code (the VM, or a helper of its handlers), r15 is the innermost
         // frame's op, when it is one of its function's.
@@ -195,33 +190,23 @@ impl Runtime for Php {
             .regs
             .filter(|_| frames.iter().find(|frame| !matches!(frame, Frame::Kernel(_))).is_some_and(in_engine))
             .map(|regs| regs.register(UserRegister::R15));
-        let Self { stats, translated, run_ends, native } = self;
-        translated.clear();
-        run_ends.clear();
+        let Self { stats, runs } = self;
+        runs.clear();
         for (index, record) in records.iter().enumerate() {
             let record = pod_read_unaligned::<PhpFrame>(record);
             let running_op =
                 running_op.filter(|_| index == 0 && record.flags & php_frame_flags::INTERNAL == 0);
-            translated.push(running.frame(&record, running_op, functions, stats));
+            runs.push(running.frame(&record, running_op, functions, stats));
             if record.flags & php_frame_flags::RUN_END != 0 {
-                run_ends.push(translated.len());
+                runs.end_run();
             }
         }
-        if run_ends.last() != Some(&translated.len()) {
-            run_ends.push(translated.len());
-        }
-        let mut start = 0;
-        let runs: Vec<&[Frame]> = run_ends
-            .iter()
-            .map(|&end| {
-                let run = &translated[start..end];
-                start = end;
-                run
-            })
-            .collect();
-        native.clear();
-        native.append(frames);
-        merge(native, &runs, is_vm, frames);
+        let execute_ex = &running.engine.execute_ex;
+        let is_vm = |frame: &Frame| match *frame {
+            Frame::Module { module: m, offset } => m == module && execute_ex.contains(&offset),
+            _ => false,
+        };
+        runs.merge_into(frames, is_vm);
     }
 
     fn describe(&self, _running: &mut dyn Iterator<Item = &Running>) -> Vec<String> {

@@ -31,7 +31,7 @@ use super::{
     ImageFile, Mark, Refusal, Runtime,
     functions::{FunctionRef, Functions},
     memory::{self, Allowance, ProcessMemory},
-    merge::merge,
+    merge::Runs,
 };
 use crate::{
     address_space::{Mapping, ModuleId, ProcessView},
@@ -51,10 +51,8 @@ const ENTRY_BYTES: u64 = 64;
 #[derive(Default)]
 pub(crate) struct Python {
     stats: PythonStats,
-    /// Scratch: one sample's frames, and its runs' bounds.
-    translated: Vec<Frame>,
-    run_ends: Vec<usize>,
-    native: Vec<Frame>,
+    /// Scratch: one sample's frames, and its runs.
+    runs: Runs,
 }
 
 /// A process running a CPython that is read.
@@ -200,36 +198,22 @@ impl Runtime for Python {
             return;
         }
         self.stats.with_frames += 1;
-        let Self { stats, translated, run_ends, native } = self;
-        translated.clear();
-        run_ends.clear();
+        let Self { stats, runs } = self;
+        runs.clear();
         for record in records {
             if record.code != 0 {
-                translated.push(running.frame(&record, functions, stats));
+                runs.push(running.frame(&record, functions, stats));
             }
             if record.flags & python_frame_flags::RUN_END != 0 {
-                run_ends.push(translated.len());
+                runs.end_run();
             }
         }
-        if run_ends.last() != Some(&translated.len()) {
-            run_ends.push(translated.len());
-        }
-        let runs: Vec<&[Frame]> = run_ends
-            .iter()
-            .scan(0, |start, &end| {
-                let run = &translated[*start..end];
-                *start = end;
-                Some(run)
-            })
-            .collect();
-        native.clear();
-        native.append(frames);
         let (module, eval_loop) = (running.module, &running.interpreter.eval_loop);
         let is_eval_loop = |frame: &Frame| match *frame {
             Frame::Module { module: m, offset } => m == module && eval_loop.contains(offset),
             _ => false,
         };
-        merge(native, &runs, is_eval_loop, frames);
+        runs.merge_into(frames, is_eval_loop);
     }
 
     fn describe(&self, _running: &mut dyn Iterator<Item = &Running>) -> Vec<String> {

@@ -34,7 +34,7 @@ use super::{
     ImageFile, Mark, Refusal, Runtime,
     functions::{FunctionRef, Functions},
     memory::{self, Allowance, ProcessMemory},
-    merge::merge,
+    merge::Runs,
 };
 use crate::{
     address_space::{Mapping, ModuleId, ProcessView},
@@ -54,9 +54,8 @@ const ENTRY_BYTES: u64 = 64;
 #[derive(Default)]
 pub(crate) struct Ruby {
     stats: RubyStats,
-    translated: Vec<Frame>,
-    run_ends: Vec<usize>,
-    native: Vec<Frame>,
+    /// Scratch: one sample's frames, and its runs.
+    runs: Runs,
 }
 
 /// A process running a Ruby VM that is read.
@@ -198,41 +197,26 @@ impl Runtime for Ruby {
             return;
         }
         self.stats.with_frames += 1;
-        let Self { stats, translated, run_ends, native } = self;
-        translated.clear();
-        run_ends.clear();
+        let Self { stats, runs } = self;
+        runs.clear();
         for record in records {
             let record = pod_read_unaligned::<RubyFrame>(record);
             if let Some(state) = thread_state(record.pc_flags, stats) {
                 let function = functions.intern(state, "", 0, SymbolKind::Script, Some(LANGUAGE));
-                translated.push(Frame::Runtime { function: function.id, line: 0 });
+                runs.push(Frame::Runtime { function: function.id, line: 0 });
             } else if record.iseq != 0 || record.method != 0 {
-                translated.push(running.frame(&record, functions, stats));
+                runs.push(running.frame(&record, functions, stats));
             }
             if record.pc_flags & ruby_frame_flags::RUN_END != 0 {
-                run_ends.push(translated.len());
+                runs.end_run();
             }
         }
-        if run_ends.last() != Some(&translated.len()) {
-            run_ends.push(translated.len());
-        }
-        let mut start = 0;
-        let runs: Vec<&[Frame]> = run_ends
-            .iter()
-            .map(|&end| {
-                let run = &translated[start..end];
-                start = end;
-                run
-            })
-            .collect();
-        native.clear();
-        native.append(frames);
         let (module, vm_exec) = (running.module, &running.vm.vm_exec);
         let is_vm_exec = |frame: &Frame| match *frame {
             Frame::Module { module: m, offset } => m == module && vm_exec.contains(&offset),
             _ => false,
         };
-        merge(native, &runs, is_vm_exec, frames);
+        runs.merge_into(frames, is_vm_exec);
         name_jit_code(frames, functions);
     }
 
