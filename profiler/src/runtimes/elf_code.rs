@@ -4,7 +4,7 @@
 use std::ops::Range;
 
 use gimli::UnwindSection as _;
-use object::{Object as _, ObjectSection as _, SectionIndex, read::elf::ElfFile64};
+use object::{Object as _, ObjectSection as _, ObjectSymbol as _, SectionIndex, read::elf::ElfFile64};
 
 use crate::untrusted::ElfFacts;
 
@@ -19,6 +19,16 @@ pub(super) fn bytes_at<'data>(
     let data = section.data().ok()?;
     let at = usize::try_from(svma.checked_sub(section.address())?).ok()?;
     data.get(at..at.checked_add(len)?)
+}
+
+/// The symbol `name` that `elf` defines for dynamic linking.
+pub(super) fn exported<'data, 'file>(
+    elf: &'file ElfFile64<'data, object::Endianness>,
+    name: &str,
+) -> Option<object::read::elf::ElfSymbol64<'data, 'file, object::Endianness>> {
+    elf.dynamic_symbols().find(|symbol| {
+        symbol.name() == Ok(name) && !symbol.is_undefined() && symbol.section_index().is_some()
+    })
 }
 
 /// An image's unwind entries (FDEs), found by address through `.eh_frame_hdr`'s sorted table:

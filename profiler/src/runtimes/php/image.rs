@@ -3,10 +3,13 @@
 //! Debian build exports both symbols (docs/php-layouts.md §1).
 use std::ops::Range;
 
-use object::{Object as _, ObjectSymbol as _, read::elf::ElfFile64};
+use object::{ObjectSymbol as _, read::elf::ElfFile64};
 
 use super::layout::{self, Layout};
-use crate::{runtimes::elf_code::file_offset, untrusted::ElfFacts};
+use crate::{
+    runtimes::elf_code::{exported, file_offset},
+    untrusted::ElfFacts,
+};
 
 /// A Zend Engine this profiler reads. Addresses are as the file states them (add the load bias).
 #[derive(Debug)]
@@ -35,11 +38,7 @@ const THREAD_SAFE_NEEDLE: &[u8] = b",TS\0";
 impl Image {
     pub(crate) fn read(bytes: &[u8], facts: &ElfFacts) -> Self {
         let Ok(elf) = ElfFile64::<object::Endianness>::parse(bytes) else { return Self::NotPhp };
-        let exported = |name: &str| {
-            elf.dynamic_symbols().find(|symbol| {
-                symbol.name() == Ok(name) && !symbol.is_undefined() && symbol.section_index().is_some()
-            })
-        };
+        let exported = |name: &str| exported(&elf, name);
         let (Some(globals), Some(execute_ex)) = (exported("executor_globals"), exported("execute_ex")) else {
             return Self::NotPhp;
         };

@@ -11,7 +11,7 @@ use super::{
 };
 use crate::{
     runtimes::{
-        elf_code::{UnwindEntries, bytes_at, file_offset},
+        elf_code::{UnwindEntries, bytes_at, exported, file_offset},
         ranges::Ranges,
     },
     untrusted::ElfFacts,
@@ -47,11 +47,7 @@ impl Image {
     /// Reads the image of the file named `file_name`.
     pub fn read(file_name: &str, image: &[u8], facts: &ElfFacts) -> Self {
         let Ok(elf) = ElfFile64::<object::Endianness>::parse(image) else { return Self::NotPython };
-        let exported = |name: &str| {
-            elf.dynamic_symbols().find(|symbol| {
-                symbol.name() == Ok(name) && !symbol.is_undefined() && symbol.section_index().is_some()
-            })
-        };
+        let exported = |name: &str| exported(&elf, name);
         let (Some(code_type), Some(unicode_type)) = (exported("PyCode_Type"), exported("PyUnicode_Type"))
         else {
             return Self::NotPython;

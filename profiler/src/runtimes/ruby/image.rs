@@ -13,7 +13,7 @@ use object::{
 
 use super::layout::{self, Layout};
 use crate::{
-    runtimes::elf_code::{UnwindEntries, bytes_at, file_offset},
+    runtimes::elf_code::{UnwindEntries, bytes_at, exported, file_offset},
     untrusted::ElfFacts,
 };
 
@@ -83,15 +83,6 @@ fn read_vm(elf: &Elf<'_>, facts: &ElfFacts, release: String, layout: &'static La
 fn release_minor(release: &str) -> Option<(u32, u32)> {
     let mut numbers = release.split('.').map(str::parse::<u32>);
     Some((numbers.next()?.ok()?, numbers.next()?.ok()?))
-}
-
-fn exported<'data, 'file>(
-    elf: &'file Elf<'data>,
-    name: &str,
-) -> Option<object::read::elf::ElfSymbol64<'data, 'file, object::Endianness>> {
-    elf.dynamic_symbols().find(|symbol| {
-        symbol.name() == Ok(name) && !symbol.is_undefined() && symbol.section_index().is_some()
-    })
 }
 
 /// The NUL-terminated string a symbol of at most 32 bytes holds.
