@@ -3,6 +3,7 @@
 //! to a sample of them ([`RuntimeTrailer`], then the frame records after the native stacks).
 //! Each runtime's own records are in a module of its own.
 pub mod go;
+pub mod perl;
 pub mod php;
 pub mod python;
 pub mod ruby;
@@ -18,15 +19,16 @@ pub enum RuntimeKind {
     Go = 2,
     Ruby = 3,
     Php = 4,
+    Perl = 5,
 }
 
 impl RuntimeKind {
     /// The runtimes walked in the kernel. Each has a walker program per hook that records user
     /// stacks, named after the hook's program and [`Self::name`] (`sample_python`), which userspace
     /// puts at this index of the hook's program array.
-    pub const WALKED: [Self; 4] = [Self::Python, Self::Go, Self::Ruby, Self::Php];
+    pub const WALKED: [Self; 5] = [Self::Python, Self::Go, Self::Ruby, Self::Php, Self::Perl];
     /// Entries of a hook's program array of walkers.
-    pub const COUNT: u32 = 5;
+    pub const COUNT: u32 = 6;
 
     pub const fn from_u16(value: u16) -> Option<Self> {
         match value {
@@ -35,6 +37,7 @@ impl RuntimeKind {
             2 => Some(Self::Go),
             3 => Some(Self::Ruby),
             4 => Some(Self::Php),
+            5 => Some(Self::Perl),
             _ => None,
         }
     }
@@ -47,6 +50,7 @@ impl RuntimeKind {
             Self::Go => "go",
             Self::Ruby => "ruby",
             Self::Php => "php",
+            Self::Perl => "perl",
         }
     }
 }
@@ -125,8 +129,10 @@ pub const fn register_index(register: UserRegister) -> usize {
 }
 
 /// Most bytes of frame records a sample carries: the largest of any runtime's.
-pub const MAX_RUNTIME_FRAMES_BYTES: usize =
-    max(max(python::MAX_FRAMES_BYTES, ruby::MAX_FRAMES_BYTES), max(php::MAX_FRAMES_BYTES, go::LABELS_BYTES));
+pub const MAX_RUNTIME_FRAMES_BYTES: usize = max(
+    max(python::MAX_FRAMES_BYTES, ruby::MAX_FRAMES_BYTES),
+    max(max(php::MAX_FRAMES_BYTES, perl::MAX_FRAMES_BYTES), go::LABELS_BYTES),
+);
 
 const fn max(a: usize, b: usize) -> usize {
     if a > b { a } else { b }

@@ -12,6 +12,11 @@ pub fn field<const N: usize>(bytes: &[u8; N], offset: u32) -> Option<u64> {
     Some(unsafe { bytes.as_ptr().add(at).cast::<u64>().read_unaligned() })
 }
 
+pub fn field_i32<const N: usize>(bytes: &[u8; N], offset: u32) -> Option<i32> {
+    let at = bounded(offset, N - size_of::<i32>())?;
+    Some(unsafe { bytes.as_ptr().add(at).cast::<i32>().read_unaligned() })
+}
+
 pub fn byte<const N: usize>(bytes: &[u8; N], offset: u32) -> Option<u8> {
     let at = bounded(offset, N - 1)?;
     Some(unsafe { *bytes.as_ptr().add(at) })

@@ -13,6 +13,7 @@
 //! is a module here with a `walk` function and a line there.
 mod fields;
 mod go;
+mod perl;
 mod php;
 mod python;
 mod ruby;
@@ -60,7 +61,7 @@ macro_rules! walkers {
     )*};
 }
 
-walkers! { python: Python, go: Go, ruby: Ruby, php: Php }
+walkers! { python: Python, go: Go, ruby: Ruby, php: Php, perl: Perl }
 
 /// Hands the record in `draft`, its first `len` bytes written, over to the walker in `walkers`
 /// of its process's runtime, when the process is registered, which adds the runtime's frames and

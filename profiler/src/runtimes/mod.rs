@@ -22,6 +22,7 @@ pub(crate) mod hotspot;
 mod kernel_table;
 pub(crate) mod memory;
 mod merge;
+mod perl;
 mod php;
 pub(crate) mod python;
 mod ranges;
@@ -218,7 +219,8 @@ impl Runtimes {
             .add(v8::V8::default())
             .add(go::Go::default())
             .add(ruby::Ruby::default())
-            .add(php::Php::default());
+            .add(php::Php::default())
+            .add(perl::Perl::default());
         let shared = Shared {
             allowance: Arc::new(Allowance::default()),
             table: KernelTable::new(system_wide),
