@@ -190,11 +190,16 @@ impl Runtime for Perl {
                 RunStep::End => runs.end_run(),
             }
         }
-        let (module, runops) = (running.module, &running.interpreter.runops);
-        let is_runops = |frame: &Frame| match *frame {
-            Frame::Module { module: m, offset } => m == module && runops.contains(&offset),
+        let (module, interpreter) = (running.module, &running.interpreter);
+        let in_perl = |frame: &Frame, code: &dyn Fn(u64) -> bool| match *frame {
+            Frame::Module { module: m, offset } => m == module && code(offset),
             _ => false,
         };
+        let is_runops = |frame: &Frame| in_perl(frame, &|offset| interpreter.runops.contains(&offset));
+        let is_docatch = |frame: &Frame| {
+            in_perl(frame, &|offset| interpreter.docatch_calls.iter().any(|call| call.contains(&offset)))
+        };
+        drop_docatch_loops(frames, is_runops, is_docatch, |frame| in_perl(frame, &|_| true));
         runs.merge_into(frames, is_runops);
     }
 
@@ -252,6 +257,26 @@ fn thread_local_offset(
     Ok(offset)
 }
 
+/// Takes out of `frames` (innermost first) each call of the op loop from `S_docatch`, with
+/// `S_docatch` and the op that called it: such a loop runs the frames of the loop it was entered
+/// from, whose run replaces that one, and no context marks it.
+fn drop_docatch_loops(
+    frames: &mut Vec<Frame>,
+    is_runops: impl Fn(&Frame) -> bool,
+    is_docatch: impl Fn(&Frame) -> bool,
+    in_perl: impl Fn(&Frame) -> bool,
+) {
+    let mut at = 0;
+    while at + 1 < frames.len() {
+        if is_runops(&frames[at]) && is_docatch(&frames[at + 1]) {
+            let op = frames[at + 2..].iter().take_while(|frame| in_perl(frame) && !is_runops(frame)).count();
+            frames.drain(at..at + 2 + op);
+        } else {
+            at += 1;
+        }
+    }
+}
+
 /// A step of [`runs_of`]: the next frame outwards, or the end of the run of frames one native
 /// call of the op loop ran.
 #[derive(Debug, PartialEq, Eq)]
@@ -287,7 +312,11 @@ fn runs_of(records: impl Iterator<Item = PerlFrame>) -> impl Iterator<Item = Run
                 steps.push(RunStep::End);
             }
             returned_to_c = record.flags & perl_frame_flags::RETURNS_TO_C != 0;
-            steps.push(RunStep::Frame(kind, record));
+            // A sub's context without its code is one being entered or left (Perl clears it
+            // first): the thread runs its caller's call or return.
+            if kind != FrameKind::Sub || record.code != 0 {
+                steps.push(RunStep::Frame(kind, record));
+            }
         }
         steps
     })
@@ -465,10 +494,26 @@ mod tests {
     }
 
     #[test]
+    fn a_sub_being_entered_or_left_is_its_caller_s_time() {
+        let records = [sub(0, SUB_CALLED, false), sub(0xa0, SUB_CALLED, false), stackinfo_end(MAIN, BLOCK)];
+        assert_eq!(runs(&records), [vec![0xa0, 0]]);
+    }
+
+    #[test]
     fn a_stackinfo_without_frames_is_a_run_of_none() {
         let records =
             [sort_block(), stackinfo_end(SORT, 0), sub(0xa0, SUB_CALLED, false), stackinfo_end(MAIN, BLOCK)];
         assert_eq!(runs(&records), [vec![], vec![0xa0, 0]]);
+    }
+
+    #[test]
+    fn a_loop_docatch_entered_is_taken_out_with_it() {
+        let native = |addr| Frame::Anonymous { tgid: crate::model::Tgid(1), addr };
+        let (leaf, runops, docatch, entertry, sort, main) = (1, 2, 3, 4, 5, 6);
+        let mut frames = [leaf, runops, docatch, entertry, runops, sort, runops, main].map(native).to_vec();
+        let is = |addr: u64| move |frame: &Frame| *frame == native(addr);
+        drop_docatch_loops(&mut frames, is(runops), is(docatch), |frame| *frame != native(main));
+        assert_eq!(frames, [leaf, runops, sort, runops, main].map(native));
     }
 
     #[test]
