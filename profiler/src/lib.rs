@@ -100,6 +100,12 @@ pub mod stages {
         pub use crate::runtimes::ruby::fixture;
     }
 
+    /// Perl's frames named from any memory, and its subs and statements made by hand (the
+    /// `perl_names` fuzz target).
+    pub mod perl {
+        pub use crate::runtimes::perl::fixture;
+    }
+
     /// CPython's code objects and line tables over any memory (the Python fuzz targets and
     /// benchmarks).
     pub mod python {

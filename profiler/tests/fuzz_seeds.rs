@@ -23,6 +23,7 @@ const TARGETS: &[(&str, Check)] = targets![
     hostile_names,
     hotspot_walk,
     jitdump,
+    perl_names,
     proc_text,
     python_code_object,
     python_line_table,

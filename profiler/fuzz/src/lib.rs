@@ -8,6 +8,7 @@ pub mod go_table;
 pub mod hostile_names;
 pub mod hotspot_walk;
 pub mod jitdump;
+pub mod perl_names;
 pub mod proc_text;
 pub mod python_code_object;
 pub mod python_line_table;

@@ -22,7 +22,7 @@ pub(crate) mod hotspot;
 mod kernel_table;
 pub(crate) mod memory;
 mod merge;
-mod perl;
+pub(crate) mod perl;
 mod php;
 pub(crate) mod python;
 mod ranges;

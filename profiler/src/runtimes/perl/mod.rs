@@ -8,6 +8,8 @@
 //! kernel then walks each sample's context stack. Each frame it sends names a sub and a
 //! statement by address, read from `/proc/PID/mem` when the sample is walked and cached per
 //! process.
+#[cfg(any(test, feature = "testing"))]
+pub mod fixture;
 mod image;
 mod names;
 

@@ -6,48 +6,48 @@
 use anyhow::{Result, ensure};
 
 /// Names longer than this, in bytes, are cut, ending with `…`.
-const MAX_NAME_BYTES: u64 = 1024;
+pub(super) const MAX_NAME_BYTES: u64 = 1024;
 /// Paths longer than this are cut too (`PATH_MAX`).
-const MAX_PATH_BYTES: u64 = 4096;
+pub(super) const MAX_PATH_BYTES: u64 = 4096;
 
 /// What a C string is read by: a page's end is at a multiple of it.
 const STRING_PIECE: u64 = 256;
 
 /// An SV's head: its body (`sv_any`), flags (u32, type in the low byte), and `sv_u`.
-const SV_ANY: u64 = 0;
-const SV_FLAGS: u64 = 12;
-const SV_U: u64 = 16;
+pub(super) const SV_ANY: u64 = 0;
+pub(super) const SV_FLAGS: u64 = 12;
+pub(super) const SV_U: u64 = 16;
 /// `SvTYPE`s read: a string, a glob, a stash, a sub, a format.
-const SVT_PV: u8 = 3;
+pub(super) const SVT_PV: u8 = 3;
 const SVT_PVMG: u8 = 7;
-const SVT_PVGV: u8 = 9;
-const SVT_PVHV: u8 = 12;
-const SVT_PVCV: u8 = 13;
+pub(super) const SVT_PVGV: u8 = 9;
+pub(super) const SVT_PVHV: u8 = 12;
+pub(super) const SVT_PVCV: u8 = 13;
 const SVT_PVFM: u8 = 14;
 /// `SVf_OOK`: a hash with its aux struct (a stash's name is there).
-const SVF_OOK: u32 = 0x0200_0000;
+pub(super) const SVF_OOK: u32 = 0x0200_0000;
 /// `SVf_POK`: the scalar holds a string.
-const SVF_POK: u32 = 0x0400;
+pub(super) const SVF_POK: u32 = 0x0400;
 /// `XPVCV`: `xcv_stash`, `xcv_gv_u`, `xcv_flags` (u32), and the flags read.
-const CV_STASH: u64 = 32;
-const CV_GV: u64 = 56;
-const CV_FLAGS: u64 = 92;
-const CVF_NAMED: u32 = 0x8000;
-const CVF_LEXICAL: u32 = 0x1_0000;
+pub(super) const CV_STASH: u64 = 32;
+pub(super) const CV_GV: u64 = 56;
+pub(super) const CV_FLAGS: u64 = 92;
+pub(super) const CVF_NAMED: u32 = 0x8000;
+pub(super) const CVF_LEXICAL: u32 = 0x1_0000;
 /// `XPVGV`: its name (`HEK *`) and stash.
-const GV_NAME: u64 = 32;
-const GV_STASH: u64 = 40;
+pub(super) const GV_NAME: u64 = 32;
+pub(super) const GV_STASH: u64 = 40;
 /// `XPVHV` with aux: the name (a `HEK *`, or an array of them) and how many names it has.
-const HV_NAME: u64 = 32;
-const HV_NAME_COUNT: u64 = 60;
+pub(super) const HV_NAME: u64 = 32;
+pub(super) const HV_NAME_COUNT: u64 = 60;
 /// `HEK`: its length (i32) and key.
-const HEK_LENGTH: u64 = 4;
-const HEK_KEY: u64 = 8;
+pub(super) const HEK_LENGTH: u64 = 4;
+pub(super) const HEK_KEY: u64 = 8;
 /// `XPV`'s string length (`xpv_cur`).
-const PV_LENGTH: u64 = 16;
+pub(super) const PV_LENGTH: u64 = 16;
 /// `COP`: its line (u32) and file (a C string).
-const COP_LINE: u64 = 0x24;
-const COP_FILE: u64 = 0x30;
+pub(super) const COP_LINE: u64 = 0x24;
+pub(super) const COP_FILE: u64 = 0x30;
 
 /// Reads target memory: fills the buffer from the address, or fails.
 pub(super) type Read<'a> = dyn FnMut(u64, &mut [u8]) -> Result<()> + 'a;
@@ -175,126 +175,101 @@ fn u32_at(read: &mut Read<'_>, base: u64, offset: u64) -> Result<u32> {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
+    use super::{super::fixture::*, *};
 
-    use anyhow::anyhow;
-
-    use super::*;
-
-    /// Target memory made of pieces at addresses.
-    #[derive(Default)]
-    struct Memory(BTreeMap<u64, Vec<u8>>);
-
-    impl Memory {
-        fn put(&mut self, at: u64, bytes: &[u8]) -> &mut Self {
-            self.0.insert(at, bytes.to_vec());
-            self
-        }
-
-        fn word(&mut self, at: u64, value: u64) -> &mut Self {
-            self.put(at, &value.to_le_bytes())
-        }
-
-        fn u32(&mut self, at: u64, value: u32) -> &mut Self {
-            self.put(at, &value.to_le_bytes())
-        }
-
-        /// A HEK of `key` at `at`.
-        fn hek(&mut self, at: u64, key: &str) -> &mut Self {
-            self.u32(at + HEK_LENGTH, key.len() as u32);
-            let mut bytes = key.as_bytes().to_vec();
-            bytes.push(0);
-            self.put(at + HEK_KEY, &bytes)
-        }
-
-        /// A stash named `name` at `at` (body at `at + 0x100`, its name's HEK at `at + 0x200`).
-        fn stash(&mut self, at: u64, name: &str) -> &mut Self {
-            self.u32(at + SV_FLAGS, u32::from(SVT_PVHV) | SVF_OOK).word(at + SV_ANY, at + 0x100);
-            self.word(at + 0x100 + HV_NAME, at + 0x200).u32(at + 0x100 + HV_NAME_COUNT, 0);
-            self.hek(at + 0x200, name)
-        }
-
-        fn read(&self) -> impl FnMut(u64, &mut [u8]) -> Result<()> + '_ {
-            |addr, buf: &mut [u8]| {
-                let (start, bytes) = self.0.range(..=addr).next_back().ok_or_else(|| anyhow!("unmapped"))?;
-                let from = (addr - start) as usize;
-                let piece = bytes.get(from..from + buf.len()).ok_or_else(|| anyhow!("unmapped {addr:#x}"))?;
-                buf.copy_from_slice(piece);
-                Ok(())
-            }
-        }
+    fn named(fake: &Fake, cv: u64, cop: u64, sv: u64) -> NamedFrame {
+        name_frame(&mut fake.reader(), cv, cop, sv)
     }
 
-    /// A sub at 0x1000 (body 0x1100) named through its glob at 0x2000 (body 0x2100, name
-    /// 0x2200) in the stash at 0x3000.
-    fn named_sub(memory: &mut Memory, name: &str, package: &str) {
-        memory.u32(0x1000 + SV_FLAGS, u32::from(SVT_PVCV)).word(0x1000 + SV_ANY, 0x1100);
-        memory.u32(0x1100 + CV_FLAGS, 0).word(0x1100 + CV_GV, 0x2000);
-        memory.u32(0x2000 + SV_FLAGS, u32::from(SVT_PVGV)).word(0x2000 + SV_ANY, 0x2100);
-        memory.word(0x2100 + GV_NAME, 0x2200).word(0x2100 + GV_STASH, 0x3000);
-        memory.hek(0x2200, name).stash(0x3000, package);
+    /// The word made at `at`.
+    fn word_at(fake: &Fake, at: u64) -> u64 {
+        let mut bytes = [0u8; 8];
+        assert!(fake.reader()(at, &mut bytes));
+        u64::from_le_bytes(bytes)
     }
 
     #[test]
     fn a_sub_is_named_by_its_glob_in_its_package() {
-        let mut memory = Memory::default();
-        named_sub(&mut memory, "alpha", "Outer::Worker");
-        assert_eq!(sub_name(&mut memory.read(), 0x1000).unwrap(), "Outer::Worker::alpha");
+        let mut fake = Fake::new();
+        let cv = fake.sub("Outer::Worker", "alpha");
+        assert_eq!(named(&fake, cv, 0, 0).sub.as_deref(), Some("Outer::Worker::alpha"));
     }
 
     #[test]
-    fn a_lexical_sub_is_named_by_its_own_name_alone() {
-        let mut memory = Memory::default();
-        memory.u32(0x1000 + SV_FLAGS, u32::from(SVT_PVCV)).word(0x1000 + SV_ANY, 0x1100);
-        memory.u32(0x1100 + CV_FLAGS, CVF_NAMED | CVF_LEXICAL).word(0x1100 + CV_GV, 0x2200);
-        memory.word(0x1100 + CV_STASH, 0x3000).hek(0x2200, "lexsub").stash(0x3000, "main");
-        assert_eq!(sub_name(&mut memory.read(), 0x1000).unwrap(), "lexsub");
-        memory.u32(0x1100 + CV_FLAGS, CVF_NAMED);
-        assert_eq!(sub_name(&mut memory.read(), 0x1000).unwrap(), "main::lexsub");
+    fn a_sub_named_by_itself_is_in_its_package_unless_lexical() {
+        let mut fake = Fake::new();
+        let (lexical, named_in_main) =
+            (fake.named_sub(None, "lexsub"), fake.named_sub(Some("main"), "lexsub"));
+        assert_eq!(named(&fake, lexical, 0, 0).sub.as_deref(), Some("lexsub"));
+        assert_eq!(named(&fake, named_in_main, 0, 0).sub.as_deref(), Some("main::lexsub"));
     }
 
     #[test]
     fn what_is_not_a_sub_a_glob_or_a_stash_is_refused() {
-        let mut memory = Memory::default();
-        named_sub(&mut memory, "alpha", "main");
-        memory.u32(0x2000 + SV_FLAGS, u32::from(SVT_PVHV));
-        assert!(sub_name(&mut memory.read(), 0x1000).is_err(), "a glob that is a hash");
-        named_sub(&mut memory, "alpha", "main");
-        memory.u32(0x3000 + SV_FLAGS, u32::from(SVT_PVHV));
-        assert!(sub_name(&mut memory.read(), 0x1000).is_err(), "a stash without a name");
-        memory.u32(0x1000 + SV_FLAGS, u32::from(SVT_PV));
-        assert!(sub_name(&mut memory.read(), 0x1000).is_err(), "a string");
+        let mut fake = Fake::new();
+        let cv = fake.sub("main", "alpha");
+        let glob = word_at(&fake, word_at(&fake, cv + SV_ANY) + CV_GV);
+        fake.write_u32(glob + SV_FLAGS, u32::from(SVT_PVHV));
+        assert_eq!(named(&fake, cv, 0, 0).sub, None, "a glob that is a hash");
+        fake.write_u32(cv + SV_FLAGS, u32::from(SVT_PV));
+        assert_eq!(named(&fake, cv, 0, 0).sub, None, "a string");
+        let string = fake.string("alpha");
+        assert_eq!(named(&fake, string, 0, 0).sub, None, "a scalar");
     }
 
     #[test]
     fn names_are_cut_and_negative_lengths_refused() {
-        let mut memory = Memory::default();
-        named_sub(&mut memory, &"x".repeat(2000), "main");
-        let name = sub_name(&mut memory.read(), 0x1000).unwrap();
-        assert!(name.ends_with('…') && name.len() < 1100, "{name}");
-        memory.u32(0x2200 + HEK_LENGTH, u32::MAX);
-        assert!(sub_name(&mut memory.read(), 0x1000).is_err());
+        let mut fake = Fake::new();
+        let cv = fake.sub("main", &"x".repeat(2000));
+        let name = named(&fake, cv, 0, 0).sub.unwrap();
+        assert!(name.ends_with('…') && name.chars().count() <= MAX_NAME_CHARS + "main::".len(), "{name}");
+        let cv = fake.named_sub(None, "gone");
+        let hek = word_at(&fake, word_at(&fake, cv + SV_ANY) + CV_GV);
+        fake.write_u32(hek + HEK_LENGTH, u32::MAX);
+        assert_eq!(named(&fake, cv, 0, 0).sub, None);
     }
 
     #[test]
-    fn a_statement_has_its_file_and_line() {
-        let mut memory = Memory::default();
-        memory.u32(0x4000 + COP_LINE, 42).word(0x4000 + COP_FILE, 0x50f0);
-        // The file's name runs past a piece of a read: it is read on.
-        let mut file = b"/srv/app/lib/Outer/Worker.pm".to_vec();
-        file.resize(0x110, 0);
-        memory.put(0x50f0, &file);
-        assert_eq!(
-            statement(&mut memory.read(), 0x4000).unwrap(),
-            ("/srv/app/lib/Outer/Worker.pm".into(), 42)
-        );
+    fn a_statement_has_its_file_and_line_and_a_require_its_file() {
+        let mut fake = Fake::new();
+        // A path longer than a piece of a read, so that it is read on.
+        let file = format!("/srv/app/{}/Outer/Worker.pm", "lib".repeat(100));
+        let (cop, sv) = (fake.cop(&file, 42), fake.string("Foo/Bar.pm"));
+        let frame = named(&fake, 0, cop, sv);
+        assert_eq!(frame.statement, Some((file, 42)));
+        assert_eq!(frame.string.as_deref(), Some("Foo/Bar.pm"));
     }
 
+    /// The seeds of the `perl_names` fuzz target (`profiler/fuzz/seeds/perl_names`): frames made
+    /// here (a sub named through its glob, a lexical sub, a `require`), with their memory in one
+    /// piece. `PROFILER_WRITE_SEEDS=1` writes them anew.
     #[test]
-    fn a_required_file_is_its_scalar_s_string() {
-        let mut memory = Memory::default();
-        memory.u32(0x6000 + SV_FLAGS, u32::from(SVT_PV) | SVF_POK).word(0x6000 + SV_ANY, 0x6100);
-        memory.word(0x6000 + SV_U, 0x6200).word(0x6100 + PV_LENGTH, 10).put(0x6200, b"Foo/Bar.pm\0");
-        assert_eq!(string(&mut memory.read(), 0x6000).unwrap(), "Foo/Bar.pm");
+    fn the_perl_names_seeds_are_frames_made_here() {
+        let seeds = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/seeds/perl_names");
+        let write = std::env::var("PROFILER_WRITE_SEEDS").is_ok_and(|value| value == "1");
+        let mut fake = Fake::new();
+        let (alpha, lexsub) = (fake.sub("Outer::Worker", "alpha"), fake.named_sub(None, "lexsub"));
+        let (cop, sv) = (fake.cop("/srv/app/lib/Outer/Worker.pm", 12), fake.string("Outer/Worker.pm"));
+        let memory = fake.flat_memory();
+        for (kind, cv, sub) in [("sub", alpha, "Outer::Worker::alpha"), ("lexical", lexsub, "lexsub")] {
+            let bytes = Input { base: BASE, cv, cop, sv, memory: &memory }.to_bytes();
+            // The seed, read back, names the frame.
+            let input = Input::parse(&bytes).unwrap();
+            let frame = named(&fake, input.cv, input.cop, input.sv);
+            assert_eq!(frame.sub.as_deref(), Some(sub), "{kind}");
+            assert_eq!(frame.statement, Some(("/srv/app/lib/Outer/Worker.pm".into(), 12)));
+            assert_eq!(frame.string.as_deref(), Some("Outer/Worker.pm"));
+            let path = seeds.join(kind);
+            if write {
+                std::fs::create_dir_all(&seeds).unwrap();
+                std::fs::write(&path, &bytes).unwrap();
+            }
+            let committed = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            assert!(
+                committed == bytes,
+                "{} is not made here: PROFILER_WRITE_SEEDS=1 writes it",
+                path.display()
+            );
+        }
     }
 }
