@@ -41,20 +41,6 @@ fn innermost_ruby(frames: &[String]) -> Option<&str> {
     frames.iter().rev().find_map(|frame| ruby_frame(frame)).map(|frame| frame.name)
 }
 
-/// Fails unless at least `fraction` of the weight of `stacks` passes `keep`.
-fn assert_most(stacks: &[(&[String], u64)], fraction: f64, what: &str, keep: impl Fn(&[String]) -> bool) {
-    let (all, kept) = (weight(stacks, |_| true), weight(stacks, &keep));
-    assert!(all > 0, "no samples to check that {what}");
-    let failing: Vec<&[String]> =
-        stacks.iter().map(|(frames, _)| *frames).filter(|frames| !keep(frames)).collect();
-    assert!(
-        kept as f64 >= fraction * all as f64,
-        "only {kept} of {all} ({:.1}%) {what}; some others: {:?}",
-        100.0 * kept as f64 / all as f64,
-        &failing[..failing.len().min(3)]
-    );
-}
-
 /// Fails unless every frame named `name` in `file_name` is at a line of `lines`.
 fn assert_lines(stacks: &[(&[String], u64)], name: &str, file_name: &str, lines: &RangeInclusive<u32>) {
     for (frames, _) in stacks {

@@ -2,6 +2,7 @@
 //! and reading folded output.
 #![allow(dead_code)] // each test binary uses a different subset
 
+pub mod perl;
 pub mod php;
 pub mod python;
 pub mod ruby;
@@ -616,7 +617,21 @@ pub fn block_lines(
     (start as u32 + 1)..=((start + 1 + end) as u32 + 1)
 }
 
-/// How the tests run a workload script with an interpreter (Ruby, PHP): the program, the
+/// Fails unless at least `fraction` of the weight of `stacks` passes `keep`.
+pub fn assert_most(stacks: &[(&[String], u64)], fraction: f64, what: &str, keep: impl Fn(&[String]) -> bool) {
+    let (all, kept) = (python::weight(stacks, |_| true), python::weight(stacks, &keep));
+    assert!(all > 0, "no samples to check that {what}");
+    let failing: Vec<&[String]> =
+        stacks.iter().map(|(frames, _)| *frames).filter(|frames| !keep(frames)).collect();
+    assert!(
+        kept as f64 >= fraction * all as f64,
+        "only {kept} of {all} ({:.1}%) {what}; some others: {:?}",
+        100.0 * kept as f64 / all as f64,
+        &failing[..failing.len().min(3)]
+    );
+}
+
+/// How the tests run a workload script with an interpreter (Ruby, PHP, Perl): the program, the
 /// arguments that go before the script, and what it needs in its environment.
 pub struct ScriptRunner<'a> {
     pub program: &'a Path,
