@@ -15,7 +15,7 @@ const BPF_LINKER_VERSION: &str = "0.13.0";
 const BPF_LINKER_LLVM_MAJORS: [u32; 3] = [21, 22, 23];
 /// What the tests need, and the Debian packages that provide it: commands (found in PATH) and
 /// libraries (by path: the allocators `leaks` is tested with).
-const PACKAGES: [(&str, &str); 18] = [
+const PACKAGES: [(&str, &str); 19] = [
     ("gcc", "gcc"),
     ("g++", "g++"),
     ("objcopy", "binutils"),
@@ -34,6 +34,11 @@ const PACKAGES: [(&str, &str); 18] = [
     ("/usr/bin/php8.2", "php8.2-cli"),
     // Its PHP-FPM, whose pool of workers the PHP tests profile serving requests.
     ("/usr/sbin/php-fpm8.2", "php8.2-fpm"),
+    // Debian stable's Perl 5.36 is `/usr/bin/perl` (in `perl-base`, on every Debian); the Perl
+    // tests profile it beside Debian unstable's 5.42 (see `ensure_debian_perl`) with the rest of
+    // its standard library (Time::HiRes, threads), in `perl`, whose executable linked with
+    // libperl says it is installed.
+    ("/usr/bin/perl5.36-x86_64-linux-gnu", "perl"),
     // The Java tests compare with `perf record -g` on the JVM's perf map, on the JDKs under
     // /usr/lib/jvm (Debian's 17 at least); the Node test runs node.
     ("perf", "linux-perf"),
@@ -43,8 +48,8 @@ const PACKAGES: [(&str, &str); 18] = [
     // `allow_other` (see `ensure_fuse_allow_other`) and which never answers root.
     ("fusermount3", "fuse3"),
     ("/usr/include/fuse3/fuse.h", "libfuse3-dev"),
-    // What points Debian unstable's CPython 3.14, Ruby 3.3 and PHP 8.4 at their own loader (see
-    // `use_unpacked_libc`).
+    // What points Debian unstable's CPython 3.14, Ruby 3.3, PHP 8.4 and Perl 5.42 at their own
+    // loader (see `use_unpacked_libc`).
     ("patchelf", "patchelf"),
     // A real terminal, which `profiler top`'s full-screen view is tested in.
     ("tmux", "tmux"),
@@ -57,6 +62,7 @@ pub fn ensure(root: &Path) -> Result<()> {
     ensure_debian_python(root)?;
     ensure_debian_ruby(root)?;
     ensure_debian_php(root)?;
+    ensure_debian_perl(root)?;
     ensure_debian_go(root)?;
     ensure_python_services(root)?;
     ensure_speedscope_schema(root)?;
@@ -180,6 +186,47 @@ fn ensure_debian_php(root: &Path) -> Result<()> {
         &executables,
         &DEBIAN_PHP_PACKAGES,
         debian_php_version,
+    )
+}
+
+/// Debian unstable's Perl 5.42, which the Perl tests profile beside Debian stable's 5.36
+/// (`/usr/bin/perl`, in `perl-base`, which every Debian has): unpacked under `.tools/` as CPython
+/// 3.14 is. Its `/usr/bin/perl` has the interpreter linked in, stripped, hiding the `Perl_pp_*`
+/// functions 5.36 exports.
+const DEBIAN_PERL: &str = ".tools/debian-sid-perl5.42/usr/bin/perl";
+pub const DEBIAN_PERL_DIR: &str = ".tools/debian-sid-perl5.42";
+/// The interpreter with the modules it needs to start (`perl-base`), the rest of the standard
+/// library (`perl`, `libperl5.42`: the XS modules, Time::HiRes and threads among them, and
+/// libperl for embedders; `perl-modules-5.42`: the modules in Perl alone), and the C library
+/// (2.38 or later). The rest it links (libm, libcrypt) is this machine's.
+const DEBIAN_PERL_PACKAGES: [&str; 5] = ["perl-base", "perl", "libperl5.42", "perl-modules-5.42", "libc6"];
+/// Its standard library, unpacked (relative to `DEBIAN_PERL_DIR`): the directories of its
+/// built-in `@INC` under `/usr`, which are not on this machine, so `PERL5LIB` names these
+/// instead. Debian's `5.42` is a link to the release's own directory (`5.42.3`), as in `@INC`.
+pub const DEBIAN_PERL_LIB: [&str; 3] =
+    ["usr/lib/x86_64-linux-gnu/perl/5.42", "usr/share/perl/5.42", "usr/lib/x86_64-linux-gnu/perl-base"];
+
+/// `perl -e 'printf "%vd", $^V'` as the tests run a script (`profiler/tests/common/perl.rs`):
+/// `PERL5LIB` the unpacked standard library.
+fn debian_perl_version(root: &Path) -> Result<String> {
+    let dir = root.join(DEBIAN_PERL_DIR);
+    let lib: Vec<PathBuf> = DEBIAN_PERL_LIB.iter().map(|sub| dir.join(sub)).collect();
+    output(
+        Command::new(root.join(DEBIAN_PERL))
+            .args(["-e", r#"printf "%vd", $^V"#])
+            .env("PERL5LIB", std::env::join_paths(lib)?),
+    )
+}
+
+fn ensure_debian_perl(root: &Path) -> Result<()> {
+    ensure_unpacked(
+        root,
+        "Perl",
+        "5.42.",
+        DEBIAN_PERL_DIR,
+        &[DEBIAN_PERL],
+        &DEBIAN_PERL_PACKAGES,
+        debian_perl_version,
     )
 }
 
