@@ -15,7 +15,8 @@
 //! - [`python`]: `profiler record` on a CPU-bound Python program, against py-spy, and the
 //!   kernel's cost per sample of Python frames;
 //! - [`ruby`]: the same on CPU-bound Ruby programs, against rbspy;
-//! - [`php`]: the same on a CPU-bound PHP program, against native samples;
+//! - [`php`], [`perl`]: the same on a CPU-bound PHP program and a Perl one, against native
+//!   samples;
 //! - [`agent`]: `profiler agent -a` for ten minutes, its CPU and RSS;
 //! - [`long_run`]: a long `record -a` under a churn workload, the profiler's memory over time;
 //! - [`churn`]: `profiler agent` beside programs it has not seen, its memory and descriptors;
@@ -34,6 +35,7 @@ mod long_run;
 mod memory;
 mod naming;
 mod off_cpu;
+mod perl;
 mod php;
 mod python;
 mod ruby;
@@ -62,7 +64,7 @@ pub struct Options {
 }
 
 /// The sections of BENCHMARKS.md, in order.
-pub const SECTIONS: [&str; 17] = [
+pub const SECTIONS: [&str; 18] = [
     "compare",
     "kernel",
     "memory",
@@ -72,6 +74,7 @@ pub const SECTIONS: [&str; 17] = [
     "python",
     "ruby",
     "php",
+    "perl",
     "java",
     "node",
     "agent",
@@ -116,6 +119,9 @@ pub fn run(root: &Path, options: &Options) -> Result<()> {
     }
     if wanted("php") {
         sections.push(("php", php::table(&tools.profiler, root, &src, &dir, repetitions)?));
+    }
+    if wanted("perl") {
+        sections.push(("perl", perl::table(&tools.profiler, root, &src, &dir, repetitions)?));
     }
     for (section, subject) in jit_runtimes::SECTIONS {
         if wanted(section) {

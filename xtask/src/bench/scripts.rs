@@ -9,7 +9,7 @@ use std::{
     process::Command,
 };
 
-use anyhow::Result;
+use anyhow::{Result, bail};
 
 use super::{
     folded::{read_folded, script_quality},
@@ -208,4 +208,130 @@ pub fn kernel_cost(
         }
     }
     Ok((table, rows))
+}
+
+/// A section on scripts of one language held against native samples, with no other profiler to
+/// compare with: the runs of `programs` (each running `script` through a wrapper that counts its
+/// rounds, `PROGRESS=1` printing `SECONDS ROUNDS` about every 100 ms) and of split.c at each of
+/// [`RATES`], the eBPF program's time per sample on each, and the goals.
+pub struct AgainstNative<'a> {
+    /// The section's name (`php`): its progress lines and files.
+    pub key: &'static str,
+    /// What its frames are called (`PHP`).
+    pub language: &'static str,
+    pub programs: Vec<Program>,
+    pub script: Script<'a>,
+    /// What is run, and why against native samples: the section's first paragraph.
+    pub introduction: String,
+}
+
+/// What the tool says once it samples.
+const READY: &str = "profiler: recording";
+
+/// The section `section`, split.c built from `src` into `dir`.
+pub fn against_native(
+    profiler: &Path,
+    src: &Path,
+    dir: &Path,
+    repetitions: usize,
+    section: &AgainstNative,
+) -> Result<String> {
+    let native = Program::native(src, dir)?;
+    for program in &section.programs {
+        check_counts_rounds(program, section.script.file_name)?;
+    }
+    let cases: Vec<(u64, &Program)> = RATES
+        .iter()
+        .flat_map(|&hz| section.programs.iter().chain([&native]).map(move |program| (hz, program)))
+        .collect();
+    let mut runs: Vec<Vec<Run>> = cases.iter().map(|_| Vec::new()).collect();
+    let folded = dir.join(format!("{}.folded", section.key));
+    for repetition in 0..repetitions {
+        // Alternate the order, so that drift of the machine does not favour one.
+        let mut order: Vec<(usize, &(u64, &Program))> = cases.iter().enumerate().collect();
+        if repetition % 2 == 1 {
+            order.reverse();
+        }
+        for (c, &(hz, program)) in order {
+            eprintln!(
+                "xtask bench: {} · {} · {} · run {}",
+                section.key,
+                label(hz),
+                program.label(),
+                repetition + 1
+            );
+            let record = |pid: &str| {
+                let mut record = Command::new(profiler);
+                record.args(["record", "-p", pid, "-F", &hz.to_string(), "-o"]).arg(&folded);
+                record
+            };
+            runs[c].push(measure(program, record, READY, &folded, &section.script)?);
+        }
+    }
+    let (key, language) = (section.key, section.language);
+    let mut text = format!(
+        "## {language} (against native samples)\n\n{} Each runs alone for {BEFORE} s, is profiled for {PROFILED} s \
+         (`profiler record -p PID -F HZ -o {key}.folded`, stopped with SIGINT), then runs alone again for {AFTER} s; \
+         medians of {repetitions} run(s), the order alternating. *Target slowdown*: its peak rounds per second (best \
+         one-second window) while profiled against its peak alone. *Tool CPU while recording*: from half a second \
+         after the profiler says it samples until it is stopped (every thread, from schedstat), and that per sample \
+         it took (naming costs once per file, the interpreter's and libc's, are in it). *In all*: start to output \
+         written. *Peak RSS*: the profiler's. *With {language} frames*: samples holding a frame of `{}`. *Share \
+         error*: largest distance, in points, between a function's share of those samples and what it burns.\n\n",
+        section.introduction, section.script.file_name
+    );
+    text.push_str(&header(language));
+    for (c, &(hz, program)) in cases.iter().enumerate() {
+        text.push_str(&row(&label(hz), program, &runs[c]));
+    }
+    text.push('\n');
+    let (costs, against_native) = kernel_cost(profiler, key, &section.programs, &native, dir, repetitions)?;
+    text.push_str(&costs);
+    text.push_str("#### Against native samples, and goals\n\n| goal | measured | |\n|---|---|---|\n");
+    let find = |label: &str, hz: u64| {
+        cases.iter().position(|&(at, program)| at == hz && program.label() == label).map(|c| &runs[c])
+    };
+    for hz in RATES {
+        let Some(native) = find(NATIVE, hz) else { continue };
+        for script in section.programs.iter().map(Program::label) {
+            let Some(ours) = find(script, hz) else { continue };
+            let (slowdown, native_slowdown) = (column(ours, |r| r.slowdown), column(native, |r| r.slowdown));
+            writeln!(
+                text,
+                "| target slowdown ({script}) at {hz} Hz, against the native program's (no goal) | {slowdown:.1}% vs {native_slowdown:.1}% | – |",
+            )?;
+            let (ours_us, native_us) =
+                (column(ours, |r| r.us_per_sample), column(native, |r| r.us_per_sample));
+            text.push_str(&per_sample_goal(language, script, hz, ours_us, native_us));
+            let (rss, native_rss) = (column(ours, |r| r.rss_mib), column(native, |r| r.rss_mib));
+            writeln!(
+                text,
+                "| peak RSS ({script}) at {hz} Hz, against the native program's (no goal) | {rss:.1} vs {native_rss:.1} MiB ({:+.1} MiB) | – |",
+                rss - native_rss
+            )?;
+        }
+    }
+    text.push_str(&against_native);
+    text.push('\n');
+    Ok(text)
+}
+
+fn label(hz: u64) -> String {
+    format!("`profiler record -F {hz}`")
+}
+
+/// Fails unless `program` runs its script through the wrapper and counts its rounds.
+fn check_counts_rounds(program: &Program, file_name: &str) -> Result<()> {
+    let out = program.command(|path| Command::new(path), "0.5").env("PROGRESS", "1").output()?;
+    let said = String::from_utf8_lossy(&out.stdout);
+    let rounds = said.lines().last().and_then(|line| line.split_whitespace().nth(1)?.parse::<u64>().ok());
+    if !out.status.success() || !said.starts_with("main ") || rounds.unwrap_or(0) == 0 {
+        bail!(
+            "{} does not run {file_name}: run `cargo xtask setup` ({}: {said}{})",
+            program.label(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(())
 }
