@@ -226,6 +226,60 @@ fn assert_shares_whole_from_main(main: &[(&[String], u64)], how: &str) {
     assert_lines(&of_script, STEP, "shares.pl", &sub_lines(&source, "step"));
 }
 
+/// ithreads where C code runs Perl (a `sort` block, `List::Util::first`'s block) and where an
+/// `eval {}` in a sort block runs the rest of it in a loop of ops nothing marks: each thread's
+/// samples in `burn` are whole from the `(eval)` of its `threads->create`, with nothing of the
+/// op loop left inner to them.
+#[test]
+fn perl_threads_are_whole_through_c_code_that_runs_perl() {
+    if !e2e_enabled() {
+        return;
+    }
+    const BURN: &str = "Outer::Worker::burn";
+    on_every_perl("threads", |perl, dir| {
+        let run = record_script(dir, perl, "threads.pl", "3", &[]);
+        let source = script("threads.pl");
+        let created = line_of(&source, "threads->create(");
+        let chains: [(&str, &[&str]); 3] = [
+            ("sorter", &["Outer::Worker::sorter", "Outer::Worker::cmp_burn", BURN]),
+            (
+                "finder",
+                &["Outer::Worker::finder", "Outer::Worker::__ANON__", "Outer::Worker::find_burn", BURN],
+            ),
+            ("catcher", &["Outer::Worker::catcher", "Outer::Worker::catch_burn", BURN]),
+        ];
+        for (thread, chain) in chains {
+            let stacks = run.thread(thread);
+            let burning: Vec<(&[String], u64)> =
+                stacks.iter().filter(|(frames, _)| innermost_perl(frames) == Some(BURN)).copied().collect();
+            assert_most(&stacks, 0.5, &format!("{thread}'s samples are in {BURN}"), |frames| {
+                innermost_perl(frames) == Some(BURN)
+            });
+            assert_most(
+                &burning,
+                1.0 - SLACK,
+                &format!("{thread}'s samples in {BURN} are whole: {chain:?}"),
+                |frames| {
+                    let perl = perl_frames(frames);
+                    let entry = perl.first().is_some_and(|frame| {
+                        (frame.name, frame.line) == ("(eval)", created) && frame.in_script("threads.pl")
+                    });
+                    entry && perl[1..].iter().map(|frame| frame.name).eq(chain.iter().copied())
+                },
+            );
+            assert_most(
+                &burning,
+                1.0 - SLACK,
+                &format!("{thread}'s samples have no op loop inner to {BURN}"),
+                |frames| {
+                    let innermost = frames.iter().rposition(|frame| perl_frame(frame).is_some()).unwrap_or(0);
+                    !frames[innermost..].iter().any(|frame| frame == "Perl_runops_standard")
+                },
+            );
+        }
+    });
+}
+
 /// Debian's `json_pp`, which nobody here wrote, reformatting 8 MB of JSON with its Perl's own
 /// JSON::PP, attached to once it runs: its samples have Perl frames whole from the script's
 /// `<main>`, down to JSON::PP's subs, named by their package at lines of JSON/PP.pm.
