@@ -29,7 +29,9 @@ use Time::HiRes qw(clock_gettime CLOCK_MONOTONIC);
 my ($script, $seconds) = @ARGV;
 {
     local @ARGV = ('0');
-    do $script or die "$script: $@$!";
+    # Its last statement's value is run's: false, for no time. A failure sets $@.
+    do $script;
+    die "$script: $@" if $@;
 }
 my $progress = ($ENV{PROGRESS} // '') eq '1';
 my $start = my $shown = clock_gettime(CLOCK_MONOTONIC);
