@@ -62,7 +62,7 @@ pub(crate) struct Running {
     memory: ProcessMemory,
     /// Subs' names by their code's address, and frames by (what, code, statement), under the
     /// budget of what targets describe.
-    subs: Cache<u64, Option<Arc<str>>>,
+    subs: Cache<u64, Arc<str>>,
     frames: Cache<(FrameKind, u64, u64), (Frame, FunctionRef)>,
 }
 
@@ -379,10 +379,12 @@ impl Running {
                 return Frame::Runtime { function: function.id, line: 0 };
             }
             _ => {
+                // Not cached: code freed as it was read (an anonymous sub's, a string eval's) may
+                // be made anew at the same place.
                 stats.unreadable += 1;
                 let function =
                     functions.intern("[unknown Perl code]", "", 0, SymbolKind::Script, Some(LANGUAGE));
-                (Frame::Runtime { function: function.id, line: 0 }, function)
+                return Frame::Runtime { function: function.id, line: 0 };
             }
         };
         if function.is_kept() {
@@ -394,15 +396,11 @@ impl Running {
     /// The name of the sub whose code is at `cv`.
     fn sub_name(&mut self, cv: u64) -> Option<Arc<str>> {
         if let Some(known) = self.subs.get(&cv) {
-            return known.clone();
+            return Some(known.clone());
         }
-        let name: Option<Arc<str>> = self.read(|read| names::sub_name(read, cv)).map(Into::into);
-        // A read refused for want of the sample's allowance says nothing of the sub.
-        if name.is_some() || !self.memory.allowance_spent() {
-            let bytes = name.as_ref().map_or(0, |name| name.len() as u64);
-            self.subs.insert(cv, name.clone(), bytes + ENTRY_BYTES);
-        }
-        name
+        let name: Arc<str> = self.read(|read| names::sub_name(read, cv))?.into();
+        self.subs.insert(cv, name.clone(), name.len() as u64 + ENTRY_BYTES);
+        Some(name)
     }
 
     /// What `reading` reads of the process's memory, if it could.

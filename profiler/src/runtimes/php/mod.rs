@@ -63,7 +63,7 @@ pub(crate) struct Running {
     memory: ProcessMemory,
     /// Functions by (address, whether a file's code was the script's), and frames by (function,
     /// op saved, op running, that), under the budget of what targets describe.
-    functions: Cache<(u64, bool), Option<Named>>,
+    functions: Cache<(u64, bool), Named>,
     frames: Cache<(u64, u64, u64, bool), (Frame, FunctionRef)>,
 }
 
@@ -262,10 +262,12 @@ impl Running {
                 return Frame::Runtime { function: function.id, line: 0 };
             }
             None => {
+                // Not cached: a request's code is freed at its end, and the next's is often
+                // compiled where it was, in the moment this one was read.
                 stats.unreadable += 1;
                 let function =
                     functions.intern("[unknown PHP code]", "", 0, SymbolKind::Script, Some(LANGUAGE));
-                (Frame::Runtime { function: function.id, line: 0 }, function)
+                return Frame::Runtime { function: function.id, line: 0 };
             }
         };
         if function.is_kept() {
@@ -278,24 +280,23 @@ impl Running {
     fn named(&mut self, func: u64, script: bool, functions: &mut Functions) -> Option<Named> {
         let key = (func, script);
         if let Some(known) = self.functions.get(&key) {
-            return known.clone();
+            return Some(known.clone());
         }
         let memory = &mut self.memory;
         let mut read = |addr: u64, buf: &mut [u8]| {
             if memory.read(addr, buf) { Ok(()) } else { Err(anyhow!("{addr:#x} could not be read")) }
         };
         let file_code = if script { FileCode::Script } else { FileCode::Included };
-        let named = read_function(&mut read, self.engine.layout, func, file_code).ok().map(|read| Named {
+        let read = read_function(&mut read, self.engine.layout, func, file_code).ok()?;
+        let named = Named {
             function: functions.intern(&read.name, &read.file, 0, SymbolKind::Script, Some(LANGUAGE)),
             read: Arc::new(read),
-        });
-        // A read refused for want of the sample's allowance says nothing of the function, nor
-        // does a name the budget had no room for.
-        let unkept = named.as_ref().is_some_and(|named| !named.function.is_kept());
-        if (named.is_some() || !self.memory.allowance_spent()) && !unkept {
-            let bytes = named.as_ref().map_or(0, |named| named.read.size() as u64);
-            self.functions.insert(key, named.clone(), bytes + ENTRY_BYTES);
+        };
+        // What could not be read is read again next time (see `frame`), and a name the budget
+        // had no room for is not kept.
+        if named.function.is_kept() {
+            self.functions.insert(key, named.clone(), named.read.size() as u64 + ENTRY_BYTES);
         }
-        named
+        Some(named)
     }
 }

@@ -9,6 +9,11 @@ use super::layout::{
     OP_LINE, STRING_BYTES, STRING_LENGTH, USER_FUNCTION,
 };
 
+/// `zend_string`'s type (`gc.u.type_info`'s low byte), its type bits, and a string's.
+const STRING_TYPE_INFO: usize = 4;
+const TYPE_MASK: u8 = 0xf;
+const IS_STRING: u8 = 6;
+
 /// Names longer than this, in bytes, are cut, ending with `…`.
 const MAX_NAME_BYTES: u64 = 1024;
 /// Paths longer than this are cut too (`PATH_MAX`).
@@ -118,9 +123,15 @@ fn read_u32(read: &mut dyn FnMut(u64, &mut [u8]) -> Result<()>, addr: u64) -> Re
 /// The `zend_string` at `string`, its invalid UTF-8 replaced, cut past `max` bytes.
 fn string(read: &mut dyn FnMut(u64, &mut [u8]) -> Result<()>, string: u64, max: u64) -> Result<String> {
     ensure!(string != 0, "no string");
-    let len = read_word(read, string + STRING_LENGTH)?;
+    let mut head = [0u8; STRING_BYTES as usize];
+    read(string, &mut head)?;
+    // A string freed since (a request's code, freed at its end) has the allocator's pointers in
+    // its type and at its end.
+    ensure!(head[STRING_TYPE_INFO] & TYPE_MASK == IS_STRING, "{string:#x} is no string");
+    let len = word(&head, STRING_LENGTH);
     let mut bytes = vec![0u8; len.min(max) as usize];
     read(string + STRING_BYTES, &mut bytes)?;
+    ensure!(!bytes.iter().any(u8::is_ascii_control), "the string at {string:#x} holds control characters");
     let mut text = String::from_utf8_lossy(&bytes).into_owned();
     if len > max {
         text.push('…');
@@ -146,6 +157,7 @@ mod tests {
 
         fn string(&mut self, addr: u64, text: &str) -> u64 {
             let mut bytes = vec![0u8; 24];
+            bytes[STRING_TYPE_INFO] = IS_STRING;
             bytes[16..24].copy_from_slice(&(text.len() as u64).to_le_bytes());
             bytes.extend_from_slice(text.as_bytes());
             self.put(addr, &bytes);
@@ -205,12 +217,33 @@ mod tests {
         assert_eq!(line(&mut read, &function, 0x4000), None, "before its ops");
     }
 
+    /// A request's code freed at its end, under PHP 8.4's allocator: the name's string has a
+    /// free-list pointer for its type and another at its end.
+    #[test]
+    fn a_freed_name_is_refused_not_read() {
+        let layout = layout(8, 4).unwrap();
+        let mut memory = Memory::default();
+        let func = alpha(&mut memory);
+        let mut read = |addr: u64, buf: &mut [u8]| memory.read(addr, buf);
+        assert!(read_function(&mut read, layout, func, FileCode::Script).is_ok());
+        let mut freed = Memory::default();
+        alpha(&mut freed);
+        freed
+            .put(0x1000, &[[0x90, 0x1f, 0x5a, 0x3c, 0xd1, 0x7f, 0, 0].as_slice(), &[0; 16], b"alp"].concat());
+        let mut read = |addr: u64, buf: &mut [u8]| freed.read(addr, buf);
+        assert!(read_function(&mut read, layout, func, FileCode::Script).is_err(), "its type");
+        freed.string(0x1000, "al\u{b}\u{1f}a");
+        let mut read = |addr: u64, buf: &mut [u8]| freed.read(addr, buf);
+        assert!(read_function(&mut read, layout, func, FileCode::Script).is_err(), "its bytes");
+    }
+
     #[test]
     fn hostile_functions_are_refused_or_cut() {
         let mut memory = Memory::default();
         let func = alpha(&mut memory);
         // A name that says it is 2^40 bytes long is cut at its bound.
         let mut long = vec![0u8; 2048];
+        long[STRING_TYPE_INFO] = IS_STRING;
         long[16..24].copy_from_slice(&(1u64 << 40).to_le_bytes());
         long[24..].fill(b'a');
         memory.put(0x1000, &long);
