@@ -186,12 +186,11 @@ impl Runtime for Perl {
         self.stats.with_frames += 1;
         let Self { stats, runs } = self;
         runs.clear();
-        for step in runs_of(records.iter().map(|record| pod_read_unaligned::<PerlFrame>(record))) {
-            match step {
-                RunStep::Frame(kind, record) => runs.push(running.frame(kind, &record, functions, stats)),
-                RunStep::End => runs.end_run(),
-            }
-        }
+        let records = records.iter().map(|record| pod_read_unaligned::<PerlFrame>(record));
+        runs_of(records, |step| match step {
+            RunStep::Frame(kind, record) => runs.push(running.frame(kind, &record, functions, stats)),
+            RunStep::End => runs.end_run(),
+        });
         let (module, interpreter) = (running.module, &running.interpreter);
         let in_perl = |frame: &Frame, code: &dyn Fn(u64) -> bool| match *frame {
             Frame::Module { module: m, offset } => m == module && code(offset),
@@ -287,41 +286,39 @@ enum RunStep {
     End,
 }
 
-/// The frames of a sample's records (innermost first) and where their runs end
+/// Hands `step` the frames of a sample's records (innermost first) and where their runs end
 /// (docs/perl-layouts.md §5): at the end of every stackinfo (C code pushed it, or started the
 /// thread), and after a frame whose return leaves the op loop, unless that is only the end of a
 /// `sort` block (the context outer to it is the block's) or the sub a `call_sv` with `G_EVAL`
 /// entered (the context outer to it is that call's eval, which leaves the op loop too). The main
 /// program's own code is a frame at the end of the thread's first stackinfo, when it started
 /// there, not in a sub C code called (an ithread's).
-fn runs_of(records: impl Iterator<Item = PerlFrame>) -> impl Iterator<Item = RunStep> {
+fn runs_of(records: impl Iterator<Item = PerlFrame>, mut step: impl FnMut(RunStep)) {
     let mut returned_to_c = false;
-    records.flat_map(move |record| {
-        let mut steps = Vec::with_capacity(2);
+    for record in records {
         if record.flags & perl_frame_flags::SORT_BLOCK != 0 {
             returned_to_c = false;
         } else if record.flags & perl_frame_flags::STACKINFO_END != 0 {
             returned_to_c = false;
             let thread_start = i32::from(record.stackinfo) == PerlProcess::STACKINFO_MAIN;
             if thread_start && !is_frame(record.context) {
-                steps.push(RunStep::Frame(FrameKind::Main, record));
+                step(RunStep::Frame(FrameKind::Main, record));
             }
-            steps.push(RunStep::End);
+            step(RunStep::End);
         } else {
             let kind = frame_kind(&record);
             let eval_of_call = kind == FrameKind::Eval && record.flags & perl_frame_flags::RETURNS_TO_C != 0;
             if returned_to_c && !eval_of_call {
-                steps.push(RunStep::End);
+                step(RunStep::End);
             }
             returned_to_c = record.flags & perl_frame_flags::RETURNS_TO_C != 0;
             // A sub's context without its code is one being entered or left (Perl clears it
             // first): the thread runs its caller's call or return.
             if kind != FrameKind::Sub || record.code != 0 {
-                steps.push(RunStep::Frame(kind, record));
+                step(RunStep::Frame(kind, record));
             }
         }
-        steps
-    })
+    }
 }
 
 /// Whether a context of type `context` (`cx_type`) is a frame: a sub's, a format's or an eval's.
@@ -446,14 +443,12 @@ mod tests {
     /// The runs as the codes of their frames (0 for the main program's, 1 for an eval's).
     fn runs(records: &[PerlFrame]) -> Vec<Vec<u64>> {
         let mut runs = vec![Vec::new()];
-        for step in runs_of(records.iter().copied()) {
-            match step {
-                RunStep::Frame(FrameKind::Main, _) => runs.last_mut().unwrap().push(0),
-                RunStep::Frame(FrameKind::Eval, _) => runs.last_mut().unwrap().push(1),
-                RunStep::Frame(_, record) => runs.last_mut().unwrap().push(record.code),
-                RunStep::End => runs.push(Vec::new()),
-            }
-        }
+        runs_of(records.iter().copied(), |step| match step {
+            RunStep::Frame(FrameKind::Main, _) => runs.last_mut().unwrap().push(0),
+            RunStep::Frame(FrameKind::Eval, _) => runs.last_mut().unwrap().push(1),
+            RunStep::Frame(_, record) => runs.last_mut().unwrap().push(record.code),
+            RunStep::End => runs.push(Vec::new()),
+        });
         assert_eq!(runs.pop(), Some(Vec::new()), "the last run ends");
         runs
     }
