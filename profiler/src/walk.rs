@@ -346,6 +346,10 @@ fn push_resolved(
         if !runtimes.as_mut().is_some_and(|runtimes| runtimes.push_frames(tgid, depth, addr, frames)) {
             frames.push(Frame::user(tgid, depth, addr, process.resolve(addr, Want::Any)));
         }
+        // Past a runtime's outermost frame, a chain of frame pointers leads into what is no frame.
+        if runtimes.as_mut().is_some_and(|runtimes| runtimes.ends_stack(tgid, depth, addr)) {
+            break;
+        }
     }
 }
 

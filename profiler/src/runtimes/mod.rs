@@ -113,6 +113,11 @@ pub(crate) trait Runtime: Send + 'static {
     ) -> bool {
         false
     }
+    /// Whether the native frame at `depth` of the stack last stepped, at `addr`, is where its
+    /// stacks start: a chain of frame pointers goes on from there into what is not a frame.
+    fn ends_stack(&mut self, _instance: &mut Self::Instance, _depth: usize, _addr: u64) -> bool {
+        false
+    }
     /// Puts the frames its kernel walker read (`sample`) in place of native ones in `frames`,
     /// and the labels it read in `labels`.
     fn merge(
@@ -345,6 +350,13 @@ impl Runtimes {
     pub fn push_frames(&mut self, tgid: Tgid, depth: usize, addr: u64, frames: &mut Vec<Frame>) -> bool {
         let Some(slot) = self.stepping.and_then(|index| self.slots.get_mut(index)) else { return false };
         slot.push_frames(tgid, depth, addr, &mut self.functions, frames)
+    }
+
+    /// Whether the stepping runtime says the native frame at `depth` of the stack last stepped,
+    /// at `addr`, is where its stacks start.
+    pub fn ends_stack(&mut self, tgid: Tgid, depth: usize, addr: u64) -> bool {
+        let Some(slot) = self.stepping.and_then(|index| self.slots.get_mut(index)) else { return false };
+        slot.ends_stack(tgid, depth, addr)
     }
 
     /// Puts the frames the kernel read of a runtime (`sample`) in place of native ones, and the

@@ -53,6 +53,7 @@ pub(super) trait Slot: Send {
         functions: &mut Functions,
         frames: &mut Vec<Frame>,
     ) -> bool;
+    fn ends_stack(&mut self, tgid: Tgid, depth: usize, addr: u64) -> bool;
     fn merge(
         &mut self,
         tgid: Tgid,
@@ -262,6 +263,11 @@ impl<R: Runtime> Slot for Loaded<R> {
     ) -> bool {
         let Some(State::Running(attached)) = self.processes.get_mut(&tgid) else { return false };
         self.runtime.push_frames(&mut attached.instance, depth, addr, functions, frames)
+    }
+
+    fn ends_stack(&mut self, tgid: Tgid, depth: usize, addr: u64) -> bool {
+        let Some(State::Running(attached)) = self.processes.get_mut(&tgid) else { return false };
+        self.runtime.ends_stack(&mut attached.instance, depth, addr)
     }
 
     fn merge(

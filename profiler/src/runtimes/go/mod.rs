@@ -255,6 +255,12 @@ impl Runtime for Go {
         pushed
     }
 
+    fn ends_stack(&mut self, process: &mut GoProcess, depth: usize, addr: u64) -> bool {
+        let svma = lookup_svma(depth, addr, process.bias);
+        process.text.contains(&addr)
+            && process.binary.table.function(svma).is_some_and(|f| process.is_outermost(f))
+    }
+
     /// Go's frames are stepped and named already: its kernel walker reads labels alone.
     fn merge(
         &mut self,

@@ -5,7 +5,7 @@
 //! callers' CFI may need.
 use framehop::x86_64::UnwindRegsX86_64;
 
-use super::{GoProcess, lookup_svma};
+use super::{GoProcess, lookup_svma, table::Function};
 use crate::{
     address_space::ModuleId,
     unwind::{RuntimeCode, RuntimeStep, StackSnapshot},
@@ -14,6 +14,13 @@ use crate::{
 /// The functions Go's stacks start in: a goroutine's (`goexit`, under its first function), a
 /// thread's (`mstart`) and the program's (`rt0_go`). Nothing of Go's is above them.
 const OUTERMOST: [&[u8]; 3] = [b"runtime.goexit", b"runtime.mstart", b"runtime.rt0_go"];
+
+impl GoProcess {
+    /// Whether `function` is one Go's stacks start in.
+    pub(super) fn is_outermost(&self, function: Function) -> bool {
+        OUTERMOST.iter().any(|name| self.binary.table.is_named(function, name))
+    }
+}
 
 impl RuntimeCode for GoProcess {
     fn steps_module(&self, module: ModuleId) -> bool {
@@ -38,7 +45,7 @@ impl RuntimeCode for GoProcess {
         let Some(function) = table.function(lookup_svma(depth, pc, self.bias)) else {
             return RuntimeStep::NotMine;
         };
-        if OUTERMOST.iter().any(|name| table.is_named(function, name)) {
+        if self.is_outermost(function) {
             return RuntimeStep::Outermost;
         }
         // Where a function moved its stack pointer to another stack (`systemstack`, onto the

@@ -3,14 +3,14 @@ use framehop::x86_64::UnwindRegsX86_64;
 use std::sync::Arc;
 
 use super::{
-    Binary, GoProcess,
+    Binary, Go, GoProcess,
     fixture::{FixtureFunction, TEXT, table},
     table::{GoTable, Located, Placement, Version, Work},
 };
 use crate::{
     address_space::ModuleId,
     frame::Frame,
-    runtimes::functions::Functions,
+    runtimes::{Runtime as _, functions::Functions},
     untrusted::{Cache, DESCRIBED},
 };
 
@@ -254,6 +254,10 @@ fn frames_are_stepped_by_their_stack_offsets_to_the_goroutines_first() {
     let lines: Vec<u32> =
         frames.iter().map(|f| if let Frame::Runtime { line, .. } = f { *line } else { 0 }).collect();
     assert_eq!(lines, [7, 10, 400]);
+    // A chain of frame pointers, which no runtime steps, ends at goexit too.
+    let ends = |process: &mut GoProcess, depth, addr| Go::default().ends_stack(process, depth, addr);
+    assert!(ends(&mut process, 2, TEXT + 1), "goexit starts the goroutine's stack");
+    assert!(!ends(&mut process, 1, TEXT + 0x18) && !ends(&mut process, 3, TEXT + 0x100));
     assert!(!process.push_frames(3, TEXT + 0x100, &mut functions, &mut frames), "not Go's code");
     // Code outside Go's text is not its to step.
     let c = UnwindRegsX86_64::new(TEXT + 0x100, sp, 0);

@@ -1,11 +1,14 @@
 // Three functions doing 60%, 30% and 10% of the work, on two goroutines (main's and one it
 // starts), until SECONDS (os.Args[1]) have passed; the work itself (spin) is inlined into each.
+// How much work varies from round to round (about 1 ms), so that no sampling period can fall in
+// step with the rounds.
 // Built stripped and not, PIE and not, by each Go the tests run. With PROGRESS=1, prints
 // "SECONDS ROUNDS" every 100 ms (the benchmarks read the program's own speed from it).
 package main
 
 import (
 	"fmt"
+	"math/rand"
 	"os"
 	"strconv"
 	"sync/atomic"
@@ -33,7 +36,8 @@ func gamma(n int) uint64 { return spin(n) }
 
 func work(until time.Time) {
 	for time.Now().Before(until) {
-		sink += alpha(100_000) + beta(100_000) + gamma(100_000)
+		unit := 50_000 + rand.Intn(100_000)
+		sink += alpha(unit) + beta(unit) + gamma(unit)
 		atomic.AddUint64(&rounds, 1)
 	}
 }
