@@ -84,7 +84,10 @@ fn run(task: Task) -> Result<()> {
         return test_binaries::run_unit(&root, args);
     }
     let started = Instant::now();
-    setup::ensure(&root)?;
+    match task {
+        Task::Test { .. } => setup::ensure_build(&root)?,
+        _ => setup::ensure(&root)?,
+    }
     println!("xtask: setup took {:.0} s", started.elapsed().as_secs_f64());
     match task {
         Task::Setup => setup::ensure_bench_tools(&root),
@@ -209,7 +212,35 @@ fn demo(root: &Path) -> Result<()> {
     Ok(())
 }
 
+/// The lints, then every test; what the tests run is fetched meanwhile.
 fn test(root: &Path, args: &[OsString]) -> Result<()> {
+    let fetching = std::thread::spawn({
+        let root = root.to_owned();
+        move || {
+            let started = Instant::now();
+            setup::ensure_test_tools(&root).map(|()| started.elapsed())
+        }
+    });
+    let test_tools = || match fetching.join() {
+        Ok(Ok(took)) => {
+            println!(
+                "xtask: what the tests run was set up in {:.0} s, beside the lints and the build",
+                took.as_secs_f64()
+            );
+            Ok(())
+        }
+        Ok(Err(err)) => Err(err.context("setting up what the tests run")),
+        Err(_) => bail!("setting up what the tests run panicked"),
+    };
+    if let Err(err) = lint(root) {
+        // Not cut short (an apt install half done): what is being set up is waited for.
+        let _ = test_tools();
+        return Err(err);
+    }
+    test_binaries::run(root, args, test_tools)
+}
+
+fn lint(root: &Path) -> Result<()> {
     let started = Instant::now();
     cargo(root, &["fmt", "--all", "--check"])?;
     // With the tests' profile: the build scripts (the eBPF object's among them) and proc macros
@@ -219,7 +250,7 @@ fn test(root: &Path, args: &[OsString]) -> Result<()> {
     cargo(root, &["clippy", "--profile", "ci", "--package", "profiler", "--", "-D", "warnings"])?;
     setup::clippy_ebpf(root)?;
     println!("xtask: formatting and lints took {:.0} s", started.elapsed().as_secs_f64());
-    test_binaries::run(root, args)
+    Ok(())
 }
 
 pub fn cargo(root: &Path, args: &[&str]) -> Result<()> {

@@ -13,11 +13,11 @@ use crate::{check, is_root};
 const BPF_LINKER_VERSION: &str = "0.13.0";
 /// LLVM majors bpf-linker 0.13.0 can be built against (its `llvm-NN` features).
 const BPF_LINKER_LLVM_MAJORS: [u32; 3] = [21, 22, 23];
+/// What building needs beside Rust: the C toolchain (the linker, and the tests' workloads).
+const BUILD_PACKAGES: [(&str, &str); 2] = [("gcc", "gcc"), ("g++", "g++")];
 /// What the tests need, and the Debian packages that provide it: commands (found in PATH) and
 /// libraries (by path: the allocators `leaks` is tested with).
-const PACKAGES: [(&str, &str); 19] = [
-    ("gcc", "gcc"),
-    ("g++", "g++"),
+const PACKAGES: [(&str, &str); 17] = [
     ("objcopy", "binutils"),
     ("setpriv", "util-linux"),
     ("/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4", "libtcmalloc-minimal4"),
@@ -55,9 +55,23 @@ const PACKAGES: [(&str, &str); 19] = [
     ("tmux", "tmux"),
 ];
 
+/// Everything: what the build needs, then what the tests run.
 pub fn ensure(root: &Path) -> Result<()> {
+    ensure_build(root)?;
+    ensure_test_tools(root)
+}
+
+/// What building the workspace needs: the eBPF toolchain, bpf-linker, a C toolchain.
+pub fn ensure_build(root: &Path) -> Result<()> {
     ensure_ebpf_toolchain(root)?;
-    ensure_bpf_linker(root)?;
+    install_packages(&BUILD_PACKAGES)?;
+    ensure_bpf_linker(root)
+}
+
+/// What the tests run and profile: Debian's packages, the runtimes unpacked from Debian
+/// unstable, Node's builds, PyPI's and npm's packages. Most of it is fetched, which
+/// `cargo xtask test` does while the lints and the build use the CPUs.
+pub fn ensure_test_tools(root: &Path) -> Result<()> {
     ensure_packages()?;
     ensure_debian_python(root)?;
     ensure_debian_ruby(root)?;
@@ -115,7 +129,7 @@ const DEBIAN_RUBY_PACKAGES: [&str; 3] = ["ruby3.3", "libruby3.3", "libc6"];
 /// machine, so `RUBYLIB` names these instead.
 const DEBIAN_RUBY_LIB: [&str; 2] = ["usr/lib/ruby/3.3.0", "usr/lib/x86_64-linux-gnu/ruby/3.3.0"];
 
-/// `ruby3.3 -e 'print RUBY_VERSION'` as the tests run a script (`profiler/tests/common/ruby.rs`):
+/// `ruby3.3 -e 'print RUBY_VERSION'` as the tests run a script (`profiler/tests/e2e/common/ruby.rs`):
 /// `RUBYLIB` the unpacked standard library, and RubyGems off (`RUBYOPT=--disable-gems`). Without
 /// `RUBYLIB` it loads bookworm's `rubygems.rb` from `/usr/lib/ruby/vendor_ruby`, which fails; with
 /// `RUBYLIB` alone, its own RubyGems, which then loads bookworm's
@@ -166,7 +180,7 @@ const DEBIAN_PHP_PACKAGES: [&str; 8] = [
 /// Its PHP-FPM, pointed at the same C library.
 const DEBIAN_PHP_FPM: &str = ".tools/debian-sid-php8.4/usr/sbin/php-fpm8.4";
 
-/// `php8.4 -n -r 'echo PHP_VERSION;'` as the tests run a script (`profiler/tests/common/php.rs`):
+/// `php8.4 -n -r 'echo PHP_VERSION;'` as the tests run a script (`profiler/tests/e2e/common/php.rs`):
 /// `-n`, no php.ini. Its built-in ini and extension paths (`/etc/php/8.4/cli`,
 /// `/usr/lib/php/20240924`) are not on this machine, so without `-n` it runs the same, with
 /// PHP's defaults and the extensions the CLI has built in (Core, standard, SPL, pcre, hash, json,
@@ -206,7 +220,7 @@ const DEBIAN_PERL_PACKAGES: [&str; 5] = ["perl-base", "perl", "libperl5.42", "pe
 pub const DEBIAN_PERL_LIB: [&str; 3] =
     ["usr/lib/x86_64-linux-gnu/perl/5.42", "usr/share/perl/5.42", "usr/lib/x86_64-linux-gnu/perl-base"];
 
-/// `perl -e 'printf "%vd", $^V'` as the tests run a script (`profiler/tests/common/perl.rs`):
+/// `perl -e 'printf "%vd", $^V'` as the tests run a script (`profiler/tests/e2e/common/perl.rs`):
 /// `PERL5LIB` the unpacked standard library.
 fn debian_perl_version(root: &Path) -> Result<String> {
     let dir = root.join(DEBIAN_PERL_DIR);

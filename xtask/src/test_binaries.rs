@@ -1,8 +1,9 @@
 //! `cargo xtask test`'s run of the tests: every test binary built once, then each run in turn
-//! (as root), timed, and run whether or not one before it failed; a table of each binary's wall
-//! time and result ends the run.
+//! (as root; the end-to-end binary a module at a time), timed, and run whether or not one before
+//! it failed; a table of each run's wall time and result, and each failure's message, end it.
 use std::{
     ffi::OsString,
+    io::{BufRead as _, BufReader},
     path::{Path, PathBuf},
     process::{Command, Stdio},
     time::{Duration, Instant},
@@ -23,22 +24,26 @@ struct TestBinary {
     package_dir: PathBuf,
 }
 
-/// Builds every test binary with the `ci` profile, runs each with `args`, then the doc tests;
-/// fails when any failed, after all ran.
-pub fn run(root: &Path, args: &[OsString]) -> Result<()> {
+/// Builds every test binary with the `ci` profile, waits for what they run to be `ready`, runs
+/// each with `args`, then the doc tests; fails when any failed, after all ran.
+pub fn run(root: &Path, args: &[OsString], ready: impl FnOnce() -> Result<()>) -> Result<()> {
     let started = Instant::now();
-    let binaries = build(root)?;
+    let built = build(root);
     println!("xtask: the tests' build took {:.0} s", started.elapsed().as_secs_f64());
+    // Waited for even when the build failed, so as not to be cut short.
+    let ready = ready();
+    let binaries = built?;
+    ready?;
     let mut ran: Vec<(String, Duration, bool)> = Vec::new();
+    let mut panics: Vec<(String, Vec<String>)> = Vec::new();
     for binary in &binaries {
-        println!("\nxtask: {} ({})", binary.name, binary.executable.display());
-        let started = Instant::now();
-        let status = as_root(&binary.executable)
-            .args(args)
-            .current_dir(&binary.package_dir)
-            .status()
-            .with_context(|| format!("cannot run {}", binary.executable.display()))?;
-        ran.push((binary.name.clone(), started.elapsed(), status.success()));
+        for part in parts(binary, args)? {
+            println!("\nxtask: {} ({})", part.name, binary.executable.display());
+            let started = Instant::now();
+            let (passed, excerpts) = run_binary(binary, &[&part.tests[..], args].concat())?;
+            ran.push((part.name.clone(), started.elapsed(), passed));
+            panics.extend(excerpts.into_iter().map(|excerpt| (part.name.clone(), excerpt)));
+        }
     }
     let started = Instant::now();
     let doc = check(Command::new("cargo").current_dir(root).args(["test", "--profile", "ci", "--doc"]));
@@ -49,12 +54,117 @@ pub fn run(root: &Path, args: &[OsString]) -> Result<()> {
     }
     let total: Duration = ran.iter().map(|(_, took, _)| *took).sum();
     println!("  {:>7.1} s  in all", total.as_secs_f64());
+    // A failing test's message is printed amid its captured output, which can be long; CI keeps
+    // a log's ends, so the messages are said again here, at the end.
+    for (name, excerpt) in &panics {
+        println!("\nxtask: in {name}:");
+        for line in excerpt {
+            println!("  {line}");
+        }
+    }
     let failed: Vec<&str> =
         ran.iter().filter(|(_, _, passed)| !passed).map(|(name, ..)| name.as_str()).collect();
     if !failed.is_empty() {
         bail!("tests failed in {}", failed.join(", "));
     }
     Ok(())
+}
+
+/// What one run of a test binary runs: its tests of one module of the end-to-end binary, or all.
+struct Part {
+    /// `profiler/tests/e2e/python.rs`, or the binary's name.
+    name: String,
+    /// `--exact` and the tests' names; none: all of the binary's.
+    tests: Vec<OsString>,
+}
+
+/// The runs of `binary`: the end-to-end binary (`tests/e2e/main.rs`, built once) in one run per
+/// module, one after another, as if each were a binary of its own (its tests run beside one
+/// another alone); any other in one. `args` (a filter) narrows the tests named.
+fn parts(binary: &TestBinary, args: &[OsString]) -> Result<Vec<Part>> {
+    let Some(dir) = binary.name.strip_suffix("/main.rs").filter(|_| !binary.unit) else {
+        return Ok(vec![Part { name: binary.name.clone(), tests: Vec::new() }]);
+    };
+    let listed = as_root(&binary.executable)
+        .args(["--list", "--format", "terse"])
+        .args(args)
+        .current_dir(&binary.package_dir)
+        .output()
+        .with_context(|| format!("cannot list the tests of {}", binary.executable.display()))?;
+    if !listed.status.success() {
+        bail!("{} --list failed with {}", binary.executable.display(), listed.status);
+    }
+    Ok(by_module(&String::from_utf8_lossy(&listed.stdout), dir))
+}
+
+/// The tests of a `--list --format terse` output (`python::deep_stacks: test`), grouped by
+/// their module, in order, each group named as the module's file in `dir`.
+fn by_module(listed: &str, dir: &str) -> Vec<Part> {
+    let mut parts: Vec<Part> = Vec::new();
+    for test in listed.lines().filter_map(|line| line.strip_suffix(": test")) {
+        let module = test.split_once("::").map_or("main", |(module, _)| module);
+        let name = format!("{dir}/{module}.rs");
+        if parts.last().is_none_or(|part| part.name != name) {
+            parts.push(Part { name, tests: vec!["--exact".into()] });
+        }
+        parts.last_mut().expect("pushed").tests.push(test.into());
+    }
+    parts
+}
+
+/// Runs one test binary with `args`, its output passed through as it comes: whether it passed,
+/// and an excerpt of each panic it printed.
+fn run_binary(binary: &TestBinary, args: &[OsString]) -> Result<(bool, Vec<Vec<String>>)> {
+    let mut child = as_root(&binary.executable)
+        .args(args)
+        .current_dir(&binary.package_dir)
+        .stdout(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("cannot run {}", binary.executable.display()))?;
+    let mut panics = PanicExcerpts::default();
+    let stdout = BufReader::new(child.stdout.take().expect("stdout is piped"));
+    for line in stdout.split(b'\n') {
+        let line = String::from_utf8_lossy(&line.context("reading a test binary's output")?).into_owned();
+        println!("{line}");
+        panics.see(line);
+    }
+    let status = child.wait().with_context(|| format!("waiting for {}", binary.executable.display()))?;
+    Ok((status.success(), panics.excerpts))
+}
+
+/// The panics in a test binary's output: each `panicked at` line and its message, without the
+/// backtrace, bounded (a message may list a profile's stacks).
+#[derive(Default)]
+struct PanicExcerpts {
+    excerpts: Vec<Vec<String>>,
+    /// Whether the last excerpt's message is still being read.
+    open: bool,
+}
+
+impl PanicExcerpts {
+    const LINES: usize = 12;
+    const LINE_CHARS: usize = 400;
+
+    fn see(&mut self, line: String) {
+        if line.contains("' panicked at ") {
+            self.open = true;
+            self.excerpts.push(Vec::new());
+        } else if line.is_empty() || line.starts_with("note: ") || line.starts_with("stack backtrace:") {
+            self.open = false;
+        }
+        let Some(excerpt) = self.excerpts.last_mut().filter(|_| self.open) else { return };
+        if excerpt.len() == Self::LINES {
+            self.open = false;
+            excerpt.push("…".to_owned());
+            return;
+        }
+        let mut line = line;
+        if let Some((cut, _)) = line.char_indices().nth(Self::LINE_CHARS) {
+            line.truncate(cut);
+            line.push('…');
+        }
+        excerpt.push(line);
+    }
 }
 
 /// The fast loop: the unit and fixture tests of the host crates, built with the `unit` profile
@@ -134,5 +244,47 @@ mod tests {
         let mut built = message.clone();
         built["profile"]["test"] = false.into();
         assert!(test_binary(&built).is_none(), "a library built for the tests is no test binary");
+    }
+
+    #[test]
+    fn the_end_to_end_tests_run_by_module() {
+        let listed = "go::a: test\ngo::b: test\npython::c: test\nbench_x: benchmark\n";
+        let parts = by_module(listed, "profiler/tests/e2e");
+        let named: Vec<(&str, Vec<&str>)> = parts
+            .iter()
+            .map(|part| (part.name.as_str(), part.tests.iter().map(|t| t.to_str().unwrap()).collect()))
+            .collect();
+        assert_eq!(
+            named,
+            [
+                ("profiler/tests/e2e/go.rs", vec!["--exact", "go::a", "go::b"]),
+                ("profiler/tests/e2e/python.rs", vec!["--exact", "python::c"]),
+            ]
+        );
+        assert!(by_module("", "profiler/tests/e2e").is_empty(), "a filter that names none runs none");
+    }
+
+    #[test]
+    fn a_panic_is_excerpted_without_its_backtrace_and_bounded() {
+        let mut panics = PanicExcerpts::default();
+        let long = "x".repeat(1000);
+        let output = [
+            "captured output",
+            "thread 'first' panicked at tests/go.rs:166:13:",
+            "Go 1.26: only 9 of 10 whole",
+            "stack backtrace:",
+            "   0: rust_begin_unwind",
+            "",
+            "thread 'second' panicked at tests/php.rs:1:1:",
+            &long,
+        ];
+        for line in output.iter().copied().chain(std::iter::repeat_n("more", 20)) {
+            panics.see(line.to_owned());
+        }
+        let [first, second] = &panics.excerpts[..] else { panic!("{:?}", panics.excerpts) };
+        assert_eq!(first, &["thread 'first' panicked at tests/go.rs:166:13:", "Go 1.26: only 9 of 10 whole"]);
+        assert_eq!(second.len(), PanicExcerpts::LINES + 1);
+        assert_eq!(second[1].chars().count(), PanicExcerpts::LINE_CHARS + 1);
+        assert_eq!(second.last().unwrap(), "…");
     }
 }

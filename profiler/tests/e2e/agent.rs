@@ -4,7 +4,6 @@
 //! generated server), and a server following Pyroscope's documented HTTP ingest API. Checked:
 //! the shares, the labels, the times and the period; a backend down then up, a spool too small,
 //! SIGTERM; and `go tool pprof -raw` on the files of `--output-dir`.
-mod common;
 
 use std::{
     collections::BTreeMap,
@@ -16,7 +15,7 @@ use std::{
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
-use common::*;
+use crate::common::*;
 use http_body_util::{BodyExt as _, Empty};
 use hyper::{
     Method, Request, Response,

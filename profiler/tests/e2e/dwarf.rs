@@ -1,8 +1,7 @@
 //! End to end, as root: complete stacks for code built without frame pointers (DWARF CFI
 //! unwinding of the copied user stack), in C, C++ and Rust, and through deep recursion.
-mod common;
 
-use common::*;
+use crate::common::*;
 
 /// Every leaf sample must carry its whole chain (the bar: 99%).
 const COMPLETE: f64 = 0.99;

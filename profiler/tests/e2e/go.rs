@@ -2,7 +2,6 @@
 //! installs: Debian stable's 1.19 and unstable's newest two. Their stacks are unwound and named
 //! from Go's own table of functions, with no flags, and their goroutines' pprof labels read into
 //! every output; a stripped Go tool nobody here wrote (`gofmt`) is attached to while it runs.
-mod common;
 
 use std::{
     collections::BTreeMap,
@@ -10,7 +9,7 @@ use std::{
     process::{Command, Stdio},
 };
 
-use common::*;
+use crate::common::*;
 
 /// The Go releases the tests must find (setup installs them).
 const RELEASES: [&str; 3] = ["1.19", "1.26", "1.27"];
@@ -154,11 +153,7 @@ fn go_functions_are_named_from_go_s_table_whole_in_every_build() {
             // The runtime's own threads (`sysmon`) and the program's start are whole from their
             // roots, and not the goroutines': every other sample must be whole from
             // `runtime.goexit` (a signal handler's on its own stack, say, is not).
-            let of_goroutines: Vec<(&[String], u64)> = stacks
-                .iter()
-                .filter(|(frames, _)| !matches!(root(frames), Some("runtime.mstart" | "runtime.rt0_go")))
-                .copied()
-                .collect();
+            let of_goroutines = of_goroutines(&stacks);
             let (whole, all) = share(&of_goroutines, |frames| root(frames) == Some("runtime.goexit"));
             let not_whole: Vec<_> =
                 of_goroutines.iter().filter(|(frames, _)| root(frames) != Some("runtime.goexit")).collect();
@@ -288,24 +283,33 @@ fn assert_labels(what: &str, pprof: &Path) {
 
 /// With `--call-graph fp` (nothing steps the frames; the chain of frame pointers Go keeps gives
 /// them, less a leaf's caller, as ever), the stripped binary's frames are still named from its
-/// table: 99% of the samples name alpha, beta or gamma, none has a frame named by its offset.
+/// table: none has a frame named by its offset, 99% of the goroutines' samples name alpha, beta
+/// or gamma.
 fn assert_named_by_frame_pointers(what: &str, dir: &Path, binary: &Path) {
     let folded = record_command(dir, &["--call-graph", "fp"], binary, &["1"]);
     let stacks = process_stacks(&folded);
     let name = binary.file_name().unwrap().to_str().unwrap();
-    let (unnamed, all) =
+    let (unnamed, _) =
         share(&stacks, |frames| frames.iter().any(|frame| frame.starts_with(&format!("{name}+0x"))));
+    let stacks = of_goroutines(&stacks);
     let working = |frames: &[String]| {
         frames.iter().any(|frame| ["main.alpha", "main.beta", "main.gamma"].contains(&frame.as_str()))
     };
-    let (working, _) = share(&stacks, working);
+    let (working, all) = share(&stacks, working);
     eprintln!(
-        "{what} --call-graph fp: {working} of {all} samples name alpha, beta or gamma, {unnamed} unnamed"
+        "{what} --call-graph fp: {working} of {all} goroutines' samples name alpha, beta or gamma, {unnamed} unnamed"
     );
     assert!(
         unnamed == 0 && working as f64 >= 0.99 * all as f64,
         "{what} --call-graph fp: {working} and {unnamed} of {all}"
     );
+}
+
+/// The samples of goroutines: all but those of the runtime's own threads (`sysmon`), whole from
+/// `runtime.mstart`, and of the program's start, from `runtime.rt0_go`.
+fn of_goroutines<'a>(stacks: &[(&'a [String], u64)]) -> Vec<(&'a [String], u64)> {
+    let runtime_own = |frames: &[String]| matches!(root(frames), Some("runtime.mstart" | "runtime.rt0_go"));
+    stacks.iter().filter(|(frames, _)| !runtime_own(frames)).copied().collect()
 }
 
 /// The outermost user frame of a stack (root first).

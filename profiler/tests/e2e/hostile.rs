@@ -6,7 +6,6 @@
 //! reader's stack; names made of terminal escapes, XML-breaking characters and folded-format
 //! separators. Each recording must end on time with valid outputs, show none of the planted
 //! names, and say what it refused.
-mod common;
 
 use std::{
     io::Write as _,
@@ -15,7 +14,7 @@ use std::{
     process::{Command, Stdio},
 };
 
-use common::*;
+use crate::common::*;
 
 // Alone on the machine: the tests that keep many processes busy, and those that count samples of
 // one (on two CPUs, ten busy programs starve a workload whose samples another test counts).

@@ -1,13 +1,12 @@
 //! End to end, as root: Java programs on every JDK installed under /usr/lib/jvm, their JIT frames
 //! named from what the JVM tells external tools.
-mod common;
 
 use std::{
     path::{Path, PathBuf},
     process::Command,
 };
 
-use common::*;
+use crate::common::*;
 
 // Alone on the machine while a test runs JVMs: a JVM busy on both CPUs of the test machine
 // beside another one spends seconds more compiling, and a share measured while its code is half

@@ -1,10 +1,9 @@
 //! End to end, as root: `profiler leaks` on programs whose outstanding blocks are known, checked
 //! against the folded output (bytes per stack) and the text report (blocks per stack, totals).
-mod common;
 
 use std::path::Path;
 
-use common::*;
+use crate::common::*;
 
 // Tests share the machine, except the one that measures whether the profiler keeps up under
 // load: it runs alone.

@@ -1,6 +1,5 @@
 //! End to end, as root: Node programs, their JavaScript frames named from V8's own metadata
 //! (no flags), and from V8's perf map or jitdump (with flags).
-mod common;
 
 use std::{
     collections::BTreeSet,
@@ -8,7 +7,7 @@ use std::{
     time::Duration,
 };
 
-use common::*;
+use crate::common::*;
 
 // Alone on the machine while a test runs Node: two beside each other on the test machine's two
 // CPUs leave each too little to sample.

@@ -1,11 +1,10 @@
 //! End to end, as root: `record --off-cpu` and `--wall` on programs built without frame
 //! pointers whose threads wait in known ways and measure themselves (tests/workloads/off_cpu.c
 //! and off_cpu.rs), checked against those measurements and the kernel's schedstat.
-mod common;
 
 use std::{collections::BTreeMap, path::Path};
 
-use common::*;
+use crate::common::*;
 
 /// What a thread of the workload measured of itself.
 #[derive(Debug)]

@@ -1,6 +1,5 @@
 //! End to end, as root: the output formats of one recording, raw recordings rendered again
 //! with `report`, `diff`, and the errors on bad recordings.
-mod common;
 
 use std::{
     collections::BTreeMap,
@@ -9,7 +8,7 @@ use std::{
     sync::OnceLock,
 };
 
-use common::*;
+use crate::common::*;
 use profiler::pprof as proto;
 use prost::Message as _;
 

@@ -8,11 +8,10 @@
 //! code; PATH as Perl was given it (`(eval N)` for a string `eval`'s code) and LINE the
 //! statement's. The blocks of `sort` and `map` are no frames. Native frames read their names
 //! alone (`Perl_sortsv_flags`, the C library's `select`).
-mod common;
 
 use std::ops::RangeInclusive;
 
-use common::{perl::*, python::weight, *};
+use crate::common::{perl::*, python::weight, *};
 
 /// The main program's frame.
 const MAIN: &str = "<main>";

@@ -4,7 +4,6 @@
 //! process of root's. Each planted thing is checked to have been met (the profiler names it, or
 //! it is still there untouched), and each case has a control that the same run writes or reads
 //! what it should.
-mod common;
 
 use std::{
     os::unix::fs::{MetadataExt as _, PermissionsExt as _},
@@ -12,7 +11,7 @@ use std::{
     process::{Command, Output},
 };
 
-use common::*;
+use crate::common::*;
 
 /// The test's scratch directory (root's), and a fresh sticky directory everyone may write in,
 /// as /tmp is (inside /tmp, so that nobody can reach it).

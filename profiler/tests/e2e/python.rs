@@ -6,11 +6,10 @@
 //! A Python frame reads `qualname (path/file.py:LINE)` (3.6–3.10: the code's plain name); it
 //! takes the place of the interpreter's `_PyEval_EvalFrameDefault`, between the native frames
 //! that called the interpreter and those Python code calls.
-mod common;
 
 use std::{io::Read as _, ops::RangeInclusive, path::Path, time::Duration};
 
-use common::{python::*, *};
+use crate::common::{python::*, *};
 use profiler::pprof as proto;
 use prost::Message as _;
 

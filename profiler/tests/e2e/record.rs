@@ -1,9 +1,8 @@
 //! End to end, as root: `profiler record` on real workloads, checked on its folded output.
-mod common;
 
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 
 #[test]
 fn pid_gets_the_60_30_10_split_with_whole_chains() {

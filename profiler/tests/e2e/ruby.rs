@@ -6,11 +6,10 @@
 //! gives it (`Outer::Worker#alpha`, `Outer::Worker.start`, `block in Outer::Worker#run`,
 //! `<main>`) and PATH as Ruby was given it; a C method called from Ruby reads its name alone
 //! (`Array#each`).
-mod common;
 
 use std::ops::RangeInclusive;
 
-use common::{python::weight, ruby::*, *};
+use crate::common::{python::weight, ruby::*, *};
 
 /// The C method of shares.rb, which calls the block that calls `Outer::Worker#beta`.
 const EACH: &str = "Array#each";

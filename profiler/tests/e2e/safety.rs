@@ -4,7 +4,6 @@
 //! The tests of this file run one at a time, from their first line (building a workload
 //! included): they check that no BPF object of a profiler is left. How fast the targets run
 //! under the profiler is measured by `cargo xtask bench` (section `undisturbed`), not here.
-mod common;
 
 use std::{
     path::Path,
@@ -13,7 +12,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::*;
+use crate::common::*;
 
 // Alone on the machine: each workload is timed, profiled from its first instruction to its end.
 

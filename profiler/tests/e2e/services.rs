@@ -4,7 +4,6 @@
 //! modules, a data service on numpy and pandas from PyPI (`cargo xtask setup` installs them),
 //! CPython linked into a program of another name, and an interpreter renamed. In each recording
 //! nearly every sample of the service has Python frames, and its functions have their shares.
-mod common;
 
 use std::{
     io::{BufRead as _, BufReader},
@@ -12,7 +11,7 @@ use std::{
     process::{Command, Stdio},
 };
 
-use common::{python::*, *};
+use crate::common::{python::*, *};
 
 /// The share of a service's samples that must have Python frames.
 const WITH_FRAMES: f64 = 0.95;

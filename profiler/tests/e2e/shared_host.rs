@@ -6,7 +6,6 @@
 //! target can multiply, modules that are what their files are, bounded reads per sample, kernel
 //! tables shared fairly, reads that never wait for a FUSE daemon, `/proc/PID/maps` read with a
 //! bound, no kernel addresses in exports, and an agent whose tables stay flat.
-mod common;
 
 use std::{
     io::{BufRead as _, BufReader},
@@ -16,7 +15,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::*;
+use crate::common::*;
 
 // Alone on the machine: the tests keep the CPUs busy with their floods.
 
@@ -55,7 +54,7 @@ fn python_code_that_describes_itself_at_length_costs_a_bounded_memory() {
         return;
     }
     let _alone = alone_on_the_machine();
-    let script = common::python::script("line_table_flood.py");
+    let script = crate::common::python::script("line_table_flood.py");
     for (case, count, distinct) in [("shared", "3000", "0"), ("distinct", "200", "1")] {
         let dir = scratch_dir(&format!("line-tables-{case}"));
         let workload = {
@@ -215,7 +214,7 @@ fn fresh_code_in_every_sample_costs_a_bounded_number_of_reads() {
     }
     let _alone = alone_on_the_machine();
     let dir = scratch_dir("fresh-code");
-    let script = common::python::script("fresh_code.py");
+    let script = crate::common::python::script("fresh_code.py");
     let _fresh = start_as_nobody(SYSTEM_PYTHON, &[script.to_str().unwrap(), "60", "300"]);
     let out = dir.join("out.folded");
     let recording = start_profiler(&["record", "-a", "-F", "499", "-d", "6", "-o", out.to_str().unwrap()]);
@@ -276,12 +275,12 @@ fn a_user_filling_the_kernel_tables_takes_no_more_than_its_share() {
     assert!(slept > 2_000_000, "root's sleeper kept its time off the CPU: {slept} µs of 3 s");
     drop(_flood);
 
-    let flood = common::python::script("prefork_flood.py");
+    let flood = crate::common::python::script("prefork_flood.py");
     // Niced, and the recording (and root's Python) at nice -20, so that neither is starved of
     // the CPUs: what is tested is the table, not the scheduler.
     let _pythons =
         start_as_nobody("nice", &["-n", "19", SYSTEM_PYTHON, flood.to_str().unwrap(), "2000", "60"]);
-    let shares = common::python::script("shares.py");
+    let shares = crate::common::python::script("shares.py");
     let out = dir.join("python.folded");
     let recording =
         start_profiler_first(&["record", "-a", "-F", "999", "-d", "8", "-o", out.to_str().unwrap()]);
@@ -371,7 +370,7 @@ fn a_target_mapping_a_daemons_file_under_a_read_holds_up_only_its_reader() {
     let fake = build_workload("fake_python.c", "fake/python3.12", "gcc", &["-O1", "-g", "-rdynamic"]);
     let data = fuse.mount.join("data");
     fuse.keep(KillOnDrop(as_nobody(&fake).args(["60", "names-racing"]).arg(&data).spawn().unwrap()));
-    let shares = common::python::script("shares.py");
+    let shares = crate::common::python::script("shares.py");
     let out = dir.join("out.folded");
     let started = Instant::now();
     let recording = start_profiler(&["record", "-a", "-F", "499", "-d", "6", "-o", out.to_str().unwrap()]);
@@ -644,7 +643,7 @@ fn the_agents_tables_stay_flat_on_a_host_making_up_code() {
     }
     let _alone = alone_on_the_machine();
     let dir = scratch_dir("agent-flat");
-    let script = common::python::script("fresh_code.py");
+    let script = crate::common::python::script("fresh_code.py");
     let fresh = start_as_nobody(SYSTEM_PYTHON, &[script.to_str().unwrap(), "120", "1"]);
     let files = dir.join("windows");
     std::fs::create_dir(&files).unwrap();
@@ -720,7 +719,8 @@ fn record_beside(name: &str, control: &mut Command, attack: &mut Command) -> Bes
         // On time: held by the attack, it would last for ever (a second of start and finish
         // beside a loaded machine's other tests is not that, and once failed at 4 s).
         assert!(took < Duration::from_secs(6), "{what}: `record -d 3` took {took:?}");
-        let samples = common::python::weight(&thread_stacks(&Folded::read(&out), root.pid()), |_| true);
+        let samples =
+            crate::common::python::weight(&thread_stacks(&Folded::read(&out), root.pid()), |_| true);
         eprintln!("{name}: {what}: root's program has {samples} samples in {cpu:?} of CPU");
         (samples as f64 / cpu.as_secs_f64(), stderr, Folded::read(&out))
     };

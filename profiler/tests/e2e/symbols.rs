@@ -1,10 +1,9 @@
 //! End to end, as root: symbols that stay right through dlopen/dlclose, short-lived processes,
 //! separate debug files, deleted binaries, exec'd children, the vDSO and JIT code.
-mod common;
 
 use std::{collections::BTreeMap, path::Path, process::Command};
 
-use common::*;
+use crate::common::*;
 
 /// Samples whose innermost user frame satisfies `leaf`, and how many of those also satisfy
 /// `named` (their frames resolved to names).

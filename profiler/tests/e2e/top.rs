@@ -5,7 +5,6 @@
 //! call paths, a terminal too small, and `q` and SIGTERM giving the terminal back to the shell;
 //! with `-o`, the whole session's profile written at the end, whichever way it ends; and with
 //! `--off-cpu`, a wait that spans windows shared between them.
-mod common;
 
 use std::{
     path::{Path, PathBuf},
@@ -13,7 +12,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::*;
+use crate::common::*;
 
 const HOT: [(&str, f64); 3] = [("hot_a", 60.0), ("hot_b", 30.0), ("hot_c", 10.0)];
 
@@ -95,7 +94,7 @@ fn top_command(pid: u32, dir: &Path) -> String {
 fn profile_written(dir: &Path) -> Folded {
     let (folded, pprof) = outputs(dir);
     let folded = Folded::read(&folded);
-    common::assert_split(&folded, "worker", TOLERANCE, MIN_COMPLETE);
+    crate::common::assert_split(&folded, "worker", TOLERANCE, MIN_COMPLETE);
     let pprof: i64 = read_pprof(&pprof).sample.iter().map(|sample| sample.value[0]).sum();
     assert_eq!(pprof as u64, folded.total(), "the pprof and the folded stacks differ");
     folded
