@@ -146,7 +146,8 @@ impl PanicExcerpts {
     const LINE_CHARS: usize = 400;
 
     fn see(&mut self, line: String) {
-        if line.contains("' panicked at ") {
+        // `thread 'NAME' (TID) panicked at FILE:LINE:COLUMN:`, then the message.
+        if line.starts_with("thread '") && line.contains(" panicked at ") {
             self.open = true;
             self.excerpts.push(Vec::new());
         } else if line.is_empty() || line.starts_with("note: ") || line.starts_with("stack backtrace:") {
@@ -270,19 +271,22 @@ mod tests {
         let long = "x".repeat(1000);
         let output = [
             "captured output",
-            "thread 'first' panicked at tests/go.rs:166:13:",
+            "thread 'first' (12002) panicked at tests/go.rs:166:13:",
             "Go 1.26: only 9 of 10 whole",
             "stack backtrace:",
             "   0: rust_begin_unwind",
             "",
-            "thread 'second' panicked at tests/php.rs:1:1:",
+            "thread 'second' (12003) panicked at tests/php.rs:1:1:",
             &long,
         ];
         for line in output.iter().copied().chain(std::iter::repeat_n("more", 20)) {
             panics.see(line.to_owned());
         }
         let [first, second] = &panics.excerpts[..] else { panic!("{:?}", panics.excerpts) };
-        assert_eq!(first, &["thread 'first' panicked at tests/go.rs:166:13:", "Go 1.26: only 9 of 10 whole"]);
+        assert_eq!(
+            first,
+            &["thread 'first' (12002) panicked at tests/go.rs:166:13:", "Go 1.26: only 9 of 10 whole"]
+        );
         assert_eq!(second.len(), PanicExcerpts::LINES + 1);
         assert_eq!(second[1].chars().count(), PanicExcerpts::LINE_CHARS + 1);
         assert_eq!(second.last().unwrap(), "…");
