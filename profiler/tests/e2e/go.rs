@@ -100,13 +100,14 @@ fn share(stacks: &[(&[String], u64)], keep: impl Fn(&[String]) -> bool) -> (u64,
     (stacks.iter().filter(|(frames, _)| keep(frames)).map(|(_, n)| n).sum(), all)
 }
 
-/// The line a function's definition starts on in `tests/workloads/go/NAME/main.go`, and the
-/// lines of its body.
-fn lines_of(name: &str, function: &str) -> (i64, std::ops::RangeInclusive<i64>) {
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/go").join(name).join("main.go");
-    let text = std::fs::read_to_string(source).unwrap();
+/// The line a function's definition starts on in `tests/workloads/go/NAME/FILE`, and the lines
+/// of its body.
+fn lines_of(name: &str, file: &str, function: &str) -> (i64, std::ops::RangeInclusive<i64>) {
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/go").join(name).join(file);
+    let text = std::fs::read_to_string(&source).unwrap();
     let lines: Vec<&str> = text.lines().collect();
-    let start = lines.iter().position(|line| line.starts_with(&format!("func {function}("))).unwrap();
+    let start = lines.iter().position(|line| line.starts_with(&format!("func {function}(")));
+    let start = start.unwrap_or_else(|| panic!("no func {function} in {}", source.display()));
     let end = match lines[start].ends_with('}') {
         true => start,
         false => start + lines[start..].iter().position(|line| line.starts_with('}')).unwrap(),
@@ -116,10 +117,11 @@ fn lines_of(name: &str, function: &str) -> (i64, std::ops::RangeInclusive<i64>) 
 
 /// `shares` (alpha, beta and gamma doing 60/30/10% of the work on two goroutines, `spin` inlined
 /// into each), built by every Go, stripped and not, position-independent and not, and stripped,
-/// position-independent and linked by the C toolchain (cgo), recorded 1 s at 999 Hz: in each, 99%
-/// of the goroutines' samples whole from `runtime.goexit` (the runtime's own threads, whole from
-/// `runtime.mstart`, aside), 99% of the work's through `main.work` and one of the three to
-/// `main.spin` (an inlined frame, `_[i]`), the three's shares within 5
+/// position-independent with cgo (beta's work then done in a call back into Go from C, which
+/// beta calls), recorded 1 s at 999 Hz: in each, 99% of the goroutines' samples whole from
+/// `runtime.goexit` (the runtime's own threads, whole from `runtime.mstart`, aside), 99% of the
+/// work's through `main.work` and one of the three to `main.spin` (an inlined frame, `_[i]`;
+/// beta's through C and back), the three's shares within 5
 /// points; in the pprof output, spin's samples on the lines of its body and the three's on the
 /// line of their call, as the source says; and stripped PIE builds named by frame pointers alone.
 #[test]
@@ -129,7 +131,7 @@ fn go_functions_are_named_from_go_s_table_whole_in_every_build() {
     }
     let _beside = beside_others();
     let dir = scratch_dir("go-shares");
-    let (_, spin_body) = lines_of("shares", "spin");
+    let (_, spin_body) = lines_of("shares", "main.go", "spin");
     for (release, go) in toolchains() {
         let builds = [
             (false, false, false),
@@ -152,38 +154,46 @@ fn go_functions_are_named_from_go_s_table_whole_in_every_build() {
             let stacks = process_stacks(&folded);
             // The runtime's own threads (`sysmon`) and the program's start are whole from their
             // roots, and not the goroutines': every other sample must be whole from
-            // `runtime.goexit` (a signal handler's on its own stack, say, is not).
+            // `runtime.goexit` (a signal handler's on its own stack, say, is not), but where Go
+            // does not say where a goroutine left for C: there, a call back from C.
+            let crosses = crosses_from_c(&release);
+            let is_whole = |frames: &[String]| {
+                root(frames) == Some("runtime.goexit")
+                    || !crosses && frames.iter().any(|frame| frame == "runtime.cgocallback")
+            };
             let of_goroutines = of_goroutines(&stacks);
-            let (whole, all) = share(&of_goroutines, |frames| root(frames) == Some("runtime.goexit"));
-            let not_whole: Vec<_> =
-                of_goroutines.iter().filter(|(frames, _)| root(frames) != Some("runtime.goexit")).collect();
+            let (whole, all) = share(&of_goroutines, is_whole);
+            let not_whole: Vec<_> = of_goroutines.iter().filter(|(frames, _)| !is_whole(frames)).collect();
             eprintln!("{what}: {whole} of {all} goroutines' samples whole from runtime.goexit");
             assert!(
                 whole as f64 >= 0.99 * all as f64,
                 "{what}: only {whole} of {all} whole; some: {not_whole:?}"
             );
-            // The work's: through main.work and one of the three to main.spin, inlined.
+            // The work's: through main.work (or C's call back) and one of the three to
+            // main.spin, inlined.
             let in_work: Vec<(&[String], u64)> = stacks
                 .iter()
-                .filter(|(frames, _)| frames.iter().any(|frame| frame == "main.work"))
+                .filter(|(frames, _)| {
+                    frames.iter().any(|frame| frame == "main.work" || frame == "main.goBeta_[i]")
+                })
                 .copied()
                 .collect();
             let (working, all_work) = share(&in_work, |frames| {
-                ["main.alpha", "main.beta", "main.gamma"].iter().any(|f| through(f)(frames))
+                ["main.alpha", "main.beta", "main.gamma"].iter().any(|f| through(f, how.cgo, crosses)(frames))
             });
             assert!(
                 working as f64 >= 0.99 * all_work as f64,
                 "{what}: only {working} of {all_work} samples of main.work through one of the three to main.spin"
             );
             for (function, expected) in [("main.alpha", 60.0), ("main.beta", 30.0), ("main.gamma", 10.0)] {
-                let (n, _) = share(&stacks, through(function));
+                let (n, _) = share(&stacks, through(function, how.cgo, crosses));
                 let percent = 100.0 * n as f64 / working as f64;
                 assert!(
                     (percent - expected).abs() <= 5.0,
                     "{what}: {function} {percent:.1}% (expected {expected}%)"
                 );
             }
-            assert_lines(&what, &pprof, &spin_body);
+            assert_lines(&what, &pprof, &spin_body, how.cgo);
             if how.stripped && how.pie && !how.cgo {
                 assert_named_by_frame_pointers(&what, &dir, &binary);
             }
@@ -317,21 +327,48 @@ fn root(frames: &[String]) -> Option<&str> {
     frames.iter().map(String::as_str).find(|frame| !frame.ends_with("_[k]"))
 }
 
+/// Whether Go `release` says where a goroutine left for C, so that a call back into Go is whole
+/// from the goroutine's start: 1.26 and 1.27 leave `runtime.systemstack_switch` as the
+/// return address above `runtime.cgocallback`; 1.19 leaves what the goroutine saved last.
+fn crosses_from_c(release: &str) -> bool {
+    release != "1.19"
+}
+
 /// Whether a stack of `shares` (root first) is whole from `runtime.goexit`, through `main.work`
-/// and `function` to `main.spin` inlined into it (kernel frames of interrupts left out).
-fn through(function: &str) -> impl Fn(&[String]) -> bool + '_ {
+/// and `function` to `main.spin` inlined into it (kernel frames of interrupts left out); built
+/// with cgo, beta's through C and back: from beta, through the runtime's calls into C and back
+/// into Go, to `main.goBeta` and `main.spin` (both inlined) (the C frames, on the thread's stack, are left
+/// out, as Go's own tracebacks leave them), or, where Go does not say where it left for C
+/// (`crosses`), through `runtime.cgocallback` to them (the C frames the unwinder finds above it
+/// by their CFI, and no more).
+fn through(function: &str, cgo: bool, crosses: bool) -> impl Fn(&[String]) -> bool + '_ {
     move |frames: &[String]| {
         let user: Vec<&str> =
             frames.iter().map(String::as_str).filter(|frame| !frame.ends_with("_[k]")).collect();
         let work = user.iter().position(|&frame| frame == "main.work");
-        user.first() == Some(&"runtime.goexit")
-            && work.is_some_and(|work| user[work + 1..] == [function, "main.spin_[i]"])
+        let called_back = user.ends_with(&["main.goBeta_[i]", "main.spin_[i]"]);
+        if cgo && function == "main.beta" && !crosses {
+            return user.contains(&"runtime.cgocallback") && called_back;
+        }
+        let called = |work: usize| match cgo && function == "main.beta" {
+            true => {
+                let from_c = user.iter().position(|&frame| frame == "runtime.cgocallback");
+                user.get(work + 1) == Some(&function)
+                    && from_c.is_some_and(|from_c| {
+                        user[..from_c].ends_with(&["runtime.cgocall", "runtime.systemstack_switch"])
+                    })
+                    && called_back
+            }
+            false => user[work + 1..] == [function, "main.spin_[i]"],
+        };
+        user.first() == Some(&"runtime.goexit") && work.is_some_and(called)
     }
 }
 
 /// In a pprof profile of `shares`: every sample's `main.spin` on a line of its body, and the
-/// function it is inlined into on the line of its definition (the one-line function that calls it).
-fn assert_lines(what: &str, pprof: &Path, spin_body: &std::ops::RangeInclusive<i64>) {
+/// function it is inlined into on the line of its definition (the one-line function that calls
+/// it, in main.go or, for beta's, the file of the build: cgo.go's goBeta or nocgo.go's beta).
+fn assert_lines(what: &str, pprof: &Path, spin_body: &std::ops::RangeInclusive<i64>, cgo: bool) {
     let profile = read_pprof(pprof);
     let string = |index: i64| profile.string_table[index as usize].as_str();
     let mut checked = 0;
@@ -352,7 +389,12 @@ fn assert_lines(what: &str, pprof: &Path, spin_body: &std::ops::RangeInclusive<i
             "{what}: main.spin at {file}:{line}"
         );
         let (caller, _, line) = lines[spin + 1];
-        let (start, _) = lines_of("shares", caller.trim_start_matches("main."));
+        let file = match caller {
+            "main.alpha" | "main.gamma" => "main.go",
+            _ if cgo => "cgo.go",
+            _ => "nocgo.go",
+        };
+        let (start, _) = lines_of("shares", file, caller.trim_start_matches("main."));
         assert_eq!(line, start, "{what}: {caller} calls spin on the line it starts on");
         checked += sample.value[0];
     }

@@ -119,7 +119,8 @@ pub fn build(root: &Path, dir: &Path, quick: bool) -> Result<Vec<Workload>> {
     Ok(workloads)
 }
 
-/// A Go program built stripped, as Go programs ship, by the system's Go.
+/// A Go program built stripped, as Go programs ship, by the system's Go, without cgo (a static
+/// binary; with it, shares.go's beta would call through C).
 fn build_go(source: &Path, out: &Path) -> Result<PathBuf> {
     let cache = out.with_extension("cache");
     check(
@@ -130,7 +131,8 @@ fn build_go(source: &Path, out: &Path) -> Result<PathBuf> {
             .env("GOCACHE", cache.join("build"))
             .env("GOPATH", cache.join("path"))
             .env("GOTOOLCHAIN", "local")
-            .env("GOFLAGS", "-buildvcs=false"),
+            .env("GOFLAGS", "-buildvcs=false")
+            .env("CGO_ENABLED", "0"),
     )?;
     Ok(out.to_owned())
 }

@@ -15,7 +15,19 @@ use crate::{
 /// thread's (`mstart`) and the program's (`rt0_go`). Nothing of Go's is above them.
 const OUTERMOST: [&[u8]; 3] = [b"runtime.goexit", b"runtime.mstart", b"runtime.rt0_go"];
 
+/// The function C calls Go through: its caller, as stepped, is the goroutine's call into C.
+const CALL_FROM_C: &[u8] = b"runtime.cgocallback";
+/// Where a goroutine's call into C is said to be: the return address above `cgocallback`.
+const LEFT_FOR_C: &[u8] = b"runtime.systemstack_switch";
+
 impl GoProcess {
+    /// Whether the frame at `depth` at `pc` is of the function called `name`.
+    fn is_named_at(&self, depth: usize, pc: u64, name: &[u8]) -> bool {
+        let table = &self.binary.table;
+        let function = table.function(lookup_svma(depth, pc, self.bias));
+        self.text.contains(&pc) && function.is_some_and(|function| table.is_named(function, name))
+    }
+
     /// Whether `function` is one Go's stacks start in.
     pub(super) fn is_outermost(&self, function: Function) -> bool {
         OUTERMOST.iter().any(|name| self.binary.table.is_named(function, name))
@@ -49,8 +61,13 @@ impl RuntimeCode for GoProcess {
             return RuntimeStep::Outermost;
         }
         // Where a function moved its stack pointer to another stack (`systemstack`, onto the
-        // thread's own), its caller is there, unless the sample was taken in it.
-        if depth > 0 && table.writes_sp(function) {
+        // thread's own), its caller is there, unless the sample was taken in it. A call from C
+        // back into Go (`cgocallback`) is a caller of its own kind: on the goroutine's stack, it
+        // opens a frame the size of its frame on the thread's, under the address the goroutine
+        // left for C at, so that its frame is stepped as any other, back into the goroutine's
+        // calls (as Go's own tracebacks are; the C frames between are on the thread's stack).
+        let from_c = depth > 0 && table.is_named(function, CALL_FROM_C);
+        if depth > 0 && table.writes_sp(function) && !from_c {
             return RuntimeStep::OtherStack;
         }
         let svma = pc.wrapping_sub(self.bias);
@@ -65,6 +82,12 @@ impl RuntimeCode for GoProcess {
             is_code(return_address).then(|| UnwindRegsX86_64::new(return_address, caller_sp, bp))
         });
         match caller {
+            // The goroutine left for C at `systemstack_switch` (asmcgocall saves it there, as
+            // 1.26 and 1.27 do); where it is not (1.19's is what the goroutine saved last, in
+            // `mcall`), the call into C is not known and the stack ends.
+            Some(caller) if from_c && !self.is_named_at(depth + 1, caller.ip(), LEFT_FOR_C) => {
+                RuntimeStep::OtherStack
+            }
             Some(caller) => RuntimeStep::Caller(caller),
             None => {
                 self.lost += 1;

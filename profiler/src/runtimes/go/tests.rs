@@ -310,3 +310,40 @@ fn a_caller_that_switched_stacks_ends_the_copy() {
     let RuntimeStep::Caller(work) = process.step(0, &caller, &stack, &mut is_code) else { panic!("stepped") };
     assert_eq!((work.ip(), work.sp()), (TEXT + 0x18, sp + 16));
 }
+
+/// A call from C back into Go (`cgocallback`, which writes SP too) is stepped as a caller: its
+/// frame on the goroutine's stack leads back to the goroutine's call into C.
+#[test]
+fn a_call_back_from_c_is_stepped_to_the_call_into_c() {
+    use crate::unwind::{RuntimeCode as _, RuntimeStep, StackSnapshot};
+    let mut functions = functions();
+    functions.push(function("runtime.systemstack_switch", 0x10, &[(0x10, 0)], &[(0x10, 700)], 0));
+    functions.push(FixtureFunction {
+        name: "runtime.cgocallback".into(),
+        size: 0x10,
+        sp: vec![(0x10, 0x20)],
+        lines: vec![(0x10, 600)],
+        flag: 1 << 1,
+        ..Default::default()
+    });
+    let mut process = process(table(Version::Go120, "go1.26.10", true, &functions, &FILES));
+    let sp = 0x7000_0000u64;
+    // Its frame of 0x20 bytes, then the return address Go left the goroutine at: in
+    // systemstack_switch (0x70..0x80), or elsewhere (main.work), which is not known to be it.
+    let mut is_code = |addr: u64| (TEXT..TEXT + 0x90).contains(&addr);
+    let callback = UnwindRegsX86_64::new(TEXT + 0x88, sp, 0);
+    for (left_at, stepped) in [(TEXT + 0x78, true), (TEXT + 0x18, false)] {
+        let mut words = [0u64; 6];
+        words[3] = 0xbbbb;
+        words[4] = left_at;
+        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        let stack = StackSnapshot::new(sp, &bytes, false);
+        match process.step(1, &callback, &stack, &mut is_code) {
+            RuntimeStep::Caller(left) => {
+                assert!(stepped);
+                assert_eq!((left.ip(), left.sp(), left.bp()), (left_at, sp + 0x28, 0xbbbb));
+            }
+            other => assert!(!stepped && other == RuntimeStep::OtherStack, "{other:?}"),
+        }
+    }
+}

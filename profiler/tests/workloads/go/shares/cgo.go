@@ -1,13 +1,18 @@
 //go:build cgo
 
-// Built with cgo on, this file links the program with the C toolchain, as a Go program calling C
-// is (external linking: its table is placed as the system's linker places it); it calls C once,
-// at start-up, off the work measured.
+// Built with cgo on, the program is linked by the C toolchain, as a Go program calling C is
+// (external linking: its table is placed as the system's linker places it), and beta's work is
+// done in Go called back from C: beta calls C's callBeta (beta.c), which calls goBeta. Its
+// samples cross from the goroutine's stack to the thread's and back.
 package main
 
 /*
-static int answer(void) { return 42; }
+unsigned long long callBeta(long long n);
 */
 import "C"
 
-var answer = int(C.answer())
+//go:noinline
+func beta(n int) uint64 { return uint64(C.callBeta(C.longlong(n))) }
+
+//export goBeta
+func goBeta(n C.longlong) C.ulonglong { return C.ulonglong(spin(3 * int(n))) }

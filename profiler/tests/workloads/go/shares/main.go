@@ -2,7 +2,8 @@
 // starts), until SECONDS (os.Args[1]) have passed; the work itself (spin) is inlined into each.
 // How much work varies from round to round (about 1 ms), so that no sampling period can fall in
 // step with the rounds.
-// Built stripped and not, PIE and not, by each Go the tests run. With PROGRESS=1, prints
+// Built stripped and not, PIE and not, by each Go the tests run; built with cgo, beta's work is
+// done in a call from C, which beta calls (cgo.go, beta.c). With PROGRESS=1, prints
 // "SECONDS ROUNDS" every 100 ms (the benchmarks read the program's own speed from it).
 package main
 
@@ -27,9 +28,6 @@ func spin(n int) uint64 {
 
 //go:noinline
 func alpha(n int) uint64 { return spin(6 * n) }
-
-//go:noinline
-func beta(n int) uint64 { return spin(3 * n) }
 
 //go:noinline
 func gamma(n int) uint64 { return spin(n) }
