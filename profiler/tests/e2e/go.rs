@@ -295,9 +295,9 @@ fn assert_labels(what: &str, pprof: &Path) {
 /// them, less a leaf's caller, as ever), the stripped binary's frames are still named from its
 /// table: of the samples of the two goroutines doing the work (under `main.main`, and
 /// `main.main.func2`: `main.work` is the caller a leaf's chain leaves out), none has a frame
-/// named by its offset and 99% name alpha, beta or gamma. Other threads' are not the check's: a
-/// busy machine adds the runtime's, and a thread sampled in `runtime.clone`, just made, has
-/// a chain of whatever its new stack held.
+/// named by its offset, and 99% of those in the program's own code name alpha, beta or gamma.
+/// Other threads' are not the check's: a busy machine adds the runtime's, and a thread sampled
+/// in `runtime.clone`, just made, has a chain of whatever its new stack held.
 fn assert_named_by_frame_pointers(what: &str, dir: &Path, binary: &Path) {
     let folded = record_command(dir, &["--call-graph", "fp"], binary, &["1"]);
     let stacks = process_stacks(&folded);
@@ -312,9 +312,20 @@ fn assert_named_by_frame_pointers(what: &str, dir: &Path, binary: &Path) {
     let working = |frames: &[String]| {
         frames.iter().any(|frame| ["main.alpha", "main.beta", "main.gamma"].contains(&frame.as_str()))
     };
-    let (working, all) = share(&stacks, working);
+    // Of the samples in the program's own code: a busy machine adds samples of the runtime
+    // (preemption, the clock read between rounds) to the goroutines' (9 of 877 in a CI run).
+    let in_own_code = |frames: &[String]| {
+        frames
+            .iter()
+            .rev()
+            .find(|frame| !frame.ends_with("_[k]"))
+            .is_some_and(|leaf| leaf.starts_with("main."))
+    };
+    let own: Vec<(&[String], u64)> =
+        stacks.iter().filter(|(frames, _)| in_own_code(frames)).copied().collect();
+    let (working, all) = share(&own, working);
     eprintln!(
-        "{what} --call-graph fp: {working} of {all} samples of the working goroutines name alpha, beta or gamma, {unnamed} unnamed"
+        "{what} --call-graph fp: {working} of {all} samples of the working goroutines in their own code name alpha, beta or gamma, {unnamed} unnamed"
     );
     assert!(
         unnamed == 0 && working as f64 >= 0.99 * all as f64,
@@ -323,9 +334,14 @@ fn assert_named_by_frame_pointers(what: &str, dir: &Path, binary: &Path) {
 }
 
 /// The samples of goroutines: all but those of the runtime's own threads (`sysmon`), whole from
-/// `runtime.mstart`, and of the program's start, from `runtime.rt0_go`.
+/// `runtime.mstart`, and of the program's start, from `runtime.rt0_go` (or, linked with the C
+/// toolchain, the dynamic loader's `_start`), and before it, of the profiler's thread that
+/// started it (from `__clone3`, until it runs exec): fixed counts of samples, whose share grows
+/// as a busy machine gives the program fewer.
 fn of_goroutines<'a>(stacks: &[(&'a [String], u64)]) -> Vec<(&'a [String], u64)> {
-    let runtime_own = |frames: &[String]| matches!(root(frames), Some("runtime.mstart" | "runtime.rt0_go"));
+    let runtime_own = |frames: &[String]| {
+        matches!(root(frames), Some("runtime.mstart" | "runtime.rt0_go" | "_start" | "__clone3"))
+    };
     stacks.iter().filter(|(frames, _)| !runtime_own(frames)).copied().collect()
 }
 
