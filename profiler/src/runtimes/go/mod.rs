@@ -256,9 +256,7 @@ impl Runtime for Go {
     }
 
     fn ends_stack(&mut self, process: &mut GoProcess, depth: usize, addr: u64) -> bool {
-        let svma = lookup_svma(depth, addr, process.bias);
-        process.text.contains(&addr)
-            && process.binary.table.function(svma).is_some_and(|f| process.is_outermost(f))
+        process.function_at(depth, addr).is_some_and(|function| process.is_outermost(function))
     }
 
     /// Go's frames are stepped and named already: its kernel walker reads labels alone.

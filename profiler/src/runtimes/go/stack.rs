@@ -21,11 +21,9 @@ const CALL_FROM_C: &[u8] = b"runtime.cgocallback";
 const LEFT_FOR_C: &[u8] = b"runtime.systemstack_switch";
 
 impl GoProcess {
-    /// Whether the frame at `depth` at `pc` is of the function called `name`.
-    fn is_named_at(&self, depth: usize, pc: u64, name: &[u8]) -> bool {
-        let table = &self.binary.table;
-        let function = table.function(lookup_svma(depth, pc, self.bias));
-        self.text.contains(&pc) && function.is_some_and(|function| table.is_named(function, name))
+    /// The Go function of the frame at `depth` at `pc`, if it is in Go's text.
+    pub(super) fn function_at(&self, depth: usize, pc: u64) -> Option<Function> {
+        self.text.contains(&pc).then(|| self.binary.table.function(lookup_svma(depth, pc, self.bias)))?
     }
 
     /// Whether `function` is one Go's stacks start in.
@@ -47,16 +45,11 @@ impl RuntimeCode for GoProcess {
         is_code: &mut dyn FnMut(u64) -> bool,
     ) -> RuntimeStep {
         let pc = regs.ip();
-        // The C code of a cgo binary has CFI of its own.
-        if !self.text.contains(&pc) {
-            return RuntimeStep::NotMine;
-        }
+        // The C code of a cgo binary has CFI of its own. A caller's function is the call's: a
+        // call may end its function (one that does not return), its return address then the
+        // next function's entry.
+        let Some(function) = self.function_at(depth, pc) else { return RuntimeStep::NotMine };
         let table = &self.binary.table;
-        // A caller's function is the call's: a call may end its function (one that does not
-        // return), its return address then the next function's entry.
-        let Some(function) = table.function(lookup_svma(depth, pc, self.bias)) else {
-            return RuntimeStep::NotMine;
-        };
         if self.is_outermost(function) {
             return RuntimeStep::Outermost;
         }
@@ -85,7 +78,12 @@ impl RuntimeCode for GoProcess {
             // The goroutine left for C at `systemstack_switch` (asmcgocall saves it there, as
             // 1.26 and 1.27 do); where it is not (1.19's is what the goroutine saved last, in
             // `mcall`), the call into C is not known and the stack ends.
-            Some(caller) if from_c && !self.is_named_at(depth + 1, caller.ip(), LEFT_FOR_C) => {
+            Some(caller)
+                if from_c
+                    && !self
+                        .function_at(depth + 1, caller.ip())
+                        .is_some_and(|function| table.is_named(function, LEFT_FOR_C)) =>
+            {
                 RuntimeStep::OtherStack
             }
             Some(caller) => RuntimeStep::Caller(caller),
