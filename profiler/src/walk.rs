@@ -296,16 +296,19 @@ impl StackWalker {
             // No runtime steps a chain of frame pointers; one that names code by its address
             // (Go's) still names it.
             (CallGraph::Fp, Some(regs)) => {
-                (&chain[..], 0, runtimes.stepper(process.tgid(), sample.time_ns(), &regs).is_some())
+                let kernel = sample.runtime_frames();
+                (&chain[..], 0, runtimes.stepper(process.tgid(), sample.time_ns(), &regs, kernel).is_some())
             }
             (CallGraph::Fp, None) | (_, None) => (&chain[..], 0, false),
             (call_graph, Some(regs)) => {
                 let snapshot = StackSnapshot::new(regs.sp, sample.stack_copy(), sample.stack_truncated());
                 let tgid = process.tgid();
-                let runtime: &mut dyn RuntimeCode = match runtimes.stepper(tgid, sample.time_ns(), &regs) {
-                    Some(stepper) => stepper,
-                    None => &mut NoRuntime,
-                };
+                let kernel = sample.runtime_frames();
+                let runtime: &mut dyn RuntimeCode =
+                    match runtimes.stepper(tgid, sample.time_ns(), &regs, kernel) {
+                        Some(stepper) => stepper,
+                        None => &mut NoRuntime,
+                    };
                 let unwound = unwinder.unwind(regs, &snapshot, &mut process, runtime);
                 let mapping_end = process.mapping(regs.sp).map(|stack| stack.end);
                 stack_ends.learn(tid, mapping_end, Needed::of(&unwound, &snapshot));

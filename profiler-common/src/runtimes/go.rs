@@ -1,14 +1,19 @@
 //! Go's records: what the kernel is told of a process running Go ([`GoProcess`]) and what it
-//! reads of a sample ([`GoLabels`]): the pprof labels of the goroutine the thread runs
+//! reads of a sample ([`GoSample`]): the pprof labels of the goroutine the thread runs
 //! (`pprof.Do`, `pprof.SetGoroutineLabels`), which change as soon as it runs another, so that
-//! userspace could not read them later. Go's frames themselves are on the native stack, stepped
-//! and named in userspace.
+//! userspace could not read them later; and, when the thread left the goroutine's stack for its
+//! own (C code called through cgo, the runtime's work on the thread's stack), a copy of the
+//! goroutine's stack, which is not where the thread's stack pointer is. Go's frames themselves
+//! are stepped and named in userspace.
 use super::{ProcessRecord, RuntimeKind};
 
 /// Most labels read of a goroutine; a set with more is marked [`GoLabels::truncated`].
 pub const MAX_GO_LABELS: usize = 8;
 /// Most bytes read of a label's key, and of its value; longer ones are cut.
 pub const MAX_GO_LABEL_BYTES: usize = 56;
+/// Most bytes copied of a goroutine's stack, from where it stopped up: two pages, the frames of
+/// most goroutines whole (one starts with 8 KiB of stack); a deeper one's outermost frames are cut.
+pub const MAX_GOROUTINE_STACK_BYTES: usize = 8192;
 
 /// How a Go release keeps a goroutine's labels behind `g.labels`.
 #[repr(u32)]
@@ -37,6 +42,11 @@ pub struct GoProcess {
     pub g_labels: u32,
     /// A [`GoLabelsLayout`].
     pub labels_layout: u32,
+    /// `g.sched`: where a goroutine stopped when its thread last switched away from it (a
+    /// `gobuf`: its stack pointer first, then its PC).
+    pub g_sched: u32,
+    /// `gobuf.bp`, in `g.sched`.
+    pub gobuf_bp: u32,
 }
 
 // SAFETY: a `repr(C)` record of integers, every bit pattern of which is one.
@@ -67,7 +77,41 @@ pub struct GoLabels {
     pub labels: [GoLabel; MAX_GO_LABELS],
 }
 
-/// Bytes of a [`GoLabels`] record.
-pub const LABELS_BYTES: usize = size_of::<GoLabels>();
 /// Bytes of a [`GoLabels`] record before its labels: what is sent of one without labels.
 pub const LABELS_HEADER_BYTES: usize = core::mem::offset_of!(GoLabels, labels);
+
+/// The stack of the goroutine a thread left for its own stack (`m.g0`'s: its scheduling stack,
+/// where `systemstack`, `morestack` and cgo's `asmcgocall` move it), from where the goroutine
+/// stopped (`g.sched`). Its frames are the callers of the thread's outermost Go frame.
+#[repr(C)]
+#[cfg_attr(feature = "user", derive(bytemuck::Pod, bytemuck::Zeroable))]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GoroutineStack {
+    /// `g.sched`: the goroutine's PC, stack pointer and frame pointer.
+    pub pc: u64,
+    pub sp: u64,
+    pub bp: u64,
+    /// Bytes of `bytes` copied, from `sp` up (0: they could not be read).
+    pub len: u32,
+    /// Nonzero when the goroutine's stack goes on past them.
+    pub truncated: u32,
+    pub bytes: [u8; MAX_GOROUTINE_STACK_BYTES],
+}
+
+/// What the kernel reads of a sample of Go: its goroutine's labels; then, when its thread was on
+/// its own stack, the goroutine's stack. Only what was read is sent: the labels up to the last
+/// one when there is no goroutine's stack, and all of them and the stack up to its `len` when
+/// there is.
+#[repr(C)]
+#[cfg_attr(feature = "user", derive(bytemuck::Pod, bytemuck::Zeroable))]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GoSample {
+    pub labels: GoLabels,
+    pub goroutine: GoroutineStack,
+}
+
+/// Bytes of a [`GoSample`] record.
+pub const SAMPLE_BYTES: usize = size_of::<GoSample>();
+/// Where a [`GoSample`]'s goroutine's stack is, and its bytes.
+pub const GOROUTINE_OFFSET: usize = core::mem::offset_of!(GoSample, goroutine);
+pub const GOROUTINE_BYTES_OFFSET: usize = GOROUTINE_OFFSET + core::mem::offset_of!(GoroutineStack, bytes);

@@ -131,7 +131,7 @@ pub const fn register_index(register: UserRegister) -> usize {
 /// Most bytes of frame records a sample carries: the largest of any runtime's.
 pub const MAX_RUNTIME_FRAMES_BYTES: usize = max(
     max(python::MAX_FRAMES_BYTES, ruby::MAX_FRAMES_BYTES),
-    max(max(php::MAX_FRAMES_BYTES, perl::MAX_FRAMES_BYTES), go::LABELS_BYTES),
+    max(max(php::MAX_FRAMES_BYTES, perl::MAX_FRAMES_BYTES), go::SAMPLE_BYTES),
 );
 
 const fn max(a: usize, b: usize) -> usize {

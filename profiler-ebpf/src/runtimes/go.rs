@@ -1,6 +1,6 @@
 //! Go's goroutine labels, read at sample time: the labels of the goroutine a thread runs change
-//! as soon as it runs another, so userspace could not read them later. Go's frames are on the
-//! native stack and need nothing here.
+//! as soon as it runs another, so userspace could not read them later. And the goroutine's stack,
+//! when the thread has left it for its own: Go's frames are otherwise on the native stack.
 //!
 //! From the thread pointer (offsets from userspace, per process, in `RUNTIME_PROCESSES`): the
 //! thread's current `g` in its static TLS block, its thread `g.m`, the user goroutine `m.curg`
@@ -8,13 +8,18 @@
 //! Up to Go 1.23 that is a `map[string]string`, whose buckets are read in `bpf_loop` steps; from
 //! 1.24, a slice of key-value pairs. Every read goes through `bpf_probe_read_user`, every walk is
 //! bounded: a goroutine with garbage labels costs failed reads, never more.
+//!
+//! A thread on its scheduling stack (`g` is `m.g0`) while it runs a goroutine is there for the
+//! goroutine (C code it called, the runtime's work on its behalf): the goroutine's stack, from
+//! where it stopped (`g.sched`), is copied after the labels, up to two pages of it.
 use core::{ffi::c_void, mem::size_of};
 
 use aya_ebpf::{helpers::generated::bpf_loop, macros::map, maps::PerCpuArray};
 use profiler_common::runtimes::{
     ProcessRecord, RuntimeProcess, RuntimeWalk,
     go::{
-        GoLabel, GoLabels, GoLabelsLayout, GoProcess, LABELS_HEADER_BYTES, MAX_GO_LABEL_BYTES, MAX_GO_LABELS,
+        GOROUTINE_BYTES_OFFSET, GoLabel, GoLabels, GoLabelsLayout, GoProcess, GoSample, GoroutineStack,
+        LABELS_HEADER_BYTES, MAX_GO_LABEL_BYTES, MAX_GO_LABELS, MAX_GOROUTINE_STACK_BYTES,
     },
 };
 
@@ -50,25 +55,47 @@ const PAIR_BYTES: u64 = 2 * STRING_BYTES as u64;
 #[map(name = "GO_READS")]
 static GO_READS: PerCpuArray<[u8; BUCKET_BYTES]> = PerCpuArray::with_max_entries(1, 0);
 
+/// `g.stack.hi`, the top of a goroutine's stack, the same in every release.
+const G_STACK_HI: u64 = 8;
+/// `m.g0`, the thread's scheduling stack's `g`, first in every release.
+const M_G0: u64 = 0;
+
 /// Reads the labels of the goroutine the current thread of `process` runs into `out` (room for
-/// a [`GoLabels`]); returns the outcome and the bytes written: the record up to its last label.
+/// a [`GoSample`]), and its stack if the thread left it for its own; returns the outcome and the
+/// bytes written: the labels up to the last one, or all of them and the stack as far as copied.
 pub fn walk(process: &RuntimeProcess, _tid: u32, out: *mut u8) -> (RuntimeWalk, u32) {
     let Some(go) = GoProcess::of_runtime(process) else { return (RuntimeWalk::ReadError, 0) };
-    let labels = out.cast::<GoLabels>();
+    let sample = out.cast::<GoSample>();
+    let (labels, goroutine) = unsafe { (&raw mut (*sample).labels, &raw mut (*sample).goroutine) };
     unsafe {
         (*labels).count = 0;
         (*labels).truncated = 0;
+        (*goroutine).sp = 0;
     }
-    let outcome = match read_labels(go, labels) {
+    let outcome = match thread(go).and_then(|thread| {
+        copy_left_goroutine(go, &thread, goroutine);
+        read_labels(go, thread.curg, labels)
+    }) {
         Ok(()) => RuntimeWalk::Complete,
         Err(outcome) => outcome,
     };
-    let count = count(labels).min(MAX_GO_LABELS as u32);
-    (outcome, LABELS_HEADER_BYTES as u32 + count * size_of::<GoLabel>() as u32)
+    let len = match unsafe { ((*goroutine).sp, (*goroutine).len) } {
+        (0, _) => {
+            LABELS_HEADER_BYTES as u32 + count(labels).min(MAX_GO_LABELS as u32) * size_of::<GoLabel>() as u32
+        }
+        (_, len) => GOROUTINE_BYTES_OFFSET as u32 + len.min(MAX_GOROUTINE_STACK_BYTES as u32),
+    };
+    (outcome, len)
 }
 
-/// Finds the current goroutine's labels and reads them into `labels`.
-fn read_labels(go: &GoProcess, labels: *mut GoLabels) -> Result<(), RuntimeWalk> {
+/// A thread of Go's: its current `g`, its `m`, and the goroutine it runs (0: none).
+struct Thread {
+    g: u64,
+    m: u64,
+    curg: u64,
+}
+
+fn thread(go: &GoProcess) -> Result<Thread, RuntimeWalk> {
     let g = thread_local(go.g_offset).ok_or(RuntimeWalk::ReadError)?;
     if g == 0 {
         // A thread Go did not start (C code's, in a program with cgo).
@@ -76,6 +103,42 @@ fn read_labels(go: &GoProcess, labels: *mut GoLabels) -> Result<(), RuntimeWalk>
     }
     let m = read_u64(g + u64::from(go.g_m)).ok_or(RuntimeWalk::ReadError)?;
     let curg = read_u64(m + u64::from(go.m_curg)).ok_or(RuntimeWalk::ReadError)?;
+    Ok(Thread { g, m, curg })
+}
+
+/// Copies the stack of the goroutine `thread` runs into `goroutine` when the thread is on its
+/// scheduling stack (not on its signal stack, where the goroutine's `sched` is stale: it was
+/// interrupted, not left). A stack that cannot be read is sent with no bytes.
+fn copy_left_goroutine(go: &GoProcess, thread: &Thread, goroutine: *mut GoroutineStack) {
+    if thread.curg == 0 || thread.g == thread.curg || read_u64(thread.m + M_G0) != Some(thread.g) {
+        return;
+    }
+    let sched = thread.curg + u64::from(go.g_sched);
+    let (Some(sp), Some(pc), Some(bp), Some(hi)) = (
+        read_u64(sched),
+        read_u64(sched + 8),
+        read_u64(sched + u64::from(go.gobuf_bp)),
+        read_u64(thread.curg + G_STACK_HI),
+    ) else {
+        return;
+    };
+    if sp == 0 || sp >= hi {
+        return;
+    }
+    let whole = hi - sp;
+    let len = core::hint::black_box(whole).min(MAX_GOROUTINE_STACK_BYTES as u64) as usize;
+    let copied = unsafe { read_user((&raw mut (*goroutine).bytes).cast(), len, sp) }.is_ok();
+    unsafe {
+        (*goroutine).pc = pc;
+        (*goroutine).bp = bp;
+        (*goroutine).len = if copied { len as u32 } else { 0 };
+        (*goroutine).truncated = u32::from(whole > len as u64);
+        (*goroutine).sp = sp;
+    }
+}
+
+/// Reads the labels of the goroutine `curg` (0: none) into `labels`.
+fn read_labels(go: &GoProcess, curg: u64, labels: *mut GoLabels) -> Result<(), RuntimeWalk> {
     if curg == 0 {
         // The scheduler, or the garbage collector's own work: no goroutine, no labels.
         return Ok(());

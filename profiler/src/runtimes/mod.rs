@@ -92,12 +92,13 @@ pub(crate) trait Runtime: Send + 'static {
         None
     }
     /// Ready to step the native frames it owns of a new stack, sampled at `time_ns` with the
-    /// registers `regs`: `None` when it owns none.
+    /// registers `regs`, of which its kernel walker read `sample`: `None` when it owns none.
     fn stepper<'a>(
         &'a mut self,
         _instance: &'a mut Self::Instance,
         _time_ns: u64,
         _regs: &UserRegs,
+        _sample: RuntimeFrames<'_>,
     ) -> Option<&'a mut dyn RuntimeCode> {
         None
     }
@@ -333,10 +334,16 @@ impl Runtimes {
     }
 
     /// The runtime of `tgid` that steps native frames, ready for a new stack.
-    pub fn stepper(&mut self, tgid: Tgid, time_ns: u64, regs: &UserRegs) -> Option<&mut dyn RuntimeCode> {
+    pub fn stepper(
+        &mut self,
+        tgid: Tgid,
+        time_ns: u64,
+        regs: &UserRegs,
+        sample: RuntimeFrames<'_>,
+    ) -> Option<&mut dyn RuntimeCode> {
         self.stepping = None;
         for (index, slot) in self.slots.iter_mut().enumerate() {
-            if let Some(stepper) = slot.stepper(tgid, time_ns, regs) {
+            if let Some(stepper) = slot.stepper(tgid, time_ns, regs, sample) {
                 self.stepping = Some(index);
                 return Some(stepper);
             }

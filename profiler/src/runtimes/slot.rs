@@ -44,7 +44,13 @@ pub(super) trait Slot: Send {
     /// A sample of the process of `view`: a runtime still starting in it is looked at again
     /// when it is time to.
     fn observe(&mut self, view: &mut ProcessView<'_>, time_ns: u64, shared: &mut Shared);
-    fn stepper(&mut self, tgid: Tgid, time_ns: u64, regs: &UserRegs) -> Option<&mut dyn RuntimeCode>;
+    fn stepper(
+        &mut self,
+        tgid: Tgid,
+        time_ns: u64,
+        regs: &UserRegs,
+        sample: RuntimeFrames<'_>,
+    ) -> Option<&mut dyn RuntimeCode>;
     fn push_frames(
         &mut self,
         tgid: Tgid,
@@ -248,9 +254,15 @@ impl<R: Runtime> Slot for Loaded<R> {
         self.processes.insert(tgid, state);
     }
 
-    fn stepper(&mut self, tgid: Tgid, time_ns: u64, regs: &UserRegs) -> Option<&mut dyn RuntimeCode> {
+    fn stepper(
+        &mut self,
+        tgid: Tgid,
+        time_ns: u64,
+        regs: &UserRegs,
+        sample: RuntimeFrames<'_>,
+    ) -> Option<&mut dyn RuntimeCode> {
         let Some(State::Running(attached)) = self.processes.get_mut(&tgid) else { return None };
-        self.runtime.stepper(&mut attached.instance, time_ns, regs)
+        self.runtime.stepper(&mut attached.instance, time_ns, regs, sample)
     }
 
     fn push_frames(

@@ -138,6 +138,10 @@ pub enum RuntimeStep {
     /// Its code, which moved the stack pointer to another stack (Go's `systemstack`, onto the
     /// thread's own): the rest is there, not in the copy.
     OtherStack,
+    /// Its code, which moved the stack pointer to another stack, whose copy it has: the caller
+    /// has these registers there (anywhere: a stack is not above another), and the runtime
+    /// reads that copy itself, stepping every frame of it.
+    Switched(UnwindRegsX86_64),
 }
 
 /// A [`RuntimeCode`] that owns no code.
@@ -197,6 +201,9 @@ impl Unwinder {
         // Set when the last step was a guess, in code without CFI (`Some(None)`: anonymous
         // memory): if it leads nowhere, that code is to blame.
         let mut guessed: Option<Option<ModuleId>> = None;
+        // A runtime moves to another stack once: a stack pointer that need not grow is allowed
+        // once, so that a runtime stepping in circles still ends.
+        let mut switched = false;
         let end = loop {
             let location = space.resolve(addr, Want::Code);
             if location == Resolved::Unmapped || frames.len() == MAX_FRAMES {
@@ -221,8 +228,15 @@ impl Unwinder {
                         addr = caller.ip();
                         continue;
                     }
+                    RuntimeStep::Switched(caller) if !switched && caller.ip() != 0 => {
+                        switched = true;
+                        guessed = None;
+                        unwind_regs = caller;
+                        addr = caller.ip();
+                        continue;
+                    }
                     RuntimeStep::Outermost => break UnwindEnd::RuntimeBottom,
-                    RuntimeStep::OtherStack => break UnwindEnd::SnapshotEnd,
+                    RuntimeStep::OtherStack | RuntimeStep::Switched(_) => break UnwindEnd::SnapshotEnd,
                     _ => {}
                 }
             }

@@ -117,12 +117,12 @@ fn lines_of(name: &str, file: &str, function: &str) -> (i64, std::ops::RangeIncl
 
 /// `shares` (alpha, beta and gamma doing 60/30/10% of the work on two goroutines, `spin` inlined
 /// into each), built by every Go, stripped and not, position-independent and not, and stripped,
-/// position-independent with cgo (beta's work then done in a call back into Go from C, which
-/// beta calls), recorded 1 s at 999 Hz: in each, 99% of the goroutines' samples whole from
-/// `runtime.goexit` (the runtime's own threads, whole from `runtime.mstart`, aside), 99% of the
-/// work's through `main.work` and one of the three to `main.spin` (an inlined frame, `_[i]`;
-/// beta's through C and back), the three's shares within 5
-/// points; in the pprof output, spin's samples on the lines of its body and the three's on the
+/// position-independent with cgo (beta's work then done in C, a third, and in a call back into
+/// Go from C, which beta calls), recorded 1 s at 999 Hz: in each, 99% of the goroutines' samples
+/// whole from `runtime.goexit` (the runtime's own threads, whole from `runtime.mstart`, aside),
+/// 99% of the work's through `main.work` and one of the three to `main.spin` (an inlined frame,
+/// `_[i]`; beta's through C, and back), the three's shares within 5 points, a fifth of beta's
+/// at least in C; in the pprof output, spin's samples on the lines of its body and the three's on the
 /// line of their call, as the source says; and stripped PIE builds named by frame pointers alone.
 #[test]
 fn go_functions_are_named_from_go_s_table_whole_in_every_build() {
@@ -191,6 +191,19 @@ fn go_functions_are_named_from_go_s_table_whole_in_every_build() {
                 assert!(
                     (percent - expected).abs() <= 5.0,
                     "{what}: {function} {percent:.1}% (expected {expected}%)"
+                );
+            }
+            if how.cgo {
+                // A third of beta's work is C's, each sample of it whole through the call into C.
+                let beta = through("main.beta", true, crosses);
+                let (beta_all, _) = share(&stacks, &beta);
+                let (beta_in_c, _) = share(&stacks, |frames| {
+                    beta(frames) && frames.iter().any(|frame| frame == "runtime.asmcgocall")
+                });
+                eprintln!("{what}: {beta_in_c} of beta's {beta_all} samples in C, whole");
+                assert!(
+                    beta_in_c as f64 >= 0.2 * beta_all as f64,
+                    "{what}: {beta_in_c} of beta's {beta_all} samples in C, whole"
                 );
             }
             assert_lines(&what, &pprof, &spin_body, how.cgo);
@@ -334,13 +347,18 @@ fn assert_named_by_frame_pointers(what: &str, dir: &Path, binary: &Path) {
 }
 
 /// The samples of goroutines: all but those of the runtime's own threads (`sysmon`), whole from
-/// `runtime.mstart`, and of the program's start, from `runtime.rt0_go` (or, linked with the C
-/// toolchain, the dynamic loader's `_start`), and before it, of the profiler's thread that
-/// started it (from `__clone3`, until it runs exec): fixed counts of samples, whose share grows
-/// as a busy machine gives the program fewer.
+/// `runtime.mstart`, of its scheduler, on a thread's own stack from `runtime.mcall` (which a
+/// goroutine leaves for good: with cgo, each call into C long enough makes the runtime hand the
+/// goroutine's processor over, and schedule), and of the program's start, from `runtime.rt0_go`
+/// (or, linked with the C toolchain, the dynamic loader's `_start`), and before it, of the
+/// profiler's thread that started it (from `__clone3`, until it runs exec): fixed counts of
+/// samples, whose share grows as a busy machine gives the program fewer.
 fn of_goroutines<'a>(stacks: &[(&'a [String], u64)]) -> Vec<(&'a [String], u64)> {
     let runtime_own = |frames: &[String]| {
-        matches!(root(frames), Some("runtime.mstart" | "runtime.rt0_go" | "_start" | "__clone3"))
+        matches!(
+            root(frames),
+            Some("runtime.mstart" | "runtime.mcall" | "runtime.rt0_go" | "_start" | "__clone3")
+        )
     };
     stacks.iter().filter(|(frames, _)| !runtime_own(frames)).copied().collect()
 }
@@ -359,9 +377,10 @@ fn crosses_from_c(release: &str) -> bool {
 
 /// Whether a stack of `shares` (root first) is whole from `runtime.goexit`, through `main.work`
 /// and `function` to `main.spin` inlined into it (kernel frames of interrupts left out); built
-/// with cgo, beta's through C and back: from beta, through the runtime's calls into C and back
-/// into Go, to `main.goBeta` and `main.spin` (both inlined) (the C frames, on the thread's stack, are left
-/// out, as Go's own tracebacks leave them), or, where Go does not say where it left for C
+/// with cgo, beta's through C: from beta, through the runtime's call into C to the C code (on
+/// the thread's stack, the goroutine's copied by the kernel), or on to the call back into Go,
+/// `main.goBeta` and `main.spin` (both inlined) (the C frames between, on the thread's stack,
+/// left out, as Go's own tracebacks leave them), or, where Go does not say where it left for C
 /// (`crosses`), through `runtime.cgocallback` to them (the C frames the unwinder finds above it
 /// by their CFI, and no more).
 fn through(function: &str, cgo: bool, crosses: bool) -> impl Fn(&[String]) -> bool + '_ {
@@ -370,22 +389,34 @@ fn through(function: &str, cgo: bool, crosses: bool) -> impl Fn(&[String]) -> bo
             frames.iter().map(String::as_str).filter(|frame| !frame.ends_with("_[k]")).collect();
         let work = user.iter().position(|&frame| frame == "main.work");
         let called_back = user.ends_with(&["main.goBeta_[i]", "main.spin_[i]"]);
-        if cgo && function == "main.beta" && !crosses {
-            return user.contains(&"runtime.cgocallback") && called_back;
+        let cgo_beta = cgo && function == "main.beta";
+        if cgo_beta && !crosses && called_back {
+            return user.contains(&"runtime.cgocallback");
         }
-        let called = |work: usize| match cgo && function == "main.beta" {
+        let called = |work: usize| match cgo_beta {
             true => {
                 let from_c = user.iter().position(|&frame| frame == "runtime.cgocallback");
+                let after = user.get(work + 2..).unwrap_or_default();
                 user.get(work + 1) == Some(&function)
-                    && from_c.is_some_and(|from_c| {
-                        user[..from_c].ends_with(&["runtime.cgocall", "runtime.systemstack_switch"])
-                    })
-                    && called_back
+                    && (in_c(after)
+                        || from_c.is_some_and(|from_c| {
+                            user[..from_c].ends_with(&["runtime.cgocall", "runtime.systemstack_switch"])
+                        }) && called_back)
             }
             false => user[work + 1..] == [function, "main.spin_[i]"],
         };
         user.first() == Some(&"runtime.goexit") && work.is_some_and(called)
     }
+}
+
+/// Whether the frames after beta's (root first) are its call into C, sampled in the C code.
+fn in_c(after_beta: &[&str]) -> bool {
+    let into_c = ["main._Cfunc_callBeta", "runtime.cgocall", "runtime.asmcgocall"];
+    after_beta.len() > into_c.len()
+        && after_beta.starts_with(&into_c)
+        && !after_beta[into_c.len()..]
+            .iter()
+            .any(|frame| frame.starts_with("main.") || frame.starts_with("runtime."))
 }
 
 /// In a pprof profile of `shares`: every sample's `main.spin` on a line of its body, and the

@@ -8,15 +8,17 @@ use profiler_common::runtimes::go::{
 
 use crate::model::{LabelSet, printable_owned};
 
-/// `g.m`, the same in every release read.
+/// `g.m` and `g.sched`, the same in every release read.
 const G_M: u32 = 48;
+const G_SCHED: u32 = 56;
 /// Where a thread's current `g` is from its thread pointer. With cgo it is Go's thread-local
 /// variable (`runtime.tlsg`, 8 bytes), the executable's only one, so the last of its TLS block,
 /// which ends at the thread pointer; without, Go points the thread pointer 8 bytes past it.
 const G_OFFSET: i64 = -8;
 
-/// Where the kernel finds the labels of a binary built by Go 1.`minor` whose executable's
-/// static TLS block is `tls_bytes` long (`None`: it has none); why not, when it cannot.
+/// Where the kernel finds the goroutine a thread of a binary built by Go 1.`minor` runs (its
+/// labels, and its stack when the thread left it), whose executable's static TLS block is
+/// `tls_bytes` long (`None`: it has none); why not, when it cannot.
 pub(super) fn kernel_record(minor: Option<u32>, tls_bytes: Option<u64>) -> Result<KernelRecord, String> {
     use GoLabelsLayout::{Map, Slice};
     let minor = minor.ok_or("the Go release that built it does not say")?;
@@ -30,10 +32,20 @@ pub(super) fn kernel_record(minor: Option<u32>, tls_bytes: Option<u64>) -> Resul
         26 | 27 => (184, 352, Slice),
         _ => return Err(format!("where Go 1.{minor} keeps them is not known")),
     };
+    // Go 1.25 took `gobuf.ret` out, before `gobuf.bp`.
+    let gobuf_bp = if minor >= 25 { 40 } else { 48 };
     if tls_bytes.is_some_and(|bytes| bytes > 8) {
         return Err("C code in it has thread-local variables, which move Go's".to_owned());
     }
-    Ok(KernelRecord { g_offset: G_OFFSET, g_m: G_M, m_curg, g_labels, labels_layout: layout as u32 })
+    Ok(KernelRecord {
+        g_offset: G_OFFSET,
+        g_m: G_M,
+        m_curg,
+        g_labels,
+        labels_layout: layout as u32,
+        g_sched: G_SCHED,
+        gobuf_bp,
+    })
 }
 
 /// The labels in the kernel's record of a sample (`records`), sorted by key, into `labels`;

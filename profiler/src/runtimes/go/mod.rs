@@ -10,10 +10,13 @@
 //! and line, cached per PC.
 //!
 //! The labels of the goroutine a sampled thread runs ([`labels`]) are read by the kernel, at
-//! sample time, where the binary's release says they are.
+//! sample time, where the binary's release says they are; and, when the thread left the
+//! goroutine's stack for its own (to run C code, or the runtime's work), the goroutine's stack,
+//! on which its frames are stepped on ([`goroutine`]).
 mod binary;
 #[cfg(any(test, feature = "testing"))]
 pub mod fixture;
+mod goroutine;
 mod labels;
 mod stack;
 pub(crate) mod table;
@@ -30,7 +33,10 @@ use profiler_common::runtimes::{
     go::{GoProcess as KernelRecord, MAX_GO_LABELS},
 };
 
-use self::table::{GoTable, Version, Work};
+use self::{
+    goroutine::{Carried, LeftGoroutine},
+    table::{GoTable, Version, Work},
+};
 use super::{
     ImageFile, Mark, Refusal, Runtime,
     functions::{FunctionRef, Functions},
@@ -75,20 +81,24 @@ struct Stats {
     /// stepped and named for want of work left, in processes let go.
     lost: u64,
     cut: u64,
+    /// Samples of threads that had left a goroutine's stack for their own, and of those, the
+    /// ones whose goroutine's stack could not be read.
+    left: u64,
+    left_unread: u64,
 }
 
 /// A Go binary: its table of functions, read in place from its file, and where the kernel finds
-/// its goroutines' labels (or why it cannot).
+/// its goroutines (or why it cannot).
 pub(crate) struct Binary {
     table: GoTable<Mmap>,
-    labels: Result<KernelRecord, String>,
+    goroutines: Result<KernelRecord, String>,
 }
 
 impl Binary {
     fn new(table: GoTable<Mmap>) -> Self {
         let placement = table.placement();
-        let labels = labels::kernel_record(placement.minor_release(), placement.tls_bytes);
-        Self { table, labels }
+        let goroutines = labels::kernel_record(placement.minor_release(), placement.tls_bytes);
+        Self { table, goroutines }
     }
 
     /// What it is: Go's release (or the layout of its table), and what is read of it.
@@ -104,9 +114,11 @@ impl Binary {
             true => "with its inlined calls",
             false => "without its inlined calls (where its functions' data is was not found)",
         };
-        let labels = match &self.labels {
-            Ok(_) => "goroutine labels read".to_owned(),
-            Err(why) => format!("goroutine labels not read ({why})"),
+        let labels = match &self.goroutines {
+            Ok(_) => "goroutine labels read, and goroutines' stacks their threads left for C".to_owned(),
+            Err(why) => {
+                format!("goroutine labels not read, nor goroutines' stacks their threads left ({why})")
+            }
         };
         format!("{release}: its table of {} functions read, {inlined}; {labels}", table.functions())
     }
@@ -125,6 +137,8 @@ pub(crate) struct GoProcess {
     names: Cache<u64, Vec<(FunctionRef, u32)>>,
     /// What the stack being walked may still cost.
     work: Work,
+    /// The stack of the goroutine the thread of the stack being walked left, if it did.
+    left: LeftGoroutine,
     /// Frames of its code its table could not step, and stacks cut short for want of work.
     lost: u64,
     cut: u64,
@@ -222,13 +236,14 @@ impl Runtime for Go {
             text: text.start.wrapping_add(bias)..text.end.wrapping_add(bias),
             names: Cache::new(&DESCRIBED),
             work: Work::new(RUNS_PER_STACK),
+            left: LeftGoroutine::default(),
             lost: 0,
             cut: 0,
         })
     }
 
     fn kernel_process(&self, process: &GoProcess) -> Option<RuntimeProcess> {
-        process.binary.labels.as_ref().ok().map(ProcessRecord::to_runtime)
+        process.binary.goroutines.as_ref().ok().map(ProcessRecord::to_runtime)
     }
 
     fn stepper<'a>(
@@ -236,9 +251,14 @@ impl Runtime for Go {
         process: &'a mut GoProcess,
         _time_ns: u64,
         _regs: &UserRegs,
+        sample: RuntimeFrames<'_>,
     ) -> Option<&'a mut dyn RuntimeCode> {
         process.cut += u64::from(process.work.spent());
         process.work = Work::new(RUNS_PER_STACK);
+        let records = if sample.kind == RuntimeKind::Go { sample.records } else { &[] };
+        let carried = process.left.take(records);
+        self.stats.left += u64::from(carried != Carried::Nothing);
+        self.stats.left_unread += u64::from(carried == Carried::Unread);
         Some(process)
     }
 
@@ -306,7 +326,7 @@ impl Runtime for Go {
             lost += process.lost;
             cut += process.cut;
         }
-        let Stats { frames, labelled, labels_cut, labels_unread, .. } = self.stats;
+        let Stats { frames, labelled, labels_cut, labels_unread, left, left_unread, .. } = self.stats;
         if frames + lost + cut + labelled + labels_unread == 0 {
             return Vec::new();
         }
@@ -314,6 +334,12 @@ impl Runtime for Go {
             "{frames} Go frames named from their binaries' tables; {lost} frames of Go's code not stepped by them, \
              {cut} stacks cut short by the work their tables made"
         )];
+        if left > 0 {
+            lines.push(format!(
+                "{left} samples of threads on their own stack for a goroutine (its C code, the runtime's work), with \
+                 the goroutine's stack copied ({left_unread} could not be)"
+            ));
+        }
         if labelled + labels_unread > 0 {
             lines.push(format!(
                 "{labelled} samples of goroutines with labels ({labels_cut} with more than {MAX_GO_LABELS}: the \

@@ -17,8 +17,15 @@ const OUTERMOST: [&[u8]; 3] = [b"runtime.goexit", b"runtime.mstart", b"runtime.r
 
 /// The function C calls Go through: its caller, as stepped, is the goroutine's call into C.
 const CALL_FROM_C: &[u8] = b"runtime.cgocallback";
-/// Where a goroutine's call into C is said to be: the return address above `cgocallback`.
-const LEFT_FOR_C: &[u8] = b"runtime.systemstack_switch";
+/// Where a goroutine that left its stack for its thread's is said to be: the return address
+/// above `cgocallback`, and `g.sched`'s PC when `systemstack` or `asmcgocall` left it.
+const LEFT_STACK: &[u8] = b"runtime.systemstack_switch";
+/// The functions that move a thread from a goroutine's stack to its own (`asmcgocall`, to call
+/// C) and run what they call there: the goroutine is where `g.sched` says. `mcall` leaves it for
+/// good, for the scheduler. (`asmcgocall` called on the thread's own stack, to start a thread,
+/// moves nothing: there, the frames between it and the `systemstack` that left the goroutine
+/// are passed over.)
+const SWITCH_STACKS: [&[u8]; 3] = [b"runtime.systemstack", b"runtime.morestack", b"runtime.asmcgocall"];
 
 impl GoProcess {
     /// The Go function of the frame at `depth` at `pc`, if it is in Go's text.
@@ -54,43 +61,95 @@ impl RuntimeCode for GoProcess {
             return RuntimeStep::Outermost;
         }
         // Where a function moved its stack pointer to another stack (`systemstack`, onto the
-        // thread's own), its caller is there, unless the sample was taken in it. A call from C
-        // back into Go (`cgocallback`) is a caller of its own kind: on the goroutine's stack, it
-        // opens a frame the size of its frame on the thread's, under the address the goroutine
-        // left for C at, so that its frame is stepped as any other, back into the goroutine's
-        // calls (as Go's own tracebacks are; the C frames between are on the thread's stack).
+        // thread's own), its caller is there, unless the sample was taken in it: on the stack
+        // of the goroutine it left, if the kernel copied it. A call from C back into Go
+        // (`cgocallback`) is a caller of its own kind: on the goroutine's stack, it opens a
+        // frame the size of its frame on the thread's, under the address the goroutine left
+        // for C at, so that its frame is stepped as any other, back into the goroutine's calls
+        // (as Go's own tracebacks are; the C frames between are on the thread's stack).
         let from_c = depth > 0 && table.is_named(function, CALL_FROM_C);
         if depth > 0 && table.writes_sp(function) && !from_c {
-            return RuntimeStep::OtherStack;
+            let switches = SWITCH_STACKS.iter().any(|name| table.is_named(function, name));
+            return match switches.then(|| self.resume_left_goroutine(is_code)).flatten() {
+                Some(caller) => RuntimeStep::Switched(caller),
+                None => RuntimeStep::OtherStack,
+            };
         }
         let svma = pc.wrapping_sub(self.bias);
-        let caller = table.sp_offset(function, svma, &mut self.work).and_then(|offset| {
-            let at = regs.sp().checked_add(offset)?;
-            let return_address = stack.read_u64(at)?;
-            let bp = match offset {
-                0 => regs.bp(),
-                _ => stack.read_u64(at.checked_sub(8)?)?,
-            };
-            let caller_sp = at.checked_add(8)?;
-            is_code(return_address).then(|| UnwindRegsX86_64::new(return_address, caller_sp, bp))
-        });
+        let caller = match table.sp_offset(function, svma, &mut self.work) {
+            Some(offset) => {
+                let own_copy = self.left.stack();
+                caller(regs, offset, own_copy.as_ref().unwrap_or(stack), is_code)
+            }
+            None => Err(Unread::Lost),
+        };
         match caller {
             // The goroutine left for C at `systemstack_switch` (asmcgocall saves it there, as
             // 1.26 and 1.27 do); where it is not (1.19's is what the goroutine saved last, in
             // `mcall`), the call into C is not known and the stack ends.
-            Some(caller)
+            Ok(caller)
                 if from_c
                     && !self
                         .function_at(depth + 1, caller.ip())
-                        .is_some_and(|function| table.is_named(function, LEFT_FOR_C)) =>
+                        .is_some_and(|function| self.binary.table.is_named(function, LEFT_STACK)) =>
             {
                 RuntimeStep::OtherStack
             }
-            Some(caller) => RuntimeStep::Caller(caller),
-            None => {
+            Ok(caller) => RuntimeStep::Caller(caller),
+            Err(Unread::PastCopy) => RuntimeStep::OtherStack,
+            Err(Unread::Lost) => {
                 self.lost += 1;
                 RuntimeStep::Lost
             }
         }
+    }
+}
+
+/// Why a frame's caller could not be read.
+enum Unread {
+    /// Its stack goes on past what was copied of it.
+    PastCopy,
+    Lost,
+}
+
+/// The caller of a frame whose registers are `regs`, on `stack`, where the frame ends `offset`
+/// bytes above its stack pointer: its return address there, its frame pointer just below.
+fn caller(
+    regs: &UnwindRegsX86_64,
+    offset: u64,
+    stack: &StackSnapshot<'_>,
+    is_code: &mut dyn FnMut(u64) -> bool,
+) -> Result<UnwindRegsX86_64, Unread> {
+    let read = |at: u64| match stack.read_u64(at) {
+        Some(word) => Ok(word),
+        None if stack.truncated && at >= stack.end() => Err(Unread::PastCopy),
+        None => Err(Unread::Lost),
+    };
+    let at = regs.sp().checked_add(offset).ok_or(Unread::Lost)?;
+    let return_address = read(at)?;
+    let bp = match offset {
+        0 => regs.bp(),
+        _ => read(at.checked_sub(8).ok_or(Unread::Lost)?)?,
+    };
+    let caller_sp = at.checked_add(8).ok_or(Unread::Lost)?;
+    match is_code(return_address) {
+        true => Ok(UnwindRegsX86_64::new(return_address, caller_sp, bp)),
+        false => Err(Unread::Lost),
+    }
+}
+
+impl GoProcess {
+    /// The registers the goroutine the thread left goes on with, once, if the sample carries its
+    /// stack: where it stopped, or, where that is `systemstack_switch` (a PC `systemstack` and
+    /// `asmcgocall` save that no call left, there to be stepped), its caller.
+    fn resume_left_goroutine(&mut self, is_code: &mut dyn FnMut(u64) -> bool) -> Option<UnwindRegsX86_64> {
+        let sched = self.left.resume()?;
+        let function = self.function_at(0, sched.ip())?;
+        let table = &self.binary.table;
+        if !table.is_named(function, LEFT_STACK) {
+            return Some(sched);
+        }
+        let offset = table.sp_offset(function, sched.ip().wrapping_sub(self.bias), &mut self.work)?;
+        caller(&sched, offset, &self.left.stack()?, is_code).ok()
     }
 }

@@ -281,6 +281,7 @@ fn process((bytes, placement): (Vec<u8>, Placement)) -> GoProcess {
         text,
         names: Cache::new(&DESCRIBED),
         work: Work::new(RUNS),
+        left: Default::default(),
         lost: 0,
         cut: 0,
     }
@@ -346,4 +347,86 @@ fn a_call_back_from_c_is_stepped_to_the_call_into_c() {
             other => assert!(!stepped && other == RuntimeStep::OtherStack, "{other:?}"),
         }
     }
+}
+
+/// What the kernel sends of a sample whose thread left a goroutine stopped at `sched` (PC, stack
+/// pointer, frame pointer) for its own stack: its stack `words` from there, cut at `len` bytes.
+fn left_goroutine(sched: [u64; 3], words: &[u64], len: usize) -> Vec<u8> {
+    use profiler_common::runtimes::go::{GOROUTINE_BYTES_OFFSET, GoSample};
+    let mut sample: GoSample = bytemuck::Zeroable::zeroed();
+    let goroutine = &mut sample.goroutine;
+    [goroutine.pc, goroutine.sp, goroutine.bp] = sched;
+    goroutine.len = len as u32;
+    goroutine.truncated = u32::from(len < 8 * words.len());
+    let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+    goroutine.bytes[..len].copy_from_slice(&bytes[..len]);
+    bytemuck::bytes_of(&sample)[..GOROUTINE_BYTES_OFFSET + len].to_vec()
+}
+
+/// A thread that left a goroutine's stack for its own (`asmcgocall`, to call C) goes on on the
+/// goroutine's stack the kernel copied, from where it stopped (`systemstack_switch`, stepped
+/// there and not shown) to its first frame; without a copy, or past a cut one, the stack ends.
+#[test]
+fn a_thread_that_left_a_goroutine_goes_on_on_the_goroutine_s_stack() {
+    use profiler_common::runtimes::{RuntimeKind, RuntimeWalk};
+
+    use crate::{
+        decode::{RuntimeFrames, UserRegs},
+        unwind::{RuntimeStep, StackSnapshot},
+    };
+    let mut functions = functions();
+    functions.push(function("runtime.systemstack_switch", 0x10, &[(0x8, 0), (0x10, 8)], &[(0x10, 700)], 0));
+    functions.push(FixtureFunction {
+        name: "runtime.asmcgocall".into(),
+        size: 0x10,
+        sp: vec![(0x10, 0)],
+        lines: vec![(0x10, 800)],
+        flag: 1 << 1,
+        ..Default::default()
+    });
+    let mut process = process(table(Version::Go120, "go1.26.10", true, &functions, &FILES));
+    let mut go = Go::default();
+    let thread_stack = StackSnapshot::new(0x7000_0000, &[0; 64], false);
+    let mut is_code = |addr: u64| (TEXT..TEXT + 0x90).contains(&addr);
+    let regs = UserRegs { ip: TEXT + 0x60, sp: 0x7000_0000, bp: 0, registers: [0; 2] };
+    // Stopped at systemstack_switch+8 with its frame pointer pushed, called from main.work
+    // (0x28 bytes of frame at 0x18), called from goexit.
+    let gsp = 0xc000_1000u64;
+    let mut words = [0u64; 8];
+    words[0] = 0xbbbb;
+    words[1] = TEXT + 0x18;
+    words[6] = 0xcccc;
+    words[7] = TEXT + 0x8;
+    let asmcgocall = UnwindRegsX86_64::new(TEXT + 0x88, 0x7000_0010, 0);
+    for (len, stepped_to_goexit) in [(64, true), (48, false), (0, false)] {
+        let records = match len {
+            0 => Vec::new(),
+            len => left_goroutine([TEXT + 0x78, gsp, 0xaaaa], &words, len),
+        };
+        let sample = RuntimeFrames {
+            kind: RuntimeKind::Go,
+            walk: RuntimeWalk::Complete,
+            records: &records,
+            regs: None,
+        };
+        let stepper = go.stepper(&mut process, 0, &regs, sample).unwrap();
+        let step = stepper.step(1, &asmcgocall, &thread_stack, &mut is_code);
+        if len == 0 {
+            assert_eq!(step, RuntimeStep::OtherStack, "no goroutine's stack: the thread's ends");
+            continue;
+        }
+        let RuntimeStep::Switched(work) = step else { panic!("{len}: {step:?}") };
+        assert_eq!((work.ip(), work.sp(), work.bp()), (TEXT + 0x18, gsp + 16, 0xbbbb));
+        match stepper.step(2, &work, &thread_stack, &mut is_code) {
+            RuntimeStep::Caller(goexit) => {
+                assert!(stepped_to_goexit, "{len}");
+                assert_eq!((goexit.ip(), goexit.sp(), goexit.bp()), (TEXT + 0x8, gsp + 0x40, 0xcccc));
+                assert_eq!(stepper.step(3, &goexit, &thread_stack, &mut is_code), RuntimeStep::Outermost);
+            }
+            other => assert!(!stepped_to_goexit && other == RuntimeStep::OtherStack, "{len}: {other:?}"),
+        }
+        // Once: a second function that moved stacks ends what is stepped.
+        assert_eq!(stepper.step(1, &asmcgocall, &thread_stack, &mut is_code), RuntimeStep::OtherStack);
+    }
+    assert_eq!((go.stats.left, go.stats.left_unread), (2, 0));
 }

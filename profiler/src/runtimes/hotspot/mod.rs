@@ -41,7 +41,7 @@ use super::{
 };
 use crate::{
     address_space::{Mapping, ModuleId, ProcessView},
-    decode::UserRegs,
+    decode::{RuntimeFrames, UserRegs},
     frame::Frame,
     model::{SymbolKind, Tgid},
     untrusted::{Cache, ElfFacts},
@@ -131,6 +131,7 @@ impl Runtime for HotSpot {
         jvm: &'a mut Jvm,
         time_ns: u64,
         regs: &UserRegs,
+        _sample: RuntimeFrames<'_>,
     ) -> Option<&'a mut dyn RuntimeCode> {
         jvm.begin_stack(time_ns, regs.register(UserRegister::R13));
         Some(jvm)

@@ -39,7 +39,7 @@ use super::{
 };
 use crate::{
     address_space::{Mapping, ModuleId, ProcessView},
-    decode::UserRegs,
+    decode::{RuntimeFrames, UserRegs},
     frame::Frame,
     model::SymbolKind,
     untrusted::Cache,
@@ -154,6 +154,7 @@ impl Runtime for V8 {
         process: &'a mut V8Process,
         _time_ns: u64,
         _regs: &UserRegs,
+        _sample: RuntimeFrames<'_>,
     ) -> Option<&'a mut dyn RuntimeCode> {
         process.stepped.clear();
         Some(process)

@@ -3,7 +3,7 @@
 // How much work varies from round to round (about 1 ms), so that no sampling period can fall in
 // step with the rounds.
 // Built stripped and not, PIE and not, by each Go the tests run; built with cgo, beta's work is
-// done in a call from C, which beta calls (cgo.go, beta.c). With PROGRESS=1, prints
+// done in C and in a call back from C, which beta calls (cgo.go, beta.c). With PROGRESS=1, prints
 // "SECONDS ROUNDS" every 100 ms (the benchmarks read the program's own speed from it).
 package main
 
