@@ -140,7 +140,7 @@ pub enum CopyOutcome {
 }
 
 /// 0 (no copy: frame-pointer call graphs) or whole pages, at most MAX_STACK_COPY.
-fn stack_copy_cap() -> usize {
+pub fn stack_copy_cap() -> usize {
     match setting(&STACK_COPY_CAP) as usize {
         0 => 0,
         cap => cap.clamp(PAGE, MAX_STACK_COPY) & !(PAGE - 1),

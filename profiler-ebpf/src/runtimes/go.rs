@@ -11,7 +11,8 @@
 //!
 //! A thread on its scheduling stack (`g` is `m.g0`) while it runs a goroutine is there for the
 //! goroutine (C code it called, the runtime's work on its behalf): the goroutine's stack, from
-//! where it stopped (`g.sched`), is copied after the labels, up to two pages of it.
+//! where it stopped (`g.sched`), is copied after the labels, as much of it as of a thread's stack
+//! (none with frame-pointer call graphs, which do not unwind copies).
 use core::{ffi::c_void, mem::size_of};
 
 use aya_ebpf::{helpers::generated::bpf_loop, macros::map, maps::PerCpuArray};
@@ -27,7 +28,7 @@ use super::{
     fields::{bounded, byte, field, read_u64, walk_of},
     thread::thread_local,
 };
-use crate::memory::read_user;
+use crate::{memory::read_user, stack::stack_copy_cap};
 
 /// A Go string header: pointer, then length.
 const STRING_BYTES: usize = 16;
@@ -110,7 +111,9 @@ fn thread(go: &GoProcess) -> Result<Thread, RuntimeWalk> {
 /// scheduling stack (not on its signal stack, where the goroutine's `sched` is stale: it was
 /// interrupted, not left). A stack that cannot be read is sent with no bytes.
 fn copy_left_goroutine(go: &GoProcess, thread: &Thread, goroutine: *mut GoroutineStack) {
-    if thread.curg == 0 || thread.g == thread.curg || read_u64(thread.m + M_G0) != Some(thread.g) {
+    let cap = stack_copy_cap() as u64;
+    if cap == 0 || thread.curg == 0 || thread.g == thread.curg || read_u64(thread.m + M_G0) != Some(thread.g)
+    {
         return;
     }
     let sched = thread.curg + u64::from(go.g_sched);
@@ -126,7 +129,7 @@ fn copy_left_goroutine(go: &GoProcess, thread: &Thread, goroutine: *mut Goroutin
         return;
     }
     let whole = hi - sp;
-    let len = core::hint::black_box(whole).min(MAX_GOROUTINE_STACK_BYTES as u64) as usize;
+    let len = core::hint::black_box(whole.min(cap)).min(MAX_GOROUTINE_STACK_BYTES as u64) as usize;
     let copied = unsafe { read_user((&raw mut (*goroutine).bytes).cast(), len, sp) }.is_ok();
     unsafe {
         (*goroutine).pc = pc;

@@ -12,11 +12,12 @@ use profiler::stages::go::{
 const RUNS: usize = 1 << 18;
 
 /// A release writing each layout (and Go 1.27, whose module data differs from 1.26's).
-const RELEASES: [(Version, &str); 4] = [
+const RELEASES: [(Version, &str); 5] = [
     (Version::Go116, "go1.16.15"),
     (Version::Go118, "go1.19.8"),
     (Version::Go120, "go1.26.10"),
     (Version::Go120, "go1.27.3"),
+    (Version::Go12, "go1.15.15"),
 ];
 
 /// Runs one input: panics when what must hold for any input does not.

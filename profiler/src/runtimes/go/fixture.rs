@@ -24,7 +24,7 @@ pub struct FixtureFunction {
     pub flag: u8,
     /// The calls inlined into it (name, and the offset from its entry of an instruction of the
     /// caller at the call), and which of them each PC is in, in runs as `sp` (-1: none). Go
-    /// 1.18's layout and later.
+    /// 1.2's layout (written as Go 1.12 to 1.15 do), and 1.18's and later.
     pub inlined: Vec<(String, u32)>,
     pub inlined_at: Vec<(u64, i32)>,
 }
@@ -40,6 +40,7 @@ pub fn table(
     files: &[&str],
 ) -> (Vec<u8>, Placement) {
     let header_size = match version {
+        Version::Go12 => return go12_table(release, functions, files),
         Version::Go116 => 64,
         Version::Go118 | Version::Go120 => 72,
     };
@@ -78,6 +79,7 @@ pub fn table(
 
     let mut out = Vec::new();
     let magic: u32 = match version {
+        Version::Go12 => 0xffff_fffb,
         Version::Go116 => 0xffff_fffa,
         Version::Go118 => 0xffff_fff0,
         Version::Go120 => 0xffff_fff1,
@@ -104,7 +106,7 @@ pub fn table(
         .collect();
     let entry_bytes = |offset: u64| -> Vec<u8> {
         match version {
-            Version::Go116 => (TEXT + offset).to_le_bytes().to_vec(),
+            Version::Go12 | Version::Go116 => (TEXT + offset).to_le_bytes().to_vec(),
             Version::Go118 | Version::Go120 => (offset as u32).to_le_bytes().to_vec(),
         }
     };
@@ -164,15 +166,106 @@ pub fn table(
     module_data[1] = TABLE + names_at as u64;
     module_data[20] = TEXT;
     module_data[if version == Version::Go118 { 38 } else { 40 }] = functions_data;
-    let placement = Placement {
-        table: 0..out.len(),
-        address: TABLE,
-        module_data: Some(module_data),
-        release: Some(release.to_owned()),
-        segments: vec![(TABLE..TABLE + out.len() as u64, 0)],
-        tls_bytes: None,
-    };
+    let placement = placement(&out, Some(module_data), release);
     (out, placement)
+}
+
+/// A table in Go 1.2's layout, as Go 1.12 to 1.15 write it: the header and the function table
+/// (whose records' offsets, as every other, are from the table's start), the offset of the table
+/// of files, then names, files, value tables, inline trees and records. Files are numbered from
+/// 1 (the table of files starts with their count).
+fn go12_table(release: &str, functions: &[FixtureFunction], files: &[&str]) -> (Vec<u8>, Placement) {
+    let function_table_size = functions.len() * 16 + 8;
+    let mut out = Vec::new();
+    out.extend(0xffff_fffb_u32.to_le_bytes());
+    out.extend([0, 0, 1, 8]);
+    out.extend((functions.len() as u64).to_le_bytes());
+    // The function table and the files' offset, filled in once the records are placed.
+    out.resize(16 + function_table_size + 4, 0);
+    let name_offsets: Vec<u32> = functions.iter().map(|f| append_string(&mut out, &f.name)).collect();
+    let inlined_names: Vec<Vec<u32>> = functions
+        .iter()
+        .map(|f| f.inlined.iter().map(|(name, _)| append_string(&mut out, name)).collect())
+        .collect();
+    let file_offsets: Vec<u32> = files.iter().map(|file| append_string(&mut out, file)).collect();
+    let files_at = out.len() as u32;
+    out.extend((files.len() as u32 + 1).to_le_bytes());
+    out.extend(file_offsets.iter().flat_map(|offset| offset.to_le_bytes()));
+    let tables: Vec<[u32; 4]> = functions
+        .iter()
+        .map(|f| {
+            let inlined_at = match f.inlined.is_empty() {
+                true => 0,
+                false => append_values(&mut out, &f.inlined_at),
+            };
+            [
+                append_values(&mut out, &f.sp),
+                append_values(&mut out, &[(f.size, f.file + 1)]),
+                append_values(&mut out, &f.lines),
+                inlined_at,
+            ]
+        })
+        .collect();
+    let trees: Vec<Option<u64>> = functions
+        .iter()
+        .zip(&inlined_names)
+        .map(|(f, names)| {
+            (!f.inlined.is_empty()).then(|| {
+                let at = TABLE + out.len() as u64;
+                for ((_, parent_pc), name) in f.inlined.iter().zip(names) {
+                    let mut call = [0u8; 20];
+                    call[12..16].copy_from_slice(&name.to_le_bytes());
+                    call[16..20].copy_from_slice(&parent_pc.to_le_bytes());
+                    out.extend(call);
+                }
+                at
+            })
+        })
+        .collect();
+    let mut entry = TEXT;
+    for (i, f) in functions.iter().enumerate() {
+        while !out.len().is_multiple_of(8) {
+            out.push(0);
+        }
+        let pair = 16 + 16 * i;
+        out[pair..pair + 8].copy_from_slice(&entry.to_le_bytes());
+        let record = out.len() as u64;
+        out[pair + 8..pair + 16].copy_from_slice(&record.to_le_bytes());
+        let (pcdata, funcdata): (&[u32], &[u64]) = match trees[i] {
+            Some(tree) => (&[0, 0, tables[i][3]], &[0, 0, 0, 0, tree]),
+            None => (&[], &[]),
+        };
+        out.extend(entry.to_le_bytes());
+        // Name, arguments, deferreturn, the three value tables, pcdata.
+        let [sp, file, lines, _] = tables[i];
+        let fields = [name_offsets[i], 0, 0, sp, file, lines, pcdata.len() as u32];
+        out.extend(fields.iter().flat_map(|field| field.to_le_bytes()));
+        // funcID, padding, nfuncdata.
+        out.extend([0, 0, 0, funcdata.len() as u8]);
+        out.extend(pcdata.iter().flat_map(|word| word.to_le_bytes()));
+        if !funcdata.is_empty() && !out.len().is_multiple_of(8) {
+            out.extend([0; 4]);
+        }
+        out.extend(funcdata.iter().flat_map(|word| word.to_le_bytes()));
+        entry += f.size;
+    }
+    let end = 16 + 16 * functions.len();
+    out[end..end + 8].copy_from_slice(&entry.to_le_bytes());
+    out[end + 8..end + 12].copy_from_slice(&files_at.to_le_bytes());
+    let placement = placement(&out, None, release);
+    (out, placement)
+}
+
+/// Where a fixture table of `bytes` is: a file of its own bytes, mapped at [`TABLE`].
+fn placement(bytes: &[u8], module_data: Option<Vec<u64>>, release: &str) -> Placement {
+    Placement {
+        table: 0..bytes.len(),
+        address: TABLE,
+        module_data,
+        release: Some(release.to_owned()),
+        segments: vec![(TABLE..TABLE + bytes.len() as u64, 0)],
+        tls_bytes: None,
+    }
 }
 
 /// Appends a NUL-terminated string; where it starts.

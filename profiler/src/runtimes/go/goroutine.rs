@@ -25,6 +25,8 @@ pub(super) enum Carried {
     Nothing,
     /// Where the goroutine stopped, but not its stack, which could not be read.
     Unread,
+    /// Its stack, but not all of it: the copy's size was reached.
+    Cut,
     Stack,
 }
 
@@ -50,9 +52,10 @@ impl LeftGoroutine {
         self.truncated = truncated || len > bytes.len();
         self.bytes.extend_from_slice(&bytes[..len.min(bytes.len())]);
         self.sched = [pc, sp, bp];
-        match self.bytes.is_empty() {
-            true => Carried::Unread,
-            false => Carried::Stack,
+        match (self.bytes.is_empty(), self.truncated) {
+            (true, _) => Carried::Unread,
+            (false, true) => Carried::Cut,
+            (false, false) => Carried::Stack,
         }
     }
 

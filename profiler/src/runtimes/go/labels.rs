@@ -23,7 +23,7 @@ pub(super) fn kernel_record(minor: Option<u32>, tls_bytes: Option<u64>) -> Resul
     use GoLabelsLayout::{Map, Slice};
     let minor = minor.ok_or("the Go release that built it does not say")?;
     let (m_curg, g_labels, layout) = match minor {
-        16 => (192, 344, Map),
+        15 | 16 => (192, 344, Map),
         17..=20 => (192, 360, Map),
         21 | 22 => (192, 344, Map),
         23 => (192, 352, Map),

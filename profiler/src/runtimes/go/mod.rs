@@ -82,9 +82,10 @@ struct Stats {
     lost: u64,
     cut: u64,
     /// Samples of threads that had left a goroutine's stack for their own, and of those, the
-    /// ones whose goroutine's stack could not be read.
+    /// ones whose goroutine's stack could not be read, and those whose copy could not hold it.
     left: u64,
     left_unread: u64,
+    left_cut: u64,
 }
 
 /// A Go binary: its table of functions, read in place from its file, and where the kernel finds
@@ -106,6 +107,7 @@ impl Binary {
         let table = &self.table;
         let release = match (table.placement().release.as_deref(), table.version()) {
             (Some(release), _) => release.to_owned(),
+            (None, Version::Go12) => "Go 1.2-1.15".to_owned(),
             (None, Version::Go116) => "Go 1.16-1.17".to_owned(),
             (None, Version::Go118) => "Go 1.18-1.19".to_owned(),
             (None, Version::Go120) => "Go 1.20 or later".to_owned(),
@@ -259,6 +261,7 @@ impl Runtime for Go {
         let carried = process.left.take(records);
         self.stats.left += u64::from(carried != Carried::Nothing);
         self.stats.left_unread += u64::from(carried == Carried::Unread);
+        self.stats.left_cut += u64::from(carried == Carried::Cut);
         Some(process)
     }
 
@@ -326,7 +329,8 @@ impl Runtime for Go {
             lost += process.lost;
             cut += process.cut;
         }
-        let Stats { frames, labelled, labels_cut, labels_unread, left, left_unread, .. } = self.stats;
+        let Stats { frames, labelled, labels_cut, labels_unread, left, left_unread, left_cut, .. } =
+            self.stats;
         if frames + lost + cut + labelled + labels_unread == 0 {
             return Vec::new();
         }
@@ -337,7 +341,7 @@ impl Runtime for Go {
         if left > 0 {
             lines.push(format!(
                 "{left} samples of threads on their own stack for a goroutine (its C code, the runtime's work), with \
-                 the goroutine's stack copied ({left_unread} could not be)"
+                 the goroutine's stack copied ({left_unread} could not be; {left_cut} cut by the size of a stack copy)"
             ));
         }
         if labelled + labels_unread > 0 {

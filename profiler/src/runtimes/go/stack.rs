@@ -140,13 +140,15 @@ fn caller(
 
 impl GoProcess {
     /// The registers the goroutine the thread left goes on with, once, if the sample carries its
-    /// stack: where it stopped, or, where that is `systemstack_switch` (a PC `systemstack` and
-    /// `asmcgocall` save that no call left, there to be stepped), its caller.
+    /// stack: where it stopped, or, where that is in the function that left it (Go 1.15's
+    /// `asmcgocall` saves its own PC) or `systemstack_switch` (a PC `systemstack` and later
+    /// releases' `asmcgocall` save, which no call left), its caller.
     fn resume_left_goroutine(&mut self, is_code: &mut dyn FnMut(u64) -> bool) -> Option<UnwindRegsX86_64> {
         let sched = self.left.resume()?;
         let function = self.function_at(0, sched.ip())?;
         let table = &self.binary.table;
-        if !table.is_named(function, LEFT_STACK) {
+        let left_in = |name: &&[u8]| table.is_named(function, name);
+        if !(left_in(&LEFT_STACK) || SWITCH_STACKS.iter().any(left_in)) {
             return Some(sched);
         }
         let offset = table.sp_offset(function, sched.ip().wrapping_sub(self.bias), &mut self.work)?;

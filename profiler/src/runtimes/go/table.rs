@@ -64,18 +64,31 @@ const MODULE_PCHEADER: usize = 0;
 const MODULE_NAMES: usize = 8;
 const MODULE_MINPC: usize = 160;
 
-/// The index of a function's inline tree among its data (`FUNCDATA_InlTree`), and of the table
-/// of where it is in that tree among its value tables (`PCDATA_InlTreeIndex`), from Go 1.16.
+/// The index of a function's inline tree among its data (`FUNCDATA_InlTree`): 3 from Go 1.16,
+/// 4 in Go 1.12 to 1.15 (which kept register maps before it); and of the table of where a PC is
+/// in that tree among its value tables (`PCDATA_InlTreeIndex`), 2 in both.
 const FUNCDATA_INLINE_TREE: usize = 3;
+const FUNCDATA_INLINE_TREE_GO112: usize = 4;
 const PCDATA_INLINE_INDEX: usize = 2;
 
 /// A function that writes the stack pointer arbitrarily (`runtime.systemstack`, `mcall`,
 /// `asmcgocall`): its caller cannot be found from its stack offset.
 const FLAG_SPWRITE: u8 = 1 << 1;
+/// Those functions, by name, for the releases before Go 1.17, whose functions have no flags.
+const WRITES_SP: [&[u8]; 6] = [
+    b"runtime.systemstack",
+    b"runtime.morestack",
+    b"runtime.mcall",
+    b"runtime.asmcgocall",
+    b"runtime.cgocallback",
+    b"runtime.cgocallback_gofunc",
+];
 
 /// The table's layouts, by the Go versions that write them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Version {
+    /// Go 1.2 to 1.15: entries are addresses, everything else an offset from the table's start.
+    Go12,
     /// Go 1.16 and 1.17: entries are addresses.
     Go116,
     /// Go 1.18 and 1.19: entries are offsets from the start of Go's text.
@@ -87,10 +100,10 @@ pub enum Version {
 impl Version {
     fn of_magic(magic: u32) -> Result<Self> {
         Ok(match magic {
+            0xffff_fffb => Self::Go12,
             0xffff_fffa => Self::Go116,
             0xffff_fff0 => Self::Go118,
             0xffff_fff1 => Self::Go120,
-            0xffff_fffb => bail!("a table of Go 1.2 to 1.15, which is not read"),
             other => bail!("not a table of Go's functions (magic {other:#x})"),
         })
     }
@@ -99,6 +112,20 @@ impl Version {
     /// (`runtime.inlinedCall`) are.
     fn fields(self) -> &'static Fields {
         match self {
+            Self::Go12 => &Fields {
+                entry_size: 8,
+                name: 8,
+                pcsp: 20,
+                pcfile: 24,
+                pcln: 28,
+                npcdata: 32,
+                cu: None,
+                flag: None,
+                // From Go 1.12 (a word's first byte before: its high byte, 0, read here).
+                nfuncdata: 39,
+                record_size: 40,
+                inlined: InlinedFields { size: 20, name: 12, parent_pc: 16 },
+            },
             Self::Go116 => &Fields {
                 entry_size: 8,
                 name: 8,
@@ -106,8 +133,8 @@ impl Version {
                 pcfile: 24,
                 pcln: 28,
                 npcdata: 32,
-                cu: 36,
-                flag: 41,
+                cu: Some(36),
+                flag: Some(41),
                 nfuncdata: 43,
                 record_size: 44,
                 inlined: InlinedFields { size: 20, name: 12, parent_pc: 16 },
@@ -119,8 +146,8 @@ impl Version {
                 pcfile: 20,
                 pcln: 24,
                 npcdata: 28,
-                cu: 32,
-                flag: 37,
+                cu: Some(32),
+                flag: Some(37),
                 nfuncdata: 39,
                 record_size: 40,
                 inlined: InlinedFields { size: 20, name: 12, parent_pc: 16 },
@@ -132,8 +159,8 @@ impl Version {
                 pcfile: 20,
                 pcln: 24,
                 npcdata: 28,
-                cu: 32,
-                flag: 41,
+                cu: Some(32),
+                flag: Some(41),
                 nfuncdata: 43,
                 record_size: 44,
                 inlined: InlinedFields { size: 16, name: 4, parent_pc: 8 },
@@ -145,7 +172,7 @@ impl Version {
     /// `None` where it is not needed (Go 1.16's data are addresses) or not known.
     fn gofunc_field(self, minor: Option<u32>) -> Option<usize> {
         match (self, minor?) {
-            (Self::Go116, _) => None,
+            (Self::Go12 | Self::Go116, _) => None,
             (Self::Go118, 18..=19) => Some(304),
             (Self::Go120, 20..=26) => Some(320),
             (Self::Go120, 27) => Some(344),
@@ -164,10 +191,11 @@ struct Fields {
     pcfile: usize,
     pcln: usize,
     npcdata: usize,
-    /// Its compilation unit's first entry in the table of files.
-    cu: usize,
+    /// Its compilation unit's first entry in the table of files (from Go 1.16: before, one
+    /// table of files serves every function).
+    cu: Option<usize>,
     /// Its flags (`TOPFRAME`, `SPWRITE`): from Go 1.17 (padding, 0, in 1.16).
-    flag: usize,
+    flag: Option<usize>,
     nfuncdata: usize,
     /// Where its value tables' offsets start, and its data's after them.
     record_size: usize,
@@ -194,11 +222,18 @@ struct Layout {
     cu_files: usize,
     files: usize,
     values: usize,
-    /// The function table: pairs of (entry, record's offset from here), one per function, and a
-    /// last entry, the end of the last function.
+    /// The function table: pairs of (entry, record's offset from `records`), one per function,
+    /// and a last entry, the end of the last function.
     function_table: usize,
+    /// What records' offsets are from: the function table, or the table's start (Go 1.2-1.15).
+    records: usize,
     /// Where the functions' data is in the file (`go:func.*`, Go 1.18 and later), when known.
     functions_data: Option<usize>,
+    /// The index of a function's inline tree among its data, where the release's is known.
+    inline_tree: Option<usize>,
+    /// Whether its functions say they write the stack pointer (Go 1.17 and later), or their
+    /// names must.
+    flags: bool,
 }
 
 /// A Go binary's table of functions, read in place from its file's `bytes`.
@@ -252,10 +287,11 @@ impl<B: AsRef<[u8]>> GoTable<B> {
         self.layout.functions
     }
 
-    /// Whether calls inlined into its functions are read (Go 1.16's, and later ones' whose
-    /// functions' data was found).
+    /// Whether calls inlined into its functions are read (Go 1.12 to 1.17's, whose data are
+    /// addresses, and later ones' whose functions' data was found).
     pub fn reads_inlined(&self) -> bool {
-        self.layout.version == Version::Go116 || self.layout.functions_data.is_some()
+        let addresses = matches!(self.layout.version, Version::Go12 | Version::Go116);
+        self.layout.inline_tree.is_some() && (addresses || self.layout.functions_data.is_some())
     }
 
     /// The addresses (SVMAs) its functions cover.
@@ -281,7 +317,7 @@ impl<B: AsRef<[u8]>> GoTable<B> {
         }
         let size = self.fields().entry_size;
         let pair = self.layout.function_table + low * 2 * size;
-        let record = self.layout.function_table.checked_add(self.word(pair + size, size)?)?;
+        let record = self.layout.records.checked_add(self.word(pair + size, size)?)?;
         let entry = self.entry(low)?;
         // A record that does not say the entry its table does is not this function's.
         (self.entry_word(record)? == entry).then_some(Function { entry, record })
@@ -317,7 +353,10 @@ impl<B: AsRef<[u8]>> GoTable<B> {
         let line =
             u32::try_from(self.value(function, self.u32(function.record + fields.pcln)?, svma, work)?)
                 .ok()?;
-        let cu = self.u32(function.record + fields.cu)?;
+        let cu = match fields.cu {
+            Some(field) => self.u32(function.record + field)?,
+            None => 0,
+        };
         let entry = self.layout.cu_files.checked_add(4 * cu.checked_add(file)? as usize)?;
         let path = self.string(self.layout.files.checked_add(self.u32(entry)? as usize)?, work)?;
         Some((path, line))
@@ -353,7 +392,10 @@ impl<B: AsRef<[u8]>> GoTable<B> {
 
     /// Whether it writes the stack pointer arbitrarily, so that its caller cannot be found.
     pub fn writes_sp(&self, function: Function) -> bool {
-        let flag = self.bytes().get(function.record + self.fields().flag);
+        if !self.layout.flags {
+            return WRITES_SP.iter().any(|name| self.is_named(function, name));
+        }
+        let flag = self.fields().flag.and_then(|field| self.bytes().get(function.record + field));
         flag.is_some_and(|flag| flag & FLAG_SPWRITE != 0)
     }
 
@@ -364,20 +406,21 @@ impl<B: AsRef<[u8]>> GoTable<B> {
     /// Where a function's inline tree is in the file.
     fn inline_tree(&self, function: Function) -> Option<usize> {
         let fields = self.fields();
+        let index = self.layout.inline_tree?;
         let funcdata = usize::from(*self.bytes().get(function.record + fields.nfuncdata)?);
-        if FUNCDATA_INLINE_TREE >= funcdata {
+        if index >= funcdata {
             return None;
         }
         let pcdata = self.u32(function.record + fields.npcdata)? as usize;
         let after_pcdata = function.record.checked_add(fields.record_size)?.checked_add(4 * pcdata)?;
         match self.layout.version {
-            Version::Go116 => {
+            Version::Go12 | Version::Go116 => {
                 // Addresses, 8-aligned.
-                let address = self.u64(after_pcdata.next_multiple_of(8) + 8 * FUNCDATA_INLINE_TREE)?;
+                let address = self.u64(after_pcdata.next_multiple_of(8) + 8 * index)?;
                 self.placement.file_offset(address, 1)
             }
             Version::Go118 | Version::Go120 => {
-                let offset = self.u32(after_pcdata + 4 * FUNCDATA_INLINE_TREE)?;
+                let offset = self.u32(after_pcdata + 4 * index)?;
                 (offset != u32::MAX).then_some(())?;
                 self.layout.functions_data?.checked_add(offset as usize)
             }
@@ -428,7 +471,7 @@ impl<B: AsRef<[u8]>> GoTable<B> {
 
     fn entry_word(&self, at: usize) -> Option<u64> {
         match self.layout.version {
-            Version::Go116 => self.u64(at),
+            Version::Go12 | Version::Go116 => self.u64(at),
             Version::Go118 | Version::Go120 => self.layout.text_start.checked_add(u64::from(self.u32(at)?)),
         }
     }
@@ -481,8 +524,11 @@ impl Layout {
         if header.get(4..8) != Some(&[0, 0, 1, 8][..]) {
             bail!("Go's table is not one of a 64-bit x86 binary");
         }
+        if version == Version::Go12 {
+            return Self::read_go12(header, placement);
+        }
         let count = match version {
-            Version::Go116 => 7,
+            Version::Go12 | Version::Go116 => 7,
             Version::Go118 | Version::Go120 => 8,
         };
         let fields: Vec<u64> = (0..count)
@@ -498,9 +544,11 @@ impl Layout {
         };
         let (functions, rest) = (usize::try_from(fields[0])?, &fields[2..]);
         let (text_start, rest) = match version {
-            Version::Go116 => (0, rest),
+            Version::Go12 | Version::Go116 => (0, rest),
             Version::Go118 | Version::Go120 => (rest[0], &rest[1..]),
         };
+        let function_table = offset(rest[4])?;
+        let minor = placement.minor_release();
         let layout = Self {
             version,
             functions,
@@ -509,18 +557,55 @@ impl Layout {
             cu_files: offset(rest[1])?,
             files: offset(rest[2])?,
             values: offset(rest[3])?,
-            function_table: offset(rest[4])?,
+            function_table,
+            records: function_table,
             functions_data: None,
+            inline_tree: Some(FUNCDATA_INLINE_TREE),
+            // Go 1.16 and 1.17 share a layout; only 1.17's functions have flags.
+            flags: version != Version::Go116 || minor.is_some_and(|minor| minor >= 17),
         };
-        // The pairs, and the last entry.
-        let entry_size = version.fields().entry_size;
+        layout.function_table_fits(header.len())?;
+        layout.with_module_data(header, placement)
+    }
+
+    /// Go 1.2 to 1.15's layout: the header says how many functions there are, the function table
+    /// follows it, and the offset of the table of files follows that table. Everything else is
+    /// an offset from the table's start: names, records, value tables. Inline trees are read
+    /// from Go 1.12, the first to say where a call's caller is in them.
+    fn read_go12(header: &[u8], placement: &Placement) -> Result<Self> {
+        let too_short = || anyhow::anyhow!("Go's table is shorter than its header");
+        let functions = usize::try_from(read_u64(header, 8).ok_or_else(too_short)?)?;
+        let minor = placement.minor_release();
+        let layout = Self {
+            version: Version::Go12,
+            functions,
+            text_start: 0,
+            names: 0,
+            cu_files: 0,
+            files: 0,
+            values: 0,
+            function_table: 16,
+            records: 0,
+            functions_data: None,
+            inline_tree: minor.filter(|minor| (12..=15).contains(minor)).map(|_| FUNCDATA_INLINE_TREE_GO112),
+            flags: false,
+        };
+        let files_at = layout.function_table_fits(header.len())?;
+        let Some(files) = read_u32(header, files_at) else { bail!("Go's table ends before its files") };
+        Ok(Self { cu_files: files as usize, ..layout })
+    }
+
+    /// Checks the function table (its pairs, and the last entry) fits in the table; where it ends.
+    fn function_table_fits(&self, len: usize) -> Result<usize> {
+        let entry_size = self.version.fields().entry_size;
+        let functions = self.functions;
         let table_end = (functions.checked_mul(2 * entry_size))
             .and_then(|size| size.checked_add(entry_size))
-            .and_then(|size| layout.function_table.checked_add(size));
-        if table_end.is_none_or(|end| end > header.len()) {
-            bail!("Go's table says it has {functions} functions, more than it holds");
+            .and_then(|size| self.function_table.checked_add(size));
+        match table_end {
+            Some(end) if end <= len => Ok(end),
+            _ => bail!("Go's table says it has {functions} functions, more than it holds"),
         }
-        layout.with_module_data(header, placement)
     }
 
     /// Go 1.18 and later give entries as offsets from where Go's text starts. Its header says

@@ -18,8 +18,12 @@ use crate::{
 const RUNS: usize = 1 << 20;
 
 /// Each layout, and a release that writes it.
-const VERSIONS: [(Version, &str); 3] =
-    [(Version::Go116, "go1.16.15"), (Version::Go118, "go1.19.8"), (Version::Go120, "go1.26.10")];
+const VERSIONS: [(Version, &str); 4] = [
+    (Version::Go12, "go1.15.15"),
+    (Version::Go116, "go1.16.15"),
+    (Version::Go118, "go1.19.8"),
+    (Version::Go120, "go1.26.10"),
+];
 
 fn function(name: &str, size: u64, sp: &[(u64, i32)], lines: &[(u64, i32)], file: i32) -> FixtureFunction {
     FixtureFunction {
@@ -111,6 +115,26 @@ fn where_the_text_starts_comes_from_the_module_data_when_the_header_leaves_it_ou
     }
 }
 
+/// Functions that move the stack pointer to another stack say so from Go 1.17; before, their
+/// names do.
+#[test]
+fn functions_that_switch_stacks_are_known_in_every_release() {
+    let mut functions = functions();
+    functions.push(FixtureFunction {
+        name: "runtime.systemstack".into(),
+        size: 0x10,
+        flag: 1 << 1,
+        ..Default::default()
+    });
+    for (version, release) in VERSIONS.into_iter().chain([(Version::Go116, "go1.17.13")]) {
+        let (bytes, placement) = table(version, release, true, &functions, &FILES);
+        let table = GoTable::new(bytes, placement).unwrap();
+        let systemstack = table.function(TEXT + 0x70).unwrap();
+        assert!(table.writes_sp(systemstack), "{release}");
+        assert!(!table.writes_sp(table.function(TEXT + 0x10).unwrap()), "{release}");
+    }
+}
+
 /// `main.work` with `main.twice` inlined into it at 0x20-0x30 (called at 0x18) and
 /// `main.square` into `main.twice` at 0x28-0x30 (called at 0x24).
 fn inlining() -> Vec<FixtureFunction> {
@@ -128,7 +152,9 @@ fn inlining() -> Vec<FixtureFunction> {
 
 #[test]
 fn calls_inlined_at_a_pc_are_frames_of_their_own_innermost_first() {
-    for (version, release) in [(Version::Go118, "go1.19.8"), (Version::Go120, "go1.26.10")] {
+    let releases =
+        [(Version::Go12, "go1.14.15"), (Version::Go118, "go1.19.8"), (Version::Go120, "go1.26.10")];
+    for (version, release) in releases {
         let (bytes, placement) = table(version, release, true, &inlining(), &["/app/main.go"]);
         let table = GoTable::new(bytes.clone(), placement.clone()).unwrap();
         assert!(table.reads_inlined());
@@ -179,9 +205,12 @@ fn tables_not_read_are_refused_by_what_they_are() {
     let refusal = |(bytes, placement): (Vec<u8>, Placement)| {
         GoTable::new(bytes, placement).err().map(|why| why.to_string()).unwrap_or_default()
     };
-    let mut old = fixture();
-    old.0[..4].copy_from_slice(&0xffff_fffbu32.to_le_bytes());
-    assert!(refusal(old).contains("Go 1.2 to 1.15"));
+    let mut older = fixture();
+    older.0[..4].copy_from_slice(&0xffff_fffcu32.to_le_bytes());
+    assert!(refusal(older).contains("not a table of Go's functions (magic 0xfffffffc)"));
+    let mut go12 = table(Version::Go12, "go1.15.15", true, &functions(), &FILES);
+    go12.0[8..16].copy_from_slice(&(1u64 << 40).to_le_bytes());
+    assert!(refusal(go12).contains("more than it holds"));
     let mut arm = fixture();
     arm.0[6] = 4;
     assert!(refusal(arm).contains("not one of a 64-bit x86 binary"));
@@ -428,5 +457,5 @@ fn a_thread_that_left_a_goroutine_goes_on_on_the_goroutine_s_stack() {
         // Once: a second function that moved stacks ends what is stepped.
         assert_eq!(stepper.step(1, &asmcgocall, &thread_stack, &mut is_code), RuntimeStep::OtherStack);
     }
-    assert_eq!((go.stats.left, go.stats.left_unread), (2, 0));
+    assert_eq!((go.stats.left, go.stats.left_unread, go.stats.left_cut), (2, 0, 1));
 }
