@@ -30,6 +30,11 @@ const OUTERMOST: [&str; 6] = [
     "runtime.morestack",
 ];
 
+/// How long `shares` runs, recorded: two seconds, about 2,000 samples, so that a share measured
+/// beside another test (1,200 samples of a 1 s run on a busy CI machine put beta at 25%) stays
+/// within its 5 points.
+const SHARES_SECONDS: &str = "2";
+
 /// Each Go the tests run: its release (`1.26`) and its `go`.
 fn toolchains() -> Vec<(String, PathBuf)> {
     let tools = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.tools/debian-sid-go/usr/lib");
@@ -121,7 +126,7 @@ fn lines_of(name: &str, file: &str, function: &str) -> (i64, std::ops::RangeIncl
 /// `shares` (alpha, beta and gamma doing 60/30/10% of the work on two goroutines, `spin` inlined
 /// into each), built by every Go, stripped and not, position-independent and not, and stripped,
 /// position-independent with cgo (beta's work then done in C, a third, and in a call back into
-/// Go from C, which beta calls), recorded 1 s at 999 Hz: in each, 99% of the goroutines' samples
+/// Go from C, which beta calls), recorded 2 s at 999 Hz: in each, 99% of the goroutines' samples
 /// whole from `runtime.goexit` (the runtime's own threads, whole from `runtime.mstart`, aside),
 /// 99% of the work's through `main.work` and one of the three to `main.spin` (an inlined frame,
 /// `_[i]`; beta's through C, and back), the three's shares within 5 points, a fifth of beta's
@@ -151,7 +156,7 @@ fn go_functions_are_named_from_go_s_table_whole_in_every_build() {
             let (folded, pprof) = (dir.join("out.folded"), dir.join("out.pb.gz"));
             let args =
                 ["record", "-F", "999", "-o", folded.to_str().unwrap(), "-o", pprof.to_str().unwrap(), "--"];
-            let run = run_profiler(&[&args[..], &[binary.to_str().unwrap(), "1"]].concat());
+            let run = run_profiler(&[&args[..], &[binary.to_str().unwrap(), SHARES_SECONDS]].concat());
             assert!(run.status.success(), "{what}: {}", String::from_utf8_lossy(&run.stderr));
             let folded = Folded::read(&folded);
             let stacks = process_stacks(&folded);
