@@ -20,11 +20,11 @@ const CALL_FROM_C: &[u8] = b"runtime.cgocallback";
 /// Where a goroutine that left its stack for its thread's is said to be: the return address
 /// above `cgocallback`, and `g.sched`'s PC when `systemstack` or `asmcgocall` left it.
 const LEFT_STACK: &[u8] = b"runtime.systemstack_switch";
-/// The functions that move a thread from a goroutine's stack to its own (`asmcgocall`, to call
-/// C) and run what they call there: the goroutine is where `g.sched` says. `mcall` leaves it for
-/// good, for the scheduler. (`asmcgocall` called on the thread's own stack, to start a thread,
-/// moves nothing: there, the frames between it and the `systemstack` that left the goroutine
-/// are passed over.)
+/// The functions that move a thread from a goroutine's stack to its own and run a call there
+/// (`systemstack`, `morestack`, and `asmcgocall` to call C): above them, the goroutine goes on
+/// where `g.sched` says. `mcall` is not one: it leaves the goroutine for good, for the
+/// scheduler. (`asmcgocall` called on the thread's own stack, to start a thread, moves nothing;
+/// there, the frames between it and the `systemstack` that left the goroutine are passed over.)
 const SWITCH_STACKS: [&[u8]; 3] = [b"runtime.systemstack", b"runtime.morestack", b"runtime.asmcgocall"];
 
 impl GoProcess {
