@@ -55,21 +55,7 @@ pub fn table(
         files.iter().flat_map(|file| append_string(&mut file_bytes, file).to_le_bytes()).collect();
     // Offset 0 of the value tables is no table.
     let mut values = vec![0];
-    let tables: Vec<[u32; 4]> = functions
-        .iter()
-        .map(|f| {
-            let inlined_at = match f.inlined.is_empty() {
-                true => 0,
-                false => append_values(&mut values, &f.inlined_at),
-            };
-            [
-                append_values(&mut values, &f.sp),
-                append_values(&mut values, &[(f.size, f.file)]),
-                append_values(&mut values, &f.lines),
-                inlined_at,
-            ]
-        })
-        .collect();
+    let tables: Vec<[u32; 4]> = functions.iter().map(|f| append_value_tables(&mut values, f, 0)).collect();
     let names_at = header_size;
     let cu_at = names_at + names.len();
     let files_at = cu_at + cu_files.len();
@@ -191,21 +177,7 @@ fn go12_table(release: &str, functions: &[FixtureFunction], files: &[&str]) -> (
     let files_at = out.len() as u32;
     out.extend((files.len() as u32 + 1).to_le_bytes());
     out.extend(file_offsets.iter().flat_map(|offset| offset.to_le_bytes()));
-    let tables: Vec<[u32; 4]> = functions
-        .iter()
-        .map(|f| {
-            let inlined_at = match f.inlined.is_empty() {
-                true => 0,
-                false => append_values(&mut out, &f.inlined_at),
-            };
-            [
-                append_values(&mut out, &f.sp),
-                append_values(&mut out, &[(f.size, f.file + 1)]),
-                append_values(&mut out, &f.lines),
-                inlined_at,
-            ]
-        })
-        .collect();
+    let tables: Vec<[u32; 4]> = functions.iter().map(|f| append_value_tables(&mut out, f, 1)).collect();
     let trees: Vec<Option<u64>> = functions
         .iter()
         .zip(&inlined_names)
@@ -274,6 +246,22 @@ fn append_string(bytes: &mut Vec<u8>, string: &str) -> u32 {
     bytes.extend(string.as_bytes());
     bytes.push(0);
     at
+}
+
+/// Appends a function's value tables: its stack offsets, its file (its index plus `first_file`,
+/// the number the table's files start at), its lines and, if calls are inlined into it, where;
+/// where each starts (0: no table).
+fn append_value_tables(bytes: &mut Vec<u8>, f: &FixtureFunction, first_file: i32) -> [u32; 4] {
+    let inlined_at = match f.inlined.is_empty() {
+        true => 0,
+        false => append_values(bytes, &f.inlined_at),
+    };
+    [
+        append_values(bytes, &f.sp),
+        append_values(bytes, &[(f.size, f.file + first_file)]),
+        append_values(bytes, &f.lines),
+        inlined_at,
+    ]
 }
 
 /// Appends a value table of `runs` (end of each as an offset from the entry, value); where it

@@ -32,10 +32,12 @@ pub(super) enum Carried {
 
 impl LeftGoroutine {
     /// Takes the goroutine's stack in what the kernel read of a sample (`records`), if it has one.
+    /// A sample without one lets the last one's bytes go: a process keeps them only while its
+    /// latest sample is of a thread on its own stack.
     pub(super) fn take(&mut self, records: &[u8]) -> Carried {
         self.sched[1] = 0;
         self.resumed = false;
-        self.bytes.clear();
+        self.bytes = Vec::new();
         let word = |at: usize| Some(u64::from_le_bytes(records.get(at..at + 8)?.try_into().ok()?));
         let at = GOROUTINE_OFFSET;
         let (Some(pc), Some(sp), Some(bp), Some(counts)) =
